@@ -1,0 +1,87 @@
+//! The one place where airlock's channels are named and numbered.
+//!
+//! Every process of the appliance (entrypoint, proxy, git API, shims, tests) must agree on
+//! which user owns what, which loopback port carries which traffic and where the sockets and
+//! state live. Those facts live here and nowhere else, so that the firewall the entrypoint
+//! renders and the listeners the proxy binds can never drift apart.
+//!
+//! This crate holds constants and tiny value types only: no I/O, no policy, no parsing.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+/// System user that runs the proxy: the only uid allowed to leave the container.
+pub const PROXY_USER: &str = "airlock";
+/// System user (and group) that runs the git API.
+pub const GIT_USER: &str = "airlock-git";
+/// Default user that runs the agent and everything it spawns.
+pub const AGENT_USER: &str = "agent";
+
+/// Loopback address every proxy listener binds to.
+pub const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// Explicit HTTP proxy (`HTTP_PROXY` / `HTTPS_PROXY`).
+pub const EXPLICIT_PORT: u16 = 3128;
+/// Transparent listener: receives the agent's other outbound TCP via `nat OUTPUT REDIRECT`.
+pub const TRANSPARENT_PORT: u16 = 15001;
+/// DNS filter: receives all of the agent's port-53 traffic (UDP and TCP) by redirect.
+pub const DNS_PORT: u16 = 15353;
+/// Service port the firewall opens only to the git API's group.
+pub const GIT_SERVICE_PORT: u16 = 15002;
+
+/// Path the proxy answers on itself (origin-form request to the explicit port) to prove
+/// it is up. Used by the entrypoint's readiness wait and the agent-side self-test.
+pub const HEALTH_PATH: &str = "/__airlock/health";
+
+/// Response header that carries a denial's reason code to the agent.
+pub const ERROR_HEADER: &str = "x-airlock-error";
+
+/// Runtime directory (tmpfs in the image): sockets and per-start state.
+pub const RUN_DIR: &str = "/run/airlock";
+/// Default location of the policy file inside the image.
+pub const DEFAULT_POLICY_PATH: &str = "/etc/airlock/policy.toml";
+/// Default directory of the audit log.
+pub const DEFAULT_AUDIT_DIR: &str = "/var/log/airlock";
+/// Audit log file name inside the audit directory.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+
+/// The explicit proxy's socket address.
+#[must_use]
+pub const fn explicit_addr() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(LOOPBACK, EXPLICIT_PORT))
+}
+
+/// The transparent listener's socket address.
+#[must_use]
+pub const fn transparent_addr() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(LOOPBACK, TRANSPARENT_PORT))
+}
+
+/// The DNS filter's socket address.
+#[must_use]
+pub const fn dns_addr() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(LOOPBACK, DNS_PORT))
+}
+
+/// The proxy URL given to the agent in `HTTP_PROXY` and friends.
+#[must_use]
+pub fn proxy_url() -> String {
+    format!("http://{LOOPBACK}:{EXPLICIT_PORT}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_distinct() {
+        let mut ports = [EXPLICIT_PORT, TRANSPARENT_PORT, DNS_PORT, GIT_SERVICE_PORT];
+        ports.sort_unstable();
+        assert!(ports.windows(2).all(|w| w[0] != w[1]));
+        assert!(ports.iter().all(|p| *p != 53), "redirect targets must not be port 53");
+    }
+
+    #[test]
+    fn proxy_url_names_the_explicit_port() {
+        assert_eq!(proxy_url(), "http://127.0.0.1:3128");
+    }
+}
