@@ -1,1 +1,197 @@
-//! placeholder
+//! airlock's kernel firewall: turns a [`Plan`] (a value) into `iptables-restore` input for
+//! IPv4 and IPv6, and applies it atomically, one restore process per family.
+//!
+//! # The rule set, and why each rule is there
+//!
+//! The container's only way out is the proxy's uid; the agent reaches the network only
+//! through the proxy's loopback listeners (explicit port, transparent redirect, DNS filter).
+//!
+//! IPv4 `filter` (the whole table is ours):
+//! - `INPUT DROP`: accept loopback and `RELATED,ESTABLISHED` (replies to the proxy's flows,
+//!   ICMP errors for them); nothing listens outside loopback. `FORWARD DROP`.
+//! - `OUTPUT DROP`, then in order:
+//!   1. loopback TCP to the git service port is reset unless the sender holds the git API's
+//!      group (`--suppl-groups`: also as a supplementary group, which is how the git API
+//!      runs). This comes before "loopback is fine", or the agent could reach it.
+//!   2. anything to Docker's embedded resolver `127.0.0.11` from another uid than the proxy
+//!      is rejected: it listens on random real ports, so an agent that found them could send
+//!      DNS straight to it and exfiltrate, bypassing our DNS filter.
+//!   3. `RELATED,ESTABLISHED` is accepted. This is safe before the owner checks: the agent's
+//!      TCP is redirected to loopback in `nat` (its conntrack entry is to `127.0.0.1`), and
+//!      any other non-proxy packet to the outside is rejected by rule 6 *on its first packet*,
+//!      and a conntrack entry whose first packet was dropped is never confirmed. So no
+//!      non-proxy flow to the outside can ever be established; inbound can't create one either
+//!      (`INPUT DROP`). Conntrack helpers are not auto-assigned (kernel >= 4.7), so no
+//!      `RELATED` expectation opens a side door. Putting it third keeps the hot path short.
+//!   4. `-o lo` is accepted: the proxy's listeners, where the agent's traffic lands.
+//!   5. the proxy's uid is accepted: the one identity that leaves.
+//!   6. the rest is rejected so it fails fast instead of hanging: TCP reset, ICMP port
+//!      unreachable for UDP (QUIC falls back to TCP at once), admin-prohibited otherwise.
+//!
+//! IPv4 `nat` (rendered whole, so applying gives exactly the text and re-applying is
+//! idempotent): `-A OUTPUT -j AIRLOCK_OUTPUT` first, then Docker's preserved jumps. In
+//! `AIRLOCK_OUTPUT`: the proxy `RETURN`s (its DNS goes on to Docker's DNAT); all other
+//! port-53 traffic, UDP and TCP, loopback included, is `REDIRECT`ed to the DNS filter (this
+//! is before the loopback `RETURN`, so `127.0.0.11:53` and `127.0.0.1:53` are caught too);
+//! loopback `RETURN`s; all other TCP is `REDIRECT`ed to the transparent listener, which reads
+//! the original destination with `SO_ORIGINAL_DST`. Docker's `DOCKER_*` chains and the
+//! built-in-chain jumps into them are preserved verbatim (see [`preserved_nat_from_save`]).
+//!
+//! IPv6 `filter`: the same shape without the resolver rule, plus the kernel's own neighbour
+//! discovery (ICMPv6 133–136, no owner match: an unprivileged socket cannot emit those
+//! types, ping sockets only send echo requests) so that the proxy can reach v6 upstreams.
+//! There is no v6 `nat`: the agent's IPv6 egress is simply rejected.
+//!
+//! `iptables-restore` commits table by table; `filter` is rendered before `nat` so that a
+//! failure between the two leaves the container closed, not open.
+//!
+//! # What it does not do
+//!
+//! It does not decide whether IPv6 must be filtered (it reports [`Ipv6State`]; the entrypoint
+//! fails closed), resolve users or groups (the plan carries numeric ids), touch the `mangle`
+//! or `raw` tables or the v6 `nat` table, or enforce any policy above layer 4: hosts, paths
+//! and credentials are the proxy's job.
+
+mod error;
+mod preserve;
+mod render;
+
+pub mod apply;
+
+pub use apply::{Ipv6State, Runner, apply, ipv6_state, save_nat_v4};
+pub use error::FirewallError;
+pub use preserve::{PreservedNat, preserved_nat_from_save};
+pub use render::{render_v4, render_v6};
+
+use airlock_channels::{DNS_PORT, EXPLICIT_PORT, GIT_SERVICE_PORT, TRANSPARENT_PORT};
+
+/// Everything the rendered rules depend on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The ONLY uid allowed to leave the container (the proxy's).
+    pub proxy_uid: u32,
+    /// Group of the git API; only it may reach the service port.
+    pub git_gid: u32,
+    /// The explicit proxy port (reached over loopback; no rule of its own).
+    pub explicit_port: u16,
+    /// The agent's outbound TCP is `REDIRECT`ed here.
+    pub transparent_port: u16,
+    /// All non-proxy port-53 traffic (UDP and TCP) is `REDIRECT`ed here.
+    pub dns_port: u16,
+    /// The git API's loopback service port on the proxy.
+    pub git_service_port: u16,
+    /// Docker's embedded-DNS nat rules found in the container.
+    pub preserved_nat: PreservedNat,
+}
+
+impl Plan {
+    /// A plan with the ports from `airlock-channels`.
+    #[must_use]
+    pub fn with_channel_ports(proxy_uid: u32, git_gid: u32, preserved_nat: PreservedNat) -> Self {
+        Self {
+            proxy_uid,
+            git_gid,
+            explicit_port: EXPLICIT_PORT,
+            transparent_port: TRANSPARENT_PORT,
+            dns_port: DNS_PORT,
+            git_service_port: GIT_SERVICE_PORT,
+            preserved_nat,
+        }
+    }
+
+    /// Refuse plans whose rules would not mean what they say: root as the egress identity
+    /// (everything root runs would leave), a port 0 or 53 (a redirect loop), or two roles on
+    /// one port.
+    ///
+    /// # Errors
+    /// [`FirewallError::CheckPlan`] naming the problem.
+    pub fn check(&self) -> Result<(), FirewallError> {
+        let fail = |reason: String| Err(FirewallError::CheckPlan { reason });
+        if self.proxy_uid == 0 {
+            return fail("the proxy uid must not be root".to_owned());
+        }
+        let ports = [
+            ("explicit", self.explicit_port),
+            ("transparent", self.transparent_port),
+            ("dns", self.dns_port),
+            ("git service", self.git_service_port),
+        ];
+        for (i, (name, port)) in ports.iter().enumerate() {
+            if *port == 0 || *port == 53 {
+                return fail(format!("the {name} port must not be {port}"));
+            }
+            if let Some((other, _)) = ports.iter().skip(i + 1).find(|(_, p)| p == port) {
+                return fail(format!("the {name} and {other} ports are both {port}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An address family: which restore tool applies the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4: `iptables-restore`.
+    V4,
+    /// IPv6: `ip6tables-restore`.
+    V6,
+}
+
+impl Family {
+    /// The restore tool for this family.
+    #[must_use]
+    pub const fn restore_binary(self) -> &'static str {
+        match self {
+            Self::V4 => "iptables-restore",
+            Self::V6 => "ip6tables-restore",
+        }
+    }
+
+    /// The save tool for this family.
+    #[must_use]
+    pub const fn save_binary(self) -> &'static str {
+        match self {
+            Self::V4 => "iptables-save",
+            Self::V6 => "ip6tables-save",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_plan_passes_its_check() {
+        Plan::with_channel_ports(999, 998, PreservedNat::default())
+            .check()
+            .unwrap();
+    }
+
+    #[test]
+    fn attack_plans_that_would_open_the_firewall_are_refused() {
+        let good = Plan::with_channel_ports(999, 998, PreservedNat::default());
+        let root = Plan {
+            proxy_uid: 0,
+            ..good.clone()
+        };
+        let loop53 = Plan {
+            dns_port: 53,
+            ..good.clone()
+        };
+        let clash = Plan {
+            transparent_port: good.explicit_port,
+            ..good.clone()
+        };
+        let zero = Plan {
+            git_service_port: 0,
+            ..good
+        };
+        for plan in [root, loop53, clash, zero] {
+            assert!(
+                matches!(plan.check(), Err(FirewallError::CheckPlan { .. })),
+                "{plan:?}"
+            );
+        }
+    }
+}

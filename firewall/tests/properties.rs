@@ -1,0 +1,227 @@
+//! Properties of the rendered rules that the security argument rests on, asserted on the
+//! structure rather than the text.
+
+// Test helpers outside #[test] fns may panic too: a failed helper is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use airlock_channels::{DNS_PORT, GIT_SERVICE_PORT, TRANSPARENT_PORT};
+use airlock_firewall::{
+    FirewallError, PreservedNat, preserved_nat_from_save, render_v4, render_v6,
+};
+use common::{DOCKER_NAT_SAVE, GIT_GID, PROXY_UID, chain, docker, plan, position, table};
+
+fn v4() -> String {
+    render_v4(&plan(docker()))
+}
+
+fn v6() -> String {
+    render_v6(&plan(PreservedNat::default()))
+}
+
+#[test]
+fn output_input_and_forward_default_to_drop_in_both_families() {
+    for text in [v4(), v6()] {
+        let filter = table(&text, "filter");
+        for policy in [
+            ":INPUT DROP [0:0]",
+            ":FORWARD DROP [0:0]",
+            ":OUTPUT DROP [0:0]",
+        ] {
+            assert!(filter.contains(&policy), "{policy} missing:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn v6_has_no_nat_table_and_v4_has_both() {
+    assert!(!v6().lines().any(|l| l == "*nat"));
+    let v4 = v4();
+    let tables: Vec<&str> = v4.lines().filter(|l| l.starts_with('*')).collect();
+    // filter first: if nat then fails to commit, the container is closed, not open.
+    assert_eq!(tables, ["*filter", "*nat"]);
+}
+
+#[test]
+fn attack_only_the_proxy_loopback_replies_and_nd_are_ever_accepted_out() {
+    let proxy = format!("-m owner --uid-owner {PROXY_UID} -j ACCEPT");
+    for (text, nd) in [(v4(), false), (v6(), true)] {
+        for rule in chain(&text, "filter", "OUTPUT") {
+            if !rule.contains("-j ACCEPT") {
+                assert!(rule.contains("-j REJECT"), "{rule}");
+                continue;
+            }
+            let allowed = rule == "-A OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+                || rule == "-A OUTPUT -o lo -j ACCEPT"
+                || rule == format!("-A OUTPUT {proxy}")
+                || (nd
+                    && ["133", "134", "135", "136"].iter().any(|t| {
+                        rule == format!(
+                            "-A OUTPUT -p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"
+                        )
+                    }));
+            assert!(allowed, "unexpected accept: {rule}");
+        }
+    }
+}
+
+#[test]
+fn the_git_service_port_is_guarded_before_loopback_is_accepted() {
+    for text in [v4(), v6()] {
+        let out = chain(&text, "filter", "OUTPUT");
+        let guard = position(
+            &out,
+            &[
+                &format!("--dport {GIT_SERVICE_PORT}"),
+                &format!("! --gid-owner {GIT_GID} --suppl-groups"),
+                "-j REJECT --reject-with tcp-reset",
+            ],
+        );
+        assert_eq!(guard, 0, "the service-port guard must come first");
+        assert!(guard < position(&out, &["-o lo -j ACCEPT"]));
+        assert!(guard < position(&out, &["--ctstate"]));
+    }
+}
+
+#[test]
+fn attack_agent_cannot_talk_to_dockers_resolver_on_its_real_port() {
+    let text = v4();
+    let out = chain(&text, "filter", "OUTPUT");
+    let guard = position(
+        &out,
+        &[
+            "-d 127.0.0.11/32",
+            &format!("! --uid-owner {PROXY_UID}"),
+            "-j REJECT",
+        ],
+    );
+    assert!(guard < position(&out, &["-o lo -j ACCEPT"]));
+    assert!(guard < position(&out, &["--ctstate"]));
+}
+
+#[test]
+fn rejects_come_last_and_fail_fast() {
+    for (text, icmp) in [
+        (v4(), "icmp-admin-prohibited"),
+        (v6(), "icmp6-adm-prohibited"),
+    ] {
+        let out = chain(&text, "filter", "OUTPUT");
+        let n = out.len();
+        assert_eq!(
+            out[n - 3],
+            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset"
+        );
+        assert!(out[n - 2].starts_with("-A OUTPUT -p udp -j REJECT --reject-with icmp"));
+        assert_eq!(
+            out[n - 1],
+            format!("-A OUTPUT -j REJECT --reject-with {icmp}")
+        );
+        assert!(
+            !text.contains("-j DROP"),
+            "a silent drop would hang, not fail fast"
+        );
+    }
+}
+
+#[test]
+fn proxy_return_comes_first_and_dns_redirect_before_loopback_return() {
+    let text = v4();
+    let ours = chain(&text, "nat", "AIRLOCK_OUTPUT");
+    assert_eq!(
+        ours[0],
+        format!("-A AIRLOCK_OUTPUT -m owner --uid-owner {PROXY_UID} -j RETURN")
+    );
+    let dns = format!("--dport 53 -j REDIRECT --to-ports {DNS_PORT}");
+    let udp = position(&ours, &["-p udp", &dns]);
+    let tcp = position(&ours, &["-p tcp", &dns]);
+    let lo = position(&ours, &["-o lo -j RETURN"]);
+    let loopback = position(&ours, &["-d 127.0.0.0/8 -j RETURN"]);
+    let transparent = position(
+        &ours,
+        &[&format!("-p tcp -j REDIRECT --to-ports {TRANSPARENT_PORT}")],
+    );
+    assert!(udp < lo && tcp < lo && udp < loopback && tcp < loopback);
+    assert!(lo < transparent && loopback < transparent);
+    assert_eq!(transparent, ours.len() - 1);
+}
+
+#[test]
+fn our_jump_comes_before_dockers() {
+    let text = v4();
+    let output = chain(&text, "nat", "OUTPUT");
+    assert_eq!(
+        output,
+        [
+            "-A OUTPUT -j AIRLOCK_OUTPUT",
+            "-A OUTPUT -d 127.0.0.11/32 -j DOCKER_OUTPUT"
+        ]
+    );
+    assert_eq!(
+        chain(&text, "nat", "POSTROUTING"),
+        ["-A POSTROUTING -d 127.0.0.11/32 -j DOCKER_POSTROUTING"]
+    );
+}
+
+#[test]
+fn dockers_lines_are_carried_verbatim() {
+    let text = v4();
+    let nat = table(&text, "nat");
+    for line in DOCKER_NAT_SAVE
+        .lines()
+        .filter(|l| l.starts_with("-A ") || l.starts_with(":DOCKER"))
+    {
+        assert!(nat.contains(&line), "{line} lost");
+    }
+}
+
+#[test]
+fn reapplying_over_our_own_save_preserves_exactly_dockers_lines() {
+    // What `iptables-save -t nat` shows after we applied: our table.
+    let first = v4();
+    let saved: String = table(&first, "nat")
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let again = preserved_nat_from_save(&saved).unwrap();
+    assert_eq!(again, docker());
+    assert_eq!(render_v4(&plan(again)), first);
+    // Without Docker, nothing at all is preserved from our own output.
+    let bare = render_v4(&plan(PreservedNat::default()));
+    let saved: String = table(&bare, "nat")
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(preserved_nat_from_save(&saved).unwrap().is_empty());
+}
+
+#[test]
+fn attack_unexpected_nat_rule_is_refused() {
+    let hostile = DOCKER_NAT_SAVE.replace(
+        "COMMIT",
+        "-A OUTPUT -d 10.0.0.0/8 -j DNAT --to-destination 10.0.0.1\nCOMMIT",
+    );
+    let err = preserved_nat_from_save(&hostile).unwrap_err();
+    assert!(
+        matches!(err, FirewallError::UnexpectedNatRule { ref line } if line.contains("10.0.0.1")),
+        "{err}"
+    );
+}
+
+#[test]
+fn attack_commit_and_filter_injected_in_a_docker_line_is_refused() {
+    let hostile = DOCKER_NAT_SAVE.replace(
+        "--to-source :53\n",
+        "--to-source :53\nCOMMIT\n*filter\n:OUTPUT ACCEPT [0:0]\n",
+    );
+    assert!(hostile.contains("*filter"));
+    let err = preserved_nat_from_save(&hostile).unwrap_err();
+    assert!(
+        matches!(err, FirewallError::UnexpectedNatRule { .. }),
+        "{err}"
+    );
+
+    let inline = DOCKER_NAT_SAVE.replace("--to-source :53", "--to-source :53 COMMIT *filter");
+    let err = preserved_nat_from_save(&inline).unwrap_err();
+    assert!(matches!(err, FirewallError::UnsafeNatLine { .. }), "{err}");
+}
