@@ -1,1 +1,108 @@
-//! placeholder
+//! The airlock policy: the file format, its validation, host normalisation and the network
+//! decision.
+//!
+//! This crate's one job is to turn a policy file into a validated [`Policy`] and answer
+//! "may the agent reach this host on this port, and if not, why?" ([`Policy::decide`]).
+//! It is pure: no network, no DNS, no async, no logging. It does not resolve names, apply
+//! the mode, inject credentials, read secrets or enforce git rules: the proxy, the
+//! entrypoint and the git API do, using the types defined here.
+//!
+//! Modules: [`host`] (normalisation), [`rule`] (host rules), [`address`] (hard-deny
+//! ranges), [`reason`] (denial codes).
+//!
+//! # The policy file
+//!
+//! TOML, by default at `/etc/airlock/policy.toml` (see `examples/policy.toml` for a
+//! commented example). **Unknown keys anywhere are errors**, so a typo can never silently
+//! weaken the policy. A refused file yields one line,
+//! `<path>:<line>:<col>: <reason>`, e.g.
+//! `/etc/airlock/policy.toml:7:10: network.allow[2]: "*.": empty label in host pattern`
+//! (list indices count from 0).
+//!
+//! ## `[sandbox]` (required)
+//!
+//! | key | value |
+//! |---|---|
+//! | `name` | required; 1-40 characters of `[a-z0-9-]`, not starting or ending with `-`. Names the sandbox in the audit log and in git branch patterns (`{sandbox}`). |
+//! | `mode` | `"enforce"` (default): denials block. `"report"`: every decision is made and logged as in enforce mode, but policy denials are let through, for writing a policy. Hard denies (private and metadata addresses) and malformed requests block in both modes. |
+//!
+//! ## `[network]` (optional; absent means nothing is reachable)
+//!
+//! | key | value |
+//! |---|---|
+//! | `allow` | host rules the agent may reach. |
+//! | `deny` | host rules that win over `allow`. |
+//!
+//! A **host rule** is one of:
+//! - `host`: exactly that host (`api.anthropic.com`);
+//! - `*.suffix`: strict subdomains of `suffix` only: `*.example.com` matches
+//!   `a.example.com` and `a.b.example.com`, never `example.com` (list it too if wanted) and
+//!   never `evilexample.com`;
+//! - an IP literal, exact only: `203.0.113.7`, `[2001:db8::1]` (IPv6 in brackets);
+//!
+//! each with an optional `:port` (1-65535). In `allow`, a rule without a port allows ports
+//! 80 and 443 only; in `deny`, a rule without a port denies every port. No `*` alone, no
+//! `*` other than a leading `*.` label, no empty labels, no scheme, no path. The host of a
+//! rule is normalised exactly like a request's host (see [`host`]): case, a trailing dot,
+//! Unicode (IDNA/punycode) and the legacy IPv4 spellings (`0x7f.1`, `2130706433`) never
+//! matter.
+//!
+//! A request is decided in this order, first match wins:
+//! 1. an IP-literal host in a hard-deny range ([`address::hard_deny`]: loopback, private,
+//!    link-local, CGNAT, multicast, reserved, NAT64 and other IPv4-embedding forms, cloud
+//!    metadata) → denied, **whatever the rules say** (an allow rule for `127.0.0.1` or
+//!    `10.0.0.1` parses but never matches); the proxy applies the same check to every
+//!    address a name resolves to;
+//! 2. a `deny` rule matches → `denied-by-rule`;
+//! 3. an `allow` rule matches host and port → allowed;
+//! 4. an `allow` rule matches the host on another port → `blocked-port`;
+//! 5. otherwise `blocked-ip-literal` for an IP-literal host, `blocked-by-policy` for a name.
+//!
+//! The documentation ranges (`192.0.2.0/24`, `198.51.100.0/24`, `203.0.113.0/24`,
+//! `2001:db8::/32`) are ordinary public addresses here.
+//!
+//! ## `[[credentials]]` (optional, repeatable)
+//!
+//! One real secret, held only in the proxy's memory and written into one header of
+//! requests to its hosts; the agent only ever sees a placeholder.
+//!
+//! | key | value |
+//! |---|---|
+//! | `name` | required, unique; 1-64 characters of `[a-z0-9_-]`. Appears in the audit log. |
+//! | `source` | required, exactly one of `{ env = "VAR" }` (an environment variable of the container, scrubbed before the agent starts) or `{ file = "/abs/path" }` (e.g. a Docker secret). |
+//! | `hosts` | required, at least one host rule, same syntax as `network.allow` but **without ports**. |
+//! | `header` | required; an HTTP header name, lowercased on parse (e.g. `"x-api-key"`, `"authorization"`). Not a header that frames the message (`host`, `content-length`, `transfer-encoding`, `connection`, ...). |
+//! | `format` | required; the header value with exactly one `{}` where the secret goes (`"{}"`, `"Bearer {}"`), or the literal `"git-basic"`: HTTP basic auth as GitHub expects for a token (`header` must then be `"authorization"`). |
+//!
+//! ## `[git]` (optional; every key optional)
+//!
+//! | key | default | value |
+//! |---|---|---|
+//! | `repositories` | `[]` | repositories the git API may push to and fetch with the token, as `host/owner/repo` (no scheme, no `.git`); compared case-insensitively. |
+//! | `push_branches` | `["sandbox/{sandbox}/*"]` | branch globs the agent may push to; `{sandbox}` becomes `sandbox.name`. The branch checked out at start is added at runtime. |
+//! | `protected_branches` | `["main", "master", "release/*"]` | branch globs never pushed to, whatever `push_branches` says. |
+//! | `restricted_paths` | `[".github/workflows/**"]` | path globs, relative to the repository root, that no pushed commit may touch. |
+//! | `allow_tags` | `false` | whether tags may be pushed. |
+//!
+//! Setting a key replaces its default (it does not add to it).
+
+pub mod address;
+mod decide;
+mod error;
+mod git;
+pub mod host;
+mod load;
+mod model;
+pub mod reason;
+pub mod rule;
+
+pub use error::PolicyError;
+pub use host::{Host, HostError, split_host_port};
+pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_SANDBOX_NAME_LEN};
+pub use model::{
+    Credential, CredentialFormat, CredentialSource, DEFAULT_PROTECTED_BRANCHES,
+    DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy, HostDecision, Mode, Network,
+    Policy, SANDBOX_PLACEHOLDER, Sandbox,
+};
+pub use reason::Reason;
+pub use rule::{HostPattern, HostRule, RuleError};

@@ -1,0 +1,726 @@
+//! Reading the policy file: TOML → raw spanned values → validated [`Policy`].
+//!
+//! The raw structs mirror the file with `deny_unknown_fields` everywhere and keep the byte
+//! span of every string that is validated later, so that a semantic error points at the
+//! line and column of the offending value, just like a TOML syntax error does.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{PolicyError, Source};
+use crate::git;
+use crate::model::{
+    Credential, CredentialFormat, CredentialSource, GitPolicy, Mode, Network, Policy,
+    SANDBOX_PLACEHOLDER, Sandbox,
+};
+use crate::rule::{HostRule, RuleError};
+
+/// Longest sandbox name.
+pub const MAX_SANDBOX_NAME_LEN: usize = 40;
+/// Longest credential name.
+pub const MAX_CREDENTIAL_NAME_LEN: usize = 64;
+
+/// Literal `format` value for GitHub basic auth.
+const GIT_BASIC: &str = "git-basic";
+
+/// Headers a credential may not be injected into: they frame the message or the
+/// connection, and the proxy owns them.
+const RESERVED_HEADERS: [&str; 11] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    sandbox: RawSandbox,
+    #[serde(default)]
+    network: RawNetwork,
+    #[serde(default)]
+    credentials: Vec<RawCredential>,
+    #[serde(default)]
+    git: RawGit,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    name: Spanned<String>,
+    #[serde(default)]
+    mode: Mode,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredential {
+    name: Spanned<String>,
+    source: Spanned<RawSource>,
+    hosts: Spanned<Vec<Spanned<String>>>,
+    header: Spanned<String>,
+    format: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    env: Option<Spanned<String>>,
+    file: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGit {
+    repositories: Option<Vec<Spanned<String>>>,
+    push_branches: Option<Vec<Spanned<String>>>,
+    protected_branches: Option<Vec<Spanned<String>>>,
+    restricted_paths: Option<Vec<Spanned<String>>>,
+    allow_tags: Option<bool>,
+}
+
+impl Policy {
+    /// Read, parse and validate the policy file at `path`.
+    ///
+    /// # Errors
+    /// [`PolicyError::Read`] if the file cannot be read, otherwise as [`Policy::parse`].
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Policy::parse(&text, path)
+    }
+
+    /// Parse and validate policy text; `origin` names the file in errors.
+    ///
+    /// # Errors
+    /// [`PolicyError::Parse`] for TOML syntax and shape errors (unknown keys, wrong types,
+    /// missing keys), [`PolicyError::Validate`] for invalid values; both point at the
+    /// offending line and column.
+    pub fn parse(text: &str, origin: &Path) -> Result<Policy, PolicyError> {
+        let src = Source { text, path: origin };
+        let raw: RawPolicy =
+            toml::from_str(text).map_err(|e| src.parse_error(e.span(), e.message()))?;
+        let v = Validator { src };
+        let sandbox = v.sandbox(raw.sandbox)?;
+        let network = Network {
+            allow: v.rules(&raw.network.allow, "network.allow", true)?,
+            deny: v.rules(&raw.network.deny, "network.deny", true)?,
+        };
+        let credentials = v.credentials(raw.credentials)?;
+        let git = v.git(raw.git, &sandbox.name)?;
+        Ok(Policy {
+            sandbox,
+            network,
+            credentials,
+            git,
+        })
+    }
+}
+
+struct Validator<'a> {
+    src: Source<'a>,
+}
+
+impl Validator<'_> {
+    fn fail(&self, span: Range<usize>, key: &str, reason: &str) -> PolicyError {
+        self.src.validate_error(span, &format!("{key}: {reason}"))
+    }
+
+    /// An error about one string value: `key: "value": reason`.
+    fn bad(&self, value: &Spanned<String>, key: &str, reason: &str) -> PolicyError {
+        self.fail(
+            value.span(),
+            key,
+            &format!("{:?}: {reason}", value.get_ref()),
+        )
+    }
+
+    fn sandbox(&self, raw: RawSandbox) -> Result<Sandbox, PolicyError> {
+        let name = raw.name.get_ref();
+        let ok = (1..=MAX_SANDBOX_NAME_LEN).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !name.starts_with('-')
+            && !name.ends_with('-');
+        if !ok {
+            return Err(self.bad(
+                &raw.name,
+                "sandbox.name",
+                "must be 1-40 characters of [a-z0-9-], not starting or ending with '-'",
+            ));
+        }
+        Ok(Sandbox {
+            name: raw.name.into_inner(),
+            mode: raw.mode,
+        })
+    }
+
+    fn rules(
+        &self,
+        raw: &[Spanned<String>],
+        key: &str,
+        ports: bool,
+    ) -> Result<Vec<HostRule>, PolicyError> {
+        raw.iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let key = format!("{key}[{i}]");
+                let rule = HostRule::parse(text.get_ref())
+                    .map_err(|e| self.bad(text, &key, &e.to_string()))?;
+                if !ports && rule.port.is_some() {
+                    return Err(self.bad(text, &key, &RuleError::PortNotAllowed.to_string()));
+                }
+                Ok(rule)
+            })
+            .collect()
+    }
+
+    fn credentials(&self, raw: Vec<RawCredential>) -> Result<Vec<Credential>, PolicyError> {
+        let mut first_seen: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, c) in raw.into_iter().enumerate() {
+            let key = |field: &str| format!("credentials[{i}].{field}");
+
+            let name = c.name.get_ref();
+            let name_ok = (1..=MAX_CREDENTIAL_NAME_LEN).contains(&name.len())
+                && name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                });
+            if !name_ok {
+                return Err(self.bad(
+                    &c.name,
+                    &key("name"),
+                    "must be 1-64 characters of [a-z0-9_-]",
+                ));
+            }
+            if let Some(first) = first_seen.get(name) {
+                let line = self.src.line_of(*first);
+                return Err(self.bad(
+                    &c.name,
+                    &key("name"),
+                    &format!("duplicate credential name (first defined on line {line})"),
+                ));
+            }
+            first_seen.insert(name.clone(), c.name.span().start);
+
+            let source = self.credential_source(&c.source, &key("source"))?;
+
+            if c.hosts.get_ref().is_empty() {
+                return Err(self.fail(
+                    c.hosts.span(),
+                    &key("hosts"),
+                    "needs at least one host pattern",
+                ));
+            }
+            let hosts = self.rules(c.hosts.get_ref(), &key("hosts"), false)?;
+
+            let header = c.header.get_ref();
+            if let Err(reason) = check_header(header) {
+                return Err(self.bad(&c.header, &key("header"), reason));
+            }
+            let header = header.to_ascii_lowercase();
+
+            let format = match c.format.get_ref().as_str() {
+                GIT_BASIC => CredentialFormat::GitBasic,
+                template => {
+                    if let Err(reason) = check_template(template) {
+                        return Err(self.bad(&c.format, &key("format"), &reason));
+                    }
+                    CredentialFormat::Template(template.to_owned())
+                }
+            };
+            if format == CredentialFormat::GitBasic && header != "authorization" {
+                return Err(self.bad(
+                    &c.header,
+                    &key("header"),
+                    "format \"git-basic\" goes in the \"authorization\" header",
+                ));
+            }
+
+            out.push(Credential {
+                name: c.name.into_inner(),
+                source,
+                hosts,
+                header,
+                format,
+            });
+        }
+        Ok(out)
+    }
+
+    fn credential_source(
+        &self,
+        raw: &Spanned<RawSource>,
+        key: &str,
+    ) -> Result<CredentialSource, PolicyError> {
+        match (&raw.get_ref().env, &raw.get_ref().file) {
+            (Some(env), None) => {
+                let name = env.get_ref();
+                let mut bytes = name.bytes();
+                let ok = bytes
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                    && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !ok {
+                    return Err(self.bad(
+                        env,
+                        &format!("{key}.env"),
+                        "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                    ));
+                }
+                Ok(CredentialSource::Env(name.clone()))
+            }
+            (None, Some(file)) => {
+                let path = file.get_ref();
+                if !path.starts_with('/') || path.contains('\0') {
+                    return Err(self.bad(
+                        file,
+                        &format!("{key}.file"),
+                        "must be an absolute path (e.g. \"/run/secrets/name\")",
+                    ));
+                }
+                Ok(CredentialSource::File(PathBuf::from(path)))
+            }
+            _ => Err(self.fail(
+                raw.span(),
+                key,
+                "needs exactly one of `env` or `file`, e.g. { env = \"API_KEY\" }",
+            )),
+        }
+    }
+
+    fn git(&self, raw: RawGit, sandbox: &str) -> Result<GitPolicy, PolicyError> {
+        let mut out = GitPolicy::defaults_for(sandbox);
+        if let Some(repos) = raw.repositories {
+            out.repositories = self.each(&repos, "git.repositories", git::repository)?;
+        }
+        if let Some(branches) = raw.push_branches {
+            out.push_branches = self.each(&branches, "git.push_branches", |b| {
+                git::branch_pattern(b, true).map(|b| b.replace(SANDBOX_PLACEHOLDER, sandbox))
+            })?;
+        }
+        if let Some(branches) = raw.protected_branches {
+            out.protected_branches = self.each(&branches, "git.protected_branches", |b| {
+                git::branch_pattern(b, false)
+            })?;
+        }
+        if let Some(paths) = raw.restricted_paths {
+            out.restricted_paths = self.each(&paths, "git.restricted_paths", git::path_pattern)?;
+        }
+        if let Some(tags) = raw.allow_tags {
+            out.allow_tags = tags;
+        }
+        Ok(out)
+    }
+
+    fn each(
+        &self,
+        raw: &[Spanned<String>],
+        key: &str,
+        check: impl Fn(&str) -> Result<String, String>,
+    ) -> Result<Vec<String>, PolicyError> {
+        raw.iter()
+            .enumerate()
+            .map(|(i, v)| check(v.get_ref()).map_err(|e| self.bad(v, &format!("{key}[{i}]"), &e)))
+            .collect()
+    }
+}
+
+/// A header name: an RFC 9110 token, and not one the proxy owns.
+fn check_header(name: &str) -> Result<(), &'static str> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err("not a valid HTTP header name");
+    }
+    if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err("this header frames the message or the connection; pick another");
+    }
+    Ok(())
+}
+
+/// A header value template: exactly one `{}`, no control characters.
+fn check_template(template: &str) -> Result<(), String> {
+    let n = template.matches("{}").count();
+    if n != 1 {
+        return Err(format!(
+            "must contain exactly one \"{{}}\" (found {n}), e.g. \"Bearer {{}}\", or be \"git-basic\""
+        ));
+    }
+    if template.chars().any(char::is_control) {
+        return Err("control characters are not allowed in a header value".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        Policy::parse(text, Path::new("policy.toml"))
+    }
+
+    /// The error for `text`, asserting it points at `line` and mentions `needle`.
+    #[track_caller]
+    fn refused(text: &str, line: usize, needle: &str) -> String {
+        let err = match parse(text) {
+            Ok(p) => panic!("accepted: {p:?}"),
+            Err(e) => e,
+        };
+        let msg = err.to_string();
+        assert_eq!(err.line(), Some(line), "{msg}");
+        assert!(msg.starts_with(&format!("policy.toml:{line}:")), "{msg}");
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+        assert!(!msg.contains('\n'), "not one line: {msg:?}");
+        msg
+    }
+
+    const MINIMAL: &str = "[sandbox]\nname = \"demo\"\n";
+
+    #[test]
+    fn example_policy_parses() {
+        let text = include_str!("../../examples/policy.toml");
+        let p = Policy::parse(text, Path::new("examples/policy.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.sandbox.name, "demo");
+        assert_eq!(p.sandbox.mode, Mode::Enforce);
+        assert!(
+            p.network
+                .allow
+                .iter()
+                .any(|r| r.text == "api.anthropic.com")
+        );
+        assert_eq!(p.credentials.len(), 2);
+        assert_eq!(p.credentials[0].header, "x-api-key");
+        assert_eq!(
+            p.credentials[0].source,
+            CredentialSource::Env("ANTHROPIC_API_KEY".into())
+        );
+        assert_eq!(p.credentials[1].format, CredentialFormat::GitBasic);
+        // The example spells out the defaults: it must agree with them.
+        let defaults = GitPolicy::defaults_for("demo");
+        assert_eq!(p.git.push_branches, ["sandbox/demo/*"]);
+        assert_eq!(p.git.push_branches, defaults.push_branches);
+        assert_eq!(p.git.protected_branches, defaults.protected_branches);
+        assert_eq!(p.git.restricted_paths, defaults.restricted_paths);
+        assert_eq!(p.git.allow_tags, defaults.allow_tags);
+        assert_eq!(p.git.repositories, ["github.com/example-org/example-repo"]);
+    }
+
+    #[test]
+    fn minimal_policy_gets_defaults() {
+        let p = parse(MINIMAL).unwrap();
+        assert_eq!(p.sandbox.mode, Mode::Enforce);
+        assert!(p.network.allow.is_empty() && p.network.deny.is_empty());
+        assert!(p.credentials.is_empty());
+        assert_eq!(p.git, GitPolicy::defaults_for("demo"));
+        assert_eq!(p.git.protected_branches, ["main", "master", "release/*"]);
+        assert_eq!(p.git.restricted_paths, [".github/workflows/**"]);
+        assert!(!p.git.allow_tags);
+    }
+
+    #[test]
+    fn report_mode_parses() {
+        let p = parse("[sandbox]\nname = \"demo\"\nmode = \"report\"\n").unwrap();
+        assert_eq!(p.sandbox.mode, Mode::Report);
+        refused(
+            "[sandbox]\nname = \"demo\"\nmode = \"audit\"\n",
+            3,
+            "unknown variant `audit`",
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_line() {
+        refused(
+            "[sandbox]\nname = \"demo\"\n\n[network]\nallowx = []\n",
+            5,
+            "unknown field `allowx`",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\nnmae = \"x\"\n",
+            3,
+            "unknown field `nmae`",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[netwrok]\nallow = []\n",
+            3,
+            "unknown field `netwrok`",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[[credentials]]\nname = \"a\"\nsource = { env = \"A\", path = \"/x\" }\nhosts = [\"a.com\"]\nheader = \"x\"\nformat = \"{}\"\n",
+            5,
+            "unknown field `path`",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nallow_tag = true\n",
+            4,
+            "unknown field `allow_tag`",
+        );
+    }
+
+    #[test]
+    fn syntax_and_type_errors_have_a_line() {
+        refused(
+            "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"a.com\"\n",
+            4,
+            "",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nallow_tags = \"yes\"\n",
+            4,
+            "",
+        );
+        refused("[sandbox]\nname = \"demo\"\nname = \"again\"\n", 3, "");
+        let msg = refused("[network]\nallow = []\n", 1, "missing field `sandbox`");
+        assert!(msg.starts_with("policy.toml:1:1: "), "{msg}");
+    }
+
+    #[test]
+    fn bad_host_patterns_report_line_index_and_reason() {
+        let text = "[sandbox]\nname = \"demo\"\n\n[network]\nallow = [\n  \"a.com\",\n  \"b.com\",\n  \"*.\",\n]\n";
+        let msg = refused(
+            text,
+            8,
+            "network.allow[2]: \"*.\": empty label in host pattern",
+        );
+        assert_eq!(
+            msg,
+            "policy.toml:8:3: network.allow[2]: \"*.\": empty label in host pattern"
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[network]\ndeny = [\"https://x.com\"]\n",
+            4,
+            "network.deny[0]: \"https://x.com\": a scheme is not allowed",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"*\"]\n",
+            4,
+            "network.allow[0]",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"a.com\", \"x.com\\r\\nevil: 1\"]\n",
+            4,
+            "network.allow[1]: \"x.com\\r\\nevil: 1\": forbidden character '\\r'",
+        );
+    }
+
+    const CRED_HEAD: &str = "[sandbox]\nname = \"demo\"\n";
+
+    fn cred(name: &str, extra: &str) -> String {
+        format!(
+            "[[credentials]]\nname = \"{name}\"\nsource = {{ env = \"K\" }}\nhosts = [\"a.com\"]\nheader = \"x-key\"\nformat = \"{{}}\"\n{extra}"
+        )
+    }
+
+    #[test]
+    fn duplicate_credential_names_point_at_the_second() {
+        // Line 3 starts the first block (name on line 4); the second's name is on line 10.
+        let text = format!("{CRED_HEAD}{}{}", cred("api", ""), cred("api", ""));
+        let msg = refused(
+            &text,
+            10,
+            "credentials[1].name: \"api\": duplicate credential name",
+        );
+        assert!(msg.contains("first defined on line 4"), "{msg}");
+    }
+
+    #[test]
+    fn format_without_placeholder_points_at_format() {
+        let text = format!(
+            "{CRED_HEAD}[[credentials]]\nname = \"a\"\nsource = {{ env = \"K\" }}\nhosts = [\"a.com\"]\nheader = \"authorization\"\nformat = \"Bearer\"\n"
+        );
+        refused(
+            &text,
+            8,
+            "credentials[0].format: \"Bearer\": must contain exactly one \"{}\" (found 0)",
+        );
+        let text = text.replace("\"Bearer\"", "\"{} {}\"");
+        refused(&text, 8, "(found 2)");
+        let text = text.replace("\"{} {}\"", "\"Bearer {}\\r\\nx-evil: 1\"");
+        refused(&text, 8, "control characters");
+    }
+
+    #[test]
+    fn credential_fields_are_validated() {
+        let base = format!("{CRED_HEAD}{}", cred("a", ""));
+        let p = parse(&base).unwrap();
+        assert_eq!(
+            p.credentials[0].format,
+            CredentialFormat::Template("{}".into())
+        );
+        assert_eq!(
+            p.credentials[0].format.render_template("s3cret").as_deref(),
+            Some("s3cret")
+        );
+
+        let header = base.replace("\"x-key\"", "\"X-Api-Key\"");
+        assert_eq!(parse(&header).unwrap().credentials[0].header, "x-api-key");
+        for bad in [
+            "\"x key\"",
+            "\"x:key\"",
+            "\"\"",
+            "\"Host\"",
+            "\"transfer-encoding\"",
+            "\"x\\nkey\"",
+        ] {
+            refused(&base.replace("\"x-key\"", bad), 7, "credentials[0].header");
+        }
+        refused(&base.replace("\"a\"", "\"A\""), 4, "credentials[0].name");
+        refused(&base.replace("\"a\"", "\"a.b\""), 4, "credentials[0].name");
+        refused(
+            &base.replace("[\"a.com\"]", "[]"),
+            6,
+            "credentials[0].hosts: needs at least one",
+        );
+        refused(
+            &base.replace("[\"a.com\"]", "[\"a.com:443\"]"),
+            6,
+            "credentials[0].hosts[0]: \"a.com:443\": a port is not allowed",
+        );
+        refused(
+            &base.replace("[\"a.com\"]", "[\"b.com\", \"*\"]"),
+            6,
+            "credentials[0].hosts[1]",
+        );
+        refused(
+            &base.replace("{ env = \"K\" }", "{ env = \"K\", file = \"/x\" }"),
+            5,
+            "credentials[0].source: needs exactly one",
+        );
+        refused(
+            &base.replace("{ env = \"K\" }", "{}"),
+            5,
+            "needs exactly one",
+        );
+        refused(
+            &base.replace("{ env = \"K\" }", "{ env = \"1K\" }"),
+            5,
+            "credentials[0].source.env",
+        );
+        refused(
+            &base.replace("{ env = \"K\" }", "{ file = \"run/x\" }"),
+            5,
+            "credentials[0].source.file",
+        );
+        let file = base.replace("{ env = \"K\" }", "{ file = \"/run/secrets/k\" }");
+        assert_eq!(
+            parse(&file).unwrap().credentials[0].source,
+            CredentialSource::File("/run/secrets/k".into())
+        );
+        // git-basic must go in authorization.
+        refused(&base.replace("\"{}\"", "\"git-basic\""), 7, "authorization");
+        let gb = base
+            .replace("\"{}\"", "\"git-basic\"")
+            .replace("\"x-key\"", "\"Authorization\"");
+        assert_eq!(
+            parse(&gb).unwrap().credentials[0].format,
+            CredentialFormat::GitBasic
+        );
+        // A missing field is a shape error with a line.
+        refused(
+            &base.replace("header = \"x-key\"\n", ""),
+            3,
+            "missing field `header`",
+        );
+    }
+
+    #[test]
+    fn sandbox_names() {
+        for good in ["a", "demo", "team-1", &"a".repeat(40)] {
+            assert!(
+                parse(&format!("[sandbox]\nname = \"{good}\"\n")).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in ["", "-a", "a-", "Demo", "a_b", "a.b", "a b", &"a".repeat(41)] {
+            refused(&format!("[sandbox]\nname = \"{bad}\"\n"), 2, "sandbox.name");
+        }
+    }
+
+    #[test]
+    fn git_table() {
+        let p = parse(
+            "[sandbox]\nname = \"demo\"\n[git]\nrepositories = [\"GitHub.com/O/R\"]\npush_branches = [\"agent/{sandbox}/*\", \"feature/*\"]\nallow_tags = true\n",
+        )
+        .unwrap();
+        assert_eq!(p.git.repositories, ["github.com/o/r"]);
+        assert_eq!(p.git.push_branches, ["agent/demo/*", "feature/*"]);
+        assert_eq!(p.git.protected_branches, ["main", "master", "release/*"]);
+        assert!(p.git.allow_tags);
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nrepositories = [\"github.com/o/r\",\n \"https://github.com/o/r.git\"]\n",
+            5,
+            "git.repositories[1]",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nprotected_branches = [\"refs/heads/main\"]\n",
+            4,
+            "git.protected_branches[0]",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\npush_branches = [\"{user}/*\"]\n",
+            4,
+            "git.push_branches[0]",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nrestricted_paths = [\"/etc/**\"]\n",
+            4,
+            "git.restricted_paths[0]",
+        );
+    }
+
+    #[test]
+    fn load_reads_the_file_or_says_why_not() {
+        let dir = std::env::temp_dir().join(format!("airlock-policy-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("policy.toml");
+        std::fs::write(
+            &path,
+            "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"*.\"]\n",
+        )
+        .unwrap();
+        let msg = Policy::load(&path).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            format!(
+                "{}:4:10: network.allow[0]: \"*.\": empty label in host pattern",
+                path.display()
+            )
+        );
+        std::fs::write(&path, MINIMAL).unwrap();
+        assert_eq!(Policy::load(&path).unwrap().sandbox.name, "demo");
+        let missing = dir.join("missing.toml");
+        let err = Policy::load(&missing).unwrap_err();
+        assert!(matches!(err, PolicyError::Read { .. }));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cannot read policy {}: ", missing.display())),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

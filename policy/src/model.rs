@@ -1,0 +1,193 @@
+//! The validated policy: what the rest of airlock reads. Built only by `Policy::parse`.
+
+use std::path::PathBuf;
+
+use crate::host::Host;
+use crate::reason::Reason;
+use crate::rule::HostRule;
+
+/// A loaded, validated policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// `[sandbox]`.
+    pub sandbox: Sandbox,
+    /// `[network]`.
+    pub network: Network,
+    /// `[[credentials]]`, in file order; names are unique.
+    pub credentials: Vec<Credential>,
+    /// `[git]`, with defaults filled in and `{sandbox}` expanded.
+    pub git: GitPolicy,
+}
+
+/// `[sandbox]`: who this appliance is and how it enforces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    /// 1-40 characters of `[a-z0-9-]`, not starting or ending with `-`.
+    pub name: String,
+    /// Enforce (default) or report.
+    pub mode: Mode,
+}
+
+/// Whether policy denials are enforced.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Denials block (the default).
+    #[default]
+    Enforce,
+    /// Decide and log as in enforce mode, but let policy denials through (for writing a
+    /// policy). Hard denies ([`Reason::is_hard_deny`]) and malformed input still block.
+    Report,
+}
+
+/// `[network]`: which hosts the agent may reach.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Network {
+    /// Allowed hosts; a rule without a port allows ports 80 and 443.
+    pub allow: Vec<HostRule>,
+    /// Denied hosts; win over `allow`. A rule without a port denies every port.
+    pub deny: Vec<HostRule>,
+}
+
+/// `[[credentials]]`: one real secret, bound to hosts and one header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// Unique name (`[a-z0-9_-]`), used in the audit log.
+    pub name: String,
+    /// Where the proxy reads the real secret at start-up.
+    pub source: CredentialSource,
+    /// Hosts it may be sent to (rules without ports).
+    pub hosts: Vec<HostRule>,
+    /// The header it goes in, lowercase.
+    pub header: String,
+    /// How the header value is built from the secret.
+    pub format: CredentialFormat,
+}
+
+impl Credential {
+    /// Whether this credential is bound to `host`.
+    #[must_use]
+    pub fn applies_to(&self, host: &Host) -> bool {
+        self.hosts.iter().any(|r| r.matches_host(host))
+    }
+}
+
+/// Where a credential's real value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// An environment variable of the entrypoint (scrubbed before the agent starts).
+    Env(String),
+    /// A file, e.g. a Docker secret (absolute path).
+    File(PathBuf),
+}
+
+/// How a credential's header value is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialFormat {
+    /// A template with exactly one `{}`, replaced by the secret (e.g. `Bearer {}`).
+    Template(String),
+    /// HTTP basic auth as GitHub expects for a token over git smart HTTP
+    /// (`Basic base64("x-access-token:" + token)`).
+    GitBasic,
+}
+
+impl CredentialFormat {
+    /// The header value for a template; `None` for [`CredentialFormat::GitBasic`], which
+    /// needs base64 and is built by the proxy.
+    #[must_use]
+    pub fn render_template(&self, secret: &str) -> Option<String> {
+        match self {
+            CredentialFormat::Template(t) => Some(t.replacen("{}", secret, 1)),
+            CredentialFormat::GitBasic => None,
+        }
+    }
+}
+
+/// Default for `git.push_branches` (before `{sandbox}` expansion).
+pub const DEFAULT_PUSH_BRANCHES: [&str; 1] = ["sandbox/{sandbox}/*"];
+/// Default for `git.protected_branches`.
+pub const DEFAULT_PROTECTED_BRANCHES: [&str; 3] = ["main", "master", "release/*"];
+/// Default for `git.restricted_paths`.
+pub const DEFAULT_RESTRICTED_PATHS: [&str; 1] = [".github/workflows/**"];
+/// The placeholder in `git.push_branches` replaced by `sandbox.name`.
+pub const SANDBOX_PLACEHOLDER: &str = "{sandbox}";
+
+/// `[git]`: what the git API may do upstream. Enforcement lives in the git API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitPolicy {
+    /// Authorized repositories as `host/owner/repo`, lowercase (hosts, owners and
+    /// repository names are compared case-insensitively).
+    pub repositories: Vec<String>,
+    /// Branch globs the agent may push to, `{sandbox}` already replaced by the sandbox
+    /// name. The start branch is added at runtime by the git API.
+    pub push_branches: Vec<String>,
+    /// Branch globs never pushed to, whatever `push_branches` says.
+    pub protected_branches: Vec<String>,
+    /// Path globs (relative to the repository root) no pushed commit may touch.
+    pub restricted_paths: Vec<String>,
+    /// Whether tags may be pushed.
+    pub allow_tags: bool,
+}
+
+impl GitPolicy {
+    /// The defaults for a sandbox named `sandbox_name` (no repositories).
+    #[must_use]
+    pub fn defaults_for(sandbox_name: &str) -> GitPolicy {
+        GitPolicy {
+            repositories: Vec::new(),
+            push_branches: DEFAULT_PUSH_BRANCHES
+                .iter()
+                .map(|p| p.replace(SANDBOX_PLACEHOLDER, sandbox_name))
+                .collect(),
+            protected_branches: DEFAULT_PROTECTED_BRANCHES.map(String::from).to_vec(),
+            restricted_paths: DEFAULT_RESTRICTED_PATHS.map(String::from).to_vec(),
+            allow_tags: false,
+        }
+    }
+}
+
+/// The network decision for one host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostDecision {
+    /// Allowed by the allow rule `rule` (as written).
+    Allow {
+        /// The matching allow rule, as written in the file.
+        rule: String,
+    },
+    /// Denied, with the rule responsible when there is one.
+    Deny {
+        /// Why.
+        reason: Reason,
+        /// The deny rule that matched, or the allow rule whose port did not; `None` when
+        /// no rule is responsible (hard deny, nothing matched).
+        rule: Option<String>,
+    },
+}
+
+impl HostDecision {
+    /// True for [`HostDecision::Allow`].
+    #[must_use]
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, HostDecision::Allow { .. })
+    }
+
+    /// The denial reason, if denied.
+    #[must_use]
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            HostDecision::Allow { .. } => None,
+            HostDecision::Deny { reason, .. } => Some(*reason),
+        }
+    }
+
+    /// The rule responsible, if any.
+    #[must_use]
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            HostDecision::Allow { rule } => Some(rule),
+            HostDecision::Deny { rule, .. } => rule.as_deref(),
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Denial reasons: data, not errors.
+//!
+//! Every refusal the appliance makes carries one [`Reason`]. Its [`Reason::as_str`] is a
+//! stable kebab-case code: it goes to the agent in the `x-airlock-error` header and the 403
+//! body, and to the audit log's `reason` field. Codes are an interface: never rename one.
+
+use std::fmt;
+
+/// Why a connection, request or lookup was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// No allow rule matches the host.
+    BlockedByPolicy,
+    /// A `network.deny` rule matches the host (deny wins over allow).
+    DeniedByRule,
+    /// The address is private, loopback, link-local, multicast, reserved or a translation
+    /// form (hard deny: no rule can allow it).
+    BlockedPrivateAddress,
+    /// The address is a cloud metadata endpoint (hard deny: no rule can allow it).
+    BlockedMetadataAddress,
+    /// The host is an IP literal that no exact rule lists.
+    BlockedIpLiteral,
+    /// An allow rule matches the host, but not the port.
+    BlockedPort,
+    /// The host is not a valid host (see `host::HostError`).
+    InvalidHost,
+    /// The TLS server name differs from the CONNECT authority.
+    SniMismatch,
+    /// The HTTP `Host` differs from the CONNECT authority or the TLS server name.
+    HostMismatch,
+    /// A transparently redirected connection whose host cannot be determined (no SNI, no
+    /// `Host`).
+    UnknownHost,
+    /// The allowed host did not resolve to a usable address.
+    ResolveFailed,
+    /// The allowed host resolved, but the connection to it failed.
+    UpstreamUnreachable,
+    /// The request could not be parsed as HTTP.
+    MalformedRequest,
+    /// The request head exceeds the proxy's limits.
+    RequestTooLarge,
+    /// A DNS question of a type the DNS filter does not answer.
+    DnsQueryType,
+    /// The agent holds more connections than the proxy allows.
+    TooManyConnections,
+    /// A credential placeholder or a real secret was about to leave for a host it is not
+    /// bound to.
+    CredentialLeak,
+    /// A git push that did not come through the git API (or that the git rules refuse).
+    GitPushBlocked,
+}
+
+impl Reason {
+    /// Every reason, in declaration order (for docs and exhaustive tests).
+    pub const ALL: [Reason; 18] = [
+        Reason::BlockedByPolicy,
+        Reason::DeniedByRule,
+        Reason::BlockedPrivateAddress,
+        Reason::BlockedMetadataAddress,
+        Reason::BlockedIpLiteral,
+        Reason::BlockedPort,
+        Reason::InvalidHost,
+        Reason::SniMismatch,
+        Reason::HostMismatch,
+        Reason::UnknownHost,
+        Reason::ResolveFailed,
+        Reason::UpstreamUnreachable,
+        Reason::MalformedRequest,
+        Reason::RequestTooLarge,
+        Reason::DnsQueryType,
+        Reason::TooManyConnections,
+        Reason::CredentialLeak,
+        Reason::GitPushBlocked,
+    ];
+
+    /// The stable code (kebab-case) for headers and the audit log.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Reason::BlockedByPolicy => "blocked-by-policy",
+            Reason::DeniedByRule => "denied-by-rule",
+            Reason::BlockedPrivateAddress => "blocked-private-address",
+            Reason::BlockedMetadataAddress => "blocked-metadata-address",
+            Reason::BlockedIpLiteral => "blocked-ip-literal",
+            Reason::BlockedPort => "blocked-port",
+            Reason::InvalidHost => "invalid-host",
+            Reason::SniMismatch => "sni-mismatch",
+            Reason::HostMismatch => "host-mismatch",
+            Reason::UnknownHost => "unknown-host",
+            Reason::ResolveFailed => "resolve-failed",
+            Reason::UpstreamUnreachable => "upstream-unreachable",
+            Reason::MalformedRequest => "malformed-request",
+            Reason::RequestTooLarge => "request-too-large",
+            Reason::DnsQueryType => "dns-query-type",
+            Reason::TooManyConnections => "too-many-connections",
+            Reason::CredentialLeak => "credential-leak",
+            Reason::GitPushBlocked => "git-push-blocked",
+        }
+    }
+
+    /// One sentence for the user: how an operator would allow this, or why nobody can.
+    #[must_use]
+    pub const fn hint(&self) -> &'static str {
+        match self {
+            Reason::BlockedByPolicy => {
+                "Ask the operator to add the host to network.allow in the policy file \
+                 (e.g. \"example.com\" or \"*.example.com\")."
+            }
+            Reason::DeniedByRule => {
+                "An entry in network.deny matches this host and deny wins over allow; \
+                 the operator must remove or narrow that entry."
+            }
+            Reason::BlockedPrivateAddress => {
+                "Private, loopback, link-local, multicast and reserved addresses are always \
+                 blocked and no policy can allow them; use a public address."
+            }
+            Reason::BlockedMetadataAddress => {
+                "Cloud metadata endpoints are always blocked and no policy can allow them."
+            }
+            Reason::BlockedIpLiteral => {
+                "Use the host name, or ask the operator to list the exact address in \
+                 network.allow (e.g. \"203.0.113.7\" or \"[2001:db8::1]:8443\")."
+            }
+            Reason::BlockedPort => {
+                "The host is allowed on other ports; ask the operator to add \
+                 \"host:port\" to network.allow (a rule without a port allows 80 and 443 only)."
+            }
+            Reason::InvalidHost => {
+                "Use a valid host name; malformed hosts are never allowed by any policy."
+            }
+            Reason::SniMismatch => {
+                "Send a TLS server name equal to the host given to the proxy; domain \
+                 fronting is never allowed."
+            }
+            Reason::HostMismatch => {
+                "Send a Host header equal to the connection's target host; domain fronting \
+                 is never allowed."
+            }
+            Reason::UnknownHost => {
+                "Use the HTTP(S) proxy (HTTPS_PROXY) or a client that sends TLS SNI or an \
+                 HTTP Host header, so the destination can be checked against the policy."
+            }
+            Reason::ResolveFailed => {
+                "The host is allowed but did not resolve to a public address; check its \
+                 name and the container's DNS."
+            }
+            Reason::UpstreamUnreachable => {
+                "The host is allowed but did not accept the connection; check that it is up \
+                 and reachable from the container's network."
+            }
+            Reason::MalformedRequest => {
+                "Send a well-formed HTTP request; the proxy could not parse this one."
+            }
+            Reason::RequestTooLarge => {
+                "Make the request head smaller; the proxy's size limits are fixed."
+            }
+            Reason::DnsQueryType => {
+                "Only address lookups (A, AAAA) are answered; use the HTTP(S) proxy for \
+                 everything else."
+            }
+            Reason::TooManyConnections => {
+                "Close idle connections or retry later; the proxy caps concurrent connections."
+            }
+            Reason::CredentialLeak => {
+                "Credentials are only sent to the hosts the operator bound them to in the \
+                 policy's [[credentials]] hosts; do not send them anywhere else."
+            }
+            Reason::GitPushBlocked => {
+                "Push with the git command in the sandbox to a branch the policy's [git] \
+                 push_branches allow."
+            }
+        }
+    }
+
+    /// Hard denies (metadata and private addresses) hold even in report mode and can
+    /// never be overridden by a rule or an approval.
+    #[must_use]
+    pub const fn is_hard_deny(&self) -> bool {
+        matches!(
+            self,
+            Reason::BlockedPrivateAddress | Reason::BlockedMetadataAddress
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn codes_are_unique_kebab_case_and_hints_are_one_sentence() {
+        let mut seen = HashSet::new();
+        for r in Reason::ALL {
+            let code = r.as_str();
+            assert!(seen.insert(code), "duplicate code {code}");
+            assert!(
+                code.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{code}"
+            );
+            assert_eq!(r.to_string(), code);
+            let hint = r.hint();
+            assert!(hint.ends_with('.'), "{code}: {hint}");
+            assert!(
+                !hint.contains("  ") && !hint.contains('\n'),
+                "{code}: {hint}"
+            );
+        }
+        assert_eq!(seen.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn serializes_as_its_code() {
+        for r in Reason::ALL {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.as_str())
+            );
+        }
+        assert!(Reason::BlockedMetadataAddress.is_hard_deny());
+        assert!(Reason::BlockedPrivateAddress.is_hard_deny());
+        assert!(!Reason::BlockedByPolicy.is_hard_deny());
+    }
+
+    #[test]
+    fn codes_are_stable() {
+        // These strings are an interface (header, audit log): this test pins them.
+        let pinned = [
+            (Reason::BlockedByPolicy, "blocked-by-policy"),
+            (Reason::DeniedByRule, "denied-by-rule"),
+            (Reason::BlockedPrivateAddress, "blocked-private-address"),
+            (Reason::BlockedMetadataAddress, "blocked-metadata-address"),
+            (Reason::BlockedIpLiteral, "blocked-ip-literal"),
+            (Reason::BlockedPort, "blocked-port"),
+            (Reason::InvalidHost, "invalid-host"),
+            (Reason::SniMismatch, "sni-mismatch"),
+            (Reason::HostMismatch, "host-mismatch"),
+            (Reason::UnknownHost, "unknown-host"),
+            (Reason::ResolveFailed, "resolve-failed"),
+            (Reason::UpstreamUnreachable, "upstream-unreachable"),
+            (Reason::MalformedRequest, "malformed-request"),
+            (Reason::RequestTooLarge, "request-too-large"),
+            (Reason::DnsQueryType, "dns-query-type"),
+            (Reason::TooManyConnections, "too-many-connections"),
+        ];
+        for (r, s) in pinned {
+            assert_eq!(r.as_str(), s);
+        }
+    }
+}
