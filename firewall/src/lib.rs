@@ -10,9 +10,10 @@
 //! - `INPUT DROP`: accept loopback and `RELATED,ESTABLISHED` (replies to the proxy's flows,
 //!   ICMP errors for them); nothing listens outside loopback. `FORWARD DROP`.
 //! - `OUTPUT DROP`, then in order:
-//!   1. loopback TCP to the git service port is reset unless the sender holds the git API's
-//!      group (`--suppl-groups`: also as a supplementary group, which is how the git API
-//!      runs). This comes before "loopback is fine", or the agent could reach it.
+//!   1. TCP to the git service port on any local address (`addrtype LOCAL`, judged after
+//!      nat) is reset unless the sender holds the git API's group (`--suppl-groups`: also as
+//!      a supplementary group, which is how the git API runs). This comes before "loopback
+//!      is fine", or the agent could reach it.
 //!   2. anything to Docker's embedded resolver `127.0.0.11` from another uid than the proxy
 //!      is rejected: it listens on random real ports, so an agent that found them could send
 //!      DNS straight to it and exfiltrate, bypassing our DNS filter.
@@ -23,7 +24,12 @@
 //!      non-proxy flow to the outside can ever be established; inbound can't create one either
 //!      (`INPUT DROP`). Conntrack helpers are not auto-assigned (kernel >= 4.7), so no
 //!      `RELATED` expectation opens a side door. Putting it third keeps the hot path short.
-//!   4. `-o lo` is accepted: the proxy's listeners, where the agent's traffic lands.
+//!   4. `-o lo` is accepted, and so is `-d 127.0.0.0/8`: the proxy's listeners, where the
+//!      agent's traffic lands. The second rule is not redundant: in the OUTPUT hooks the
+//!      output device is the one routed *before* nat, so a flow that `REDIRECT` rewrote from
+//!      `192.0.2.1:443` to `127.0.0.1:15001` still shows `-o eth0` in `filter` (verified on
+//!      this kernel: with `-o lo` alone every redirected flow is rejected). A `127/8`
+//!      destination is always delivered locally, so this opens nothing outward.
 //!   5. the proxy's uid is accepted: the one identity that leaves.
 //!   6. the rest is rejected so it fails fast instead of hanging: TCP reset, ICMP port
 //!      unreachable for UDP (QUIC falls back to TCP at once), admin-prohibited otherwise.

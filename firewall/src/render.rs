@@ -65,13 +65,23 @@ fn filter_head(out: &mut String) {
     push(out, ":OUTPUT DROP [0:0]");
 }
 
-/// Rules 1 (git service port) shared by both families.
+/// Rule 1 (git service port), shared by both families. It matches any destination of this
+/// host (`addrtype LOCAL`, judged on the address after nat) rather than `-o lo`: see
+/// [`REDIRECTED_TO_LOOPBACK`] for why the interface is not to be trusted in OUTPUT.
 fn git_service_rule(plan: &Plan) -> String {
     format!(
-        "-A OUTPUT -o lo -p tcp -m tcp --dport {} -m owner ! --gid-owner {} --suppl-groups -j REJECT --reject-with tcp-reset",
+        "-A OUTPUT -p tcp -m tcp --dport {} -m addrtype --dst-type LOCAL -m owner ! --gid-owner {} --suppl-groups -j REJECT --reject-with tcp-reset",
         plan.git_service_port, plan.git_gid
     )
 }
+
+/// Accepts what nat redirected to loopback. `-o lo` does not: the kernel fixes the output
+/// device of the OUTPUT hooks from the route taken *before* nat, so after `REDIRECT` rewrote
+/// `192.0.2.1:443` to `127.0.0.1:15001` the filter still sees `-o eth0` (the packet is
+/// rerouted to lo only afterwards). Seen on this kernel: without this rule every redirected
+/// flow of the agent hits the final REJECT. A `127.0.0.0/8` destination is always delivered
+/// locally (it is in the `local` routing table), so this opens nothing outward.
+const REDIRECTED_TO_LOOPBACK: &str = "-A OUTPUT -d 127.0.0.0/8 -j ACCEPT";
 
 fn filter_v4(out: &mut String, plan: &Plan) {
     let proxy = plan.proxy_uid;
@@ -87,7 +97,7 @@ fn filter_v4(out: &mut String, plan: &Plan) {
     );
     push(
         out,
-        "# OUTPUT 1: only the git API's group (primary or supplementary) reaches the service port.",
+        "# OUTPUT 1: only the git API's group (primary or supplementary) reaches the local service port.",
     );
     push(out, &git_service_rule(plan));
     push(
@@ -110,9 +120,10 @@ fn filter_v4(out: &mut String, plan: &Plan) {
     );
     push(
         out,
-        "# OUTPUT 4: loopback, where the agent's traffic is redirected to the proxy.",
+        "# OUTPUT 4: loopback, and what nat redirected there (-o still names the pre-nat route).",
     );
     push(out, "-A OUTPUT -o lo -j ACCEPT");
+    push(out, REDIRECTED_TO_LOOPBACK);
     push(out, "# OUTPUT 5: the proxy is the only uid that leaves.");
     push(
         out,
@@ -227,7 +238,7 @@ fn filter_v6(out: &mut String, plan: &Plan) {
     }
     push(
         out,
-        "# OUTPUT 1: only the git API's group (primary or supplementary) reaches the service port.",
+        "# OUTPUT 1: only the git API's group (primary or supplementary) reaches the local service port.",
     );
     push(out, &git_service_rule(plan));
     push(
@@ -238,7 +249,10 @@ fn filter_v6(out: &mut String, plan: &Plan) {
         out,
         "-A OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
     );
-    push(out, "# OUTPUT 3: loopback.");
+    push(
+        out,
+        "# OUTPUT 3: loopback (no v6 nat, so -o is the real route).",
+    );
     push(out, "-A OUTPUT -o lo -j ACCEPT");
     push(out, "# OUTPUT 4: the proxy is the only uid that leaves.");
     push(

@@ -46,7 +46,7 @@ fn v6_has_no_nat_table_and_v4_has_both() {
 #[test]
 fn attack_only_the_proxy_loopback_replies_and_nd_are_ever_accepted_out() {
     let proxy = format!("-m owner --uid-owner {PROXY_UID} -j ACCEPT");
-    for (text, nd) in [(v4(), false), (v6(), true)] {
+    for (text, v6) in [(v4(), false), (v6(), true)] {
         for rule in chain(&text, "filter", "OUTPUT") {
             if !rule.contains("-j ACCEPT") {
                 assert!(rule.contains("-j REJECT"), "{rule}");
@@ -54,8 +54,9 @@ fn attack_only_the_proxy_loopback_replies_and_nd_are_ever_accepted_out() {
             }
             let allowed = rule == "-A OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
                 || rule == "-A OUTPUT -o lo -j ACCEPT"
+                || (!v6 && rule == "-A OUTPUT -d 127.0.0.0/8 -j ACCEPT")
                 || rule == format!("-A OUTPUT {proxy}")
-                || (nd
+                || (v6
                     && ["133", "134", "135", "136"].iter().any(|t| {
                         rule == format!(
                             "-A OUTPUT -p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"
@@ -79,6 +80,11 @@ fn the_git_service_port_is_guarded_before_loopback_is_accepted() {
             ],
         );
         assert_eq!(guard, 0, "the service-port guard must come first");
+        assert!(out[guard].contains("-m addrtype --dst-type LOCAL"));
+        assert!(
+            !out[guard].contains("-o lo"),
+            "-o is the pre-nat route in OUTPUT"
+        );
         assert!(guard < position(&out, &["-o lo -j ACCEPT"]));
         assert!(guard < position(&out, &["--ctstate"]));
     }
@@ -97,7 +103,20 @@ fn attack_agent_cannot_talk_to_dockers_resolver_on_its_real_port() {
         ],
     );
     assert!(guard < position(&out, &["-o lo -j ACCEPT"]));
+    // 127.0.0.11 is inside 127.0.0.0/8: the guard must precede the redirect accept.
+    assert!(guard < position(&out, &["-d 127.0.0.0/8 -j ACCEPT"]));
     assert!(guard < position(&out, &["--ctstate"]));
+}
+
+#[test]
+fn redirected_traffic_is_accepted_by_destination_not_interface() {
+    // After nat REDIRECT the OUTPUT hooks still see the pre-nat output device, so the
+    // redirected flow must be accepted by its (rewritten) loopback destination.
+    let text = v4();
+    let out = chain(&text, "filter", "OUTPUT");
+    let accept = position(&out, &["-d 127.0.0.0/8 -j ACCEPT"]);
+    assert!(accept < position(&out, &["-p tcp -j REJECT"]));
+    assert!(accept < position(&out, &["-p udp -j REJECT"]));
 }
 
 #[test]
