@@ -1,1 +1,66 @@
-fn main() {}
+//! `airlock-proxy`: wires the real resolver, connector and audit file to the library.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+use airlock_proxy::config::Args;
+use airlock_proxy::limits::Limits;
+use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
+use airlock_proxy::{Proxy, audit, shutdown};
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_PROXY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    let policy = airlock_policy::Policy::load(&args.policy)
+        .with_context(|| format!("loading policy {}", args.policy.display()))?;
+    // One thread: the proxy's work is small per byte and the client saturates first on a
+    // 2-core machine; a single runtime thread keeps start-up and idle RSS minimal.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(2)
+        .thread_keep_alive(Duration::from_secs(1))
+        .build()
+        .context("building the tokio runtime")?;
+    rt.block_on(run(args, policy))
+}
+
+async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
+    let limits = Limits::default();
+    let resolver = SystemResolver::from_resolv_conf(&args.resolv_conf)
+        .context("building the proxy's resolver")?;
+    let upstreams = Upstreams::new(
+        Arc::new(resolver),
+        Arc::new(TcpConnect),
+        limits.connect_timeout,
+    );
+    let (audit, writer) = audit::open(&args.audit, audit::DEFAULT_QUEUE)
+        .with_context(|| format!("opening audit log {}", args.audit.display()))?;
+    let proxy = Proxy {
+        policy,
+        session: args.session,
+        upstreams,
+        audit,
+        limits,
+        explicit_addr: airlock_channels::explicit_addr(),
+    };
+    let running = proxy.start().await.context("binding the proxy listeners")?;
+    tracing::info!("airlock-proxy ready on {}", running.explicit_addr);
+    let sig = shutdown::signal()
+        .await
+        .context("installing signal handlers")?;
+    tracing::info!("{sig}: draining");
+    running.stop().await;
+    writer.finish().await.context("flushing the audit log")?;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! Command line of the `airlock-proxy` binary.
+//!
+//! Only what the entrypoint passes. Test seams (resolver, connector, listen addresses) are
+//! library API and deliberately absent here.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// `airlock-proxy --policy <file> --audit <file> --session <id> [--resolv-conf <file>]`
+#[derive(Debug, Clone, Parser)]
+#[command(name = "airlock-proxy", version, about = "airlock's egress proxy")]
+pub struct Args {
+    /// Policy file (TOML).
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Audit log, opened for append (created 0600).
+    #[arg(long)]
+    pub audit: PathBuf,
+    /// Session id, written on every audit line and reported by the health check.
+    #[arg(long)]
+    pub session: String,
+    /// Where the upstream nameservers are read from, once, at start.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    pub resolv_conf: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entrypoint_command_line_parses() {
+        let a = Args::try_parse_from([
+            "airlock-proxy",
+            "--policy",
+            "/p.toml",
+            "--audit",
+            "/a.jsonl",
+            "--session",
+            "s-1",
+        ])
+        .unwrap();
+        assert_eq!(a.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+        assert_eq!(a.session, "s-1");
+    }
+
+    #[test]
+    fn missing_session_is_an_error() {
+        assert!(Args::try_parse_from(["airlock-proxy", "--policy", "p", "--audit", "a"]).is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! Responses the proxy writes itself: denials (uniform JSON + `x-airlock-error`) and health.
+
+use airlock_channels::ERROR_HEADER;
+use airlock_policy::reason::Reason;
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use serde::Serialize;
+
+/// Body type of every response the explicit proxy returns.
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// A complete in-memory body.
+#[must_use]
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// The HTTP status a reason is reported with.
+#[must_use]
+pub const fn status_for(reason: Reason) -> StatusCode {
+    match reason {
+        Reason::MalformedRequest | Reason::InvalidHost => StatusCode::BAD_REQUEST,
+        Reason::ResolveFailed | Reason::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+        Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        Reason::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    host: &'a str,
+    port: u16,
+    message: &'a str,
+}
+
+/// The JSON body of a denial.
+#[must_use]
+pub fn body_json(reason: Reason, host: &str, port: u16) -> String {
+    let body = ErrorBody {
+        error: reason.as_str(),
+        host,
+        port,
+        message: reason.hint(),
+    };
+    serde_json::to_string(&body)
+        .unwrap_or_else(|_| format!("{{\"error\":\"{}\"}}", reason.as_str()))
+}
+
+/// A denial: status from [`status_for`], JSON body, `x-airlock-error: <reason>`.
+#[must_use]
+pub fn denial(reason: Reason, host: &str, port: u16) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(body_json(reason, host, port)));
+    *resp.status_mut() = status_for(reason);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(ERROR_HEADER, HeaderValue::from_static(reason.as_str()));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The raw bytes of a denial, for listeners that speak HTTP/1.1 without hyper (connection
+/// limits before a request is read, the transparent listener).
+#[must_use]
+pub fn raw_denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
+    let body = body_json(reason, host, port);
+    let status = status_for(reason);
+    format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        reason.as_str(),
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// `200 {"status":"ok","session":"<id>"}` for the readiness probe.
+#[must_use]
+pub fn health(session: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({ "status": "ok", "session": session }).to_string();
+    let mut resp = Response::new(full(body));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

@@ -1,0 +1,130 @@
+//! airlock's egress proxy: the one process allowed to leave the container.
+//!
+//! It answers the agent on loopback only: an explicit HTTP proxy (`CONNECT` tunnels and
+//! absolute-form plain HTTP) and a health endpoint. For every request it canonicalises the
+//! host, asks the policy, resolves the name **once** with its own resolver, checks every
+//! address against the hard-deny ranges, connects to a checked address and audits the
+//! decision as one JSON line.
+//!
+//! It does not: terminate TLS (tunnels are relayed untouched), hold or inject credentials,
+//! set up the firewall, or parse the policy file (that is `airlock-policy`).
+//!
+//! The binary wires the real resolver and connector; tests build a [`Proxy`] with their own
+//! [`upstream::Resolve`] / [`upstream::Connect`] seams, which the command line cannot reach.
+
+pub mod audit;
+mod body;
+pub mod clock;
+pub mod config;
+pub mod decide;
+pub mod deny;
+mod explicit;
+pub mod hop;
+pub mod limits;
+pub mod shutdown;
+pub mod tunnel;
+pub mod upstream;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use airlock_policy::Policy;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::audit::Audit;
+use crate::limits::{Limits, Slots};
+use crate::shutdown::{Phase, Shutdown};
+use crate::upstream::Upstreams;
+
+/// State every connection task shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub policy: Policy,
+    pub upstreams: Upstreams,
+    pub audit: Audit,
+    pub session: Arc<str>,
+    pub limits: Limits,
+    pub shutdown: Shutdown,
+    pub slots: Arc<Slots>,
+}
+
+/// Everything a proxy instance needs.
+#[derive(Debug)]
+pub struct Proxy {
+    /// The loaded policy.
+    pub policy: Policy,
+    /// Session id (audit lines, health answer).
+    pub session: String,
+    /// Resolver, connector, connect timeout.
+    pub upstreams: Upstreams,
+    /// Audit producer handle.
+    pub audit: Audit,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Where the explicit proxy listens (`channels::explicit_addr()` in production).
+    pub explicit_addr: SocketAddr,
+}
+
+/// A started proxy.
+#[derive(Debug)]
+pub struct Running {
+    /// The explicit proxy's bound address (useful when started on port 0).
+    pub explicit_addr: SocketAddr,
+    shared: Arc<Shared>,
+    listeners: Vec<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Binds the listeners and starts serving. Returns once the proxy accepts connections.
+    ///
+    /// # Errors
+    /// When a listener cannot be bound.
+    pub async fn start(self) -> io::Result<Running> {
+        let listener = TcpListener::bind(self.explicit_addr).await?;
+        let explicit_addr = listener.local_addr()?;
+        let slots = Slots::new(&self.limits);
+        let shared = Arc::new(Shared {
+            policy: self.policy,
+            upstreams: self.upstreams,
+            audit: self.audit,
+            session: Arc::from(self.session),
+            limits: self.limits,
+            shutdown: Shutdown::new(),
+            slots,
+        });
+        let listeners = vec![tokio::spawn(explicit::serve(listener, Arc::clone(&shared)))];
+        Ok(Running {
+            explicit_addr,
+            shared,
+            listeners,
+        })
+    }
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight work finish for the grace period, then cuts what is
+    /// left (tunnels are audited as `close-shutdown`) and waits for the audit lines of the
+    /// cut work to be queued. Flushing the log is the caller's last step
+    /// (`AuditWriter::finish`).
+    pub async fn stop(self) {
+        let shared = self.shared;
+        shared.shutdown.advance(Phase::Draining);
+        for l in self.listeners {
+            let _ = l.await;
+        }
+        if !shared.slots.wait_idle(shared.limits.shutdown_grace).await {
+            tracing::info!(
+                "grace over with {} connections open: cutting them",
+                shared.slots.in_use()
+            );
+        }
+        shared.shutdown.advance(Phase::Stopping);
+        let _ = shared
+            .slots
+            .wait_idle(std::time::Duration::from_millis(500))
+            .await;
+        shared.audit.flush().await;
+    }
+}

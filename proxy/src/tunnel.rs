@@ -1,0 +1,298 @@
+//! Byte relays: metered, with an idle timeout that never cuts a stream while bytes flow.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+
+use crate::shutdown::{Phase, reached};
+
+/// Relay buffer per direction.
+const BUF: usize = 16 * 1024;
+
+/// Bytes each way and the time of the last byte, shared by the two directions of a tunnel
+/// (and by a request/response body pair).
+#[derive(Debug)]
+pub struct Meter {
+    started: Instant,
+    up: AtomicU64,
+    down: AtomicU64,
+    last_ms: AtomicU64,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Meter {
+    /// A meter starting now.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts `n` bytes client → upstream.
+    pub fn add_up(&self, n: usize) {
+        self.up.fetch_add(n as u64, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes upstream → client.
+    pub fn add_down(&self, n: usize) {
+        self.down.fetch_add(n as u64, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Bytes client → upstream so far.
+    #[must_use]
+    pub fn up(&self) -> u64 {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Bytes upstream → client so far.
+    #[must_use]
+    pub fn down(&self) -> u64 {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds since the meter started.
+    #[must_use]
+    pub fn elapsed_ms(&self) -> u64 {
+        self.now_ms()
+    }
+
+    /// Time since the last byte either way (or since the start).
+    #[must_use]
+    pub fn idle_for(&self) -> Duration {
+        Duration::from_millis(
+            self.now_ms()
+                .saturating_sub(self.last_ms.load(Ordering::Relaxed)),
+        )
+    }
+}
+
+/// Which counter a stream's reads feed.
+#[derive(Debug, Clone, Copy)]
+pub enum Dir {
+    /// Reads from the client.
+    Up,
+    /// Reads from upstream.
+    Down,
+}
+
+/// A stream whose reads are counted on a [`Meter`].
+#[derive(Debug)]
+pub struct Metered<S> {
+    inner: S,
+    meter: Arc<Meter>,
+    dir: Dir,
+}
+
+impl<S> Metered<S> {
+    /// Wraps `inner`.
+    pub const fn new(inner: S, meter: Arc<Meter>, dir: Dir) -> Self {
+        Self { inner, meter, dir }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            match self.dir {
+                Dir::Up => self.meter.add_up(n),
+                Dir::Down => self.meter.add_down(n),
+            }
+        }
+        res
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Why a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both sides finished (EOF each way).
+    Closed,
+    /// One side failed (reset, broken pipe).
+    Error,
+    /// No byte either way for the idle timeout.
+    Idle,
+    /// Cut at the end of the shutdown grace.
+    Shutdown,
+}
+
+impl End {
+    /// Stable string for the audit `event` field of the closing line.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "close",
+            Self::Error => "close-error",
+            Self::Idle => "close-idle",
+            Self::Shutdown => "close-shutdown",
+        }
+    }
+}
+
+/// Relays `client` ↔ `upstream` until both sides close, one fails, nothing moves for `idle`,
+/// or the phase reaches [`Phase::Stopping`]. Counts on `meter` (client reads = up).
+pub async fn relay<C, U>(
+    client: C,
+    upstream: U,
+    meter: Arc<Meter>,
+    idle: Duration,
+    mut phase: watch::Receiver<Phase>,
+) -> End
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut c = Metered::new(client, Arc::clone(&meter), Dir::Up);
+    let mut u = Metered::new(upstream, Arc::clone(&meter), Dir::Down);
+    let copy = tokio::io::copy_bidirectional_with_sizes(&mut c, &mut u, BUF, BUF);
+    tokio::select! {
+        r = copy => if r.is_ok() { End::Closed } else { End::Error },
+        () = idle_watch(&meter, idle) => End::Idle,
+        () = reached(&mut phase, Phase::Stopping) => End::Shutdown,
+    }
+}
+
+/// Resolves once `meter` has seen no byte for `idle`.
+pub async fn idle_watch(meter: &Meter, idle: Duration) {
+    loop {
+        let quiet = meter.idle_for();
+        if quiet >= idle {
+            return;
+        }
+        tokio::time::sleep(idle - quiet).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shutdown::Shutdown;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn relays_and_counts_both_ways() {
+        let (mut client, proxy_c) = tokio::io::duplex(1024);
+        let (proxy_u, mut server) = tokio::io::duplex(1024);
+        let meter = Arc::new(Meter::new());
+        let s = Shutdown::new();
+        let m = Arc::clone(&meter);
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            m,
+            Duration::from_secs(5),
+            s.subscribe(),
+        ));
+        client.write_all(b"hello").await.unwrap();
+        let mut buf = [0u8; 5];
+        server.read_exact(&mut buf).await.unwrap();
+        server.write_all(b"world!!").await.unwrap();
+        let mut buf2 = [0u8; 7];
+        client.read_exact(&mut buf2).await.unwrap();
+        drop(client);
+        drop(server);
+        assert_eq!(t.await.unwrap(), End::Closed);
+        assert_eq!((meter.up(), meter.down()), (5, 7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_cuts_only_silent_tunnels() {
+        let (mut client, proxy_c) = tokio::io::duplex(1024);
+        let (proxy_u, mut server) = tokio::io::duplex(1024);
+        let meter = Arc::new(Meter::new());
+        let s = Shutdown::new();
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::clone(&meter),
+            Duration::from_millis(200),
+            s.subscribe(),
+        ));
+        // A slow but steady stream outlives the idle timeout many times over.
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            server.write_all(b"x").await.unwrap();
+            let mut b = [0u8; 1];
+            client.read_exact(&mut b).await.unwrap();
+        }
+        assert!(!t.is_finished(), "a stream that keeps moving is never cut");
+        // Silence: cut.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(t.await.unwrap(), End::Idle);
+        assert_eq!(meter.down(), 20);
+    }
+
+    #[tokio::test]
+    async fn stopping_cuts_the_tunnel() {
+        let (_client, proxy_c) = tokio::io::duplex(64);
+        let (proxy_u, _server) = tokio::io::duplex(64);
+        let s = Shutdown::new();
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::new(Meter::new()),
+            Duration::from_secs(60),
+            s.subscribe(),
+        ));
+        s.advance(Phase::Draining);
+        tokio::task::yield_now().await;
+        assert!(!t.is_finished(), "draining lets tunnels flow");
+        s.advance(Phase::Stopping);
+        assert_eq!(t.await.unwrap(), End::Shutdown);
+    }
+}

@@ -1,0 +1,677 @@
+//! End-to-end attacks on the explicit proxy over real sockets.
+//!
+//! Upstreams are listeners on 127.0.0.1 reached only through the test seams: the fake
+//! resolver answers documentation-range (public) addresses, and the fake connector maps
+//! exactly those to the local listeners. The proxy's own checks run unchanged; nothing
+//! here dials anything but loopback.
+
+// Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use airlock_proxy::audit::{self, AuditWriter};
+use airlock_proxy::limits::Limits;
+use airlock_proxy::upstream::{BoxFuture, Connect, Resolve, ResolveError, Upstreams};
+use airlock_proxy::{Proxy, Running};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+const ALLOWED_IP: &str = "203.0.113.10";
+
+struct FakeResolver(HashMap<String, Vec<IpAddr>>);
+
+impl Resolve for FakeResolver {
+    fn lookup<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<IpAddr>, ResolveError>> {
+        Box::pin(async move {
+            self.0.get(name).cloned().ok_or_else(|| ResolveError {
+                host: name.into(),
+                detail: "NXDOMAIN".into(),
+            })
+        })
+    }
+}
+
+struct FakeConnect {
+    routes: HashMap<SocketAddr, SocketAddr>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Connect for FakeConnect {
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let local = self.routes.get(&addr).copied();
+        Box::pin(async move {
+            let local = local.ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
+            assert!(local.ip().is_loopback(), "tests only ever dial loopback");
+            TcpStream::connect(local).await
+        })
+    }
+}
+
+struct Harness {
+    addr: SocketAddr,
+    running: Option<Running>,
+    writer: Option<AuditWriter>,
+    audit_path: PathBuf,
+    connects: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn start(
+        mode: &str,
+        names: &[(&str, &[&str])],
+        routes: &[(SocketAddr, SocketAddr)],
+    ) -> Self {
+        Self::start_with(mode, names, routes, Limits::default()).await
+    }
+
+    async fn start_with(
+        mode: &str,
+        names: &[(&str, &[&str])],
+        routes: &[(SocketAddr, SocketAddr)],
+        limits: Limits,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let policy_path = dir.path().join("policy.toml");
+        std::fs::write(
+            &policy_path,
+            format!(
+                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n"
+            ),
+        )
+        .unwrap();
+        let policy = airlock_policy::Policy::load(&policy_path).unwrap();
+        let names = names
+            .iter()
+            .map(|(n, ips)| {
+                (
+                    (*n).to_owned(),
+                    ips.iter().map(|i| i.parse().unwrap()).collect(),
+                )
+            })
+            .collect();
+        let connects = Arc::new(AtomicUsize::new(0));
+        let connector = FakeConnect {
+            routes: routes.iter().copied().collect(),
+            calls: Arc::clone(&connects),
+        };
+        let upstreams = Upstreams::new(
+            Arc::new(FakeResolver(names)),
+            Arc::new(connector),
+            limits.connect_timeout,
+        );
+        let audit_path = dir.path().join("audit.jsonl");
+        let (audit, writer) = audit::open(&audit_path, 64).unwrap();
+        let proxy = Proxy {
+            policy,
+            session: "sess-1".into(),
+            upstreams,
+            audit,
+            limits,
+            explicit_addr: "127.0.0.1:0".parse().unwrap(),
+        };
+        let running = proxy.start().await.unwrap();
+        Self {
+            addr: running.explicit_addr,
+            running: Some(running),
+            writer: Some(writer),
+            audit_path,
+            connects,
+            _dir: dir,
+        }
+    }
+
+    /// Stops the proxy, flushes the log and returns its lines.
+    async fn finish(&mut self) -> Vec<Value> {
+        self.running.take().unwrap().stop().await;
+        self.writer.take().unwrap().finish().await.unwrap();
+        std::fs::read_to_string(&self.audit_path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// A parsed HTTP/1.1 response head plus its content-length body.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+async fn read_resp(s: &mut TcpStream) -> Resp {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut byte).await.unwrap();
+        assert_eq!(
+            n,
+            1,
+            "connection closed inside a response head: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let mut r = Resp {
+        status,
+        head,
+        body: String::new(),
+    };
+    if let Some(len) = r.header("content-length") {
+        let mut body = vec![0u8; len.parse().unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        r.body = String::from_utf8(body).unwrap();
+    }
+    r
+}
+
+async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let r = read_resp(&mut s).await;
+    (s, r)
+}
+
+/// An echo server; reports each accepted peer address.
+async fn echo_server() -> (SocketAddr, mpsc::UnboundedReceiver<SocketAddr>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, peer)) = l.accept().await {
+            let _ = tx.send(peer);
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// A one-response-per-request HTTP server; reports each request head it received.
+async fn http_server() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let mut buf = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !buf.ends_with(b"\r\n\r\n") {
+                        if s.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        buf.push(byte[0]);
+                    }
+                    let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+                    let body = "hello from upstream";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: keep-alive\r\nkeep-alive: timeout=5\r\nx-upstream: yes\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+fn route(public: &str, port: u16, local: SocketAddr) -> (SocketAddr, SocketAddr) {
+    (SocketAddr::new(public.parse().unwrap(), port), local)
+}
+
+fn lines_for<'a>(lines: &'a [Value], host: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["host"] == host).collect()
+}
+
+#[tokio::test]
+async fn health_answers_with_the_session() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let (_s, r) = request(h.addr, "GET /__airlock/health HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"status": "ok", "session": "sess-1"})
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn connect_tunnel_relays_and_is_audited_at_close() {
+    let (echo, mut peers) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let (mut s, r) = request(
+        h.addr,
+        "CONNECT Allowed.Test.:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    s.write_all(b"ping-1234").await.unwrap();
+    let mut buf = [0u8; 9];
+    s.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"ping-1234");
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    drop(s);
+    let upstream_peer = peers.recv().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "allowed.test");
+    assert_eq!(l.len(), 1, "{lines:?}");
+    let l = l[0];
+    assert_eq!(l["kind"], "connect");
+    assert_eq!(l["decision"], "allow");
+    assert_eq!(l["rule"], "allowed.test");
+    assert_eq!(l["session"], "sess-1");
+    assert_eq!(l["port"], 443);
+    assert_eq!(l["event"], "close");
+    assert_eq!(l["upstream"], format!("{ALLOWED_IP}:443"));
+    // The source port the upstream saw is the one we audited.
+    assert_eq!(l["upstream_local_port"], upstream_peer.port());
+    assert_eq!(l["bytes_up"], 9);
+    assert_eq!(l["bytes_down"], 9);
+    assert!(l["ts"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn blocked_host_gets_a_uniform_403() {
+    let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
+    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-by-policy")
+    );
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/json")
+    );
+    let j = r.json();
+    assert_eq!(j["error"], "blocked-by-policy");
+    assert_eq!(j["host"], "evil.test");
+    assert_eq!(j["port"], 443);
+    assert!(j["message"].as_str().unwrap().contains("network.allow"));
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0, "nothing was dialed");
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "evil.test");
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["decision"], "deny");
+    assert_eq!(l[0]["reason"], "blocked-by-policy");
+}
+
+#[tokio::test]
+async fn deny_rule_and_wrong_port() {
+    let mut h = Harness::start("enforce", &[("bad.allowed.test", &[ALLOWED_IP])], &[]).await;
+    let (_s, r) = request(h.addr, "CONNECT bad.allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("denied-by-rule")
+    );
+    let (_s, r) = request(h.addr, "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.header("x-airlock-error").as_deref(), Some("blocked-port"));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn rebinding_to_loopback_or_metadata_is_refused_before_any_connect() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[
+            ("rebind.test", &[ALLOWED_IP, "127.0.0.1"]),
+            ("meta.test", &["169.254.169.254"]),
+        ],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let (_s, r) = request(h.addr, "CONNECT rebind.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-private-address")
+    );
+    let (_s, r) = request(
+        h.addr,
+        "GET http://meta.test/latest/meta-data HTTP/1.1\r\nhost: meta.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-metadata-address")
+    );
+    assert_eq!(
+        h.connects.load(Ordering::SeqCst),
+        0,
+        "no connection attempt to a denied name"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn ip_literals_in_every_spelling() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start("enforce", &[], &[route(ALLOWED_IP, 443, echo)]).await;
+    for (authority, reason) in [
+        ("169.254.169.254:80", "blocked-metadata-address"),
+        ("0xa9.0xfe.0xa9.0xfe:80", "blocked-metadata-address"),
+        ("2852039166:80", "blocked-metadata-address"),
+        ("[::ffff:169.254.169.254]:80", "blocked-metadata-address"),
+        ("127.1:443", "blocked-private-address"),
+        ("[::1]:443", "blocked-private-address"),
+        ("198.51.100.1:443", "blocked-ip-literal"),
+    ] {
+        let (_s, r) = request(h.addr, &format!("CONNECT {authority} HTTP/1.1\r\n\r\n")).await;
+        assert_eq!(r.status, 403, "{authority}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some(reason),
+            "{authority}"
+        );
+    }
+    // A listed literal is allowed and skips resolution.
+    let (_s, r) = request(
+        h.addr,
+        &format!("CONNECT {ALLOWED_IP}:443 HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(h.connects.load(Ordering::SeqCst), 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn plain_http_is_forwarded_origin_form_without_proxy_headers() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up), route(ALLOWED_IP, 8080, up)],
+    )
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(
+        b"GET http://allowed.test/v1/x?token=s3cret HTTP/1.1\r\nhost: evil.test\r\nproxy-authorization: Basic Zm9v\r\nproxy-connection: keep-alive\r\nconnection: x-hop\r\nx-hop: 1\r\naccept: */*\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, "hello from upstream");
+    assert_eq!(r.header("x-upstream").as_deref(), Some("yes"));
+    assert!(
+        r.header("keep-alive").is_none(),
+        "hop-by-hop response headers are stripped"
+    );
+    let head = heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(
+        head.starts_with("get /v1/x?token=s3cret http/1.1\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nhost: allowed.test\r\n"),
+        "Host names the checked target: {head}"
+    );
+    assert!(!head.contains("evil.test"));
+    assert!(!head.contains("proxy-"), "{head}");
+    assert!(!head.contains("x-hop"), "{head}");
+    assert!(head.contains("accept: */*"));
+
+    // Keep-alive: a second request on the same client connection, other port.
+    s.write_all(b"POST http://allowed.test:8080/up HTTP/1.1\r\nhost: allowed.test:8080\r\ncontent-length: 4\r\n\r\nabcd")
+        .await
+        .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 200);
+    let head = heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(head.contains("\r\nhost: allowed.test:8080\r\n"), "{head}");
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "allowed.test");
+    assert_eq!(l.len(), 2, "{lines:?}");
+    assert_eq!(l[0]["kind"], "http");
+    assert_eq!(l[0]["method"], "GET");
+    assert_eq!(l[0]["path"], "/v1/x", "never the query");
+    assert_eq!(l[0]["decision"], "allow");
+    assert_eq!(l[0]["bytes_down"], 19);
+    assert!(!serde_json::to_string(&lines).unwrap().contains("s3cret"));
+    assert_eq!(l[1]["method"], "POST");
+    assert_eq!(l[1]["port"], 8080);
+    assert_eq!(l[1]["bytes_up"], 4);
+}
+
+#[tokio::test]
+async fn malformed_input_gets_400_and_an_audit_line() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let (_s, r) = request(h.addr, "CONNECT bad_host!.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("x-airlock-error").as_deref(), Some("invalid-host"));
+    let (_s, r) = request(h.addr, "GET /not-health HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("malformed-request")
+    );
+    let (_s, r) = request(h.addr, "GET https://allowed.test/ HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("malformed-request")
+    );
+    // Garbage that is not HTTP at all: hyper answers 400 itself; we still audit it.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"\x16\x03\x01\x00\x05hello\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("HTTP/1.1 400"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    let lines = h.finish().await;
+    let reasons: Vec<_> = lines
+        .iter()
+        .map(|l| l["reason"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines.iter().all(|l| l["decision"] == "deny"));
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "malformed-request").count(),
+        3,
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_head_is_refused_and_audited() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    let big = format!(
+        "GET http://allowed.test/ HTTP/1.1\r\nx-big: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let _ = s.write_all(big.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("HTTP/1.1 431"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["reason"], "request-too-large");
+}
+
+#[tokio::test]
+async fn resolve_and_connect_failures_are_502() {
+    let mut h = Harness::start("enforce", &[("gone.test", &["198.51.100.99"])], &[]).await;
+    let (_s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("resolve-failed")
+    );
+    let (_s, r) = request(h.addr, "CONNECT gone.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("upstream-unreachable")
+    );
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 2);
+}
+
+#[tokio::test]
+async fn report_mode_passes_policy_denials_but_never_hard_denies() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "report",
+        &[
+            ("other.test", &[ALLOWED_IP]),
+            ("rebind.test", &["10.0.0.1"]),
+        ],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let (s, r) = request(h.addr, "CONNECT other.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200, "report mode lets a policy denial through");
+    drop(s);
+    let (_s, r) = request(h.addr, "CONNECT rebind.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-private-address")
+    );
+    let (_s, r) = request(h.addr, "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-metadata-address")
+    );
+    let (_s, r) = request(h.addr, "CONNECT 198.51.100.1:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-ip-literal")
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "other.test");
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["decision"], "report");
+    assert_eq!(l[0]["reason"], "blocked-by-policy");
+}
+
+#[tokio::test]
+async fn shutdown_cuts_open_tunnels_after_the_grace_and_audits_them() {
+    let (echo, _) = echo_server().await;
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+        limits,
+    )
+    .await;
+    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    s.write_all(b"abc").await.unwrap();
+    let mut b = [0u8; 3];
+    s.read_exact(&mut b).await.unwrap();
+    let t0 = std::time::Instant::now();
+    let lines = h.finish().await;
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let l = lines_for(&lines, "allowed.test");
+    assert_eq!(l.len(), 1, "{lines:?}");
+    assert_eq!(l[0]["event"], "close-shutdown");
+    assert_eq!(l[0]["bytes_up"], 3);
+    // And the listener is gone.
+    assert!(TcpStream::connect(h.addr).await.is_err());
+}
+
+#[tokio::test]
+async fn slowloris_head_is_cut_and_audited() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with("enforce", &[], &[], limits).await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nx-a: ")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let t0 = std::time::Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["event"], "header-timeout");
+}
+
+#[tokio::test]
+async fn per_client_connection_cap() {
+    let limits = Limits {
+        max_per_client: 2,
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with("enforce", &[], &[], limits).await;
+    let _a = TcpStream::connect(h.addr).await.unwrap();
+    let _b = TcpStream::connect(h.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut c = TcpStream::connect(h.addr).await.unwrap();
+    let r = read_resp(&mut c).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("too-many-connections")
+    );
+    drop((_a, _b));
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["reason"], "too-many-connections");
+}
