@@ -1,1 +1,276 @@
-fn main() {}
+//! `airlock-entrypoint`: PID 1 of the airlock appliance.
+//!
+//! One job: bring the container from "root with NET_ADMIN" to "the agent runs behind a
+//! verified firewall with no privileges", in the order of design §3, and then stay as a small
+//! supervisor. Validate the policy and environment → per-start session → scrub credentials
+//! from what the agent inherits → start the proxy as its user and wait until it answers →
+//! apply the firewall atomically (IPv4 and IPv6) → drop to the agent user (caps, groups,
+//! uids, `no_new_privs`, seccomp, verified from `/proc/self/status`) → self-test as the agent
+//! → run the agent command → reap, forward signals, keep the proxy alive, let it flush on exit.
+//!
+//! It does not proxy, filter or decide anything itself, holds no credentials after set-up,
+//! and never touches the network except for the self-test's probes (sent as the agent).
+//! Every failed step stops the container with one line: what failed and how to fix it.
+
+mod agent_env;
+mod config;
+mod identity;
+mod netinfo;
+mod proxy_ctl;
+mod seccomp;
+mod selftest;
+mod session;
+mod setup;
+mod spawn;
+mod status;
+mod supervise;
+
+use crate::agent_env::AgentEnvInput;
+use crate::config::Cli;
+use crate::identity::Users;
+use crate::proxy_ctl::ProxySpec;
+use crate::spawn::{RunAs, Session as TtySession};
+use airlock_channels as ch;
+use airlock_policy::{CredentialSource, Policy};
+use anyhow::{Context, Result, anyhow};
+use clap::Parser;
+use nix::unistd::Pid;
+use std::ffi::{OsStr, OsString};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Hidden first argument: run the self-test probes (as the agent, spawned by ourselves).
+const SELF_TEST_ARG: &str = "__self-test";
+/// Exit status when the container refuses to start.
+const EXIT_REFUSED: u8 = 78;
+
+fn main() -> ExitCode {
+    if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(SELF_TEST_ARG)) {
+        return self_test_main();
+    }
+    let cli = Cli::parse();
+    match start(cli) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(err) => {
+            eprintln!("airlock: {err:#}");
+            ExitCode::from(EXIT_REFUSED)
+        }
+    }
+}
+
+/// Kills the proxy if set-up fails after it started, so nothing outlives a refused start.
+struct ProxyGuard(Option<Child>);
+
+impl Drop for ProxyGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start(cli: Cli) -> Result<i32> {
+    let t0 = Instant::now();
+    let policy = Policy::load(&cli.policy).map_err(|e| anyhow!("invalid policy: {e}"))?;
+    if cli.check {
+        println!(
+            "policy {} is valid (sandbox {:?})",
+            cli.policy.display(),
+            policy.sandbox.name
+        );
+        return Ok(0);
+    }
+    identity::require_root()?;
+    setup::require_tools()?;
+    let users = Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user)?;
+    setup::require_protected(&cli.policy, &users)?;
+    let proxy_bin = proxy_binary(&cli)?;
+
+    let session = session::Session::new()?;
+    let secret_names: Vec<String> = policy
+        .credentials
+        .iter()
+        .filter_map(|c| match &c.source {
+            CredentialSource::Env(name) => Some(name.clone()),
+            CredentialSource::File(_) => None,
+        })
+        .collect();
+    let agent_env = agent_env::build(
+        std::env::vars(),
+        &AgentEnvInput {
+            agent: &users.agent,
+            session: &session.id,
+            proxy_url: &ch::proxy_url(),
+            secret_names: &secret_names,
+        },
+    )?;
+    let audit_file = setup::prepare_dirs(&cli, &users)?;
+    let t_validate = t0.elapsed();
+
+    supervise::block_signals()?;
+    let proxy_spec = ProxySpec {
+        bin: proxy_bin,
+        policy: cli.policy.clone(),
+        audit_file,
+        session: session.id.clone(),
+        run_as: RunAs {
+            identity: users.proxy.clone(),
+            filters: None,
+            session: TtySession::Detached,
+        },
+    };
+    let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
+    let t_proxy = t0.elapsed();
+
+    setup::apply_firewall(&users)?;
+    let t_firewall = t0.elapsed();
+
+    let filters = Arc::new(seccomp::agent_filters()?);
+    let self_test = RunAs {
+        identity: users.agent.clone(),
+        filters: Some(filters.clone()),
+        session: TtySession::Inherit,
+    };
+    run_self_test(&self_test)?;
+    let t_selftest = t0.elapsed();
+
+    setup::reduce_pid1_caps()?;
+    let agent = RunAs {
+        identity: users.agent.clone(),
+        filters: Some(filters),
+        session: TtySession::ForegroundGroup,
+    };
+    let command: Vec<OsString> = if cli.command.is_empty() {
+        vec![users.agent.shell.clone().into_os_string()]
+    } else {
+        cli.command.clone()
+    };
+    let cwd = if cli.workdir.is_dir() {
+        cli.workdir.clone()
+    } else {
+        users.agent.home.clone()
+    };
+    let (program, args) = command.split_first().context("empty agent command")?;
+    let child = agent
+        .command(Path::new(program), &agent_env, &cwd)
+        .args(args)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot start the agent command {:?} as {}",
+                program, users.agent.name
+            )
+        })?;
+    eprintln!(
+        "airlock: session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
+        session.id,
+        t0.elapsed().as_millis(),
+        t_validate.as_millis(),
+        (t_proxy - t_validate).as_millis(),
+        (t_firewall - t_proxy).as_millis(),
+        (t_selftest - t_firewall).as_millis(),
+    );
+    let proxy_pid = Pid::from_raw(
+        proxy
+            .0
+            .take()
+            .map(|c| c.id())
+            .context("proxy handle lost")? as i32,
+    );
+    supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec).run()
+}
+
+fn proxy_binary(cli: &Cli) -> Result<PathBuf> {
+    let bin = match &cli.proxy_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot locate the entrypoint binary")?
+            .with_file_name("airlock-proxy"),
+    };
+    if !bin.is_file() {
+        return Err(anyhow!(
+            "proxy binary {} not found: install airlock-proxy next to the entrypoint or set AIRLOCK_PROXY_BIN",
+            bin.display()
+        ));
+    }
+    Ok(bin)
+}
+
+fn run_self_test(run_as: &RunAs) -> Result<()> {
+    let exe =
+        std::env::current_exe().context("cannot locate the entrypoint binary for the self-test")?;
+    let out = run_as
+        .command(&exe, &Default::default(), Path::new("/"))
+        .arg(SELF_TEST_ARG)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run the self-test as {}", run_as.identity.name))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stdout
+        .lines()
+        .find(|l| l.starts_with("FAIL"))
+        .or_else(|| stderr.lines().next())
+        .unwrap_or("no output")
+        .to_owned();
+    Err(anyhow!(
+        "self-test as the agent failed, refusing to start: {first}"
+    ))
+}
+
+/// The probes, computed by the agent-side process from what it can read itself.
+fn self_test_probes() -> Vec<selftest::Probe> {
+    use selftest::Probe;
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let gw4 = netinfo::default_gateway_v4(&read("/proc/net/route"))
+        .unwrap_or(Ipv4Addr::new(192, 0, 2, 1));
+    let gw6 = netinfo::default_gateway_v6(&read("/proc/net/ipv6_route"))
+        .unwrap_or(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+    let resolver = netinfo::nameservers(&read("/etc/resolv.conf"))
+        .into_iter()
+        .next();
+    let proxy = ch::explicit_addr();
+    let mut probes = vec![
+        Probe::ProxyHealth { proxy },
+        Probe::BlockedDomain { proxy },
+        Probe::DirectTcp {
+            label: "direct connection",
+            addr: SocketAddr::new(IpAddr::V4(gw4), 80),
+        },
+        Probe::DirectTcp {
+            label: "metadata address",
+            addr: SocketAddr::from(([169, 254, 169, 254], 80)),
+        },
+        Probe::DirectTcp {
+            label: "IPv6",
+            addr: SocketAddr::new(IpAddr::V6(gw6), 80),
+        },
+        Probe::ForeignDns {
+            label: "foreign DNS server",
+            addr: SocketAddr::new(IpAddr::V4(gw4), 53),
+        },
+    ];
+    if let Some(ns) = resolver.filter(|ns| *ns != IpAddr::V4(gw4)) {
+        probes.push(Probe::ForeignDns {
+            label: "configured resolver",
+            addr: SocketAddr::new(ns, 53),
+        });
+    }
+    probes
+}
+
+fn self_test_main() -> ExitCode {
+    let failures = selftest::run_all(&self_test_probes());
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

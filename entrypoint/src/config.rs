@@ -1,0 +1,38 @@
+//! Command line and environment of the entrypoint. Every option has an `AIRLOCK_*` variable so
+//! compose files and `docker run -e` can set it; defaults are the image's layout.
+
+use airlock_channels as ch;
+use clap::Parser;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// PID 1 of the airlock appliance: validate, start the proxy, apply the firewall, drop to the
+/// agent user, self-test, then run COMMAND (default: the agent user's shell) and supervise.
+#[derive(Debug, Parser)]
+#[command(name = "airlock-entrypoint", version)]
+pub struct Cli {
+    /// Policy file (read-only mount).
+    #[arg(long, env = "AIRLOCK_POLICY", default_value = ch::DEFAULT_POLICY_PATH)]
+    pub policy: PathBuf,
+    /// Runtime directory for sockets and per-start state (tmpfs).
+    #[arg(long, env = "AIRLOCK_RUN_DIR", default_value = ch::RUN_DIR)]
+    pub run_dir: PathBuf,
+    /// Directory of the audit log (a volume; owned by the proxy user, unreadable by the agent).
+    #[arg(long, env = "AIRLOCK_AUDIT_DIR", default_value = ch::DEFAULT_AUDIT_DIR)]
+    pub audit_dir: PathBuf,
+    /// User that runs the agent.
+    #[arg(long, env = "AIRLOCK_AGENT_USER", default_value = ch::AGENT_USER)]
+    pub agent_user: String,
+    /// Proxy binary (default: `airlock-proxy` next to this executable).
+    #[arg(long, env = "AIRLOCK_PROXY_BIN")]
+    pub proxy_bin: Option<PathBuf>,
+    /// Working directory of the agent (falls back to its home if absent).
+    #[arg(long, env = "AIRLOCK_WORKDIR", default_value = "/workspace")]
+    pub workdir: PathBuf,
+    /// Validate the policy and the environment, print the firewall that would be applied, exit.
+    #[arg(long)]
+    pub check: bool,
+    /// The agent command and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}

@@ -1,0 +1,165 @@
+//! Who runs what: the three users of the appliance, looked up once and checked against each other.
+
+use anyhow::{Context, Result, bail};
+use nix::unistd::{Group, Uid, User};
+use std::path::PathBuf;
+
+/// A user a child process is dropped to.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups after the drop (always exactly these, nothing inherited).
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+    pub shell: PathBuf,
+}
+
+impl Identity {
+    fn lookup(name: &str, role: &str) -> Result<Identity> {
+        let user = User::from_name(name)
+            .with_context(|| format!("cannot read the user database looking up {role} user {name:?}"))?
+            .with_context(|| {
+                format!("{role} user {name:?} does not exist: create it in the image (see the Dockerfile) or set the matching --*-user option")
+            })?;
+        Ok(Identity {
+            name: name.to_owned(),
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            groups: vec![user.gid.as_raw()],
+            home: user.dir,
+            shell: user.shell,
+        })
+    }
+}
+
+/// The users of design §2, resolved.
+#[derive(Debug, Clone)]
+pub struct Users {
+    pub proxy: Identity,
+    pub agent: Identity,
+    /// Group of the git API: the only group that may reach the proxy's service port.
+    pub git_gid: u32,
+}
+
+impl Users {
+    pub fn lookup(proxy: &str, git: &str, agent: &str) -> Result<Users> {
+        let proxy = Identity::lookup(proxy, "proxy")?;
+        let agent = Identity::lookup(agent, "agent")?;
+        let git_group = Group::from_name(git)
+            .with_context(|| {
+                format!("cannot read the group database looking up git group {git:?}")
+            })?
+            .with_context(|| {
+                format!(
+                    "git group {git:?} does not exist: create it in the image (see the Dockerfile)"
+                )
+            })?;
+        let users = Users {
+            proxy,
+            agent,
+            git_gid: git_group.gid.as_raw(),
+        };
+        users.check()?;
+        Ok(users)
+    }
+
+    /// Fail closed on identities that would collapse the separation the firewall relies on.
+    pub fn check(&self) -> Result<()> {
+        let (proxy, agent) = (&self.proxy, &self.agent);
+        if agent.uid == 0 || agent.gid == 0 {
+            bail!(
+                "agent user {:?} is root (uid {} gid {}): the agent must be an unprivileged user",
+                agent.name,
+                agent.uid,
+                agent.gid
+            );
+        }
+        if proxy.uid == 0 {
+            bail!(
+                "proxy user {:?} is root: the proxy must run as its own system user",
+                proxy.name
+            );
+        }
+        if agent.uid == proxy.uid {
+            bail!(
+                "agent and proxy share uid {}: the firewall lets the proxy's uid out, so they must differ",
+                agent.uid
+            );
+        }
+        if agent.gid == self.git_gid || agent.gid == proxy.gid {
+            bail!(
+                "agent's primary group {} is the git or proxy group: give the agent its own group",
+                agent.gid
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Refuse to run unless we are root: every setup step needs it.
+pub fn require_root() -> Result<()> {
+    if !Uid::effective().is_root() {
+        bail!(
+            "airlock-entrypoint must start as root inside the container (it drops privileges itself); do not pass --user to docker run"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, uid: u32, gid: u32) -> Identity {
+        Identity {
+            name: name.into(),
+            uid,
+            gid,
+            groups: vec![gid],
+            home: "/".into(),
+            shell: "/bin/sh".into(),
+        }
+    }
+
+    #[test]
+    fn distinct_users_pass() {
+        let u = Users {
+            proxy: id("airlock", 101, 101),
+            agent: id("agent", 1000, 1000),
+            git_gid: 102,
+        };
+        u.check().unwrap();
+    }
+
+    #[test]
+    fn root_agent_is_refused() {
+        let u = Users {
+            proxy: id("airlock", 101, 101),
+            agent: id("agent", 0, 0),
+            git_gid: 102,
+        };
+        assert!(u.check().unwrap_err().to_string().contains("root"));
+    }
+
+    #[test]
+    fn agent_sharing_the_proxy_uid_is_refused() {
+        let u = Users {
+            proxy: id("airlock", 1000, 101),
+            agent: id("agent", 1000, 1000),
+            git_gid: 102,
+        };
+        assert!(u.check().unwrap_err().to_string().contains("share uid"));
+    }
+
+    #[test]
+    fn agent_in_the_git_group_is_refused() {
+        let u = Users {
+            proxy: id("airlock", 101, 101),
+            agent: id("agent", 1000, 102),
+            git_gid: 102,
+        };
+        assert!(u.check().is_err());
+    }
+}

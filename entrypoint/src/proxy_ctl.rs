@@ -1,0 +1,104 @@
+//! Starting the proxy as its own user and waiting until it answers.
+
+use crate::spawn::RunAs;
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the proxy gets to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Everything needed to (re)start the proxy.
+#[derive(Debug, Clone)]
+pub struct ProxySpec {
+    pub bin: PathBuf,
+    pub policy: PathBuf,
+    pub audit_file: PathBuf,
+    pub session: String,
+    pub run_as: RunAs,
+}
+
+impl ProxySpec {
+    fn env() -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
+        if let Ok(filter) = std::env::var("AIRLOCK_LOG") {
+            env.insert("RUST_LOG".to_owned(), filter);
+        }
+        env
+    }
+
+    /// Spawn the proxy and wait until its health check answers.
+    pub fn start(&self) -> Result<Child> {
+        let mut cmd = self.run_as.command(&self.bin, &Self::env(), Path::new("/"));
+        cmd.arg("--policy")
+            .arg(&self.policy)
+            .arg("--audit")
+            .arg(&self.audit_file)
+            .arg("--session")
+            .arg(&self.session)
+            .stdin(Stdio::null());
+        let mut child = cmd.spawn().with_context(|| {
+            format!(
+                "cannot start the proxy {} as user {}",
+                self.bin.display(),
+                self.run_as.identity.name
+            )
+        })?;
+        wait_ready(&mut child)?;
+        Ok(child)
+    }
+}
+
+fn wait_ready(child: &mut Child) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for the proxy")? {
+            bail!("the proxy exited during start-up ({status}); its reason is printed above");
+        }
+        if health_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the proxy did not answer on {} within {}s; check that nothing else uses that port",
+                airlock_channels::explicit_addr(),
+                READY_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One health request to the explicit proxy.
+pub fn health_ok() -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(
+        &airlock_channels::explicit_addr(),
+        Duration::from_millis(200),
+    ) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: airlock\r\nConnection: close\r\n\r\n",
+        airlock_channels::HEALTH_PATH
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    buf[..got].starts_with(b"HTTP/1.1 200")
+}

@@ -1,0 +1,178 @@
+//! Verification of a dropped process's credentials from `/proc/self/status`.
+//!
+//! The drop is only trusted once the kernel's own report says it happened: every capability
+//! set empty, `NoNewPrivs: 1`, all four uids and gids the target's, exactly the expected
+//! supplementary groups and, when a filter was installed, seccomp in filter mode.
+
+use std::fmt;
+
+/// What the status must show.
+#[derive(Debug, Clone)]
+pub struct Expected<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: &'a [u32],
+    pub seccomp: bool,
+}
+
+/// A field of `/proc/self/status` that does not say what it must.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub field: &'static str,
+    pub expected: String,
+    pub found: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "/proc/self/status {}: expected {}, found {:?}",
+            self.field, self.expected, self.found
+        )
+    }
+}
+
+fn field<'s>(status: &'s str, name: &str) -> Option<&'s str> {
+    status.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key == name).then(|| value.trim())
+    })
+}
+
+fn mismatch(field: &'static str, expected: impl Into<String>, found: Option<&str>) -> Mismatch {
+    Mismatch {
+        field,
+        expected: expected.into(),
+        found: found.unwrap_or("<missing>").to_owned(),
+    }
+}
+
+/// Check the text of `/proc/self/status` against `want`. Pure, so the rules are unit-tested.
+pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let found = field(status, cap);
+        let empty = found.is_some_and(|v| u64::from_str_radix(v, 16) == Ok(0));
+        if !empty {
+            return Err(mismatch(static_name(cap), "0000000000000000", found));
+        }
+    }
+    let nnp = field(status, "NoNewPrivs");
+    if nnp != Some("1") {
+        return Err(mismatch("NoNewPrivs", "1", nnp));
+    }
+    for (name, id) in [("Uid", want.uid), ("Gid", want.gid)] {
+        let found = field(status, name);
+        let all = found.is_some_and(|v| {
+            let ids: Vec<&str> = v.split_whitespace().collect();
+            ids.len() == 4 && ids.iter().all(|x| x.parse() == Ok(id))
+        });
+        if !all {
+            return Err(mismatch(
+                static_name(name),
+                format!("{id} (real, effective, saved, fs)"),
+                found,
+            ));
+        }
+    }
+    let groups = field(status, "Groups");
+    let mut found_groups: Vec<u32> = groups
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|g| g.parse().ok())
+        .collect();
+    found_groups.sort_unstable();
+    let mut want_groups = want.groups.to_vec();
+    want_groups.sort_unstable();
+    want_groups.dedup();
+    if groups.is_none() || found_groups != want_groups {
+        return Err(mismatch("Groups", format!("{want_groups:?}"), groups));
+    }
+    if want.seccomp {
+        let mode = field(status, "Seccomp");
+        if mode != Some("2") {
+            return Err(mismatch("Seccomp", "2 (filter)", mode));
+        }
+    }
+    Ok(())
+}
+
+fn static_name(name: &str) -> &'static str {
+    match name {
+        "CapInh" => "CapInh",
+        "CapPrm" => "CapPrm",
+        "CapEff" => "CapEff",
+        "CapBnd" => "CapBnd",
+        "CapAmb" => "CapAmb",
+        "Uid" => "Uid",
+        _ => "Gid",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DROPPED: &str = "Name:\tsh\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t1000 \nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t2\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n";
+
+    fn want() -> Expected<'static> {
+        Expected {
+            uid: 1000,
+            gid: 1000,
+            groups: &[1000],
+            seccomp: true,
+        }
+    }
+
+    #[test]
+    fn a_clean_drop_verifies() {
+        verify(DROPPED, &want()).unwrap();
+    }
+
+    #[test]
+    fn a_leftover_bounding_capability_is_caught() {
+        let s = DROPPED.replace("CapBnd:\t0000000000000000", "CapBnd:\t0000000000001000");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "CapBnd");
+    }
+
+    #[test]
+    fn an_ambient_capability_is_caught() {
+        let s = DROPPED.replace("CapAmb:\t0000000000000000", "CapAmb:\t0000000000000400");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "CapAmb");
+    }
+
+    #[test]
+    fn a_saved_root_uid_is_caught() {
+        let s = DROPPED.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1000\t1000\t0\t1000");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "Uid");
+    }
+
+    #[test]
+    fn missing_no_new_privs_is_caught() {
+        let s = DROPPED.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "NoNewPrivs");
+    }
+
+    #[test]
+    fn an_inherited_supplementary_group_is_caught() {
+        let s = DROPPED.replace("Groups:\t1000 ", "Groups:\t0 1000 ");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "Groups");
+    }
+
+    #[test]
+    fn seccomp_off_is_caught_when_required() {
+        let s = DROPPED.replace("Seccomp:\t2", "Seccomp:\t0");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "Seccomp");
+        let no_filter = Expected {
+            seccomp: false,
+            ..want()
+        };
+        verify(&s, &no_filter).unwrap();
+    }
+
+    #[test]
+    fn a_missing_field_is_a_mismatch_not_a_pass() {
+        let s = DROPPED.replace("CapEff:\t0000000000000000\n", "");
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "CapEff");
+    }
+}

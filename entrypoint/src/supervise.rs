@@ -1,0 +1,166 @@
+//! PID 1 after set-up: reap every child, forward signals to the agent's process group, keep
+//! the proxy alive, and when the agent exits let the proxy flush its audit log before the
+//! container stops with the agent's status.
+
+use crate::proxy_ctl::ProxySpec;
+use anyhow::{Context, Result, bail};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Signals PID 1 handles synchronously (blocked, then taken with `sigwait`).
+pub fn handled_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGWINCH,
+    ] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Block the handled signals in PID 1 (children unblock them before `exec`).
+pub fn block_signals() -> Result<()> {
+    handled_signals()
+        .thread_block()
+        .context("blocking signals in PID 1")
+}
+
+/// More proxy deaths than this within [`RESTART_WINDOW`] stops the container.
+const MAX_RESTARTS: usize = 5;
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// Time the proxy gets to flush its audit log after SIGTERM.
+const PROXY_STOP_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub struct Supervisor {
+    pub agent: Pid,
+    pub proxy: Pid,
+    pub proxy_spec: ProxySpec,
+    restarts: VecDeque<Instant>,
+}
+
+/// The container's exit status for a waited child: its code, or 128 + signal.
+fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
+        _ => None,
+    }
+}
+
+impl Supervisor {
+    pub fn new(agent: Pid, proxy: Pid, proxy_spec: ProxySpec) -> Self {
+        Supervisor {
+            agent,
+            proxy,
+            proxy_spec,
+            restarts: VecDeque::new(),
+        }
+    }
+
+    /// Run until the agent exits; returns the container's exit status.
+    pub fn run(mut self) -> Result<i32> {
+        let signals = handled_signals();
+        loop {
+            let sig = signals.wait().context("waiting for signals")?;
+            if sig != Signal::SIGCHLD {
+                // Forward to the agent's group; it decides how to exit.
+                let _ = killpg(self.agent, sig);
+                continue;
+            }
+            if let Some(code) = self.reap()? {
+                self.stop_proxy();
+                return Ok(code);
+            }
+        }
+    }
+
+    /// Reap every exited child. Returns the agent's status once it has exited.
+    fn reap(&mut self) -> Result<Option<i32>> {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return Ok(None),
+                Ok(status) => {
+                    let pid = status.pid();
+                    if pid == Some(self.agent) {
+                        if let Some(code) = exit_code(status) {
+                            return Ok(Some(code));
+                        }
+                    } else if pid == Some(self.proxy) && exit_code(status).is_some() {
+                        self.restart_proxy(status)?;
+                    }
+                }
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("reaping children"),
+            }
+        }
+    }
+
+    fn restart_proxy(&mut self, status: WaitStatus) -> Result<()> {
+        let now = Instant::now();
+        self.restarts
+            .retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        if self.restarts.len() >= MAX_RESTARTS {
+            let _ = killpg(self.agent, Signal::SIGKILL);
+            bail!(
+                "the proxy died {} times within {}s (last: {status:?}); stopping the container rather than run the agent without it",
+                MAX_RESTARTS + 1,
+                RESTART_WINDOW.as_secs()
+            );
+        }
+        self.restarts.push_back(now);
+        eprintln!("airlock: the proxy exited ({status:?}); restarting it");
+        let child = self.proxy_spec.start().context("restarting the proxy")?;
+        self.proxy = Pid::from_raw(child.id() as i32);
+        Ok(())
+    }
+
+    /// SIGTERM the proxy and wait for it to flush; SIGKILL after the grace period.
+    fn stop_proxy(&mut self) {
+        if kill(self.proxy, Signal::SIGTERM).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + PROXY_STOP_GRACE;
+        while Instant::now() < deadline {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(status) if status.pid() == Some(self.proxy) => return,
+                Err(Errno::ECHILD) => return,
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(5)),
+                _ => {}
+            }
+        }
+        eprintln!(
+            "airlock: the proxy did not stop within {}s; killing it",
+            PROXY_STOP_GRACE.as_secs()
+        );
+        let _ = kill(self.proxy, Signal::SIGKILL);
+        let _ = waitpid(self.proxy, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_follows_the_shell_convention() {
+        let pid = Pid::from_raw(7);
+        assert_eq!(exit_code(WaitStatus::Exited(pid, 3)), Some(3));
+        assert_eq!(
+            exit_code(WaitStatus::Signaled(pid, Signal::SIGKILL, false)),
+            Some(137)
+        );
+        assert_eq!(exit_code(WaitStatus::StillAlive), None);
+    }
+}
