@@ -373,15 +373,26 @@ async fn open(
     Reason,
 > {
     let up = st.shared.upstreams.connect_checked(addrs, port).await?;
+    // The upstream connection is closed after `idle_timeout` without a byte either way, so
+    // a stalled response cannot hold a slot forever; a stream that keeps moving (SSE, a long
+    // download) is never cut.
+    let meter = Arc::new(Meter::new());
+    let io = TokioIo::new(Metered::new(up.stream, Arc::clone(&meter), Dir::Down));
     let (sender, conn) = client_http1::Builder::new()
-        .handshake(TokioIo::new(up.stream))
+        .handshake(io)
         .await
         .map_err(|_| Reason::UpstreamUnreachable)?;
     let slot = Arc::clone(&st.slot);
+    let idle = st.shared.limits.idle_timeout;
+    let mut phase = st.shared.shutdown.subscribe();
     tokio::spawn(async move {
         let _slot = slot;
-        if let Err(e) = conn.await {
-            tracing::debug!("upstream connection: {e}");
+        tokio::select! {
+            r = conn => if let Err(e) = r {
+                tracing::debug!("upstream connection: {e}");
+            },
+            () = tunnel::idle_watch(&meter, idle) => tracing::debug!("upstream connection idle: closed"),
+            () = reached(&mut phase, Phase::Stopping) => {}
         }
     });
     Ok((sender, up.addr, up.local_port))

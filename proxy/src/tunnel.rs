@@ -61,6 +61,11 @@ impl Meter {
         self.last_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
+    /// Records activity without counting bytes (writes).
+    pub fn touch(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
     /// Bytes client → upstream so far.
     #[must_use]
     pub fn up(&self) -> u64 {
@@ -138,7 +143,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.meter.touch();
+        }
+        res
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -151,7 +160,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.meter.touch();
+        }
+        res
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()

@@ -675,3 +675,189 @@ async fn per_client_connection_cap() {
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["reason"], "too-many-connections");
 }
+
+#[tokio::test]
+async fn overlong_request_target_is_refused() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let path = "a".repeat(20 * 1024);
+    let (_s, r) = request(
+        h.addr,
+        &format!("GET http://allowed.test/{path} HTTP/1.1\r\nhost: allowed.test\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("request-too-large")
+    );
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["reason"], "request-too-large");
+}
+
+/// A tiny deterministic generator (xorshift) so the garbage is reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[tokio::test]
+async fn garbage_never_takes_the_proxy_down() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let mut h =
+        Harness::start_with("enforce", &[("allowed.test", &[ALLOWED_IP])], &[], limits).await;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let seeds: [&[u8]; 6] = [
+        b"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n",
+        b"GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+        b"GET /__airlock/health HTTP/1.1\r\n\r\n",
+        b"POST http://allowed.test/ HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\nzz\r\n",
+        b"CONNECT [::ffff:127.0.0.1]:443 HTTP/1.0\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+    ];
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let mut input = seeds[i % seeds.len()].to_vec();
+        // Mutate: flip, truncate, or splice random bytes.
+        for _ in 0..(rng.next() % 6) {
+            let pos = usize::try_from(rng.next()).unwrap() % input.len().max(1);
+            match rng.next() % 3 {
+                0 => input[pos] ^= u8::try_from(rng.next() % 255 + 1).unwrap(),
+                1 => input.truncate(pos),
+                _ => input.insert(pos, u8::try_from(rng.next() % 256).unwrap()),
+            }
+            if input.is_empty() {
+                input.push(b'G');
+            }
+        }
+        let addr = h.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let _ = s.write_all(&input).await;
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out)).await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (_s, r) = request(h.addr, "GET /__airlock/health HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200, "still serving after 200 garbage connections");
+    let lines = h.finish().await;
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| l["session"] == "sess-1"));
+}
+
+#[tokio::test]
+async fn one_slowloris_client_does_not_starve_the_others() {
+    let (up, _heads) = http_server().await;
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        limits,
+    )
+    .await;
+    // The slow client dribbles a head, one byte every 50 ms.
+    let addr = h.addr;
+    let slow = tokio::spawn(async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        for b in b"GET http://allowed.test/ HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            if s.write_all(&[*b]).await.is_err() {
+                return true; // cut
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    });
+    let t0 = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        tasks.push(tokio::spawn(async move {
+            let (_s, r) = request(
+                addr,
+                "GET http://allowed.test/x HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+            )
+            .await;
+            r.status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "others are served while the slow one dribbles"
+    );
+    assert!(
+        slow.await.unwrap(),
+        "the slowloris client is cut at the header timeout"
+    );
+    let lines = h.finish().await;
+    assert_eq!(
+        lines.iter().filter(|l| l["decision"] == "allow").count(),
+        100
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["event"] == "header-timeout")
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_upstream_response_is_closed_by_the_idle_timeout() {
+    // Upstream sends a head promising 100 bytes, sends 5, then stalls forever.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nhello")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        limits,
+    )
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let t0 = std::time::Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(String::from_utf8_lossy(&out).ends_with("hello"));
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["bytes_down"], 5);
+}
