@@ -4,21 +4,19 @@
 //! Everything here is pure (constants and string rendering); `netns` runs the scripts.
 //!
 //! ```text
-//!   sandbox netns  alk-s-<id>                 upstream netns  alk-u-<id>
-//!   ┌───────────────────────────┐             ┌──────────────────────────────────────────┐
-//!   │ lo 127.0.0.1, ::1         │             │ alk-u<id> 198.51.100.1/24                 │
-//!   │ eth0 198.51.100.2/24      │── veth ─────│           2001:db8:100::1/64              │
-//!   │      2001:db8:100::2/64   │             │ lo (service addresses, /32 and /128):     │
-//!   │ default via .1 / ::1      │             │   203.0.113.10 allowed.test  (80,443,8080,│
-//!   └───────────────────────────┘             │                 8443, udp 443)            │
-//!                                             │   203.0.113.11 blocked.test  (80,443)      │
-//!                                             │   203.0.113.12 other.test    (80,443)      │
-//!                                             │   203.0.113.53 DNS (the sandbox resolver)  │
-//!                                             │   203.0.113.54 "foreign" DNS               │
-//!                                             │   2001:db8:113::10 allowed.test, v6.test   │
-//!                                             │                (80,443, DNS 53)            │
-//!                                             │   169.254.169.254 fake metadata (80)       │
-//!                                             └──────────────────────────────────────────┘
+//!   sandbox netns alk-s-<id>             upstream netns alk-u-<id>
+//!   +--------------------------+         +------------------------------------------+
+//!   | lo 127.0.0.1, ::1        |         | alk-u<id> 198.51.100.1/24                |
+//!   | eth0 198.51.100.2/24     |--veth---|           2001:db8:100::1/64             |
+//!   |      2001:db8:100::2/64  |         | lo: the service addresses (/32, /128)    |
+//!   | default via .1 and ::1   |         |   203.0.113.10  allowed.test             |
+//!   +--------------------------+         |   203.0.113.11  blocked.test             |
+//!                                        |   203.0.113.12  other.test               |
+//!                                        |   203.0.113.53  DNS (sandbox resolver)   |
+//!                                        |   203.0.113.54  "foreign" DNS            |
+//!                                        |   2001:db8:113::10  allowed.test, v6.test|
+//!                                        |   169.254.169.254  fake metadata         |
+//!                                        +------------------------------------------+
 //! ```
 //!
 //! The service addresses live on the upstream namespace's `lo` (this kernel has no `dummy`
