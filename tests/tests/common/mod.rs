@@ -1,0 +1,180 @@
+//! Shared helpers for the namespace tests: run the real entrypoint in a World, read its
+//! audit log, and check a capture against the proxy's own upstream connections.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code)]
+
+use airlock_tests::{Capture, Packet, Proto, World};
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// Exit status of a refused start.
+pub const EXIT_REFUSED: i32 = 78;
+
+/// The policy most tests run under.
+pub const POLICY: &str = r#"
+[sandbox]
+name = "nstest"
+
+[network]
+allow = ["allowed.test", "v6.test", "rebind.test", "meta.test", "203.0.113.12"]
+deny = []
+"#;
+
+/// A binary built by `cargo build --workspace` next to this test executable.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build --workspace` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// Paths of one airlock start inside a World.
+pub struct Airlock {
+    pub policy: PathBuf,
+    pub audit_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub workdir: PathBuf,
+}
+
+impl Airlock {
+    pub fn new(world: &World, policy: &str) -> Airlock {
+        let dir = world.dir().join("airlock");
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy_path = dir.join("policy.toml");
+        std::fs::write(&policy_path, policy).unwrap();
+        std::fs::set_permissions(&policy_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let workdir = dir.join("work");
+        std::fs::create_dir_all(&workdir).unwrap();
+        std::os::unix::fs::chown(
+            &workdir,
+            Some(world.users().agent),
+            Some(world.users().agent),
+        )
+        .unwrap();
+        Airlock {
+            policy: policy_path,
+            audit_dir: dir.join("audit"),
+            run_dir: dir.join("run"),
+            workdir,
+        }
+    }
+
+    /// The entrypoint command (not yet started) with `agent` as the agent command.
+    pub fn command(&self, world: &World, agent: &[&str]) -> std::process::Command {
+        let mut cmd = world.sandbox_command(&bin("airlock-entrypoint"));
+        cmd.arg("--policy")
+            .arg(&self.policy)
+            .arg("--audit-dir")
+            .arg(&self.audit_dir)
+            .arg("--run-dir")
+            .arg(&self.run_dir)
+            .arg("--workdir")
+            .arg(&self.workdir)
+            .arg("--")
+            .args(agent);
+        cmd
+    }
+
+    /// Start airlock, run `script` with `sh -c` as the agent, return what happened.
+    pub fn run(&self, world: &World, script: &str) -> Output {
+        self.command(world, &["sh", "-c", script])
+            .output()
+            .expect("spawn the entrypoint")
+    }
+
+    /// The proxy's audit log, one JSON value per line.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.audit_dir.join("audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
+            .collect()
+    }
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Panic with both streams unless the run succeeded.
+pub fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "airlock run failed: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// `curl` as the agent, printing `<code>` then headers; `--cacert` trusts the fake internet's CA.
+pub fn curl(world: &World, args: &str) -> String {
+    format!(
+        "curl -sS --max-time 10 --cacert {} {args}",
+        world.ca_pem_path().display()
+    )
+}
+
+/// Kernel housekeeping that any interface sends on its own (not a process's traffic).
+fn is_kernel_housekeeping(p: &Packet) -> bool {
+    matches!(p.proto, Proto::Icmpv6) && matches!(p.icmpv6_type, Some(133..=136 | 143))
+}
+
+/// Every packet that left the sandbox belongs to an upstream connection the proxy made (its
+/// source port is in the audit log) or is a DNS query for a name the policy allows (the
+/// proxy's own resolution). Returns the number of proxy packets seen, so callers can assert
+/// that the capture saw anything at all.
+pub fn assert_only_proxy_traffic(
+    world: &World,
+    capture: &Capture,
+    audit: &[serde_json::Value],
+    allowed_names: &[&str],
+) -> usize {
+    let proxy_ports: HashSet<u16> = audit
+        .iter()
+        .filter_map(|l| l.get("upstream_local_port")?.as_u64())
+        .map(|p| p as u16)
+        .collect();
+    let mut proxy_packets = 0;
+    for p in capture.from_sandbox(world) {
+        if is_kernel_housekeeping(p) {
+            continue;
+        }
+        match p.proto {
+            Proto::Tcp => {
+                let port = p.src_port.expect("tcp source port");
+                assert!(
+                    proxy_ports.contains(&port),
+                    "a TCP packet left the sandbox that is not from a proxy connection: {p:?}\nproxy ports: {proxy_ports:?}"
+                );
+                proxy_packets += 1;
+            }
+            Proto::Udp if p.dst_port == Some(53) => {}
+            _ => panic!("a packet left the sandbox that no proxy connection explains: {p:?}"),
+        }
+    }
+    for (src, qname, qtype) in capture.dns_queries() {
+        if src != std::net::IpAddr::V4(world.sandbox_ip_v4())
+            && src != std::net::IpAddr::V6(world.sandbox_ip_v6())
+        {
+            continue;
+        }
+        let name = qname.trim_end_matches('.').to_ascii_lowercase();
+        assert!(
+            allowed_names.contains(&name.as_str()),
+            "a DNS query for {name} ({qtype}) left the sandbox"
+        );
+    }
+    proxy_packets
+}

