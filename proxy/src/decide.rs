@@ -12,6 +12,7 @@ use airlock_policy::{HostDecision, Mode, Policy};
 use http::Uri;
 
 use crate::audit::Verdict;
+use crate::sniff::Sniff;
 
 /// Where a request wants to go, canonicalised.
 #[derive(Debug, Clone)]
@@ -173,6 +174,80 @@ pub fn check_addresses(addrs: &[IpAddr]) -> Result<(), Reason> {
     Ok(())
 }
 
+/// Inside a `CONNECT` tunnel: the TLS server name or the HTTP `Host` the client sends must
+/// name the host it asked the proxy for (no domain fronting). A ClientHello without SNI and
+/// protocols that are neither TLS nor HTTP pass (there is no second name to disagree).
+///
+/// # Errors
+/// `sni-mismatch`, `host-mismatch`, or `malformed-request` for a broken TLS/HTTP start.
+pub fn check_inner_host(target: &Target, sniffed: &Sniff) -> Result<(), Reason> {
+    match sniffed {
+        Sniff::Tls(Some(sni)) => match Host::parse(sni) {
+            Ok(h) if h == target.host => Ok(()),
+            _ => Err(Reason::SniMismatch),
+        },
+        Sniff::Http(Some(value)) => match split_host_port(value, target.port) {
+            Ok((h, port)) if h == target.host && port == target.port => Ok(()),
+            _ => Err(Reason::HostMismatch),
+        },
+        Sniff::Invalid => Err(Reason::MalformedRequest),
+        Sniff::Tls(None) | Sniff::Http(None) | Sniff::Other | Sniff::NeedMore => Ok(()),
+    }
+}
+
+/// On the transparent listener the host comes only from the client's first bytes; the port
+/// is the original destination's.
+///
+/// # Errors
+/// `unknown-host` when there is no name to check, `malformed-request` for a broken start,
+/// `invalid-host` for a name that does not canonicalise, `host-mismatch` when the `Host`
+/// header names another port than the connection's.
+pub fn transparent_target(sniffed: &Sniff, orig_port: u16) -> Result<Target, Reason> {
+    match sniffed {
+        Sniff::Tls(Some(sni)) => {
+            let host = Host::parse(sni).map_err(|_| Reason::InvalidHost)?;
+            Ok(Target {
+                host,
+                port: orig_port,
+            })
+        }
+        Sniff::Http(Some(value)) => {
+            let (host, port) =
+                split_host_port(value, orig_port).map_err(|_| Reason::InvalidHost)?;
+            if port == orig_port {
+                Ok(Target { host, port })
+            } else {
+                Err(Reason::HostMismatch)
+            }
+        }
+        Sniff::Invalid => Err(Reason::MalformedRequest),
+        Sniff::Tls(None) | Sniff::Http(None) | Sniff::Other | Sniff::NeedMore => {
+            Err(Reason::UnknownHost)
+        }
+    }
+}
+
+/// The transparent listener may only connect where the agent was going, and only if that
+/// address is one the named host resolves to (no fronting by IP: `SNI allowed.com` sent to
+/// an arbitrary address is refused).
+///
+/// # Errors
+/// `sni-mismatch` (TLS) or `host-mismatch` (HTTP) when `orig` is not among `resolved`.
+pub fn check_original_destination(
+    orig: IpAddr,
+    resolved: &[IpAddr],
+    sniffed: &Sniff,
+) -> Result<(), Reason> {
+    let orig = orig.to_canonical();
+    if resolved.iter().any(|ip| ip.to_canonical() == orig) {
+        Ok(())
+    } else if matches!(sniffed, Sniff::Tls(_)) {
+        Err(Reason::SniMismatch)
+    } else {
+        Err(Reason::HostMismatch)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,5 +345,91 @@ mod tests {
         assert!(is_hard(Reason::InvalidHost));
         assert!(is_hard(Reason::SniMismatch));
         assert!(!is_hard(Reason::BlockedByPolicy));
+    }
+}
+
+#[cfg(test)]
+mod inner_host_tests {
+    use super::*;
+
+    fn target(a: &str) -> Target {
+        connect_target(a).unwrap()
+    }
+
+    #[test]
+    fn fronting_inside_connect_is_refused() {
+        let t = target("allowed.com:443");
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Tls(Some("ALLOWED.com.".into()))),
+            Ok(())
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Tls(Some("evil.com".into()))),
+            Err(Reason::SniMismatch)
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Tls(Some("bad\0name".into()))),
+            Err(Reason::SniMismatch)
+        );
+        assert_eq!(check_inner_host(&t, &Sniff::Tls(None)), Ok(()));
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Http(Some("allowed.com:443".into()))),
+            Ok(())
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Http(Some("allowed.com".into()))),
+            Ok(())
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Http(Some("allowed.com:80".into()))),
+            Err(Reason::HostMismatch)
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Http(Some("evil.com".into()))),
+            Err(Reason::HostMismatch)
+        );
+        assert_eq!(
+            check_inner_host(&t, &Sniff::Invalid),
+            Err(Reason::MalformedRequest)
+        );
+        assert_eq!(check_inner_host(&t, &Sniff::Other), Ok(()));
+    }
+
+    #[test]
+    fn transparent_needs_a_name_and_the_right_address() {
+        let t = transparent_target(&Sniff::Tls(Some("Api.Example.com".into())), 443).unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("api.example.com", 443));
+        assert_eq!(
+            transparent_target(&Sniff::Tls(None), 443).unwrap_err(),
+            Reason::UnknownHost
+        );
+        assert_eq!(
+            transparent_target(&Sniff::Other, 22).unwrap_err(),
+            Reason::UnknownHost
+        );
+        assert_eq!(
+            transparent_target(&Sniff::Http(Some("a.com:8080".into())), 80).unwrap_err(),
+            Reason::HostMismatch
+        );
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let resolved = [ip("203.0.113.1"), ip("2001:db8::1")];
+        let tls = Sniff::Tls(Some("a.com".into()));
+        assert_eq!(
+            check_original_destination(ip("203.0.113.1"), &resolved, &tls),
+            Ok(())
+        );
+        assert_eq!(
+            check_original_destination(ip("::ffff:203.0.113.1"), &resolved, &tls),
+            Ok(())
+        );
+        assert_eq!(
+            check_original_destination(ip("198.51.100.9"), &resolved, &tls),
+            Err(Reason::SniMismatch)
+        );
+        let http = Sniff::Http(Some("a.com".into()));
+        assert_eq!(
+            check_original_destination(ip("198.51.100.9"), &resolved, &http),
+            Err(Reason::HostMismatch)
+        );
     }
 }

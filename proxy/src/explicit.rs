@@ -28,6 +28,7 @@ use crate::deny::{self, ProxyBody};
 use crate::hop;
 use crate::limits::Slot;
 use crate::shutdown::{Phase, reached};
+use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
 
 /// Accepts on `listener` until draining starts.
@@ -73,11 +74,7 @@ async fn refuse(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, re
         Some(peer),
     );
     rec.reason = Some(reason.as_str());
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(1),
-        stream.write_all(&deny::raw_denial(reason, "", 0)),
-    )
-    .await;
+    crate::transparent::answer_and_close(&mut stream, &deny::raw_denial(reason, "", 0)).await;
     shared.audit.emit(rec).await;
 }
 
@@ -264,14 +261,34 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         let _slot = slot; // the tunnel counts against the client's connection cap
         let end = match on_upgrade.await {
             Ok(upgraded) => {
-                tunnel::relay(
-                    TokioIo::new(upgraded),
-                    upstream.stream,
-                    Arc::clone(&meter),
+                let mut client = TokioIo::new(upgraded);
+                let mut up = upstream.stream;
+                match inspect_tunnel(
+                    &mut client,
+                    &mut up,
+                    &target,
+                    &meter,
                     shared.limits.idle_timeout,
-                    shared.shutdown.subscribe(),
                 )
                 .await
+                {
+                    Ok(()) => {
+                        tunnel::relay(
+                            client,
+                            up,
+                            Arc::clone(&meter),
+                            shared.limits.idle_timeout,
+                            shared.shutdown.subscribe(),
+                        )
+                        .await
+                    }
+                    Err(Inspect::Refused(reason)) => {
+                        rec.decision = Verdict::Deny;
+                        rec.reason = Some(reason.as_str());
+                        tunnel::End::Closed
+                    }
+                    Err(Inspect::Ended(end)) => end,
+                }
             }
             Err(e) => {
                 tracing::debug!("upgrade failed: {e}");
@@ -432,4 +449,66 @@ fn bracketed(target: &Target) -> String {
         Some(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
         _ => target.host.as_str().to_owned(),
     }
+}
+
+enum Inspect {
+    /// The client's first bytes name another host (or are broken): refused.
+    Refused(Reason),
+    /// The tunnel ended before anything was decided.
+    Ended(tunnel::End),
+}
+
+/// Reads the client's first bytes inside a `CONNECT` tunnel and checks that the TLS server
+/// name or HTTP `Host` agrees with the authority (no domain fronting). The bytes read are
+/// then sent upstream unchanged. If the upstream speaks first (SSH banners, SMTP, ...) the
+/// protocol is not TLS/HTTP-first and the tunnel proceeds without inspection; a client that
+/// says nothing is held until the idle timeout, never waved through.
+async fn inspect_tunnel<C>(
+    client: &mut C,
+    up: &mut TcpStream,
+    target: &Target,
+    meter: &Meter,
+    idle: std::time::Duration,
+) -> Result<(), Inspect>
+where
+    C: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    let mut prefix: Vec<u8> = Vec::with_capacity(2048);
+    let deadline = tokio::time::Instant::now() + idle;
+    let verdict = loop {
+        if prefix.len() >= sniff::MAX_SNIFF {
+            break sniff::sniff(&prefix);
+        }
+        let mut chunk = [0u8; 2048];
+        let room = (sniff::MAX_SNIFF - prefix.len()).min(chunk.len());
+        tokio::select! {
+            r = client.read(&mut chunk[..room]) => match r {
+                Ok(0) => return Err(Inspect::Ended(tunnel::End::Closed)),
+                Ok(n) => {
+                    prefix.extend_from_slice(&chunk[..n]);
+                    match sniff::sniff(&prefix) {
+                        Sniff::NeedMore => {}
+                        decided => break decided,
+                    }
+                }
+                Err(_) => return Err(Inspect::Ended(tunnel::End::Error)),
+            },
+            r = up.readable(), if prefix.is_empty() => {
+                if r.is_err() {
+                    return Err(Inspect::Ended(tunnel::End::Error));
+                }
+                break Sniff::Other; // server speaks first
+            }
+            () = tokio::time::sleep_until(deadline) => return Err(Inspect::Ended(tunnel::End::Idle)),
+        }
+    };
+    decide::check_inner_host(target, &verdict).map_err(Inspect::Refused)?;
+    if !prefix.is_empty() {
+        up.write_all(&prefix)
+            .await
+            .map_err(|_| Inspect::Ended(tunnel::End::Error))?;
+        meter.add_up(prefix.len());
+    }
+    Ok(())
 }

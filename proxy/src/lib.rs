@@ -1,7 +1,8 @@
 //! airlock's egress proxy: the one process allowed to leave the container.
 //!
 //! It answers the agent on loopback only: an explicit HTTP proxy (`CONNECT` tunnels and
-//! absolute-form plain HTTP) and a health endpoint. For every request it canonicalises the
+//! absolute-form plain HTTP), a health endpoint, and a transparent listener for redirected
+//! TCP (host from TLS SNI or HTTP `Host`). For every request it canonicalises the
 //! host, asks the policy, resolves the name **once** with its own resolver, checks every
 //! address against the hard-deny ranges, connects to a checked address and audits the
 //! decision as one JSON line.
@@ -22,6 +23,8 @@ mod explicit;
 pub mod hop;
 pub mod limits;
 pub mod shutdown;
+pub mod sniff;
+pub mod transparent;
 pub mod tunnel;
 pub mod upstream;
 
@@ -48,6 +51,7 @@ pub(crate) struct Shared {
     pub limits: Limits,
     pub shutdown: Shutdown,
     pub slots: Arc<Slots>,
+    pub original_dst: Arc<dyn transparent::OriginalDst>,
 }
 
 /// Everything a proxy instance needs.
@@ -65,6 +69,11 @@ pub struct Proxy {
     pub limits: Limits,
     /// Where the explicit proxy listens (`channels::explicit_addr()` in production).
     pub explicit_addr: SocketAddr,
+    /// Where the transparent listener listens (`channels::transparent_addr()`), if at all.
+    pub transparent_addr: Option<SocketAddr>,
+    /// How the transparent listener learns a connection's original destination
+    /// ([`transparent::SoOriginalDst`] in production).
+    pub original_dst: Arc<dyn transparent::OriginalDst>,
 }
 
 /// A started proxy.
@@ -72,6 +81,8 @@ pub struct Proxy {
 pub struct Running {
     /// The explicit proxy's bound address (useful when started on port 0).
     pub explicit_addr: SocketAddr,
+    /// The transparent listener's bound address, when started.
+    pub transparent_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     listeners: Vec<JoinHandle<()>>,
 }
@@ -84,6 +95,14 @@ impl Proxy {
     pub async fn start(self) -> io::Result<Running> {
         let listener = TcpListener::bind(self.explicit_addr).await?;
         let explicit_addr = listener.local_addr()?;
+        let transparent = match self.transparent_addr {
+            Some(a) => Some(TcpListener::bind(a).await?),
+            None => None,
+        };
+        let transparent_addr = transparent
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let slots = Slots::new(&self.limits);
         let shared = Arc::new(Shared {
             policy: self.policy,
@@ -93,10 +112,15 @@ impl Proxy {
             limits: self.limits,
             shutdown: Shutdown::new(),
             slots,
+            original_dst: self.original_dst,
         });
-        let listeners = vec![tokio::spawn(explicit::serve(listener, Arc::clone(&shared)))];
+        let mut listeners = vec![tokio::spawn(explicit::serve(listener, Arc::clone(&shared)))];
+        if let Some(t) = transparent {
+            listeners.push(tokio::spawn(transparent::serve(t, Arc::clone(&shared))));
+        }
         Ok(Running {
             explicit_addr,
+            transparent_addr,
             shared,
             listeners,
         })

@@ -8,6 +8,7 @@ use clap::Parser;
 
 use airlock_proxy::config::Args;
 use airlock_proxy::limits::Limits;
+use airlock_proxy::transparent::SoOriginalDst;
 use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
 use airlock_proxy::{Proxy, audit, shutdown};
 
@@ -54,6 +55,8 @@ async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
         audit,
         limits,
         explicit_addr: airlock_channels::explicit_addr(),
+        transparent_addr: Some(airlock_channels::transparent_addr()),
+        original_dst: Arc::new(SoOriginalDst),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;
     tracing::info!("airlock-proxy ready on {}", running.explicit_addr);

@@ -1,0 +1,395 @@
+//! Peeking at a client's first bytes: the TLS ClientHello's server name, or the HTTP
+//! request's `Host` header. Pure, bounded, and total: any input yields an answer, never a
+//! panic (a fuzz-style test below feeds it random and truncated input).
+//!
+//! Used by the transparent listener (where the host comes only from these bytes) and inside
+//! `CONNECT` tunnels (where it must agree with the authority: no domain fronting).
+
+/// Most bytes we ever look at before deciding. A ClientHello with post-quantum key shares
+/// is ~2 KiB; one in several records is allowed up to this bound.
+pub const MAX_SNIFF: usize = 16 * 1024;
+
+/// What the first bytes say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sniff {
+    /// Not enough bytes yet to tell.
+    NeedMore,
+    /// A TLS ClientHello; the server name if it carries one (raw, not yet canonical).
+    Tls(Option<String>),
+    /// An HTTP/1.x request head; its single `Host` value if it has exactly one.
+    Http(Option<String>),
+    /// Starts like TLS or HTTP but is broken (bad lengths, duplicate Host, oversize).
+    Invalid,
+    /// Some other protocol.
+    Other,
+}
+
+/// Classifies `buf` (the bytes received so far).
+#[must_use]
+pub fn sniff(buf: &[u8]) -> Sniff {
+    match buf.first() {
+        None => Sniff::NeedMore,
+        Some(0x16) => match client_hello_sni(buf) {
+            Parse::NeedMore if buf.len() >= MAX_SNIFF => Sniff::Invalid,
+            Parse::NeedMore => Sniff::NeedMore,
+            Parse::Done(sni) => Sniff::Tls(sni),
+            Parse::Invalid => Sniff::Invalid,
+        },
+        Some(_) => http_host(buf),
+    }
+}
+
+enum Parse {
+    NeedMore,
+    Done(Option<String>),
+    Invalid,
+}
+
+/// A bounds-checked reader over a byte slice.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    const fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<usize> {
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    }
+    fn rest(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+}
+
+/// Reassembles the handshake message from consecutive handshake records and finds the
+/// `server_name` extension (RFC 6066 §3).
+fn client_hello_sni(buf: &[u8]) -> Parse {
+    // 1. Records → handshake bytes.
+    let mut hs: Vec<u8> = Vec::new();
+    let mut r = Reader::new(buf);
+    let mut need: Option<usize> = None;
+    loop {
+        if need.is_some_and(|n| hs.len() >= n) {
+            break;
+        }
+        if r.rest() < 5 {
+            return Parse::NeedMore;
+        }
+        let (Some(ct), Some(major), Some(_minor), Some(len)) = (r.u8(), r.u8(), r.u8(), r.u16())
+        else {
+            return Parse::NeedMore;
+        };
+        if ct != 0x16 || major != 3 || len == 0 || len > 16_384 {
+            return Parse::Invalid;
+        }
+        let Some(frag) = r.take(len) else {
+            return Parse::NeedMore;
+        };
+        hs.extend_from_slice(frag);
+        if need.is_none() && hs.len() >= 4 {
+            if hs[0] != 0x01 {
+                return Parse::Invalid; // not a ClientHello
+            }
+            let body = (usize::from(hs[1]) << 16) | (usize::from(hs[2]) << 8) | usize::from(hs[3]);
+            if body + 4 > MAX_SNIFF {
+                return Parse::Invalid;
+            }
+            need = Some(body + 4);
+        }
+    }
+    let total = need.unwrap_or(0);
+    let Some(msg) = hs.get(4..total) else {
+        return Parse::Invalid;
+    };
+    // 2. ClientHello body.
+    match parse_hello(msg) {
+        Some(sni) => Parse::Done(sni),
+        None => Parse::Invalid,
+    }
+}
+
+/// `Some(None)`: well-formed, no server name; `None`: malformed.
+fn parse_hello(msg: &[u8]) -> Option<Option<String>> {
+    let mut r = Reader::new(msg);
+    r.take(2)?; // legacy_version
+    r.take(32)?; // random
+    let sid = usize::from(r.u8()?);
+    if sid > 32 {
+        return None;
+    }
+    r.take(sid)?;
+    let cs = r.u16()?;
+    if cs == 0 || cs % 2 != 0 {
+        return None;
+    }
+    r.take(cs)?;
+    let comp = usize::from(r.u8()?);
+    if comp == 0 {
+        return None;
+    }
+    r.take(comp)?;
+    if r.rest() == 0 {
+        return Some(None); // no extensions at all
+    }
+    let ext_len = r.u16()?;
+    let mut exts = Reader::new(r.take(ext_len)?);
+    let mut found: Option<String> = None;
+    let mut seen_sni = false;
+    while exts.rest() > 0 {
+        let ty = exts.u16()?;
+        let len = exts.u16()?;
+        let data = exts.take(len)?;
+        if ty != 0 {
+            continue;
+        }
+        if seen_sni {
+            return None; // duplicate extension: ambiguous, refuse
+        }
+        seen_sni = true;
+        let mut d = Reader::new(data);
+        let list_len = d.u16()?;
+        let mut list = Reader::new(d.take(list_len)?);
+        while list.rest() > 0 {
+            let name_type = list.u8()?;
+            let n = list.u16()?;
+            let name = list.take(n)?;
+            if name_type == 0 {
+                if found.is_some() || n == 0 {
+                    return None; // two host names, or an empty one
+                }
+                found = Some(std::str::from_utf8(name).ok()?.to_owned());
+            }
+        }
+    }
+    Some(found)
+}
+
+const METHODS: [&[u8]; 10] = [
+    b"GET ",
+    b"POST ",
+    b"PUT ",
+    b"HEAD ",
+    b"DELETE ",
+    b"OPTIONS ",
+    b"PATCH ",
+    b"CONNECT ",
+    b"TRACE ",
+    b"PRI ",
+];
+
+fn http_host(buf: &[u8]) -> Sniff {
+    let probe = &buf[..buf.len().min(8)];
+    let is_method = METHODS
+        .iter()
+        .any(|m| m.starts_with(probe) || probe.starts_with(m));
+    if !is_method {
+        return Sniff::Other;
+    }
+    if !METHODS.iter().any(|m| buf.starts_with(m)) {
+        return Sniff::NeedMore; // a prefix of a method: wait
+    }
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        return if buf.len() >= MAX_SNIFF {
+            Sniff::Invalid
+        } else {
+            Sniff::NeedMore
+        };
+    };
+    let Ok(head) = std::str::from_utf8(&buf[..end]) else {
+        return Sniff::Invalid;
+    };
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or("");
+    if !(request_line.ends_with(" HTTP/1.1") || request_line.ends_with(" HTTP/1.0")) {
+        return Sniff::Invalid;
+    }
+    let mut host = None;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Sniff::Invalid;
+        };
+        if name.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Sniff::Invalid; // two Host headers: which one would upstream use?
+            }
+            host = Some(value.trim().to_owned());
+        }
+    }
+    Sniff::Http(host)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Builds a minimal ClientHello (for tests here and in `tests/`).
+#[doc(hidden)]
+#[must_use]
+pub fn test_client_hello(sni: Option<&str>) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&[3, 3]);
+    body.extend_from_slice(&[7u8; 32]);
+    body.push(0); // session id
+    body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+    body.extend_from_slice(&[1, 0]); // null compression
+    let mut exts = Vec::new();
+    if let Some(name) = sni {
+        let n = name.as_bytes();
+        let mut sn = Vec::new();
+        let entry_len = u16::try_from(3 + n.len()).unwrap_or(u16::MAX);
+        sn.extend_from_slice(&entry_len.to_be_bytes());
+        sn.push(0);
+        sn.extend_from_slice(&u16::try_from(n.len()).unwrap_or(u16::MAX).to_be_bytes());
+        sn.extend_from_slice(n);
+        exts.extend_from_slice(&[0, 0]);
+        exts.extend_from_slice(&u16::try_from(sn.len()).unwrap_or(u16::MAX).to_be_bytes());
+        exts.extend_from_slice(&sn);
+    }
+    // supported_versions: TLS 1.3
+    exts.extend_from_slice(&[0, 0x2b, 0, 3, 2, 3, 4]);
+    body.extend_from_slice(&u16::try_from(exts.len()).unwrap_or(u16::MAX).to_be_bytes());
+    body.extend_from_slice(&exts);
+    let mut hs = vec![1u8];
+    let bl = u32::try_from(body.len()).unwrap_or(0).to_be_bytes();
+    hs.extend_from_slice(&bl[1..]);
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend_from_slice(&u16::try_from(hs.len()).unwrap_or(u16::MAX).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_server_name() {
+        let hello = test_client_hello(Some("api.example.com"));
+        assert_eq!(sniff(&hello), Sniff::Tls(Some("api.example.com".into())));
+        assert_eq!(sniff(&test_client_hello(None)), Sniff::Tls(None));
+    }
+
+    #[test]
+    fn every_truncation_asks_for_more() {
+        let hello = test_client_hello(Some("api.example.com"));
+        for cut in 0..hello.len() {
+            assert_eq!(sniff(&hello[..cut]), Sniff::NeedMore, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn hello_split_across_records() {
+        let hello = test_client_hello(Some("split.example.com"));
+        let hs = &hello[5..];
+        let (a, b) = hs.split_at(20);
+        let mut two = Vec::new();
+        for part in [a, b] {
+            two.extend_from_slice(&[0x16, 3, 1]);
+            two.extend_from_slice(&u16::try_from(part.len()).unwrap().to_be_bytes());
+            two.extend_from_slice(part);
+        }
+        assert_eq!(sniff(&two), Sniff::Tls(Some("split.example.com".into())));
+    }
+
+    #[test]
+    fn fronting_tricks_are_invalid() {
+        // Two SNI extensions.
+        let mut hello = test_client_hello(Some("a.example.com"));
+        let ext_start = 5 + 4 + 2 + 32 + 1 + 4 + 2;
+        let ext_len = usize::from(u16::from_be_bytes([hello[ext_start], hello[ext_start + 1]]));
+        let exts = hello[ext_start + 2..ext_start + 2 + ext_len].to_vec();
+        let sni_ext = exts[..4 + usize::from(u16::from_be_bytes([exts[2], exts[3]]))].to_vec();
+        let mut doubled = exts.clone();
+        doubled.extend_from_slice(&sni_ext);
+        hello.truncate(ext_start);
+        hello.extend_from_slice(&u16::try_from(doubled.len()).unwrap().to_be_bytes());
+        hello.extend_from_slice(&doubled);
+        let hs_len = hello.len() - 9;
+        let b = u32::try_from(hs_len).unwrap().to_be_bytes();
+        hello[6..9].copy_from_slice(&b[1..]);
+        let rec_len = u16::try_from(hello.len() - 5).unwrap().to_be_bytes();
+        hello[3..5].copy_from_slice(&rec_len);
+        assert_eq!(sniff(&hello), Sniff::Invalid);
+        // Not a ClientHello (ServerHello type 2).
+        let mut sh = test_client_hello(Some("x.example.com"));
+        sh[5] = 2;
+        assert_eq!(sniff(&sh), Sniff::Invalid);
+    }
+
+    #[test]
+    fn http_host_header() {
+        assert_eq!(
+            sniff(b"GET / HTTP/1.1\r\nHost: Example.com\r\nAccept: */*\r\n\r\n"),
+            Sniff::Http(Some("Example.com".into()))
+        );
+        assert_eq!(
+            sniff(b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n"),
+            Sniff::Http(None)
+        );
+        assert_eq!(
+            sniff(b"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n"),
+            Sniff::Invalid
+        );
+        assert_eq!(sniff(b"GET / HTTP/1.1\r\nHost: a"), Sniff::NeedMore);
+        assert_eq!(sniff(b"GE"), Sniff::NeedMore);
+        assert_eq!(sniff(b"SSH-2.0-OpenSSH_9.6\r\n"), Sniff::Other);
+        assert_eq!(sniff(b"GET / HTTP/2\r\n\r\n"), Sniff::Invalid);
+    }
+
+    /// Fuzz-style: random bytes and random mutations/truncations of valid input must never
+    /// panic, and a buffer at the size bound must always be decided.
+    #[test]
+    fn random_input_never_panics() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let seeds = [
+            test_client_hello(Some("api.example.com")),
+            b"GET / HTTP/1.1\r\nHost: a.b\r\n\r\n".to_vec(),
+        ];
+        for i in 0..20_000 {
+            let mut input = if i % 3 == 0 {
+                let n = usize::try_from(next() % 600).unwrap();
+                (0..n)
+                    .map(|_| u8::try_from(next() % 256).unwrap())
+                    .collect()
+            } else {
+                seeds[i % 2].clone()
+            };
+            for _ in 0..(next() % 8) {
+                if input.is_empty() {
+                    break;
+                }
+                let pos = usize::try_from(next()).unwrap() % input.len();
+                match next() % 3 {
+                    0 => input[pos] = u8::try_from(next() % 256).unwrap(),
+                    1 => input.truncate(pos),
+                    _ => input.insert(pos, u8::try_from(next() % 256).unwrap()),
+                }
+            }
+            let _ = sniff(&input);
+        }
+        let big = vec![0x16u8; MAX_SNIFF + 10];
+        assert_ne!(sniff(&big), Sniff::NeedMore);
+        let mut big_http = b"GET / HTTP/1.1\r\n".to_vec();
+        big_http.resize(MAX_SNIFF + 1, b'a');
+        assert_eq!(sniff(&big_http), Sniff::Invalid);
+    }
+}

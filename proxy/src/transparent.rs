@@ -1,0 +1,261 @@
+//! The transparent listener: the agent's other outbound TCP, redirected here by the
+//! firewall (`nat OUTPUT REDIRECT`). The destination comes from `SO_ORIGINAL_DST`, the host
+//! from the client's first bytes (TLS SNI or HTTP `Host`, peeked, not consumed); then the
+//! same policy as the explicit proxy, plus: the original destination must be one of the
+//! addresses the host resolves to (no fronting by IP). A connection whose host cannot be
+//! determined, or is not allowed, is refused and audited.
+//!
+//! Limitation: only the first request of a plain-HTTP keep-alive connection is inspected;
+//! later ones reach the same checked address.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use airlock_policy::reason::Reason;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::Shared;
+use crate::audit::{Kind, Record, Verdict};
+use crate::decide;
+use crate::deny;
+use crate::limits::Slot;
+use crate::shutdown::{Phase, reached};
+use crate::sniff::{MAX_SNIFF, Sniff, sniff};
+use crate::tunnel::{self, Meter};
+
+/// Where a redirected connection was going.
+pub trait OriginalDst: std::fmt::Debug + Send + Sync + 'static {
+    /// The destination the client connected to before the redirect.
+    ///
+    /// # Errors
+    /// When the socket carries no such information (not redirected).
+    fn original_dst(&self, stream: &TcpStream) -> io::Result<SocketAddr>;
+}
+
+/// The kernel's answer: `getsockopt(SOL_IP, SO_ORIGINAL_DST)` (IPv4; the listener binds
+/// 127.0.0.1 only).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SoOriginalDst;
+
+impl OriginalDst for SoOriginalDst {
+    fn original_dst(&self, stream: &TcpStream) -> io::Result<SocketAddr> {
+        let fd = stream.as_raw_fd();
+        let mut addr = libc::sockaddr_in {
+            sin_family: 0,
+            sin_port: 0,
+            sin_addr: libc::in_addr { s_addr: 0 },
+            sin_zero: [0; 8],
+        };
+        let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_in>())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `fd` is a valid, open socket owned by `stream` for the duration of the
+        // call; `addr` is a properly aligned, writable `sockaddr_in` and `len` holds its exact
+        // size, so the kernel writes at most `len` bytes into it and updates `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_IP,
+                libc::SO_ORIGINAL_DST,
+                (&raw mut addr).cast::<libc::c_void>(),
+                &raw mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if i32::from(addr.sin_family) != libc::AF_INET {
+            return Err(io::Error::from(io::ErrorKind::InvalidData));
+        }
+        let ip = Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
+        Ok(SocketAddr::V4(SocketAddrV4::new(
+            ip,
+            u16::from_be(addr.sin_port),
+        )))
+    }
+}
+
+/// Accepts on `listener` until draining starts.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let mut phase = shared.shutdown.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = reached(&mut phase, Phase::Draining) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("transparent accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        match shared.slots.try_take(peer.ip()) {
+            Ok(slot) => {
+                tokio::spawn(handle(stream, peer, Arc::clone(&shared), slot));
+            }
+            Err(reason) => {
+                let mut rec = Record::new(
+                    Arc::clone(&shared.session),
+                    SystemTime::now(),
+                    Kind::Transparent,
+                    Some(peer),
+                );
+                rec.reason = Some(reason.as_str());
+                drop(stream);
+                shared.audit.emit(rec).await;
+            }
+        }
+    }
+}
+
+/// Peeks until the first bytes say what they are, the size bound is reached, or `within`
+/// passes. Never consumes: the bytes go upstream untouched.
+async fn peek_sniff(stream: &TcpStream, within: Duration) -> Option<Sniff> {
+    let mut buf = vec![0u8; MAX_SNIFF];
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last = 0usize;
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None; // closed before saying anything
+        }
+        match sniff(&buf[..n]) {
+            Sniff::NeedMore => {}
+            decided => return Some(decided),
+        }
+        // peek returns at once while data is queued: wait for more with a short backoff.
+        if n == last {
+            if tokio::time::Instant::now() + backoff > deadline {
+                return None;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(50));
+        } else {
+            backoff = Duration::from_millis(1);
+        }
+        last = n;
+    }
+}
+
+async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Slot) {
+    let _slot = slot;
+    let meter = Arc::new(Meter::new());
+    let mut rec = Record::new(
+        Arc::clone(&shared.session),
+        SystemTime::now(),
+        Kind::Transparent,
+        Some(peer),
+    );
+    let orig = match shared.original_dst.original_dst(&stream) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(
+                "transparent connection from {peer} without an original destination: {e}"
+            );
+            rec.reason = Some(Reason::UnknownHost.as_str());
+            rec.event = Some("no-original-destination");
+            shared.audit.emit(rec).await;
+            return;
+        }
+    };
+    rec.port = Some(orig.port());
+    let sniffed = peek_sniff(&stream, shared.limits.header_read_timeout)
+        .await
+        .unwrap_or(Sniff::NeedMore);
+    // Answer in HTTP only to what started as HTTP (a broken head included); a TLS client
+    // would not understand it and is simply closed.
+    let is_http = matches!(sniffed, Sniff::Http(_))
+        || (sniffed == Sniff::Invalid && first_byte(&stream).await.is_some_and(|b| b != 0x16));
+    let result = admit(&shared, &mut rec, &sniffed, orig).await;
+    let upstream = match result {
+        Ok(u) => u,
+        Err(reason) => {
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(reason.as_str());
+            if rec.host.is_none() {
+                rec.host = Some(orig.ip().to_string());
+            }
+            if is_http {
+                let host = rec.host.clone().unwrap_or_default();
+                answer_and_close(&mut stream, &deny::raw_denial(reason, &host, orig.port())).await;
+            }
+            rec.duration_ms = meter.elapsed_ms();
+            shared.audit.emit(rec).await;
+            return;
+        }
+    };
+    rec.upstream = Some(upstream.addr);
+    rec.upstream_local_port = upstream.local_port;
+    let end = tunnel::relay(
+        stream,
+        upstream.stream,
+        Arc::clone(&meter),
+        shared.limits.idle_timeout,
+        shared.shutdown.subscribe(),
+    )
+    .await;
+    rec.event = Some(end.as_str());
+    rec.bytes_up = meter.up();
+    rec.bytes_down = meter.down();
+    rec.duration_ms = meter.elapsed_ms();
+    shared.audit.emit(rec).await;
+}
+
+async fn admit(
+    shared: &Shared,
+    rec: &mut Record,
+    sniffed: &Sniff,
+    orig: SocketAddr,
+) -> Result<crate::upstream::Connected, Reason> {
+    let target = decide::transparent_target(sniffed, orig.port())?;
+    rec.host = Some(target.host.as_str().to_owned());
+    let d = decide::decide(&shared.policy, &target);
+    rec.rule.clone_from(&d.rule);
+    rec.decision = d.verdict;
+    rec.reason = d.reason.map(|r| r.as_str());
+    if let (false, Some(reason)) = (d.passes(), d.reason) {
+        return Err(reason);
+    }
+    let addrs = shared.upstreams.resolve_checked(&target).await?;
+    decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
+    shared
+        .upstreams
+        .connect_checked(&[orig.ip()], orig.port())
+        .await
+}
+
+/// Writes `response` and closes gracefully. The unread request is drained first: closing a
+/// socket with unread data makes the kernel send a reset, which can destroy the response
+/// before the client reads it.
+pub(crate) async fn answer_and_close(stream: &mut TcpStream, response: &[u8]) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.try_read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(response).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+async fn first_byte(stream: &TcpStream) -> Option<u8> {
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(100), stream.peek(&mut b)).await {
+        Ok(Ok(1)) => Some(b[0]),
+        _ => None,
+    }
+}

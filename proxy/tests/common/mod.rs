@@ -1,0 +1,276 @@
+//! Shared harness of the end-to-end tests.
+//!
+//! Upstreams are listeners on 127.0.0.1 reached only through the test seams: the fake
+//! resolver answers documentation-range (public) addresses, and the fake connector maps
+//! exactly those to the local listeners. The proxy's own checks run unchanged; nothing
+//! here dials anything but loopback.
+
+// Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use airlock_proxy::audit::{self, AuditWriter};
+use airlock_proxy::limits::Limits;
+use airlock_proxy::transparent::OriginalDst;
+use airlock_proxy::upstream::{BoxFuture, Connect, Resolve, ResolveError, Upstreams};
+use airlock_proxy::{Proxy, Running};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+pub const ALLOWED_IP: &str = "203.0.113.10";
+
+pub struct FakeResolver(HashMap<String, Vec<IpAddr>>);
+
+impl Resolve for FakeResolver {
+    fn lookup<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<IpAddr>, ResolveError>> {
+        Box::pin(async move {
+            self.0.get(name).cloned().ok_or_else(|| ResolveError {
+                host: name.into(),
+                detail: "NXDOMAIN".into(),
+            })
+        })
+    }
+}
+
+pub struct FakeConnect {
+    routes: HashMap<SocketAddr, SocketAddr>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Connect for FakeConnect {
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let local = self.routes.get(&addr).copied();
+        Box::pin(async move {
+            let local = local.ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionRefused))?;
+            assert!(local.ip().is_loopback(), "tests only ever dial loopback");
+            TcpStream::connect(local).await
+        })
+    }
+}
+
+/// Stands in for `SO_ORIGINAL_DST`: the test sets where the next connection "was going".
+#[derive(Debug, Default)]
+pub struct FakeOrigDst(pub Mutex<Option<SocketAddr>>);
+
+impl OriginalDst for FakeOrigDst {
+    fn original_dst(&self, _stream: &TcpStream) -> io::Result<SocketAddr> {
+        (*self.0.lock().unwrap()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+}
+
+pub struct Harness {
+    pub addr: SocketAddr,
+    pub transparent: SocketAddr,
+    pub orig_dst: Arc<FakeOrigDst>,
+    running: Option<Running>,
+    writer: Option<AuditWriter>,
+    audit_path: PathBuf,
+    pub connects: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub async fn start(
+        mode: &str,
+        names: &[(&str, &[&str])],
+        routes: &[(SocketAddr, SocketAddr)],
+    ) -> Self {
+        Self::start_with(mode, names, routes, Limits::default()).await
+    }
+
+    pub async fn start_with(
+        mode: &str,
+        names: &[(&str, &[&str])],
+        routes: &[(SocketAddr, SocketAddr)],
+        limits: Limits,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let policy_path = dir.path().join("policy.toml");
+        std::fs::write(
+            &policy_path,
+            format!(
+                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n"
+            ),
+        )
+        .unwrap();
+        let policy = airlock_policy::Policy::load(&policy_path).unwrap();
+        let names = names
+            .iter()
+            .map(|(n, ips)| {
+                (
+                    (*n).to_owned(),
+                    ips.iter().map(|i| i.parse().unwrap()).collect(),
+                )
+            })
+            .collect();
+        let connects = Arc::new(AtomicUsize::new(0));
+        let connector = FakeConnect {
+            routes: routes.iter().copied().collect(),
+            calls: Arc::clone(&connects),
+        };
+        let upstreams = Upstreams::new(
+            Arc::new(FakeResolver(names)),
+            Arc::new(connector),
+            limits.connect_timeout,
+        );
+        let orig_dst = Arc::new(FakeOrigDst::default());
+        let audit_path = dir.path().join("audit.jsonl");
+        let (audit, writer) = audit::open(&audit_path, 64).unwrap();
+        let proxy = Proxy {
+            policy,
+            session: "sess-1".into(),
+            upstreams,
+            audit,
+            limits,
+            explicit_addr: "127.0.0.1:0".parse().unwrap(),
+            transparent_addr: Some("127.0.0.1:0".parse().unwrap()),
+            original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
+        };
+        let running = proxy.start().await.unwrap();
+        Self {
+            transparent: running.transparent_addr.unwrap(),
+            orig_dst,
+            addr: running.explicit_addr,
+            running: Some(running),
+            writer: Some(writer),
+            audit_path,
+            connects,
+            _dir: dir,
+        }
+    }
+
+    /// Stops the proxy, flushes the log and returns its lines.
+    pub async fn finish(&mut self) -> Vec<Value> {
+        self.running.take().unwrap().stop().await;
+        self.writer.take().unwrap().finish().await.unwrap();
+        std::fs::read_to_string(&self.audit_path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// A parsed HTTP/1.1 response head plus its content-length body.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+pub async fn read_resp(s: &mut TcpStream) -> Resp {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut byte).await.unwrap();
+        assert_eq!(
+            n,
+            1,
+            "connection closed inside a response head: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let mut r = Resp {
+        status,
+        head,
+        body: String::new(),
+    };
+    if let Some(len) = r.header("content-length") {
+        let mut body = vec![0u8; len.parse().unwrap()];
+        s.read_exact(&mut body).await.unwrap();
+        r.body = String::from_utf8(body).unwrap();
+    }
+    r
+}
+
+pub async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let r = read_resp(&mut s).await;
+    (s, r)
+}
+
+/// An echo server; reports each accepted peer address.
+pub async fn echo_server() -> (SocketAddr, mpsc::UnboundedReceiver<SocketAddr>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, peer)) = l.accept().await {
+            let _ = tx.send(peer);
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// A one-response-per-request HTTP server; reports each request head it received.
+pub async fn http_server() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let mut buf = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !buf.ends_with(b"\r\n\r\n") {
+                        if s.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        buf.push(byte[0]);
+                    }
+                    let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+                    let body = "hello from upstream";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: keep-alive\r\nkeep-alive: timeout=5\r\nx-upstream: yes\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+pub fn route(public: &str, port: u16, local: SocketAddr) -> (SocketAddr, SocketAddr) {
+    (SocketAddr::new(public.parse().unwrap(), port), local)
+}
+
+pub fn lines_for<'a>(lines: &'a [Value], host: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["host"] == host).collect()
+}

@@ -1,0 +1,297 @@
+//! End-to-end attacks on the transparent listener (and on fronting inside CONNECT).
+//! `SO_ORIGINAL_DST` is replaced by the harness's `FakeOrigDst`.
+
+// Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use airlock_proxy::sniff::test_client_hello;
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn dst(ip: &str, port: u16) -> Option<SocketAddr> {
+    Some(SocketAddr::new(ip.parse().unwrap(), port))
+}
+
+async fn transparent(h: &Harness, to: Option<SocketAddr>, first: &[u8]) -> TcpStream {
+    *h.orig_dst.0.lock().unwrap() = to;
+    let mut s = TcpStream::connect(h.transparent).await.unwrap();
+    s.write_all(first).await.unwrap();
+    s
+}
+
+async fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn tls_with_an_allowed_sni_reaches_the_original_destination() {
+    let (echo, mut peers) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let hello = test_client_hello(Some("allowed.test"));
+    let mut s = transparent(&h, dst(ALLOWED_IP, 443), &hello).await;
+    // The peeked ClientHello is relayed untouched (not consumed by the sniffing).
+    let mut back = vec![0u8; hello.len()];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(back, hello);
+    s.shutdown().await.unwrap();
+    let _ = read_all(&mut s).await;
+    let upstream_peer = peers.recv().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let l = &lines[0];
+    assert_eq!(l["kind"], "transparent");
+    assert_eq!(l["decision"], "allow");
+    assert_eq!(l["host"], "allowed.test");
+    assert_eq!(l["upstream"], format!("{ALLOWED_IP}:443"));
+    assert_eq!(l["upstream_local_port"], upstream_peer.port());
+    assert_eq!(l["bytes_up"], hello.len());
+}
+
+#[tokio::test]
+async fn sni_of_an_allowed_host_sent_to_another_address_is_refused() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[
+            route(ALLOWED_IP, 443, echo),
+            route("198.51.100.66", 443, echo),
+        ],
+    )
+    .await;
+    let mut s = transparent(
+        &h,
+        dst("198.51.100.66", 443),
+        &test_client_hello(Some("allowed.test")),
+    )
+    .await;
+    assert!(read_all(&mut s).await.is_empty(), "closed without a byte");
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0);
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["decision"], "deny");
+    assert_eq!(lines[0]["reason"], "sni-mismatch");
+}
+
+#[tokio::test]
+async fn blocked_sni_no_sni_and_unknown_protocols_are_refused() {
+    let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
+    let mut s = transparent(
+        &h,
+        dst(ALLOWED_IP, 443),
+        &test_client_hello(Some("evil.test")),
+    )
+    .await;
+    assert!(read_all(&mut s).await.is_empty());
+    let mut s = transparent(&h, dst(ALLOWED_IP, 443), &test_client_hello(None)).await;
+    assert!(read_all(&mut s).await.is_empty());
+    let mut s = transparent(&h, dst(ALLOWED_IP, 22), b"SSH-2.0-OpenSSH_9.6\r\n").await;
+    assert!(read_all(&mut s).await.is_empty());
+    // Not redirected at all (no original destination).
+    let mut s = transparent(&h, None, b"GET / HTTP/1.1\r\nhost: allowed.test\r\n\r\n").await;
+    assert!(read_all(&mut s).await.is_empty());
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0);
+    let lines = h.finish().await;
+    let reasons: Vec<_> = lines
+        .iter()
+        .map(|l| l["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "blocked-by-policy",
+            "unknown-host",
+            "unknown-host",
+            "unknown-host"
+        ]
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["decision"] == "deny" && l["kind"] == "transparent")
+    );
+}
+
+#[tokio::test]
+async fn plain_http_by_host_header_and_its_denial_is_readable() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("evil.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let mut s = transparent(
+        &h,
+        dst(ALLOWED_IP, 80),
+        b"GET /x HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+    )
+    .await;
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, "hello from upstream");
+    assert!(
+        heads
+            .recv()
+            .await
+            .unwrap()
+            .starts_with("GET /x HTTP/1.1\r\nHost: allowed.test")
+    );
+    drop(s);
+    let mut s = transparent(
+        &h,
+        dst(ALLOWED_IP, 80),
+        b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+    )
+    .await;
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-by-policy")
+    );
+    assert_eq!(r.json()["host"], "evil.test");
+    let mut s = transparent(
+        &h,
+        dst(ALLOWED_IP, 80),
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: allowed.test\r\n\r\n",
+    )
+    .await;
+    let r = read_resp(&mut s).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("malformed-request")
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 3, "{lines:?}");
+}
+
+#[tokio::test]
+async fn rebinding_through_the_transparent_path_is_refused() {
+    let mut h = Harness::start("enforce", &[("rebind.test", &["127.0.0.1"])], &[]).await;
+    // Even if the agent's traffic really was headed to loopback, a name resolving there is
+    // never connected to.
+    let mut s = transparent(
+        &h,
+        dst("127.0.0.1", 443),
+        &test_client_hello(Some("rebind.test")),
+    )
+    .await;
+    assert!(read_all(&mut s).await.is_empty());
+    let lines = h.finish().await;
+    assert_eq!(lines[0]["reason"], "blocked-private-address");
+}
+
+#[tokio::test]
+async fn fronting_inside_connect_is_refused() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo), route(ALLOWED_IP, 80, echo)],
+    )
+    .await;
+    // SNI of a blocked host inside a tunnel to an allowed one.
+    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    s.write_all(&test_client_hello(Some("evil.test")))
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(
+        out.is_empty(),
+        "nothing from upstream: the hello never left"
+    );
+    // Host header of another host inside a tunnel.
+    let (mut s, _) = request(h.addr, "CONNECT allowed.test:80 HTTP/1.1\r\n\r\n").await;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(out.is_empty());
+    // The honest one passes, split into two writes.
+    let hello = test_client_hello(Some("allowed.test"));
+    let (mut s, _) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    s.write_all(&hello[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    s.write_all(&hello[10..]).await.unwrap();
+    let mut back = vec![0u8; hello.len()];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(back, hello);
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let reasons: Vec<_> = lines
+        .iter()
+        .map(|l| (l["decision"].as_str().unwrap(), l["reason"].as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("deny", Some("sni-mismatch")),
+            ("deny", Some("host-mismatch")),
+            ("allow", None)
+        ],
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn server_first_protocols_still_work_through_connect() {
+    // An upstream that greets first (like SSH or SMTP).
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"220 hello\r\n").await.unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).await.unwrap();
+        s.write_all(&b).await.unwrap();
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, up)],
+    )
+    .await;
+    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    let mut greet = [0u8; 11];
+    s.read_exact(&mut greet).await.unwrap();
+    assert_eq!(&greet, b"220 hello\r\n");
+    s.write_all(b"QUIT").await.unwrap();
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b).await.unwrap();
+    assert_eq!(&b, b"QUIT");
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    assert_eq!(lines[0]["decision"], "allow");
+}
