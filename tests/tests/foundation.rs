@@ -48,26 +48,20 @@ fn an_agent_session_on_the_wire_only_the_proxy_leaves() {
                 "-o /dev/null -w '%{http_code}' http://blocked.test/"
             )
         ),
-        format!(
-            "{} >/dev/null 2>&1; echo direct=$?",
-            curl(
-                &world,
-                "--noproxy '*' --connect-timeout 5 http://203.0.113.11/"
-            )
+        probe(
+            &world,
+            "direct",
+            "--noproxy '*' --connect-timeout 5 http://203.0.113.11/",
         ),
-        format!(
-            "{} >/dev/null 2>&1; echo meta=$?",
-            curl(
-                &world,
-                "--noproxy '*' --connect-timeout 5 http://169.254.169.254/"
-            )
+        probe(
+            &world,
+            "meta",
+            "--noproxy '*' --connect-timeout 5 http://169.254.169.254/",
         ),
-        format!(
-            "{} >/dev/null 2>&1; echo v6=$?",
-            curl(
-                &world,
-                "-6 --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'"
-            )
+        probe(
+            &world,
+            "v6",
+            "-6 --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'",
         ),
         "dig +short +tries=1 +time=2 @203.0.113.54 blocked.test >/dev/null 2>&1; echo dig=$?"
             .to_owned(),
@@ -90,7 +84,10 @@ fn an_agent_session_on_the_wire_only_the_proxy_leaves() {
         "allowed HTTP through the proxy:\n{text}"
     );
     assert!(text.contains("blocked=403"), "blocked host:\n{text}");
-    for probe in ["direct", "meta", "v6", "ping"] {
+    for probe in ["direct", "meta", "v6"] {
+        assert_stopped(&text, probe);
+    }
+    for probe in ["ping"] {
         assert!(
             text.contains(&format!("{probe}=")),
             "{probe} did not run:\n{text}"
@@ -201,18 +198,18 @@ fn a_direct_connection_to_an_upstream_ip_fails_fast() {
     let airlock = Airlock::new(&world, POLICY);
     // Without proxy variables at all, as a tool that ignores them would behave.
     let script = format!(
-        "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy {} -o /dev/null --connect-timeout 20 http://203.0.113.11/; echo rc=$?",
-        curl(&world, "")
+        "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy {}",
+        probe(
+            &world,
+            "direct",
+            "--connect-timeout 20 http://203.0.113.11/"
+        )
     );
     let started = Instant::now();
     let out = airlock.run(&world, &script);
     let took = started.elapsed();
     assert_ok(&out);
-    assert!(
-        !stdout(&out).contains("rc=0"),
-        "direct connection succeeded: {}",
-        stdout(&out)
-    );
+    assert_stopped(&stdout(&out), "direct");
     // A silent DROP would hang until the 20 s connect timeout; REJECT fails at once.
     assert!(
         took < Duration::from_secs(15),
@@ -230,15 +227,21 @@ fn ipv6_egress_fails() {
     let world = world();
     let airlock = Airlock::new(&world, POLICY);
     let script = [
-        format!("{} -o /dev/null --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'; echo tcp6=$?", curl(&world, "-6")),
-        "dig +tries=1 +time=2 @2001:db8:100::1 allowed.test >/dev/null 2>&1; echo dns6=$?".to_owned(),
+        probe(
+            &world,
+            "tcp6",
+            "-6 --noproxy '*' --connect-timeout 5 'http://[2001:db8:113::10]/'",
+        ),
+        "dig +tries=1 +time=2 @2001:db8:100::1 allowed.test >/dev/null 2>&1; echo dns6=$?"
+            .to_owned(),
         "ping -6 -c1 -W2 2001:db8:113::10 >/dev/null 2>&1; echo ping6=$?".to_owned(),
     ]
     .join("\n");
     let out = airlock.run(&world, &script);
     assert_ok(&out);
     let text = stdout(&out);
-    for probe in ["tcp6", "dns6", "ping6"] {
+    assert_stopped(&text, "tcp6");
+    for probe in ["dns6", "ping6"] {
         assert!(
             text.contains(&format!("{probe}=")) && !text.contains(&format!("{probe}=0\n")),
             "{probe} must fail:\n{text}"
@@ -418,39 +421,12 @@ fn the_supervisor_restarts_a_dead_proxy() {
         curl(&world, code),
         curl(&world, code)
     );
-    let child = airlock
-        .command(&world, &["sh", "-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = airlock.workdir.join("ready");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(Instant::now() < deadline, "the agent never became ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = airlock.spawn(&world, &script);
+    airlock.wait_for_agent_file("ready");
     // Kill the proxy from outside (root on the host), as a crash would.
-    let pids = std::process::Command::new("ip")
-        .args(["netns", "pids", world.sandbox_ns()])
-        .output()
-        .unwrap();
-    let proxy: Vec<String> = String::from_utf8_lossy(&pids.stdout)
-        .lines()
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "airlock-proxy")
-        })
-        .map(str::to_owned)
-        .collect();
+    let proxy = sandbox_pids(&world, |comm| comm == "airlock-proxy");
     assert_eq!(proxy.len(), 1, "exactly one proxy runs: {proxy:?}");
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-9", &proxy[0]])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(proxy[0], "-KILL");
     std::fs::write(airlock.workdir.join("killed"), "").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_ok(&out);
@@ -475,38 +451,12 @@ fn sigterm_reaches_the_agent_and_the_audit_log_is_flushed() {
         "trap 'echo got-term; exit 3' TERM; {} >/dev/null; touch ready; while :; do sleep 0.05; done",
         curl(&world, "http://blocked.test/")
     );
-    let child = airlock
-        .command(&world, &["sh", "-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = airlock.workdir.join("ready");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(Instant::now() < deadline, "the agent never became ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pids = std::process::Command::new("ip")
-        .args(["netns", "pids", world.sandbox_ns()])
-        .output()
-        .unwrap();
-    let init: Vec<String> = String::from_utf8_lossy(&pids.stdout)
-        .lines()
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim().starts_with("airlock-entryp"))
-        })
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(init.len(), 1, "{init:?}");
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &init[0]])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let child = airlock.spawn(&world, &script);
+    airlock.wait_for_agent_file("ready");
+    // `comm` is truncated to 15 bytes.
+    let init = sandbox_pids(&world, |comm| comm.starts_with("airlock-entryp"));
+    assert_eq!(init.len(), 1, "exactly one entrypoint runs: {init:?}");
+    signal(init[0], "-TERM");
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),

@@ -90,6 +90,29 @@ impl Airlock {
             .expect("spawn the entrypoint")
     }
 
+    /// Start airlock in the background with `script` as the agent, both streams captured.
+    pub fn spawn(&self, world: &World, script: &str) -> std::process::Child {
+        self.command(world, &["sh", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the entrypoint")
+    }
+
+    /// Wait (up to 20 s) until the agent has created `name` in its working directory.
+    pub fn wait_for_agent_file(&self, name: &str) {
+        let path = self.workdir.join(name);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !path.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent never created {}",
+                path.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The proxy's audit log, one JSON value per line.
     pub fn audit(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.audit_dir.join("audit.jsonl")).unwrap_or_default();
@@ -97,6 +120,31 @@ impl Airlock {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
             .collect()
     }
+}
+
+/// Pids of the processes in the sandbox's network namespace whose `comm` satisfies `pick`.
+pub fn sandbox_pids(world: &World, pick: impl Fn(&str) -> bool) -> Vec<u32> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", world.sandbox_ns()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|pid| pid.trim().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| pick(c.trim()))
+        })
+        .collect()
+}
+
+/// Send `sig` (e.g. `-TERM`) to `pid` as root on the host.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
 }
 
 pub fn stdout(out: &Output) -> String {
@@ -124,6 +172,31 @@ pub fn curl(world: &World, args: &str) -> String {
         "curl -sS --max-time 10 --cacert {} {args}",
         world.ca_pem_path().display()
     )
+}
+
+/// A script line that runs curl as the agent and prints `NAME=<http code>`: `000` when the
+/// connection failed, otherwise the status it got.
+pub fn probe(world: &World, name: &str, args: &str) -> String {
+    format!(
+        "echo {name}=$({})",
+        curl(
+            world,
+            &format!("-o /dev/null -w '%{{http_code}}' {args} 2>/dev/null")
+        )
+    )
+}
+
+/// A direct attempt is stopped when the kernel refused it (`000`) or airlock's transparent
+/// listener denied it (`403`); whatever else the callers check that nothing reached upstream.
+pub fn assert_stopped(text: &str, name: &str) {
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or("<missing>");
+    assert!(
+        matches!(value, "000" | "403"),
+        "{name} was not stopped (got {value:?}):\n{text}"
+    );
 }
 
 /// Kernel housekeeping that any interface sends on its own (not a process's traffic).
