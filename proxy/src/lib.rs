@@ -2,7 +2,8 @@
 //!
 //! It answers the agent on loopback only: an explicit HTTP proxy (`CONNECT` tunnels and
 //! absolute-form plain HTTP), a health endpoint, and a transparent listener for redirected
-//! TCP (host from TLS SNI or HTTP `Host`). For every request it canonicalises the
+//! TCP (host from TLS SNI or HTTP `Host`), and a DNS filter that answers allowed names with
+//! addresses it resolved itself. For every request it canonicalises the
 //! host, asks the policy, resolves the name **once** with its own resolver, checks every
 //! address against the hard-deny ranges, connects to a checked address and audits the
 //! decision as one JSON line.
@@ -19,6 +20,7 @@ pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod deny;
+pub mod dns;
 mod explicit;
 pub mod hop;
 pub mod limits;
@@ -71,6 +73,8 @@ pub struct Proxy {
     pub explicit_addr: SocketAddr,
     /// Where the transparent listener listens (`channels::transparent_addr()`), if at all.
     pub transparent_addr: Option<SocketAddr>,
+    /// Where the DNS filter listens, UDP and TCP (`channels::dns_addr()`), if at all.
+    pub dns_addr: Option<SocketAddr>,
     /// How the transparent listener learns a connection's original destination
     /// ([`transparent::SoOriginalDst`] in production).
     pub original_dst: Arc<dyn transparent::OriginalDst>,
@@ -83,6 +87,8 @@ pub struct Running {
     pub explicit_addr: SocketAddr,
     /// The transparent listener's bound address, when started.
     pub transparent_addr: Option<SocketAddr>,
+    /// The DNS filter's bound address (UDP; TCP on the same port), when started.
+    pub dns_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     listeners: Vec<JoinHandle<()>>,
 }
@@ -103,6 +109,16 @@ impl Proxy {
             .as_ref()
             .map(TcpListener::local_addr)
             .transpose()?;
+        let dns = match self.dns_addr {
+            Some(a) => {
+                let udp = tokio::net::UdpSocket::bind(a).await?;
+                // TCP on the very port UDP got (matters when started on port 0).
+                let tcp = TcpListener::bind(udp.local_addr()?).await?;
+                Some((udp, tcp))
+            }
+            None => None,
+        };
+        let dns_addr = dns.as_ref().map(|(u, _)| u.local_addr()).transpose()?;
         let slots = Slots::new(&self.limits);
         let shared = Arc::new(Shared {
             policy: self.policy,
@@ -118,9 +134,14 @@ impl Proxy {
         if let Some(t) = transparent {
             listeners.push(tokio::spawn(transparent::serve(t, Arc::clone(&shared))));
         }
+        if let Some((udp, tcp)) = dns {
+            listeners.push(tokio::spawn(dns::serve_udp(udp, Arc::clone(&shared))));
+            listeners.push(tokio::spawn(dns::serve_tcp(tcp, Arc::clone(&shared))));
+        }
         Ok(Running {
             explicit_addr,
             transparent_addr,
+            dns_addr,
             shared,
             listeners,
         })

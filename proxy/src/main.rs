@@ -56,6 +56,7 @@ async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
         limits,
         explicit_addr: airlock_channels::explicit_addr(),
         transparent_addr: Some(airlock_channels::transparent_addr()),
+        dns_addr: Some(airlock_channels::dns_addr()),
         original_dst: Arc::new(SoOriginalDst),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;

@@ -28,10 +28,11 @@ use tokio::sync::mpsc;
 
 pub const ALLOWED_IP: &str = "203.0.113.10";
 
-pub struct FakeResolver(HashMap<String, Vec<IpAddr>>);
+pub struct FakeResolver(HashMap<String, Vec<IpAddr>>, Arc<Mutex<Vec<String>>>);
 
 impl Resolve for FakeResolver {
     fn lookup<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<IpAddr>, ResolveError>> {
+        self.1.lock().unwrap().push(name.to_owned());
         Box::pin(async move {
             self.0.get(name).cloned().ok_or_else(|| ResolveError {
                 host: name.into(),
@@ -76,6 +77,9 @@ pub struct Harness {
     writer: Option<AuditWriter>,
     audit_path: PathBuf,
     pub connects: Arc<AtomicUsize>,
+    /// Every name the proxy asked its resolver for.
+    pub lookups: Arc<Mutex<Vec<String>>>,
+    pub dns: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -114,12 +118,13 @@ impl Harness {
             })
             .collect();
         let connects = Arc::new(AtomicUsize::new(0));
+        let lookups = Arc::new(Mutex::new(Vec::new()));
         let connector = FakeConnect {
             routes: routes.iter().copied().collect(),
             calls: Arc::clone(&connects),
         };
         let upstreams = Upstreams::new(
-            Arc::new(FakeResolver(names)),
+            Arc::new(FakeResolver(names, Arc::clone(&lookups))),
             Arc::new(connector),
             limits.connect_timeout,
         );
@@ -134,9 +139,11 @@ impl Harness {
             limits,
             explicit_addr: "127.0.0.1:0".parse().unwrap(),
             transparent_addr: Some("127.0.0.1:0".parse().unwrap()),
+            dns_addr: Some("127.0.0.1:0".parse().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
         };
         let running = proxy.start().await.unwrap();
+        let dns = running.dns_addr.unwrap();
         Self {
             transparent: running.transparent_addr.unwrap(),
             orig_dst,
@@ -145,6 +152,8 @@ impl Harness {
             writer: Some(writer),
             audit_path,
             connects,
+            lookups,
+            dns,
             _dir: dir,
         }
     }

@@ -1,0 +1,180 @@
+//! End-to-end attacks on the DNS filter (UDP and TCP).
+
+// Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use common::*;
+use hickory_proto::op::{Edns, Message, Query, ResponseCode};
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+use hickory_proto::rr::{Name, RData, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+fn query(name: &str, ty: RecordType) -> Vec<u8> {
+    let mut m = Message::new();
+    m.set_id(77).set_recursion_desired(true);
+    m.add_query(Query::query(Name::from_str(name).unwrap(), ty));
+    m.set_edns(Edns::new());
+    m.to_vec().unwrap()
+}
+
+async fn udp(h: &Harness, bytes: &[u8]) -> Option<Message> {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    s.send_to(bytes, h.dns).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_millis(500), s.recv(&mut buf))
+        .await
+        .ok()?
+        .unwrap();
+    Some(Message::from_vec(&buf[..n]).unwrap())
+}
+
+fn ede(m: &Message) -> Option<(u16, String)> {
+    let opt = m.extensions().as_ref()?.options();
+    match opt.get(EdnsCode::from(15u16))? {
+        EdnsOption::Unknown(15, d) => Some((
+            u16::from_be_bytes([d[0], d[1]]),
+            String::from_utf8(d[2..].to_vec()).unwrap(),
+        )),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn allowed_names_are_answered_with_our_own_resolution() {
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP, "2001:db8::10"])],
+        &[],
+    )
+    .await;
+    let r = udp(&h, &query("Allowed.Test.", RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(r.id(), 77);
+    assert_eq!(r.response_code(), ResponseCode::NoError);
+    let ips: Vec<_> = r.answers().iter().map(|a| a.data().clone()).collect();
+    assert_eq!(ips.len(), 1);
+    assert!(matches!(&ips[0], RData::A(a) if a.0.to_string() == ALLOWED_IP));
+    let r = udp(&h, &query("allowed.test.", RecordType::AAAA))
+        .await
+        .unwrap();
+    assert!(matches!(r.answers()[0].data(), RData::AAAA(a) if a.0.to_string() == "2001:db8::10"));
+    let r = udp(&h, &query("allowed.test.", RecordType::HTTPS))
+        .await
+        .unwrap();
+    assert_eq!(r.response_code(), ResponseCode::NoError);
+    assert!(r.answers().is_empty());
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["kind"] == "dns" && l["decision"] == "allow")
+    );
+    assert_eq!(lines[0]["method"], "A");
+    assert_eq!(lines[0]["host"], "allowed.test");
+}
+
+#[tokio::test]
+async fn denied_names_never_leave_and_say_so_with_an_extended_error() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let tunnel = "aGVsbG8gd29ybGQgdGhpcyBpcyBleGZpbHRyYXRlZCBkYXRhIGluIGEgbGFiZWw.evil.test.";
+    let r = udp(&h, &query(tunnel, RecordType::TXT)).await.unwrap();
+    assert_eq!(r.response_code(), ResponseCode::Refused);
+    assert_eq!(ede(&r), Some((15, "airlock: blocked-by-policy".into())));
+    let r = udp(&h, &query("evil.test.", RecordType::A)).await.unwrap();
+    assert_eq!(r.response_code(), ResponseCode::Refused);
+    // Tunnel types are refused even under an allowed name.
+    let r = udp(&h, &query("allowed.test.", RecordType::TXT))
+        .await
+        .unwrap();
+    assert_eq!(ede(&r), Some((18, "airlock: dns-query-type".into())));
+    assert!(
+        h.lookups.lock().unwrap().is_empty(),
+        "no denied query was resolved upstream"
+    );
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 3);
+    assert!(lines.iter().all(|l| l["decision"] == "deny"));
+    assert_eq!(lines[2]["reason"], "dns-query-type");
+}
+
+#[tokio::test]
+async fn names_resolving_to_private_or_metadata_addresses_are_refused() {
+    let mut h = Harness::start(
+        "enforce",
+        &[("rebind.test", &[ALLOWED_IP, "169.254.169.254"])],
+        &[],
+    )
+    .await;
+    let r = udp(&h, &query("rebind.test.", RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(r.response_code(), ResponseCode::Refused);
+    assert!(r.answers().is_empty());
+    assert_eq!(
+        ede(&r),
+        Some((18, "airlock: blocked-metadata-address".into()))
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn tcp_queries_work_and_garbage_is_formerr_or_dropped() {
+    let mut h = Harness::start("enforce", &[("allowed.test", &[ALLOWED_IP])], &[]).await;
+    let mut s = TcpStream::connect(h.dns).await.unwrap();
+    for _ in 0..2 {
+        let q = query("allowed.test.", RecordType::A);
+        let mut framed = u16::try_from(q.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        s.write_all(&framed).await.unwrap();
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).await.unwrap();
+        let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut buf).await.unwrap();
+        let r = Message::from_vec(&buf).unwrap();
+        assert_eq!(r.answers().len(), 1);
+    }
+    drop(s);
+    // Garbage with a readable header: FORMERR with the same id.
+    let r = udp(
+        &h,
+        &[
+            0x12, 0x34, 0x01, 0x00, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.id(), 0x1234);
+    assert_eq!(r.response_code(), ResponseCode::FormErr);
+    // Too short to answer: dropped.
+    assert!(udp(&h, b"\x01\x02\x03").await.is_none());
+    // A response sent to us is never answered (no reflection loops).
+    let mut resp = Message::from_vec(&query("allowed.test.", RecordType::A)).unwrap();
+    resp.set_message_type(hickory_proto::op::MessageType::Response);
+    assert!(udp(&h, &resp.to_vec().unwrap()).await.is_none());
+    // Still serving.
+    assert_eq!(
+        udp(&h, &query("allowed.test.", RecordType::A))
+            .await
+            .unwrap()
+            .answers()
+            .len(),
+        1
+    );
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["reason"] == "malformed-request")
+            .count(),
+        3
+    );
+}
