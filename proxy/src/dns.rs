@@ -28,7 +28,6 @@ use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{RData, Record as DnsRecord, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
 
 use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
@@ -43,7 +42,7 @@ pub const EDE_BLOCKED: u16 = 15;
 /// RFC 8914 "Prohibited".
 pub const EDE_PROHIBITED: u16 = 18;
 /// UDP queries handled at once; past this, new ones are dropped (the client retries).
-const MAX_UDP_INFLIGHT: usize = 256;
+pub(crate) const MAX_UDP_INFLIGHT: usize = 256;
 /// Largest DNS message we accept or send over TCP.
 const MAX_TCP_MESSAGE: usize = 8192;
 /// Our EDNS UDP payload size (the DNS-flag-day value).
@@ -254,7 +253,7 @@ pub(crate) async fn handle(
 /// Serves UDP until draining starts.
 pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
     let sock = Arc::new(sock);
-    let inflight = Arc::new(Semaphore::new(MAX_UDP_INFLIGHT));
+    let inflight = Arc::clone(&shared.dns_inflight);
     let mut phase = shared.shutdown.subscribe();
     let mut buf = vec![0u8; 4096];
     loop {

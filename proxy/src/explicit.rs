@@ -128,7 +128,13 @@ async fn serve_conn(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, sl
             conn.as_mut().graceful_shutdown();
             tokio::select! {
                 r = conn.as_mut() => r,
-                () = reached(&mut phase, Phase::Stopping) => Ok(()),
+                () = reached(&mut phase, Phase::Stopping) => {
+                    // Pending lookups/connects give up at Stopping; let their handlers
+                    // answer and audit before the connection is dropped.
+                    tokio::time::timeout(std::time::Duration::from_millis(200), conn.as_mut())
+                        .await
+                        .unwrap_or(Ok(()))
+                }
             }
         }
     };

@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     pub shutdown: Shutdown,
     pub slots: Arc<Slots>,
     pub original_dst: Arc<dyn transparent::OriginalDst>,
+    /// UDP DNS queries being answered (they hold no connection slot).
+    pub dns_inflight: Arc<tokio::sync::Semaphore>,
 }
 
 /// Everything a proxy instance needs.
@@ -120,13 +122,15 @@ impl Proxy {
         };
         let dns_addr = dns.as_ref().map(|(u, _)| u.local_addr()).transpose()?;
         let slots = Slots::new(&self.limits);
+        let shutdown = Shutdown::new();
         let shared = Arc::new(Shared {
             policy: self.policy,
-            upstreams: self.upstreams,
+            upstreams: self.upstreams.with_phase(shutdown.subscribe()),
             audit: self.audit,
             session: Arc::from(self.session),
             limits: self.limits,
-            shutdown: Shutdown::new(),
+            shutdown,
+            dns_inflight: Arc::new(tokio::sync::Semaphore::new(dns::MAX_UDP_INFLIGHT)),
             slots,
             original_dst: self.original_dst,
         });
@@ -166,10 +170,18 @@ impl Running {
             );
         }
         shared.shutdown.advance(Phase::Stopping);
+        // Pending lookups and connects give up now and audit their decision; wait for that.
         let _ = shared
             .slots
             .wait_idle(std::time::Duration::from_millis(500))
             .await;
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            shared
+                .dns_inflight
+                .acquire_many(u32::try_from(dns::MAX_UDP_INFLIGHT).unwrap_or(u32::MAX)),
+        )
+        .await;
         shared.audit.flush().await;
     }
 }

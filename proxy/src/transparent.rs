@@ -169,9 +169,14 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, sl
         }
     };
     rec.port = Some(orig.port());
-    let sniffed = peek_sniff(&stream, shared.limits.header_read_timeout)
-        .await
-        .unwrap_or(Sniff::NeedMore);
+    let mut phase = shared.shutdown.subscribe();
+    let sniffed = tokio::select! {
+        s = peek_sniff(&stream, shared.limits.header_read_timeout) => s.unwrap_or(Sniff::NeedMore),
+        () = reached(&mut phase, Phase::Stopping) => {
+            rec.event = Some(tunnel::End::Shutdown.as_str());
+            Sniff::NeedMore
+        }
+    };
     // Answer in HTTP only to what started as HTTP (a broken head included); a TLS client
     // would not understand it and is simply closed.
     let is_http = matches!(sniffed, Sniff::Http(_))

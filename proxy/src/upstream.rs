@@ -16,6 +16,9 @@ use airlock_policy::reason::Reason;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::name_server::TokioConnectionProvider;
 use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::shutdown::{Phase, reached};
 
 use crate::decide::{Target, check_addresses};
 
@@ -144,6 +147,9 @@ pub struct Upstreams {
     resolver: Arc<dyn Resolve>,
     connector: Arc<dyn Connect>,
     connect_timeout: Duration,
+    /// Set by `Proxy::start`: pending lookups and connects give up at `Phase::Stopping`, so
+    /// their decisions are still audited before the log is flushed.
+    phase: Option<watch::Receiver<Phase>>,
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -155,6 +161,26 @@ impl std::fmt::Debug for Upstreams {
 }
 
 impl Upstreams {
+    /// Makes pending work give up when `phase` reaches [`Phase::Stopping`].
+    #[must_use]
+    pub fn with_phase(mut self, phase: watch::Receiver<Phase>) -> Self {
+        self.phase = Some(phase);
+        self
+    }
+
+    async fn unless_stopping<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        match &self.phase {
+            None => Some(work.await),
+            Some(rx) => {
+                let mut rx = rx.clone();
+                tokio::select! {
+                    r = work => Some(r),
+                    () = reached(&mut rx, Phase::Stopping) => None,
+                }
+            }
+        }
+    }
+
     /// Builds the seam set.
     #[must_use]
     pub fn new(
@@ -166,6 +192,7 @@ impl Upstreams {
             resolver,
             connector,
             connect_timeout,
+            phase: None,
         }
     }
 
@@ -176,7 +203,15 @@ impl Upstreams {
     pub async fn resolve_checked(&self, target: &Target) -> Result<Vec<IpAddr>, Reason> {
         let addrs = match target.host.ip() {
             Some(ip) => vec![ip],
-            None => match self.resolver.lookup(target.host.as_str()).await {
+            None => match self
+                .unless_stopping(self.resolver.lookup(target.host.as_str()))
+                .await
+                .unwrap_or_else(|| {
+                    Err(ResolveError {
+                        host: target.host.as_str().to_owned(),
+                        detail: "shutting down".into(),
+                    })
+                }) {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::debug!("{e}");
@@ -196,7 +231,11 @@ impl Upstreams {
     pub async fn connect_checked(&self, addrs: &[IpAddr], port: u16) -> Result<Connected, Reason> {
         for ip in addrs {
             let addr = SocketAddr::new(*ip, port);
-            match tokio::time::timeout(self.connect_timeout, self.connector.connect(addr)).await {
+            let attempt = tokio::time::timeout(self.connect_timeout, self.connector.connect(addr));
+            let Some(attempt) = self.unless_stopping(attempt).await else {
+                return Err(Reason::UpstreamUnreachable);
+            };
+            match attempt {
                 Ok(Ok(stream)) => {
                     let local_port = stream.local_addr().ok().map(|a| a.port());
                     return Ok(Connected {

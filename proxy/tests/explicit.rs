@@ -617,3 +617,34 @@ async fn a_stalled_upstream_response_is_closed_by_the_idle_timeout() {
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["bytes_down"], 5);
 }
+
+#[tokio::test]
+async fn decisions_pending_at_shutdown_are_still_audited() {
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with("enforce", &[], &[], limits).await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"CONNECT hang.test:443 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut s2 = TcpStream::connect(h.addr).await.unwrap();
+    s2.write_all(b"GET http://hang.test/ HTTP/1.1\r\nhost: hang.test\r\n\r\n")
+        .await
+        .unwrap();
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut q = hickory_proto::op::Message::new();
+    q.add_query(hickory_proto::op::Query::query(
+        hickory_proto::rr::Name::from_ascii("hang.test.").unwrap(),
+        hickory_proto::rr::RecordType::A,
+    ));
+    udp.send_to(&q.to_vec().unwrap(), h.dns).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lines = h.finish().await;
+    let hang = lines_for(&lines, "hang.test");
+    assert_eq!(hang.len(), 3, "{lines:?}");
+    let kinds: Vec<_> = hang.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"connect") && kinds.contains(&"http") && kinds.contains(&"dns"));
+    assert!(hang.iter().all(|l| l["reason"] == "resolve-failed"));
+}

@@ -34,6 +34,9 @@ impl Resolve for FakeResolver {
     fn lookup<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<IpAddr>, ResolveError>> {
         self.1.lock().unwrap().push(name.to_owned());
         Box::pin(async move {
+            if name == "hang.test" {
+                std::future::pending::<()>().await;
+            }
             self.0.get(name).cloned().ok_or_else(|| ResolveError {
                 host: name.into(),
                 detail: "NXDOMAIN".into(),
@@ -103,7 +106,7 @@ impl Harness {
         std::fs::write(
             &policy_path,
             format!(
-                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n"
+                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"hang.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n"
             ),
         )
         .unwrap();
