@@ -16,6 +16,7 @@ mod agent_env;
 mod config;
 mod identity;
 mod netinfo;
+mod preflight;
 mod proxy_ctl;
 mod seccomp;
 mod selftest;
@@ -85,6 +86,7 @@ fn start(cli: Cli) -> Result<i32> {
         return Ok(0);
     }
     identity::require_root()?;
+    preflight::check(&cli)?;
     setup::require_tools()?;
     let users = Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user)?;
     setup::require_protected(&cli.policy, &users)?;
