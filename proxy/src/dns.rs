@@ -32,6 +32,8 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::decide::{self, Target};
+use crate::identity::Proto;
+use crate::limits::Client;
 use crate::shutdown::{Phase, reached};
 
 /// TTL of the records we synthesise: short, so a policy reload or a changed address is seen
@@ -171,6 +173,7 @@ pub(crate) async fn handle(
     shared: &Shared,
     bytes: &[u8],
     client: SocketAddr,
+    uid: Option<u32>,
     max_len: usize,
 ) -> Option<Vec<u8>> {
     let mut rec = Record::new(
@@ -179,6 +182,7 @@ pub(crate) async fn handle(
         Kind::Dns,
         Some(client),
     );
+    rec.uid = uid;
     let started = tokio::time::Instant::now();
     let msg = match Message::from_vec(bytes) {
         Ok(m) => m,
@@ -252,6 +256,7 @@ pub(crate) async fn handle(
 
 /// Serves UDP until draining starts.
 pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
+    let local = sock.local_addr().ok();
     let sock = Arc::new(sock);
     let inflight = Arc::clone(&shared.dns_inflight);
     let mut phase = shared.shutdown.subscribe();
@@ -277,7 +282,8 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
         tokio::spawn(async move {
             let _permit = permit;
             let max = udp_limit(&query);
-            if let Some(out) = handle(&shared, &query, peer, max).await {
+            let uid = local.and_then(|l| shared.identity.uid(Proto::Udp, peer, l));
+            if let Some(out) = handle(&shared, &query, peer, uid, max).await {
                 let _ = sock.send_to(&out, peer).await;
             }
         });
@@ -311,18 +317,22 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
             },
             () = reached(&mut phase, Phase::Draining) => break,
         };
-        let Ok(slot) = shared.slots.try_take(peer.ip()) else {
+        let uid = stream
+            .local_addr()
+            .ok()
+            .and_then(|l| shared.identity.uid(Proto::Tcp, peer, l));
+        let Ok(slot) = shared.slots.try_take(Client::of(uid, peer)) else {
             continue; // over the connection cap: close
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let _slot = slot;
-            tcp_conn(stream, peer, &shared).await;
+            tcp_conn(stream, peer, uid, &shared).await;
         });
     }
 }
 
-async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) {
+async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, shared: &Shared) {
     let timeout = shared.limits.header_read_timeout;
     loop {
         let mut len = [0u8; 2];
@@ -338,6 +348,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) {
                 Kind::Dns,
                 Some(peer),
             );
+            rec.uid = uid;
             rec.reason = Some(Reason::MalformedRequest.as_str());
             shared.audit.emit(rec).await;
             return;
@@ -349,7 +360,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) {
         ) {
             return;
         }
-        let Some(out) = handle(shared, &msg, peer, MAX_TCP_MESSAGE).await else {
+        let Some(out) = handle(shared, &msg, peer, uid, MAX_TCP_MESSAGE).await else {
             return;
         };
         let Ok(l) = u16::try_from(out.len()) else {

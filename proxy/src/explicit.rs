@@ -26,7 +26,8 @@ use crate::body::{AuditOnDrop, Counted};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::hop;
-use crate::limits::Slot;
+use crate::identity::Proto;
+use crate::limits::{Client, Slot};
 use crate::shutdown::{Phase, reached};
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
@@ -49,30 +50,42 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        match shared.slots.try_take(peer.ip()) {
+        let uid = stream
+            .local_addr()
+            .ok()
+            .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
+        match shared.slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
                 tokio::spawn(serve_conn(
                     stream,
                     peer,
+                    uid,
                     Arc::clone(&shared),
                     Arc::new(slot),
                 ));
             }
             Err(reason) => {
-                tokio::spawn(refuse(stream, peer, Arc::clone(&shared), reason));
+                tokio::spawn(refuse(stream, peer, uid, Arc::clone(&shared), reason));
             }
         }
     }
 }
 
 /// Answers a connection we have no slot for, without reading it, and audits that.
-async fn refuse(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, reason: Reason) {
+async fn refuse(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    uid: Option<u32>,
+    shared: Arc<Shared>,
+    reason: Reason,
+) {
     let mut rec = Record::new(
         Arc::clone(&shared.session),
         SystemTime::now(),
         Kind::Http,
         Some(peer),
     );
+    rec.uid = uid;
     rec.reason = Some(reason.as_str());
     crate::transparent::answer_and_close(&mut stream, &deny::raw_denial(reason, "", 0)).await;
     shared.audit.emit(rec).await;
@@ -90,18 +103,26 @@ struct Pooled {
 struct ConnState {
     shared: Arc<Shared>,
     peer: SocketAddr,
+    uid: Option<u32>,
     slot: Arc<Slot>,
     pooled: Mutex<Option<Pooled>>,
     requests: AtomicU64,
 }
 
-async fn serve_conn(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Arc<Slot>) {
+async fn serve_conn(
+    stream: TcpStream,
+    peer: SocketAddr,
+    uid: Option<u32>,
+    shared: Arc<Shared>,
+    slot: Arc<Slot>,
+) {
     let started = SystemTime::now();
     let read_meter = Arc::new(Meter::new());
     let io = TokioIo::new(Metered::new(stream, Arc::clone(&read_meter), Dir::Up));
     let state = Arc::new(ConnState {
         shared: Arc::clone(&shared),
         peer,
+        uid,
         slot,
         pooled: Mutex::new(None),
         requests: AtomicU64::new(0),
@@ -153,6 +174,7 @@ async fn serve_conn(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, sl
         };
         if let Some(reason) = reason {
             let mut rec = Record::new(Arc::clone(&shared.session), started, Kind::Http, Some(peer));
+            rec.uid = uid;
             rec.reason = Some(reason.as_str());
             rec.event = Some(if e.is_timeout() {
                 "header-timeout"
@@ -191,6 +213,7 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Record {
         kind,
         Some(st.peer),
     );
+    rec.uid = st.uid;
     rec.method = Some(req.method().as_str().chars().take(32).collect());
     rec
 }

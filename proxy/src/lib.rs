@@ -23,6 +23,7 @@ pub mod deny;
 pub mod dns;
 mod explicit;
 pub mod hop;
+pub mod identity;
 pub mod limits;
 pub mod shutdown;
 pub mod sniff;
@@ -56,6 +57,7 @@ pub(crate) struct Shared {
     pub original_dst: Arc<dyn transparent::OriginalDst>,
     /// UDP DNS queries being answered (they hold no connection slot).
     pub dns_inflight: Arc<tokio::sync::Semaphore>,
+    pub identity: Arc<dyn identity::PeerIdentity>,
 }
 
 /// Everything a proxy instance needs.
@@ -77,6 +79,8 @@ pub struct Proxy {
     pub transparent_addr: Option<SocketAddr>,
     /// Where the DNS filter listens, UDP and TCP (`channels::dns_addr()`), if at all.
     pub dns_addr: Option<SocketAddr>,
+    /// Who owns each client socket ([`identity::SockDiag`] in production).
+    pub identity: Arc<dyn identity::PeerIdentity>,
     /// How the transparent listener learns a connection's original destination
     /// ([`transparent::SoOriginalDst`] in production).
     pub original_dst: Arc<dyn transparent::OriginalDst>,
@@ -133,6 +137,7 @@ impl Proxy {
             dns_inflight: Arc::new(tokio::sync::Semaphore::new(dns::MAX_UDP_INFLIGHT)),
             slots,
             original_dst: self.original_dst,
+            identity: self.identity,
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(listener, Arc::clone(&shared)))];
         if let Some(t) = transparent {

@@ -1,7 +1,7 @@
 //! Resource limits and the connection slots that enforce the concurrency caps.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,12 +45,36 @@ impl Default for Limits {
     }
 }
 
+/// Who a per-client cap counts against: the client's uid when the kernel told us (every
+/// client is on loopback, so the address alone cannot tell agents apart), else its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// The uid owning the client socket.
+    Uid(u32),
+    /// The peer address, when the uid is unknown.
+    Addr(IpAddr),
+}
+
+impl Client {
+    /// The key for a client connection.
+    #[must_use]
+    pub fn of(uid: Option<u32>, peer: SocketAddr) -> Self {
+        uid.map_or(Self::Addr(peer.ip()), Self::Uid)
+    }
+}
+
+impl From<IpAddr> for Client {
+    fn from(ip: IpAddr) -> Self {
+        Self::Addr(ip)
+    }
+}
+
 /// Connection slots: a total cap and a per-client cap.
 #[derive(Debug)]
 pub struct Slots {
     total: Arc<Semaphore>,
     max_total: usize,
-    per_client: Mutex<HashMap<IpAddr, usize>>,
+    per_client: Mutex<HashMap<Client, usize>>,
     max_per_client: usize,
 }
 
@@ -59,7 +83,7 @@ pub struct Slots {
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
     slots: Arc<Slots>,
-    client: IpAddr,
+    client: Client,
 }
 
 impl Slots {
@@ -80,7 +104,8 @@ impl Slots {
     ///
     /// # Errors
     /// `too-many-connections`.
-    pub fn try_take(self: &Arc<Self>, client: IpAddr) -> Result<Slot, Reason> {
+    pub fn try_take(self: &Arc<Self>, client: impl Into<Client>) -> Result<Slot, Reason> {
+        let client = client.into();
         let permit = Arc::clone(&self.total)
             .try_acquire_owned()
             .map_err(|_| Reason::TooManyConnections)?;
@@ -161,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn slots_come_back() {
         let slots = Slots::new(&Limits::default());
-        let s = slots.try_take("127.0.0.1".parse().unwrap()).unwrap();
+        let s = slots.try_take(Client::Uid(1000)).unwrap();
         assert_eq!(slots.in_use(), 1);
         assert!(!slots.wait_idle(Duration::from_millis(30)).await);
         drop(s);

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 
 use airlock_proxy::config::Args;
+use airlock_proxy::identity::{NoIdentity, PeerIdentity, SockDiag};
 use airlock_proxy::limits::Limits;
 use airlock_proxy::transparent::SoOriginalDst;
 use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
@@ -48,6 +49,15 @@ async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
     );
     let (audit, writer) = audit::open(&args.audit, audit::DEFAULT_QUEUE)
         .with_context(|| format!("opening audit log {}", args.audit.display()))?;
+    let identity: Arc<dyn PeerIdentity> = match SockDiag::open() {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            tracing::warn!(
+                "no sock_diag ({e}): audit uid will be null, per-client caps by address"
+            );
+            Arc::new(NoIdentity)
+        }
+    };
     let proxy = Proxy {
         policy,
         session: args.session,
@@ -57,6 +67,7 @@ async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
         explicit_addr: airlock_channels::explicit_addr(),
         transparent_addr: Some(airlock_channels::transparent_addr()),
         dns_addr: Some(airlock_channels::dns_addr()),
+        identity,
         original_dst: Arc::new(SoOriginalDst),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;

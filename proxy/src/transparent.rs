@@ -22,7 +22,8 @@ use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::decide;
 use crate::deny;
-use crate::limits::Slot;
+use crate::identity::Proto;
+use crate::limits::{Client, Slot};
 use crate::shutdown::{Phase, reached};
 use crate::sniff::{MAX_SNIFF, Sniff, sniff};
 use crate::tunnel::{self, Meter};
@@ -95,9 +96,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        match shared.slots.try_take(peer.ip()) {
+        let uid = stream
+            .local_addr()
+            .ok()
+            .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
+        match shared.slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
-                tokio::spawn(handle(stream, peer, Arc::clone(&shared), slot));
+                tokio::spawn(handle(stream, peer, uid, Arc::clone(&shared), slot));
             }
             Err(reason) => {
                 let mut rec = Record::new(
@@ -106,6 +111,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     Kind::Transparent,
                     Some(peer),
                 );
+                rec.uid = uid;
                 rec.reason = Some(reason.as_str());
                 drop(stream);
                 shared.audit.emit(rec).await;
@@ -147,7 +153,13 @@ async fn peek_sniff(stream: &TcpStream, within: Duration) -> Option<Sniff> {
     }
 }
 
-async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, slot: Slot) {
+async fn handle(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    uid: Option<u32>,
+    shared: Arc<Shared>,
+    slot: Slot,
+) {
     let _slot = slot;
     let meter = Arc::new(Meter::new());
     let mut rec = Record::new(
@@ -156,6 +168,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, sl
         Kind::Transparent,
         Some(peer),
     );
+    rec.uid = uid;
     let orig = match shared.original_dst.original_dst(&stream) {
         Ok(a) => a,
         Err(e) => {

@@ -648,3 +648,39 @@ async fn decisions_pending_at_shutdown_are_still_audited() {
     assert!(kinds.contains(&"connect") && kinds.contains(&"http") && kinds.contains(&"dns"));
     assert!(hang.iter().all(|l| l["reason"] == "resolve-failed"));
 }
+
+#[tokio::test]
+async fn audit_names_the_uid_of_the_client_process() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let port = h.addr.port();
+    // A process running as `nobody` asks for a blocked host (needs root to switch uid, which
+    // the dev machines and CI have).
+    let out = tokio::task::spawn_blocking(move || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'CONNECT evil.test:443 HTTP/1.1\\r\\n\\r\\n' >&3; head -c 12 <&3"
+            ))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "HTTP/1.1 403",
+        "{out:?}"
+    );
+    // And one from us.
+    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 403);
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["uid"], 65534);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(lines[1]["uid"], me);
+}

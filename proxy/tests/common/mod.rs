@@ -143,6 +143,7 @@ impl Harness {
             explicit_addr: "127.0.0.1:0".parse().unwrap(),
             transparent_addr: Some("127.0.0.1:0".parse().unwrap()),
             dns_addr: Some("127.0.0.1:0".parse().unwrap()),
+            identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
         };
         let running = proxy.start().await.unwrap();
