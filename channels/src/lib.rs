@@ -44,6 +44,12 @@ pub const DEFAULT_AUDIT_DIR: &str = "/var/log/airlock";
 /// Audit log file name inside the audit directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
 
+/// Directory inside the runtime directory that only the proxy user can enter: the
+/// credential hand-off and the proxy's per-start state.
+pub const PROXY_STATE_SUBDIR: &str = "proxy";
+/// The credential hand-off file inside the proxy's state directory.
+pub const CREDENTIALS_FILE: &str = "credentials.json";
+
 /// The explicit proxy's socket address.
 #[must_use]
 pub const fn explicit_addr() -> SocketAddr {
@@ -77,7 +83,10 @@ mod tests {
         let mut ports = [EXPLICIT_PORT, TRANSPARENT_PORT, DNS_PORT, GIT_SERVICE_PORT];
         ports.sort_unstable();
         assert!(ports.windows(2).all(|w| w[0] != w[1]));
-        assert!(ports.iter().all(|p| *p != 53), "redirect targets must not be port 53");
+        assert!(
+            ports.iter().all(|p| *p != 53),
+            "redirect targets must not be port 53"
+        );
     }
 
     #[test]

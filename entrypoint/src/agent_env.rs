@@ -36,6 +36,8 @@ pub struct AgentEnvInput<'a> {
     pub proxy_url: &'a str,
     /// Environment variable names that hold real secrets (credential sources in the policy).
     pub secret_names: &'a [String],
+    /// Placeholders the agent gets instead, under the secrets' variable names.
+    pub placeholders: &'a [(String, String)],
 }
 
 /// Build the agent's environment. Errors when the operator asks to pass a secret through.
@@ -95,6 +97,9 @@ pub fn build(
         set(&mut env, name, "localhost,127.0.0.1,::1");
     }
     set(&mut env, "AIRLOCK_SESSION", input.session);
+    for (name, placeholder) in input.placeholders {
+        set(&mut env, name, placeholder);
+    }
     Ok(env)
 }
 
@@ -133,6 +138,7 @@ mod tests {
             session: "s1",
             proxy_url: "http://127.0.0.1:3128",
             secret_names: secrets,
+            placeholders: &[],
         }
     }
 
@@ -161,6 +167,22 @@ mod tests {
             env.values()
                 .all(|v| !v.contains("sk-real") && !v.contains("ghp_real"))
         );
+    }
+
+    #[test]
+    fn the_agent_gets_the_placeholder_under_the_secret_name() {
+        let a = agent();
+        let secrets = vec!["ANTHROPIC_API_KEY".to_owned()];
+        let placeholders = vec![(
+            "ANTHROPIC_API_KEY".to_owned(),
+            "airlock-placeholder-anthropic-00".to_owned(),
+        )];
+        let input = AgentEnvInput {
+            placeholders: &placeholders,
+            ..input(&a, &secrets)
+        };
+        let env = build(vars(&[("ANTHROPIC_API_KEY", "sk-real")]), &input).unwrap();
+        assert_eq!(env["ANTHROPIC_API_KEY"], "airlock-placeholder-anthropic-00");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod agent_env;
 mod config;
+mod credentials;
 mod identity;
 mod netinfo;
 mod preflight;
@@ -32,7 +33,7 @@ use crate::identity::Users;
 use crate::proxy_ctl::ProxySpec;
 use crate::spawn::{RunAs, Session as TtySession};
 use airlock_channels as ch;
-use airlock_policy::{CredentialSource, Policy};
+use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use nix::unistd::Pid;
@@ -93,23 +94,29 @@ fn start(cli: Cli) -> Result<i32> {
     let proxy_bin = proxy_binary(&cli)?;
 
     let session = session::Session::new()?;
-    let secret_names: Vec<String> = policy
-        .credentials
-        .iter()
-        .filter_map(|c| match &c.source {
-            CredentialSource::Env(name) => Some(name.clone()),
-            CredentialSource::File(_) => None,
-        })
-        .collect();
+    let creds = credentials::resolve(
+        &policy,
+        &session.id,
+        &users.agent,
+        |k| std::env::var(k).ok(),
+        session::nonce,
+    )?;
     let agent_env = agent_env::build(
         std::env::vars(),
         &AgentEnvInput {
             agent: &users.agent,
             session: &session.id,
             proxy_url: &ch::proxy_url(),
-            secret_names: &secret_names,
+            secret_names: &creds.secret_env_names,
+            placeholders: &creds.agent_vars,
         },
     )?;
+    credentials::write_handoff(
+        &cli.run_dir.join(ch::PROXY_STATE_SUBDIR),
+        &creds.handoff,
+        &users.proxy,
+    )?;
+    drop(creds);
     let audit_file = setup::prepare_dirs(&cli, &users)?;
     let t_validate = t0.elapsed();
 

@@ -24,6 +24,14 @@ impl Session {
     }
 }
 
+/// 8 random bytes as hex, for placeholders.
+pub fn nonce() -> Result<String> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("cannot read the kernel's random source: {e}"))?;
+    Ok(hex::encode(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

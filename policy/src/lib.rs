@@ -90,6 +90,7 @@ pub mod address;
 mod decide;
 mod error;
 mod git;
+pub mod handoff;
 pub mod host;
 mod load;
 mod model;

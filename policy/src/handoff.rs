@@ -1,0 +1,102 @@
+//! The credential hand-off from the entrypoint to the proxy.
+//!
+//! The entrypoint reads each credential of the policy exactly once (from its environment
+//! variable or secret file), invents a per-start placeholder for the agent, and writes this
+//! value as JSON to a file that only the proxy user can read (`channels::CREDENTIALS_FILE`,
+//! mode 0400 in a 0700 directory on tmpfs). The proxy reads it at every start, so a
+//! restarted proxy gets the same secrets without PID 1 holding them and without any argv or
+//! environment carrying them. The real values never reach the agent: it only ever sees the
+//! placeholders, which are worthless anywhere but through this proxy.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Format version of the hand-off file; bumped on any incompatible change.
+pub const HANDOFF_VERSION: u32 = 1;
+
+/// What the proxy receives.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Handoff {
+    pub version: u32,
+    pub session: String,
+    pub credentials: Vec<ResolvedCredential>,
+}
+
+/// One credential of the policy with its real value and the agent's placeholder.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedCredential {
+    /// The policy's credential name.
+    pub name: String,
+    /// The real secret.
+    pub value: Secret,
+    /// What the agent holds instead (same variable name, worthless elsewhere).
+    pub placeholder: String,
+}
+
+/// A real secret: never printed.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The secret itself, for the one place that injects it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("REDACTED")
+    }
+}
+
+/// The placeholder for credential `name` in this session: recognisable in logs and by the
+/// proxy, unique per start (`nonce` is random), and useless to anyone but the proxy.
+pub fn placeholder(name: &str, nonce: &str) -> String {
+    format!("airlock-placeholder-{name}-{nonce}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_never_prints() {
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            session: "s".into(),
+            credentials: vec![ResolvedCredential {
+                name: "anthropic".into(),
+                value: Secret::new("sk-ant-real".into()),
+                placeholder: placeholder("anthropic", "00ff"),
+            }],
+        };
+        let shown = format!("{h:?}");
+        assert!(!shown.contains("sk-ant-real") && shown.contains("REDACTED"));
+        assert_eq!(h.credentials[0].value.expose(), "sk-ant-real");
+    }
+
+    #[test]
+    fn the_file_round_trips_and_refuses_unknown_fields() {
+        let h = Handoff {
+            version: 1,
+            session: "s".into(),
+            credentials: vec![],
+        };
+        let json = serde_json::to_string(&h).unwrap();
+        assert_eq!(serde_json::from_str::<Handoff>(&json).unwrap(), h);
+        assert!(
+            serde_json::from_str::<Handoff>(
+                r#"{"version":1,"session":"s","credentials":[],"x":1}"#
+            )
+            .is_err()
+        );
+    }
+}

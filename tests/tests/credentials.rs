@@ -1,0 +1,129 @@
+//! The agent never holds a real secret (the entrypoint's half of issue 4): it gets a
+//! placeholder under the same variable name, and hunting for the real value in every
+//! environment, command line and file it can read finds nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use airlock_tests::World;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+
+const SECRET: &str = "sk-ant-REALSECRET-7f3a9c1e";
+
+fn policy_with(source: &str) -> String {
+    format!(
+        "{POLICY}\n[[credentials]]\nname = \"anthropic\"\nsource = {source}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n"
+    )
+}
+
+#[test]
+fn the_agent_sees_a_placeholder_and_cannot_find_the_real_secret_anywhere() {
+    let world = World::new().expect("namespace world");
+    let airlock = Airlock::new(&world, &policy_with("{ env = \"ANTHROPIC_API_KEY\" }"));
+    let handoff = airlock.run_dir.join("proxy").join("credentials.json");
+    let script = format!(
+        "P=REAL; P=${{P}}SECRET\n\
+         echo key=$ANTHROPIC_API_KEY\n\
+         for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c $P; echo proc-scan-done\n\
+         cat {handoff} 2>&1; echo handoff=$?\n\
+         ls {dir} 2>&1; echo statedir=$?\n\
+         echo files=$(grep -rsl $P /tmp /run {root} 2>/dev/null | wc -l)",
+        handoff = handoff.display(),
+        dir = handoff.parent().unwrap().display(),
+        root = world.dir().display(),
+    );
+    let mut cmd = airlock.command(&world, &["sh", "-c", &script]);
+    cmd.env("ANTHROPIC_API_KEY", SECRET);
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        !text.contains("REALSECRET"),
+        "the agent found the secret:\n{text}"
+    );
+    let key = text
+        .lines()
+        .find_map(|l| l.strip_prefix("key="))
+        .unwrap_or_default();
+    assert!(
+        key.starts_with("airlock-placeholder-anthropic-"),
+        "placeholder in the same variable: {key:?}"
+    );
+    assert!(
+        text.contains("0\nproc-scan-done"),
+        "no process environment or argv holds it:\n{text}"
+    );
+    assert!(
+        !text.contains("handoff=0") && !text.contains("statedir=0"),
+        "the hand-off is the proxy's alone:\n{text}"
+    );
+    assert!(
+        text.contains("files=0"),
+        "no readable file holds it:\n{text}"
+    );
+
+    // The hand-off exists, belongs to the proxy user, and carries the real value.
+    let meta = std::fs::metadata(&handoff).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        world.users().proxy
+    );
+    assert_eq!(meta.permissions().mode() & 0o777, 0o400);
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&handoff).unwrap()).unwrap();
+    assert_eq!(json["credentials"][0]["value"], SECRET);
+    assert_eq!(json["credentials"][0]["placeholder"], key);
+    assert!(
+        !stderr(&out).contains("REALSECRET"),
+        "nothing logs the secret"
+    );
+}
+
+#[test]
+fn a_secret_file_the_agent_could_read_is_refused() {
+    let world = World::new().expect("namespace world");
+    let secret = world.dir().join("anthropic.key");
+    std::fs::write(&secret, SECRET).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let airlock = Airlock::new(
+        &world,
+        &policy_with(&format!("{{ file = \"{}\" }}", secret.display())),
+    );
+    let out = airlock.run(&world, "touch agent-ran");
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("readable by the agent"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!airlock.workdir.join("agent-ran").exists());
+
+    // Root-only 0400 is accepted, and the agent still cannot read it.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let out = airlock.run(
+        &world,
+        &format!("cat {} 2>/dev/null; echo read=$?", secret.display()),
+    );
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("read=1") && !stdout(&out).contains("REALSECRET"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_missing_secret_is_refused_with_the_fix() {
+    let world = World::new().expect("namespace world");
+    let airlock = Airlock::new(&world, &policy_with("{ env = \"ANTHROPIC_API_KEY\" }"));
+    let out = airlock.run(&world, "touch agent-ran");
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("-e ANTHROPIC_API_KEY"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!airlock.workdir.join("agent-ran").exists());
+}
