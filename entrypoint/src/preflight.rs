@@ -45,8 +45,8 @@ pub const REQUIRED_CAPS: [(Capability, &str); 8] = [
         "set the audit directory's mode after the chown",
     ),
     (
-        Capability::CAP_DAC_READ_SEARCH,
-        "reach the audit log inside the proxy's 0700 directory on a restart",
+        Capability::CAP_DAC_OVERRIDE,
+        "write the credential hand-off and reach the audit log inside the proxy's 0700 directories",
     ),
 ];
 

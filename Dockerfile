@@ -1,0 +1,37 @@
+# The airlock appliance image. Build it with scripts/build-image (no registry needed): it
+# builds the local base airlock-base:bookworm once (docker/build-base.sh: debootstrap +
+# docker import, or docker/Dockerfile.registry where a registry is reachable), builds the
+# release binaries on the host and runs `docker build` on a small staging context holding
+# only them and the default policy. Run it as docs/docker.md says (scripts/docker-run).
+FROM airlock-base:bookworm
+
+# Users (design §2): the proxy and the git service as system users with no shell and no
+# home; the agent as uid/gid 1000 (the usual owner of a developer's checkout). Then: no
+# setuid/setgid binary is left (su, mount, passwd, ... become ordinary programs), and no
+# sudo, wget or nc is installed in the first place (the smoke tests check all of this).
+RUN set -eu; \
+    groupadd --system airlock; \
+    useradd --system --gid airlock --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin airlock; \
+    groupadd --system airlock-git; \
+    useradd --system --gid airlock-git --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin airlock-git; \
+    groupadd --gid 1000 agent; \
+    useradd --uid 1000 --gid agent --home-dir /home/agent --create-home --shell /bin/bash agent; \
+    find / -xdev -type f -perm /6000 -exec chmod ug-s {} +; \
+    test -z "$(find / -xdev -type f -perm /6000)"; \
+    for b in sudo wget nc netcat ncat socat; do ! command -v "$b"; done; \
+    mkdir -p /etc/airlock /workspace /var/log/airlock /run/airlock; \
+    chmod 0755 /etc/airlock /workspace; \
+    rm -rf /var/log/*.log /var/cache/ldconfig/aux-cache
+
+COPY airlock-entrypoint airlock-proxy /usr/local/bin/
+COPY policy.toml /etc/airlock/policy.toml
+RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy && \
+    chmod 0644 /etc/airlock/policy.toml && \
+    /usr/local/bin/airlock-entrypoint --check
+
+# The preflight checks the documented run command (read-only root, tmpfs, volumes, caps).
+ENV AIRLOCK_PREFLIGHT=container
+VOLUME ["/var/log/airlock"]
+WORKDIR /workspace
+ENTRYPOINT ["/usr/local/bin/airlock-entrypoint"]
+CMD ["bash"]
