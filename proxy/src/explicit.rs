@@ -62,6 +62,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     uid,
                     Arc::clone(&shared),
                     Arc::new(slot),
+                    None,
                 ));
             }
             Err(reason) => {
@@ -104,18 +105,29 @@ struct ConnState {
     shared: Arc<Shared>,
     peer: SocketAddr,
     uid: Option<u32>,
+    /// Transparent HTTP: the original destination every request must resolve to and go to.
+    pin: Option<SocketAddr>,
     slot: Arc<Slot>,
     pooled: Mutex<Option<Pooled>>,
     requests: AtomicU64,
 }
 
-async fn serve_conn(
+/// Serves one client connection with hyper. `pin` is set for plain HTTP arriving on the
+/// transparent listener: requests are then origin-form, named by their `Host` header, and
+/// may only go to that original destination.
+pub(crate) async fn serve_conn(
     stream: TcpStream,
     peer: SocketAddr,
     uid: Option<u32>,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
+    pin: Option<SocketAddr>,
 ) {
+    let conn_kind = if pin.is_some() {
+        Kind::Transparent
+    } else {
+        Kind::Http
+    };
     let started = SystemTime::now();
     let read_meter = Arc::new(Meter::new());
     let io = TokioIo::new(Metered::new(stream, Arc::clone(&read_meter), Dir::Up));
@@ -123,6 +135,7 @@ async fn serve_conn(
         shared: Arc::clone(&shared),
         peer,
         uid,
+        pin,
         slot,
         pooled: Mutex::new(None),
         requests: AtomicU64::new(0),
@@ -173,7 +186,7 @@ async fn serve_conn(
             None
         };
         if let Some(reason) = reason {
-            let mut rec = Record::new(Arc::clone(&shared.session), started, Kind::Http, Some(peer));
+            let mut rec = Record::new(Arc::clone(&shared.session), started, conn_kind, Some(peer));
             rec.uid = uid;
             rec.reason = Some(reason.as_str());
             rec.event = Some(if e.is_timeout() {
@@ -192,6 +205,9 @@ async fn serve_conn(
 
 async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBody> {
     st.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(orig) = st.pin {
+        return transparent_http(st, req, orig).await;
+    }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
     }
@@ -333,8 +349,63 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     Response::new(deny::full(bytes::Bytes::new()))
 }
 
+/// Plain HTTP from the transparent listener: the `Host` header names the target (it must
+/// be the only one, and agree with the original destination's port and any absolute-form
+/// target); then the request is forwarded like an explicit one, pinned to the original
+/// destination. Every request of a keep-alive connection is checked, so a second request
+/// cannot name another virtual host on the same address.
+async fn transparent_http(
+    st: Arc<ConnState>,
+    mut req: Request<Incoming>,
+    orig: SocketAddr,
+) -> Response<ProxyBody> {
+    let mut rec = record(&st, Kind::Transparent, &req);
+    rec.port = Some(orig.port());
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let (Some(value), None) = (hosts.next(), hosts.next()) else {
+        let reason = if req.headers().contains_key(header::HOST) {
+            Reason::MalformedRequest
+        } else {
+            Reason::UnknownHost
+        };
+        return deny_now(&st, rec, reason, "", orig.port()).await;
+    };
+    let raw = String::from_utf8_lossy(value.as_bytes()).into_owned();
+    rec.host = Some(raw.chars().filter(|c| !c.is_control()).take(300).collect());
+    if req.method() == Method::CONNECT {
+        return deny_now(&st, rec, Reason::MalformedRequest, &raw, orig.port()).await;
+    }
+    let target = match airlock_policy::host::split_host_port(&raw, orig.port()) {
+        Ok((host, port)) if port == orig.port() => Target { host, port },
+        Ok(_) => return deny_now(&st, rec, Reason::HostMismatch, &raw, orig.port()).await,
+        Err(_) => return deny_now(&st, rec, Reason::InvalidHost, &raw, orig.port()).await,
+    };
+    if let Some(a) = req.uri().authority() {
+        let same = decide::http_target(req.uri()).is_ok_and(|(t, _)| t == target);
+        if !same {
+            let host = a.as_str().to_owned();
+            return deny_now(&st, rec, Reason::HostMismatch, &host, orig.port()).await;
+        }
+    }
+    let pq = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let Ok(uri) = format!("http://{}:{}{pq}", bracketed(&target), target.port).parse::<Uri>()
+    else {
+        return deny_now(&st, rec, Reason::MalformedRequest, &raw, orig.port()).await;
+    };
+    *req.uri_mut() = uri;
+    forward_with(st, req, rec).await
+}
+
 async fn forward(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBody> {
-    let mut rec = record(&st, Kind::Http, &req);
+    let rec = record(&st, Kind::Http, &req);
+    forward_with(st, req, rec).await
+}
+
+async fn forward_with(
+    st: Arc<ConnState>,
+    req: Request<Incoming>,
+    mut rec: Record,
+) -> Response<ProxyBody> {
     let meter = Arc::new(Meter::new());
     let uri_len = req.uri().to_string().len();
     if uri_len > st.shared.limits.max_request_line {
@@ -350,10 +421,19 @@ async fn forward(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBo
     rec.path = Some(path);
     let host = target.host.as_str().to_owned();
     let port = target.port;
-    let addrs = match admit(&st, &mut rec, &target).await {
+    let mut addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
         Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
     };
+    if let Some(orig) = st.pin {
+        // No fronting by IP: the original destination must be an address of this host.
+        if let Err(reason) =
+            decide::check_original_destination(orig.ip(), &addrs, &Sniff::Http(None))
+        {
+            return deny_now(&st, rec, reason, &host, port).await;
+        }
+        addrs = vec![orig.ip()];
+    }
 
     let (mut sender, addr, local_port) = match reuse(&st, &host, port).await {
         Some(p) => (p.sender, p.addr, p.local_port),

@@ -116,12 +116,7 @@ impl Proxy {
             .map(TcpListener::local_addr)
             .transpose()?;
         let dns = match self.dns_addr {
-            Some(a) => {
-                let udp = tokio::net::UdpSocket::bind(a).await?;
-                // TCP on the very port UDP got (matters when started on port 0).
-                let tcp = TcpListener::bind(udp.local_addr()?).await?;
-                Some((udp, tcp))
-            }
+            Some(a) => Some(bind_dns(a).await?),
             None => None,
         };
         let dns_addr = dns.as_ref().map(|(u, _)| u.local_addr()).transpose()?;
@@ -154,6 +149,20 @@ impl Proxy {
             shared,
             listeners,
         })
+    }
+}
+
+/// UDP and TCP on the same port. On port 0 the port UDP got may already be taken for TCP
+/// (by any other socket): try a few times.
+async fn bind_dns(addr: SocketAddr) -> io::Result<(tokio::net::UdpSocket, TcpListener)> {
+    let mut attempt = 0;
+    loop {
+        let udp = tokio::net::UdpSocket::bind(addr).await?;
+        match TcpListener::bind(udp.local_addr()?).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if addr.port() != 0 || attempt >= 8 => return Err(e),
+            Err(_) => attempt += 1,
+        }
     }
 }
 

@@ -5,8 +5,8 @@
 //! addresses the host resolves to (no fronting by IP). A connection whose host cannot be
 //! determined, or is not allowed, is refused and audited.
 //!
-//! Limitation: only the first request of a plain-HTTP keep-alive connection is inspected;
-//! later ones reach the same checked address.
+//! Plain HTTP is then served request by request (hyper, like the explicit proxy), each
+//! request named by its `Host` header and pinned to the original destination.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -21,7 +21,6 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::decide;
-use crate::deny;
 use crate::identity::Proto;
 use crate::limits::{Client, Slot};
 use crate::shutdown::{Phase, reached};
@@ -154,13 +153,12 @@ async fn peek_sniff(stream: &TcpStream, within: Duration) -> Option<Sniff> {
 }
 
 async fn handle(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     uid: Option<u32>,
     shared: Arc<Shared>,
     slot: Slot,
 ) {
-    let _slot = slot;
     let meter = Arc::new(Meter::new());
     let mut rec = Record::new(
         Arc::clone(&shared.session),
@@ -190,10 +188,12 @@ async fn handle(
             Sniff::NeedMore
         }
     };
-    // Answer in HTTP only to what started as HTTP (a broken head included); a TLS client
-    // would not understand it and is simply closed.
-    let is_http = matches!(sniffed, Sniff::Http(_))
-        || (sniffed == Sniff::Invalid && first_byte(&stream).await.is_some_and(|b| b != 0x16));
+    // Plain HTTP (a broken head included) is served request by request, each one checked.
+    let tls = first_byte(&stream).await == Some(0x16);
+    if !tls && matches!(sniffed, Sniff::Http(_) | Sniff::Invalid) {
+        crate::explicit::serve_conn(stream, peer, uid, shared, Arc::new(slot), Some(orig)).await;
+        return;
+    }
     let result = admit(&shared, &mut rec, &sniffed, orig).await;
     let upstream = match result {
         Ok(u) => u,
@@ -202,10 +202,6 @@ async fn handle(
             rec.reason = Some(reason.as_str());
             if rec.host.is_none() {
                 rec.host = Some(orig.ip().to_string());
-            }
-            if is_http {
-                let host = rec.host.clone().unwrap_or_default();
-                answer_and_close(&mut stream, &deny::raw_denial(reason, &host, orig.port())).await;
             }
             rec.duration_ms = meter.elapsed_ms();
             shared.audit.emit(rec).await;

@@ -150,13 +150,9 @@ async fn plain_http_by_host_header_and_its_denial_is_readable() {
     let r = read_resp(&mut s).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, "hello from upstream");
-    assert!(
-        heads
-            .recv()
-            .await
-            .unwrap()
-            .starts_with("GET /x HTTP/1.1\r\nHost: allowed.test")
-    );
+    let head = heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("get /x http/1.1\r\n"), "{head}");
+    assert!(head.contains("\r\nhost: allowed.test\r\n"), "{head}");
     drop(s);
     let mut s = transparent(
         &h,
@@ -294,4 +290,87 @@ async fn server_first_protocols_still_work_through_connect() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let lines = h.finish().await;
     assert_eq!(lines[0]["decision"], "allow");
+}
+
+#[tokio::test]
+async fn every_request_of_a_transparent_keep_alive_connection_is_checked() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("evil.test", &[ALLOWED_IP]),
+            ("other.allowed.test", &["198.51.100.5"]),
+        ],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let mut s = transparent(
+        &h,
+        dst(ALLOWED_IP, 80),
+        b"GET /1 HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(read_resp(&mut s).await.status, 200);
+    // Same connection, same address, another virtual host: refused.
+    s.write_all(b"GET /2 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("blocked-by-policy")
+    );
+    // An allowed host that does not live at this address: refused (no fronting by IP).
+    s.write_all(b"GET /3 HTTP/1.1\r\nHost: other.allowed.test\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("host-mismatch")
+    );
+    // Absolute-form naming another host than Host: refused.
+    s.write_all(b"GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("host-mismatch")
+    );
+    // No Host at all.
+    s.write_all(b"GET /5 HTTP/1.0\r\n\r\n").await.unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.header("x-airlock-error").as_deref(), Some("unknown-host"));
+    drop(s);
+    assert!(heads.recv().await.unwrap().starts_with("GET /1 "));
+    assert!(
+        heads.try_recv().is_err(),
+        "only the first request reached upstream"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let d: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["decision"].as_str().unwrap(),
+                l["reason"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        d,
+        [
+            ("allow", "-"),
+            ("deny", "blocked-by-policy"),
+            ("deny", "host-mismatch"),
+            ("deny", "host-mismatch"),
+            ("deny", "unknown-host")
+        ],
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| l["kind"] == "transparent"));
 }
