@@ -67,34 +67,52 @@ pub enum Plan {
 
 /// Decides a parsed query. Returns the plan and the policy verdict to audit.
 #[must_use]
-pub fn plan(policy: &airlock_policy::Policy, msg: &Message) -> (Plan, Verdict, Option<String>) {
+pub fn plan(
+    policy: &airlock_policy::Policy,
+    msg: &Message,
+) -> (Plan, Verdict, Option<String>, Option<Reason>) {
     if msg.message_type() != MessageType::Query || msg.queries().len() != 1 {
-        return (Plan::FormErr, Verdict::Deny, None);
+        return (Plan::FormErr, Verdict::Deny, None, None);
     }
     if msg.op_code() != OpCode::Query {
-        return (Plan::NotImp, Verdict::Deny, None);
+        return (Plan::NotImp, Verdict::Deny, None, None);
     }
     let q = &msg.queries()[0];
     let ascii = q.name().to_ascii();
     let name = ascii.strip_suffix('.').unwrap_or(&ascii);
     let Ok(host) = Host::parse(name) else {
-        return (Plan::Refuse(Reason::InvalidHost), Verdict::Deny, None);
+        return (
+            Plan::Refuse(Reason::InvalidHost),
+            Verdict::Deny,
+            None,
+            Some(Reason::InvalidHost),
+        );
     };
     // DNS has no port: a name is answerable when an allow rule names the host on any port.
     let target = Target { host, port: 443 };
     let d = decide::decide(policy, &target);
-    let (verdict, rule) = match (d.verdict, d.reason) {
-        (Verdict::Deny, Some(Reason::BlockedPort)) => (Verdict::Allow, d.rule),
-        (Verdict::Deny, Some(reason)) => return (Plan::Refuse(reason), Verdict::Deny, d.rule),
-        (v, _) => (v, d.rule),
+    let rule = d.rule;
+    let (verdict, reason) = match d.reason {
+        Some(Reason::BlockedPort) => (Verdict::Allow, None),
+        r => (d.verdict, r),
     };
+    if let (Verdict::Deny, Some(reason)) = (verdict, reason) {
+        return (Plan::Refuse(reason), Verdict::Deny, rule, Some(reason));
+    }
     let plan = match q.query_type() {
         RecordType::A => Plan::Resolve { target, v6: false },
         RecordType::AAAA => Plan::Resolve { target, v6: true },
         RecordType::HTTPS | RecordType::SVCB => Plan::NoData,
-        _ => return (Plan::Refuse(Reason::DnsQueryType), Verdict::Deny, rule),
+        _ => {
+            return (
+                Plan::Refuse(Reason::DnsQueryType),
+                Verdict::Deny,
+                rule,
+                Some(Reason::DnsQueryType),
+            );
+        }
     };
-    (plan, verdict, rule)
+    (plan, verdict, rule, reason)
 }
 
 /// The EDE info code for a refusal: "Blocked" for what an operator blocks by policy,
@@ -210,12 +228,10 @@ pub(crate) async fn handle(
                 .collect(),
         );
     }
-    let (plan, verdict, rule) = plan(&shared.policy, &msg);
+    let (plan, verdict, rule, reason) = plan(&shared.policy, &msg);
     rec.decision = verdict;
     rec.rule = rule;
-    if verdict == Verdict::Report {
-        rec.reason = Some(Reason::BlockedByPolicy.as_str());
-    }
+    rec.reason = reason.map(|r| r.as_str());
     let out = match plan {
         Plan::FormErr | Plan::NotImp => {
             rec.reason = Some(Reason::MalformedRequest.as_str());
@@ -405,7 +421,7 @@ mod tests {
     #[test]
     fn plans() {
         let p = policy("enforce");
-        let (pl, v, rule) = plan(&p, &query("Allowed.Test.", RecordType::A, true));
+        let (pl, v, rule, _) = plan(&p, &query("Allowed.Test.", RecordType::A, true));
         assert!(matches!(pl, Plan::Resolve { v6: false, .. }));
         assert_eq!((v, rule.as_deref()), (Verdict::Allow, Some("allowed.test")));
         assert!(matches!(
@@ -453,9 +469,10 @@ mod tests {
     #[test]
     fn report_mode_answers_policy_denials_only() {
         let p = policy("report");
-        let (pl, v, _) = plan(&p, &query("other.test.", RecordType::A, true));
+        let (pl, v, _, reason) = plan(&p, &query("other.test.", RecordType::A, true));
         assert!(matches!(pl, Plan::Resolve { .. }));
         assert_eq!(v, Verdict::Report);
+        assert_eq!(reason, Some(Reason::BlockedByPolicy));
         assert_eq!(
             plan(&p, &query("other.test.", RecordType::TXT, true)).0,
             Plan::Refuse(Reason::DnsQueryType)
