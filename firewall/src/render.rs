@@ -9,6 +9,30 @@ use crate::preserve::{BUILTIN_NAT_CHAINS, OUR_NAT_CHAIN, OUR_NAT_JUMP, Preserved
 /// talk to it (the agent's port-53 traffic is redirected to our DNS filter instead).
 pub(crate) const DOCKER_RESOLVER: &str = "127.0.0.11/32";
 
+/// Docker's embedded resolver answers container names itself but forwards every other name
+/// to the resolvers `docker run --dns` (or the host) configured, *from inside this network
+/// namespace, with sockets owned by dockerd: uid 0*. Seen on the wire with Docker 20.10:
+/// without an exception our nat chain redirected those forwards to the proxy's DNS filter,
+/// which asked Docker's resolver again, which forwarded again (a loop until the filter's
+/// in-flight cap); and the filter table would have rejected them as not the proxy's.
+///
+/// So uid 0's port-53 traffic to a non-loopback address is neither redirected nor rejected.
+/// Inside the appliance uid 0 is only PID 1 (which does no DNS and keeps no `NET_ADMIN`
+/// after set-up) and dockerd's forwarder; the agent is never uid 0 (no setuid binary,
+/// `no_new_privs`, no capabilities), and its own port-53 traffic is still redirected to
+/// the DNS filter. The resolvers themselves are not visible from inside (resolv.conf says
+/// `127.0.0.11`), hence "any non-loopback address, port 53" rather than a list.
+const DOCKER_FORWARDER_UID: u32 = 0;
+
+/// The forwarder's two rules (udp and tcp) with `target`, in `iptables-save` order.
+fn docker_forwarder_rules(chain: &str, target: &str, loopback: &str) -> [String; 2] {
+    ["udp", "tcp"].map(|proto| {
+        format!(
+            "-A {chain} ! -d {loopback} -p {proto} -m owner --uid-owner {DOCKER_FORWARDER_UID} -m {proto} --dport 53 -j {target}"
+        )
+    })
+}
+
 /// ICMPv6 neighbour discovery: router solicitation/advertisement, neighbour
 /// solicitation/advertisement. Without them the proxy cannot reach a v6 upstream.
 const ND_TYPES: [u8; 4] = [133, 134, 135, 136];
@@ -129,6 +153,13 @@ fn filter_v4(out: &mut String, plan: &Plan) {
         out,
         &format!("-A OUTPUT -m owner --uid-owner {proxy} -j ACCEPT"),
     );
+    push(
+        out,
+        "# OUTPUT 5b: Docker's embedded resolver forwarding a name it does not know (dockerd's sockets, uid 0).",
+    );
+    for line in docker_forwarder_rules("OUTPUT", "ACCEPT", "127.0.0.0/8") {
+        push(out, &line);
+    }
     push(out, "# OUTPUT 6: everything else fails fast.");
     push(out, "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset");
     push(
@@ -182,6 +213,13 @@ pub(crate) fn nat_table(out: &mut String, plan: &Plan, preserved: &PreservedNat)
             plan.proxy_uid
         ),
     );
+    push(
+        out,
+        "# Docker's resolver forwarding names it does not know to the configured resolvers (uid 0).",
+    );
+    for line in docker_forwarder_rules(chain, "RETURN", "127.0.0.0/8") {
+        push(out, &line);
+    }
     push(
         out,
         "# All other port-53 traffic, loopback included, goes to the DNS filter.",
@@ -259,6 +297,13 @@ fn filter_v6(out: &mut String, plan: &Plan) {
         out,
         &format!("-A OUTPUT -m owner --uid-owner {proxy} -j ACCEPT"),
     );
+    push(
+        out,
+        "# OUTPUT 4b: Docker's embedded resolver forwarding to a v6 resolver (dockerd's sockets, uid 0).",
+    );
+    for line in docker_forwarder_rules("OUTPUT", "ACCEPT", "::1/128") {
+        push(out, &line);
+    }
     push(
         out,
         "# OUTPUT 5: the kernel's own neighbour discovery (unprivileged sockets cannot forge it).",

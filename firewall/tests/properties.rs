@@ -56,6 +56,7 @@ fn attack_only_the_proxy_loopback_replies_and_nd_are_ever_accepted_out() {
                 || rule == "-A OUTPUT -o lo -j ACCEPT"
                 || (!v6 && rule == "-A OUTPUT -d 127.0.0.0/8 -j ACCEPT")
                 || rule == format!("-A OUTPUT {proxy}")
+                || is_docker_forwarder(rule, "ACCEPT", v6)
                 || (v6
                     && ["133", "134", "135", "136"].iter().any(|t| {
                         rule == format!(
@@ -64,6 +65,62 @@ fn attack_only_the_proxy_loopback_replies_and_nd_are_ever_accepted_out() {
                     }));
             assert!(allowed, "unexpected accept: {rule}");
         }
+    }
+}
+
+/// Docker's embedded resolver forwarding a name it does not know: dockerd's own sockets
+/// (uid 0) to port 53 of a non-loopback address, and nothing wider.
+fn is_docker_forwarder(rule: &str, target: &str, v6: bool) -> bool {
+    let lo = if v6 { "::1/128" } else { "127.0.0.0/8" };
+    ["udp", "tcp"].iter().any(|p| {
+        let chain = rule.split(' ').nth(1).unwrap_or_default();
+        rule == format!(
+            "-A {chain} ! -d {lo} -p {p} -m owner --uid-owner 0 -m {p} --dport 53 -j {target}"
+        )
+    })
+}
+
+#[test]
+fn attack_only_uid_0_port_53_is_exempt_for_dockers_forwarder_and_the_agent_is_still_redirected() {
+    // filter: exactly the two forwarder accepts per family, uid 0 only, after the proxy.
+    for (text, v6) in [(v4(), false), (v6(), true)] {
+        let out = chain(&text, "filter", "OUTPUT");
+        let fwd: Vec<usize> = (0..out.len())
+            .filter(|i| out[*i].contains("--uid-owner 0 "))
+            .collect();
+        assert_eq!(fwd.len(), 2, "{out:?}");
+        let reject = position(&out, &["-p udp -j REJECT"]);
+        for i in fwd {
+            assert!(is_docker_forwarder(out[i], "ACCEPT", v6), "{}", out[i]);
+            assert!(
+                i < reject,
+                "the forwarder accept must precede the final rejects"
+            );
+        }
+    }
+    // nat: the exemption RETURNs uid 0 only, and the catch-all port-53 redirects that the
+    // agent hits come right after it, unconditioned on any uid.
+    let text = v4();
+    let nat = chain(&text, "nat", "AIRLOCK_OUTPUT");
+    let exempt: Vec<usize> = nat
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.contains("--dport 53") && r.contains("-j RETURN"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(exempt.len(), 2, "{nat:?}");
+    for i in &exempt {
+        assert!(is_docker_forwarder(nat[*i], "RETURN", false), "{}", nat[*i]);
+    }
+    for proto in ["udp", "tcp"] {
+        let redirect = position(
+            &nat,
+            &[&format!(
+                "-p {proto} -m {proto} --dport 53 -j REDIRECT --to-ports {DNS_PORT}"
+            )],
+        );
+        assert!(!nat[redirect].contains("owner"), "{}", nat[redirect]);
+        assert!(exempt.iter().all(|i| *i < redirect));
     }
 }
 
