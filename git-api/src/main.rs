@@ -1,1 +1,148 @@
-fn main() {}
+//! `airlock-git-api`: the git API server binary. See the crate docs of `airlock_git_api`.
+//!
+//! Started by the entrypoint with real uid `airlock-git`, effective and saved uid = the
+//! workspace owner, groups = [airlock-git]:
+//!
+//! ```text
+//! airlock-git-api --socket /run/airlock/git.sock --git-dir <hidden>/.git \
+//!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
+//!     --policy /etc/airlock/policy.toml --ca-file <proxy CA bundle>
+//! ```
+
+use airlock_git_api::push::PushRules;
+use airlock_git_api::run::GitEnv;
+use airlock_git_api::server::Server;
+use airlock_wire::{SessionKey, Verifier};
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Runs git on the agent's behalf under airlock's policy.
+#[derive(Debug, Parser)]
+#[command(name = "airlock-git-api", version)]
+struct Cli {
+    /// Unix socket to listen on (replaced if it exists).
+    #[arg(long, default_value = "/run/airlock/git.sock")]
+    socket: PathBuf,
+    /// The hidden git dir.
+    #[arg(long)]
+    git_dir: PathBuf,
+    /// The workspace (work tree).
+    #[arg(long, default_value = "/workspace")]
+    work_tree: PathBuf,
+    /// The only uid allowed to connect (SO_PEERCRED).
+    #[arg(long)]
+    agent_uid: u32,
+    /// File holding the session key (64 hex digits).
+    #[arg(long)]
+    key_file: PathBuf,
+    /// The policy file (`[sandbox]` name and `[git]`).
+    #[arg(long, default_value = airlock_channels::DEFAULT_POLICY_PATH)]
+    policy: PathBuf,
+    /// CA bundle git trusts for the proxy's interception on the service port.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// The real git.
+    #[arg(long, default_value = "/usr/bin/git")]
+    git: PathBuf,
+    /// HOME for git (should be empty; it is never written).
+    #[arg(long, default_value = "/nonexistent")]
+    home: PathBuf,
+    /// The branch the sandbox started on (pushable); default: the checked-out branch.
+    #[arg(long)]
+    start_branch: Option<String>,
+    /// Concurrent connections at most.
+    #[arg(long, default_value_t = 16)]
+    max_connections: usize,
+    /// TEST ONLY, absent from release builds: `host/owner/repo=/path/to/bare.git` serves
+    /// that repository from a local bare repository (file://, otherwise refused).
+    #[cfg(debug_assertions)]
+    #[arg(long, hide = true)]
+    test_upstream: Vec<String>,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("airlock-git-api: {e:#}");
+        std::process::exit(78);
+    }
+}
+
+fn run() -> Result<()> {
+    let cli = Cli::parse();
+    // Not dumpable: the agent (same effective uid) may not ptrace us or read our /proc.
+    nix::sys::prctl::set_dumpable(false).context("making the process non-dumpable")?;
+    let policy = airlock_policy::Policy::load(&cli.policy)
+        .with_context(|| format!("loading policy {}", cli.policy.display()))?;
+    let key = SessionKey::read_file(&cli.key_file).context("reading the session key")?;
+    let work_tree = cli
+        .work_tree
+        .canonicalize()
+        .with_context(|| format!("work tree {}", cli.work_tree.display()))?;
+    #[cfg(debug_assertions)]
+    let test_upstreams = cli
+        .test_upstream
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(id, p)| (id.to_owned(), PathBuf::from(p)))
+                .with_context(|| format!("--test-upstream {s}: want host/owner/repo=/path"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    #[cfg(not(debug_assertions))]
+    let test_upstreams = Vec::new();
+    let env = GitEnv {
+        git: cli.git.clone(),
+        git_dir: cli.git_dir.clone(),
+        work_tree,
+        home: cli.home.clone(),
+        proxy_url: format!(
+            "http://{}:{}",
+            airlock_channels::LOOPBACK,
+            airlock_channels::GIT_SERVICE_PORT
+        ),
+        ca_file: cli.ca_file.clone(),
+        test_upstreams,
+    };
+    let start_branch = match cli.start_branch.clone() {
+        Some(b) => Some(b),
+        None => env
+            .query(&["symbolic-ref", "-q", "--short", "HEAD"])
+            .context("reading the start branch")?
+            .line(),
+    };
+    if !env
+        .query(&["rev-parse", "--git-dir"])
+        .context("running git")?
+        .ok
+    {
+        bail!("{} is not a git dir git can open", cli.git_dir.display());
+    }
+    let rules = PushRules::new(&policy.git, start_branch.as_deref())
+        .context("compiling the [git] globs")?;
+    if cli.socket.exists() {
+        std::fs::remove_file(&cli.socket)
+            .with_context(|| format!("removing stale {}", cli.socket.display()))?;
+    }
+    let listener = UnixListener::bind(&cli.socket)
+        .with_context(|| format!("binding {}", cli.socket.display()))?;
+    std::fs::set_permissions(&cli.socket, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod {}", cli.socket.display()))?;
+    eprintln!(
+        "airlock-git-api: listening on {} for uid {} (start branch {})",
+        cli.socket.display(),
+        cli.agent_uid,
+        start_branch.as_deref().unwrap_or("(detached)")
+    );
+    let server = Arc::new(Server::new(
+        env,
+        cli.agent_uid,
+        rules,
+        Verifier::new(key),
+        cli.max_connections,
+    ));
+    server.serve(&listener).context("accepting connections")
+}

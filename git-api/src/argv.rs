@@ -1,0 +1,2427 @@
+//! The command policy: which git invocations the API runs, deny by default.
+//!
+//! An invocation is `[global options] <subcommand> [options and operands]`. Every option
+//! must be on the subcommand's allowlist **exactly as written** (git's own abbreviation
+//! of long options is refused here and disabled in the git we run). Options that would run
+//! a program, read or write a file outside the workspace, change where git looks for its
+//! repository, or need a terminal are refused with their own reason, as is every
+//! abbreviation of them (`--up`, `--upload-p`, ... for `--upload-pack`).
+//!
+//! This module is pure: it neither runs git nor reads the repository. Push ref updates are
+//! judged in [`crate::push`]; `git config` writes are judged here against
+//! [`WRITABLE_CONFIG`].
+
+use airlock_wire::Reason;
+
+/// A refusal: the reason code and a message naming the rule and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Stable code.
+    pub reason: Reason,
+    /// One line for the agent.
+    pub message: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(reason: Reason, message: impl Into<String>) -> Refusal {
+        Refusal {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// What the server must do around a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Reads the repository (runs concurrently with other reads, `GIT_OPTIONAL_LOCKS=0`).
+    Read,
+    /// May write the repository or the work tree (serialised by the repository lock).
+    Write,
+    /// Talks to a remote to fetch (`fetch`, `pull`): remote checked, then as `Write`.
+    Fetch,
+    /// `push`: judged by the push policy on its resolved ref updates.
+    Push,
+}
+
+/// An allowed invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The subcommand (`status`, `log`, ...); empty for `git --version`.
+    pub subcommand: String,
+    /// The full argv to run after the server's own options (global options included).
+    pub argv: Vec<String>,
+    /// Concurrency and policy class.
+    pub class: Class,
+    /// Whether the command writes output worth paging (the shim pages locally).
+    pub pages: bool,
+}
+
+/// Config keys `git config` may write (lowercase section and name; `*` is one subsection).
+pub const WRITABLE_CONFIG: &[&str] = &[
+    "user.name",
+    "user.email",
+    "pull.rebase",
+    "pull.ff",
+    "push.autosetupremote",
+    "merge.conflictstyle",
+    "rebase.autostash",
+    "rebase.updaterefs",
+    "color.ui",
+    "branch.*.remote",
+    "branch.*.merge",
+    "branch.*.rebase",
+];
+
+/// Long options refused wherever they appear, with why. An argument that abbreviates one of
+/// them (`--upload-p`) is refused too.
+const REFUSED_LONG: &[(&str, &str)] = &[
+    (
+        "upload-pack",
+        "runs a program of the caller's choosing on the remote side",
+    ),
+    (
+        "receive-pack",
+        "runs a program of the caller's choosing on the remote side",
+    ),
+    ("exec", "runs a program of the caller's choosing"),
+    ("exec-path", "changes where git finds the programs it runs"),
+    (
+        "git-dir",
+        "the repository is chosen by the git API, not the caller",
+    ),
+    (
+        "work-tree",
+        "the work tree is chosen by the git API, not the caller",
+    ),
+    (
+        "separate-git-dir",
+        "the repository is chosen by the git API, not the caller",
+    ),
+    (
+        "namespace",
+        "the repository is chosen by the git API, not the caller",
+    ),
+    ("config-env", "configuration is fixed by the git API"),
+    ("template", "templates can install hooks"),
+    ("super-prefix", "internal option"),
+    ("output", "writes a file chosen by the caller"),
+    ("output-directory", "writes files chosen by the caller"),
+    ("ext-diff", "runs an external diff program"),
+    ("textconv", "runs a textconv filter program"),
+    ("no-index", "reads files outside the repository"),
+    (
+        "pathspec-from-file",
+        "reads a file chosen by the caller; pass the paths as arguments",
+    ),
+    ("contents", "reads a file chosen by the caller"),
+    ("ignore-revs-file", "reads a file chosen by the caller"),
+    ("exclude-from", "reads a file chosen by the caller"),
+    ("open-files-in-pager", "runs a program"),
+    (
+        "recurse-submodules",
+        "submodules are not run by the git API",
+    ),
+    (
+        "gpg-sign",
+        "runs gpg; signing is not available in the sandbox",
+    ),
+    (
+        "signed",
+        "runs gpg; signing is not available in the sandbox",
+    ),
+    ("sign", "runs gpg; signing is not available in the sandbox"),
+    (
+        "interactive",
+        "interactive modes need a terminal the git API does not have",
+    ),
+    (
+        "patch",
+        "interactive modes need a terminal the git API does not have",
+    ),
+    (
+        "edit",
+        "opens an editor the git API does not have; pass -m or -F",
+    ),
+    ("edit-todo", "opens an editor the git API does not have"),
+    (
+        "edit-description",
+        "opens an editor the git API does not have",
+    ),
+    (
+        "reedit-message",
+        "opens an editor the git API does not have; use -C",
+    ),
+    ("list-cmds", "internal option"),
+    ("attr-source", "attributes are read from the work tree only"),
+];
+
+/// Global options (before the subcommand) that are refused, with why.
+const REFUSED_GLOBAL: &[(&str, &str)] = &[
+    (
+        "-c",
+        "configuration is fixed by the git API; use `git config <allowed key> <value>`",
+    ),
+    ("-C", "run git from the directory instead"),
+    ("--bare", "the repository is chosen by the git API"),
+    ("--html-path", "not available"),
+    ("--man-path", "not available"),
+    ("--info-path", "not available"),
+    ("-p", "the shim pages locally"),
+    ("--paginate", "the shim pages locally"),
+];
+
+/// Global options that are allowed before the subcommand.
+const ALLOWED_GLOBAL: &[&str] = &[
+    "--no-pager",
+    "-P",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--no-optional-locks",
+    "--no-replace-objects",
+    "--version",
+    "-h",
+    "--help",
+];
+
+// Option specs: `|`-separated names (one character = short, longer = long without `--`);
+// a trailing `=` means the option takes a value (attached or next argument), `?` an
+// optional value that must be attached (`--color=always`, `-M50%`).
+
+const DIFF: &[&str] = &[
+    "p|patch",
+    "u",
+    "s|no-patch",
+    "U|unified?",
+    "output-indicator-new=",
+    "output-indicator-old=",
+    "output-indicator-context=",
+    "raw",
+    "patch-with-raw",
+    "t",
+    "indent-heuristic",
+    "no-indent-heuristic",
+    "minimal",
+    "patience",
+    "histogram",
+    "anchored=",
+    "diff-algorithm=",
+    "stat?",
+    "stat-width=",
+    "stat-name-width=",
+    "stat-count=",
+    "compact-summary",
+    "numstat",
+    "shortstat",
+    "X|dirstat?",
+    "cumulative",
+    "dirstat-by-file?",
+    "summary",
+    "patch-with-stat",
+    "z",
+    "name-only",
+    "name-status",
+    "submodule?",
+    "color?",
+    "no-color",
+    "color-moved?",
+    "no-color-moved",
+    "color-moved-ws=",
+    "no-color-moved-ws",
+    "word-diff?",
+    "word-diff-regex=",
+    "color-words?",
+    "no-renames",
+    "rename-empty",
+    "no-rename-empty",
+    "check",
+    "ws-error-highlight=",
+    "full-index",
+    "binary",
+    "abbrev?",
+    "B|break-rewrites?",
+    "M|find-renames?",
+    "C|find-copies?",
+    "find-copies-harder",
+    "D|irreversible-delete",
+    "l=",
+    "diff-filter=",
+    "S=",
+    "G=",
+    "find-object=",
+    "pickaxe-all",
+    "pickaxe-regex",
+    "skip-to=",
+    "rotate-to=",
+    "R",
+    "relative?",
+    "no-relative",
+    "a|text",
+    "ignore-cr-at-eol",
+    "ignore-space-at-eol",
+    "b|ignore-space-change",
+    "w|ignore-all-space",
+    "ignore-blank-lines",
+    "I|ignore-matching-lines=",
+    "inter-hunk-context=",
+    "W|function-context",
+    "exit-code",
+    "quiet",
+    "no-ext-diff",
+    "no-textconv",
+    "ignore-submodules?",
+    "src-prefix=",
+    "dst-prefix=",
+    "no-prefix",
+    "default-prefix",
+    "line-prefix=",
+    "ita-invisible-in-index",
+    "cached",
+    "staged",
+    "merge-base",
+    "1|base",
+    "2|ours",
+    "3|theirs",
+    "0",
+    "c",
+    "cc",
+    "m",
+    "diff-merges=",
+    "no-diff-merges",
+    "combined-all-paths",
+    "dd",
+    "remerge-diff",
+    "follow",
+];
+
+const REVS: &[&str] = &[
+    "n|max-count=",
+    "skip=",
+    "since=",
+    "after=",
+    "since-as-filter=",
+    "until=",
+    "before=",
+    "author=",
+    "committer=",
+    "grep-reflog=",
+    "grep=",
+    "all-match",
+    "invert-grep",
+    "i|regexp-ignore-case",
+    "basic-regexp",
+    "E|extended-regexp",
+    "F|fixed-strings",
+    "P|perl-regexp",
+    "remove-empty",
+    "merges",
+    "no-merges",
+    "min-parents=",
+    "max-parents=",
+    "no-min-parents",
+    "no-max-parents",
+    "first-parent",
+    "exclude-first-parent-only",
+    "not",
+    "all",
+    "branches?",
+    "tags?",
+    "remotes?",
+    "glob=",
+    "exclude=",
+    "exclude-hidden=",
+    "reflog",
+    "alternate-refs",
+    "single-worktree",
+    "ignore-missing",
+    "bisect",
+    "cherry-mark",
+    "cherry-pick",
+    "left-only",
+    "right-only",
+    "cherry",
+    "g|walk-reflogs",
+    "merge",
+    "boundary",
+    "simplify-by-decoration",
+    "show-pulls",
+    "full-history",
+    "dense",
+    "sparse",
+    "simplify-merges",
+    "ancestry-path?",
+    "date-order",
+    "author-date-order",
+    "topo-order",
+    "reverse",
+    "no-walk?",
+    "do-walk",
+    "pretty?",
+    "format=",
+    "abbrev-commit",
+    "no-abbrev-commit",
+    "oneline",
+    "encoding=",
+    "expand-tabs?",
+    "no-expand-tabs",
+    "notes?",
+    "no-notes",
+    "show-notes?",
+    "show-signature",
+    "relative-date",
+    "date=",
+    "parents",
+    "children",
+    "left-right",
+    "graph",
+    "no-graph",
+    "show-linear-break?",
+    "decorate?",
+    "no-decorate",
+    "decorate-refs=",
+    "decorate-refs-exclude=",
+    "clear-decorations",
+    "source",
+    "mailmap",
+    "no-mailmap",
+    "use-mailmap",
+    "no-use-mailmap",
+    "full-diff",
+    "log-size",
+    "L=",
+    "count",
+    "stdin-never",
+    "objects",
+    "objects-edge",
+    "no-object-names",
+    "timestamp",
+    "header",
+    "unpacked",
+    "show-origin",
+];
+
+const COMMIT: &[&str] = &[
+    "a|all",
+    "m|message=",
+    "F|file=",
+    "C|reuse-message=",
+    "fixup=",
+    "squash=",
+    "reset-author",
+    "author=",
+    "date=",
+    "s|signoff",
+    "no-signoff",
+    "trailer=",
+    "n|no-verify",
+    "verify",
+    "allow-empty",
+    "allow-empty-message",
+    "cleanup=",
+    "no-edit",
+    "amend",
+    "no-post-rewrite",
+    "i|include",
+    "o|only",
+    "u|untracked-files?",
+    "q|quiet",
+    "v|verbose",
+    "dry-run",
+    "short",
+    "branch",
+    "porcelain",
+    "long",
+    "z|null",
+    "status",
+    "no-status",
+];
+
+const MERGE_OPTS: &[&str] = &[
+    "commit",
+    "no-commit",
+    "no-edit",
+    "cleanup=",
+    "ff",
+    "no-ff",
+    "ff-only",
+    "log?",
+    "no-log",
+    "signoff",
+    "no-signoff",
+    "stat",
+    "n|no-stat",
+    "squash",
+    "no-squash",
+    "verify",
+    "no-verify",
+    "s|strategy=",
+    "X|strategy-option=",
+    "verify-signatures",
+    "no-verify-signatures",
+    "summary",
+    "no-summary",
+    "q|quiet",
+    "v|verbose",
+    "progress",
+    "no-progress",
+    "autostash",
+    "no-autostash",
+    "allow-unrelated-histories",
+    "rerere-autoupdate",
+    "no-rerere-autoupdate",
+    "m=",
+    "F|file=",
+    "into-name=",
+    "abort",
+    "quit",
+    "continue",
+];
+
+const FETCH_OPTS: &[&str] = &[
+    "all",
+    "atomic",
+    "depth=",
+    "deepen=",
+    "shallow-since=",
+    "shallow-exclude=",
+    "unshallow",
+    "update-shallow",
+    "dry-run",
+    "f|force",
+    "k|keep",
+    "multiple",
+    "p|prune",
+    "P|prune-tags",
+    "no-prune",
+    "t|tags",
+    "no-tags",
+    "prefetch",
+    "refetch",
+    "set-upstream",
+    "q|quiet",
+    "v|verbose",
+    "progress",
+    "no-progress",
+    "show-forced-updates",
+    "no-show-forced-updates",
+    "4|ipv4",
+    "6|ipv6",
+    "no-write-fetch-head",
+    "write-fetch-head",
+    "filter=",
+];
+
+/// One subcommand's table.
+struct Sub {
+    name: &'static str,
+    class: Class,
+    pages: bool,
+    opts: &'static [&'static [&'static str]],
+    /// Short options refused for this subcommand only (letter, why).
+    refused_short: &'static [(char, &'static str)],
+    /// `-<number>` is shorthand for `-n <number>` (log family).
+    numeric: bool,
+}
+
+const INTERACTIVE: &str = "interactive modes need a terminal the git API does not have";
+const EDITOR: &str = "opens an editor the git API does not have; pass -m or -F";
+
+const SUBS: &[Sub] = &[
+    Sub {
+        name: "status",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "s|short",
+            "b|branch",
+            "show-stash",
+            "porcelain?",
+            "long",
+            "v|verbose",
+            "u|untracked-files?",
+            "ignored?",
+            "ignore-submodules?",
+            "z",
+            "column?",
+            "no-column",
+            "ahead-behind",
+            "no-ahead-behind",
+            "renames",
+            "no-renames",
+            "find-renames?",
+            "q|quiet",
+        ]],
+    },
+    Sub {
+        name: "diff",
+        class: Class::Read,
+        pages: true,
+        numeric: false,
+        refused_short: &[],
+        opts: &[DIFF],
+    },
+    Sub {
+        name: "log",
+        class: Class::Read,
+        pages: true,
+        numeric: true,
+        refused_short: &[],
+        opts: &[DIFF, REVS, &["q|quiet"]],
+    },
+    Sub {
+        name: "show",
+        class: Class::Read,
+        pages: true,
+        numeric: true,
+        refused_short: &[],
+        opts: &[DIFF, REVS, &["q|quiet"]],
+    },
+    Sub {
+        name: "shortlog",
+        class: Class::Read,
+        pages: true,
+        numeric: true,
+        refused_short: &[],
+        opts: &[
+            REVS,
+            &["s|summary", "e|email", "c|committer", "w?", "group="],
+        ],
+    },
+    Sub {
+        name: "rev-list",
+        class: Class::Read,
+        pages: false,
+        numeric: true,
+        refused_short: &[],
+        opts: &[REVS, &["quiet"]],
+    },
+    Sub {
+        name: "blame",
+        class: Class::Read,
+        pages: true,
+        numeric: false,
+        refused_short: &[('S', "reads a file chosen by the caller")],
+        opts: &[&[
+            "L=",
+            "l",
+            "t",
+            "s",
+            "e|show-email",
+            "w",
+            "M?",
+            "C?",
+            "p|porcelain",
+            "line-porcelain",
+            "incremental",
+            "root",
+            "show-stats",
+            "date=",
+            "c",
+            "abbrev?",
+            "f|show-name",
+            "n|show-number",
+            "color-lines",
+            "color-by-age",
+            "ignore-rev=",
+            "reverse",
+            "first-parent",
+            "progress",
+            "no-progress",
+            "minimal",
+            "encoding=",
+            "b",
+            "score-debug",
+            "since=",
+        ]],
+    },
+    Sub {
+        name: "grep",
+        class: Class::Read,
+        pages: true,
+        numeric: false,
+        refused_short: &[
+            ('f', "reads patterns from a file; pass them with -e"),
+            ('O', "runs a program"),
+        ],
+        opts: &[&[
+            "cached",
+            "untracked",
+            "no-exclude-standard",
+            "exclude-standard",
+            "a|text",
+            "I",
+            "no-textconv",
+            "i|ignore-case",
+            "max-depth=",
+            "r|recursive",
+            "no-recursive",
+            "w|word-regexp",
+            "v|invert-match",
+            "h",
+            "H",
+            "full-name",
+            "E|extended-regexp",
+            "G|basic-regexp",
+            "F|fixed-strings",
+            "P|perl-regexp",
+            "n|line-number",
+            "column",
+            "l|files-with-matches",
+            "name-only",
+            "L|files-without-match",
+            "z|null",
+            "o|only-matching",
+            "c|count",
+            "color?",
+            "no-color",
+            "break",
+            "heading",
+            "p|show-function",
+            "C|context=",
+            "A|after-context=",
+            "B|before-context=",
+            "W|function-context",
+            "m|max-count=",
+            "threads=",
+            "e=",
+            "and",
+            "or",
+            "not",
+            "all-match",
+            "q|quiet",
+        ]],
+    },
+    Sub {
+        name: "ls-files",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[('X', "reads a file chosen by the caller")],
+        opts: &[&[
+            "z",
+            "t",
+            "v",
+            "f",
+            "c|cached",
+            "d|deleted",
+            "m|modified",
+            "o|others",
+            "i|ignored",
+            "s|stage",
+            "k|killed",
+            "directory",
+            "no-empty-directory",
+            "u|unmerged",
+            "resolve-undo",
+            "x|exclude=",
+            "exclude-per-directory=",
+            "exclude-standard",
+            "error-unmatch",
+            "with-tree=",
+            "full-name",
+            "abbrev?",
+            "debug",
+            "eol",
+            "deduplicate",
+            "sparse",
+            "format=",
+        ]],
+    },
+    Sub {
+        name: "ls-tree",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "d",
+            "r",
+            "t",
+            "l|long",
+            "z",
+            "name-only",
+            "name-status",
+            "object-only",
+            "full-name",
+            "full-tree",
+            "abbrev?",
+            "format=",
+        ]],
+    },
+    Sub {
+        name: "rev-parse",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "show-toplevel",
+            "show-prefix",
+            "show-cdup",
+            "git-dir",
+            "absolute-git-dir",
+            "git-common-dir",
+            "is-inside-work-tree",
+            "is-inside-git-dir",
+            "is-bare-repository",
+            "is-shallow-repository",
+            "abbrev-ref?",
+            "short?",
+            "verify",
+            "q|quiet",
+            "symbolic",
+            "symbolic-full-name",
+            "all",
+            "branches?",
+            "tags?",
+            "remotes?",
+            "glob=",
+            "exclude=",
+            "default=",
+            "revs-only",
+            "no-revs",
+            "flags",
+            "no-flags",
+            "show-object-format?",
+            "show-ref-format",
+            "path-format=",
+            "git-path=",
+            "local-env-vars",
+            "since=",
+            "after=",
+            "until=",
+            "before=",
+            "sq",
+            "not",
+            "prefix=",
+            "disambiguate=",
+            "end-of-options",
+        ]],
+    },
+    Sub {
+        name: "show-ref",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "head",
+            "branches",
+            "tags",
+            "d|dereference",
+            "s|hash?",
+            "verify",
+            "abbrev?",
+            "q|quiet",
+            "exists",
+        ]],
+    },
+    Sub {
+        name: "merge-base",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "a|all",
+            "octopus",
+            "independent",
+            "is-ancestor",
+            "fork-point",
+        ]],
+    },
+    Sub {
+        name: "describe",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "contains",
+            "debug",
+            "all",
+            "tags",
+            "long",
+            "first-parent",
+            "abbrev?",
+            "exact-match",
+            "candidates=",
+            "match=",
+            "exclude=",
+            "always",
+            "dirty?",
+            "broken?",
+        ]],
+    },
+    Sub {
+        name: "cat-file",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "t",
+            "s",
+            "e",
+            "p",
+            "allow-unknown-type",
+            "mailmap",
+            "use-mailmap",
+            "no-mailmap",
+        ]],
+    },
+    Sub {
+        name: "name-rev",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "tags",
+            "refs=",
+            "exclude=",
+            "all",
+            "name-only",
+            "no-undefined",
+            "always",
+        ]],
+    },
+    Sub {
+        name: "cherry",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["v", "abbrev?"]],
+    },
+    Sub {
+        name: "reflog",
+        class: Class::Read,
+        pages: true,
+        numeric: true,
+        refused_short: &[],
+        opts: &[REVS],
+    },
+    Sub {
+        name: "version",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["build-options"]],
+    },
+    Sub {
+        name: "add",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[('i', INTERACTIVE), ('p', INTERACTIVE), ('e', EDITOR)],
+        opts: &[&[
+            "n|dry-run",
+            "v|verbose",
+            "f|force",
+            "sparse",
+            "u|update",
+            "renormalize",
+            "N|intent-to-add",
+            "A|all",
+            "no-all",
+            "ignore-removal",
+            "no-ignore-removal",
+            "refresh",
+            "ignore-errors",
+            "ignore-missing",
+            "chmod=",
+            "no-warn-embedded-repo",
+        ]],
+    },
+    Sub {
+        name: "rm",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "f|force",
+            "n|dry-run",
+            "r",
+            "cached",
+            "ignore-unmatch",
+            "sparse",
+            "q|quiet",
+        ]],
+    },
+    Sub {
+        name: "mv",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["f|force", "k", "n|dry-run", "v|verbose", "sparse"]],
+    },
+    Sub {
+        name: "restore",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[('p', INTERACTIVE)],
+        opts: &[&[
+            "s|source=",
+            "S|staged",
+            "W|worktree",
+            "ours",
+            "theirs",
+            "m|merge",
+            "conflict=",
+            "ignore-unmerged",
+            "ignore-skip-worktree-bits",
+            "overlay",
+            "no-overlay",
+            "q|quiet",
+            "progress",
+            "no-progress",
+        ]],
+    },
+    Sub {
+        name: "reset",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[('p', INTERACTIVE)],
+        opts: &[&[
+            "soft",
+            "mixed",
+            "hard",
+            "merge",
+            "keep",
+            "q|quiet",
+            "no-refresh",
+            "refresh",
+            "N|intent-to-add",
+            "no-recurse-submodules",
+        ]],
+    },
+    Sub {
+        name: "commit",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('p', INTERACTIVE),
+            ('e', EDITOR),
+            ('c', EDITOR),
+            ('t', "templates are not available; pass -m or -F"),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[COMMIT],
+    },
+    Sub {
+        name: "checkout",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[('p', INTERACTIVE)],
+        opts: &[&[
+            "q|quiet",
+            "progress",
+            "no-progress",
+            "f|force",
+            "ours",
+            "theirs",
+            "b=",
+            "B=",
+            "t|track?",
+            "no-track",
+            "guess",
+            "no-guess",
+            "l",
+            "d|detach",
+            "orphan=",
+            "ignore-skip-worktree-bits",
+            "m|merge",
+            "conflict=",
+            "ignore-other-worktrees",
+            "overwrite-ignore",
+            "no-overwrite-ignore",
+            "overlay",
+            "no-overlay",
+            "no-recurse-submodules",
+        ]],
+    },
+    Sub {
+        name: "switch",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "c|create=",
+            "C|force-create=",
+            "guess",
+            "no-guess",
+            "d|detach",
+            "t|track?",
+            "no-track",
+            "orphan=",
+            "f|force",
+            "discard-changes",
+            "m|merge",
+            "conflict=",
+            "q|quiet",
+            "progress",
+            "no-progress",
+            "ignore-other-worktrees",
+            "no-recurse-submodules",
+        ]],
+    },
+    Sub {
+        name: "branch",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "d|delete",
+            "D",
+            "m|move",
+            "M",
+            "c|copy",
+            "C",
+            "l|list",
+            "a|all",
+            "r|remotes",
+            "show-current",
+            "v|verbose",
+            "q|quiet",
+            "abbrev?",
+            "no-abbrev",
+            "column?",
+            "no-column",
+            "sort=",
+            "merged?",
+            "no-merged?",
+            "contains?",
+            "no-contains?",
+            "points-at=",
+            "format=",
+            "i|ignore-case",
+            "omit-empty",
+            "color?",
+            "no-color",
+            "t|track?",
+            "no-track",
+            "u|set-upstream-to=",
+            "unset-upstream",
+            "f|force",
+            "create-reflog",
+        ]],
+    },
+    Sub {
+        name: "tag",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('s', "runs gpg; signing is not available in the sandbox"),
+            ('u', "runs gpg; signing is not available in the sandbox"),
+            ('e', EDITOR),
+        ],
+        opts: &[&[
+            "a|annotate",
+            "m|message=",
+            "F|file=",
+            "f|force",
+            "d|delete",
+            "v|verify",
+            "l|list",
+            "n?",
+            "sort=",
+            "contains?",
+            "no-contains?",
+            "merged?",
+            "no-merged?",
+            "points-at=",
+            "format=",
+            "color?",
+            "i|ignore-case",
+            "omit-empty",
+            "column?",
+            "no-column",
+            "cleanup=",
+            "create-reflog",
+            "trailer=",
+        ]],
+    },
+    Sub {
+        name: "merge",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('e', EDITOR),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[MERGE_OPTS],
+    },
+    Sub {
+        name: "rebase",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('i', INTERACTIVE),
+            ('x', "runs a program of the caller's choosing"),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[&[
+            "onto=",
+            "keep-base",
+            "no-keep-base",
+            "q|quiet",
+            "v|verbose",
+            "stat",
+            "n|no-stat",
+            "no-verify",
+            "verify",
+            "continue",
+            "abort",
+            "skip",
+            "quit",
+            "show-current-patch",
+            "f|force-rebase",
+            "no-ff",
+            "fork-point",
+            "no-fork-point",
+            "m|merge",
+            "apply",
+            "s|strategy=",
+            "X|strategy-option=",
+            "empty=",
+            "keep-empty",
+            "no-keep-empty",
+            "reapply-cherry-picks",
+            "no-reapply-cherry-picks",
+            "allow-empty-message",
+            "r|rebase-merges?",
+            "no-rebase-merges",
+            "committer-date-is-author-date",
+            "ignore-date",
+            "reset-author-date",
+            "ignore-whitespace",
+            "whitespace=",
+            "C=",
+            "autosquash",
+            "no-autosquash",
+            "autostash",
+            "no-autostash",
+            "update-refs",
+            "no-update-refs",
+            "root",
+            "rerere-autoupdate",
+            "no-rerere-autoupdate",
+            "signoff",
+        ]],
+    },
+    Sub {
+        name: "cherry-pick",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('e', EDITOR),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[&[
+            "n|no-commit",
+            "x",
+            "s|signoff",
+            "m|mainline=",
+            "ff",
+            "allow-empty",
+            "allow-empty-message",
+            "keep-redundant-commits",
+            "empty=",
+            "s|strategy=",
+            "X|strategy-option=",
+            "rerere-autoupdate",
+            "no-rerere-autoupdate",
+            "continue",
+            "abort",
+            "skip",
+            "quit",
+            "cleanup=",
+            "no-edit",
+        ]],
+    },
+    Sub {
+        name: "revert",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('e', EDITOR),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[&[
+            "n|no-commit",
+            "s|signoff",
+            "m|mainline=",
+            "s|strategy=",
+            "X|strategy-option=",
+            "rerere-autoupdate",
+            "no-rerere-autoupdate",
+            "continue",
+            "abort",
+            "skip",
+            "quit",
+            "cleanup=",
+            "no-edit",
+            "reference",
+        ]],
+    },
+    Sub {
+        name: "stash",
+        class: Class::Write,
+        pages: true,
+        numeric: false,
+        refused_short: &[('p', INTERACTIVE)],
+        opts: &[
+            DIFF,
+            &[
+                "m|message=",
+                "u|include-untracked",
+                "no-include-untracked",
+                "only-untracked",
+                "a|all",
+                "k|keep-index",
+                "no-keep-index",
+                "S|staged",
+                "index",
+                "q|quiet",
+            ],
+        ],
+    },
+    Sub {
+        name: "clean",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[('i', INTERACTIVE)],
+        opts: &[&[
+            "n|dry-run",
+            "f|force",
+            "d",
+            "x",
+            "X",
+            "q|quiet",
+            "e|exclude=",
+        ]],
+    },
+    Sub {
+        name: "config",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "get",
+            "get-all",
+            "get-regexp",
+            "get-urlmatch",
+            "l|list",
+            "local",
+            "name-only",
+            "show-origin",
+            "show-scope",
+            "z|null",
+            "type=",
+            "bool",
+            "int",
+            "bool-or-int",
+            "path",
+            "expiry-date",
+            "default=",
+            "add",
+            "unset",
+            "unset-all",
+            "replace-all",
+            "all",
+            "regexp",
+            "value=",
+            "fixed-value",
+            "includes",
+            "no-includes",
+        ]],
+    },
+    Sub {
+        name: "remote",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["v|verbose", "n", "push", "all"]],
+    },
+    Sub {
+        name: "fetch",
+        class: Class::Fetch,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[FETCH_OPTS],
+    },
+    Sub {
+        name: "pull",
+        class: Class::Fetch,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('e', EDITOR),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[FETCH_OPTS, MERGE_OPTS, &["r|rebase?", "no-rebase"]],
+    },
+    Sub {
+        name: "push",
+        class: Class::Push,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            (
+                'f',
+                "force pushes are refused: push a new commit on top instead",
+            ),
+            ('d', "deleting remote branches is refused"),
+        ],
+        opts: &[&[
+            "u|set-upstream",
+            "q|quiet",
+            "v|verbose",
+            "n|dry-run",
+            "porcelain",
+            "progress",
+            "no-progress",
+            "no-verify",
+            "verify",
+            "atomic",
+            "no-atomic",
+            "4|ipv4",
+            "6|ipv6",
+        ]],
+    },
+];
+
+/// A parsed option spec.
+#[derive(Debug, Clone, Copy)]
+struct Spec<'a> {
+    names: &'a str,
+    value: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value {
+    None,
+    Required,
+    Optional,
+}
+
+fn spec(text: &str) -> Spec<'_> {
+    if let Some(n) = text.strip_suffix('=') {
+        Spec {
+            names: n,
+            value: Value::Required,
+        }
+    } else if let Some(n) = text.strip_suffix('?') {
+        Spec {
+            names: n,
+            value: Value::Optional,
+        }
+    } else {
+        Spec {
+            names: text,
+            value: Value::None,
+        }
+    }
+}
+
+impl Sub {
+    fn specs(&self) -> impl Iterator<Item = Spec<'static>> + '_ {
+        self.opts
+            .iter()
+            .flat_map(|group| group.iter().map(|s| spec(s)))
+    }
+
+    fn long(&self, name: &str) -> Option<Value> {
+        self.specs()
+            .find(|s| s.names.split('|').any(|n| n.len() > 1 && n == name))
+            .map(|s| s.value)
+    }
+
+    fn short(&self, c: char) -> Option<Value> {
+        let mut buf = [0u8; 4];
+        let c = &*c.encode_utf8(&mut buf);
+        self.specs()
+            .find(|s| s.names.split('|').any(|n| n == c))
+            .map(|s| s.value)
+    }
+}
+
+fn find_sub(name: &str) -> Option<&'static Sub> {
+    SUBS.iter().find(|s| s.name == name)
+}
+
+/// Check an invocation's argv (everything after `git`).
+pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
+    let mut i = 0;
+    let mut global = Vec::new();
+    while let Some(arg) = argv.get(i) {
+        if !arg.starts_with('-') {
+            break;
+        }
+        let name = arg.split_once('=').map_or(arg.as_str(), |(n, _)| n);
+        if ALLOWED_GLOBAL.contains(&arg.as_str()) {
+            global.push(arg.clone());
+            i += 1;
+            continue;
+        }
+        if let Some((_, why)) = REFUSED_GLOBAL.iter().find(|(o, _)| *o == name) {
+            return Err(Refusal::new(
+                Reason::GlobalOptionRefused,
+                format!("git {name} is refused by the git API: {why}"),
+            ));
+        }
+        if let Some((full, why)) = name.strip_prefix("--").and_then(refused_long) {
+            return Err(Refusal::new(
+                Reason::GlobalOptionRefused,
+                refused_message(name, full, why),
+            ));
+        }
+        // `-cfoo=bar` (attached value) is `-c`.
+        if arg.starts_with("-c") || arg.starts_with("-C") {
+            return Err(Refusal::new(
+                Reason::GlobalOptionRefused,
+                format!(
+                    "git {} is refused by the git API: configuration and directory are fixed by the git API",
+                    &arg[..2]
+                ),
+            ));
+        }
+        return Err(Refusal::new(
+            Reason::GlobalOptionRefused,
+            format!("global option {name} is not allowed by the git API"),
+        ));
+    }
+    let Some(sub_name) = argv.get(i) else {
+        if global
+            .iter()
+            .any(|g| g == "--version" || g == "-h" || g == "--help")
+        {
+            return Ok(Checked {
+                subcommand: String::new(),
+                argv: global,
+                class: Class::Read,
+                pages: false,
+            });
+        }
+        return Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            "no git subcommand given",
+        ));
+    };
+    if global.iter().any(|g| g == "--version" || g == "--help") {
+        return Err(Refusal::new(
+            Reason::GlobalOptionRefused,
+            "--version and --help take no subcommand here",
+        ));
+    }
+    let Some(sub) = find_sub(sub_name) else {
+        return Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            format!(
+                "git {sub_name} is not run by the git API in /workspace (aliases are not expanded); \
+                 allowed: {}. An operator can run it with `docker exec`",
+                SUBS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    };
+    let rest = &argv[i + 1..];
+    let (args, operands) = check_args(sub, rest)?;
+    match sub.name {
+        "config" => config(&args, &operands)?,
+        "commit" => commit(&args)?,
+        "tag" => tag(&args)?,
+        "remote" => remote(&operands)?,
+        "stash" => stash(&operands)?,
+        "merge" | "cherry-pick" | "revert" | "rebase" | "pull" => {
+            file_is_stdin(sub.name, &args)?;
+            strategy(sub.name, &args)?;
+            if sub.name == "pull" {
+                pull_rebase(&args)?;
+            }
+        }
+        "reflog" => reflog(&operands)?,
+        _ => {}
+    }
+    let mut out = global;
+    out.push(sub.name.to_owned());
+    out.extend(rest.iter().cloned());
+    Ok(Checked {
+        subcommand: sub.name.to_owned(),
+        argv: out,
+        class: sub.class,
+        pages: sub.pages,
+    })
+}
+
+/// One option as the caller wrote it, normalised to its spec's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Arg {
+    /// The name as written, without dashes (`m`, `message`).
+    pub name: String,
+    pub value: Option<String>,
+}
+
+/// Walk a subcommand's arguments: options against the allowlist, operands collected.
+fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>), Refusal> {
+    let mut args = Vec::new();
+    let mut operands = Vec::new();
+    let mut i = 0;
+    while let Some(arg) = rest.get(i) {
+        i += 1;
+        if arg == "--" || arg == "--end-of-options" {
+            operands.extend(rest[i..].iter().cloned());
+            break;
+        }
+        if arg == "-h" && sub.short('h').is_none() {
+            // Usage text.
+            args.push(Arg { name: "h".into(), value: None });
+            continue;
+        }
+        if arg == "-" || !arg.starts_with('-') {
+            operands.push(arg.clone());
+            continue;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_owned())),
+                None => (long, None),
+            };
+            match sub.long(name) {
+                Some(Value::None) if attached.is_some() => {
+                    return Err(Refusal::new(
+                        Reason::OptionNotAllowed,
+                        format!("git {} --{name} takes no value", sub.name),
+                    ));
+                }
+                Some(Value::None) | Some(Value::Optional) => args.push(Arg {
+                    name: name.to_owned(),
+                    value: attached,
+                }),
+                Some(Value::Required) => {
+                    let value = match attached {
+                        Some(v) => v,
+                        None => {
+                            let v = rest.get(i).cloned().ok_or_else(|| {
+                                Refusal::new(
+                                    Reason::OptionNotAllowed,
+                                    format!("git {} --{name} needs a value", sub.name),
+                                )
+                            })?;
+                            i += 1;
+                            separate_value(name, &v)?;
+                            v
+                        }
+                    };
+                    args.push(Arg {
+                        name: name.to_owned(),
+                        value: Some(value),
+                    });
+                }
+                None => return Err(unknown_long(sub, name)),
+            }
+            continue;
+        }
+        // Short options, possibly clustered (`-am msg`, `-n5`, `-M50%`).
+        let cluster: Vec<char> = arg[1..].chars().collect();
+        if sub.numeric && cluster.iter().all(char::is_ascii_digit) {
+            args.push(Arg {
+                name: "n".into(),
+                value: Some(arg[1..].to_owned()),
+            });
+            continue;
+        }
+        let mut j = 0;
+        while let Some(&c) = cluster.get(j) {
+            j += 1;
+            if let Some((_, why)) = sub.refused_short.iter().find(|(r, _)| *r == c) {
+                let reason = if *why == INTERACTIVE {
+                    Reason::InteractiveRefused
+                } else {
+                    Reason::OptionRefused
+                };
+                return Err(Refusal::new(
+                    reason,
+                    format!("git {} -{c} is refused by the git API: {why}", sub.name),
+                ));
+            }
+            match sub.short(c) {
+                Some(Value::None) => args.push(Arg {
+                    name: c.to_string(),
+                    value: None,
+                }),
+                Some(Value::Optional) => {
+                    let attached: String = cluster[j..].iter().collect();
+                    args.push(Arg {
+                        name: c.to_string(),
+                        value: (!attached.is_empty()).then_some(attached),
+                    });
+                    break;
+                }
+                Some(Value::Required) => {
+                    let attached: String = cluster[j..].iter().collect();
+                    let value = if attached.is_empty() {
+                        let v = rest.get(i).cloned().ok_or_else(|| {
+                            Refusal::new(
+                                Reason::OptionNotAllowed,
+                                format!("git {} -{c} needs a value", sub.name),
+                            )
+                        })?;
+                        i += 1;
+                        separate_value(&c.to_string(), &v)?;
+                        v
+                    } else {
+                        attached
+                    };
+                    args.push(Arg {
+                        name: c.to_string(),
+                        value: Some(value),
+                    });
+                    break;
+                }
+                None => {
+                    return Err(Refusal::new(
+                        Reason::OptionNotAllowed,
+                        format!(
+                            "git {} -{c} is not on the git API's allowlist; \
+                             an operator can run it with `docker exec`",
+                            sub.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok((args, operands))
+}
+
+/// Options whose separate value git always takes as the value, whatever it looks like.
+const TRUSTED_VALUE: &[&str] = &[
+    "m",
+    "message",
+    "grep",
+    "e",
+    "author",
+    "committer",
+    "format",
+    "S",
+    "G",
+    "trailer",
+];
+
+/// Belt and braces against a table that says "takes a value" where git says "optional":
+/// a separate value that is (or abbreviates) a refused option is refused unless the option
+/// certainly consumes it.
+fn separate_value(option: &str, value: &str) -> Result<(), Refusal> {
+    if TRUSTED_VALUE.contains(&option) {
+        return Ok(());
+    }
+    if let Some(name) = value.strip_prefix("--") {
+        let name = name.split_once('=').map_or(name, |(n, _)| n);
+        if let Some((full, why)) = refused_long(name) {
+            return Err(Refusal::new(
+                Reason::OptionRefused,
+                refused_message(value, full, why),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The refused option that `name` (without dashes) names or abbreviates.
+fn refused_long(name: &str) -> Option<(&'static str, &'static str)> {
+    if name.is_empty() {
+        return None;
+    }
+    REFUSED_LONG
+        .iter()
+        .find(|(full, _)| *full == name)
+        .or_else(|| REFUSED_LONG.iter().find(|(full, _)| full.starts_with(name)))
+        .copied()
+}
+
+fn refused_message(written: &str, full: &str, why: &str) -> String {
+    if written.trim_start_matches('-') == full {
+        format!("--{full} is refused by the git API: {why}")
+    } else {
+        format!("{written} abbreviates --{full}, which is refused by the git API: {why}")
+    }
+}
+
+fn unknown_long(sub: &Sub, name: &str) -> Refusal {
+    if let Some((full, why)) = refused_long(name) {
+        let reason = if why == INTERACTIVE {
+            Reason::InteractiveRefused
+        } else {
+            Reason::OptionRefused
+        };
+        return Refusal::new(reason, refused_message(&format!("--{name}"), full, why));
+    }
+    // Options git would accept as an abbreviation of an allowed one: ask for the full name.
+    let candidates: Vec<&str> = sub
+        .specs()
+        .flat_map(|s| s.names.split('|'))
+        .filter(|n| n.len() > 1 && n.starts_with(name))
+        .collect();
+    if candidates.len() == 1 {
+        return Refusal::new(
+            Reason::OptionNotAllowed,
+            format!(
+                "write --{} in full: the git API does not expand abbreviations",
+                candidates[0]
+            ),
+        );
+    }
+    let force = matches!(
+        name,
+        "force" | "force-with-lease" | "force-if-includes" | "mirror"
+    );
+    let hint = if sub.name == "push" && force {
+        "force pushes are refused: push a new commit on top instead"
+    } else if sub.name == "push" {
+        "the git API pushes one branch at a time"
+    } else {
+        "an operator can run it with `docker exec`"
+    };
+    Refusal::new(
+        Reason::OptionNotAllowed,
+        format!(
+            "git {} --{name} is not on the git API's allowlist; {hint}",
+            sub.name
+        ),
+    )
+}
+
+fn has(args: &[Arg], names: &[&str]) -> bool {
+    args.iter().any(|a| names.contains(&a.name.as_str()))
+}
+
+fn file_is_stdin(sub: &str, args: &[Arg]) -> Result<(), Refusal> {
+    for a in args.iter().filter(|a| a.name == "F" || a.name == "file") {
+        if a.value.as_deref() != Some("-") {
+            return Err(Refusal::new(
+                Reason::OutsideWorkspace,
+                format!(
+                    "git {sub} -F must read standard input here (the shim sends the file's contents)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn commit(args: &[Arg]) -> Result<(), Refusal> {
+    file_is_stdin("commit", args)?;
+    let amend_no_edit = has(args, &["amend"]) && has(args, &["no-edit"]);
+    let dry = has(
+        args,
+        &[
+            "dry-run",
+            "short",
+            "porcelain",
+            "long",
+            "branch",
+            "z",
+            "null",
+        ],
+    );
+    if !(has(
+        args,
+        &["m", "message", "F", "file", "C", "reuse-message", "fixup"],
+    ) || amend_no_edit
+        || dry)
+    {
+        return Err(Refusal::new(
+            Reason::MessageRequired,
+            "git commit needs a message here (-m, -F, -C, or --amend --no-edit): the git API has no editor",
+        ));
+    }
+    if let Some(f) = args.iter().find(|a| a.name == "fixup") {
+        let v = f.value.as_deref().unwrap_or("");
+        if v.starts_with("amend:") || v.starts_with("reword:") {
+            return Err(Refusal::new(
+                Reason::MessageRequired,
+                "git commit --fixup=amend:/reword: opens an editor the git API does not have",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn tag(args: &[Arg]) -> Result<(), Refusal> {
+    file_is_stdin("tag", args)?;
+    if has(args, &["a", "annotate"]) && !has(args, &["m", "message", "F", "file"]) {
+        return Err(Refusal::new(
+            Reason::MessageRequired,
+            "git tag -a needs -m or -F here: the git API has no editor",
+        ));
+    }
+    Ok(())
+}
+
+const STRATEGIES: &[&str] = &["ort", "recursive", "resolve", "octopus", "ours", "subtree"];
+
+fn strategy(sub: &str, args: &[Arg]) -> Result<(), Refusal> {
+    for a in args
+        .iter()
+        .filter(|a| a.name == "s" || a.name == "strategy")
+    {
+        let v = a.value.as_deref().unwrap_or("");
+        if !STRATEGIES.contains(&v) {
+            return Err(Refusal::new(
+                Reason::OptionRefused,
+                format!(
+                    "git {sub} --strategy={v} is refused: a custom strategy runs a program; built-in ones are {}",
+                    STRATEGIES.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn pull_rebase(args: &[Arg]) -> Result<(), Refusal> {
+    for a in args.iter().filter(|a| a.name == "r" || a.name == "rebase") {
+        if matches!(a.value.as_deref(), Some("interactive" | "i")) {
+            return Err(Refusal::new(
+                Reason::InteractiveRefused,
+                format!("git pull --rebase=interactive: {INTERACTIVE}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn remote(operands: &[String]) -> Result<(), Refusal> {
+    match operands.first().map(String::as_str) {
+        None | Some("show" | "get-url") => Ok(()),
+        Some(other) => Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            format!(
+                "git remote {other} is refused: remotes are configured by the operator; `git remote -v`, `show` and `get-url` are allowed"
+            ),
+        )),
+    }
+}
+
+fn stash(operands: &[String]) -> Result<(), Refusal> {
+    match operands.first().map(String::as_str) {
+        None
+        | Some(
+            "push" | "pop" | "apply" | "list" | "show" | "drop" | "clear" | "branch" | "save"
+            | "create" | "store",
+        ) => Ok(()),
+        Some(other) if !other.starts_with('-') && operands.len() == 1 => Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            format!("git stash {other} is not a stash subcommand the git API runs"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn reflog(operands: &[String]) -> Result<(), Refusal> {
+    match operands.first().map(String::as_str) {
+        Some("expire" | "delete" | "drop") => Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            "git reflog expire/delete/drop is refused: the reflog is the record of what happened",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn config(args: &[Arg], operands: &[String]) -> Result<(), Refusal> {
+    let mut ops = operands.iter().map(String::as_str);
+    let first = operands.first().map(String::as_str);
+    // `git config <verb> ...` (git 2.46+).
+    let (verb, rest): (&str, Vec<&str>) = match first {
+        Some(
+            v @ ("get" | "list" | "set" | "unset" | "rename-section" | "remove-section" | "edit"),
+        ) => {
+            ops.next();
+            (v, ops.collect())
+        }
+        _ => ("", ops.collect()),
+    };
+    let read_flag = has(
+        args,
+        &["get", "get-all", "get-regexp", "get-urlmatch", "l", "list"],
+    );
+    let write_flag = has(args, &["add", "unset", "unset-all", "replace-all"]);
+    let writes = match verb {
+        "get" | "list" => false,
+        "set" | "unset" => true,
+        "rename-section" | "remove-section" => {
+            return Err(Refusal::new(
+                Reason::ConfigKeyNotWritable,
+                format!("git config {verb} is refused: only single allowlisted keys are writable"),
+            ));
+        }
+        "edit" => {
+            return Err(Refusal::new(
+                Reason::InteractiveRefused,
+                format!("git config edit: {EDITOR}"),
+            ));
+        }
+        _ => write_flag || (!read_flag && rest.len() >= 2),
+    };
+    if !writes {
+        return Ok(());
+    }
+    let key = rest.first().copied().unwrap_or("");
+    if !config_key_writable(key) {
+        return Err(Refusal::new(
+            Reason::ConfigKeyNotWritable,
+            format!(
+                "git config {key} is not writable from the sandbox; writable keys: {}. \
+                 An operator can set others in the repository's config",
+                WRITABLE_CONFIG.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `key` (as written) matches [`WRITABLE_CONFIG`]: section and name are
+/// case-insensitive, the subsection is matched as one component without `.`-tricks.
+#[must_use]
+pub fn config_key_writable(key: &str) -> bool {
+    let Some((section, rest)) = key.split_once('.') else {
+        return false;
+    };
+    let Some((sub, name)) = rest.rsplit_once('.').map_or(Some(("", rest)), Some) else {
+        return false;
+    };
+    if key.chars().any(|c| c.is_control() || c == '=') {
+        return false;
+    }
+    let section = section.to_ascii_lowercase();
+    let name = name.to_ascii_lowercase();
+    WRITABLE_CONFIG.iter().any(|pattern| {
+        let parts: Vec<&str> = pattern.split('.').collect();
+        match parts.as_slice() {
+            [s, n] => !rest.contains('.') && *s == section && *n == name,
+            [s, "*", n] => !sub.is_empty() && *s == section && *n == name,
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn ok(s: &str) -> Checked {
+        match check(&argv(s)) {
+            Ok(c) => c,
+            Err(r) => panic!("{s:?} refused: {r:?}"),
+        }
+    }
+
+    fn refused(s: &str) -> Refusal {
+        match check(&argv(s)) {
+            Ok(c) => panic!("{s:?} allowed: {c:?}"),
+            Err(r) => r,
+        }
+    }
+
+    #[test]
+    fn everyday_commands_are_allowed() {
+        for s in [
+            "status",
+            "status --porcelain=v1 -b",
+            "status -sb",
+            "diff",
+            "diff --cached --stat",
+            "diff HEAD~1 -- src/lib.rs",
+            "log -20 --oneline",
+            "log --format=%H%x00%s -n 5 --graph --decorate",
+            "log -p -- README.md",
+            "show HEAD --stat",
+            "show HEAD:README.md",
+            "add -A",
+            "add src/lib.rs",
+            "rm --cached x",
+            "mv a b",
+            "restore --staged x",
+            "reset --hard HEAD~1",
+            "commit -m msg",
+            "commit -am msg",
+            "commit -F -",
+            "commit --amend --no-edit",
+            "checkout -b feature",
+            "switch -c sandbox/demo/x",
+            "branch -a",
+            "branch --show-current",
+            "merge --no-ff other",
+            "rebase main",
+            "rebase --continue",
+            "stash",
+            "stash pop",
+            "stash push -m wip",
+            "tag v1",
+            "tag -a v1 -m release",
+            "fetch origin",
+            "pull --rebase origin main",
+            "push -u origin sandbox/demo/x",
+            "push",
+            "remote -v",
+            "rev-parse --show-toplevel",
+            "rev-parse --abbrev-ref HEAD",
+            "rev-parse --git-dir",
+            "ls-files -z",
+            "blame -L 1,10 README.md",
+            "grep -n foo -- '*.rs'",
+            "grep -e foo -C 3",
+            "config user.name",
+            "config --get remote.origin.url",
+            "config user.email a@b",
+            "config get user.name",
+            "config set user.name A",
+            "config --list",
+            "--no-pager log",
+            "--version",
+            "status -h",
+            "log -- --upload-pack=x",
+            "commit -m --exec=x",
+        ] {
+            ok(s);
+        }
+    }
+
+    #[test]
+    fn global_options_that_redirect_git_are_refused() {
+        for s in [
+            "-c core.fsmonitor=/tmp/x status",
+            "-ccore.fsmonitor=/tmp/x status",
+            "-C /tmp status",
+            "--exec-path=/tmp status",
+            "--exec-path status",
+            "--git-dir=/tmp/x status",
+            "--git-dir /tmp/x status",
+            "--work-tree=/ status",
+            "--config-env=core.pager=X status",
+            "--namespace=x status",
+            "--super-prefix=x status",
+            "--bare status",
+            "-p log",
+            "--paginate log",
+            "--git status",
+            "--exec status",
+            "--work status",
+            "--config status",
+            "--unknown status",
+        ] {
+            let r = refused(s);
+            assert_eq!(r.reason, Reason::GlobalOptionRefused, "{s}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn every_refused_long_option_and_each_prefix_of_it_is_refused() {
+        for (full, _) in REFUSED_LONG {
+            for len in 1..=full.len() {
+                let prefix = &full[..len];
+                for sub in ["fetch", "push", "pull", "rebase", "log", "commit", "add"] {
+                    // An exact allowed name is that option, not an abbreviation (git
+                    // matches exact names first): `log --exclude=` is not `--exclude-from`.
+                    if find_sub(sub).unwrap().long(prefix).is_some() {
+                        assert!(!REFUSED_LONG.iter().any(|(f, _)| *f == prefix) || prefix == "patch");
+                        continue;
+                    }
+                    let argv = vec![sub.to_owned(), format!("--{prefix}=x")];
+                    let r = check(&argv).expect_err(&format!("{argv:?}"));
+                    assert!(
+                        matches!(
+                            r.reason,
+                            Reason::OptionRefused
+                                | Reason::InteractiveRefused
+                                | Reason::OptionNotAllowed
+                        ),
+                        "{argv:?}: {r:?}"
+                    );
+                    // The full name (and every prefix that no allowed option shares) names
+                    // the refused option.
+                    if len == full.len() {
+                        assert!(r.message.contains(full), "{argv:?}: {r:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn upload_pack_and_friends_are_refused_with_their_name() {
+        for (s, name) in [
+            ("fetch --upload-pack=/tmp/x origin", "upload-pack"),
+            ("fetch --upload-pack /tmp/x origin", "upload-pack"),
+            ("fetch --upload-p=/tmp/x origin", "upload-pack"),
+            ("fetch --up=/tmp/x origin", "upload-pack"),
+            ("pull --upload-pack=x", "upload-pack"),
+            ("push --receive-pack=x", "receive-pack"),
+            ("push --rec=x", "receive-pack"),
+            ("push --exec=x", "exec"),
+            ("rebase --exec=make", "exec"),
+            ("rebase --exe=make", "exec"),
+            ("diff --ext-diff", "ext-diff"),
+            ("log --textconv", "textconv"),
+            ("diff --no-index /etc/passwd x", "no-index"),
+            ("diff --output=/tmp/x", "output"),
+            ("log --outp=/tmp/x", "output"),
+            ("add --pathspec-from-file=/etc/x", "pathspec-from-file"),
+            ("checkout --recurse-submodules main", "recurse-submodules"),
+            ("commit --template=x -m y", "template"),
+            ("commit --gpg-sign -m y", "gpg-sign"),
+            ("blame --contents /etc/passwd x", "contents"),
+            ("grep --open-files-in-pager=vi x", "open-files-in-pager"),
+        ] {
+            let r = refused(s);
+            assert_eq!(r.reason, Reason::OptionRefused, "{s}: {r:?}");
+            assert!(r.message.contains(&format!("--{name}")), "{s}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn interactive_modes_are_refused() {
+        for s in [
+            "rebase -i main",
+            "rebase --interactive main",
+            "add -p",
+            "add -i",
+            "add --patch",
+            "checkout -p",
+            "reset -p",
+            "restore -p x",
+            "stash -p",
+            "clean -i",
+            "pull --rebase=interactive",
+        ] {
+            assert_eq!(refused(s).reason, Reason::InteractiveRefused, "{s}");
+        }
+        for s in [
+            "add -e",
+            "commit -e -m x",
+            "commit --edit -m x",
+            "config edit",
+            "branch --edit-description",
+        ] {
+            let r = refused(s);
+            assert!(
+                matches!(r.reason, Reason::OptionRefused | Reason::InteractiveRefused),
+                "{s}: {r:?}"
+            );
+        }
+        assert_eq!(refused("rebase -x make main").reason, Reason::OptionRefused);
+        assert_eq!(
+            refused("rebase -ix make main").reason,
+            Reason::InteractiveRefused
+        );
+    }
+
+    #[test]
+    fn editors_and_files_are_refused() {
+        assert_eq!(refused("commit").reason, Reason::MessageRequired);
+        assert_eq!(refused("commit -a").reason, Reason::MessageRequired);
+        assert_eq!(
+            refused("commit -F /etc/shadow").reason,
+            Reason::OutsideWorkspace
+        );
+        assert_eq!(
+            refused("commit --file=msg.txt").reason,
+            Reason::OutsideWorkspace
+        );
+        assert_eq!(refused("commit -Fmsg").reason, Reason::OutsideWorkspace);
+        assert_eq!(refused("tag -a v1").reason, Reason::MessageRequired);
+        assert_eq!(refused("merge -F /x b").reason, Reason::OutsideWorkspace);
+        assert_eq!(
+            refused("merge -s ../../tmp/x b").reason,
+            Reason::OptionRefused
+        );
+        assert_eq!(
+            refused("merge --strategy=evil b").reason,
+            Reason::OptionRefused
+        );
+        ok("merge -s ort b");
+        assert_eq!(refused("grep -f /etc/passwd").reason, Reason::OptionRefused);
+        assert_eq!(
+            refused("ls-files -X /etc/passwd").reason,
+            Reason::OptionRefused
+        );
+        assert_eq!(refused("blame -S /etc/x f").reason, Reason::OptionRefused);
+    }
+
+    #[test]
+    fn unknown_subcommands_and_aliases_are_refused() {
+        for s in [
+            "clone x",
+            "init",
+            "submodule update",
+            "filter-branch",
+            "daemon",
+            "upload-pack .",
+            "archive HEAD",
+            "bundle create x",
+            "credential fill",
+            "config-alias",
+            "co main",
+            "worktree add /tmp/x",
+            "notes add",
+            "gc",
+            "repack",
+            "fsck",
+            "hash-object -w x",
+            "update-ref refs/heads/main x",
+            "symbolic-ref HEAD refs/heads/x",
+            "am x",
+            "apply x",
+            "format-patch -1",
+            "send-email",
+            "instaweb",
+            "difftool",
+            "mergetool",
+            "ls-remote",
+        ] {
+            assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
+        }
+    }
+
+    #[test]
+    fn options_off_the_allowlist_and_abbreviations_are_refused() {
+        let r = refused("push --force");
+        assert_eq!(r.reason, Reason::OptionNotAllowed);
+        assert!(r.message.contains("force push"), "{r:?}");
+        assert_eq!(refused("push -f").reason, Reason::OptionRefused);
+        assert_eq!(refused("push --mirror").reason, Reason::OptionNotAllowed);
+        assert_eq!(
+            refused("push --force-with-lease").reason,
+            Reason::OptionNotAllowed
+        );
+        assert_eq!(refused("push -d origin x").reason, Reason::OptionRefused);
+        assert_eq!(
+            refused("push --delete origin x").reason,
+            Reason::OptionNotAllowed
+        );
+        let r = refused("status --porc");
+        assert!(r.message.contains("--porcelain"), "{r:?}");
+        assert_eq!(
+            refused("commit --allow-em -m x").reason,
+            Reason::OptionNotAllowed
+        );
+        assert_eq!(refused("status -Z").reason, Reason::OptionNotAllowed);
+        assert_eq!(refused("status --short=x").reason, Reason::OptionNotAllowed);
+    }
+
+    #[test]
+    fn option_values_are_not_mistaken_for_options() {
+        // The value of -m is the message, even when it looks like an option.
+        ok("commit -m --upload-pack=x");
+        ok("commit -m -c");
+        ok("log --grep --exec");
+        // A value of an option that is not known to always consume it is still checked.
+        assert_eq!(
+            refused("log --since --exec=x").reason,
+            Reason::OptionRefused
+        );
+        // But a refused option after a value is still seen.
+        assert_eq!(
+            refused("commit -m x --exec=y").reason,
+            Reason::OptionRefused
+        );
+        // Clusters: -am takes the next argument as the message.
+        ok("commit -am -p");
+        assert_eq!(refused("commit -ap").reason, Reason::InteractiveRefused);
+    }
+
+    #[test]
+    fn config_writes_only_allowlisted_keys() {
+        for s in [
+            "config core.fsmonitor /tmp/x",
+            "config core.hooksPath /tmp",
+            "config core.sshCommand x",
+            "config alias.co checkout",
+            "config include.path /tmp/x",
+            "config filter.x.clean cat",
+            "config remote.origin.url https://evil.example/x",
+            "config set core.pager less",
+            "config --add core.editor vi",
+            "config --unset core.bare",
+            "config user..name x",
+            "config user.name.x y",
+            "config branch.main.pushremote x",
+            "config rename-section user foo",
+            "config remove-section core",
+        ] {
+            assert_eq!(refused(s).reason, Reason::ConfigKeyNotWritable, "{s}");
+        }
+        for s in [
+            "config --global user.name x",
+            "config --file=/tmp/x user.name x",
+            "config -f /tmp/x a.b c",
+            "config --system a.b c",
+            "config --blob=HEAD:x --list",
+        ] {
+            let r = refused(s);
+            assert!(
+                matches!(r.reason, Reason::OptionNotAllowed | Reason::OptionRefused),
+                "{s}: {r:?}"
+            );
+        }
+        ok("config User.Name x");
+        ok("config branch.sandbox/demo/x.remote origin");
+        ok("config --unset user.email");
+        assert!(config_key_writable("branch.a.b.merge"));
+        assert!(!config_key_writable("branch.merge"));
+        assert!(!config_key_writable("core.editor"));
+    }
+
+    #[test]
+    fn remote_and_reflog_are_read_only() {
+        ok("remote");
+        ok("remote show origin");
+        for s in [
+            "remote add x https://e.example/x",
+            "remote set-url origin x",
+            "remote rename origin x",
+            "reflog expire --all",
+            "reflog delete HEAD@{1}",
+        ] {
+            assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
+        }
+    }
+
+    #[test]
+    fn classes_and_paging() {
+        assert_eq!(ok("status").class, Class::Read);
+        assert_eq!(ok("commit -m x").class, Class::Write);
+        assert_eq!(ok("fetch").class, Class::Fetch);
+        assert_eq!(ok("push").class, Class::Push);
+        assert!(ok("log").pages);
+        assert!(!ok("status").pages);
+        assert_eq!(ok("--no-pager log -3").argv, argv("--no-pager log -3"));
+    }
+}

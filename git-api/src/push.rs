@@ -1,0 +1,463 @@
+//! The push policy, judged on the ref updates a push would perform.
+//!
+//! The server never lets git choose what to push: it resolves the agent's `git push`
+//! (remote, refspecs given or implied by the current branch and its upstream) into explicit
+//! `<src>:<refs/...>` updates, judges each one here, and then runs git with exactly those
+//! refspecs and no `+`, so git itself also refuses a non-fast-forward against the remote's
+//! real state. Config refspecs (`remote.<name>.push`) are never consulted because explicit
+//! refspecs replace them; `--all`, `--mirror`, `--tags`, wildcards, `+` and deletions are
+//! refused before any of that.
+//!
+//! This module is pure: facts about commits (ancestry, touched paths) are computed by the
+//! server with git and passed in.
+
+use crate::argv::Refusal;
+use crate::glob::{GlobError, Globs};
+use airlock_policy::GitPolicy;
+use airlock_wire::Reason;
+
+/// The rules for one sandbox.
+#[derive(Debug, Clone)]
+pub struct PushRules {
+    repositories: Vec<String>,
+    allowed: Globs,
+    protected: Globs,
+    restricted: Globs,
+    allow_tags: bool,
+}
+
+/// One ref update a push would perform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// Full destination ref (`refs/heads/x`, `refs/tags/v1`).
+    pub dst: String,
+    /// The commit the remote has there as far as we know (`None`: a new ref).
+    pub old: Option<String>,
+    /// The commit to push (`None`: a deletion).
+    pub new: Option<String>,
+}
+
+/// What git says about an update's commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// `old` is an ancestor of `new` (true for a new ref).
+    pub fast_forward: bool,
+    /// Paths touched by the commits being pushed.
+    pub touched: Vec<String>,
+}
+
+/// A refspec as written by the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refspec {
+    /// Source revision as written.
+    pub src: String,
+    /// Destination as written, if any.
+    pub dst: Option<String>,
+}
+
+impl PushRules {
+    /// The rules from the policy; `start_branch` (the branch checked out when the sandbox
+    /// started) is added to the allowed patterns.
+    pub fn new(policy: &GitPolicy, start_branch: Option<&str>) -> Result<PushRules, GlobError> {
+        let mut allowed = policy.push_branches.clone();
+        if let Some(b) = start_branch {
+            allowed.push(escape_glob(b));
+        }
+        Ok(PushRules {
+            repositories: policy.repositories.clone(),
+            allowed: Globs::new(&allowed)?,
+            protected: Globs::new(&policy.protected_branches)?,
+            restricted: Globs::new(&policy.restricted_paths)?,
+            allow_tags: policy.allow_tags,
+        })
+    }
+
+    /// The repository id of `url` if it is authorized, else the refusal.
+    pub fn check_repository(&self, remote: &str, url: &str) -> Result<String, Refusal> {
+        let Some(id) = repository_id(url) else {
+            return Err(Refusal::new(
+                Reason::RepositoryNotAuthorized,
+                format!(
+                    "remote {remote} ({url}) is not an https://host/owner/repo URL; the git API \
+                     only talks to authorized repositories over https"
+                ),
+            ));
+        };
+        if self.repositories.iter().any(|r| r == &id) {
+            Ok(id)
+        } else {
+            Err(Refusal::new(
+                Reason::RepositoryNotAuthorized,
+                format!(
+                    "remote {remote} is {id}, which is not an authorized repository; an operator \
+                     allows it with repositories = [\"{id}\"] in the policy's [git] table"
+                ),
+            ))
+        }
+    }
+
+    /// Judge the destination of an update (before any commit is looked at).
+    pub fn judge_target(&self, u: &Update) -> Result<(), Refusal> {
+        if u.new.is_none() {
+            return Err(Refusal::new(
+                Reason::Deletion,
+                format!(
+                    "deleting {} upstream is refused: the sandbox never deletes remote refs; an \
+                     operator can delete it on the forge",
+                    u.dst
+                ),
+            ));
+        }
+        if let Some(tag) = u.dst.strip_prefix("refs/tags/") {
+            if self.allow_tags && u.old.is_none() {
+                return Ok(());
+            }
+            let why = if self.allow_tags {
+                "moving an existing tag is refused"
+            } else {
+                "tags are not pushed from the sandbox; an operator allows new tags with allow_tags = true in [git]"
+            };
+            return Err(Refusal::new(
+                Reason::TagPush,
+                format!("pushing tag {tag}: {why}"),
+            ));
+        }
+        let Some(branch) = u.dst.strip_prefix("refs/heads/") else {
+            return Err(Refusal::new(
+                Reason::PushFormNotSupported,
+                format!(
+                    "pushing to {} is refused: only branches (refs/heads/) are pushed",
+                    u.dst
+                ),
+            ));
+        };
+        if let Some(p) = self.protected.first_match(branch) {
+            return Err(Refusal::new(
+                Reason::BranchProtected,
+                format!(
+                    "branch {branch} is protected (pattern {p:?} in git.protected_branches); push \
+                     to a sandbox branch and open a pull request"
+                ),
+            ));
+        }
+        if !self.allowed.matches(branch) {
+            return Err(Refusal::new(
+                Reason::BranchNotAllowed,
+                format!(
+                    "branch {branch} is not one this sandbox may push to (allowed: {}); an \
+                     operator can add a pattern to git.push_branches",
+                    self.allowed.written().join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Judge an update's commits.
+    pub fn judge_facts(&self, u: &Update, f: &Facts) -> Result<(), Refusal> {
+        if !f.fast_forward {
+            return Err(Refusal::new(
+                Reason::NotFastForward,
+                format!(
+                    "{} is not a fast-forward of the remote's {}: history upstream is never \
+                     rewritten; merge or rebase onto the remote branch and push again",
+                    u.dst,
+                    u.old.as_deref().map_or("(none)", |o| &o[..o.len().min(12)])
+                ),
+            ));
+        }
+        for path in &f.touched {
+            if let Some(p) = self.restricted.first_match(path) {
+                return Err(Refusal::new(
+                    Reason::RestrictedPath,
+                    format!(
+                        "a pushed commit touches {path}, restricted by {p:?} in git.restricted_paths; \
+                         leave that path unchanged, or an operator pushes it"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Escape a branch name so it matches only itself as a glob.
+fn escape_glob(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {
+            out.push('[');
+            out.push(c);
+            out.push(']');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo` (lowercase).
+#[must_use]
+pub fn repository_id(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("https://")?;
+    let (authority, path) = rest.split_once('/')?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = host.strip_suffix(":443").unwrap_or(host);
+    if host.is_empty() || host.contains([':', '[', ']']) {
+        return None;
+    }
+    let path = path.trim_end_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    let parts: Vec<&str> = path.split('/').collect();
+    let [owner, repo] = parts.as_slice() else {
+        return None;
+    };
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    if !ok(owner) || !ok(repo) {
+        return None;
+    }
+    Some(format!("{host}/{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// Parse one refspec operand of `git push`.
+pub fn parse_refspec(spec: &str) -> Result<Refspec, Refusal> {
+    if spec.starts_with('+') {
+        return Err(Refusal::new(
+            Reason::NotFastForward,
+            format!("refspec {spec}: '+' forces the update; force pushes are never allowed"),
+        ));
+    }
+    if spec.starts_with('^') || spec.contains('*') {
+        return Err(Refusal::new(
+            Reason::PushFormNotSupported,
+            format!(
+                "refspec {spec}: wildcard and negative refspecs are not pushed; name one branch"
+            ),
+        ));
+    }
+    let (src, dst) = match spec.split_once(':') {
+        Some((s, d)) => (s, Some(d)),
+        None => (spec, None),
+    };
+    if src.is_empty() {
+        return Err(Refusal::new(
+            Reason::Deletion,
+            format!("refspec {spec} deletes a remote ref: the sandbox never deletes remote refs"),
+        ));
+    }
+    if dst.is_some_and(str::is_empty) || src == "." {
+        return Err(Refusal::new(
+            Reason::PushFormNotSupported,
+            format!("refspec {spec}: name a destination branch"),
+        ));
+    }
+    Ok(Refspec {
+        src: src.to_owned(),
+        dst: dst.map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(allow_tags: bool) -> PushRules {
+        let mut p = GitPolicy::defaults_for("demo");
+        p.repositories = vec!["github.com/acme/app".into()];
+        p.allow_tags = allow_tags;
+        PushRules::new(&p, Some("feature/x")).unwrap()
+    }
+
+    fn up(dst: &str, old: Option<&str>, new: Option<&str>) -> Update {
+        Update {
+            dst: dst.into(),
+            old: old.map(String::from),
+            new: new.map(String::from),
+        }
+    }
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn repository_ids() {
+        for (url, id) in [
+            (
+                "https://github.com/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("https://github.com/Acme/App", Some("github.com/acme/app")),
+            (
+                "https://x-access-token@github.com/acme/app/",
+                Some("github.com/acme/app"),
+            ),
+            (
+                "https://github.com:443/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("http://github.com/acme/app", None),
+            ("git@github.com:acme/app.git", None),
+            ("ssh://github.com/acme/app", None),
+            ("file:///tmp/x", None),
+            ("https://github.com/acme/app/extra", None),
+            ("https://github.com:8443/acme/app", None),
+            ("https://github.com/../app", None),
+            ("ext::sh -c x", None),
+        ] {
+            assert_eq!(repository_id(url).as_deref(), id, "{url}");
+        }
+        let r = rules(false);
+        assert!(
+            r.check_repository("origin", "https://github.com/acme/app.git")
+                .is_ok()
+        );
+        let e = r
+            .check_repository("evil", "https://github.com/evil/app.git")
+            .unwrap_err();
+        assert_eq!(e.reason, Reason::RepositoryNotAuthorized);
+        assert!(
+            e.message
+                .contains("repositories = [\"github.com/evil/app\"]"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn destinations() {
+        let r = rules(false);
+        assert!(
+            r.judge_target(&up("refs/heads/sandbox/demo/fix", Some(A), Some(B)))
+                .is_ok()
+        );
+        assert!(
+            r.judge_target(&up("refs/heads/sandbox/demo/a/b", None, Some(B)))
+                .is_ok()
+        );
+        assert!(
+            r.judge_target(&up("refs/heads/feature/x", Some(A), Some(B)))
+                .is_ok()
+        );
+        for (dst, reason) in [
+            ("refs/heads/main", Reason::BranchProtected),
+            ("refs/heads/master", Reason::BranchProtected),
+            ("refs/heads/release/1.2", Reason::BranchProtected),
+            ("refs/heads/sandbox/other/fix", Reason::BranchNotAllowed),
+            ("refs/heads/sandbox/demox/fix", Reason::BranchNotAllowed),
+            ("refs/heads/feature/xy", Reason::BranchNotAllowed),
+            ("refs/heads/anything", Reason::BranchNotAllowed),
+            ("refs/tags/v1", Reason::TagPush),
+            ("refs/notes/commits", Reason::PushFormNotSupported),
+            ("refs/remotes/origin/main", Reason::PushFormNotSupported),
+        ] {
+            let e = r.judge_target(&up(dst, None, Some(B))).unwrap_err();
+            assert_eq!(e.reason, reason, "{dst}: {e:?}");
+        }
+        let e = r
+            .judge_target(&up("refs/heads/sandbox/demo/x", Some(A), None))
+            .unwrap_err();
+        assert_eq!(e.reason, Reason::Deletion);
+        // With tags allowed: new tags only.
+        let t = rules(true);
+        assert!(t.judge_target(&up("refs/tags/v1", None, Some(B))).is_ok());
+        assert_eq!(
+            t.judge_target(&up("refs/tags/v1", Some(A), Some(B)))
+                .unwrap_err()
+                .reason,
+            Reason::TagPush
+        );
+    }
+
+    #[test]
+    fn a_start_branch_with_glob_characters_matches_only_itself() {
+        let mut p = GitPolicy::defaults_for("demo");
+        p.push_branches = vec![];
+        let r = PushRules::new(&p, Some("odd[x]*")).unwrap();
+        assert!(
+            r.judge_target(&up("refs/heads/odd[x]*", None, Some(B)))
+                .is_ok()
+        );
+        assert!(
+            r.judge_target(&up("refs/heads/oddx-anything", None, Some(B)))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn commits() {
+        let r = rules(false);
+        let u = up("refs/heads/sandbox/demo/x", Some(A), Some(B));
+        let ok = Facts {
+            fast_forward: true,
+            touched: vec!["src/lib.rs".into(), ".github/CODEOWNERS".into()],
+        };
+        assert!(r.judge_facts(&u, &ok).is_ok());
+        let force = Facts {
+            fast_forward: false,
+            touched: vec![],
+        };
+        assert_eq!(
+            r.judge_facts(&u, &force).unwrap_err().reason,
+            Reason::NotFastForward
+        );
+        let wf = Facts {
+            fast_forward: true,
+            touched: vec![".github/workflows/x.yml".into()],
+        };
+        let e = r.judge_facts(&u, &wf).unwrap_err();
+        assert_eq!(e.reason, Reason::RestrictedPath);
+        assert!(
+            e.message.contains(".github/workflows/x.yml") && e.message.contains("restricted_paths")
+        );
+        let deep = Facts {
+            fast_forward: true,
+            touched: vec![".github/workflows/sub/y.yaml".into()],
+        };
+        assert_eq!(
+            r.judge_facts(&u, &deep).unwrap_err().reason,
+            Reason::RestrictedPath
+        );
+    }
+
+    #[test]
+    fn refspecs() {
+        assert_eq!(
+            parse_refspec("HEAD").unwrap(),
+            Refspec {
+                src: "HEAD".into(),
+                dst: None
+            }
+        );
+        assert_eq!(
+            parse_refspec("HEAD:sandbox/demo/x").unwrap(),
+            Refspec {
+                src: "HEAD".into(),
+                dst: Some("sandbox/demo/x".into())
+            }
+        );
+        assert_eq!(
+            parse_refspec("+HEAD:x").unwrap_err().reason,
+            Reason::NotFastForward
+        );
+        assert_eq!(parse_refspec(":x").unwrap_err().reason, Reason::Deletion);
+        assert_eq!(
+            parse_refspec("refs/heads/*:refs/heads/*")
+                .unwrap_err()
+                .reason,
+            Reason::PushFormNotSupported
+        );
+        assert_eq!(
+            parse_refspec("^main").unwrap_err().reason,
+            Reason::PushFormNotSupported
+        );
+        assert_eq!(
+            parse_refspec("HEAD:").unwrap_err().reason,
+            Reason::PushFormNotSupported
+        );
+    }
+}

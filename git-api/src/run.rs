@@ -1,0 +1,174 @@
+//! Running the real git: one place builds every git command the server starts, with a
+//! cleared environment and the protected configuration, never through a shell.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where and how git runs. Built once from the command line.
+#[derive(Debug, Clone)]
+pub struct GitEnv {
+    /// The real git binary.
+    pub git: PathBuf,
+    /// The hidden git dir.
+    pub git_dir: PathBuf,
+    /// The workspace (canonical).
+    pub work_tree: PathBuf,
+    /// An empty directory used as `HOME`.
+    pub home: PathBuf,
+    /// The proxy's service port URL (`http.proxy`).
+    pub proxy_url: String,
+    /// CA bundle for the proxy's interception (`http.sslCAInfo`).
+    pub ca_file: Option<PathBuf>,
+    /// Test only (debug builds): repository id → local bare repository used instead of
+    /// the https URL. Always empty in release builds.
+    pub test_upstreams: Vec<(String, PathBuf)>,
+}
+
+/// Configuration every git the server runs gets on its command line (which wins over the
+/// repository's own config). See design §5.
+const PROTECTED: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.sshCommand=false",
+    "core.askPass=",
+    "credential.helper=",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "push.recurseSubmodules=no",
+    "push.followTags=false",
+    "protocol.allow=never",
+    "protocol.https.allow=always",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "tag.forceSignAnnotated=false",
+    "push.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "sequence.editor=false",
+    "diff.external=",
+    "merge.tool=",
+    "diff.tool=",
+];
+
+/// Environment variables of the git the server runs (besides those listed in the wire's
+/// `PASSED_ENV` that the agent sent).
+fn base_env(env: &GitEnv) -> BTreeMap<&'static str, OsString> {
+    let mut m = BTreeMap::new();
+    m.insert("PATH", OsString::from("/usr/bin:/bin"));
+    m.insert("HOME", env.home.clone().into_os_string());
+    m.insert("GIT_CONFIG_NOSYSTEM", "1".into());
+    m.insert("GIT_CONFIG_GLOBAL", "/dev/null".into());
+    m.insert("GIT_TERMINAL_PROMPT", "0".into());
+    m.insert("GIT_EDITOR", "false".into());
+    m.insert("GIT_SEQUENCE_EDITOR", "false".into());
+    m.insert("GIT_PAGER", "cat".into());
+    m.insert("PAGER", "cat".into());
+    m.insert("TERM", "dumb".into());
+    // Belt and braces with the argv policy: git itself refuses abbreviated long options.
+    m.insert("GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS", "true".into());
+    // The protocol allowlist as an environment variable overrides any configuration.
+    let protocols = if env.test_upstreams.is_empty() {
+        "https"
+    } else {
+        "https:file"
+    };
+    m.insert("GIT_ALLOW_PROTOCOL", protocols.into());
+    m
+}
+
+impl GitEnv {
+    /// A git command with the protected configuration; `args` follow the global options.
+    /// `cwd` must already be checked to be inside the work tree.
+    #[must_use]
+    pub fn command(
+        &self,
+        cwd: &Path,
+        passed_env: &BTreeMap<String, String>,
+        extra_config: &[String],
+        args: &[String],
+    ) -> Command {
+        let mut cmd = Command::new(&self.git);
+        cmd.env_clear();
+        cmd.envs(base_env(self));
+        for (k, v) in passed_env {
+            cmd.env(k, v);
+        }
+        cmd.current_dir(cwd);
+        let mut git_dir = OsString::from("--git-dir=");
+        git_dir.push(&self.git_dir);
+        let mut work_tree = OsString::from("--work-tree=");
+        work_tree.push(&self.work_tree);
+        cmd.arg(git_dir).arg(work_tree);
+        let mut config: Vec<String> = PROTECTED.iter().map(|s| (*s).to_owned()).collect();
+        config.push(format!("http.proxy={}", self.proxy_url));
+        if let Some(ca) = &self.ca_file {
+            config.push(format!("http.sslCAInfo={}", ca.display()));
+        }
+        config.push(format!("safe.directory={}", self.git_dir.display()));
+        config.push(format!("safe.directory={}", self.work_tree.display()));
+        for (id, path) in &self.test_upstreams {
+            // Rewrites the https URL of `id` to the local bare repository (tests only).
+            config.push(format!(
+                "url.file://{}.insteadOf=https://{id}.git",
+                path.display()
+            ));
+            config.push(format!(
+                "url.file://{}.insteadOf=https://{id}",
+                path.display()
+            ));
+        }
+        config.extend(extra_config.iter().cloned());
+        for c in config {
+            cmd.arg("-c").arg(c);
+        }
+        cmd.args(args);
+        cmd
+    }
+
+    /// Run a git query to completion (no stdin) and return its stdout, or the error with
+    /// its stderr. Used by the push resolution; never sees agent-controlled options.
+    pub fn query(&self, args: &[&str]) -> io::Result<Query> {
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        let out = self
+            .command(&self.work_tree, &BTreeMap::new(), &[], &args)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .stdin(Stdio::null())
+            .output()?;
+        Ok(Query {
+            ok: out.status.success(),
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// A finished query.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// Exit status 0.
+    pub ok: bool,
+    /// The exit code.
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Query {
+    /// The first line of stdout, trimmed, if the query succeeded.
+    #[must_use]
+    pub fn line(&self) -> Option<String> {
+        if !self.ok {
+            return None;
+        }
+        let l = self.stdout.lines().next()?.trim();
+        (!l.is_empty()).then(|| l.to_owned())
+    }
+}

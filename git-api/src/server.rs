@@ -1,0 +1,728 @@
+//! The Unix-socket server: authenticate, decide, run, stream.
+
+use crate::argv::{self, Checked, Class, Refusal};
+use crate::push::{self, Facts, PushRules, Update};
+use crate::run::GitEnv;
+use airlock_wire::frame::{self, CHUNK, MAX_FRAME, write_frame, write_json};
+use airlock_wire::invocation::PASSED_ENV;
+use airlock_wire::{Auth, Denied, Exit, FrameKind, Invocation, PROTOCOL_VERSION, Reason, Verifier};
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Largest auth header accepted.
+const MAX_AUTH: usize = 4096;
+/// How long a client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything a connection handler needs.
+#[derive(Debug)]
+pub struct Server {
+    /// How git runs.
+    pub env: GitEnv,
+    /// The only uid allowed to connect.
+    pub agent_uid: u32,
+    /// Push rules.
+    pub rules: PushRules,
+    /// HMAC verification and the nonce cache.
+    pub verifier: Mutex<Verifier>,
+    /// Serialises operations that write the repository.
+    pub write_lock: Mutex<()>,
+    /// Concurrent connections at most.
+    pub max_connections: usize,
+    active: AtomicUsize,
+}
+
+impl Server {
+    /// A server; see the fields.
+    #[must_use]
+    pub fn new(
+        env: GitEnv,
+        agent_uid: u32,
+        rules: PushRules,
+        verifier: Verifier,
+        max_connections: usize,
+    ) -> Server {
+        Server {
+            env,
+            agent_uid,
+            rules,
+            verifier: Mutex::new(verifier),
+            write_lock: Mutex::new(()),
+            max_connections,
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    /// Accept connections forever, one thread each.
+    pub fn serve(self: Arc<Server>, listener: &UnixListener) -> std::io::Result<()> {
+        loop {
+            let (stream, _) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let server = Arc::clone(&self);
+            if server.active.fetch_add(1, Ordering::SeqCst) >= server.max_connections {
+                server.active.fetch_sub(1, Ordering::SeqCst);
+                let mut s = stream;
+                deny(
+                    &mut s,
+                    &Refusal::new(
+                        Reason::Busy,
+                        "the git API is at its connection limit; retry",
+                    ),
+                );
+                continue;
+            }
+            std::thread::spawn(move || {
+                server.connection(stream);
+                server.active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    }
+
+    fn connection(&self, mut stream: UnixStream) {
+        let peer = peer_uid(&stream);
+        let outcome = self.authenticate(&mut stream, peer);
+        let inv = match outcome {
+            Ok(inv) => inv,
+            Err(r) => {
+                audit(peer, &[], "deny", Some(&r), None);
+                deny(&mut stream, &r);
+                return;
+            }
+        };
+        match self.execute(&mut stream, &inv) {
+            Ok(code) => audit(peer, &inv.argv, "allow", None, Some(code)),
+            Err(r) => {
+                audit(peer, &inv.argv, "deny", Some(&r), None);
+                deny(&mut stream, &r);
+            }
+        }
+    }
+
+    /// Peer uid, then the signed request.
+    fn authenticate(
+        &self,
+        stream: &mut UnixStream,
+        peer: Option<u32>,
+    ) -> Result<Invocation, Refusal> {
+        if peer != Some(self.agent_uid) {
+            return Err(Refusal::new(
+                Reason::PeerNotAgent,
+                format!(
+                    "connection from uid {peer:?}: the git API serves only the agent (uid {})",
+                    self.agent_uid
+                ),
+            ));
+        }
+        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+        let malformed = |what: &str| {
+            Refusal::new(
+                Reason::MalformedRequest,
+                format!("malformed request: {what}"),
+            )
+        };
+        let read = |s: &mut UnixStream, max: usize, kind: FrameKind| -> Result<Vec<u8>, Refusal> {
+            match frame::read_frame(s, max) {
+                Ok(Some(f)) if f.kind == kind => Ok(f.payload),
+                Ok(Some(_)) => Err(malformed("unexpected frame")),
+                Ok(None) => Err(malformed("connection closed early")),
+                Err(airlock_wire::WireError::FrameTooLarge { len, max }) => Err(Refusal::new(
+                    Reason::RequestTooLarge,
+                    format!("request frame of {len} bytes exceeds {max}"),
+                )),
+                Err(e) => Err(malformed(&e.to_string())),
+            }
+        };
+        let auth_bytes = read(stream, MAX_AUTH, FrameKind::Auth)?;
+        let auth: Auth =
+            frame::decode(&auth_bytes, "auth").map_err(|e| malformed(&e.to_string()))?;
+        let body = read(stream, MAX_FRAME, FrameKind::Body)?;
+        {
+            let mut v = self
+                .verifier
+                .lock()
+                .map_err(|_| Refusal::new(Reason::Internal, "verifier poisoned"))?;
+            v.verify(&auth, &body, SystemTime::now()).map_err(|reason| {
+                Refusal::new(reason, format!("request refused: {reason} (sign with the current session key, once, within 30 s)"))
+            })?;
+        }
+        let inv = Invocation::from_body(&body).map_err(|e| malformed(&e.to_string()))?;
+        if inv.version != PROTOCOL_VERSION {
+            return Err(Refusal::new(
+                Reason::UnsupportedVersion,
+                "the shim and the git API versions differ",
+            ));
+        }
+        let _ = stream.set_read_timeout(None);
+        Ok(inv)
+    }
+
+    fn execute(&self, stream: &mut UnixStream, inv: &Invocation) -> Result<i32, Refusal> {
+        for k in inv.env.keys() {
+            if !PASSED_ENV.contains(&k.as_str()) {
+                return Err(Refusal::new(
+                    Reason::EnvNotAllowed,
+                    format!("environment variable {k} is not passed to the git API"),
+                ));
+            }
+        }
+        if inv.env.values().any(|v| v.contains('\0')) || inv.argv.iter().any(|a| a.contains('\0')) {
+            return Err(Refusal::new(
+                Reason::MalformedRequest,
+                "NUL byte in an argument",
+            ));
+        }
+        let cwd = resolve_cwd(&self.env.work_tree, &inv.cwd)?;
+        let checked = argv::check(&inv.argv)?;
+        let mut config = Vec::new();
+        if inv.stdout_tty {
+            config.push("color.ui=always".to_owned());
+        }
+        let mut args = checked.argv.clone();
+        harden_args(&checked, &mut args);
+        match checked.class {
+            Class::Read => self.stream_git(stream, inv, &cwd, &config, &args, true),
+            Class::Write => {
+                let _g = self
+                    .write_lock
+                    .lock()
+                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                self.stream_git(stream, inv, &cwd, &config, &args, false)
+            }
+            Class::Fetch => {
+                let _g = self
+                    .write_lock
+                    .lock()
+                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                self.check_fetch(&checked)?;
+                self.stream_git(stream, inv, &cwd, &config, &args, false)
+            }
+            Class::Push => {
+                let _g = self
+                    .write_lock
+                    .lock()
+                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                let args = self.resolve_push(&checked)?;
+                self.stream_git(stream, inv, &cwd, &config, &args, false)
+            }
+        }
+    }
+
+    fn q(&self, args: &[&str]) -> Result<crate::run::Query, Refusal> {
+        self.env
+            .query(args)
+            .map_err(|e| Refusal::new(Reason::Internal, format!("running git: {e}")))
+    }
+
+    fn remotes(&self) -> Result<Vec<String>, Refusal> {
+        Ok(self
+            .q(&["remote"])?
+            .stdout
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    fn current_branch(&self) -> Result<Option<String>, Refusal> {
+        Ok(self.q(&["symbolic-ref", "-q", "--short", "HEAD"])?.line())
+    }
+
+    fn default_remote(&self, branch: Option<&str>) -> Result<String, Refusal> {
+        if let Some(b) = branch {
+            for key in [
+                format!("branch.{b}.pushRemote"),
+                "remote.pushDefault".into(),
+                format!("branch.{b}.remote"),
+            ] {
+                if let Some(r) = self.q(&["config", "--get", &key])?.line() {
+                    return Ok(r);
+                }
+            }
+        }
+        Ok("origin".into())
+    }
+
+    /// The remote must be configured and every URL it uses authorized.
+    fn check_remote(&self, remote: &str, push: bool) -> Result<(), Refusal> {
+        if !self.remotes()?.iter().any(|r| r == remote) {
+            return Err(Refusal::new(
+                Reason::RepositoryNotAuthorized,
+                format!(
+                    "{remote} is not a configured remote: the git API talks only to the operator's remotes (see `git remote -v`)"
+                ),
+            ));
+        }
+        let mut urls = Vec::new();
+        if push {
+            urls = self
+                .q(&["config", "--get-all", &format!("remote.{remote}.pushurl")])?
+                .stdout
+                .lines()
+                .map(str::to_owned)
+                .collect();
+        }
+        if urls.is_empty() {
+            urls = self
+                .q(&["config", "--get-all", &format!("remote.{remote}.url")])?
+                .stdout
+                .lines()
+                .map(str::to_owned)
+                .collect();
+        }
+        if urls.is_empty() {
+            return Err(Refusal::new(
+                Reason::RepositoryNotAuthorized,
+                format!("remote {remote} has no URL"),
+            ));
+        }
+        for url in urls {
+            self.rules.check_repository(remote, &url)?;
+        }
+        Ok(())
+    }
+
+    fn check_fetch(&self, c: &Checked) -> Result<(), Refusal> {
+        let pos = c
+            .argv
+            .iter()
+            .position(|a| a == &c.subcommand)
+            .map_or(0, |p| p + 1);
+        let rest = &c.argv[pos..];
+        let mut operands = Vec::new();
+        let mut after_dashes = false;
+        let mut value_next = false;
+        for a in rest {
+            if value_next {
+                value_next = false;
+                continue;
+            }
+            if !after_dashes && a == "--" {
+                after_dashes = true;
+                continue;
+            }
+            if !after_dashes && a.starts_with('-') && a != "-" {
+                // Options with a separate value in fetch/pull tables.
+                value_next = matches!(
+                    a.as_str(),
+                    "--depth"
+                        | "--deepen"
+                        | "--shallow-since"
+                        | "--shallow-exclude"
+                        | "--filter"
+                        | "--cleanup"
+                        | "-s"
+                        | "--strategy"
+                        | "-X"
+                        | "--strategy-option"
+                        | "-m"
+                        | "-F"
+                        | "--file"
+                        | "--into-name"
+                );
+                continue;
+            }
+            operands.push(a.clone());
+        }
+        let all = rest.iter().any(|a| a == "--all");
+        let multiple = rest.iter().any(|a| a == "--multiple");
+        let remotes = if all {
+            self.remotes()?
+        } else if multiple {
+            operands
+        } else if let Some(first) = operands.first() {
+            vec![first.clone()]
+        } else {
+            let b = self.current_branch()?;
+            vec![self.default_remote(b.as_deref())?]
+        };
+        for r in &remotes {
+            self.check_remote(r, false)?;
+        }
+        Ok(())
+    }
+
+    /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
+    fn resolve_push(&self, c: &Checked) -> Result<Vec<String>, Refusal> {
+        let pos = c.argv.iter().position(|a| a == "push").map_or(0, |p| p + 1);
+        let (global, rest) = c.argv.split_at(pos);
+        let mut options = Vec::new();
+        let mut operands = Vec::new();
+        let mut after_dashes = false;
+        for a in rest {
+            if !after_dashes && a == "--" {
+                after_dashes = true;
+            } else if !after_dashes && a.starts_with('-') {
+                options.push(a.clone());
+            } else {
+                operands.push(a.clone());
+            }
+        }
+        let branch = self.current_branch()?;
+        let remote = match operands.first() {
+            Some(r) => r.clone(),
+            None => self.default_remote(branch.as_deref())?,
+        };
+        self.check_remote(&remote, true)?;
+        let specs: Vec<push::Refspec> = if operands.len() > 1 {
+            operands[1..]
+                .iter()
+                .map(|s| push::parse_refspec(s))
+                .collect::<Result<_, _>>()?
+        } else {
+            let Some(b) = &branch else {
+                return Err(Refusal::new(
+                    Reason::PushFormNotSupported,
+                    "HEAD is detached: name the branch to push (git push origin HEAD:sandbox/<name>/<branch>)",
+                ));
+            };
+            vec![push::Refspec {
+                src: b.clone(),
+                dst: None,
+            }]
+        };
+        let mut refspecs = Vec::new();
+        for spec in specs {
+            let (src_ref, dst) = self.resolve_refspec(&spec, branch.as_deref())?;
+            let new = self
+                .q(&["rev-parse", "--verify", "-q", &src_ref])?
+                .line()
+                .ok_or_else(|| {
+                    Refusal::new(
+                        Reason::PushFormNotSupported,
+                        format!("{} does not name a commit", spec.src),
+                    )
+                })?;
+            let old = match dst.strip_prefix("refs/heads/") {
+                Some(b) => self
+                    .q(&[
+                        "rev-parse",
+                        "--verify",
+                        "-q",
+                        &format!("refs/remotes/{remote}/{b}^{{commit}}"),
+                    ])?
+                    .line(),
+                None => None,
+            };
+            let update = Update {
+                dst: dst.clone(),
+                old: old.clone(),
+                new: Some(new.clone()),
+            };
+            self.rules.judge_target(&update)?;
+            let facts = self.facts(&remote, old.as_deref(), &new)?;
+            self.rules.judge_facts(&update, &facts)?;
+            refspecs.push(format!("{src_ref}:{dst}"));
+        }
+        let mut out: Vec<String> = global.to_vec();
+        out.extend(options);
+        out.push(remote);
+        out.extend(refspecs);
+        Ok(out)
+    }
+
+    fn resolve_refspec(
+        &self,
+        spec: &push::Refspec,
+        branch: Option<&str>,
+    ) -> Result<(String, String), Refusal> {
+        let exists = |r: &str| -> Result<bool, Refusal> {
+            Ok(self.q(&["rev-parse", "--verify", "-q", r])?.ok)
+        };
+        let (src_ref, default_dst) = if spec.src == "HEAD" || spec.src == "@" {
+            match branch {
+                Some(b) => (format!("refs/heads/{b}"), Some(format!("refs/heads/{b}"))),
+                None => ("HEAD".to_owned(), None),
+            }
+        } else if spec.src.starts_with("refs/heads/") || spec.src.starts_with("refs/tags/") {
+            (spec.src.clone(), Some(spec.src.clone()))
+        } else if exists(&format!("refs/heads/{}", spec.src))? {
+            (
+                format!("refs/heads/{}", spec.src),
+                Some(format!("refs/heads/{}", spec.src)),
+            )
+        } else if exists(&format!("refs/tags/{}", spec.src))? {
+            (
+                format!("refs/tags/{}", spec.src),
+                Some(format!("refs/tags/{}", spec.src)),
+            )
+        } else {
+            (spec.src.clone(), None)
+        };
+        let dst = match (&spec.dst, default_dst) {
+            (Some(d), _) if d.starts_with("refs/") => d.clone(),
+            (Some(d), _) if src_ref.starts_with("refs/tags/") => format!("refs/tags/{d}"),
+            (Some(d), _) => format!("refs/heads/{d}"),
+            (None, Some(d)) => d,
+            (None, None) => {
+                return Err(Refusal::new(
+                    Reason::PushFormNotSupported,
+                    format!(
+                        "name the destination: git push <remote> {}:<branch>",
+                        spec.src
+                    ),
+                ));
+            }
+        };
+        if dst.contains("..") || dst.contains(['*', ' ', '~', '^', ':', '?', '[', '\\']) {
+            return Err(Refusal::new(
+                Reason::PushFormNotSupported,
+                format!("{dst} is not a valid ref name"),
+            ));
+        }
+        Ok((src_ref, dst))
+    }
+
+    fn facts(&self, remote: &str, old: Option<&str>, new: &str) -> Result<Facts, Refusal> {
+        let fast_forward = match old {
+            None => true,
+            Some(o) => {
+                let q = self.q(&["merge-base", "--is-ancestor", o, new])?;
+                match q.code {
+                    Some(0) => true,
+                    Some(1) => false,
+                    _ => {
+                        return Err(Refusal::new(
+                            Reason::Internal,
+                            format!("merge-base failed: {}", q.stderr.trim()),
+                        ));
+                    }
+                }
+            }
+        };
+        let remotes = format!("--remotes={remote}");
+        let mut args = vec![
+            "log",
+            "--no-renames",
+            "--name-only",
+            "--format=format:",
+            "--cc",
+            new,
+            "--not",
+        ];
+        match old {
+            Some(o) => args.push(o),
+            None => args.push(&remotes),
+        }
+        let q = self.q(&args)?;
+        if !q.ok {
+            return Err(Refusal::new(
+                Reason::Internal,
+                format!("listing pushed paths failed: {}", q.stderr.trim()),
+            ));
+        }
+        let touched = q
+            .stdout
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Facts {
+            fast_forward,
+            touched,
+        })
+    }
+
+    /// Run git and stream its output as frames; returns the exit code sent.
+    fn stream_git(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        args: &[String],
+        read_only: bool,
+    ) -> Result<i32, Refusal> {
+        let mut cmd = self.env.command(cwd, &inv.env, config, args);
+        if let Some(w) = inv.term_width {
+            cmd.env("COLUMNS", w.to_string());
+        }
+        if read_only {
+            cmd.env("GIT_OPTIONAL_LOCKS", "0");
+        }
+        cmd.stdin(if inv.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| {
+            Refusal::new(
+                Reason::Internal,
+                format!("starting {}: {e}", self.env.git.display()),
+            )
+        })?;
+        let pid = child.id();
+        let out = Mutex::new(
+            stream
+                .try_clone()
+                .map_err(|e| Refusal::new(Reason::Internal, e.to_string()))?,
+        );
+        let gone = AtomicBool::new(false);
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let status = std::thread::scope(|s| {
+            if let (Some(mut w), Some(data)) = (stdin, inv.stdin.as_deref()) {
+                s.spawn(move || {
+                    let _ = w.write_all(data);
+                });
+            }
+            let pump = |r: Option<Box<dyn Read + Send>>, kind: FrameKind| {
+                let (out, gone) = (&out, &gone);
+                move || {
+                    let Some(mut r) = r else { return };
+                    let mut buf = vec![0u8; CHUNK];
+                    loop {
+                        let n = match r.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if gone.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        let ok = out
+                            .lock()
+                            .is_ok_and(|mut w| write_frame(&mut *w, kind, &buf[..n]).is_ok());
+                        if !ok {
+                            gone.store(true, Ordering::Relaxed);
+                            if read_only {
+                                // Nobody reads any more; a read-only git can stop. A writing
+                                // git always finishes (a push the upstream took is never cut).
+                                let _ = nix::sys::signal::kill(
+                                    nix::unistd::Pid::from_raw(pid as i32),
+                                    nix::sys::signal::Signal::SIGTERM,
+                                );
+                            }
+                        }
+                    }
+                }
+            };
+            s.spawn(pump(
+                stdout.map(|r| Box::new(r) as Box<dyn Read + Send>),
+                FrameKind::Stdout,
+            ));
+            s.spawn(pump(
+                stderr.map(|r| Box::new(r) as Box<dyn Read + Send>),
+                FrameKind::Stderr,
+            ));
+            child.wait()
+        });
+        let status =
+            status.map_err(|e| Refusal::new(Reason::Internal, format!("waiting for git: {e}")))?;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        if let Ok(mut w) = out.lock() {
+            let _ = write_json(&mut *w, FrameKind::Exit, &Exit { code }, "exit");
+        }
+        Ok(code)
+    }
+}
+
+/// Add `--no-ext-diff` / `--no-textconv` where git accepts them.
+fn harden_args(c: &Checked, args: &mut Vec<String>) {
+    let extra: &[&str] = match c.subcommand.as_str() {
+        "diff" | "log" | "show" => &["--no-ext-diff", "--no-textconv"],
+        "grep" | "blame" => &["--no-textconv"],
+        _ => &[],
+    };
+    if let Some(pos) = args.iter().position(|a| a == &c.subcommand) {
+        for (i, e) in extra.iter().enumerate() {
+            args.insert(pos + 1 + i, (*e).to_owned());
+        }
+    }
+}
+
+/// The working directory: relative, no `..`, and inside the work tree after symlinks.
+pub fn resolve_cwd(work_tree: &Path, rel: &str) -> Result<PathBuf, Refusal> {
+    let outside = || {
+        Refusal::new(
+            Reason::OutsideWorkspace,
+            format!("working directory {rel:?} is not inside the workspace"),
+        )
+    };
+    let p = Path::new(rel);
+    if p.components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(outside());
+    }
+    let joined = work_tree.join(p);
+    let real = joined.canonicalize().map_err(|_| outside())?;
+    if !real.starts_with(work_tree) || !real.is_dir() {
+        return Err(outside());
+    }
+    Ok(real)
+}
+
+fn peer_uid(stream: &UnixStream) -> Option<u32> {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| c.uid())
+}
+
+fn deny(stream: &mut UnixStream, r: &Refusal) {
+    let _ = write_json(
+        stream,
+        FrameKind::Denied,
+        &Denied::new(r.reason, r.message.clone()),
+        "denied",
+    );
+}
+
+/// One JSON line per decision on stderr (the entrypoint collects it).
+fn audit(
+    uid: Option<u32>,
+    argv: &[String],
+    decision: &str,
+    r: Option<&Refusal>,
+    exit: Option<i32>,
+) {
+    let line = serde_json::json!({
+        "component": "git-api",
+        "uid": uid,
+        "argv": argv,
+        "decision": decision,
+        "reason": r.map(|r| r.reason.as_str()),
+        "message": r.map(|r| r.message.as_str()),
+        "exit": exit,
+    });
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cwd_must_stay_inside_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let wt = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(wt.join("src/a")).unwrap();
+        std::os::unix::fs::symlink("/etc", wt.join("link")).unwrap();
+        assert_eq!(resolve_cwd(&wt, "").unwrap(), wt);
+        assert_eq!(resolve_cwd(&wt, "src/a").unwrap(), wt.join("src/a"));
+        for bad in [
+            "..",
+            "src/../..",
+            "/etc",
+            "link",
+            "missing",
+            "src/a/../../..",
+        ] {
+            assert_eq!(
+                resolve_cwd(&wt, bad).unwrap_err().reason,
+                Reason::OutsideWorkspace,
+                "{bad}"
+            );
+        }
+    }
+}
