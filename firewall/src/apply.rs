@@ -8,7 +8,6 @@
 
 use std::ffi::OsString;
 use std::io::{self, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::{Family, FirewallError};
@@ -21,19 +20,32 @@ const MAX_STDERR: usize = 300;
 /// Whether the container has an IPv6 stack that needs filtering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ipv6State {
-    /// No `/proc/net/if_inet6`, or `net.ipv6.conf.all.disable_ipv6 = 1`.
+    /// No `/proc/net/if_inet6`, or `net.ipv6.conf.all.disable_ipv6 = 1` and no interface
+    /// but loopback holds an IPv6 address.
     Disabled,
     /// Anything else, including "could not tell": then we filter (fail closed).
     Enabled,
 }
 
 impl Ipv6State {
-    /// The pure decision behind [`ipv6_state`]: `if_inet6_present` is whether
-    /// `/proc/net/if_inet6` exists, `all_disable_ipv6` the content of
+    /// The pure decision behind [`ipv6_state`]: `if_inet6` is the content of
+    /// `/proc/net/if_inet6` (`None` if it does not exist), `all_disable_ipv6` the content of
     /// `/proc/sys/net/ipv6/conf/all/disable_ipv6` if it could be read.
+    ///
+    /// `all.disable_ipv6 = 1` alone does not mean "no IPv6": Docker sets it in every
+    /// container and then enables IPv6 per interface on an `--ipv6` network (seen with
+    /// Docker 20.10: `all` = 1, `eth0` = 0 with a global address). So an address on any
+    /// interface other than `lo` means the stack is live and must be filtered.
     #[must_use]
-    pub fn from_proc(if_inet6_present: bool, all_disable_ipv6: Option<&str>) -> Self {
-        if !if_inet6_present || all_disable_ipv6.map(str::trim) == Some("1") {
+    pub fn from_proc(if_inet6: Option<&str>, all_disable_ipv6: Option<&str>) -> Self {
+        let Some(addrs) = if_inet6 else {
+            return Self::Disabled;
+        };
+        let beyond_loopback = addrs
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .any(|l| l.split_whitespace().nth(5) != Some("lo"));
+        if all_disable_ipv6.map(str::trim) == Some("1") && !beyond_loopback {
             Self::Disabled
         } else {
             Self::Enabled
@@ -44,9 +56,9 @@ impl Ipv6State {
 /// Probe the current network namespace's IPv6 state.
 #[must_use]
 pub fn ipv6_state() -> Ipv6State {
-    let present = Path::new("/proc/net/if_inet6").exists();
+    let addrs = std::fs::read_to_string("/proc/net/if_inet6").ok();
     let all = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/disable_ipv6").ok();
-    Ipv6State::from_proc(present, all.as_deref())
+    Ipv6State::from_proc(addrs.as_deref(), all.as_deref())
 }
 
 /// Run `iptables-save -t nat` on the host (the current namespace).
@@ -222,17 +234,42 @@ mod tests {
 
     #[test]
     fn ipv6_state_fails_closed_when_unsure() {
-        assert_eq!(Ipv6State::from_proc(false, None), Ipv6State::Disabled);
+        const LO: &str = "00000000000000000000000000000001 01 80 10 80       lo\n";
+        assert_eq!(Ipv6State::from_proc(None, None), Ipv6State::Disabled);
+        assert_eq!(Ipv6State::from_proc(None, Some("0\n")), Ipv6State::Disabled);
         assert_eq!(
-            Ipv6State::from_proc(false, Some("0\n")),
+            Ipv6State::from_proc(Some(LO), Some("1\n")),
             Ipv6State::Disabled
         );
-        assert_eq!(Ipv6State::from_proc(true, Some("1\n")), Ipv6State::Disabled);
-        assert_eq!(Ipv6State::from_proc(true, Some("0\n")), Ipv6State::Enabled);
-        // Present but unreadable or odd: filter it.
-        assert_eq!(Ipv6State::from_proc(true, None), Ipv6State::Enabled);
         assert_eq!(
-            Ipv6State::from_proc(true, Some("garbage")),
+            Ipv6State::from_proc(Some(""), Some("1\n")),
+            Ipv6State::Disabled
+        );
+        assert_eq!(
+            Ipv6State::from_proc(Some(LO), Some("0\n")),
+            Ipv6State::Enabled
+        );
+        // Present but unreadable or odd: filter it.
+        assert_eq!(Ipv6State::from_proc(Some(LO), None), Ipv6State::Enabled);
+        assert_eq!(
+            Ipv6State::from_proc(Some(LO), Some("garbage")),
+            Ipv6State::Enabled
+        );
+        assert_eq!(
+            Ipv6State::from_proc(Some("garbage"), Some("1")),
+            Ipv6State::Enabled
+        );
+    }
+
+    #[test]
+    fn attack_docker_ipv6_network_with_all_disabled_but_eth0_live_is_filtered() {
+        // /proc in a container on `docker network create --ipv6`: all.disable_ipv6 = 1,
+        // but eth0 has a global and a link-local address. Unfiltered, that is a way out.
+        let docker = "20010db8011400000000000000000002 3d 40 00 82     eth0\n\
+                      00000000000000000000000000000001 01 80 10 80       lo\n\
+                      fe800000000000000042c6fffe336402 3d 40 20 c0     eth0\n";
+        assert_eq!(
+            Ipv6State::from_proc(Some(docker), Some("1\n")),
             Ipv6State::Enabled
         );
     }
