@@ -74,6 +74,9 @@ pub fn proxy_url() -> String {
     format!("http://{LOOPBACK}:{EXPLICIT_PORT}")
 }
 
+/// The git API's Unix socket: the agent's `git` shim sends each invocation in the workspace here.
+pub const GIT_SOCKET: &str = "/run/airlock/git.sock";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,91 @@
+//! The agent's `git`. See the `airlock_git_shim` crate docs.
+
+use airlock_git_shim::client::{self, Outcome};
+use airlock_git_shim::env::{Settings, session_key};
+use airlock_git_shim::prepare::{self, Paging};
+use airlock_git_shim::{native, pager};
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+
+fn main() {
+    let code = run();
+    std::process::exit(code);
+}
+
+fn fail(msg: &dyn std::fmt::Display) -> i32 {
+    let _ = writeln!(std::io::stderr(), "git: airlock: {msg}");
+    128
+}
+
+fn run() -> i32 {
+    let settings = Settings::from_env();
+    let raw: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let here = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("cannot read the working directory: {e}")),
+    };
+    let strings: Option<Vec<String>> = raw.iter().map(|a| a.to_str().map(str::to_owned)).collect();
+    let prepared = strings.as_ref().map(|s| prepare::globals(&here, s));
+    let cwd = prepared.as_ref().map_or(here.clone(), |p| p.cwd.clone());
+    let Some(rel) = prepare::relative_to(&settings.workspace, &cwd) else {
+        let err = native::exec(&settings.real_git, &raw);
+        return fail(&format!(
+            "cannot run {}: {err}",
+            settings.real_git.display()
+        ));
+    };
+    let Some(mut p) = prepared else {
+        return fail(&"arguments that are not UTF-8 are not sent to the git API");
+    };
+    let stdin = match prepare::message_files(&mut p.argv, &p.cwd) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let key = match session_key() {
+        Ok(k) => k,
+        Err(e) => return fail(&e),
+    };
+    let stdout = std::io::stdout();
+    let tty = stdout.is_terminal();
+    let width = if tty { term_width() } else { None };
+    let page = tty
+        && match p.paging {
+            Paging::Never => false,
+            Paging::Always => true,
+            Paging::Default => prepare::pages_by_default(&p.argv),
+        };
+    let inv = prepare::invocation(p.argv, rel, stdin, tty, width);
+    let mut pager = if page { pager::start() } else { None };
+    let mut err = std::io::stderr();
+    let result = match pager.as_mut().and_then(|c| c.stdin.take()) {
+        Some(mut pin) => {
+            let r = client::run(&settings.socket, &key, &inv, &mut pin, &mut err);
+            drop(pin);
+            r
+        }
+        None => client::run(&settings.socket, &key, &inv, &mut stdout.lock(), &mut err),
+    };
+    if let Some(mut c) = pager {
+        let _ = c.wait();
+    }
+    match result {
+        Ok(Outcome::Exited(code)) => code,
+        Ok(Outcome::Denied(d)) => {
+            let _ = writeln!(
+                err,
+                "git: airlock refused this ({}): {}",
+                d.reason, d.message
+            );
+            1
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn term_width() -> Option<u16> {
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own; fd 1 is our stdout.
+    unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_col > 0).then_some(ws.ws_col)
+    }
+}

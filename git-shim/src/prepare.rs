@@ -1,0 +1,231 @@
+//! Turning the agent's argv into an [`Invocation`]: the local parts of git's behaviour.
+//!
+//! * leading `-C <dir>` options move the working directory (so `git -C /tmp/x` outside the
+//!   workspace runs natively);
+//! * `--no-pager`/`-P` and `-p`/`--paginate` decide local paging and are not sent;
+//! * a message file (`commit -F file`, `tag -F`, `merge -F`) is read here, with the agent's
+//!   own permissions, and sent as standard input (`-F -`): the server never opens a path
+//!   the agent names.
+
+use airlock_wire::invocation::PASSED_ENV;
+use airlock_wire::{Invocation, PROTOCOL_VERSION};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Paging wish from the global options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paging {
+    /// git's default for the subcommand.
+    Default,
+    /// `--no-pager` / `-P`.
+    Never,
+    /// `-p` / `--paginate`.
+    Always,
+}
+
+/// The argv after local processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Effective working directory (after `-C`).
+    pub cwd: PathBuf,
+    /// Arguments to send (no `-C`, no paging options).
+    pub argv: Vec<String>,
+    /// Paging wish.
+    pub paging: Paging,
+}
+
+/// Apply leading `-C` and paging options.
+pub fn globals(cwd: &Path, argv: &[String]) -> Prepared {
+    let mut cwd = cwd.to_path_buf();
+    let mut paging = Paging::Default;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = argv.get(i) {
+        match a.as_str() {
+            "-C" if i + 1 < argv.len() => {
+                let d = &argv[i + 1];
+                if !d.is_empty() {
+                    cwd = cwd.join(d);
+                }
+                i += 2;
+                continue;
+            }
+            "--no-pager" | "-P" => paging = Paging::Never,
+            "-p" | "--paginate" => paging = Paging::Always,
+            s if !s.starts_with('-') => {
+                out.extend(argv[i..].iter().cloned());
+                break;
+            }
+            _ => out.push(a.clone()),
+        }
+        i += 1;
+    }
+    Prepared {
+        cwd,
+        argv: out,
+        paging,
+    }
+}
+
+/// The subcommand (first non-option argument).
+#[must_use]
+pub fn subcommand(argv: &[String]) -> Option<&str> {
+    argv.iter()
+        .map(String::as_str)
+        .find(|a| !a.starts_with('-'))
+}
+
+/// Whether git would page this subcommand by default.
+#[must_use]
+pub fn pages_by_default(argv: &[String]) -> bool {
+    matches!(
+        subcommand(argv),
+        Some("log" | "show" | "diff" | "blame" | "grep" | "shortlog" | "reflog")
+    )
+}
+
+/// Replace `-F <file>` / `--file=<file>` of commit/tag/merge by `-F -` with the file's
+/// contents as stdin; `-F -` reads the shim's stdin. Returns the stdin to send, if any.
+pub fn message_files(
+    argv: &mut Vec<String>,
+    cwd: &Path,
+) -> Result<Option<Vec<u8>>, crate::ShimError> {
+    if !matches!(subcommand(argv), Some("commit" | "tag" | "merge")) {
+        return Ok(None);
+    }
+    let mut stdin = None;
+    let mut i = 0;
+    while i < argv.len() {
+        if argv[i] == "--" {
+            break;
+        }
+        let (file, span) = match argv[i].as_str() {
+            "-F" | "--file" => (argv.get(i + 1).cloned(), 2),
+            s if s.starts_with("--file=") => (Some(s["--file=".len()..].to_owned()), 1),
+            s if s.starts_with("-F") && s.len() > 2 && !s.starts_with("--") => {
+                (Some(s[2..].to_owned()), 1)
+            }
+            // Skip the value of -m so a message "-F" is not taken for the option.
+            "-m" | "--message" => {
+                i += 2;
+                continue;
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let Some(file) = file else {
+            return Err(crate::ShimError::Input("-F needs a file".into()));
+        };
+        let data = if file == "-" {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| crate::ShimError::Input(format!("reading standard input: {e}")))?;
+            buf
+        } else {
+            let path = cwd.join(&file);
+            std::fs::read(&path).map_err(|e| {
+                crate::ShimError::Input(format!("could not read message file {file}: {e}"))
+            })?
+        };
+        stdin = Some(data);
+        argv.splice(i..i + span, ["-F".to_owned(), "-".to_owned()]);
+        i += 2;
+    }
+    Ok(stdin)
+}
+
+/// `cwd` relative to `workspace` if it is inside it (`""` for the root).
+#[must_use]
+pub fn relative_to(workspace: &Path, cwd: &Path) -> Option<String> {
+    let ws = workspace.canonicalize().ok()?;
+    let cwd = cwd.canonicalize().ok()?;
+    let rel = cwd.strip_prefix(&ws).ok()?;
+    rel.to_str().map(str::to_owned)
+}
+
+/// Build the invocation.
+#[must_use]
+pub fn invocation(
+    argv: Vec<String>,
+    cwd_rel: String,
+    stdin: Option<Vec<u8>>,
+    stdout_tty: bool,
+    term_width: Option<u16>,
+) -> Invocation {
+    let env: BTreeMap<String, String> = PASSED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    Invocation {
+        version: PROTOCOL_VERSION,
+        argv,
+        cwd: cwd_rel,
+        env,
+        stdin,
+        term_width,
+        stdout_tty,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn dash_c_and_paging_are_local() {
+        let p = globals(Path::new("/workspace"), &v("-C sub --no-pager log -p"));
+        assert_eq!(p.cwd, PathBuf::from("/workspace/sub"));
+        assert_eq!(p.argv, v("log -p"));
+        assert_eq!(p.paging, Paging::Never);
+        let p = globals(Path::new("/workspace"), &v("-C /tmp/x status"));
+        assert_eq!(p.cwd, PathBuf::from("/tmp/x"));
+        // -c stays: the server refuses it.
+        assert_eq!(
+            globals(Path::new("/w"), &v("-c a=b status")).argv,
+            v("-c a=b status")
+        );
+    }
+
+    #[test]
+    fn message_files_become_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("msg"), "hello\n").unwrap();
+        let mut a = v("commit -F msg");
+        assert_eq!(
+            message_files(&mut a, dir.path()).unwrap().unwrap(),
+            b"hello\n"
+        );
+        assert_eq!(a, v("commit -F -"));
+        let mut a = v("commit --file=msg -a");
+        assert_eq!(
+            message_files(&mut a, dir.path()).unwrap().unwrap(),
+            b"hello\n"
+        );
+        assert_eq!(a, v("commit -F - -a"));
+        let mut a = v("commit -m -F");
+        assert!(message_files(&mut a, dir.path()).unwrap().is_none());
+        let mut a = v("log -F x");
+        assert!(message_files(&mut a, dir.path()).unwrap().is_none());
+        assert!(message_files(&mut v("commit -F missing"), dir.path()).is_err());
+    }
+
+    #[test]
+    fn workspace_relative_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        assert_eq!(relative_to(dir.path(), dir.path()).as_deref(), Some(""));
+        assert_eq!(
+            relative_to(dir.path(), &dir.path().join("a")).as_deref(),
+            Some("a")
+        );
+        assert_eq!(relative_to(&dir.path().join("a"), dir.path()), None);
+    }
+}

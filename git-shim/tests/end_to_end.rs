@@ -1,0 +1,473 @@
+//! End to end, as the agent: the real `git` shim binary talks to a git API server (the
+//! `airlock-git-api` library, on a temp socket) that runs the real git against a hidden
+//! git dir, with a local bare repository standing in for github.com/acme/app.
+//!
+//! Every refusal is asserted by its reason code *and* by the upstream's refs being
+//! unchanged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use airlock_git_api::push::PushRules;
+use airlock_git_api::run::GitEnv;
+use airlock_git_api::server::Server;
+use airlock_wire::{SessionKey, Verifier};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+const KEY: [u8; 32] = [42; 32];
+
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    upstream: PathBuf,
+    socket: PathBuf,
+}
+
+fn plain_git(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new("/usr/bin/git")
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Seed")
+        .env("GIT_AUTHOR_EMAIL", "seed@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Seed")
+        .env("GIT_COMMITTER_EMAIL", "seed@example.invalid")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let upstream = root.join("upstream.git");
+        plain_git(
+            &root,
+            &[
+                "init",
+                "-q",
+                "--bare",
+                "-b",
+                "main",
+                upstream.to_str().unwrap(),
+            ],
+        );
+        let seed = root.join("seed");
+        plain_git(
+            &root,
+            &[
+                "clone",
+                "-q",
+                upstream.to_str().unwrap(),
+                seed.to_str().unwrap(),
+            ],
+        );
+        std::fs::create_dir_all(seed.join(".github/workflows")).unwrap();
+        std::fs::write(seed.join("README.md"), "hello\n").unwrap();
+        std::fs::write(seed.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
+        plain_git(&seed, &["add", "-A"]);
+        plain_git(&seed, &["commit", "-q", "-m", "seed"]);
+        plain_git(&seed, &["push", "-q", "origin", "main"]);
+        // The workspace: files only; its .git lives in a hidden place.
+        let ws = root.join("workspace");
+        plain_git(
+            &root,
+            &[
+                "clone",
+                "-q",
+                upstream.to_str().unwrap(),
+                ws.to_str().unwrap(),
+            ],
+        );
+        let hidden = root.join("hidden");
+        std::fs::create_dir(&hidden).unwrap();
+        let git_dir = hidden.join("repo.git");
+        std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+        plain_git(
+            &root,
+            &[
+                "--git-dir",
+                git_dir.to_str().unwrap(),
+                "remote",
+                "set-url",
+                "origin",
+                "https://github.com/acme/app.git",
+            ],
+        );
+        let mut policy = airlock_policy::GitPolicy::defaults_for("demo");
+        policy.repositories = vec!["github.com/acme/app".into()];
+        let rules = PushRules::new(&policy, Some("main")).unwrap();
+        let env = GitEnv {
+            git: "/usr/bin/git".into(),
+            git_dir,
+            work_tree: ws.clone(),
+            home: root.join("empty-home"),
+            proxy_url: "http://127.0.0.1:9".into(),
+            ca_file: None,
+            test_upstreams: vec![("github.com/acme/app".into(), upstream.clone())],
+        };
+        let socket = root.join("git.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let uid = nix_uid();
+        let server = Arc::new(Server::new(
+            env,
+            uid,
+            rules,
+            Verifier::new(SessionKey::from_bytes(KEY)),
+            8,
+        ));
+        std::thread::spawn(move || server.serve(&listener));
+        World {
+            _dir: dir,
+            root,
+            ws,
+            upstream,
+            socket,
+        }
+    }
+
+    /// The shim, as the agent runs it, in `sub` of the workspace.
+    fn git_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_git"))
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AIRLOCK_WORKSPACE", &self.ws)
+            .env("AIRLOCK_GIT_SOCKET", &self.socket)
+            .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+            .env("GIT_AUTHOR_NAME", "Agent")
+            .env("GIT_AUTHOR_EMAIL", "agent@example.invalid")
+            .env("GIT_COMMITTER_NAME", "Agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@example.invalid")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn git(&self, args: &[&str]) -> Output {
+        self.git_in(&self.ws, args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.git(args);
+        assert!(
+            o.status.success(),
+            "git {args:?} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// Assert a refusal with `reason`, and that upstream refs did not move.
+    fn refused(&self, args: &[&str], reason: &str) {
+        let before = self.upstream_refs();
+        let o = self.git(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "git {args:?}: {err}");
+        assert!(
+            err.contains(&format!("airlock refused this ({reason})")),
+            "git {args:?}: expected {reason}, got {err}"
+        );
+        assert_eq!(
+            self.upstream_refs(),
+            before,
+            "git {args:?} moved upstream refs"
+        );
+    }
+
+    fn upstream_refs(&self) -> String {
+        plain_git(&self.upstream, &["for-each-ref"])
+    }
+
+    fn write(&self, path: &str, text: &str) {
+        let p = self.ws.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+fn nix_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn the_agent_clones_edits_commits_and_pushes_its_sandbox_branch() {
+    let w = World::new();
+    assert!(!w.ws.join(".git").exists(), "the workspace has no .git");
+    w.ok(&["switch", "-c", "sandbox/demo/feat"]);
+    w.write("src/lib.rs", "pub fn f() {}\n");
+    w.ok(&["add", "-A"]);
+    w.ok(&["commit", "-m", "add f"]);
+    let status = w.ok(&["status", "--porcelain"]);
+    assert_eq!(status, "");
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "add f\n");
+    // From a subdirectory too, with a message file read by the shim.
+    w.write("src/msg.txt", "second\n\nbody\n");
+    w.write("src/more.rs", "\n");
+    let o = w.git_in(&w.ws.join("src"), &["add", "more.rs"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = w.git_in(&w.ws.join("src"), &["commit", "-F", "msg.txt"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let head = w.ok(&["rev-parse", "HEAD"]);
+    let o = w.git(&["push", "-u", "origin", "sandbox/demo/feat"]);
+    assert!(
+        o.status.success(),
+        "push: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let upstream_head = plain_git(&w.upstream, &["rev-parse", "refs/heads/sandbox/demo/feat"]);
+    assert_eq!(upstream_head, head, "the commit landed upstream");
+    // A plain `git push` on the tracking branch works too.
+    w.write("src/lib.rs", "pub fn f() { }\n");
+    w.ok(&["commit", "-am", "third"]);
+    w.ok(&["push"]);
+    assert_eq!(
+        plain_git(&w.upstream, &["rev-parse", "refs/heads/sandbox/demo/feat"]),
+        w.ok(&["rev-parse", "HEAD"])
+    );
+}
+
+#[test]
+fn pushes_that_rewrite_or_escape_are_refused_and_upstream_is_unchanged() {
+    let w = World::new();
+    w.ok(&["switch", "-c", "sandbox/demo/feat"]);
+    w.write("a.txt", "1\n");
+    w.ok(&["add", "a.txt"]);
+    w.ok(&["commit", "-m", "one"]);
+    w.ok(&["push", "-u", "origin", "sandbox/demo/feat"]);
+    // Force push: rewrite the pushed commit.
+    w.ok(&["reset", "--hard", "HEAD~1"]);
+    w.write("a.txt", "2\n");
+    w.ok(&["add", "a.txt"]);
+    w.ok(&["commit", "-m", "rewritten"]);
+    w.refused(&["push"], "not_fast_forward");
+    w.refused(
+        &["push", "origin", "+sandbox/demo/feat"],
+        "not_fast_forward",
+    );
+    w.refused(&["push", "--force"], "option_not_allowed");
+    w.refused(&["push", "-f"], "option_refused");
+    w.refused(&["push", "--force-with-lease"], "option_not_allowed");
+    // Deletion.
+    w.refused(&["push", "origin", ":sandbox/demo/feat"], "deletion");
+    w.refused(
+        &["push", "-d", "origin", "sandbox/demo/feat"],
+        "option_refused",
+    );
+    w.refused(
+        &["push", "--delete", "origin", "sandbox/demo/feat"],
+        "option_not_allowed",
+    );
+    // Protected and foreign branches.
+    w.refused(&["push", "origin", "HEAD:main"], "branch_protected");
+    w.refused(
+        &["push", "origin", "HEAD:refs/heads/master"],
+        "branch_protected",
+    );
+    w.refused(
+        &["push", "origin", "HEAD:sandbox/other/feat"],
+        "branch_not_allowed",
+    );
+    w.refused(&["push", "origin", "HEAD:release/1.0"], "branch_protected");
+    w.ok(&["switch", "main"]);
+    w.write("b.txt", "x\n");
+    w.ok(&["add", "b.txt"]);
+    w.ok(&["commit", "-m", "on main"]);
+    w.refused(&["push"], "branch_protected");
+    // Tags.
+    w.ok(&["tag", "v9"]);
+    w.refused(&["push", "origin", "v9"], "tag_push");
+    w.refused(&["push", "--tags"], "option_not_allowed");
+    w.refused(&["push", "--mirror"], "option_not_allowed");
+    w.refused(&["push", "--all"], "option_not_allowed");
+    // Restricted paths, on a fresh sandbox branch, directly and hidden behind a later revert.
+    w.ok(&["switch", "-c", "sandbox/demo/wf", "origin/main"]);
+    w.write(".github/workflows/x.yml", "on: push\njobs: {}\n");
+    w.ok(&["add", "-A"]);
+    w.ok(&["commit", "-m", "workflow"]);
+    w.refused(&["push", "origin", "sandbox/demo/wf"], "restricted_path");
+    w.ok(&["rm", "-q", ".github/workflows/x.yml"]);
+    w.ok(&["commit", "-m", "hide it"]);
+    w.refused(&["push", "origin", "sandbox/demo/wf"], "restricted_path");
+    // Unauthorized repositories: a URL instead of a remote, and no way to add one.
+    w.refused(
+        &[
+            "push",
+            "https://github.com/evil/x.git",
+            "HEAD:sandbox/demo/x",
+        ],
+        "repository_not_authorized",
+    );
+    w.refused(
+        &["remote", "add", "evil", "https://github.com/evil/x.git"],
+        "subcommand_not_allowed",
+    );
+    w.refused(
+        &[
+            "config",
+            "remote.origin.url",
+            "https://github.com/evil/x.git",
+        ],
+        "config_key_not_writable",
+    );
+    w.refused(
+        &[
+            "config",
+            "remote.origin.pushurl",
+            "https://github.com/evil/x.git",
+        ],
+        "config_key_not_writable",
+    );
+}
+
+#[test]
+fn options_that_run_programs_or_redirect_git_are_refused() {
+    let w = World::new();
+    let marker = w.root.join("pwned");
+    let fsmonitor = format!("core.fsmonitor=touch {}", marker.display());
+    w.refused(&["-c", &fsmonitor, "status"], "global_option_refused");
+    w.refused(
+        &[&format!("-c{fsmonitor}"), "status"],
+        "global_option_refused",
+    );
+    w.refused(&["--git-dir=/tmp", "status"], "global_option_refused");
+    w.refused(&["--work-tree=/", "status"], "global_option_refused");
+    w.refused(&["--exec-path=/tmp", "status"], "global_option_refused");
+    let up = format!("--upload-pack=touch {}", marker.display());
+    w.refused(&["fetch", &up, "origin"], "option_refused");
+    w.refused(&["fetch", "--upload-p=x", "origin"], "option_refused");
+    w.refused(&["fetch", "--up=x", "origin"], "option_refused");
+    w.refused(&["pull", "--upload-pack", "x"], "option_refused");
+    w.refused(&["push", "--receive-pack=x"], "option_refused");
+    w.refused(&["push", "--exec=x"], "option_refused");
+    w.refused(&["rebase", "--exec", "x", "main"], "option_refused");
+    w.refused(&["rebase", "-i", "main"], "interactive_refused");
+    w.refused(
+        &["diff", "--no-index", "/etc/hostname", "README.md"],
+        "option_refused",
+    );
+    w.refused(&["diff", "--ext-diff"], "option_refused");
+    w.refused(
+        &["config", "core.fsmonitor", "touch x"],
+        "config_key_not_writable",
+    );
+    w.refused(
+        &["config", "core.hooksPath", "/tmp"],
+        "config_key_not_writable",
+    );
+    w.refused(
+        &["config", "alias.st", "!touch x"],
+        "config_key_not_writable",
+    );
+    w.refused(&["st"], "subcommand_not_allowed");
+    w.refused(&["submodule", "update"], "subcommand_not_allowed");
+    // .gitattributes naming a filter or diff driver: no such driver is configured and the
+    // agent cannot configure one, so nothing runs.
+    w.write(".gitattributes", "* filter=evil diff=evil\n");
+    w.write("x.txt", "x\n");
+    w.ok(&["add", "-A"]);
+    w.ok(&["diff", "--cached"]);
+    // A .git file pointing elsewhere is ignored: the server names the git dir.
+    std::fs::write(w.ws.join(".git"), "gitdir: /tmp/elsewhere\n").unwrap();
+    w.ok(&["status"]);
+    assert!(!marker.exists(), "nothing the agent named was run");
+    // A working directory that escapes through a symlink runs native git instead, which
+    // finds no repository there.
+    std::os::unix::fs::symlink(&w.root, w.ws.join("escape")).unwrap();
+    let o = w.git_in(&w.ws.join("escape/hidden"), &["status"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn replayed_and_forged_requests_are_refused() {
+    use airlock_git_shim::client::{self, Outcome};
+    use airlock_wire::auth;
+    let w = World::new();
+    let inv = airlock_git_shim::prepare::invocation(
+        vec!["status".into()],
+        String::new(),
+        None,
+        false,
+        None,
+    );
+    let body = inv.to_body().unwrap();
+    let key = SessionKey::from_bytes(KEY);
+    let signed = auth::sign(&key, &body).unwrap();
+    let send = |a: &airlock_wire::Auth, body: &[u8]| {
+        let mut s = std::os::unix::net::UnixStream::connect(&w.socket).unwrap();
+        client::send_raw(&mut s, a, body).unwrap();
+        client::receive(&mut s, &mut Vec::new(), &mut Vec::new()).unwrap()
+    };
+    assert_eq!(send(&signed, &body), Outcome::Exited(0));
+    let Outcome::Denied(d) = send(&signed, &body) else {
+        panic!("replay accepted")
+    };
+    assert_eq!(d.reason, "replayed_nonce");
+    let forged = auth::sign(&SessionKey::from_bytes([7; 32]), &body).unwrap();
+    let Outcome::Denied(d) = send(&forged, &body) else {
+        panic!("forgery accepted")
+    };
+    assert_eq!(d.reason, "bad_signature");
+    // The body swapped under a valid signature.
+    let evil = airlock_git_shim::prepare::invocation(
+        vec!["-c".into(), "core.fsmonitor=x".into(), "status".into()],
+        String::new(),
+        None,
+        false,
+        None,
+    );
+    let fresh = auth::sign(&key, &body).unwrap();
+    let Outcome::Denied(d) = send(&fresh, &evil.to_body().unwrap()) else {
+        panic!("swap accepted")
+    };
+    assert_eq!(d.reason, "bad_signature");
+    let mut stale = auth::sign(&key, &body).unwrap();
+    stale = auth::sign_with(&key, &body, stale.timestamp - 120, [9; 16]);
+    let Outcome::Denied(d) = send(&stale, &body) else {
+        panic!("stale accepted")
+    };
+    assert_eq!(d.reason, "stale_timestamp");
+}
+
+#[test]
+fn outside_the_workspace_git_is_native_and_a_missing_api_is_one_line() {
+    let w = World::new();
+    let o = Command::new(env!("CARGO_BIN_EXE_git"))
+        .current_dir(&w.root)
+        .env("AIRLOCK_WORKSPACE", &w.ws)
+        .env("AIRLOCK_GIT_SOCKET", w.root.join("nope.sock"))
+        .args(["--version"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("git version"));
+    let o = Command::new(env!("CARGO_BIN_EXE_git"))
+        .current_dir(&w.ws)
+        .env("AIRLOCK_WORKSPACE", &w.ws)
+        .env("AIRLOCK_GIT_SOCKET", w.root.join("nope.sock"))
+        .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(128));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not answering"), "{err}");
+}
