@@ -162,21 +162,13 @@ impl SockDiag {
 
 impl PeerIdentity for SockDiag {
     fn uid(&self, proto: Proto, peer: SocketAddr, local: SocketAddr) -> Option<u32> {
-        self.ask(proto, peer, local).or_else(|| match proto {
-            // An unconnected UDP socket has no destination in its id.
-            Proto::Udp => {
-                let any = SocketAddr::new(
-                    if peer.is_ipv4() {
-                        IpAddr::from([0u8; 4])
-                    } else {
-                        IpAddr::from([0u16; 8])
-                    },
-                    0,
-                );
-                self.ask(proto, peer, any)
-            }
-            Proto::Tcp => None,
-        })
+        match proto {
+            // TCP looks up the socket whose own address is `src` and peer is `dst`.
+            Proto::Tcp => self.ask(proto, peer, local),
+            // UDP looks up the socket that would *receive* a datagram from `src` to `dst`
+            // (connected or not): the client's socket receives from us.
+            Proto::Udp => self.ask(proto, local, peer),
+        }
     }
 }
 
@@ -237,21 +229,45 @@ mod tests {
         assert_eq!(diag.uid(Proto::Tcp, nobody, l.local_addr().unwrap()), None);
     }
 
+    /// Needs root to run the client as another uid (dev machines and CI are root).
     #[test]
-    fn udp_owner_of_an_unconnected_socket() {
-        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        client.send_to(b"x", server.local_addr().unwrap()).unwrap();
+    fn owners_of_other_uids_are_told_apart() {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
         let diag = SockDiag::open().unwrap();
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        assert_eq!(
-            diag.uid(
-                Proto::Udp,
-                client.local_addr().unwrap(),
-                server.local_addr().unwrap()
-            ),
-            Some(me)
-        );
+        // UDP: a client of uid 65534 sends us a datagram.
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/udp/127.0.0.1/{port}; echo x >&3; sleep 5"
+            ))
+            .uid(65534)
+            .gid(65534)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut buf = [0u8; 8];
+        let (_, client) = server.recv_from(&mut buf).unwrap();
+        let udp = diag.uid(Proto::Udp, client, server.local_addr().unwrap());
+        // TCP: same.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut child2 = Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec 3<>/dev/tcp/127.0.0.1/{port}; sleep 5"))
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        let (_s, peer) = l.accept().unwrap();
+        let tcp = diag.uid(Proto::Tcp, peer, l.local_addr().unwrap());
+        let _ = child.kill();
+        let _ = child2.kill();
+        let _ = child.wait();
+        let _ = child2.wait();
+        assert_eq!(udp, Some(65534));
+        assert_eq!(tcp, Some(65534));
     }
 }

@@ -95,13 +95,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        let uid = stream
-            .local_addr()
-            .ok()
-            .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
+        // The client's socket is addressed to the original destination (the redirect is
+        // invisible to it), so that is the other half of its id.
+        let orig = shared.original_dst.original_dst(&stream).ok();
+        let uid = orig.and_then(|o| shared.identity.uid(Proto::Tcp, peer, o));
         match shared.slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
-                tokio::spawn(handle(stream, peer, uid, Arc::clone(&shared), slot));
+                tokio::spawn(handle(stream, peer, uid, orig, Arc::clone(&shared), slot));
             }
             Err(reason) => {
                 let mut rec = Record::new(
@@ -156,6 +156,7 @@ async fn handle(
     stream: TcpStream,
     peer: SocketAddr,
     uid: Option<u32>,
+    orig: Option<SocketAddr>,
     shared: Arc<Shared>,
     slot: Slot,
 ) {
@@ -167,18 +168,22 @@ async fn handle(
         Some(peer),
     );
     rec.uid = uid;
-    let orig = match shared.original_dst.original_dst(&stream) {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::debug!(
-                "transparent connection from {peer} without an original destination: {e}"
-            );
-            rec.reason = Some(Reason::UnknownHost.as_str());
-            rec.event = Some("no-original-destination");
-            shared.audit.emit(rec).await;
-            return;
-        }
+    let Some(orig) = orig else {
+        tracing::debug!("transparent connection from {peer} without an original destination");
+        rec.reason = Some(Reason::UnknownHost.as_str());
+        rec.event = Some("no-original-destination");
+        shared.audit.emit(rec).await;
+        return;
     };
+    if uid.is_some() && uid == Some(nix::unistd::geteuid().as_raw()) {
+        // Our own upstream connection came back through the redirect: the firewall does not
+        // exempt the proxy's uid. Refuse at once instead of multiplying connections.
+        tracing::error!("redirect loop: the proxy's own connection to {orig} was redirected to it");
+        rec.reason = Some(Reason::UpstreamUnreachable.as_str());
+        rec.event = Some("redirect-loop");
+        shared.audit.emit(rec).await;
+        return;
+    }
     rec.port = Some(orig.port());
     let mut phase = shared.shutdown.subscribe();
     let sniffed = tokio::select! {

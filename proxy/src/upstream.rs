@@ -84,6 +84,9 @@ impl SystemResolver {
         opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
         // Search domains would let "internal" silently become "internal.corp.example".
         opts.ndots = 0;
+        // Both families: every address of the name is checked (and the DNS filter can answer
+        // AAAA); connects still try IPv4 first.
+        opts.ip_strategy = hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
         let inner = TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
             .with_options(opts)
             .build();
@@ -229,7 +232,13 @@ impl Upstreams {
     /// # Errors
     /// `upstream-unreachable` when no address accepted the connection in time.
     pub async fn connect_checked(&self, addrs: &[IpAddr], port: u16) -> Result<Connected, Reason> {
-        for ip in addrs {
+        // IPv4 first: the container's IPv6 is usually off, and a failing v6 attempt would
+        // only add latency.
+        let ordered = addrs
+            .iter()
+            .filter(|ip| ip.is_ipv4())
+            .chain(addrs.iter().filter(|ip| ip.is_ipv6()));
+        for ip in ordered {
             let addr = SocketAddr::new(*ip, port);
             let attempt = tokio::time::timeout(self.connect_timeout, self.connector.connect(addr));
             let Some(attempt) = self.unless_stopping(attempt).await else {
