@@ -337,8 +337,22 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
             .local_addr()
             .ok()
             .and_then(|l| shared.identity.uid(Proto::Tcp, peer, l));
-        let Ok(slot) = shared.slots.try_take(Client::of(uid, peer)) else {
-            continue; // over the connection cap: close
+        let slot = match shared.slots.try_take(Client::of(uid, peer)) {
+            Ok(slot) => slot,
+            Err(reason) => {
+                // Over the connection cap: close, audited.
+                let mut rec = Record::new(
+                    Arc::clone(&shared.session),
+                    SystemTime::now(),
+                    Kind::Dns,
+                    Some(peer),
+                );
+                rec.uid = uid;
+                rec.reason = Some(reason.as_str());
+                drop(stream);
+                shared.audit.emit(rec).await;
+                continue;
+            }
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
