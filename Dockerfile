@@ -30,8 +30,9 @@ RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy &&
     /usr/local/bin/airlock-entrypoint --check
 
 # The preflight checks the documented run command (read-only root, tmpfs, volumes, caps).
+# No VOLUME for /var/log/airlock on purpose: an anonymous volume would hide a forgotten
+# `-v airlock-audit:/var/log/airlock` (and `--rm` would then delete the audit log).
 ENV AIRLOCK_PREFLIGHT=container
-VOLUME ["/var/log/airlock"]
 WORKDIR /workspace
 ENTRYPOINT ["/usr/local/bin/airlock-entrypoint"]
 CMD ["bash"]

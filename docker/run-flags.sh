@@ -1,0 +1,25 @@
+# The documented `docker run` flags, one per line (sourced by scripts/docker-run and the smoke
+# tests, so what is documented is what is tested). docs/docker.md explains each line.
+# Expects: $repo (host path of the repository), $audit_volume (name or host path).
+# shellcheck disable=SC2034,SC2154 # the array is used by whoever sources this file
+AIRLOCK_RUN_FLAGS=(
+    --cap-drop ALL
+    --cap-add NET_ADMIN
+    --cap-add SETUID
+    --cap-add SETGID
+    --cap-add SETPCAP
+    --cap-add KILL
+    --cap-add CHOWN
+    --cap-add FOWNER
+    --cap-add DAC_OVERRIDE
+    --security-opt no-new-privileges
+    --read-only
+    --tmpfs /tmp:rw,nosuid,nodev
+    --tmpfs /run:rw,nosuid,nodev,noexec
+    --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700
+    --pids-limit 512
+    --memory 4g
+    --cpus 2
+    -v "$repo:/workspace"
+    -v "$audit_volume:/var/log/airlock"
+)

