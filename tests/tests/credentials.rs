@@ -24,12 +24,12 @@ fn the_agent_sees_a_placeholder_and_cannot_find_the_real_secret_anywhere() {
     let airlock = Airlock::new(&world, &policy_with("{ env = \"ANTHROPIC_API_KEY\" }"));
     let handoff = airlock.run_dir.join("proxy").join("credentials.json");
     let script = format!(
-        "P=REAL; P=${{P}}SECRET\n\
-         echo key=$ANTHROPIC_API_KEY\n\
-         for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c $P; echo proc-scan-done\n\
+        // `REAL[S]ECRET` matches the secret while grep's own argv (visible in /proc) does not.
+        "echo key=$ANTHROPIC_API_KEY\n\
+         for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\\0' '\\n' | grep -c 'REAL[S]ECRET'; echo proc-scan-done\n\
          cat {handoff} 2>&1; echo handoff=$?\n\
          ls {dir} 2>&1; echo statedir=$?\n\
-         echo files=$(grep -rsl $P /tmp /run {root} 2>/dev/null | wc -l)",
+         echo files=$(grep -rsl 'REAL[S]ECRET' /run $HOME {root} 2>/dev/null | wc -l)",
         handoff = handoff.display(),
         dir = handoff.parent().unwrap().display(),
         root = world.dir().display(),
