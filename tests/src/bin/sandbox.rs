@@ -1,4 +1,4 @@
-//! `airlock-sandbox`: the README's run command until the image lands. Builds a fake internet
+//! `airlock-sandbox`: the no-Docker way to run the appliance. Builds a fake internet
 //! in network namespaces (the same World the tests use), then runs the real entrypoint in its
 //! own network, mount and pid namespaces with `examples/sandbox-policy.toml` and the given
 //! agent command (default: the agent's shell), attached to this terminal. Everything is torn
