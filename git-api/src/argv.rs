@@ -1597,7 +1597,10 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>), Ref
         }
         if arg == "-h" && sub.short('h').is_none() {
             // Usage text.
-            args.push(Arg { name: "h".into(), value: None });
+            args.push(Arg {
+                name: "h".into(),
+                value: None,
+            });
             continue;
         }
         if arg == "-" || !arg.starts_with('-') {
@@ -2151,7 +2154,9 @@ mod tests {
                     // An exact allowed name is that option, not an abbreviation (git
                     // matches exact names first): `log --exclude=` is not `--exclude-from`.
                     if find_sub(sub).unwrap().long(prefix).is_some() {
-                        assert!(!REFUSED_LONG.iter().any(|(f, _)| *f == prefix) || prefix == "patch");
+                        assert!(
+                            !REFUSED_LONG.iter().any(|(f, _)| *f == prefix) || prefix == "patch"
+                        );
                         continue;
                     }
                     let argv = vec![sub.to_owned(), format!("--{prefix}=x")];
