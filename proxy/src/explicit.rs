@@ -28,28 +28,15 @@ use crate::deny::{self, ProxyBody};
 use crate::hop;
 use crate::identity::Proto;
 use crate::limits::{Client, Slot};
-use crate::shutdown::{Phase, reached};
+use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
 
 /// Accepts on `listener` until draining starts.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let mut phase = shared.shutdown.subscribe();
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            () = reached(&mut phase, Phase::Draining) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, "explicit").await
+    {
         let uid = stream
             .local_addr()
             .ok()

@@ -61,6 +61,32 @@ pub async fn reached(rx: &mut watch::Receiver<Phase>, phase: Phase) {
     let _ = rx.wait_for(|p| *p >= phase).await;
 }
 
+/// The next accepted connection (with `TCP_NODELAY` set), or `None` once draining starts.
+/// Accept errors (EMFILE and friends) are logged and retried after a short back-off instead
+/// of spinning. Shared by every TCP listener of the proxy.
+pub async fn accept_until_draining(
+    listener: &tokio::net::TcpListener,
+    phase: &mut watch::Receiver<Phase>,
+    what: &str,
+) -> Option<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = reached(phase, Phase::Draining) => return None,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return Some((stream, peer));
+            }
+            Err(e) => {
+                tracing::warn!("{what} accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Resolves on the first SIGTERM or SIGINT.
 ///
 /// # Errors

@@ -23,7 +23,7 @@ use crate::audit::{Kind, Record, Verdict};
 use crate::decide;
 use crate::identity::Proto;
 use crate::limits::{Client, Slot};
-use crate::shutdown::{Phase, reached};
+use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{MAX_SNIFF, Sniff, sniff};
 use crate::tunnel::{self, Meter};
 
@@ -81,20 +81,9 @@ impl OriginalDst for SoOriginalDst {
 /// Accepts on `listener` until draining starts.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let mut phase = shared.shutdown.subscribe();
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            () = reached(&mut phase, Phase::Draining) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!("transparent accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some((stream, peer)) =
+        accept_until_draining(&listener, &mut phase, "transparent").await
+    {
         // The client's socket is addressed to the original destination (the redirect is
         // invisible to it), so that is the other half of its id.
         let orig = shared.original_dst.original_dst(&stream).ok();
