@@ -6,7 +6,6 @@
 
 mod common;
 
-use airlock_tests::World;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 
@@ -20,7 +19,7 @@ fn policy_with(source: &str) -> String {
 
 #[test]
 fn the_agent_sees_a_placeholder_and_cannot_find_the_real_secret_anywhere() {
-    let world = World::new().expect("namespace world");
+    let world = world();
     let airlock = Airlock::new(&world, &policy_with("{ env = \"ANTHROPIC_API_KEY\" }"));
     let handoff = airlock.run_dir.join("proxy").join("credentials.json");
     let script = format!(
@@ -83,7 +82,7 @@ fn the_agent_sees_a_placeholder_and_cannot_find_the_real_secret_anywhere() {
 
 #[test]
 fn a_secret_file_the_agent_could_read_is_refused() {
-    let world = World::new().expect("namespace world");
+    let world = world();
     let secret = world.dir().join("anthropic.key");
     std::fs::write(&secret, SECRET).unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o444)).unwrap();
@@ -116,7 +115,7 @@ fn a_secret_file_the_agent_could_read_is_refused() {
 
 #[test]
 fn a_missing_secret_is_refused_with_the_fix() {
-    let world = World::new().expect("namespace world");
+    let world = world();
     let airlock = Airlock::new(&world, &policy_with("{ env = \"ANTHROPIC_API_KEY\" }"));
     let out = airlock.run(&world, "touch agent-ran");
     assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));

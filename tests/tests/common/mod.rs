@@ -199,6 +199,26 @@ pub fn assert_stopped(text: &str, name: &str) {
     );
 }
 
+/// Build a fresh World; a test that cannot set up its environment fails, it never skips.
+pub fn world() -> World {
+    World::new().expect("build the namespace world (run as root; scripts/test installs the tools)")
+}
+
+/// The agent ran the step that printed `NAME=<exit status>` and it failed: not 0 (it
+/// worked) and not 127 (the tool was missing, so nothing was attempted).
+pub fn assert_attempt_failed(text: &str, name: &str) {
+    let status = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .map(str::trim);
+    match status {
+        None => panic!("{name} did not run:\n{text}"),
+        Some("0") => panic!("{name} succeeded:\n{text}"),
+        Some("127") => panic!("{name}: tool missing, nothing was attempted:\n{text}"),
+        Some(_) => {}
+    }
+}
+
 /// Kernel housekeeping that any interface sends on its own (not a process's traffic).
 fn is_kernel_housekeeping(p: &Packet) -> bool {
     matches!(p.proto, Proto::Icmpv6) && matches!(p.icmpv6_type, Some(133..=136 | 143))
