@@ -440,3 +440,65 @@ fn sigterm_reaches_the_agent_and_the_audit_log_is_flushed() {
         "the denial was flushed before exit: {audit:?}"
     );
 }
+
+#[test]
+fn the_agent_can_neither_read_nor_forge_the_audit_log() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let log = airlock.audit_dir.join("audit.jsonl");
+    let script = format!(
+        "{} >/dev/null\n\
+         cat {log} >/dev/null 2>&1; echo read=$?\n\
+         (echo '{{\"forged\":true}}' >> {log}) 2>/dev/null; echo append=$?\n\
+         ls {dir} >/dev/null 2>&1; echo list=$?\n\
+         rm -f {log} 2>/dev/null; echo remove=$?",
+        curl(&world, "http://blocked.test/"),
+        log = log.display(),
+        dir = airlock.audit_dir.display(),
+    );
+    let out = airlock.run(&world, &script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for step in ["read", "append", "list"] {
+        assert_attempt_failed(&text, step);
+    }
+    let audit = airlock.audit();
+    assert!(
+        audit.iter().all(|l| l.get("forged").is_none()),
+        "a forged line landed: {audit:?}"
+    );
+    assert!(
+        audit.iter().any(|l| l["host"] == "blocked.test"),
+        "the real decision is still there"
+    );
+}
+
+#[test]
+fn the_seccomp_filter_denies_what_docker_leaves_open() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    // Raw syscalls (x86_64 numbers) chosen so that each one gives a *different* answer
+    // without our filter: io_uring_setup(1, NULL) is EFAULT, keyctl(GET_KEYRING_ID) and
+    // ptrace(TRACEME) succeed, socket(AF_VSOCK) succeeds or is EAFNOSUPPORT. With the
+    // filter every one is EPERM (1).
+    let probe = r#"import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in [("io_uring", 425, (1, 0)), ("keyctl", 250, (0, -3, 0)),
+                       ("ptrace", 101, (0, 0, 0, 0)), ("vsock", 41, (40, 1, 0))]:
+    ctypes.set_errno(0)
+    rc = libc.syscall(nr, *args)
+    print(f"{name}={rc}/{ctypes.get_errno()}")
+"#;
+    let file = airlock.workdir.join("seccomp_probe.py");
+    std::fs::write(&file, probe).unwrap();
+    let out = airlock.run(&world, &format!("python3 {}", file.display()));
+    assert_ok(&out);
+    let text = stdout(&out);
+    for name in ["io_uring", "keyctl", "ptrace", "vsock"] {
+        assert!(
+            text.contains(&format!("{name}=-1/1\n")),
+            "{name} was not denied with EPERM:\n{text}\n{}",
+            stderr(&out)
+        );
+    }
+}
