@@ -50,6 +50,19 @@ pub const PROXY_STATE_SUBDIR: &str = "proxy";
 /// The credential hand-off file inside the proxy's state directory.
 pub const CREDENTIALS_FILE: &str = "credentials.json";
 
+/// The appliance CA's certificate inside the proxy's state directory (an operator CA is
+/// placed here by the entrypoint; otherwise the proxy generates one).
+pub const CA_CERT_FILE: &str = "ca.pem";
+/// The appliance CA's private key inside the proxy's state directory (0600, proxy user).
+pub const CA_KEY_FILE: &str = "ca-key.pem";
+/// Where the proxy exports the CA's public certificate for the entrypoint (0644).
+pub const CA_EXPORT_PATH: &str = "/run/airlock/ca.pem";
+/// The agent's CA bundle (system roots + the appliance CA), built by the entrypoint.
+pub const CA_BUNDLE_PATH: &str = "/run/airlock/ca-bundle.pem";
+/// Base-URL mode: `http://127.0.0.1:3128/https/<host>[:port]/<path>` is forwarded to
+/// `https://<host>[:port]/<path>` over verified TLS, with the host's credential injected.
+pub const BASE_URL_PREFIX: &str = "/https/";
+
 /// The explicit proxy's socket address.
 #[must_use]
 pub const fn explicit_addr() -> SocketAddr {
@@ -66,6 +79,12 @@ pub const fn transparent_addr() -> SocketAddr {
 #[must_use]
 pub const fn dns_addr() -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(LOOPBACK, DNS_PORT))
+}
+
+/// The git service port's socket address (the git API's `http.proxy`).
+#[must_use]
+pub const fn git_service_addr() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(LOOPBACK, GIT_SERVICE_PORT))
 }
 
 /// The proxy URL given to the agent in `HTTP_PROXY` and friends.

@@ -40,6 +40,7 @@ pub fn resolve(
             version: HANDOFF_VERSION,
             session: session.to_owned(),
             credentials: Vec::new(),
+            git_placeholder: None,
         },
         agent_vars: Vec::new(),
         secret_env_names: Vec::new(),

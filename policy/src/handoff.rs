@@ -21,6 +21,11 @@ pub struct Handoff {
     pub version: u32,
     pub session: String,
     pub credentials: Vec<ResolvedCredential>,
+    /// This session's `git-credential-airlock` placeholder password
+    /// (`airlock_wire::placeholder`): on agent ports the proxy swaps it for the git
+    /// credential on read operations of authorized repositories only. `None` without git.
+    #[serde(default)]
+    pub git_placeholder: Option<String>,
 }
 
 /// One credential of the policy with its real value and the agent's placeholder.
@@ -77,6 +82,7 @@ mod tests {
                 value: Secret::new("sk-ant-real".into()),
                 placeholder: placeholder("anthropic", "00ff"),
             }],
+            git_placeholder: None,
         };
         let shown = format!("{h:?}");
         assert!(!shown.contains("sk-ant-real") && shown.contains("REDACTED"));
@@ -89,6 +95,7 @@ mod tests {
             version: 1,
             session: "s".into(),
             credentials: vec![],
+            git_placeholder: Some("airlock-git.s.00".into()),
         };
         let json = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<Handoff>(&json).unwrap(), h);

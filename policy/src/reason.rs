@@ -48,11 +48,19 @@ pub enum Reason {
     CredentialLeak,
     /// A git push that did not come through the git API (or that the git rules refuse).
     GitPushBlocked,
+    /// An intercepted request matches a deny rule of `[[rules]]` (method and path), a
+    /// preset's deny rule, or no allow rule of a host that has allow rules.
+    RequestDeniedByRule,
+    /// The upstream's TLS certificate did not verify; the request was never sent.
+    UpstreamCertificateInvalid,
+    /// A TLS handshake with the agent failed on an intercepted connection (e.g. the agent
+    /// does not trust the appliance CA).
+    ClientTlsFailed,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 21] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -71,6 +79,9 @@ impl Reason {
         Reason::TooManyConnections,
         Reason::CredentialLeak,
         Reason::GitPushBlocked,
+        Reason::RequestDeniedByRule,
+        Reason::UpstreamCertificateInvalid,
+        Reason::ClientTlsFailed,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -95,6 +106,9 @@ impl Reason {
             Reason::TooManyConnections => "too-many-connections",
             Reason::CredentialLeak => "credential-leak",
             Reason::GitPushBlocked => "git-push-blocked",
+            Reason::RequestDeniedByRule => "request-denied-by-rule",
+            Reason::UpstreamCertificateInvalid => "upstream-certificate-invalid",
+            Reason::ClientTlsFailed => "client-tls-failed",
         }
     }
 
@@ -168,6 +182,18 @@ impl Reason {
             Reason::GitPushBlocked => {
                 "Push with the git command in the sandbox to a branch the policy's [git] \
                  push_branches allow."
+            }
+            Reason::RequestDeniedByRule => {
+                "The policy's [[rules]] (or a preset) do not allow this method and path on \
+                 this host; the operator can change the rules if the request is legitimate."
+            }
+            Reason::UpstreamCertificateInvalid => {
+                "The upstream's certificate did not verify against the trusted roots; the \
+                 request was not sent (add the host to network.passthrough only if it is pinned)."
+            }
+            Reason::ClientTlsFailed => {
+                "Trust the appliance CA (SSL_CERT_FILE and friends point at its bundle) or \
+                 use the plain-HTTP base-URL form of the proxy."
             }
         }
     }
