@@ -23,6 +23,24 @@ pub struct Args {
     /// Where the upstream nameservers are read from, once, at start.
     #[arg(long, default_value = "/etc/resolv.conf")]
     pub resolv_conf: PathBuf,
+    /// The proxy's private state directory (0700, this user): the credential hand-off
+    /// (`credentials.json`) and the appliance CA (`ca.pem`, `ca-key.pem`).
+    #[arg(long, default_value_t = default_state_dir())]
+    pub state_dir: String,
+    /// Where the CA's public certificate is exported (0644) for the agent's trust bundle.
+    #[arg(long, default_value = airlock_channels::CA_EXPORT_PATH)]
+    pub ca_export: PathBuf,
+    /// Extra trusted roots for verifying upstreams (test or corporate CAs), PEM; repeatable.
+    #[arg(long)]
+    pub upstream_ca: Vec<PathBuf>,
+}
+
+fn default_state_dir() -> String {
+    format!(
+        "{}/{}",
+        airlock_channels::RUN_DIR,
+        airlock_channels::PROXY_STATE_SUBDIR
+    )
 }
 
 #[cfg(test)]
