@@ -23,6 +23,15 @@ RUN set -eu; \
     chmod 0755 /etc/airlock /workspace; \
     rm -rf /var/log/*.log /var/cache/ldconfig/aux-cache
 
+# CA trust: Debian's bundle path becomes a symlink to the per-start bundle the entrypoint
+# writes on tmpfs (system roots + this start's appliance CA), so tools that only read the
+# system path trust the proxy's interception too; the real roots move to where the
+# entrypoint reads them (entrypoint/src/trust.rs).
+RUN set -eu; \
+    mkdir -p /usr/share/airlock; \
+    mv /etc/ssl/certs/ca-certificates.crt /usr/share/airlock/system-roots.pem; \
+    ln -s /run/airlock/ca-bundle.pem /etc/ssl/certs/ca-certificates.crt
+
 COPY airlock-entrypoint airlock-proxy /usr/local/bin/
 COPY policy.toml /etc/airlock/policy.toml
 RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy && \

@@ -38,6 +38,8 @@ pub struct AgentEnvInput<'a> {
     pub secret_names: &'a [String],
     /// Placeholders the agent gets instead, under the secrets' variable names.
     pub placeholders: &'a [(String, String)],
+    /// Variables that point the agent's tools at the CA bundle (`trust::agent_vars`).
+    pub trust: &'a [(&'static str, String)],
 }
 
 /// Build the agent's environment. Errors when the operator asks to pass a secret through.
@@ -64,6 +66,7 @@ pub fn build(
         }
         if name.starts_with("AIRLOCK_")
             || is_proxy_var(name)
+            || input.trust.iter().any(|(t, _)| t == name)
             || name == "PATH"
             || name.starts_with("LD_")
         {
@@ -97,6 +100,9 @@ pub fn build(
         set(&mut env, name, "localhost,127.0.0.1,::1");
     }
     set(&mut env, "AIRLOCK_SESSION", input.session);
+    for (name, value) in input.trust {
+        set(&mut env, name, value);
+    }
     for (name, placeholder) in input.placeholders {
         set(&mut env, name, placeholder);
     }
@@ -139,6 +145,7 @@ mod tests {
             proxy_url: "http://127.0.0.1:3128",
             secret_names: secrets,
             placeholders: &[],
+            trust: &[],
         }
     }
 

@@ -29,6 +29,16 @@ pub struct Cli {
     /// Working directory of the agent (falls back to its home if absent).
     #[arg(long, env = "AIRLOCK_WORKDIR", default_value = "/workspace")]
     pub workdir: PathBuf,
+    /// Operator CA certificate (PEM) the proxy intercepts with instead of generating one.
+    #[arg(long, env = "AIRLOCK_CA_CERT", requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+    /// The operator CA's private key (PEM; root-owned, not readable by the agent).
+    #[arg(long, env = "AIRLOCK_CA_KEY", requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+    /// Extra roots (PEM) the proxy trusts for upstream TLS: a test CA or a corporate
+    /// TLS-inspecting CA. The agent never trusts them.
+    #[arg(long, env = "AIRLOCK_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
     /// Validate the policy and the environment, print the firewall that would be applied, exit.
     #[arg(long)]
     pub check: bool,

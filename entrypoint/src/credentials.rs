@@ -8,12 +8,11 @@
 //! real value sits next to it.
 
 use crate::identity::Identity;
+use crate::proxy_state;
 use airlock_policy::handoff::{HANDOFF_VERSION, Handoff, ResolvedCredential, Secret, placeholder};
 use airlock_policy::{CredentialSource, Policy};
 use anyhow::{Context, Result, bail};
-use nix::unistd::{Gid, Uid, chown};
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The result of resolving the policy's credentials.
@@ -108,42 +107,17 @@ fn read_secret_file(name: &str, path: &Path, agent: &Identity) -> Result<String>
     Ok(value)
 }
 
-/// Write the hand-off into `dir` (created 0700, owned by the proxy user) as a 0400 file the
-/// proxy user owns. Written to a temporary name and renamed, so a reader never sees half.
+/// Write the hand-off into the proxy's state directory `dir` as a 0400 file the proxy user
+/// owns (see [`proxy_state::install`]).
 pub fn write_handoff(dir: &Path, handoff: &Handoff, proxy: &Identity) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| {
-        format!(
-            "cannot create the proxy's state directory {}",
-            dir.display()
-        )
-    })?;
-    let (uid, gid) = (Uid::from_raw(proxy.uid), Gid::from_raw(proxy.gid));
-    chown(dir, Some(uid), Some(gid))
-        .with_context(|| format!("cannot hand {} to the proxy user", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("cannot make {} private to the proxy user", dir.display()))?;
-    let path = dir.join(airlock_channels::CREDENTIALS_FILE);
-    let tmp = dir.join(format!(".{}.tmp", airlock_channels::CREDENTIALS_FILE));
-    let _ = std::fs::remove_file(&tmp);
     let json = serde_json::to_vec(handoff).context("cannot encode the credential hand-off")?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o400)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    file.write_all(&json)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    chown(&tmp, Some(uid), Some(gid))
-        .with_context(|| format!("cannot hand {} to the proxy user", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot install {}", path.display()))?;
-    Ok(path)
+    proxy_state::install(dir, airlock_channels::CREDENTIALS_FILE, &json, 0o400, proxy)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn agent() -> Identity {
         Identity {

@@ -19,6 +19,7 @@ mod identity;
 mod netinfo;
 mod preflight;
 mod proxy_ctl;
+mod proxy_state;
 mod seccomp;
 mod selftest;
 mod session;
@@ -26,6 +27,7 @@ mod setup;
 mod spawn;
 mod status;
 mod supervise;
+mod trust;
 
 use crate::agent_env::AgentEnvInput;
 use crate::config::Cli;
@@ -101,6 +103,8 @@ fn start(cli: Cli) -> Result<i32> {
         |k| std::env::var(k).ok(),
         session::nonce,
     )?;
+    let operator_ca = trust::operator_ca(cli.ca_cert.as_deref(), cli.ca_key.as_deref())?;
+    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
     let agent_env = agent_env::build(
         std::env::vars(),
         &AgentEnvInput {
@@ -109,14 +113,19 @@ fn start(cli: Cli) -> Result<i32> {
             proxy_url: &ch::proxy_url(),
             secret_names: &creds.secret_env_names,
             placeholders: &creds.agent_vars,
+            trust: &trust_vars,
         },
     )?;
-    credentials::write_handoff(
-        &cli.run_dir.join(ch::PROXY_STATE_SUBDIR),
-        &creds.handoff,
-        &users.proxy,
-    )?;
+    let state_dir = cli.run_dir.join(ch::PROXY_STATE_SUBDIR);
+    credentials::write_handoff(&state_dir, &creds.handoff, &users.proxy)?;
     drop(creds);
+    let upstream_ca = trust::install_proxy_files(
+        &state_dir,
+        &users.proxy,
+        &users.agent,
+        operator_ca.as_ref(),
+        cli.upstream_ca.as_deref(),
+    )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
     let t_validate = t0.elapsed();
 
@@ -126,13 +135,19 @@ fn start(cli: Cli) -> Result<i32> {
         policy: cli.policy.clone(),
         audit_file,
         session: session.id.clone(),
+        state_dir,
+        ca_export: cli.run_dir.join(trust::EXPORT_FILE),
+        upstream_ca,
         run_as: RunAs {
             identity: users.proxy.clone(),
             filters: None,
             session: TtySession::Detached,
         },
     };
+    // A CA left from an earlier start must not be mistaken for this proxy's export.
+    let _ = std::fs::remove_file(&proxy_spec.ca_export);
     let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
+    // trust::write_bundle(&cli.run_dir)?;  (enabled once the proxy exports its CA)
     let t_proxy = t0.elapsed();
 
     setup::apply_firewall(&users)?;

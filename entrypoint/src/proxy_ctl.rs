@@ -19,6 +19,12 @@ pub struct ProxySpec {
     pub policy: PathBuf,
     pub audit_file: PathBuf,
     pub session: String,
+    /// The proxy's private state directory (hand-off, CA).
+    pub state_dir: PathBuf,
+    /// Where the proxy exports its CA certificate.
+    pub ca_export: PathBuf,
+    /// Extra upstream roots (copies inside the state directory).
+    pub upstream_ca: Vec<PathBuf>,
     pub run_as: RunAs,
 }
 
@@ -41,7 +47,14 @@ impl ProxySpec {
             .arg(&self.audit_file)
             .arg("--session")
             .arg(&self.session)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--ca-export")
+            .arg(&self.ca_export)
             .stdin(Stdio::null());
+        for ca in &self.upstream_ca {
+            cmd.arg("--upstream-ca").arg(ca);
+        }
         let mut child = cmd.spawn().with_context(|| {
             format!(
                 "cannot start the proxy {} as user {}",

@@ -1,0 +1,60 @@
+//! The proxy's private state directory (`<run dir>/proxy`): created 0700 and owned by the
+//! proxy user; every file the entrypoint puts there (credential hand-off, operator CA,
+//! extra upstream roots) is written under a temporary name, handed to the proxy user and
+//! renamed into place, so a reader never sees half a file and the agent never sees any.
+
+use crate::identity::Identity;
+use anyhow::{Context, Result};
+use nix::unistd::{Gid, Uid, chown};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Create `dir` (if needed), owned by the proxy user, mode 0700.
+pub fn ensure_dir(dir: &Path, proxy: &Identity) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "cannot create the proxy's state directory {}",
+            dir.display()
+        )
+    })?;
+    chown(
+        dir,
+        Some(Uid::from_raw(proxy.uid)),
+        Some(Gid::from_raw(proxy.gid)),
+    )
+    .with_context(|| format!("cannot hand {} to the proxy user", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot make {} private to the proxy user", dir.display()))
+}
+
+/// Write `bytes` to `dir/name` with `mode`, owned by the proxy user. Returns the path.
+pub fn install(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    proxy: &Identity,
+) -> Result<PathBuf> {
+    ensure_dir(dir, proxy)?;
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    chown(
+        &tmp,
+        Some(Uid::from_raw(proxy.uid)),
+        Some(Gid::from_raw(proxy.gid)),
+    )
+    .with_context(|| format!("cannot hand {} to the proxy user", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot install {}", path.display()))?;
+    Ok(path)
+}
