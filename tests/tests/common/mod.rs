@@ -78,6 +78,10 @@ impl Airlock {
             .arg(&self.run_dir)
             .arg("--workdir")
             .arg(&self.workdir)
+            // Test configuration: the proxy (never the agent) trusts the fake internet's CA
+            // for upstream TLS, as an operator would pass a corporate root.
+            .arg("--upstream-ca")
+            .arg(world.ca_pem_path())
             .arg("--")
             .args(agent);
         cmd
