@@ -16,6 +16,7 @@
 
 pub mod audit;
 mod body;
+pub mod ca;
 pub mod clock;
 pub mod config;
 pub mod decide;
@@ -24,6 +25,7 @@ pub mod dns;
 mod explicit;
 pub mod hop;
 pub mod identity;
+pub mod leaf;
 pub mod limits;
 pub mod shutdown;
 pub mod sniff;
