@@ -289,7 +289,18 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
             () = reached(&mut phase, Phase::Draining) => break,
         };
         let Ok(permit) = Arc::clone(&inflight).try_acquire_owned() else {
-            tracing::warn!("dns: {MAX_UDP_INFLIGHT} queries in flight, dropping one from {peer}");
+            // Dropped unanswered (the client retries), but still a decision: audited. The
+            // audit queue's backpressure slows this loop, never loses the line.
+            let mut rec = Record::new(
+                Arc::clone(&shared.session),
+                SystemTime::now(),
+                Kind::Dns,
+                Some(peer),
+            );
+            rec.reason = Some(Reason::TooManyConnections.as_str());
+            rec.event = Some("dropped-overload");
+            rec.bytes_up = n as u64;
+            shared.audit.emit(rec).await;
             continue;
         };
         let query = buf[..n].to_vec();

@@ -178,3 +178,31 @@ async fn tcp_queries_work_and_garbage_is_formerr_or_dropped() {
         3
     );
 }
+
+#[tokio::test]
+async fn a_udp_flood_past_the_in_flight_cap_is_dropped_but_every_query_is_audited() {
+    // hang.test never resolves, so each query holds an in-flight slot until shutdown.
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let total = 300;
+    for _ in 0..total {
+        s.send_to(&query("hang.test.", RecordType::A), h.dns)
+            .await
+            .unwrap();
+    }
+    // Let the proxy take every datagram off the socket before stopping it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = h.finish().await;
+    let dns: Vec<_> = lines.iter().filter(|l| l["kind"] == "dns").collect();
+    assert_eq!(dns.len(), total, "one audit line per query");
+    let dropped = dns
+        .iter()
+        .filter(|l| l["event"] == "dropped-overload")
+        .count();
+    assert!(dropped >= total - 256, "dropped {dropped}");
+    assert!(
+        dns.iter()
+            .filter(|l| l["event"] == "dropped-overload")
+            .all(|l| l["reason"] == "too-many-connections" && l["decision"] == "deny")
+    );
+}
