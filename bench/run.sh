@@ -1,0 +1,203 @@
+#!/bin/bash
+# Side-by-side proxy benchmark (issue 3 item 7): direct, airlock-proxy (CONNECT tunnel and
+# plain HTTP forwarding), squid, tinyproxy and mitmproxy, in one run, printed as ONE
+# markdown table. Root; a private network namespace (nothing leaves the machine: the
+# upstream is `airlock-bench serve` on 198.51.100.1, a documentation address put on the
+# namespace's own lo). The proxy under test is pinned to core 1, the client and the
+# upstream to core 0; proxy CPU = utime+stime of the proxy's process tree over each timed
+# window ÷ requests (the fair figure on a 2-core machine, where the client saturates first).
+#
+#   bench/run.sh [--quick] [--no-install] [--no-build]
+#
+#   --quick       1 s per cell instead of 3
+#   --no-install  do not apt-get/pip install missing squid, tinyproxy, mitmproxy
+#   --no-build    use existing release binaries ($CARGO_TARGET_DIR or target/)
+#   env CONNS     concurrent connections of the keep-alive / new-connection cells (default 8)
+#   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SECS=3
+INSTALL=1
+BUILD=1
+for a in "$@"; do
+  case $a in
+    --quick) SECS=1 ;;
+    --no-install) INSTALL=0 ;;
+    --no-build) BUILD=0 ;;
+    *) echo "usage: $0 [--quick] [--no-install] [--no-build]" >&2; exit 2 ;;
+  esac
+done
+export SECS
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
+export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
+export CONNS=${CONNS:-8}
+export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy}
+
+if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
+  [ "$(id -u)" = 0 ] || { echo "run as root (network namespace, taskset)" >&2; exit 1; }
+  # Outside the namespace: the registries are reachable here only.
+  skips=$(mktemp)
+  if [ "$BUILD" = 1 ]; then
+    (cd "$ROOT" && cargo build --release -q -p airlock-proxy -p airlock-bench) >&2
+  fi
+  have() { command -v "$1" >/dev/null 2>&1; }
+  if [ "$INSTALL" = 1 ]; then
+    if ! have squid || ! have tinyproxy; then
+      echo "installing squid tinyproxy (apt-get)..." >&2
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq squid tinyproxy) \
+        >/tmp/airlock-bench-apt.log 2>&1 || true
+    fi
+    if ! have mitmdump; then
+      echo "installing mitmproxy (pip)..." >&2
+      pip install -q mitmproxy >/tmp/airlock-bench-pip.log 2>&1 || true
+      hash -r
+    fi
+  fi
+  for t in squid tinyproxy; do
+    have $t || echo "$t|skip|not installed: $( [ "$INSTALL" = 1 ] && echo "apt-get install $t failed (/tmp/airlock-bench-apt.log)" || echo "--no-install")" >>"$skips"
+  done
+  have mitmdump || echo "mitmproxy|skip|not installed: $( [ "$INSTALL" = 1 ] && echo "pip install mitmproxy failed (/tmp/airlock-bench-pip.log)" || echo "--no-install")" >>"$skips"
+  export SKIPS=$skips
+  export MITMDUMP=$(command -v mitmdump || true)
+  export AIRLOCK_BENCH_INNER=1
+  rc=0
+  unshare -n "$0" "$@" || rc=$?
+  rm -f "$skips"
+  exit $rc
+fi
+
+# ---- inside the private network namespace ----
+work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
+chmod 755 "$work"
+# squid and tinyproxy drop root for their logs.
+mkdir -m 1777 "$work/logs"
+results=$work/results.txt
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  kill $(jobs -p) 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip link set lo up
+ip addr add 198.51.100.1/32 dev lo
+# Many short connections: wide port range, reuse TIME_WAIT for outgoing connections.
+sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1
+T=198.51.100.1:8080
+taskset -c 0 "$BENCH_BIN" serve --listen $T &
+until "$BENCH_BIN" load --via direct --target $T --mode ka --secs 0 >/dev/null 2>&1; do sleep 0.01; done
+
+client() { taskset -c 0 "$BENCH_BIN" "$@"; }
+cells() { # row via proxy pid
+  local row=$1 via=$2 proxy=$3 pid=${4:-} p=()
+  [ -n "$pid" ] && p=(--pid "$pid")
+  echo "  $row" >&2
+  echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $T --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $T --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|new|$(client load --via $via --proxy "$proxy" --target $T --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $T --mode bulk --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+}
+stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 100); do
+    { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; } || return 0
+    sleep 0.05
+  done
+  kill -KILL "$1" 2>/dev/null || true
+}
+# row via proxy-addr command...: launch pinned to core 1, time to first request, idle RSS,
+# the four cells, peak RSS, stop.
+proxy_row() {
+  local row=$1 via=$2 addr=$3; shift 3
+  local out
+  if ! out=$("$BENCH_BIN" launch --via $via --proxy "$addr" --target $T \
+      --log "$work/logs/$row.log" -- taskset -c 1 "$@" 2>&1); then
+    echo "$row|skip|failed to start: $(echo "$out" | tail -1 | tr '|' '/')" >>"$results"
+    return 0
+  fi
+  local pid=${out#pid=}; pid=${pid%% *}
+  pids+=("$pid")
+  echo "$row|startup|$out" >>"$results"
+  sleep 0.3
+  echo "$row|idle|$("$BENCH_BIN" rss "$pid")" >>"$results"
+  cells "$row" $via "$addr" "$pid"
+  echo "$row|peak|$("$BENCH_BIN" rss "$pid")" >>"$results"
+  stop "$pid"
+}
+wants() { [[ " $ONLY " == *" $1 "* ]]; }
+skipped() { grep -q "^$1|" "$SKIPS" && grep "^$1|" "$SKIPS" >>"$results"; }
+
+echo "benchmark: ${SECS}s per cell, $CONNS concurrent connections, proxy on core 1" >&2
+cells direct direct ""
+
+if wants airlock; then
+  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\n' >"$work/policy.toml"
+  printf 'nameserver 127.0.0.53\n' >"$work/resolv.conf"
+  extra=()
+  help=$("$PROXY_BIN" --help 2>&1 || true)
+  if [[ $help == *--state-dir* ]]; then
+    mkdir -m 700 "$work/state"
+    extra+=(--state-dir "$work/state")
+  fi
+  [[ $help == *--ca-export* ]] && extra+=(--ca-export "$work/ca.pem")
+  for via in connect plain; do
+    rm -f "$work/audit.jsonl"
+    proxy_row "airlock $via" $via 127.0.0.1:3128 "$PROXY_BIN" --policy "$work/policy.toml" \
+      --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
+  done
+fi
+
+if wants squid && ! skipped squid; then
+  cat >"$work/squid.conf" <<EOF
+http_port 127.0.0.1:3130
+acl bench dst 198.51.100.1
+http_access allow bench
+http_access deny all
+cache deny all
+access_log stdio:$work/logs/squid-access.log
+cache_log $work/logs/squid-cache.log
+pid_filename $work/logs/squid.pid
+coredump_dir $work/logs
+pinger_enable off
+shutdown_lifetime 0 seconds
+dns_nameservers 127.0.0.53
+EOF
+  for via in connect plain; do
+    proxy_row "squid $via" $via 127.0.0.1:3130 squid -N -f "$work/squid.conf"
+  done
+fi
+
+if wants tinyproxy && ! skipped tinyproxy; then
+  cat >"$work/tinyproxy.conf" <<EOF
+User nobody
+Group nogroup
+Port 3131
+Listen 127.0.0.1
+Timeout 600
+MaxClients 4096
+LogFile "$work/logs/tinyproxy.log"
+LogLevel Info
+PidFile "$work/logs/tinyproxy.pid"
+ConnectPort 8080
+DisableViaHeader Yes
+EOF
+  for via in connect plain; do
+    proxy_row "tinyproxy $via" $via 127.0.0.1:3131 tinyproxy -d -c "$work/tinyproxy.conf"
+  done
+fi
+
+if wants mitmproxy && ! skipped mitmproxy; then
+  mitm=("$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port 3132 --set confdir="$work/mitm"
+    --set flow_detail=0 --set termlog_verbosity=error)
+  # CONNECT: passthrough (ignore_hosts: the tunnel is relayed, not intercepted).
+  proxy_row "mitmproxy connect (passthrough)" connect 127.0.0.1:3132 "${mitm[@]}" --ignore-hosts '.*'
+  proxy_row "mitmproxy plain" plain 127.0.0.1:3132 "${mitm[@]}"
+fi
+
+echo
+echo "proxy benchmark, $(nproc) cores, $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1"
+echo
+"$BENCH_BIN" table "$results"
+echo
+echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close; latency: 1 connection, keep-alive, minus direct; 1 MiB: one keep-alive connection; RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."

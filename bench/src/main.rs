@@ -1,0 +1,179 @@
+//! `airlock-bench`: the pieces of the side-by-side proxy benchmark (`bench/run.sh` drives
+//! them; it owns the namespace, the pinning and the proxies' configuration).
+//!
+//! - `serve`: the upstream, a fast HTTP/1.1 server (so the upstream is never what is measured).
+//! - `launch`: starts a proxy and times it until the first request through it succeeds.
+//! - `load`: one cell (keep-alive, new connection per request, or 1 MiB bulk) with the
+//!   proxy's CPU over exactly the timed window.
+//! - `rss`: a proxy's resident memory now and at its peak.
+//! - `table`: the collected cells as one markdown table.
+//!
+//! It does not install, configure or pin anything, and it never talks to a non-loopback
+//! address the caller did not give it.
+
+mod http;
+mod load;
+mod procfs;
+mod server;
+mod table;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+use http::{Via, within};
+
+#[derive(Debug, Parser)]
+#[command(name = "airlock-bench", about = "side-by-side proxy benchmark pieces")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve HTTP/1.1 on every `--listen` address until killed.
+    Serve {
+        #[arg(long, required = true)]
+        listen: Vec<String>,
+    },
+    /// Start a proxy command and print its pid and the time to its first good request.
+    Launch {
+        #[arg(long, value_enum)]
+        via: Via,
+        #[arg(long)]
+        proxy: String,
+        #[arg(long)]
+        target: String,
+        /// The proxy's stdout and stderr.
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run one cell and print `key=value` pairs.
+    Load {
+        #[arg(long, value_enum)]
+        via: Via,
+        #[arg(long, default_value = "")]
+        proxy: String,
+        #[arg(long)]
+        target: String,
+        #[arg(long, value_enum)]
+        mode: load::Mode,
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        #[arg(long, default_value_t = 1)]
+        conns: usize,
+        /// The proxy's pid: its CPU (and its children's) over the window is reported.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// Print `rss_kib=… hwm_kib=…` of a process tree.
+    Rss { pid: u32 },
+    /// Print the results file as one markdown table.
+    Table { results: PathBuf },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the runtime")?;
+    match cli.cmd {
+        Cmd::Serve { listen } => rt.block_on(server::serve(listen)),
+        Cmd::Launch {
+            via,
+            proxy,
+            target,
+            log,
+            timeout,
+            command,
+        } => rt.block_on(launch(via, &proxy, &target, &log, timeout, &command)),
+        Cmd::Load {
+            via,
+            proxy,
+            target,
+            mode,
+            secs,
+            conns,
+            pid,
+        } => rt.block_on(load::run(load::Spec {
+            via,
+            proxy,
+            target,
+            mode,
+            secs,
+            conns,
+            pid,
+        })),
+        Cmd::Rss { pid } => {
+            let (rss, hwm) = procfs::rss_kib(pid);
+            println!("rss_kib={rss} hwm_kib={hwm}");
+            Ok(())
+        }
+        Cmd::Table { results } => {
+            let text = std::fs::read_to_string(&results)
+                .with_context(|| format!("reading {}", results.display()))?;
+            print!("{}", table::render(&text));
+            Ok(())
+        }
+    }
+}
+
+/// Spawns `command` (detached: it outlives us; the caller kills it by pid) and polls with
+/// a real request every millisecond until one succeeds.
+async fn launch(
+    via: Via,
+    proxy: &str,
+    target: &str,
+    log: &PathBuf,
+    timeout: u64,
+    command: &[String],
+) -> anyhow::Result<()> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", command[0]))?;
+    let pid = child.id();
+    let req = http::request(via, target, "/x", false);
+    let deadline = t0 + Duration::from_secs(timeout);
+    loop {
+        let attempt = within(2, async {
+            let mut c = http::open(via, proxy, target).await?;
+            c.send(&req).await?;
+            let r = c.response().await?;
+            if r.status != 200 {
+                bail!("status {}", r.status);
+            }
+            Ok(())
+        })
+        .await;
+        match attempt {
+            Ok(()) => break,
+            Err(e) => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!("{} exited ({status}) before serving: {e:#}", command[0]);
+                }
+                if Instant::now() > deadline {
+                    bail!("{} not serving after {timeout} s: {e:#}", command[0]);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    println!("pid={pid} startup_ms={ms:.1}");
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! The results file (`row|cell|key=value …` lines, written by run.sh) as one markdown table.
+//!
+//! Cells: `ka`, `new` (concurrent), `lat` (keep-alive, one connection: latency and the
+//! unbatched CPU figure), `bulk` (1 MiB), `startup`, `idle`, `peak` (memory), `skip`
+//! (the rest of the line says why the row has no numbers).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+type Cells = HashMap<String, HashMap<String, String>>;
+
+fn parse(text: &str) -> (Vec<String>, HashMap<String, Cells>) {
+    let mut order = Vec::new();
+    let mut rows: HashMap<String, Cells> = HashMap::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, '|');
+        let (Some(row), Some(cell), rest) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let rest = rest.unwrap_or("");
+        if !rows.contains_key(row) {
+            order.push(row.to_owned());
+        }
+        let kv = rows
+            .entry(row.to_owned())
+            .or_default()
+            .entry(cell.to_owned())
+            .or_default();
+        if cell == "skip" {
+            kv.insert("why".into(), rest.to_owned());
+            continue;
+        }
+        for pair in rest.split_whitespace() {
+            if let Some((k, v)) = pair.split_once('=') {
+                kv.insert(k.to_owned(), v.to_owned());
+            }
+        }
+    }
+    (order, rows)
+}
+
+fn num(cells: &Cells, cell: &str, key: &str) -> Option<f64> {
+    cells
+        .get(cell)?
+        .get(key)?
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+}
+
+/// `" (N errors)"` when the cell saw failures.
+fn errs(cells: &Cells, cell: &str) -> String {
+    match num(cells, cell, "errors") {
+        Some(e) if e > 0.0 => format!(" ({e:.0} err)"),
+        _ => String::new(),
+    }
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "—".into())
+}
+
+/// Renders the table (and a line of notes under it).
+pub fn render(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let direct = rows.get("direct");
+    let base_p50 = direct.and_then(|c| num(c, "lat", "p50_us"));
+    let base_p99 = direct.and_then(|c| num(c, "lat", "p99_us"));
+    let base_bulk = direct.and_then(|c| num(c, "bulk", "mib_s"));
+    let mut out = String::new();
+    out.push_str(
+        "| target | req/s keep-alive | req/s new conn | proxy CPU µs/req keep-alive (1 conn / concurrent) | proxy CPU µs/req new conn | added latency p50 / p99 ms | 1 MiB throughput MiB/s (% of direct) | RSS idle / peak MiB | start-up ms |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for name in &order {
+        let c = &rows[name];
+        if let Some(why) = c.get("skip").and_then(|s| s.get("why")) {
+            let _ = writeln!(out, "| {name} | {why} | | | | | | | |");
+            continue;
+        }
+        let rps = |cell: &str| num(c, cell, "rps").map(|v| format!("{v:.0}{}", errs(c, cell)));
+        let cpu = |cell: &str| num(c, cell, "cpu_us_per_req").map(|v| format!("{v:.1}"));
+        let cpu_ka = match (cpu("lat"), cpu("ka")) {
+            (None, None) => None,
+            (a, b) => Some(format!("{} / {}", or_dash(a), or_dash(b))),
+        };
+        let lat = if name == "direct" {
+            match (base_p50, base_p99) {
+                (Some(a), Some(b)) => Some(format!("(base {:.3} / {:.3})", a / 1000.0, b / 1000.0)),
+                _ => None,
+            }
+        } else {
+            match (
+                num(c, "lat", "p50_us"),
+                num(c, "lat", "p99_us"),
+                base_p50,
+                base_p99,
+            ) {
+                (Some(a), Some(b), Some(x), Some(y)) => Some(format!(
+                    "{:.3} / {:.3}{}",
+                    (a - x) / 1000.0,
+                    (b - y) / 1000.0,
+                    errs(c, "lat")
+                )),
+                _ => None,
+            }
+        };
+        let bulk = num(c, "bulk", "mib_s").map(|v| match base_bulk {
+            Some(b) if b > 0.0 => format!("{v:.0} ({:.0}%){}", v * 100.0 / b, errs(c, "bulk")),
+            _ => format!("{v:.0}{}", errs(c, "bulk")),
+        });
+        let mib = |cell: &str, key: &str| num(c, cell, key).map(|k| format!("{:.1}", k / 1024.0));
+        let rss = match (mib("idle", "rss_kib"), mib("peak", "hwm_kib")) {
+            (None, None) => None,
+            (a, b) => Some(format!("{} / {}", or_dash(a), or_dash(b))),
+        };
+        let startup = num(c, "startup", "startup_ms").map(|v| format!("{v:.0}"));
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            or_dash(rps("ka")),
+            or_dash(rps("new")),
+            or_dash(cpu_ka),
+            or_dash(cpu("new")),
+            or_dash(lat),
+            or_dash(bulk),
+            or_dash(rss),
+            or_dash(startup),
+        );
+    }
+    let mut firsts = Vec::new();
+    for name in &order {
+        for (cell, kv) in &rows[name] {
+            if let Some(e) = kv.get("first_error") {
+                firsts.push(format!("{name}/{cell}: {e}"));
+            }
+        }
+    }
+    if !firsts.is_empty() {
+        out.push_str("\nfirst errors: ");
+        out.push_str(&firsts.join("; "));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn renders_rows_relative_to_direct() {
+        let t = render(
+            "direct|lat|p50_us=30 p99_us=50 errors=0\n\
+             direct|bulk|mib_s=1000\n\
+             p|lat|p50_us=80 p99_us=150 cpu_us_per_req=20.0 errors=0\n\
+             p|ka|rps=20000 cpu_us_per_req=12.5 errors=2\n\
+             p|bulk|mib_s=950\n\
+             p|idle|rss_kib=5120 hwm_kib=5120\n\
+             p|peak|rss_kib=6000 hwm_kib=7168\n\
+             p|startup|pid=1 startup_ms=12.3\n\
+             q|skip|not installed: no squid\n",
+        );
+        assert!(t.contains("| p | 20000 (2 err) | — | 20.0 / 12.5 | — | 0.050 / 0.100 | 950 (95%) | 5.0 / 7.0 | 12 |"), "{t}");
+        assert!(t.contains("| q | not installed: no squid |"), "{t}");
+        assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
+    }
+}
