@@ -90,16 +90,25 @@ pub mod address;
 mod decide;
 mod error;
 mod git;
+pub mod github;
+pub mod glob;
+pub mod graphql;
 pub mod handoff;
 pub mod host;
+pub mod json;
+pub mod l7;
 mod load;
 mod model;
+pub mod path;
 pub mod reason;
 pub mod rule;
 
 pub use error::PolicyError;
 pub use host::{Host, HostError, split_host_port};
-pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_SANDBOX_NAME_LEN};
+pub use l7::{
+    Action, BodyJudge, BodyRule, L7Rule, L7Rules, L7Verdict, Methods, Preset, RequestView,
+};
+pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_RULE_NAME_LEN, MAX_SANDBOX_NAME_LEN};
 pub use model::{
     Credential, CredentialFormat, CredentialSource, DEFAULT_PROTECTED_BRANCHES,
     DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy, HostDecision, Mode, Network,

@@ -13,16 +13,21 @@ use toml::Spanned;
 
 use crate::error::{PolicyError, Source};
 use crate::git;
+use crate::github;
+use crate::glob::PathGlob;
+use crate::l7::{Action, L7Rule, L7Rules, Methods, Preset};
 use crate::model::{
     Credential, CredentialFormat, CredentialSource, GitPolicy, Mode, Network, Policy,
     SANDBOX_PLACEHOLDER, Sandbox,
 };
-use crate::rule::{HostRule, RuleError};
+use crate::rule::{HostPattern, HostRule, RuleError};
 
 /// Longest sandbox name.
 pub const MAX_SANDBOX_NAME_LEN: usize = 40;
 /// Longest credential name.
 pub const MAX_CREDENTIAL_NAME_LEN: usize = 64;
+/// Longest `[[rules]]` name.
+pub const MAX_RULE_NAME_LEN: usize = 100;
 
 /// Literal `format` value for GitHub basic auth.
 const GIT_BASIC: &str = "git-basic";
@@ -50,9 +55,13 @@ struct RawPolicy {
     #[serde(default)]
     network: RawNetwork,
     #[serde(default)]
-    credentials: Vec<RawCredential>,
+    credentials: Vec<Spanned<RawCredential>>,
     #[serde(default)]
     git: RawGit,
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+    #[serde(default)]
+    l7: RawL7,
 }
 
 #[derive(Deserialize)]
@@ -70,16 +79,49 @@ struct RawNetwork {
     allow: Vec<Spanned<String>>,
     #[serde(default)]
     deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    passthrough: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCredential {
-    name: Spanned<String>,
+    preset: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
     source: Spanned<RawSource>,
-    hosts: Spanned<Vec<Spanned<String>>>,
-    header: Spanned<String>,
-    format: Spanned<String>,
+    hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    header: Option<Spanned<String>>,
+    format: Option<Spanned<String>>,
+}
+
+/// What a credential preset fills in: `(preset, hosts, header, format)`.
+const CREDENTIAL_PRESETS: [(&str, &[&str], &str, &str); 3] = [
+    ("anthropic", &["api.anthropic.com"], "x-api-key", "{}"),
+    ("openai", &["api.openai.com"], "authorization", "Bearer {}"),
+    (
+        "github",
+        &["github.com", "api.github.com"],
+        "authorization",
+        GIT_BASIC,
+    ),
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<Spanned<String>>,
+    host: Spanned<String>,
+    method: Option<Spanned<toml::Value>>,
+    path: Option<Spanned<String>>,
+    #[serde(default)]
+    action: Action,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawL7 {
+    #[serde(default)]
+    presets: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -127,14 +169,21 @@ impl Policy {
         let network = Network {
             allow: v.rules(&raw.network.allow, "network.allow", true)?,
             deny: v.rules(&raw.network.deny, "network.deny", true)?,
+            passthrough: v.rules(&raw.network.passthrough, "network.passthrough", false)?,
         };
-        let credentials = v.credentials(raw.credentials)?;
+        let credentials = v.credentials(raw.credentials, &network.passthrough)?;
         let git = v.git(raw.git, &sandbox.name)?;
+        let mut l7 = L7Rules {
+            rules: v.l7_rules(raw.rules, &network.passthrough)?,
+            ..L7Rules::default()
+        };
+        v.presets(&raw.l7.presets, &network.passthrough, &mut l7)?;
         Ok(Policy {
             sandbox,
             network,
             credentials,
             git,
+            l7,
         })
     }
 }
@@ -198,70 +247,145 @@ impl Validator<'_> {
             .collect()
     }
 
-    fn credentials(&self, raw: Vec<RawCredential>) -> Result<Vec<Credential>, PolicyError> {
+    fn credentials(
+        &self,
+        raw: Vec<Spanned<RawCredential>>,
+        passthrough: &[HostRule],
+    ) -> Result<Vec<Credential>, PolicyError> {
         let mut first_seen: HashMap<String, usize> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for (i, c) in raw.into_iter().enumerate() {
             let key = |field: &str| format!("credentials[{i}].{field}");
+            let table = c.span();
+            let c = c.into_inner();
+            let missing = |field: &str| {
+                self.fail(
+                    table.clone(),
+                    &format!("credentials[{i}]"),
+                    &format!("missing field `{field}` (or set `preset`)"),
+                )
+            };
 
-            let name = c.name.get_ref();
+            let preset = match &c.preset {
+                None => None,
+                Some(p) => Some(
+                    CREDENTIAL_PRESETS
+                        .iter()
+                        .find(|(n, ..)| n == p.get_ref())
+                        .ok_or_else(|| {
+                            self.bad(
+                                p,
+                                &key("preset"),
+                                "unknown credential preset (known: anthropic, openai, github)",
+                            )
+                        })?,
+                ),
+            };
+
+            // The name: as written, else the preset's.
+            let (name, name_at) = match (&c.name, preset) {
+                (Some(n), _) => (n.get_ref().clone(), n.clone()),
+                (None, Some((p, ..))) => {
+                    let at = c.preset.clone().ok_or_else(|| missing("name"))?;
+                    ((*p).to_owned(), at)
+                }
+                (None, None) => return Err(missing("name")),
+            };
             let name_ok = (1..=MAX_CREDENTIAL_NAME_LEN).contains(&name.len())
                 && name.bytes().all(|b| {
                     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
                 });
             if !name_ok {
                 return Err(self.bad(
-                    &c.name,
+                    &name_at,
                     &key("name"),
                     "must be 1-64 characters of [a-z0-9_-]",
                 ));
             }
-            if let Some(first) = first_seen.get(name) {
+            if let Some(first) = first_seen.get(&name) {
                 let line = self.src.line_of(*first);
-                return Err(self.bad(
-                    &c.name,
+                return Err(self.fail(
+                    name_at.span(),
                     &key("name"),
-                    &format!("duplicate credential name (first defined on line {line})"),
+                    &format!("{name:?}: duplicate credential name (first defined on line {line})"),
                 ));
             }
-            first_seen.insert(name.clone(), c.name.span().start);
+            first_seen.insert(name.clone(), name_at.span().start);
 
             let source = self.credential_source(&c.source, &key("source"))?;
 
-            if c.hosts.get_ref().is_empty() {
+            let hosts = match (&c.hosts, preset) {
+                (Some(hosts), _) => {
+                    if hosts.get_ref().is_empty() {
+                        return Err(self.fail(
+                            hosts.span(),
+                            &key("hosts"),
+                            "needs at least one host pattern",
+                        ));
+                    }
+                    self.rules(hosts.get_ref(), &key("hosts"), false)?
+                }
+                (None, Some((_, defaults, ..))) => defaults
+                    .iter()
+                    .map(|h| HostRule::parse(h))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| missing(&format!("hosts` ({e})")))?,
+                (None, None) => return Err(missing("hosts")),
+            };
+            if hosts
+                .iter()
+                .all(|h| covering(passthrough, &h.pattern).is_some())
+            {
+                let at = c
+                    .hosts
+                    .as_ref()
+                    .map(Spanned::span)
+                    .or_else(|| c.preset.as_ref().map(Spanned::span))
+                    .unwrap_or(table.clone());
                 return Err(self.fail(
-                    c.hosts.span(),
+                    at,
                     &key("hosts"),
-                    "needs at least one host pattern",
+                    "every host is in network.passthrough (never intercepted), so this credential could never be injected",
                 ));
             }
-            let hosts = self.rules(c.hosts.get_ref(), &key("hosts"), false)?;
 
-            let header = c.header.get_ref();
-            if let Err(reason) = check_header(header) {
-                return Err(self.bad(&c.header, &key("header"), reason));
-            }
-            let header = header.to_ascii_lowercase();
+            let (header, header_at) = match (&c.header, preset) {
+                (Some(h), _) => {
+                    if let Err(reason) = check_header(h.get_ref()) {
+                        return Err(self.bad(h, &key("header"), reason));
+                    }
+                    (h.get_ref().to_ascii_lowercase(), h.span())
+                }
+                (None, Some((_, _, h, _))) => ((*h).to_owned(), table.clone()),
+                (None, None) => return Err(missing("header")),
+            };
 
-            let format = match c.format.get_ref().as_str() {
+            let format_text = match (&c.format, preset) {
+                (Some(f), _) => f.clone(),
+                (None, Some((.., f))) => Spanned::new(table.clone(), (*f).to_owned()),
+                (None, None) => return Err(missing("format")),
+            };
+            let format = match format_text.get_ref().as_str() {
                 GIT_BASIC => CredentialFormat::GitBasic,
                 template => {
                     if let Err(reason) = check_template(template) {
-                        return Err(self.bad(&c.format, &key("format"), &reason));
+                        return Err(self.bad(&format_text, &key("format"), &reason));
                     }
                     CredentialFormat::Template(template.to_owned())
                 }
             };
             if format == CredentialFormat::GitBasic && header != "authorization" {
-                return Err(self.bad(
-                    &c.header,
+                return Err(self.fail(
+                    header_at,
                     &key("header"),
-                    "format \"git-basic\" goes in the \"authorization\" header",
+                    &format!(
+                        "{header:?}: format \"git-basic\" goes in the \"authorization\" header"
+                    ),
                 ));
             }
 
             out.push(Credential {
-                name: c.name.into_inner(),
+                name,
                 source,
                 hosts,
                 header,
@@ -269,6 +393,152 @@ impl Validator<'_> {
             });
         }
         Ok(out)
+    }
+
+    fn l7_rules(
+        &self,
+        raw: Vec<Spanned<RawRule>>,
+        passthrough: &[HostRule],
+    ) -> Result<Vec<L7Rule>, PolicyError> {
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, r) in raw.into_iter().enumerate() {
+            let key = |field: &str| format!("rules[{i}].{field}");
+            let r = r.into_inner();
+            let name = match &r.name {
+                None => None,
+                Some(n) => {
+                    let text = n.get_ref();
+                    let ok = (1..=MAX_RULE_NAME_LEN).contains(&text.chars().count())
+                        && !text.chars().any(char::is_control);
+                    if !ok {
+                        return Err(self.bad(
+                            n,
+                            &key("name"),
+                            "must be 1-100 characters, no control characters",
+                        ));
+                    }
+                    Some(text.clone())
+                }
+            };
+            let host = HostRule::parse(r.host.get_ref())
+                .map_err(|e| self.bad(&r.host, &key("host"), &e.to_string()))?;
+            if host.port.is_some() {
+                return Err(self.bad(
+                    &r.host,
+                    &key("host"),
+                    &RuleError::PortNotAllowed.to_string(),
+                ));
+            }
+            if let Some(p) = covering(passthrough, &host.pattern) {
+                return Err(self.bad(
+                    &r.host,
+                    &key("host"),
+                    &format!(
+                        "is in network.passthrough ({:?}), which is never intercepted: this rule could never apply",
+                        p.text
+                    ),
+                ));
+            }
+            let methods = match &r.method {
+                None => Methods::Any,
+                Some(m) => self.methods(m, &key("method"))?,
+            };
+            let path = match &r.path {
+                None => PathGlob::parse("/**"),
+                Some(p) => PathGlob::parse(p.get_ref()),
+            };
+            let path = path.map_err(|e| match &r.path {
+                Some(p) => self.bad(p, &key("path"), &e.to_string()),
+                None => self.fail(r.host.span(), &key("path"), &e.to_string()),
+            })?;
+            out.push(L7Rule {
+                name,
+                host,
+                methods,
+                path,
+                action: r.action,
+            });
+        }
+        Ok(out)
+    }
+
+    /// `method`: `"*"`, one method, or a non-empty list of methods (uppercased).
+    fn methods(&self, raw: &Spanned<toml::Value>, key: &str) -> Result<Methods, PolicyError> {
+        let fail = |reason: &str| self.fail(raw.span(), key, reason);
+        let list: Vec<&str> = match raw.get_ref() {
+            toml::Value::String(s) => vec![s.as_str()],
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .ok_or_else(|| fail("every method must be a string"))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(fail("a method (\"GET\"), a list of methods, or \"*\"")),
+        };
+        if list.is_empty() {
+            return Err(fail("needs at least one method (or \"*\" for any)"));
+        }
+        if list.contains(&"*") {
+            if list.len() > 1 {
+                return Err(fail("\"*\" (any method) must be alone"));
+            }
+            return Ok(Methods::Any);
+        }
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        let mut out: Vec<String> = Vec::new();
+        for (j, m) in list.iter().enumerate() {
+            if m.is_empty() || !m.bytes().all(token) {
+                return Err(fail(&format!("[{j}] {m:?}: not an HTTP method")));
+            }
+            let m = m.to_ascii_uppercase();
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+        Ok(Methods::Only(out))
+    }
+
+    fn presets(
+        &self,
+        raw: &[Spanned<String>],
+        passthrough: &[HostRule],
+        l7: &mut L7Rules,
+    ) -> Result<(), PolicyError> {
+        for (i, p) in raw.iter().enumerate() {
+            let key = format!("l7.presets[{i}]");
+            let preset = Preset::ALL
+                .iter()
+                .find(|(_, n)| n == p.get_ref())
+                .map(|(preset, _)| *preset)
+                .ok_or_else(|| self.bad(p, &key, "unknown preset (known: github)"))?;
+            if l7.presets.contains(&preset) {
+                return Err(self.bad(p, &key, "listed twice"));
+            }
+            let (deny, body) = match preset {
+                Preset::Github => github::rules().map_err(|e| self.bad(p, &key, &e))?,
+            };
+            let hosts = deny
+                .iter()
+                .map(|r| &r.host)
+                .chain(body.iter().map(|b| &b.host));
+            for host in hosts {
+                if let Some(pass) = covering(passthrough, &host.pattern) {
+                    return Err(self.bad(
+                        p,
+                        &key,
+                        &format!(
+                            "its rules are for {}, which network.passthrough ({:?}) never intercepts",
+                            host.text, pass.text
+                        ),
+                    ));
+                }
+            }
+            l7.presets.push(preset);
+            l7.preset_rules.extend(deny);
+            l7.body_rules.extend(body);
+        }
+        Ok(())
     }
 
     fn credential_source(
@@ -347,6 +617,11 @@ impl Validator<'_> {
             .map(|(i, v)| check(v.get_ref()).map_err(|e| self.bad(v, &format!("{key}[{i}]"), &e)))
             .collect()
     }
+}
+
+/// The passthrough rule that covers every host `pattern` matches, if any.
+fn covering<'p>(passthrough: &'p [HostRule], pattern: &HostPattern) -> Option<&'p HostRule> {
+    passthrough.iter().find(|p| p.pattern.covers(pattern))
 }
 
 /// A header name: an RFC 9110 token, and not one the proxy owns.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::host::Host;
+use crate::l7::L7Rules;
 use crate::reason::Reason;
 use crate::rule::HostRule;
 
@@ -17,6 +18,8 @@ pub struct Policy {
     pub credentials: Vec<Credential>,
     /// `[git]`, with defaults filled in and `{sandbox}` expanded.
     pub git: GitPolicy,
+    /// `[[rules]]` and `[l7] presets`, compiled.
+    pub l7: L7Rules,
 }
 
 /// `[sandbox]`: who this appliance is and how it enforces.
@@ -49,6 +52,9 @@ pub struct Network {
     pub allow: Vec<HostRule>,
     /// Denied hosts; win over `allow`. A rule without a port denies every port.
     pub deny: Vec<HostRule>,
+    /// Hosts never intercepted (rules without ports): tunnelled untouched even when a
+    /// credential or an L7 rule would otherwise apply. Not an allow: `allow` still decides.
+    pub passthrough: Vec<HostRule>,
 }
 
 /// `[[credentials]]`: one real secret, bound to hosts and one header.

@@ -32,6 +32,23 @@ impl HostPattern {
     }
 }
 
+impl HostPattern {
+    /// Whether every host `other` matches is also matched by `self` (`*.example.com`
+    /// covers `a.example.com` and `*.a.example.com`; nothing but `*.`-rules and the same
+    /// exact host cover an exact host).
+    #[must_use]
+    pub fn covers(&self, other: &HostPattern) -> bool {
+        match (self, other) {
+            (HostPattern::Exact(a), HostPattern::Exact(b)) => a == b,
+            (HostPattern::Subdomains(s), HostPattern::Exact(h)) => h.is_strict_subdomain_of(s),
+            (HostPattern::Subdomains(s), HostPattern::Subdomains(o)) => {
+                o == s || o.is_strict_subdomain_of(s)
+            }
+            (HostPattern::Exact(_), HostPattern::Subdomains(_)) => false,
+        }
+    }
+}
+
 impl fmt::Display for HostPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -155,6 +172,20 @@ mod tests {
 
     fn rule(text: &str) -> HostRule {
         HostRule::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+    }
+
+    #[test]
+    fn coverage_of_patterns() {
+        let covers = |a: &str, b: &str| rule(a).pattern.covers(&rule(b).pattern);
+        assert!(covers("api.github.com", "API.github.com."));
+        assert!(covers("*.github.com", "api.github.com"));
+        assert!(covers("*.github.com", "*.api.github.com"));
+        assert!(covers("*.github.com", "*.github.com"));
+        assert!(!covers("*.github.com", "github.com"));
+        assert!(!covers("*.github.com", "*.com"));
+        assert!(!covers("api.github.com", "*.api.github.com"));
+        assert!(!covers("github.com", "api.github.com"));
+        assert!(!covers("*.github.com", "evilgithub.com"));
     }
     fn host(text: &str) -> Host {
         Host::parse(text).unwrap()

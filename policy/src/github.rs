@@ -1,0 +1,464 @@
+//! The `github` preset: what a sandbox must never do with the GitHub token it is lent.
+//!
+//! The principle: **git data changes only through the git API** (which enforces
+//! `git.push_branches`, fast-forward only, `git.protected_branches` and
+//! `git.restricted_paths`), and the token never administers anything. So on
+//! `api.github.com` the preset denies, for every write method (anything but `GET`, `HEAD`,
+//! `OPTIONS`), under `/repos/<owner>/<repo>` **and** its id form `/repositories/<id>`
+//! (GitHub serves both):
+//!
+//! | what | paths (after the repository prefix) |
+//! |---|---|
+//! | change, rename, archive, delete or transfer the repository | *(the repository itself)*, `transfer`, `generate`, `import/**` |
+//! | merge | `pulls/*/merge` (merge a PR), `merges` (merge a branch), `merge-upstream` |
+//! | dismiss a review | `pulls/*/reviews/*/dismissals` |
+//! | create, move, force-update or delete a ref: all of `git/refs/**` and `git/ref/**` (a REST ref update would skip every git rule, so even a fast-forward is refused) | `git/refs/**`, `git/ref/**` |
+//! | branch protection and renaming, rulesets, tag protection | `branches/**`, `rulesets/**`, `tags/protection/**` |
+//! | Actions: workflows (dispatch, enable, disable), runs and jobs (re-run, cancel, approve, pending deployments), variables, permissions, runners, OIDC, caches | `actions/**`, `dispatches` |
+//! | environments, deployments, releases, Pages | `environments/**`, `deployments/**`, `releases/**`, `pages/**` |
+//! | forge CI results | `statuses/**`, `check-runs/**`, `check-suites/**` |
+//! | access: deploy keys, collaborators, invitations, webhooks, codespaces | `keys/**`, `collaborators/**`, `invitations/**`, `hooks/**`, `codespaces/**` |
+//! | security settings and alerts | `vulnerability-alerts`, `automated-security-fixes`, `private-vulnerability-reporting`, `code-scanning/**`, `secret-scanning/**`, `dependabot/**`, `autolinks/**`, `properties/**`, `interaction-limits`, `lfs` |
+//!
+//! and for **every method**, reads included: `actions/secrets/**`,
+//! `environments/*/secrets/**`, `dependabot/secrets/**`, `codespaces/secrets/**`. Outside
+//! repositories it denies writes to `/orgs/**`, `/teams/**`, `/user/**` (SSH and GPG keys,
+//! e-mails, new repositories), `/enterprises/**`, `/admin/**` and `/gists/**` (a paste site
+//! out of the sandbox), every method on `/authorizations/**` and `/applications/**`, and
+//! any method but `POST` on `/graphql`.
+//!
+//! Three endpoints are judged on their body ([`crate::l7::BodyRule`]):
+//! - `POST /graphql` (at most [`GRAPHQL_BODY_CAP`] bytes): the JSON request (or a batch,
+//!   each judged) is read strictly ([`crate::json`]); its `query` is parsed
+//!   ([`crate::graphql`]) and denied if a mutation operation runs any of
+//!   [`DENIED_MUTATIONS`] (or a name starting with one of [`DENIED_MUTATION_PREFIXES`]),
+//!   or runs `addPullRequestReview`/`submitPullRequestReview` while the document or the
+//!   variables mention `APPROVE`. `createCommitOnBranch` is always denied: its files and
+//!   branch may sit in variables, and it would skip `git.restricted_paths`. Anything
+//!   unparseable is denied.
+//! - `PUT`/`DELETE` of `contents/**` (at most [`CONTENTS_BODY_CAP`] bytes): allowed only
+//!   when the body names a `branch` that matches `git.push_branches` and none of
+//!   `git.protected_branches`, and the file path matches none of `git.restricted_paths`
+//!   (the same rules as a push; the start branch the git API adds at runtime is not known
+//!   here, so it is refused). Without `branch` (the default branch) it is denied. Other
+//!   write methods on `contents/**` are denied.
+//! - `POST pulls/*/reviews` and `POST pulls/*/reviews/*/events` (at most
+//!   [`REVIEW_BODY_CAP`] bytes): denied when `event` is `APPROVE`: a sandbox may review,
+//!   never approve (an approval can satisfy a required review).
+//!
+//! Forks, issues, pull requests (opening, editing, commenting, reviewing), labels and
+//! every read stay allowed. A preset deny cannot be re-allowed by a `[[rules]]` allow
+//! (deny wins).
+
+use serde_json::Value;
+
+use crate::glob::{GitGlob, PathGlob, git_glob};
+use crate::graphql::{Token, mutation_fields, tokenize};
+use crate::json::{contains_string, parse_strict};
+use crate::l7::{Action, BodyJudge, BodyRule, L7Rule, Methods};
+use crate::model::GitPolicy;
+use crate::path::PathForms;
+use crate::rule::HostRule;
+
+/// The host the preset's rules are for.
+pub const API_HOST: &str = "api.github.com";
+/// Largest GraphQL request body judged.
+pub const GRAPHQL_BODY_CAP: usize = 256 * 1024;
+/// Largest contents write body judged (the file travels base64-encoded in it).
+pub const CONTENTS_BODY_CAP: usize = 1024 * 1024;
+/// Largest review body judged.
+pub const REVIEW_BODY_CAP: usize = 256 * 1024;
+
+/// Repository prefixes: GitHub serves every repository endpoint under both.
+const REPO_PREFIXES: [&str; 2] = ["/repos/*/*", "/repositories/*"];
+
+#[derive(Clone, Copy)]
+enum M {
+    /// Every method but GET, HEAD, OPTIONS.
+    Writes,
+    /// Every method.
+    Any,
+    /// Every method but POST.
+    NotPost,
+    /// Writes other than PUT and DELETE (judged on their body).
+    WritesButPutDelete,
+}
+
+/// `(methods, path, what)`; `{repo}` stands for each of [`REPO_PREFIXES`].
+const DENY: &[(M, &str, &str)] = &[
+    (M::Writes, "{repo}", "change or delete the repository"),
+    (M::Writes, "{repo}/transfer", "transfer the repository"),
+    (
+        M::Writes,
+        "{repo}/generate",
+        "create a repository from a template",
+    ),
+    (M::Writes, "{repo}/import/**", "import into the repository"),
+    (M::Writes, "{repo}/pulls/*/merge", "merge a pull request"),
+    (M::Writes, "{repo}/merges", "merge a branch"),
+    (M::Writes, "{repo}/merge-upstream", "sync a fork branch"),
+    (
+        M::Writes,
+        "{repo}/pulls/*/reviews/*/dismissals",
+        "dismiss a review",
+    ),
+    (
+        M::Writes,
+        "{repo}/git/refs/**",
+        "update a ref (git goes through the git API)",
+    ),
+    (
+        M::Writes,
+        "{repo}/git/ref/**",
+        "update a ref (git goes through the git API)",
+    ),
+    (
+        M::WritesButPutDelete,
+        "{repo}/contents/**",
+        "write contents",
+    ),
+    (
+        M::Writes,
+        "{repo}/branches/**",
+        "change branch protection or rename a branch",
+    ),
+    (M::Writes, "{repo}/rulesets/**", "change rulesets"),
+    (
+        M::Writes,
+        "{repo}/tags/protection/**",
+        "change tag protection",
+    ),
+    (M::Any, "{repo}/actions/secrets/**", "Actions secrets"),
+    (
+        M::Any,
+        "{repo}/environments/*/secrets/**",
+        "environment secrets",
+    ),
+    (M::Any, "{repo}/dependabot/secrets/**", "Dependabot secrets"),
+    (M::Any, "{repo}/codespaces/secrets/**", "Codespaces secrets"),
+    (
+        M::Writes,
+        "{repo}/actions/**",
+        "change Actions (workflows, runs, variables, permissions, runners)",
+    ),
+    (M::Writes, "{repo}/dispatches", "trigger workflows"),
+    (M::Writes, "{repo}/environments/**", "change environments"),
+    (M::Writes, "{repo}/deployments/**", "deploy"),
+    (M::Writes, "{repo}/releases/**", "publish releases"),
+    (M::Writes, "{repo}/pages/**", "change Pages"),
+    (M::Writes, "{repo}/statuses/**", "set commit statuses"),
+    (M::Writes, "{repo}/check-runs/**", "write check runs"),
+    (M::Writes, "{repo}/check-suites/**", "write check suites"),
+    (M::Writes, "{repo}/keys/**", "change deploy keys"),
+    (M::Writes, "{repo}/collaborators/**", "change collaborators"),
+    (M::Writes, "{repo}/invitations/**", "change invitations"),
+    (M::Writes, "{repo}/hooks/**", "change webhooks"),
+    (M::Writes, "{repo}/codespaces/**", "create codespaces"),
+    (
+        M::Writes,
+        "{repo}/vulnerability-alerts",
+        "change security settings",
+    ),
+    (
+        M::Writes,
+        "{repo}/automated-security-fixes",
+        "change security settings",
+    ),
+    (
+        M::Writes,
+        "{repo}/private-vulnerability-reporting",
+        "change security settings",
+    ),
+    (M::Writes, "{repo}/code-scanning/**", "change code scanning"),
+    (
+        M::Writes,
+        "{repo}/secret-scanning/**",
+        "change secret scanning",
+    ),
+    (M::Writes, "{repo}/dependabot/**", "change Dependabot"),
+    (M::Writes, "{repo}/autolinks/**", "change autolinks"),
+    (
+        M::Writes,
+        "{repo}/properties/**",
+        "change repository properties",
+    ),
+    (
+        M::Writes,
+        "{repo}/interaction-limits",
+        "change interaction limits",
+    ),
+    (M::Writes, "{repo}/lfs", "change LFS settings"),
+    (M::Writes, "/orgs/**", "administer an organization"),
+    (M::Writes, "/teams/**", "administer a team"),
+    (M::Writes, "/user/**", "change the token owner's account"),
+    (M::Writes, "/enterprises/**", "administer an enterprise"),
+    (M::Writes, "/admin/**", "administer the server"),
+    (M::Writes, "/gists/**", "write gists"),
+    (M::Any, "/authorizations/**", "manage tokens"),
+    (M::Any, "/applications/**", "manage tokens"),
+    (M::NotPost, "/graphql", "GraphQL other than POST"),
+];
+
+/// GraphQL mutations denied outright (compared ASCII case-insensitively).
+pub const DENIED_MUTATIONS: &[&str] = &[
+    "mergePullRequest",
+    "enablePullRequestAutoMerge",
+    "enqueuePullRequest",
+    "mergeBranch",
+    "dismissPullRequestReview",
+    "createRef",
+    "updateRef",
+    "updateRefs",
+    "deleteRef",
+    "createLinkedBranch",
+    "createCommitOnBranch",
+    "createRepository",
+    "cloneTemplateRepository",
+    "deleteRepository",
+    "updateRepository",
+    "archiveRepository",
+    "unarchiveRepository",
+    "transferRepository",
+    "updateRepositoryWebCommitSignoffSetting",
+    "createBranchProtectionRule",
+    "updateBranchProtectionRule",
+    "deleteBranchProtectionRule",
+    "createRepositoryRuleset",
+    "updateRepositoryRuleset",
+    "deleteRepositoryRuleset",
+    "addDeployKey",
+    "deleteDeployKey",
+    "createEnvironment",
+    "updateEnvironment",
+    "deleteEnvironment",
+    "createDeployment",
+    "createDeploymentStatus",
+    "approveDeployments",
+    "createCheckRun",
+    "updateCheckRun",
+    "createCheckSuite",
+    "rerequestCheckSuite",
+    "updateTeamsRepository",
+    "addEnterpriseAdmin",
+    "removeEnterpriseAdmin",
+    "deleteIssue",
+];
+
+/// GraphQL mutation name prefixes denied (organization and enterprise administration).
+pub const DENIED_MUTATION_PREFIXES: &[&str] = &[
+    "updateEnterprise",
+    "updateOrganization",
+    "updateIpAllowList",
+];
+
+/// Mutations that approve when their event is `APPROVE`.
+const APPROVING_MUTATIONS: [&str; 2] = ["addPullRequestReview", "submitPullRequestReview"];
+
+/// The preset's deny rules and body judges, built from the tables above.
+///
+/// # Errors
+/// A table entry that does not parse (a bug caught by the tests; the policy refuses to
+/// load rather than run without it).
+pub(crate) fn rules() -> Result<(Vec<L7Rule>, Vec<BodyRule>), String> {
+    let host = HostRule::parse(API_HOST).map_err(|e| e.to_string())?;
+    let glob = |p: &str| PathGlob::parse(p).map_err(|e| format!("{p}: {e}"));
+    let expand = |p: &str| -> Vec<String> {
+        if p.contains("{repo}") {
+            REPO_PREFIXES
+                .iter()
+                .map(|r| p.replace("{repo}", r))
+                .collect()
+        } else {
+            vec![p.to_owned()]
+        }
+    };
+    let mut deny = Vec::new();
+    for (m, path, what) in DENY {
+        let methods = match m {
+            M::Writes => Methods::writes(),
+            M::Any => Methods::Any,
+            M::NotPost => Methods::Except(vec!["POST".into()]),
+            M::WritesButPutDelete => Methods::Except(
+                ["GET", "HEAD", "OPTIONS", "PUT", "DELETE"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+        };
+        for p in expand(path) {
+            deny.push(L7Rule {
+                name: Some(format!("github: {what} ({methods} {p})")),
+                host: host.clone(),
+                methods: methods.clone(),
+                path: glob(&p)?,
+                action: Action::Deny,
+            });
+        }
+    }
+    let mut body = vec![BodyRule {
+        name: "github: GraphQL".into(),
+        host: host.clone(),
+        methods: Methods::Only(vec!["POST".into()]),
+        path: glob("/graphql")?,
+        cap: GRAPHQL_BODY_CAP,
+        judge: BodyJudge::GithubGraphql,
+    }];
+    for (path, methods, cap, judge, what) in [
+        (
+            "{repo}/contents/**",
+            vec!["PUT", "DELETE"],
+            CONTENTS_BODY_CAP,
+            BodyJudge::GithubContents,
+            "write contents",
+        ),
+        (
+            "{repo}/pulls/*/reviews",
+            vec!["POST"],
+            REVIEW_BODY_CAP,
+            BodyJudge::GithubReview,
+            "review",
+        ),
+        (
+            "{repo}/pulls/*/reviews/*/events",
+            vec!["POST"],
+            REVIEW_BODY_CAP,
+            BodyJudge::GithubReview,
+            "review",
+        ),
+    ] {
+        for p in expand(path) {
+            body.push(BodyRule {
+                name: format!("github: {what} ({p})"),
+                host: host.clone(),
+                methods: Methods::Only(methods.iter().map(|m| (*m).to_owned()).collect()),
+                path: glob(&p)?,
+                cap,
+                judge,
+            });
+        }
+    }
+    Ok((deny, body))
+}
+
+/// The GraphQL judge: `Err(why)` denies.
+pub(crate) fn judge_graphql(body: &[u8]) -> Result<(), String> {
+    let value = parse_strict(body).map_err(|e| format!("body is not strict JSON ({e})"))?;
+    let requests: Vec<&Value> = match &value {
+        Value::Array(batch) if !batch.is_empty() => batch.iter().collect(),
+        Value::Object(_) => vec![&value],
+        _ => return Err("body is not a GraphQL request object or batch".into()),
+    };
+    for request in requests {
+        let obj = request
+            .as_object()
+            .ok_or("a batch entry is not a GraphQL request object")?;
+        let Some(Value::String(query)) = obj.get("query") else {
+            return Err("no \"query\" string".into());
+        };
+        let variables = match obj.get("variables") {
+            None | Some(Value::Null) => Value::Null,
+            Some(Value::String(s)) => parse_strict(s.as_bytes())
+                .map_err(|e| format!("\"variables\" is not strict JSON ({e})"))?,
+            Some(v) => v.clone(),
+        };
+        let fields = mutation_fields(query).map_err(|e| e.to_string())?;
+        for field in &fields {
+            let name = field.name.as_str();
+            let denied = DENIED_MUTATIONS
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(name))
+                || DENIED_MUTATION_PREFIXES.iter().any(|p| {
+                    name.get(..p.len())
+                        .is_some_and(|h| h.eq_ignore_ascii_case(p))
+                });
+            if denied {
+                return Err(format!("GraphQL mutation {name}"));
+            }
+            let approving = APPROVING_MUTATIONS
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(name));
+            if approving && (mentions(query, "APPROVE") || contains_string(&variables, "APPROVE")) {
+                return Err(format!("GraphQL mutation {name} with event APPROVE"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a name or string token of the document equals `word` (ASCII case-insensitive):
+/// catches an `APPROVE` given as an argument, a variable default or a string.
+fn mentions(document: &str, word: &str) -> bool {
+    tokenize(document).map_or(true, |tokens| {
+        tokens.iter().any(|t| match t {
+            Token::Name(s) | Token::Str(s) => s.trim().eq_ignore_ascii_case(word),
+            _ => false,
+        })
+    })
+}
+
+/// The contents judge: `Err(why)` denies. `glob` is the rule's path glob (ending in
+/// `/contents/**`), used to find the file path in every reading of the request path.
+pub(crate) fn judge_contents(
+    git: &GitPolicy,
+    glob: &PathGlob,
+    forms: &PathForms,
+    body: &[u8],
+) -> Result<(), String> {
+    let value = parse_strict(body).map_err(|e| format!("body is not strict JSON ({e})"))?;
+    let branch = match value.get("branch") {
+        Some(Value::String(b)) => b.as_str(),
+        None => {
+            return Err(
+                "no \"branch\": the default branch cannot be checked against git.protected_branches"
+                    .into(),
+            );
+        }
+        Some(_) => return Err("\"branch\" is not a string".into()),
+    };
+    if !value.is_object() {
+        return Err("body is not a JSON object".into());
+    }
+    let branch = branch.strip_prefix("refs/heads/").unwrap_or(branch);
+    for p in &git.protected_branches {
+        if git_glob(p, branch, true) != GitGlob::NoMatch {
+            return Err(format!("branch {branch:?} is protected ({p})"));
+        }
+    }
+    if !git
+        .push_branches
+        .iter()
+        .any(|p| git_glob(p, branch, false) == GitGlob::Match)
+    {
+        return Err(format!("branch {branch:?} is not in git.push_branches"));
+    }
+    let mut files = 0;
+    for form in forms.all() {
+        let Some(tail) = glob.tail(form) else {
+            continue;
+        };
+        files += 1;
+        let file = tail.join("/");
+        for r in &git.restricted_paths {
+            if git_glob(r, &file, true) != GitGlob::NoMatch {
+                return Err(format!("path {file:?} is restricted ({r})"));
+            }
+        }
+    }
+    if files == 0 {
+        return Err("cannot find the file path".into());
+    }
+    Ok(())
+}
+
+/// The review judge: `Err(why)` denies an approval.
+pub(crate) fn judge_review(body: &[u8]) -> Result<(), String> {
+    let value = parse_strict(body).map_err(|e| format!("body is not strict JSON ({e})"))?;
+    if !value.is_object() {
+        return Err("body is not a JSON object".into());
+    }
+    match value.get("event") {
+        None => Ok(()),
+        Some(Value::String(e)) if !e.trim().eq_ignore_ascii_case("APPROVE") => Ok(()),
+        Some(Value::String(_)) => Err("approving a pull request".into()),
+        Some(_) => Err("\"event\" is not a string".into()),
+    }
+}

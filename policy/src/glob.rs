@@ -1,0 +1,317 @@
+//! Globs: URL path globs of `[[rules]]`, and the branch and file globs of `[git]` as the
+//! GitHub preset's body judges apply them.
+//!
+//! A **path glob** starts with `/` and is matched segment by segment against the
+//! normalised forms of a request path ([`crate::path`]): `*` matches any run of characters
+//! within one segment (`/v1/*` matches `/v1/messages`, not `/v1/a/b`; `*.json` matches
+//! `a.json`), a segment that is exactly `**` matches any number of segments, zero
+//! included (`/repos/**` matches `/repos` and `/repos/a/b/c`), anything else is literal.
+//! Comparison is ASCII case-insensitive. The pattern is written **decoded** (no `%`), with
+//! no empty, `.` or `..` segment, no trailing `/` (except the root `/` itself), no `?`,
+//! `#`, `\`, whitespace or control character.
+
+use crate::path::Segments;
+
+/// Most segments in a path glob.
+pub const MAX_GLOB_SEGMENTS: usize = 64;
+
+/// One segment of a path glob.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Seg {
+    /// `**`: any number of segments.
+    AnyDepth,
+    /// A segment pattern (lowercase), `*` matching within the segment.
+    Pattern(String),
+}
+
+/// A parsed path glob.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PathGlob {
+    segs: Vec<Seg>,
+    text: String,
+}
+
+/// Why a path glob was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
+    /// Does not start with `/`.
+    #[error("a path glob starts with '/'")]
+    NoLeadingSlash,
+    /// A character paths are not matched on.
+    #[error("{0:?} is not allowed in a path glob (write the path decoded, without query)")]
+    Char(char),
+    /// `//` or a trailing `/`.
+    #[error("empty segment (double or trailing '/')")]
+    EmptySegment,
+    /// `.` or `..`.
+    #[error("\".\" and \"..\" segments are not allowed (paths are matched normalised)")]
+    DotSegment,
+    /// `**` mixed with other characters in a segment.
+    #[error("\"**\" must be a whole segment (\"/a/**\", not \"/a**\")")]
+    DoubleStar,
+    /// More than [`MAX_GLOB_SEGMENTS`] segments.
+    #[error("more than {MAX_GLOB_SEGMENTS} segments")]
+    TooLong,
+}
+
+impl PathGlob {
+    /// Parse a path glob as written in the policy file.
+    ///
+    /// # Errors
+    /// A [`GlobError`] saying what is wrong.
+    pub fn parse(text: &str) -> Result<PathGlob, GlobError> {
+        let rest = text.strip_prefix('/').ok_or(GlobError::NoLeadingSlash)?;
+        if let Some(c) = text
+            .chars()
+            .find(|c| c.is_control() || c.is_whitespace() || matches!(c, '%' | '?' | '#' | '\\'))
+        {
+            return Err(GlobError::Char(c));
+        }
+        let mut segs = Vec::new();
+        if !rest.is_empty() {
+            for s in rest.split('/') {
+                segs.push(match s {
+                    "" => return Err(GlobError::EmptySegment),
+                    "." | ".." => return Err(GlobError::DotSegment),
+                    "**" => Seg::AnyDepth,
+                    s if s.contains("**") => return Err(GlobError::DoubleStar),
+                    s => Seg::Pattern(s.to_ascii_lowercase()),
+                });
+            }
+        }
+        if segs.len() > MAX_GLOB_SEGMENTS {
+            return Err(GlobError::TooLong);
+        }
+        Ok(PathGlob {
+            segs,
+            text: text.to_owned(),
+        })
+    }
+
+    /// The glob as written.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether one normalised form (lowercase segments) matches.
+    #[must_use]
+    pub fn matches(&self, path: &Segments) -> bool {
+        self.match_from(path).is_some()
+    }
+
+    /// The segments matched by a trailing `**`, if the glob ends with one and matches:
+    /// e.g. the file path of `/repos/*/*/contents/**`.
+    #[must_use]
+    pub fn tail<'p>(&self, path: &'p Segments) -> Option<&'p [String]> {
+        if self.segs.last() != Some(&Seg::AnyDepth) {
+            return None;
+        }
+        let head = self.segs.len() - 1;
+        if self.segs.iter().take(head).any(|s| *s == Seg::AnyDepth) || path.len() < head {
+            return None;
+        }
+        let ok = self
+            .segs
+            .iter()
+            .zip(path)
+            .take(head)
+            .all(|(g, p)| matches!(g, Seg::Pattern(g) if wildcard(g.as_bytes(), p.as_bytes())));
+        ok.then(|| path.get(head..)).flatten()
+    }
+
+    /// Dynamic programming over (glob segment, path segment): linear in their product,
+    /// whatever the number of `**`.
+    fn match_from(&self, path: &Segments) -> Option<()> {
+        let n = path.len();
+        // can[j]: the glob segments seen so far can match exactly path[..j].
+        let mut can = vec![false; n + 1];
+        can[0] = true;
+        for seg in &self.segs {
+            let mut next = vec![false; n + 1];
+            match seg {
+                Seg::AnyDepth => {
+                    let mut any = false;
+                    for j in 0..=n {
+                        any |= can[j];
+                        next[j] = any;
+                    }
+                }
+                Seg::Pattern(g) => {
+                    for j in 0..n {
+                        if can[j] && wildcard(g.as_bytes(), path[j].as_bytes()) {
+                            next[j + 1] = true;
+                        }
+                    }
+                }
+            }
+            can = next;
+        }
+        can[n].then_some(())
+    }
+}
+
+/// `*` matches any run of bytes (including none); everything else literally. Linear-ish
+/// greedy matching with one backtrack point.
+pub(crate) fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(c) if *c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|c| *c == b'*')
+}
+
+/// How a `[git]` glob (branch or file path, git-api semantics: `*` and `**` match any run
+/// of characters, `/` included) relates to a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GitGlob {
+    Match,
+    NoMatch,
+    /// The glob uses syntax this judge does not evaluate (`?`, `[...]`, `{...}`): the
+    /// caller must assume the worst.
+    Unknown,
+}
+
+/// Match a `[git]` glob against a name; `fold_case` compares ASCII case-insensitively.
+pub(crate) fn git_glob(pattern: &str, name: &str, fold_case: bool) -> GitGlob {
+    if pattern.contains(['?', '[', ']', '{', '}', '\\']) {
+        return GitGlob::Unknown;
+    }
+    let (p, n) = if fold_case {
+        (pattern.to_ascii_lowercase(), name.to_ascii_lowercase())
+    } else {
+        (pattern.to_owned(), name.to_owned())
+    };
+    if wildcard(p.as_bytes(), n.as_bytes()) {
+        GitGlob::Match
+    } else {
+        GitGlob::NoMatch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(p: &str) -> Segments {
+        p.split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+    fn m(glob: &str, path: &str) -> bool {
+        PathGlob::parse(glob).unwrap().matches(&segs(path))
+    }
+
+    #[test]
+    fn single_star_stays_in_its_segment() {
+        assert!(m("/repos/*/*/pulls/*/merge", "/repos/a/b/pulls/1/merge"));
+        assert!(!m("/repos/*/*/pulls/*/merge", "/repos/a/b/c/pulls/1/merge"));
+        assert!(!m("/repos/*/*/pulls/*/merge", "/repos/a/b/pulls/1/merge/x"));
+        assert!(m("/v1/*.json", "/v1/a.json"));
+        assert!(!m("/v1/*.json", "/v1/a.jsonx"));
+        assert!(m("/v1/*", "/v1/x"));
+        assert!(!m("/v1/*", "/v1"));
+        // `*` does not match an empty segment (there are none after normalisation).
+        assert!(!m("/v1/*/x", "/v1/x"));
+    }
+
+    #[test]
+    fn double_star_spans_any_depth_including_none() {
+        assert!(m("/repos/**", "/repos"));
+        assert!(m("/repos/**", "/repos/a/b/c"));
+        assert!(m("/repos/*/*/git/refs/**", "/repos/a/b/git/refs/heads/x/y"));
+        assert!(m(
+            "/repos/*/*/branches/**/protection",
+            "/repos/a/b/branches/release/v1/protection"
+        ));
+        assert!(!m(
+            "/repos/*/*/branches/**/protection",
+            "/repos/a/b/branches/x/protectionx"
+        ));
+        assert!(m("/**", "/"));
+        assert!(m("/**/merge", "/a/b/c/merge"));
+        assert!(m("/", "/"));
+        assert!(!m("/", "/a"));
+        // Many `**` stay fast (no exponential backtracking).
+        let glob = "/**/".repeat(30) + "x";
+        let path = "/a".repeat(4000) + "/y";
+        assert!(!m(&glob.replace("//", "/"), &path));
+    }
+
+    #[test]
+    fn globs_compare_lowercase() {
+        assert!(m("/Repos/*/*/PULLS/*/merge", "/repos/a/b/pulls/1/merge"));
+    }
+
+    #[test]
+    fn tail_is_what_the_trailing_double_star_matched() {
+        let g = PathGlob::parse("/repos/*/*/contents/**").unwrap();
+        let p = segs("/repos/a/b/contents/.github/workflows/x.yml");
+        assert_eq!(g.tail(&p).unwrap(), [".github", "workflows", "x.yml"]);
+        assert_eq!(g.tail(&segs("/repos/a/b/contents")).unwrap().len(), 0);
+        assert!(g.tail(&segs("/repos/a/b/issues/x")).is_none());
+    }
+
+    #[test]
+    fn bad_globs_are_refused() {
+        for (bad, err) in [
+            ("repos", GlobError::NoLeadingSlash),
+            ("/a//b", GlobError::EmptySegment),
+            ("/a/", GlobError::EmptySegment),
+            ("/a/../b", GlobError::DotSegment),
+            ("/a/./b", GlobError::DotSegment),
+            ("/a**", GlobError::DoubleStar),
+            ("/a%2Fb", GlobError::Char('%')),
+            ("/a?x=1", GlobError::Char('?')),
+            ("/a b", GlobError::Char(' ')),
+            ("/a\\b", GlobError::Char('\\')),
+        ] {
+            assert_eq!(PathGlob::parse(bad), Err(err), "{bad}");
+        }
+        assert_eq!(PathGlob::parse(&"/a".repeat(65)), Err(GlobError::TooLong));
+    }
+
+    #[test]
+    fn wildcard_basics() {
+        assert!(wildcard(b"*", b""));
+        assert!(wildcard(b"a*b*c", b"axxbyyc"));
+        assert!(!wildcard(b"a*b*c", b"axxbyy"));
+        assert!(wildcard(b"**", b"a/b"));
+        assert!(!wildcard(b"", b"a"));
+    }
+
+    #[test]
+    fn git_globs_cross_slashes_and_refuse_what_they_cannot_evaluate() {
+        assert_eq!(git_glob("release/*", "release/a/b", false), GitGlob::Match);
+        assert_eq!(
+            git_glob(".github/workflows/**", ".github/workflows/x.yml", true),
+            GitGlob::Match
+        );
+        assert_eq!(
+            git_glob(".github/workflows/**", ".GitHub/Workflows/x.yml", true),
+            GitGlob::Match
+        );
+        assert_eq!(git_glob("main", "Main", false), GitGlob::NoMatch);
+        assert_eq!(git_glob("main", "Main", true), GitGlob::Match);
+        assert_eq!(git_glob("src/[ab]", "src/a", true), GitGlob::Unknown);
+    }
+}

@@ -1,0 +1,384 @@
+//! L7 rules: what the proxy may let through on an intercepted connection, request by
+//! request (method and path, and for a few preset endpoints the body).
+//!
+//! The proxy asks, in this order, for every request on an intercepted connection:
+//! 1. [`Policy::judge`] on the request head. `Deny` is final. `Pass` is final unless
+//! 2. [`Policy::body_needed`] returns `Some(cap)`: the request's body must then be read
+//!    (at most `cap` bytes after removing the transfer coding; a larger body, or one with
+//!    a `content-encoding`, is refused with [`Reason::RequestDeniedByRule`]) and
+//! 3. [`Policy::judge_body`] decides (it re-applies [`Policy::judge`] first).
+//!
+//! Semantics for a request on host H (its canonical form), method M, path P:
+//! - rules apply when their host rule matches H; a `network.passthrough` host is never
+//!   intercepted, so no rule ever applies to it;
+//! - **deny wins**: a deny rule (of `[[rules]]` or of a preset) whose method matches M and
+//!   whose path glob matches **any** reading of P ([`crate::path`]) denies;
+//! - if H has allow rules, the request must match one of them, its method and **every
+//!   strict reading** of P; otherwise it is denied with rule `"<H>: no allow rule matches"`;
+//! - otherwise it passes.
+//!
+//! Methods compare ASCII case-insensitively. A `_method` query parameter (a method
+//! override some frameworks honour) counts as a second method of the request: a deny rule
+//! matching either denies, an allow rule must match both. The override *headers*
+//! ([`METHOD_OVERRIDE_HEADERS`]) are the proxy's job: it removes them from intercepted
+//! requests on hosts with rules, since this view does not carry headers.
+//!
+//! A path that cannot be judged ([`crate::path::PathError`]) on a host with rules is
+//! denied.
+
+use std::fmt;
+
+use crate::glob::PathGlob;
+use crate::host::Host;
+use crate::model::Policy;
+use crate::path::PathForms;
+use crate::reason::Reason;
+use crate::rule::HostRule;
+
+/// Request headers that ask a server to act as if the method were another. The proxy
+/// strips them (or refuses the request) on hosts with rules.
+pub const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// What the proxy knows of a request when it asks the policy.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// The canonical host (after the CONNECT/SNI/Host agreement checks).
+    pub host: &'a Host,
+    /// The method as sent.
+    pub method: &'a str,
+    /// The origin-form path as sent (raw: not decoded), without the query.
+    pub path: &'a str,
+    /// The query string as sent, without the `?`.
+    pub query: Option<&'a str>,
+}
+
+/// The L7 decision for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum L7Verdict {
+    /// Let it through; `rule` is the allow rule that matched, if one had to.
+    Pass {
+        /// The allow rule (its name, or its host, methods and path), if any.
+        rule: Option<String>,
+    },
+    /// Refuse it with `reason` (always [`Reason::RequestDeniedByRule`] today).
+    Deny {
+        /// Why (a stable code).
+        reason: Reason,
+        /// The rule responsible, for the audit log and the agent.
+        rule: String,
+    },
+}
+
+impl L7Verdict {
+    /// True for [`L7Verdict::Pass`].
+    #[must_use]
+    pub fn is_pass(&self) -> bool {
+        matches!(self, L7Verdict::Pass { .. })
+    }
+
+    pub(crate) fn deny(rule: impl Into<String>) -> L7Verdict {
+        L7Verdict::Deny {
+            reason: Reason::RequestDeniedByRule,
+            rule: rule.into(),
+        }
+    }
+}
+
+/// `action` of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Refuse matching requests (the default).
+    #[default]
+    Deny,
+    /// Let matching requests through; the host then refuses everything no allow rule
+    /// matches.
+    Allow,
+}
+
+/// Which methods a rule covers (uppercase).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Methods {
+    /// `"*"`: every method.
+    Any,
+    /// These methods only.
+    Only(Vec<String>),
+    /// Every method but these (used by presets: "every write").
+    Except(Vec<String>),
+}
+
+impl Methods {
+    /// The methods that only read: a preset's "write" is any method but these.
+    pub(crate) fn writes() -> Methods {
+        Methods::Except(vec!["GET".into(), "HEAD".into(), "OPTIONS".into()])
+    }
+
+    fn matches(&self, method: &str) -> bool {
+        match self {
+            Methods::Any => true,
+            Methods::Only(list) => list.iter().any(|m| m == method),
+            Methods::Except(list) => !list.iter().any(|m| m == method),
+        }
+    }
+}
+
+impl fmt::Display for Methods {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Methods::Any => f.write_str("*"),
+            Methods::Only(list) => f.write_str(&list.join(",")),
+            Methods::Except(list) => write!(f, "!{}", list.join(",")),
+        }
+    }
+}
+
+/// One L7 rule (of `[[rules]]` or of a preset).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct L7Rule {
+    /// `name`, shown in the audit log instead of the rule's text.
+    pub name: Option<String>,
+    /// The host rule (no port).
+    pub host: HostRule,
+    /// The methods.
+    pub methods: Methods,
+    /// The path glob.
+    pub path: PathGlob,
+    /// Deny or allow.
+    pub action: Action,
+}
+
+impl L7Rule {
+    /// How the audit log names this rule: its name, or `"<host> <methods> <path>"`.
+    #[must_use]
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => format!("{} {} {}", self.host.text, self.methods, self.path.as_str()),
+        }
+    }
+
+    /// Whether this rule's host rule matches `host`.
+    #[must_use]
+    pub fn applies_to(&self, host: &Host) -> bool {
+        self.host.matches_host(host)
+    }
+
+    /// Deny semantics: any method, any reading of the path.
+    fn matches_any(&self, methods: &[String], forms: &PathForms) -> bool {
+        methods.iter().any(|m| self.methods.matches(m))
+            && forms.all().iter().any(|f| self.path.matches(f))
+    }
+
+    /// Allow semantics: every method, every strict reading of the path.
+    fn matches_every(&self, methods: &[String], forms: &PathForms) -> bool {
+        methods.iter().all(|m| self.methods.matches(m))
+            && forms.strict().iter().all(|f| self.path.matches(f))
+    }
+}
+
+/// A body judge of a preset: which requests, how much body, and which judge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BodyRule {
+    /// Shown in the audit log.
+    pub name: String,
+    /// Host rule (no port).
+    pub host: HostRule,
+    /// The methods.
+    pub methods: Methods,
+    /// The path glob (matched like a deny rule: any reading).
+    pub path: PathGlob,
+    /// Largest body read; a larger one is denied.
+    pub cap: usize,
+    /// What looks at the body.
+    pub judge: BodyJudge,
+}
+
+/// The body judges (all in [`crate::github`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BodyJudge {
+    /// `POST /graphql`: the mutations of the document.
+    GithubGraphql,
+    /// `PUT`/`DELETE` of repository contents: the branch and the file path.
+    GithubContents,
+    /// Pull request reviews: no `APPROVE` event.
+    GithubReview,
+}
+
+/// `[l7] presets`: named bundles of rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// `"github"`: see [`crate::github`].
+    Github,
+}
+
+impl Preset {
+    /// Every preset, with its name in the policy file.
+    pub const ALL: [(Preset, &'static str); 1] = [(Preset::Github, "github")];
+
+    /// The name in the policy file.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Github => "github",
+        }
+    }
+}
+
+/// Every L7 rule of a policy: `[[rules]]` in file order, then the presets' rules.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct L7Rules {
+    /// `[[rules]]`, in file order.
+    pub rules: Vec<L7Rule>,
+    /// `[l7] presets`, in file order.
+    pub presets: Vec<Preset>,
+    /// The presets' rules (deny only).
+    pub preset_rules: Vec<L7Rule>,
+    /// The presets' body judges.
+    pub body_rules: Vec<BodyRule>,
+}
+
+impl L7Rules {
+    fn all_rules(&self) -> impl Iterator<Item = &L7Rule> {
+        self.rules.iter().chain(&self.preset_rules)
+    }
+
+    /// Whether any rule or body judge applies to `host`.
+    #[must_use]
+    pub fn has_rules_for(&self, host: &Host) -> bool {
+        self.all_rules().any(|r| r.applies_to(host))
+            || self.body_rules.iter().any(|b| b.host.matches_host(host))
+    }
+}
+
+/// The request's methods: the method uppercased, and a `_method` query override.
+fn methods_of(req: &RequestView<'_>) -> Vec<String> {
+    let mut out = vec![req.method.to_ascii_uppercase()];
+    for pair in req.query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key.eq_ignore_ascii_case("_method") || key.eq_ignore_ascii_case("%5fmethod") {
+            let value = value.to_ascii_uppercase();
+            if !out.contains(&value) {
+                out.push(value);
+            }
+        }
+    }
+    out
+}
+
+impl Policy {
+    /// Whether a host is listed in `network.passthrough` (never intercepted).
+    #[must_use]
+    pub fn is_passthrough(&self, host: &Host) -> bool {
+        self.network
+            .passthrough
+            .iter()
+            .any(|r| r.matches_host(host))
+    }
+
+    /// Whether the proxy must intercept (TLS-terminate) connections to `host`: a
+    /// credential is bound to it or an L7 rule applies to it, and it is not passthrough.
+    #[must_use]
+    pub fn intercepts(&self, host: &Host) -> bool {
+        !self.is_passthrough(host)
+            && (self.credentials_for(host).next().is_some() || self.l7.has_rules_for(host))
+    }
+
+    /// The L7 decision on a request head (see the module docs). A `Pass` is final unless
+    /// [`Policy::body_needed`] asks for the body.
+    #[must_use]
+    pub fn judge(&self, req: &RequestView<'_>) -> L7Verdict {
+        let host = req.host;
+        if self.is_passthrough(host) || !self.l7.has_rules_for(host) {
+            return L7Verdict::Pass { rule: None };
+        }
+        let forms = match PathForms::analyse(req.path) {
+            Ok(f) => f,
+            Err(e) => return L7Verdict::deny(format!("{host}: {e}")),
+        };
+        let methods = methods_of(req);
+        let mut allows = Vec::new();
+        for rule in self.l7.all_rules().filter(|r| r.applies_to(host)) {
+            match rule.action {
+                Action::Deny if rule.matches_any(&methods, &forms) => {
+                    return L7Verdict::deny(rule.label());
+                }
+                Action::Deny => {}
+                Action::Allow => allows.push(rule),
+            }
+        }
+        if allows.is_empty() {
+            return L7Verdict::Pass { rule: None };
+        }
+        match allows.iter().find(|r| r.matches_every(&methods, &forms)) {
+            Some(rule) => L7Verdict::Pass {
+                rule: Some(rule.label()),
+            },
+            None => L7Verdict::deny(format!("{host}: no allow rule matches")),
+        }
+    }
+
+    /// `Some(cap)` when [`Policy::judge`] passes this request but its body must be judged
+    /// too: the proxy reads at most `cap` bytes (a larger body is denied) and calls
+    /// [`Policy::judge_body`]. `None`: the head's verdict is final.
+    #[must_use]
+    pub fn body_needed(&self, req: &RequestView<'_>) -> Option<usize> {
+        if !self.judge(req).is_pass() {
+            return None;
+        }
+        let forms = PathForms::analyse(req.path).ok()?;
+        let methods = methods_of(req);
+        self.body_rules_for(req, &methods, &forms)
+            .map(|b| b.cap)
+            .max()
+    }
+
+    /// The decision on a request with its (decoded, complete) body: [`Policy::judge`]
+    /// first, then every body judge that applies. A body over a judge's cap is denied.
+    #[must_use]
+    pub fn judge_body(&self, req: &RequestView<'_>, body: &[u8]) -> L7Verdict {
+        let verdict = self.judge(req);
+        if !verdict.is_pass() || self.is_passthrough(req.host) {
+            return verdict;
+        }
+        let Ok(forms) = PathForms::analyse(req.path) else {
+            return verdict;
+        };
+        let methods = methods_of(req);
+        for rule in self.body_rules_for(req, &methods, &forms) {
+            if body.len() > rule.cap {
+                return L7Verdict::deny(format!(
+                    "{}: body larger than {} bytes",
+                    rule.name, rule.cap
+                ));
+            }
+            let judged = match rule.judge {
+                BodyJudge::GithubGraphql => crate::github::judge_graphql(body),
+                BodyJudge::GithubContents => {
+                    crate::github::judge_contents(&self.git, &rule.path, &forms, body)
+                }
+                BodyJudge::GithubReview => crate::github::judge_review(body),
+            };
+            if let Err(why) = judged {
+                return L7Verdict::deny(format!("{}: {why}", rule.name));
+            }
+        }
+        verdict
+    }
+
+    fn body_rules_for<'a>(
+        &'a self,
+        req: &'a RequestView<'_>,
+        methods: &'a [String],
+        forms: &'a PathForms,
+    ) -> impl Iterator<Item = &'a BodyRule> + 'a {
+        self.l7.body_rules.iter().filter(move |b| {
+            b.host.matches_host(req.host)
+                && methods.iter().any(|m| b.methods.matches(m))
+                && forms.all().iter().any(|f| b.path.matches(f))
+        })
+    }
+}
