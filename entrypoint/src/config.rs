@@ -29,6 +29,13 @@ pub struct Cli {
     /// Working directory of the agent (falls back to its home if absent).
     #[arg(long, env = "AIRLOCK_WORKDIR", default_value = "/workspace")]
     pub workdir: PathBuf,
+    /// The workspace's real `.git`, mounted where the agent cannot reach it (see
+    /// docs/docker.md); absent with no `.git` in the workspace = no git in the sandbox.
+    #[arg(long, env = "AIRLOCK_GIT_DIR", default_value = crate::git::DEFAULT_GIT_DIR)]
+    pub git_dir: PathBuf,
+    /// Git API binary (default: `airlock-git-api` next to this executable).
+    #[arg(long, env = "AIRLOCK_GIT_API_BIN")]
+    pub git_api_bin: Option<PathBuf>,
     /// Operator CA certificate (PEM) the proxy intercepts with instead of generating one.
     #[arg(long, env = "AIRLOCK_CA_CERT", requires = "ca_key")]
     pub ca_cert: Option<PathBuf>,

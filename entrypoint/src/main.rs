@@ -15,6 +15,7 @@
 mod agent_env;
 mod config;
 mod credentials;
+mod git;
 mod identity;
 mod netinfo;
 mod preflight;
@@ -94,18 +95,28 @@ fn start(cli: Cli) -> Result<i32> {
     let users = Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user)?;
     setup::require_protected(&cli.policy, &users)?;
     let proxy_bin = proxy_binary(&cli)?;
+    let git_plan = git::plan(&cli.workdir, &cli.git_dir, &users)?;
+    let git_api_bin = match git_plan {
+        git::Decision::Enabled => Some(git::binary(cli.git_api_bin.as_deref())?),
+        git::Decision::Unavailable(_) => None,
+    };
 
     let session = session::Session::new()?;
-    let creds = credentials::resolve(
+    let session_key = airlock_wire::SessionKey::generate()?;
+    let mut creds = credentials::resolve(
         &policy,
         &session.id,
         &users.agent,
         |k| std::env::var(k).ok(),
         session::nonce,
     )?;
+    creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
+        &session_key,
+        &session.id,
+    ));
     let operator_ca = trust::operator_ca(cli.ca_cert.as_deref(), cli.ca_key.as_deref())?;
     let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
-    let agent_env = agent_env::build(
+    let mut agent_env = agent_env::build(
         std::env::vars(),
         &AgentEnvInput {
             agent: &users.agent,
@@ -116,6 +127,17 @@ fn start(cli: Cli) -> Result<i32> {
             trust: &trust_vars,
         },
     )?;
+    let key_file = cli.run_dir.join(git::KEY_FILE);
+    let git_socket = cli.run_dir.join(git::SOCKET_SUBDIR).join(git::SOCKET_FILE);
+    agent_env.extend(git::agent_vars(
+        &key_file,
+        &cli.workdir,
+        git_api_bin.as_ref().map(|_| git_socket.as_path()),
+        match &git_plan {
+            git::Decision::Unavailable(why) => Some(why.as_str()),
+            git::Decision::Enabled => None,
+        },
+    ));
     let state_dir = cli.run_dir.join(ch::PROXY_STATE_SUBDIR);
     credentials::write_handoff(&state_dir, &creds.handoff, &users.proxy)?;
     drop(creds);
@@ -127,6 +149,17 @@ fn start(cli: Cli) -> Result<i32> {
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
+    git::write_key(&cli.run_dir, &users.agent, &session_key)?;
+    let git_spec = match git_api_bin {
+        Some(bin) => Some(git::ApiSpec::new(
+            bin,
+            &cli.run_dir,
+            &cli.audit_dir,
+            &users,
+            (&cli.git_dir, &cli.workdir, &key_file, &cli.policy),
+        )?),
+        None => None,
+    };
     let t_validate = t0.elapsed();
 
     supervise::block_signals()?;
@@ -142,12 +175,15 @@ fn start(cli: Cli) -> Result<i32> {
             identity: users.proxy.clone(),
             filters: None,
             session: TtySession::Detached,
+            real_uid: None,
         },
     };
     // A CA left from an earlier start must not be mistaken for this proxy's export.
     let _ = std::fs::remove_file(&proxy_spec.ca_export);
     let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
     // trust::write_bundle(&cli.run_dir)?;  (enabled once the proxy exports its CA)
+    // The git API after the proxy (its pushes go through the service port), before the firewall.
+    let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::start).transpose()?);
     let t_proxy = t0.elapsed();
 
     setup::apply_firewall(&users)?;
@@ -158,6 +194,7 @@ fn start(cli: Cli) -> Result<i32> {
         identity: users.agent.clone(),
         filters: Some(filters.clone()),
         session: TtySession::Inherit,
+        real_uid: None,
     };
     run_self_test(&self_test)?;
     let t_selftest = t0.elapsed();
@@ -167,6 +204,7 @@ fn start(cli: Cli) -> Result<i32> {
         identity: users.agent.clone(),
         filters: Some(filters),
         session: TtySession::ForegroundGroup,
+        real_uid: None,
     };
     let command: Vec<OsString> = if cli.command.is_empty() {
         vec![users.agent.shell.clone().into_os_string()]
@@ -205,7 +243,12 @@ fn start(cli: Cli) -> Result<i32> {
             .map(|c| c.id())
             .context("proxy handle lost")? as i32,
     );
-    supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec).run()
+    let mut supervisor =
+        supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec);
+    if let (Some(api), Some(spec)) = (git_api.0.take(), git_spec) {
+        supervisor = supervisor.with_git(Pid::from_raw(api.id() as i32), spec);
+    }
+    supervisor.run()
 }
 
 fn proxy_binary(cli: &Cli) -> Result<PathBuf> {

@@ -2,7 +2,8 @@
 //!
 //! Between `fork` and `exec` the child: unblocks signals (PID 1 blocks them for `sigwait`),
 //! optionally starts its own session or process group, clears the capability bounding set,
-//! sets exactly the target's groups, gid and uid (all of real/effective/saved), clears the
+//! sets exactly the target's groups, gid and uid (all of real/effective/saved; or, for the
+//! git API's split identity, a different real uid: see [`RunAs::real_uid`]), clears the
 //! inheritable and ambient sets, sets `no_new_privs`, installs the seccomp filters, and then
 //! reads `/proc/self/status` and refuses to `exec` unless the kernel reports exactly that.
 
@@ -37,6 +38,11 @@ pub struct RunAs {
     pub identity: Identity,
     pub filters: Option<Arc<Vec<BpfProgram>>>,
     pub session: Session,
+    /// `Some(uid)`: the real uid is `uid` while effective and saved stay `identity.uid` (the
+    /// git API: real `airlock-git`, effective the workspace owner). Real and effective uid
+    /// then differ, so the kernel marks the process not dumpable at `exec`: the user of
+    /// `identity` may not ptrace it or open its `/proc/<pid>/{cwd,root,fd,environ,mem}`.
+    pub real_uid: Option<u32>,
 }
 
 impl RunAs {
@@ -87,7 +93,8 @@ impl RunAs {
         let gid = Gid::from_raw(id.gid);
         setresgid(gid, gid, gid)?;
         let uid = Uid::from_raw(id.uid);
-        setresuid(uid, uid, uid)?;
+        let real = Uid::from_raw(self.real_uid.unwrap_or(id.uid));
+        setresuid(real, uid, uid)?;
         for set in [
             CapSet::Inheritable,
             CapSet::Ambient,
@@ -107,6 +114,7 @@ impl RunAs {
         let text = std::fs::read_to_string("/proc/self/status")?;
         let want = Expected {
             uid: id.uid,
+            real_uid: self.real_uid.unwrap_or(id.uid),
             gid: id.gid,
             groups: &id.groups,
             seccomp: self.filters.is_some(),

@@ -1,15 +1,19 @@
 //! Verification of a dropped process's credentials from `/proc/self/status`.
 //!
 //! The drop is only trusted once the kernel's own report says it happened: every capability
-//! set empty, `NoNewPrivs: 1`, all four uids and gids the target's, exactly the expected
-//! supplementary groups and, when a filter was installed, seccomp in filter mode.
+//! set empty, `NoNewPrivs: 1`, all four uids and gids the target's (the real uid may be
+//! another one: the git API's split identity), exactly the expected supplementary groups and,
+//! when a filter was installed, seccomp in filter mode.
 
 use std::fmt;
 
 /// What the status must show.
 #[derive(Debug, Clone)]
 pub struct Expected<'a> {
+    /// Effective, saved and filesystem uid.
     pub uid: u32,
+    /// Real uid (equal to `uid` except for the git API: `airlock-git`, see design §5).
+    pub real_uid: u32,
     pub gid: u32,
     pub groups: &'a [u32],
     pub seccomp: bool,
@@ -61,16 +65,20 @@ pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
     if nnp != Some("1") {
         return Err(mismatch("NoNewPrivs", "1", nnp));
     }
-    for (name, id) in [("Uid", want.uid), ("Gid", want.gid)] {
+    for (name, real, id) in [
+        ("Uid", want.real_uid, want.uid),
+        ("Gid", want.gid, want.gid),
+    ] {
         let found = field(status, name);
+        let want_ids = [real, id, id, id];
         let all = found.is_some_and(|v| {
             let ids: Vec<&str> = v.split_whitespace().collect();
-            ids.len() == 4 && ids.iter().all(|x| x.parse() == Ok(id))
+            ids.len() == 4 && ids.iter().zip(want_ids).all(|(x, w)| x.parse() == Ok(w))
         });
         if !all {
             return Err(mismatch(
                 static_name(name),
-                format!("{id} (real, effective, saved, fs)"),
+                format!("{real} {id} {id} {id} (real, effective, saved, fs)"),
                 found,
             ));
         }
@@ -118,6 +126,7 @@ mod tests {
     fn want() -> Expected<'static> {
         Expected {
             uid: 1000,
+            real_uid: 1000,
             gid: 1000,
             groups: &[1000],
             seccomp: true,
@@ -145,6 +154,24 @@ mod tests {
     fn a_saved_root_uid_is_caught() {
         let s = DROPPED.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1000\t1000\t0\t1000");
         assert_eq!(verify(&s, &want()).unwrap_err().field, "Uid");
+    }
+
+    #[test]
+    fn a_split_identity_verifies_only_with_its_real_uid() {
+        let s = DROPPED.replace(
+            "Uid:\t1000\t1000\t1000\t1000",
+            "Uid:\t999\t1000\t1000\t1000",
+        );
+        assert_eq!(verify(&s, &want()).unwrap_err().field, "Uid");
+        let split = Expected {
+            real_uid: 999,
+            ..want()
+        };
+        verify(&s, &split).unwrap();
+        // The real uid is not a wildcard: the effective one must still be the target's.
+        let s = DROPPED.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t999\t999\t1000\t1000");
+        assert_eq!(verify(&s, &split).unwrap_err().field, "Uid");
+        assert_eq!(verify(DROPPED, &split).unwrap_err().field, "Uid");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! PID 1 after set-up: reap every child, forward signals to the agent's process group, keep
-//! the proxy alive, and when the agent exits let the proxy flush its audit log before the
+//! the proxy and the git API alive (the agent can signal the git API: its effective uid is
+//! the agent's), and when the agent exits let the proxy flush its audit log before the
 //! container stops with the agent's status.
 
+use crate::git::ApiSpec;
 use crate::proxy_ctl::ProxySpec;
 use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
@@ -48,6 +50,8 @@ pub struct Supervisor {
     pub proxy: Pid,
     pub proxy_spec: ProxySpec,
     restarts: VecDeque<Instant>,
+    /// The git API, when git runs, and its own restart history.
+    git: Option<(Pid, ApiSpec, VecDeque<Instant>)>,
 }
 
 /// The container's exit status for a waited child: its code, or 128 + signal.
@@ -66,7 +70,14 @@ impl Supervisor {
             proxy,
             proxy_spec,
             restarts: VecDeque::new(),
+            git: None,
         }
+    }
+
+    /// Also keep the git API alive (restarted like the proxy, same budget).
+    pub fn with_git(mut self, pid: Pid, spec: ApiSpec) -> Self {
+        self.git = Some((pid, spec, VecDeque::new()));
+        self
     }
 
     /// Run until the agent exits; returns the container's exit status.
@@ -80,6 +91,9 @@ impl Supervisor {
                 continue;
             }
             if let Some(code) = self.reap()? {
+                if let Some((pid, ..)) = &self.git {
+                    let _ = kill(*pid, Signal::SIGTERM);
+                }
                 self.stop_proxy();
                 return Ok(code);
             }
@@ -99,6 +113,11 @@ impl Supervisor {
                         }
                     } else if pid == Some(self.proxy) && exit_code(status).is_some() {
                         self.restart_proxy(status)?;
+                    } else if pid.is_some()
+                        && pid == self.git.as_ref().map(|g| g.0)
+                        && exit_code(status).is_some()
+                    {
+                        self.restart_git(status)?;
                     }
                 }
                 Err(Errno::EINTR) => {}
@@ -123,6 +142,27 @@ impl Supervisor {
         eprintln!("airlock: the proxy exited ({status:?}); restarting it");
         let child = self.proxy_spec.start().context("restarting the proxy")?;
         self.proxy = Pid::from_raw(child.id() as i32);
+        Ok(())
+    }
+
+    fn restart_git(&mut self, status: WaitStatus) -> Result<()> {
+        let Some((pid, spec, restarts)) = self.git.as_mut() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        restarts.retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        if restarts.len() >= MAX_RESTARTS {
+            let _ = killpg(self.agent, Signal::SIGKILL);
+            bail!(
+                "the git API died {} times within {}s (last: {status:?}); stopping the container",
+                MAX_RESTARTS + 1,
+                RESTART_WINDOW.as_secs()
+            );
+        }
+        restarts.push_back(now);
+        eprintln!("airlock: the git API exited ({status:?}); restarting it");
+        let child = spec.start().context("restarting the git API")?;
+        *pid = Pid::from_raw(child.id() as i32);
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 //! ```text
 //! airlock-git-api --socket /run/airlock/git.sock --git-dir <hidden>/.git \
 //!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
-//!     --policy /etc/airlock/policy.toml --ca-file <proxy CA bundle>
+//!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or "">
 //! ```
 
 use airlock_git_api::push::PushRules;
@@ -51,7 +51,9 @@ struct Cli {
     /// HOME for git (should be empty; it is never written).
     #[arg(long, default_value = "/nonexistent")]
     home: PathBuf,
-    /// The branch the sandbox started on (pushable); default: the checked-out branch.
+    /// The branch the sandbox started on (pushable); default: the checked-out branch. An
+    /// empty value means none (the sandbox started detached): the entrypoint fixes it for
+    /// every restart, so that the agent cannot choose it by checking out and killing us.
     #[arg(long)]
     start_branch: Option<String>,
     /// Concurrent connections at most.
@@ -108,6 +110,7 @@ fn run() -> Result<()> {
         test_upstreams,
     };
     let start_branch = match cli.start_branch.clone() {
+        Some(b) if b.is_empty() => None,
         Some(b) => Some(b),
         None => env
             .query(&["symbolic-ref", "-q", "--short", "HEAD"])
