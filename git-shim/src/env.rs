@@ -12,6 +12,9 @@ pub struct Settings {
     pub socket: PathBuf,
     /// The real git (`AIRLOCK_REAL_GIT`, default `/usr/bin/git`).
     pub real_git: PathBuf,
+    /// `AIRLOCK_GIT_UNAVAILABLE`: set by the entrypoint when the workspace has no repository
+    /// (no git API runs); the reason the shim gives for git in the workspace.
+    pub unavailable: Option<String>,
 }
 
 impl Settings {
@@ -23,6 +26,9 @@ impl Settings {
             workspace: get("AIRLOCK_WORKSPACE", "/workspace"),
             socket: get("AIRLOCK_GIT_SOCKET", airlock_channels::GIT_SOCKET),
             real_git: get("AIRLOCK_REAL_GIT", "/usr/bin/git"),
+            unavailable: std::env::var("AIRLOCK_GIT_UNAVAILABLE")
+                .ok()
+                .filter(|w| !w.is_empty()),
         }
     }
 }

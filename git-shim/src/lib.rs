@@ -3,7 +3,10 @@
 //! Inside the workspace the shim does not run git: it signs the invocation with the session
 //! key and sends it to the git API over its Unix socket ([`client`]), streams git's output
 //! back as it arrives, pages locally ([`pager`]) and exits with git's status. Outside the
-//! workspace it execs the real git with protected configuration ([`native`]). It makes no
+//! workspace it execs the real git with protected configuration ([`native`]). When the
+//! workspace has no repository the entrypoint starts no git API and sets
+//! `AIRLOCK_GIT_UNAVAILABLE`; git in the workspace then fails with that reason (it does not
+//! fall back to native git, which could create a `.git` in the host's checkout). It makes no
 //! policy decision (the server does) and starts no async runtime.
 
 pub mod client;

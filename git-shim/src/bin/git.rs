@@ -34,6 +34,14 @@ fn run() -> i32 {
             settings.real_git.display()
         ));
     };
+    if let Some(why) = &settings.unavailable {
+        // Not native either: a repository the agent creates in the checkout would be the
+        // host's to run (hooks, config).
+        return fail(&format!(
+            "git is not available in the workspace: {why}; outside {} git runs natively",
+            settings.workspace.display()
+        ));
+    }
     let Some(mut p) = prepared else {
         return fail(&"arguments that are not UTF-8 are not sent to the git API");
     };
