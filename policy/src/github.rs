@@ -462,3 +462,443 @@ pub(crate) fn judge_review(body: &[u8]) -> Result<(), String> {
         Some(_) => Err("\"event\" is not a string".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::host::Host;
+    use crate::l7::{L7Verdict, RequestView};
+    use crate::model::Policy;
+    use crate::reason::Reason;
+
+    fn policy() -> Policy {
+        let text = r#"
+[sandbox]
+name = "demo"
+[l7]
+presets = ["github"]
+[git]
+repositories = ["github.com/o/r"]
+protected_branches = ["main", "release/*"]
+"#;
+        Policy::parse(text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn view<'a>(host: &'a Host, method: &'a str, target: &'a str) -> RequestView<'a> {
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        RequestView {
+            host,
+            method,
+            path,
+            query,
+        }
+    }
+
+    fn api() -> Host {
+        Host::parse(API_HOST).unwrap()
+    }
+
+    /// The verdict on a request with an optional body (judge, then body_needed/judge_body
+    /// exactly as the proxy calls them).
+    fn verdict(p: &Policy, method: &str, target: &str, body: Option<&str>) -> L7Verdict {
+        let h = api();
+        let req = view(&h, method, target);
+        let head = p.judge(&req);
+        match p.body_needed(&req) {
+            None => head,
+            Some(cap) => {
+                let body = body.unwrap_or("").as_bytes();
+                if body.len() > cap {
+                    return L7Verdict::deny("body over cap");
+                }
+                p.judge_body(&req, body)
+            }
+        }
+    }
+
+    #[track_caller]
+    fn denied(p: &Policy, method: &str, target: &str, body: Option<&str>) -> String {
+        match verdict(p, method, target, body) {
+            L7Verdict::Deny { reason, rule } => {
+                assert_eq!(reason, Reason::RequestDeniedByRule);
+                rule
+            }
+            v => panic!("{method} {target} {body:?} passed: {v:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn passes(p: &Policy, method: &str, target: &str, body: Option<&str>) {
+        let v = verdict(p, method, target, body);
+        assert!(v.is_pass(), "{method} {target} {body:?}: {v:?}");
+    }
+
+    #[test]
+    fn every_table_entry_parses() {
+        let (deny, body) = rules().unwrap();
+        assert_eq!(
+            deny.len(),
+            DENY.iter()
+                .map(|(_, p, _)| if p.contains("{repo}") { 2 } else { 1 })
+                .sum::<usize>()
+        );
+        assert_eq!(body.len(), 7);
+        let p = policy();
+        assert!(p.intercepts(&api()));
+        assert!(!p.intercepts(&Host::parse("github.com").unwrap()));
+    }
+
+    #[test]
+    fn attack_the_token_cannot_merge_update_refs_or_administer() {
+        let p = policy();
+        for (m, t) in [
+            ("PUT", "/repos/o/r/pulls/1/merge"),
+            ("PUT", "/repositories/123/pulls/1/merge"),
+            ("PUT", "/repos/o/r/pulls/1/merge.json"),
+            ("PUT", "//repos/o/r/pulls/1/merge/"),
+            ("PUT", "/repos/o/r/pulls%2F1%2Fmerge"),
+            ("POST", "/repos/o/r/merges"),
+            ("POST", "/repos/o/r/merge-upstream"),
+            ("PUT", "/repos/o/r/pulls/1/reviews/2/dismissals"),
+            ("DELETE", "/repos/o/r/git/refs/heads/main"),
+            ("PATCH", "/repos/o/r/git/refs/heads/main"),
+            ("PATCH", "/repos/o/r/git/refs/heads/sandbox/demo/x"),
+            ("POST", "/repos/o/r/git/refs"),
+            ("DELETE", "/repos/o/r/git/refs/tags/v1"),
+            ("DELETE", "/repos/o/r"),
+            ("PATCH", "/repos/o/r"),
+            ("PATCH", "/repos/o/r/"),
+            ("PATCH", "/REPOS/O/R"),
+            ("DELETE", "/repositories/123"),
+            ("POST", "/repos/o/r/transfer"),
+            ("PUT", "/repos/o/r/branches/main/protection"),
+            (
+                "DELETE",
+                "/repos/o/r/branches/release/v1/protection/enforce_admins",
+            ),
+            ("POST", "/repos/o/r/branches/main/rename"),
+            ("POST", "/repos/o/r/rulesets"),
+            ("PUT", "/repos/o/r/rulesets/1"),
+            ("POST", "/repos/o/r/actions/workflows/ci.yml/dispatches"),
+            ("PUT", "/repos/o/r/actions/workflows/1/disable"),
+            ("POST", "/repos/o/r/actions/runs/1/rerun"),
+            ("POST", "/repos/o/r/actions/runs/1/approve"),
+            ("POST", "/repos/o/r/actions/runs/1/pending_deployments"),
+            ("PUT", "/repos/o/r/actions/permissions/workflow"),
+            ("POST", "/repos/o/r/actions/runners/registration-token"),
+            ("POST", "/repos/o/r/actions/variables"),
+            ("POST", "/repos/o/r/dispatches"),
+            ("PUT", "/repos/o/r/actions/secrets/X"),
+            ("GET", "/repos/o/r/actions/secrets/public-key"),
+            ("GET", "/repos/o/r/environments/prod/secrets"),
+            ("GET", "/repos/o/r/dependabot/secrets"),
+            ("DELETE", "/repos/o/r/codespaces/secrets/X"),
+            ("PUT", "/repos/o/r/environments/prod"),
+            ("POST", "/repos/o/r/deployments"),
+            ("POST", "/repos/o/r/releases"),
+            ("POST", "/repos/o/r/statuses/abc"),
+            ("POST", "/repos/o/r/check-runs"),
+            ("POST", "/repos/o/r/keys"),
+            ("PUT", "/repos/o/r/collaborators/evil"),
+            ("POST", "/repos/o/r/hooks"),
+            ("PATCH", "/repos/o/r/hooks/1/config"),
+            ("DELETE", "/repos/o/r/vulnerability-alerts"),
+            ("POST", "/orgs/o/repos"),
+            ("PUT", "/orgs/o/memberships/evil"),
+            ("POST", "/user/keys"),
+            ("POST", "/user/repos"),
+            ("PATCH", "/user"),
+            ("POST", "/gists"),
+            ("POST", "/authorizations"),
+            ("GET", "/graphql"),
+            ("DELETE", "/applications/x/token"),
+            ("POST", "/repos/o/r/contents/x"),
+            ("PATCH", "/repos/o/r/contents/x"),
+        ] {
+            let rule = denied(&p, m, t, None);
+            assert!(rule.starts_with("github: "), "{m} {t}: {rule}");
+        }
+        // Method overrides do not help.
+        denied(&p, "POST", "/repos/o/r/pulls/1/merge?_method=PUT", None);
+    }
+
+    #[test]
+    fn ordinary_work_passes() {
+        let p = policy();
+        for (m, t) in [
+            ("GET", "/repos/o/r"),
+            ("GET", "/repos/o/r/pulls/1/merge"),
+            ("GET", "/repos/o/r/git/refs/heads/main"),
+            ("GET", "/repos/o/r/branches/main/protection"),
+            ("GET", "/repos/o/r/actions/runs"),
+            ("GET", "/repos/o/r/contents/README.md"),
+            ("POST", "/repos/o/r/pulls"),
+            ("PATCH", "/repos/o/r/pulls/1"),
+            ("POST", "/repos/o/r/issues"),
+            ("POST", "/repos/o/r/issues/1/comments"),
+            ("POST", "/repos/o/r/pulls/1/comments"),
+            ("POST", "/repos/o/r/forks"),
+            ("POST", "/repos/o/r/git/blobs"),
+            ("POST", "/repos/o/r/git/trees"),
+            ("GET", "/user"),
+            ("GET", "/orgs/o"),
+        ] {
+            passes(&p, m, t, None);
+        }
+    }
+
+    fn gql(query: &str) -> String {
+        serde_json::json!({ "query": query }).to_string()
+    }
+
+    #[test]
+    fn attack_graphql_mutations_are_denied_however_written() {
+        let p = policy();
+        let h = api();
+        assert_eq!(
+            p.body_needed(&view(&h, "POST", "/graphql")),
+            Some(GRAPHQL_BODY_CAP)
+        );
+        assert_eq!(
+            p.body_needed(&view(&h, "POST", "/graphql.json")),
+            Some(GRAPHQL_BODY_CAP)
+        );
+        assert_eq!(p.body_needed(&view(&h, "GET", "/repos/o/r")), None);
+        for q in [
+            "mutation { mergePullRequest(input: {pullRequestId: \"x\"}) { clientMutationId } }",
+            "mutation M { ok: mergePullRequest(input: {pullRequestId: \"x\"}) { clientMutationId } }",
+            "mutation { ...F } fragment F on Mutation { enablePullRequestAutoMerge(input: {}) { x } }",
+            "mutation { ... on Mutation { updateRef(input: {}) { x } } }",
+            "mutation { updateRefs(input: {}) { x } }",
+            "mutation { deleteRef(input: {}) { x } }",
+            "mutation { createRef(input: {}) { x } }",
+            "mutation { createCommitOnBranch(input: $i) { x } }",
+            "mutation { deleteRepository(input: {}) { x } }",
+            "mutation { updateRepository(input: {}) { x } }",
+            "mutation { archiveRepository(input: {}) { x } }",
+            "mutation { createBranchProtectionRule(input: {}) { x } }",
+            "mutation { deleteRepositoryRuleset(input: {}) { x } }",
+            "mutation { updateOrganizationAllowPrivateRepositoryForkingSetting(input: {}) { x } }",
+            "query { viewer { login } } mutation { addComment(input: {}) { x } } mutation B { mergeBranch(input: {}) { x } }",
+            "mutation { # a comment\n mergePullRequest(input: {}) { x } }",
+            "mutation { MergePullRequest(input: {}) { x } }",
+        ] {
+            let rule = denied(&p, "POST", "/graphql", Some(&gql(q)));
+            assert!(rule.starts_with("github: GraphQL"), "{q}: {rule}");
+        }
+        // Approvals, however the APPROVE gets there.
+        for (q, vars) in [
+            (
+                "mutation { addPullRequestReview(input: {pullRequestId: \"x\", event: APPROVE}) { x } }",
+                "null",
+            ),
+            (
+                "mutation($e: PullRequestReviewEvent = APPROVE) { addPullRequestReview(input: {event: $e}) { x } }",
+                "null",
+            ),
+            (
+                "mutation($i: AddPullRequestReviewInput!) { addPullRequestReview(input: $i) { x } }",
+                r#"{"i": {"event": "APPROVE"}}"#,
+            ),
+            (
+                "mutation($i: SubmitPullRequestReviewInput!) { submitPullRequestReview(input: $i) { x } }",
+                r#""{\"i\": {\"event\": \"APPROVE\"}}""#,
+            ),
+        ] {
+            let body = format!(
+                "{{\"query\": {}, \"variables\": {vars}}}",
+                serde_json::json!(q)
+            );
+            denied(&p, "POST", "/graphql", Some(&body));
+        }
+        // Batches: one bad entry denies the lot.
+        let batch = format!(
+            "[{}, {}]",
+            gql("query { viewer { login } }"),
+            gql("mutation { mergePullRequest(input: {}) { x } }")
+        );
+        denied(&p, "POST", "/graphql", Some(&batch));
+    }
+
+    #[test]
+    fn attack_unparseable_graphql_bodies_are_denied() {
+        let p = policy();
+        for body in [
+            "",
+            "not json",
+            "[]",
+            "{}",
+            r#"{"query": 1}"#,
+            r#"{"query": "query { a }", "query": "mutation { mergePullRequest { x } }"}"#,
+            r#"{"query": "mutation { mergePullRequest { x }"}"#,
+            r#"{"query": "Mutation { mergePullRequest { x } }"}"#,
+            r#"{"query": "query { a }", "variables": "{not json"}"#,
+            "[1]",
+            "\u{feff}{\"query\": \"{ a }\"}",
+        ] {
+            denied(&p, "POST", "/graphql", Some(body));
+        }
+        let big = gql(&format!(
+            "query {{ a(x: \"{}\") }}",
+            "a".repeat(GRAPHQL_BODY_CAP)
+        ));
+        denied(&p, "POST", "/graphql", Some(&big));
+    }
+
+    #[test]
+    fn graphql_reads_and_harmless_mutations_pass() {
+        let p = policy();
+        for q in [
+            "query { repository(owner: \"o\", name: \"r\") { pullRequest(number: 1) { mergeable } } }",
+            "{ search(query: \"mergePullRequest deleteRef\", type: ISSUE) { issueCount } }",
+            "mutation { addComment(input: {subjectId: \"x\", body: \"please mergePullRequest and deleteRef\"}) { clientMutationId } }",
+            "mutation { addComment(input: {body: \"\"\"\nmutation { mergePullRequest }\n\"\"\"}) { x } }",
+            "mutation { createPullRequest(input: {repositoryId: \"x\", baseRefName: \"main\", headRefName: \"sandbox/demo/a\", title: \"t\"}) { x } }",
+            "mutation { mergePullRequest: addComment(input: {}) { x } }",
+            "mutation { addPullRequestReview(input: {pullRequestId: \"x\", event: COMMENT, body: \"nit\"}) { x } }",
+        ] {
+            passes(&p, "POST", "/graphql", Some(&gql(q)));
+        }
+        let batch = format!(
+            "[{}, {}]",
+            gql("{ viewer { login } }"),
+            gql("{ rateLimit { remaining } }")
+        );
+        passes(&p, "POST", "/graphql", Some(&batch));
+    }
+
+    #[test]
+    fn contents_writes_follow_the_push_rules() {
+        let p = policy();
+        let put = |t: &str, body: &str| verdict(&p, "PUT", t, Some(body));
+        assert!(
+            put(
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"message":"m","content":"eA==","branch":"sandbox/demo/x"}"#
+            )
+            .is_pass()
+        );
+        assert!(
+            put(
+                "/repositories/1/contents/src/a.rs",
+                r#"{"message":"m","content":"eA==","branch":"refs/heads/sandbox/demo/x"}"#
+            )
+            .is_pass()
+        );
+        for (t, body, why) in [
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"message":"m","content":"eA=="}"#,
+                "no \"branch\"",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"main"}"#,
+                "protected",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"MAIN"}"#,
+                "protected",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"refs/heads/main"}"#,
+                "protected",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"release/1/x"}"#,
+                "protected",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"feature/x"}"#,
+                "not in git.push_branches",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":"sandbox/demo/x","branch":"main"}"#,
+                "strict JSON",
+            ),
+            (
+                "/repos/o/r/contents/src/a.rs",
+                r#"{"branch":["main"]}"#,
+                "not a string",
+            ),
+            (
+                "/repos/o/r/contents/.github/workflows/ci.yml",
+                r#"{"branch":"sandbox/demo/x"}"#,
+                "restricted",
+            ),
+            (
+                "/repos/o/r/contents/.GitHub/Workflows/ci.yml",
+                r#"{"branch":"sandbox/demo/x"}"#,
+                "restricted",
+            ),
+            (
+                "/repos/o/r/contents/src/../.github/workflows/ci.yml",
+                r#"{"branch":"sandbox/demo/x"}"#,
+                "restricted",
+            ),
+            (
+                "/repos/o/r/contents/.github%2Fworkflows%2Fci.yml",
+                r#"{"branch":"sandbox/demo/x"}"#,
+                "restricted",
+            ),
+        ] {
+            let v = put(t, body);
+            match &v {
+                L7Verdict::Deny { rule, .. } => assert!(rule.contains(why), "{t} {body}: {rule}"),
+                L7Verdict::Pass { .. } => panic!("{t} {body} passed"),
+            }
+        }
+        let v = verdict(
+            &p,
+            "DELETE",
+            "/repos/o/r/contents/a",
+            Some(r#"{"sha":"x","message":"m"}"#),
+        );
+        assert!(!v.is_pass());
+    }
+
+    #[test]
+    fn attack_reviews_may_comment_never_approve() {
+        let p = policy();
+        let t = "/repos/o/r/pulls/1/reviews";
+        passes(
+            &p,
+            "POST",
+            t,
+            Some(r#"{"body":"looks off","event":"COMMENT"}"#),
+        );
+        passes(
+            &p,
+            "POST",
+            t,
+            Some(r#"{"body":"x","event":"REQUEST_CHANGES"}"#),
+        );
+        passes(&p, "POST", t, Some(r#"{"body":"APPROVE"}"#));
+        for body in [
+            r#"{"event":"APPROVE"}"#,
+            r#"{"event":"approve "}"#,
+            r#"{"event":"\u0041PPROVE"}"#,
+            r#"{"event":"COMMENT","event":"APPROVE"}"#,
+            r#"{"event":["APPROVE"]}"#,
+            "not json",
+        ] {
+            denied(&p, "POST", t, Some(body));
+            denied(
+                &p,
+                "POST",
+                "/repos/o/r/pulls/1/reviews/9/events",
+                Some(body),
+            );
+        }
+    }
+}

@@ -382,3 +382,233 @@ impl Policy {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    pub(crate) fn policy(extra: &str) -> Policy {
+        let text = format!("[sandbox]\nname = \"t\"\n{extra}\n");
+        Policy::parse(&text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub(crate) fn judge(p: &Policy, host: &str, method: &str, target: &str) -> L7Verdict {
+        let host = Host::parse(host).unwrap();
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        p.judge(&RequestView {
+            host: &host,
+            method,
+            path,
+            query,
+        })
+    }
+
+    fn denied_by(v: &L7Verdict) -> &str {
+        match v {
+            L7Verdict::Deny { reason, rule } => {
+                assert_eq!(*reason, Reason::RequestDeniedByRule);
+                rule
+            }
+            L7Verdict::Pass { .. } => panic!("passed"),
+        }
+    }
+
+    const DENY_MERGE: &str = r#"
+[[rules]]
+name = "no-merge"
+host = "api.example.com"
+method = "PUT"
+path = "/repos/*/*/pulls/*/merge"
+"#;
+
+    #[test]
+    fn attack_path_spellings_cannot_dodge_a_deny() {
+        let p = policy(DENY_MERGE);
+        for target in [
+            "/repos/a/b/pulls/1/merge",
+            "/repos/a/b/pulls/1/merge/",
+            "//repos/a/b/pulls/1/merge",
+            "/repos//a/b/pulls/1/merge",
+            "/repos/a/b/pulls/1/./merge",
+            "/repos/a/b/x/../pulls/1/merge",
+            "/repos/x/y/../../a/b/pulls/1/merge",
+            "/repos/a/b/pulls/1/%2e%2e/1/merge",
+            "/REPOS/a/b/Pulls/1/MERGE",
+            "/repos/a/b/pulls%2F1%2Fmerge",
+            "/repos/a/b/pulls%252F1%252Fmerge",
+            "/repos\\a\\b\\pulls\\1\\merge",
+            "/repos/a/b/pulls/1/merge;jsessionid=x",
+            "/repos/a/b/pulls/1/merge.json",
+            "/repos/a/b/pulls/1/m%65rge",
+            "/repos/a/b/pulls/1/merge?x=1",
+        ] {
+            assert_eq!(
+                denied_by(&judge(&p, "api.example.com", "PUT", target)),
+                "no-merge",
+                "{target}"
+            );
+        }
+        // Method case and host spellings do not matter either.
+        assert_eq!(
+            denied_by(&judge(
+                &p,
+                "API.Example.COM.",
+                "put",
+                "/repos/a/b/pulls/1/merge"
+            )),
+            "no-merge"
+        );
+        // A method override in the query is judged too.
+        assert_eq!(
+            denied_by(&judge(
+                &p,
+                "api.example.com",
+                "POST",
+                "/repos/a/b/pulls/1/merge?_method=put"
+            )),
+            "no-merge"
+        );
+        // What the rule does not cover passes.
+        for (m, t) in [
+            ("GET", "/repos/a/b/pulls/1/merge"),
+            ("PUT", "/repos/a/b/pulls/1"),
+            ("PUT", "/repos/a/b/c/pulls/1/merge"),
+            ("PUT", "/repos/a/b/pulls/1/merged"),
+        ] {
+            assert_eq!(
+                judge(&p, "api.example.com", m, t),
+                L7Verdict::Pass { rule: None },
+                "{m} {t}"
+            );
+        }
+        assert!(judge(&p, "other.example.com", "PUT", "/repos/a/b/pulls/1/merge").is_pass());
+    }
+
+    #[test]
+    fn attack_unjudgeable_paths_are_denied_on_hosts_with_rules() {
+        let p = policy(DENY_MERGE);
+        for target in [
+            "/repos/a/b/pulls/1/merge%00",
+            "*",
+            "/x%C0%AF",
+            "/%252525252F",
+        ] {
+            let v = judge(&p, "api.example.com", "PUT", target);
+            assert!(
+                denied_by(&v).starts_with("api.example.com: "),
+                "{target}: {v:?}"
+            );
+        }
+        // A host without rules is not judged at all.
+        assert!(judge(&p, "free.example.com", "GET", "*").is_pass());
+    }
+
+    const ALLOW_LIST: &str = r#"
+[[rules]]
+host = "api.example.com"
+method = ["GET", "post"]
+path = "/v1/*"
+action = "allow"
+
+[[rules]]
+name = "health"
+host = "api.example.com"
+path = "/health"
+action = "allow"
+
+[[rules]]
+host = "*.example.com"
+method = "DELETE"
+path = "/**"
+"#;
+
+    #[test]
+    fn allow_rules_turn_a_host_into_an_allowlist() {
+        let p = policy(ALLOW_LIST);
+        assert_eq!(
+            judge(&p, "api.example.com", "POST", "/v1/messages"),
+            L7Verdict::Pass {
+                rule: Some("api.example.com GET,POST /v1/*".into())
+            }
+        );
+        assert_eq!(
+            judge(&p, "api.example.com", "PATCH", "/health"),
+            L7Verdict::Pass {
+                rule: Some("health".into())
+            }
+        );
+        for (m, t) in [
+            ("PUT", "/v1/messages"),
+            ("GET", "/v1"),
+            ("GET", "/v1/a/b"),
+            ("GET", "/admin"),
+            // An encoded separator makes a second reading that the allow does not cover.
+            ("GET", "/v1/messages%2F..%2F..%2Fadmin"),
+            ("GET", "/v1/x%2Fy"),
+            // Every method of the request must be allowed.
+            ("GET", "/v1/messages?_method=PUT"),
+        ] {
+            assert_eq!(
+                denied_by(&judge(&p, "api.example.com", m, t)),
+                "api.example.com: no allow rule matches",
+                "{m} {t}"
+            );
+        }
+        // Deny wins over allow: DELETE is denied by the *.example.com rule, by its text.
+        assert_eq!(
+            denied_by(&judge(&p, "api.example.com", "DELETE", "/health")),
+            "*.example.com DELETE /**"
+        );
+        // Hosts with only deny rules are not allowlists.
+        assert!(judge(&p, "b.example.com", "GET", "/anything").is_pass());
+    }
+
+    #[test]
+    fn intercepts_hosts_with_credentials_or_rules_unless_passthrough() {
+        let p = policy(
+            r#"
+[network]
+allow = ["api.example.com", "cdn.example.com", "api.anthropic.com", "files.example.org"]
+passthrough = ["cdn.example.com", "*.example.org"]
+
+[[credentials]]
+preset = "anthropic"
+source = { env = "K" }
+
+[[rules]]
+host = "*.example.com"
+method = "DELETE"
+"#,
+        );
+        let i = |h: &str| p.intercepts(&Host::parse(h).unwrap());
+        assert!(i("api.anthropic.com"));
+        assert!(i("api.example.com"));
+        assert!(!i("cdn.example.com"));
+        assert!(!i("files.example.org"));
+        assert!(!i("pypi.org"));
+        // A passthrough host is never judged either (the proxy never sees its requests).
+        assert!(judge(&p, "cdn.example.com", "DELETE", "/x").is_pass());
+        assert!(!judge(&p, "api.example.com", "DELETE", "/x").is_pass());
+    }
+
+    #[test]
+    fn without_rules_nothing_is_needed() {
+        let p = policy("");
+        let h = Host::parse("api.github.com").unwrap();
+        let req = RequestView {
+            host: &h,
+            method: "POST",
+            path: "/graphql",
+            query: None,
+        };
+        assert!(p.judge(&req).is_pass());
+        assert_eq!(p.body_needed(&req), None);
+        assert!(p.judge_body(&req, b"not json").is_pass());
+        assert!(!p.intercepts(&h));
+    }
+}

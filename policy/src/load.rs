@@ -969,6 +969,213 @@ mod tests {
     }
 
     #[test]
+    fn credential_presets_fill_hosts_header_and_format() {
+        let p = parse(
+            "[sandbox]\nname = \"demo\"\n[[credentials]]\npreset = \"anthropic\"\nsource = { env = \"A\" }\n[[credentials]]\npreset = \"openai\"\nsource = { env = \"O\" }\n[[credentials]]\npreset = \"github\"\nname = \"gh\"\nsource = { file = \"/run/secrets/gh\" }\nhosts = [\"github.com\"]\n",
+        )
+        .unwrap();
+        let [a, o, g] = p.credentials.as_slice() else {
+            panic!("{:?}", p.credentials)
+        };
+        assert_eq!(a.name, "anthropic");
+        assert_eq!(a.header, "x-api-key");
+        assert_eq!(a.format, CredentialFormat::Template("{}".into()));
+        assert_eq!(
+            a.hosts.iter().map(|h| h.text.as_str()).collect::<Vec<_>>(),
+            ["api.anthropic.com"]
+        );
+        assert_eq!(o.name, "openai");
+        assert_eq!(o.header, "authorization");
+        assert_eq!(o.format, CredentialFormat::Template("Bearer {}".into()));
+        assert_eq!(o.hosts[0].text, "api.openai.com");
+        // Explicit values win over the preset's.
+        assert_eq!(g.name, "gh");
+        assert_eq!(g.format, CredentialFormat::GitBasic);
+        assert_eq!(g.header, "authorization");
+        assert_eq!(
+            g.hosts.iter().map(|h| h.text.as_str()).collect::<Vec<_>>(),
+            ["github.com"]
+        );
+
+        let head = "[sandbox]\nname = \"demo\"\n[[credentials]]\n";
+        refused(
+            &format!("{head}preset = \"gitlab\"\nsource = {{ env = \"A\" }}\n"),
+            4,
+            "credentials[0].preset: \"gitlab\": unknown credential preset",
+        );
+        // The source stays required.
+        refused(
+            &format!("{head}preset = \"github\"\n"),
+            3,
+            "missing field `source`",
+        );
+        // Without a preset the other fields are required, each named.
+        refused(
+            &format!(
+                "{head}name = \"x\"\nsource = {{ env = \"A\" }}\nheader = \"x\"\nformat = \"{{}}\"\n"
+            ),
+            3,
+            "missing field `hosts`",
+        );
+        // Two presets of the same name collide on the default name.
+        refused(
+            &format!(
+                "{head}preset = \"github\"\nsource = {{ env = \"A\" }}\n[[credentials]]\npreset = \"github\"\nsource = {{ env = \"B\" }}\n"
+            ),
+            7,
+            "duplicate credential name",
+        );
+        // git-basic with another header is refused even when the format came from the preset.
+        refused(
+            &format!(
+                "{head}preset = \"github\"\nsource = {{ env = \"A\" }}\nheader = \"x-token\"\n"
+            ),
+            6,
+            "credentials[0].header: \"x-token\": format \"git-basic\"",
+        );
+    }
+
+    #[test]
+    fn passthrough_hosts_take_no_port_and_no_credential_or_rule() {
+        let head = "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"*.example.com\"]\n";
+        let p = parse(&format!(
+            "{head}passthrough = [\"cdn.example.com\", \"*.example.org\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(p.network.passthrough.len(), 2);
+        refused(
+            &format!("{head}passthrough = [\"cdn.example.com:443\"]\n"),
+            5,
+            "network.passthrough[0]: \"cdn.example.com:443\": a port is not allowed",
+        );
+        // A credential whose hosts are all passthrough could never be injected.
+        let text = format!(
+            "{head}passthrough = [\"*.example.com\"]\n[[credentials]]\nname = \"k\"\nsource = {{ env = \"K\" }}\nhosts = [\"a.example.com\", \"*.b.example.com\"]\nheader = \"x-key\"\nformat = \"{{}}\"\n"
+        );
+        refused(
+            &text,
+            9,
+            "credentials[0].hosts: every host is in network.passthrough",
+        );
+        // One host still intercepted is enough.
+        assert!(parse(&text.replace("\"*.b.example.com\"", "\"example.com\"")).is_ok());
+        // The same through a preset points at the preset.
+        refused(
+            &format!(
+                "{head}passthrough = [\"api.anthropic.com\"]\n[[credentials]]\npreset = \"anthropic\"\nsource = {{ env = \"K\" }}\n"
+            ),
+            7,
+            "credentials[0].hosts: every host",
+        );
+        // A rule on a passthrough host could never apply.
+        refused(
+            &format!(
+                "{head}passthrough = [\"*.example.com\"]\n[[rules]]\nhost = \"a.example.com\"\nmethod = \"DELETE\"\n"
+            ),
+            7,
+            "rules[0].host: \"a.example.com\": is in network.passthrough (\"*.example.com\")",
+        );
+        // Nor could a preset's.
+        refused(
+            &format!("{head}passthrough = [\"api.github.com\"]\n[l7]\npresets = [\"github\"]\n"),
+            7,
+            "l7.presets[0]: \"github\": its rules are for api.github.com",
+        );
+    }
+
+    #[test]
+    fn l7_rules_are_validated_with_their_line() {
+        let head = "[sandbox]\nname = \"demo\"\n[[rules]]\n";
+        let p = parse(&format!(
+            "{head}name = \"no merge\"\nhost = \"API.github.com\"\nmethod = [\"put\", \"PUT\"]\npath = \"/repos/*/*/pulls/*/merge\"\n[[rules]]\nhost = \"*.example.com\"\naction = \"allow\"\n"
+        ))
+        .unwrap();
+        let [a, b] = p.l7.rules.as_slice() else {
+            panic!()
+        };
+        assert_eq!(a.methods, Methods::Only(vec!["PUT".into()]));
+        assert_eq!(a.action, Action::Deny);
+        assert_eq!(a.label(), "no merge");
+        assert_eq!(b.methods, Methods::Any);
+        assert_eq!(b.path.as_str(), "/**");
+        assert_eq!(b.action, Action::Allow);
+        assert_eq!(b.label(), "*.example.com * /**");
+
+        for (body, line, needle) in [
+            (
+                "host = \"a.com:443\"\n",
+                4,
+                "rules[0].host: \"a.com:443\": a port is not allowed",
+            ),
+            ("host = \"https://a.com\"\n", 4, "rules[0].host"),
+            (
+                "host = \"a.com\"\npath = \"repos\"\n",
+                5,
+                "rules[0].path: \"repos\": a path glob starts with '/'",
+            ),
+            ("host = \"a.com\"\npath = \"/a/../b\"\n", 5, "rules[0].path"),
+            (
+                "host = \"a.com\"\npath = \"/a%2Fb\"\n",
+                5,
+                "write the path decoded",
+            ),
+            (
+                "host = \"a.com\"\nmethod = []\n",
+                5,
+                "rules[0].method: needs at least one",
+            ),
+            (
+                "host = \"a.com\"\nmethod = [\"*\", \"GET\"]\n",
+                5,
+                "must be alone",
+            ),
+            (
+                "host = \"a.com\"\nmethod = \"GE T\"\n",
+                5,
+                "not an HTTP method",
+            ),
+            ("host = \"a.com\"\nmethod = 1\n", 5, "rules[0].method"),
+            (
+                "host = \"a.com\"\naction = \"allwo\"\n",
+                5,
+                "unknown variant `allwo`",
+            ),
+            (
+                "host = \"a.com\"\nmethods = \"GET\"\n",
+                5,
+                "unknown field `methods`",
+            ),
+            ("host = \"a.com\"\nname = \"\"\n", 5, "rules[0].name"),
+            ("method = \"GET\"\n", 3, "missing field `host`"),
+        ] {
+            refused(&format!("{head}{body}"), line, needle);
+        }
+    }
+
+    #[test]
+    fn presets_are_known_and_listed_once() {
+        let head = "[sandbox]\nname = \"demo\"\n[l7]\n";
+        let p = parse(&format!("{head}presets = [\"github\"]\n")).unwrap();
+        assert_eq!(p.l7.presets, [Preset::Github]);
+        assert!(!p.l7.preset_rules.is_empty() && !p.l7.body_rules.is_empty());
+        refused(
+            &format!("{head}presets = [\"gitlab\"]\n"),
+            4,
+            "l7.presets[0]: \"gitlab\": unknown preset",
+        );
+        refused(
+            &format!("{head}presets = [\"github\",\n \"github\"]\n"),
+            5,
+            "l7.presets[1]: \"github\": listed twice",
+        );
+        refused(
+            &format!("{head}preset = [\"github\"]\n"),
+            4,
+            "unknown field `preset`",
+        );
+    }
+
+    #[test]
     fn load_reads_the_file_or_says_why_not() {
         let dir = std::env::temp_dir().join(format!("airlock-policy-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
