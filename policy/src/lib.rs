@@ -2,13 +2,18 @@
 //! decision.
 //!
 //! This crate's one job is to turn a policy file into a validated [`Policy`] and answer
-//! "may the agent reach this host on this port, and if not, why?" ([`Policy::decide`]).
+//! "may the agent reach this host on this port, and if not, why?" ([`Policy::decide`]),
+//! "must the proxy look inside connections to this host?" ([`Policy::intercepts`]) and
+//! "may this intercepted request go through?" ([`Policy::judge`], [`Policy::body_needed`],
+//! [`Policy::judge_body`]).
 //! It is pure: no network, no DNS, no async, no logging. It does not resolve names, apply
-//! the mode, inject credentials, read secrets or enforce git rules: the proxy, the
-//! entrypoint and the git API do, using the types defined here.
+//! the mode, inject credentials, read secrets, read request bodies or enforce git rules:
+//! the proxy, the entrypoint and the git API do, using the types defined here.
 //!
 //! Modules: [`host`] (normalisation), [`rule`] (host rules), [`address`] (hard-deny
-//! ranges), [`reason`] (denial codes).
+//! ranges), [`reason`] (denial codes), [`l7`] (request rules and the verdict), [`path`]
+//! (the readings of a request path), [`glob`] (path globs), [`github`] (the GitHub
+//! preset), [`graphql`] (mutations of a GraphQL document), [`json`] (strict JSON bodies).
 //!
 //! # The policy file
 //!
@@ -32,6 +37,7 @@
 //! |---|---|
 //! | `allow` | host rules the agent may reach. |
 //! | `deny` | host rules that win over `allow`. |
+//! | `passthrough` | host rules **without ports** that the proxy never intercepts: their TLS is tunnelled untouched even when a credential or an L7 rule names them (so no credential is injected there, no placeholder leak is seen there, no L7 rule applies). Not an allow: `allow` still decides whether the host is reachable. A credential whose hosts are all passthrough, a `[[rules]]` entry whose host is, and a preset whose rules are for a passthrough host are errors. For hosts that pin certificates or that you do not want decrypted. |
 //!
 //! A **host rule** is one of:
 //! - `host`: exactly that host (`api.anthropic.com`);
@@ -68,11 +74,18 @@
 //!
 //! | key | value |
 //! |---|---|
-//! | `name` | required, unique; 1-64 characters of `[a-z0-9_-]`. Appears in the audit log. |
-//! | `source` | required, exactly one of `{ env = "VAR" }` (an environment variable of the container, scrubbed before the agent starts) or `{ file = "/abs/path" }` (e.g. a Docker secret). |
-//! | `hosts` | required, at least one host rule, same syntax as `network.allow` but **without ports**. |
-//! | `header` | required; an HTTP header name, lowercased on parse (e.g. `"x-api-key"`, `"authorization"`). Not a header that frames the message (`host`, `content-length`, `transfer-encoding`, `connection`, ...). |
-//! | `format` | required; the header value with exactly one `{}` where the secret goes (`"{}"`, `"Bearer {}"`), or the literal `"git-basic"`: HTTP basic auth as GitHub expects for a token (`header` must then be `"authorization"`). |
+//! | `preset` | optional: `"anthropic"`, `"openai"` or `"github"`; fills `name`, `hosts`, `header` and `format` where they are not written (see below). |
+//! | `name` | required (unless `preset`: defaults to the preset's name), unique; 1-64 characters of `[a-z0-9_-]`. Appears in the audit log. |
+//! | `source` | required, even with a preset; exactly one of `{ env = "VAR" }` (an environment variable of the container, scrubbed before the agent starts) or `{ file = "/abs/path" }` (e.g. a Docker secret). |
+//! | `hosts` | required (unless `preset`), at least one host rule, same syntax as `network.allow` but **without ports**. |
+//! | `header` | required (unless `preset`); an HTTP header name, lowercased on parse (e.g. `"x-api-key"`, `"authorization"`). Not a header that frames the message (`host`, `content-length`, `transfer-encoding`, `connection`, ...). |
+//! | `format` | required (unless `preset`); the header value with exactly one `{}` where the secret goes (`"{}"`, `"Bearer {}"`), or the literal `"git-basic"`: HTTP basic auth as GitHub expects for a token, `Basic base64("x-access-token:" + token)`, accepted by git smart HTTP and by the REST API (`header` must then be `"authorization"`). |
+//!
+//! | preset | hosts | header | format |
+//! |---|---|---|---|
+//! | `anthropic` | `api.anthropic.com` | `x-api-key` | `"{}"` |
+//! | `openai` | `api.openai.com` | `authorization` | `"Bearer {}"` |
+//! | `github` | `github.com`, `api.github.com` | `authorization` | `"git-basic"` |
 //!
 //! ## `[git]` (optional; every key optional)
 //!
@@ -85,6 +98,56 @@
 //! | `allow_tags` | `false` | whether tags may be pushed. |
 //!
 //! Setting a key replaces its default (it does not add to it).
+//!
+//! ## `[[rules]]` (optional, repeatable): L7 request rules
+//!
+//! Checked by the proxy on every request of an **intercepted** connection; a host named
+//! by a rule is intercepted (so the agent must trust the appliance CA for it, or use the
+//! base-URL mode). Rules never make a host reachable: `[network]` decides that first.
+//!
+//! | key | value |
+//! |---|---|
+//! | `host` | required; a host rule **without port** (`"api.github.com"`, `"*.example.com"`). |
+//! | `method` | optional, default `"*"` (any); a method or a list of methods (`"DELETE"`, `["PUT", "PATCH"]`), compared case-insensitively. |
+//! | `path` | optional, default `"/**"`; a path glob (see [`glob`]): `*` matches within one segment, a `**` segment any number of segments (zero included), the rest literally and case-insensitively. Written decoded, starting with `/`, without query, `.`/`..` or empty segments. |
+//! | `action` | optional: `"deny"` (default) or `"allow"`. |
+//! | `name` | optional, 1-100 characters: the rule's name in the audit log and in the agent's 403 (otherwise `"<host> <methods> <path>"`). |
+//!
+//! For a request on host H: **deny wins** (any matching deny rule, of `[[rules]]` or of a
+//! preset, denies with `request-denied-by-rule` and the rule's name); then, if H has
+//! `allow` rules, the request must match one of them or it is denied with rule
+//! `"H: no allow rule matches"`; otherwise it passes. Queries are not matched.
+//!
+//! Paths cannot be spelled around a rule ([`path`] has the details): the path is judged
+//! in every reading an upstream might use: each segment percent-decoded (`%2F` kept
+//! inside its segment), and fully decoded (repeatedly: `%252F` is `/`; `\` is `/`); in
+//! each, `//`, a trailing `/` and `.` vanish and `..` removes a segment; variants with
+//! `;params` and a last-segment `.ext` stripped are added. A deny rule matching **any**
+//! reading denies; an allow rule must match **every** decoded reading (so
+//! `/v1/x%2F..%2F..%2Fadmin` is not under `allow /v1/*`). A path decoding to a control
+//! character (`%00`) or invalid UTF-8 (`%C0%AF`), encoded more than 4 times, longer than
+//! 8 KiB or not origin-form is denied on a host with rules. A `_method=` query parameter
+//! counts as a second method of the request; the proxy strips method-override headers
+//! ([`l7::METHOD_OVERRIDE_HEADERS`]).
+//!
+//! ## `[l7]` (optional)
+//!
+//! | key | default | value |
+//! |---|---|---|
+//! | `presets` | `[]` | named rule sets added after `[[rules]]` (deny rules only, so they cannot be re-allowed). Known: `"github"`. |
+//!
+//! `"github"` ([`github`] has the full table) intercepts `api.github.com` and denies what
+//! a sandbox must never do with a lent token: merging (REST and GraphQL, auto-merge and
+//! merge queue included), approving or dismissing reviews, any REST ref update (git
+//! changes go through the git API only), writing contents except to a branch of
+//! `git.push_branches` that is not in `git.protected_branches` and outside
+//! `git.restricted_paths`, deleting/changing/transferring repositories, secrets (even
+//! reading), branch protection and rulesets, Actions writes (dispatch, re-run, approve,
+//! permissions, runners, variables), environments, deployments, releases, commit statuses
+//! and checks, deploy keys, collaborators, webhooks, organization, team, user and gist
+//! writes. GraphQL requests are read in full (at most 256 KiB; anything unparseable is
+//! denied) and denied if a mutation operation runs a denied mutation, however aliased or
+//! spread through fragments.
 
 pub mod address;
 mod decide;

@@ -695,6 +695,12 @@ mod tests {
             CredentialSource::Env("ANTHROPIC_API_KEY".into())
         );
         assert_eq!(p.credentials[1].format, CredentialFormat::GitBasic);
+        assert_eq!(p.credentials[1].name, "github");
+        assert_eq!(p.credentials[1].hosts.len(), 2);
+        assert!(p.network.passthrough.is_empty());
+        assert_eq!(p.l7.presets, [Preset::Github]);
+        assert_eq!(p.l7.rules.len(), 1);
+        assert_eq!(p.l7.rules[0].methods, Methods::Only(vec!["DELETE".into()]));
         // The example spells out the defaults: it must agree with them.
         let defaults = GitPolicy::defaults_for("demo");
         assert_eq!(p.git.push_branches, ["sandbox/demo/*"]);
