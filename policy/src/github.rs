@@ -46,6 +46,9 @@
 //!   [`REVIEW_BODY_CAP`] bytes): denied when `event` is `APPROVE`: a sandbox may review,
 //!   never approve (an approval can satisfy a required review).
 //!
+//! On these three a non-empty query string is denied (it could override the judged
+//! body) and the body must be JSON ([`crate::l7::judged_body_content_type_ok`]).
+//!
 //! Forks, issues, pull requests (opening, editing, commenting, reviewing), labels and
 //! every read stay allowed. A preset deny cannot be re-allowed by a `[[rules]]` allow
 //! (deny wins).
@@ -669,6 +672,28 @@ protected_branches = ["main", "release/*"]
             Some(GRAPHQL_BODY_CAP)
         );
         assert_eq!(p.body_needed(&view(&h, "GET", "/repos/o/r")), None);
+        // A query string could override the judged body (Rails merges params).
+        let ok = gql("{ viewer { login } }");
+        passes(&p, "POST", "/graphql", Some(&ok));
+        let rule = denied(
+            &p,
+            "POST",
+            "/graphql?query=mutation%7BmergePullRequest%7D",
+            Some(&ok),
+        );
+        assert!(rule.contains("query string"), "{rule}");
+        denied(
+            &p,
+            "POST",
+            "/repos/o/r/pulls/1/reviews?event=APPROVE",
+            Some(r#"{"event":"COMMENT"}"#),
+        );
+        denied(
+            &p,
+            "PUT",
+            "/repos/o/r/contents/a?branch=main",
+            Some(r#"{"branch":"sandbox/demo/x"}"#),
+        );
         for q in [
             "mutation { mergePullRequest(input: {pullRequestId: \"x\"}) { clientMutationId } }",
             "mutation M { ok: mergePullRequest(input: {pullRequestId: \"x\"}) { clientMutationId } }",

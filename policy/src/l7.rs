@@ -8,6 +8,13 @@
 //!    a `content-encoding`, is refused with [`Reason::RequestDeniedByRule`]) and
 //! 3. [`Policy::judge_body`] decides (it re-applies [`Policy::judge`] first).
 //!
+//! A judged body is only meaningful if the upstream reads the same values from it, so for
+//! a request whose body is judged: a non-empty query string is denied (frameworks such as
+//! Rails merge query parameters over body parameters: `?branch=main`, `?event=APPROVE`,
+//! `?query=mutation...` would override what was judged), and the proxy must refuse a
+//! `content-type` that [`judged_body_content_type_ok`] rejects (a form-encoded body can
+//! hide `&branch=main` inside a JSON string) and any `content-encoding`.
+//!
 //! Semantics for a request on host H (its canonical form), method M, path P:
 //! - rules apply when their host rule matches H; a `network.passthrough` host is never
 //!   intercepted, so no rule ever applies to it;
@@ -31,7 +38,7 @@ use std::fmt;
 use crate::glob::PathGlob;
 use crate::host::Host;
 use crate::model::Policy;
-use crate::path::PathForms;
+use crate::path::{PathForms, percent_decode};
 use crate::reason::Reason;
 use crate::rule::HostRule;
 
@@ -42,6 +49,27 @@ pub const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
     "x-http-method",
     "x-method-override",
 ];
+
+/// Whether a request whose body is judged may carry this `content-type` (`None`: the
+/// header is absent). Only JSON (`application/json`, `application/*+json`, any
+/// parameters) is read the same way by the judge and the upstream; the proxy refuses
+/// anything else with [`Reason::RequestDeniedByRule`].
+#[must_use]
+pub fn judged_body_content_type_ok(content_type: Option<&str>) -> bool {
+    let Some(ct) = content_type else {
+        return true;
+    };
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json") && !sub.contains(['/', ' ']))
+}
 
 /// What the proxy knows of a request when it asks the policy.
 #[derive(Debug, Clone, Copy)]
@@ -257,10 +285,15 @@ impl L7Rules {
 /// The request's methods: the method uppercased, and a `_method` query override.
 fn methods_of(req: &RequestView<'_>) -> Vec<String> {
     let mut out = vec![req.method.to_ascii_uppercase()];
-    for pair in req.query.unwrap_or("").split('&') {
+    let decode = |s: &str| {
+        String::from_utf8_lossy(&percent_decode(s.replace('+', " ").as_bytes()))
+            .trim()
+            .to_ascii_uppercase()
+    };
+    for pair in req.query.unwrap_or("").split(['&', ';']) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key.eq_ignore_ascii_case("_method") || key.eq_ignore_ascii_case("%5fmethod") {
-            let value = value.to_ascii_uppercase();
+        if decode(key) == "_METHOD" {
+            let value = decode(value);
             if !out.contains(&value) {
                 out.push(value);
             }
@@ -326,7 +359,7 @@ impl Policy {
     /// [`Policy::judge_body`]. `None`: the head's verdict is final.
     #[must_use]
     pub fn body_needed(&self, req: &RequestView<'_>) -> Option<usize> {
-        if !self.judge(req).is_pass() {
+        if self.is_passthrough(req.host) || !self.judge(req).is_pass() {
             return None;
         }
         let forms = PathForms::analyse(req.path).ok()?;
@@ -349,6 +382,12 @@ impl Policy {
         };
         let methods = methods_of(req);
         for rule in self.body_rules_for(req, &methods, &forms) {
+            if req.query.is_some_and(|q| !q.is_empty()) {
+                return L7Verdict::deny(format!(
+                    "{}: a query string could override the judged body",
+                    rule.name
+                ));
+            }
             if body.len() > rule.cap {
                 return L7Verdict::deny(format!(
                     "{}: body larger than {} bytes",
@@ -594,6 +633,48 @@ method = "DELETE"
         // A passthrough host is never judged either (the proxy never sees its requests).
         assert!(judge(&p, "cdn.example.com", "DELETE", "/x").is_pass());
         assert!(!judge(&p, "api.example.com", "DELETE", "/x").is_pass());
+    }
+
+    #[test]
+    fn attack_method_override_spellings() {
+        let p = policy(DENY_MERGE);
+        for q in [
+            "_method=PUT",
+            "_METHOD=put",
+            "%5Fmethod=PUT",
+            "_method=%50UT",
+            "a=1;_method=PUT",
+            "_method=PUT+",
+        ] {
+            let target = format!("/repos/a/b/pulls/1/merge?{q}");
+            assert_eq!(
+                denied_by(&judge(&p, "api.example.com", "POST", &target)),
+                "no-merge",
+                "{q}"
+            );
+        }
+    }
+
+    #[test]
+    fn judged_bodies_must_be_json() {
+        for ok in [
+            None,
+            Some("application/json"),
+            Some("Application/JSON; charset=utf-8"),
+            Some("application/vnd.github+json"),
+        ] {
+            assert!(judged_body_content_type_ok(ok), "{ok:?}");
+        }
+        for bad in [
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "text/plain",
+            "",
+            "application/graphql",
+            "json",
+        ] {
+            assert!(!judged_body_content_type_ok(Some(bad)), "{bad:?}");
+        }
     }
 
     #[test]

@@ -147,7 +147,8 @@
 //! and checks, deploy keys, collaborators, webhooks, organization, team, user and gist
 //! writes. GraphQL requests are read in full (at most 256 KiB; anything unparseable is
 //! denied) and denied if a mutation operation runs a denied mutation, however aliased or
-//! spread through fragments.
+//! spread through fragments. Requests whose body is judged must be JSON and carry no
+//! query string (Rails-style parameter merging would let `?branch=main` override the body).
 
 pub mod address;
 mod decide;

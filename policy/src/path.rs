@@ -139,7 +139,7 @@ fn checked(bytes: Vec<u8>) -> Result<String, PathError> {
 }
 
 /// One round of percent-decoding; an invalid escape (`%zz`, a lone `%`) stays literal.
-fn percent_decode(input: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decode(input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;
     while let Some(&b) = input.get(i) {
