@@ -16,7 +16,10 @@
 //! `null` for single-line decisions), `method`, `host`, `port`, `path` (path only: the query
 //! string is never logged, it may carry secrets), `decision` (`allow`|`deny`|`report`), `rule`,
 //! `reason`, `upstream` (`ip:port` connected to), `upstream_local_port` (the proxy's source
-//! port of that upstream connection), `bytes_up`, `bytes_down`, `duration_ms`.
+//! port of that upstream connection), `intercepted` (the TLS was terminated and each request
+//! judged and logged on its own line), `credential` (names of the credentials injected into
+//! the request, comma-separated), `status` (the upstream's response status, when the
+//! proxy read it), `bytes_up`, `bytes_down`, `duration_ms`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -66,6 +69,9 @@ pub enum Kind {
     Transparent,
     /// A query on the DNS filter.
     Dns,
+    /// A request on the git service port (the git API's only way out).
+    #[serde(rename = "git-service")]
+    GitService,
 }
 
 /// The outcome recorded for a decision.
@@ -111,6 +117,9 @@ pub struct Record {
     pub reason: Option<&'static str>,
     pub upstream: Option<SocketAddr>,
     pub upstream_local_port: Option<u16>,
+    pub intercepted: bool,
+    pub credential: Option<String>,
+    pub status: Option<u16>,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
@@ -145,6 +154,9 @@ impl Record {
             reason: None,
             upstream: None,
             upstream_local_port: None,
+            intercepted: false,
+            credential: None,
+            status: None,
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
@@ -157,16 +169,20 @@ impl Record {
             Kind::Http => "http",
             Kind::Transparent => "transparent",
             Kind::Dns => "dns",
+            Kind::GitService => "git-service",
         };
         let host = self.host.as_deref().unwrap_or("-");
         let port = self.port.unwrap_or(0);
         let reason = self.reason.unwrap_or("-");
         let method = self.method.as_deref().unwrap_or("-");
         let event = self.event.unwrap_or("");
+        let path = self.path.as_deref().unwrap_or("");
+        let cred = self.credential.as_deref().unwrap_or("");
         tracing::info!(
-            "{} {kind}{}{event} {method} {host}:{port} {reason} up={} down={} {}ms",
+            "{} {kind}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms",
             self.decision.as_str(),
             if event.is_empty() { "" } else { "/" },
+            if cred.is_empty() { "" } else { " credential=" },
             self.bytes_up,
             self.bytes_down,
             self.duration_ms
@@ -449,6 +465,9 @@ mod tests {
             "reason",
             "upstream",
             "upstream_local_port",
+            "intercepted",
+            "credential",
+            "status",
             "bytes_up",
             "bytes_down",
             "duration_ms",

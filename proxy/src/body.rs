@@ -77,6 +77,8 @@ pub struct AuditOnDrop {
     record: Option<Record>,
     meter: Arc<Meter>,
     audit: Audit,
+    /// Set when the request body was cut for a leak after the response had started.
+    leak: Option<Arc<std::sync::OnceLock<String>>>,
 }
 
 impl AuditOnDrop {
@@ -87,7 +89,15 @@ impl AuditOnDrop {
             record: Some(record),
             meter,
             audit,
+            leak: None,
         }
+    }
+
+    /// Marks the record as a `credential-leak` denial if `flag` is set by then.
+    #[must_use]
+    pub fn with_leak_flag(mut self, flag: Arc<std::sync::OnceLock<String>>) -> Self {
+        self.leak = Some(flag);
+        self
     }
 }
 
@@ -97,6 +107,12 @@ impl Drop for AuditOnDrop {
             rec.bytes_up = self.meter.up();
             rec.bytes_down = self.meter.down();
             rec.duration_ms = self.meter.elapsed_ms();
+            if let Some(name) = self.leak.as_ref().and_then(|f| f.get()) {
+                rec.decision = crate::audit::Verdict::Deny;
+                rec.reason = Some(airlock_policy::Reason::CredentialLeak.as_str());
+                rec.event = Some("leak-in-body");
+                tracing::warn!("credential {name}: seen in a request body, upstream cut");
+            }
             self.audit.emit_detached(rec);
         }
     }

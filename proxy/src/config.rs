@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// `airlock-proxy --policy <file> --audit <file> --session <id> [--resolv-conf <file>]`
+/// `airlock-proxy --policy <file> --audit <file> --session <id> [--resolv-conf <file>]
+/// [--state-dir <dir>] [--ca-export <file>] [--upstream-ca <file>]...`
 #[derive(Debug, Clone, Parser)]
 #[command(name = "airlock-proxy", version, about = "airlock's egress proxy")]
 pub struct Args {
@@ -25,8 +26,8 @@ pub struct Args {
     pub resolv_conf: PathBuf,
     /// The proxy's private state directory (0700, this user): the credential hand-off
     /// (`credentials.json`) and the appliance CA (`ca.pem`, `ca-key.pem`).
-    #[arg(long, default_value_t = default_state_dir())]
-    pub state_dir: String,
+    #[arg(long, default_value_os_t = default_state_dir())]
+    pub state_dir: PathBuf,
     /// Where the CA's public certificate is exported (0644) for the agent's trust bundle.
     #[arg(long, default_value = airlock_channels::CA_EXPORT_PATH)]
     pub ca_export: PathBuf,
@@ -35,12 +36,8 @@ pub struct Args {
     pub upstream_ca: Vec<PathBuf>,
 }
 
-fn default_state_dir() -> String {
-    format!(
-        "{}/{}",
-        airlock_channels::RUN_DIR,
-        airlock_channels::PROXY_STATE_SUBDIR
-    )
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(airlock_channels::RUN_DIR).join(airlock_channels::PROXY_STATE_SUBDIR)
 }
 
 #[cfg(test)]
@@ -61,6 +58,31 @@ mod tests {
         .unwrap();
         assert_eq!(a.resolv_conf, PathBuf::from("/etc/resolv.conf"));
         assert_eq!(a.session, "s-1");
+        assert_eq!(a.state_dir, PathBuf::from("/run/airlock/proxy"));
+        assert_eq!(a.ca_export, PathBuf::from("/run/airlock/ca.pem"));
+        assert!(a.upstream_ca.is_empty());
+    }
+
+    #[test]
+    fn upstream_roots_repeat() {
+        let a = Args::try_parse_from([
+            "airlock-proxy",
+            "--policy",
+            "p",
+            "--audit",
+            "a",
+            "--session",
+            "s",
+            "--state-dir",
+            "/st",
+            "--upstream-ca",
+            "/a.pem",
+            "--upstream-ca",
+            "/b.pem",
+        ])
+        .unwrap();
+        assert_eq!(a.upstream_ca.len(), 2);
+        assert_eq!(a.state_dir, PathBuf::from("/st"));
     }
 
     #[test]

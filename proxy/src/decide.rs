@@ -93,6 +93,27 @@ pub fn http_target(uri: &Uri) -> Result<(Target, String), Rejected> {
     Ok((target, uri.path().to_owned()))
 }
 
+/// Base-URL mode: the path `/https/<host>[:port]/<rest>` names `https://<host>[:port]`.
+/// Returns the target (default port 443) and the upstream path `/<rest>` (at least `/`).
+///
+/// # Errors
+/// `malformed-request` without a host (or with userinfo, an oversize authority or port 0),
+/// `invalid-host` when the host does not canonicalise.
+pub fn base_url_target(path: &str) -> Result<(Target, String), Rejected> {
+    let Some(rest) = path.strip_prefix(airlock_channels::BASE_URL_PREFIX) else {
+        return Err(reject(Reason::MalformedRequest, ""));
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || authority.len() > MAX_AUTHORITY || authority.contains(['@', '%']) {
+        return Err(reject(Reason::MalformedRequest, authority));
+    }
+    let target = split(authority, 443)?;
+    Ok((target, tail.to_owned()))
+}
+
 fn has_port(authority: &str) -> bool {
     match authority.rfind(':') {
         None => false,
@@ -313,6 +334,28 @@ mod tests {
                 Reason::MalformedRequest,
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn base_url_paths() {
+        let (t, p) = base_url_target("/https/API.Anthropic.com/v1/messages").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, p.as_str()),
+            ("api.anthropic.com", 443, "/v1/messages")
+        );
+        let (t, p) = base_url_target("/https/example.com:8443").unwrap();
+        assert_eq!((t.port, p.as_str()), (8443, "/"));
+        for (bad, reason) in [
+            ("/https/", Reason::MalformedRequest),
+            ("/https//x", Reason::MalformedRequest),
+            ("/https/u@example.com/x", Reason::MalformedRequest),
+            ("/https/example.com%2Fevil.com/x", Reason::MalformedRequest),
+            ("/https/example.com:0/x", Reason::MalformedRequest),
+            ("/https/bad_host!/x", Reason::InvalidHost),
+            ("/http/example.com/x", Reason::MalformedRequest),
+        ] {
+            assert_eq!(base_url_target(bad).unwrap_err().reason, reason, "{bad}");
         }
     }
 

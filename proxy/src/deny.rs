@@ -24,7 +24,9 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
 pub const fn status_for(reason: Reason) -> StatusCode {
     match reason {
         Reason::MalformedRequest | Reason::InvalidHost => StatusCode::BAD_REQUEST,
-        Reason::ResolveFailed | Reason::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+        Reason::ResolveFailed
+        | Reason::UpstreamUnreachable
+        | Reason::UpstreamCertificateInvalid => StatusCode::BAD_GATEWAY,
         Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::FORBIDDEN,

@@ -3,17 +3,15 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use airlock_channels::HEALTH_PATH;
+use airlock_channels::{BASE_URL_PREFIX, HEALTH_PATH};
 use airlock_policy::reason::Reason;
-use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, Uri, Version};
-use http_body_util::BodyExt;
+use http::header;
+use http::{Method, Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper::client::conn::http1 as client_http1;
 use hyper::server::conn::http1 as server_http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -22,34 +20,39 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
-use crate::body::{AuditOnDrop, Counted};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
-use crate::hop;
 use crate::identity::Proto;
+use crate::intercept::{self, Ctx, Route};
 use crate::limits::{Client, Slot};
 use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
 
-/// Accepts on `listener` until draining starts.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+/// Accepts on `listener` until draining starts. `service`: the git service port (CONNECT
+/// only, always intercepted, git smart-HTTP of authorized repositories only).
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, service: bool) {
     let mut phase = shared.shutdown.subscribe();
-    while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, "explicit").await
-    {
+    let name = if service { "git-service" } else { "explicit" };
+    while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, name).await {
         let uid = stream
             .local_addr()
             .ok()
             .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
         match shared.slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
+                let mode = if service {
+                    Mode::Service
+                } else {
+                    Mode::Explicit
+                };
                 tokio::spawn(serve_conn(
                     stream,
                     peer,
                     uid,
                     Arc::clone(&shared),
                     Arc::new(slot),
-                    None,
+                    mode,
                 ));
             }
             Err(reason) => {
@@ -79,28 +82,40 @@ async fn refuse(
     shared.audit.emit(rec).await;
 }
 
-/// The per-connection upstream kept for plain-HTTP keep-alive: same host and port only.
-struct Pooled {
-    host: String,
-    port: u16,
-    addr: SocketAddr,
-    local_port: Option<u16>,
-    sender: client_http1::SendRequest<ProxyBody>,
+/// Which listener a connection arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The explicit proxy.
+    Explicit,
+    /// The git service port.
+    Service,
+    /// Plain HTTP on the transparent listener: every request must resolve to and go to this
+    /// original destination.
+    Pinned(SocketAddr),
 }
 
 struct ConnState {
     shared: Arc<Shared>,
     peer: SocketAddr,
     uid: Option<u32>,
-    /// Transparent HTTP: the original destination every request must resolve to and go to.
-    pin: Option<SocketAddr>,
+    mode: Mode,
     slot: Arc<Slot>,
-    pooled: Mutex<Option<Pooled>>,
+    /// Requests read on this connection: their exchange context and kept-alive upstream.
+    ctx: Ctx,
     requests: AtomicU64,
 }
 
-/// Serves one client connection with hyper. `pin` is set for plain HTTP arriving on the
-/// transparent listener: requests are then origin-form, named by their `Host` header, and
+impl ConnState {
+    const fn pin(&self) -> Option<SocketAddr> {
+        match self.mode {
+            Mode::Pinned(a) => Some(a),
+            Mode::Explicit | Mode::Service => None,
+        }
+    }
+}
+
+/// Serves one client connection with hyper. In [`Mode::Pinned`] (plain HTTP arriving on
+/// the transparent listener) requests are origin-form, named by their `Host` header, and
 /// may only go to that original destination.
 pub(crate) async fn serve_conn(
     stream: TcpStream,
@@ -108,12 +123,12 @@ pub(crate) async fn serve_conn(
     uid: Option<u32>,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
-    pin: Option<SocketAddr>,
+    mode: Mode,
 ) {
-    let conn_kind = if pin.is_some() {
-        Kind::Transparent
-    } else {
-        Kind::Http
+    let conn_kind = match mode {
+        Mode::Pinned(_) => Kind::Transparent,
+        Mode::Service => Kind::GitService,
+        Mode::Explicit => Kind::Http,
     };
     let started = SystemTime::now();
     let read_meter = Arc::new(Meter::new());
@@ -122,9 +137,9 @@ pub(crate) async fn serve_conn(
         shared: Arc::clone(&shared),
         peer,
         uid,
-        pin,
+        mode,
+        ctx: Ctx::new(Arc::clone(&shared), peer, uid, conn_kind, Arc::clone(&slot)),
         slot,
-        pooled: Mutex::new(None),
         requests: AtomicU64::new(0),
     });
     let svc_state = Arc::clone(&state);
@@ -192,8 +207,18 @@ pub(crate) async fn serve_conn(
 
 async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBody> {
     st.requests.fetch_add(1, Ordering::Relaxed);
-    if let Some(orig) = st.pin {
+    if let Some(orig) = st.pin() {
         return transparent_http(st, req, orig).await;
+    }
+    if st.mode == Mode::Service {
+        if req.method() == Method::CONNECT {
+            return connect(st, req).await;
+        }
+        // The git API's git speaks only CONNECT here (http.proxy); nothing else is served.
+        let mut rec = record(&st, Kind::GitService, &req);
+        rec.path = Some(req.uri().path().chars().take(1024).collect());
+        rec.rule = Some("git service: CONNECT only".into());
+        return deny_now(&st, rec, Reason::RequestDeniedByRule, "", 0).await;
     }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
@@ -201,6 +226,9 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
     if req.uri().authority().is_none() {
         if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
             return deny::health(&st.shared.session);
+        }
+        if req.uri().path().starts_with(BASE_URL_PREFIX) {
+            return base_url(st, req).await;
         }
         let mut rec = record(&st, Kind::Http, &req);
         rec.path = Some(req.uri().path().chars().take(1024).collect());
@@ -254,7 +282,13 @@ async fn admit(
 }
 
 async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<ProxyBody> {
-    let mut rec = record(&st, Kind::Connect, &req);
+    let service = st.mode == Mode::Service;
+    let kind = if service {
+        Kind::GitService
+    } else {
+        Kind::Connect
+    };
+    let mut rec = record(&st, kind, &req);
     let meter = Arc::new(Meter::new());
     let authority = req
         .uri()
@@ -285,13 +319,28 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     rec.upstream = Some(upstream.addr);
     rec.upstream_local_port = upstream.local_port;
     rec.event = Some("close");
+    // The service port always intercepts (it exists to inject the git credential).
+    let intercept = service || st.shared.policy.intercepts(&target.host);
 
     let on_upgrade = hyper::upgrade::on(&mut req);
     let shared = Arc::clone(&st.shared);
     let slot = Arc::clone(&st.slot);
+    let (peer, uid) = (st.peer, st.uid);
     tokio::spawn(async move {
-        let _slot = slot; // the tunnel counts against the client's connection cap
+        let _slot = Arc::clone(&slot); // the tunnel counts against the client's connection cap
         let end = match on_upgrade.await {
+            Ok(upgraded) if intercept => {
+                let mut ctx = Ctx::new(Arc::clone(&shared), peer, uid, kind, slot);
+                ctx.service = service;
+                let route = Route {
+                    target,
+                    addrs,
+                    tls: true,
+                    check_host: true,
+                };
+                let client = Metered::new(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
+                intercept::serve_tls(client, Arc::new(ctx), route, Some(upstream), &mut rec).await
+            }
             Ok(upgraded) => {
                 let mut client = TokioIo::new(upgraded);
                 let mut up = upstream.stream;
@@ -388,31 +437,33 @@ async fn forward(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBo
     forward_with(st, req, rec).await
 }
 
+/// Plain HTTP (absolute-form, or transparent with the URI rewritten from `Host`): policy,
+/// resolve once, pin, then [`intercept::exchange`] (L7 rules, git push refusal, credential
+/// leak search; never an injection over plain HTTP).
 async fn forward_with(
     st: Arc<ConnState>,
     req: Request<Incoming>,
     mut rec: Record,
 ) -> Response<ProxyBody> {
-    let meter = Arc::new(Meter::new());
     let uri_len = req.uri().to_string().len();
     if uri_len > st.shared.limits.max_request_line {
         return deny_now(&st, rec, Reason::RequestTooLarge, "", 0).await;
     }
-    let (target, path) = match decide::http_target(req.uri()) {
+    let (target, _path) = match decide::http_target(req.uri()) {
         Ok(x) => x,
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
             return deny_now(&st, rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
-    rec.path = Some(path);
+    rec.path = Some(req.uri().path().chars().take(1024).collect());
     let host = target.host.as_str().to_owned();
     let port = target.port;
     let mut addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
         Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
     };
-    if let Some(orig) = st.pin {
+    if let Some(orig) = st.pin() {
         // No fronting by IP: the original destination must be an address of this host.
         if let Err(reason) =
             decide::check_original_destination(orig.ip(), &addrs, &Sniff::Http(None))
@@ -421,123 +472,49 @@ async fn forward_with(
         }
         addrs = vec![orig.ip()];
     }
-
-    let (mut sender, addr, local_port) = match reuse(&st, &host, port).await {
-        Some(p) => (p.sender, p.addr, p.local_port),
-        None => match open(&st, &addrs, port).await {
-            Ok(x) => x,
-            Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
-        },
+    let route = Route {
+        target,
+        addrs,
+        tls: false,
+        check_host: false,
     };
-    rec.upstream = Some(addr);
-    rec.upstream_local_port = local_port;
+    intercept::exchange(&st.ctx, req, route, rec).await
+}
 
-    let out = match outgoing(req, &target, Arc::clone(&meter)) {
-        Ok(r) => r,
+/// Base-URL mode: `http://127.0.0.1:3128/https/<host>[:port]/<path>` goes to
+/// `https://<host>[:port]/<path>` over verified TLS, like an intercepted request (policy,
+/// L7 rules, the credential injected when bound). The agent needs no CA for this.
+async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+    let mut rec = record(&st, Kind::Http, &req);
+    let (target, path) = match decide::base_url_target(req.uri().path()) {
+        Ok(x) => x,
+        Err(rej) => {
+            rec.host = Some(rej.raw_host.clone());
+            rec.path = Some(req.uri().path().chars().take(1024).collect());
+            return deny_now(&st, rec, rej.reason, &rej.raw_host, 0).await;
+        }
+    };
+    let pq = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let Ok(uri) = pq.parse::<Uri>() else {
+        return deny_now(&st, rec, Reason::MalformedRequest, "", 0).await;
+    };
+    *req.uri_mut() = uri;
+    let host = target.host.as_str().to_owned();
+    let port = target.port;
+    let addrs = match admit(&st, &mut rec, &target).await {
+        Ok(a) => a,
         Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
     };
-    let resp = match sender.send_request(out).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!("upstream {addr}: {e}");
-            return deny_now(&st, rec, Reason::UpstreamUnreachable, &host, port).await;
-        }
+    let route = Route {
+        target,
+        addrs,
+        tls: true,
+        check_host: false,
     };
-    if let Ok(mut pool) = st.pooled.lock() {
-        *pool = Some(Pooled {
-            host,
-            port,
-            addr,
-            local_port,
-            sender,
-        });
-    }
-    let (mut parts, body) = resp.into_parts();
-    hop::strip(&mut parts.headers);
-    let guard = AuditOnDrop::new(rec, Arc::clone(&meter), st.shared.audit.clone());
-    let body = Counted::new(body, meter, Dir::Down)
-        .with_audit(guard)
-        .boxed();
-    Response::from_parts(parts, body)
-}
-
-/// The pooled upstream of this client connection, when it goes to the same host and port
-/// and is still usable.
-async fn reuse(st: &ConnState, host: &str, port: u16) -> Option<Pooled> {
-    let taken = st.pooled.lock().ok()?.take()?;
-    if taken.host != host || taken.port != port {
-        return None;
-    }
-    let mut p = taken;
-    p.sender.ready().await.ok()?;
-    Some(p)
-}
-
-async fn open(
-    st: &ConnState,
-    addrs: &[std::net::IpAddr],
-    port: u16,
-) -> Result<
-    (
-        client_http1::SendRequest<ProxyBody>,
-        SocketAddr,
-        Option<u16>,
-    ),
-    Reason,
-> {
-    let up = st.shared.upstreams.connect_checked(addrs, port).await?;
-    // The upstream connection is closed after `idle_timeout` without a byte either way, so
-    // a stalled response cannot hold a slot forever; a stream that keeps moving (SSE, a long
-    // download) is never cut.
-    let meter = Arc::new(Meter::new());
-    let io = TokioIo::new(Metered::new(up.stream, Arc::clone(&meter), Dir::Down));
-    let (sender, conn) = client_http1::Builder::new()
-        .handshake(io)
-        .await
-        .map_err(|_| Reason::UpstreamUnreachable)?;
-    let slot = Arc::clone(&st.slot);
-    let idle = st.shared.limits.idle_timeout;
-    let mut phase = st.shared.shutdown.subscribe();
-    tokio::spawn(async move {
-        let _slot = slot;
-        tokio::select! {
-            r = conn => if let Err(e) = r {
-                tracing::debug!("upstream connection: {e}");
-            },
-            () = tunnel::idle_watch(&meter, idle) => tracing::debug!("upstream connection idle: closed"),
-            () = reached(&mut phase, Phase::Stopping) => {}
-        }
-    });
-    Ok((sender, up.addr, up.local_port))
-}
-
-/// The request as sent upstream: origin-form, `Host` from the checked target, hop-by-hop
-/// and `Proxy-*` headers removed, body counted.
-fn outgoing(
-    req: Request<Incoming>,
-    target: &Target,
-    meter: Arc<Meter>,
-) -> Result<Request<ProxyBody>, Reason> {
-    let (mut parts, body) = req.into_parts();
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
-    parts.uri = pq.parse::<Uri>().map_err(|_| Reason::MalformedRequest)?;
-    parts.version = Version::HTTP_11;
-    hop::strip(&mut parts.headers);
-    // The Host header always names the target we checked: a different inner Host cannot
-    // smuggle a request to another virtual host on the same address.
-    let host_value = if target.port == 80 {
-        bracketed(target)
-    } else {
-        format!("{}:{}", bracketed(target), target.port)
-    };
-    let hv = HeaderValue::from_str(&host_value).map_err(|_| Reason::InvalidHost)?;
-    parts.headers.insert(header::HOST, hv);
-    let body = Counted::new(body, meter, Dir::Up).boxed();
-    Ok(Request::from_parts(parts, body))
+    intercept::exchange(&st.ctx, req, route, rec).await
 }
 
 fn bracketed(target: &Target) -> String {

@@ -19,14 +19,18 @@ mod body;
 pub mod ca;
 pub mod clock;
 pub mod config;
+pub mod credentials;
 pub mod decide;
 pub mod deny;
 pub mod dns;
 mod explicit;
+pub mod gitpath;
 pub mod hop;
 pub mod identity;
+pub mod intercept;
 pub mod leaf;
 pub mod limits;
+pub mod scan;
 pub mod shutdown;
 pub mod sniff;
 pub mod transparent;
@@ -60,6 +64,7 @@ pub(crate) struct Shared {
     /// UDP DNS queries being answered (they hold no connection slot).
     pub dns_inflight: Arc<tokio::sync::Semaphore>,
     pub identity: Arc<dyn identity::PeerIdentity>,
+    pub interception: Arc<intercept::Interception>,
 }
 
 /// Everything a proxy instance needs.
@@ -86,6 +91,10 @@ pub struct Proxy {
     /// How the transparent listener learns a connection's original destination
     /// ([`transparent::SoOriginalDst`] in production).
     pub original_dst: Arc<dyn transparent::OriginalDst>,
+    /// The CA, the upstream TLS roots and the credentials.
+    pub interception: Arc<intercept::Interception>,
+    /// Where the git service port listens (`channels::git_service_addr()`), if at all.
+    pub git_service_addr: Option<SocketAddr>,
 }
 
 /// A started proxy.
@@ -97,6 +106,8 @@ pub struct Running {
     pub transparent_addr: Option<SocketAddr>,
     /// The DNS filter's bound address (UDP; TCP on the same port), when started.
     pub dns_addr: Option<SocketAddr>,
+    /// The git service port's bound address, when started.
+    pub git_service_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     listeners: Vec<JoinHandle<()>>,
 }
@@ -117,6 +128,11 @@ impl Proxy {
             .as_ref()
             .map(TcpListener::local_addr)
             .transpose()?;
+        let service = match self.git_service_addr {
+            Some(a) => Some(TcpListener::bind(a).await?),
+            None => None,
+        };
+        let git_service_addr = service.as_ref().map(TcpListener::local_addr).transpose()?;
         let dns = match self.dns_addr {
             Some(a) => Some(bind_dns(a).await?),
             None => None,
@@ -135,8 +151,16 @@ impl Proxy {
             slots,
             original_dst: self.original_dst,
             identity: self.identity,
+            interception: self.interception,
         });
-        let mut listeners = vec![tokio::spawn(explicit::serve(listener, Arc::clone(&shared)))];
+        let mut listeners = vec![tokio::spawn(explicit::serve(
+            listener,
+            Arc::clone(&shared),
+            false,
+        ))];
+        if let Some(s) = service {
+            listeners.push(tokio::spawn(explicit::serve(s, Arc::clone(&shared), true)));
+        }
         if let Some(t) = transparent {
             listeners.push(tokio::spawn(transparent::serve(t, Arc::clone(&shared))));
         }
@@ -148,6 +172,7 @@ impl Proxy {
             explicit_addr,
             transparent_addr,
             dns_addr,
+            git_service_addr,
             shared,
             listeners,
         })

@@ -6,8 +6,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 
+use airlock_proxy::ca::Ca;
 use airlock_proxy::config::Args;
+use airlock_proxy::credentials::Credentials;
 use airlock_proxy::identity::{NoIdentity, PeerIdentity, SockDiag};
+use airlock_proxy::intercept::Interception;
 use airlock_proxy::limits::Limits;
 use airlock_proxy::transparent::SoOriginalDst;
 use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
@@ -27,6 +30,15 @@ fn main() -> anyhow::Result<()> {
 
     let policy = airlock_policy::Policy::load(&args.policy)
         .with_context(|| format!("loading policy {}", args.policy.display()))?;
+    // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
+    // line), never a proxy that runs without what the policy asked for.
+    let interception = match setup_interception(&args, &policy) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("airlock-proxy: {e:#}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
     // One thread: the proxy's work is small per byte and the client saturates first on a
     // 2-core machine; a single runtime thread keeps start-up and idle RSS minimal.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -35,10 +47,35 @@ fn main() -> anyhow::Result<()> {
         .thread_keep_alive(Duration::from_secs(1))
         .build()
         .context("building the tokio runtime")?;
-    rt.block_on(run(args, policy))
+    rt.block_on(run(args, policy, interception))
 }
 
-async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
+/// `EX_CONFIG`: the entrypoint reports it as a refused start.
+const EXIT_CONFIG: i32 = 78;
+
+fn setup_interception(
+    args: &Args,
+    policy: &airlock_policy::Policy,
+) -> anyhow::Result<Interception> {
+    let credentials = Credentials::load(
+        &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
+        policy,
+    )?;
+    let ca = Ca::load_or_generate(&args.state_dir)?;
+    let mut roots = Vec::new();
+    for path in &args.upstream_ca {
+        roots.extend(Interception::read_roots(path)?);
+    }
+    // Exported before the health check answers: the entrypoint reads it once ready.
+    ca.export(&args.ca_export)?;
+    Ok(Interception::new(ca, roots, credentials)?)
+}
+
+async fn run(
+    args: Args,
+    policy: airlock_policy::Policy,
+    interception: Interception,
+) -> anyhow::Result<()> {
     let limits = Limits::default();
     let resolver = SystemResolver::from_resolv_conf(&args.resolv_conf)
         .context("building the proxy's resolver")?;
@@ -69,6 +106,8 @@ async fn run(args: Args, policy: airlock_policy::Policy) -> anyhow::Result<()> {
         dns_addr: Some(airlock_channels::dns_addr()),
         identity,
         original_dst: Arc::new(SoOriginalDst),
+        interception: Arc::new(interception),
+        git_service_addr: Some(airlock_channels::git_service_addr()),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;
     tracing::info!("airlock-proxy ready on {}", running.explicit_addr);

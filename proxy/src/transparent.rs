@@ -22,10 +22,11 @@ use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::decide;
 use crate::identity::Proto;
+use crate::intercept::{Ctx, Route};
 use crate::limits::{Client, Slot};
 use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{MAX_SNIFF, Sniff, sniff};
-use crate::tunnel::{self, Meter};
+use crate::tunnel::{self, Dir, Meter, Metered};
 
 /// Where a redirected connection was going.
 pub trait OriginalDst: std::fmt::Debug + Send + Sync + 'static {
@@ -185,11 +186,19 @@ async fn handle(
     // Plain HTTP (a broken head included) is served request by request, each one checked.
     let tls = first_byte(&stream).await == Some(0x16);
     if !tls && matches!(sniffed, Sniff::Http(_) | Sniff::Invalid) {
-        crate::explicit::serve_conn(stream, peer, uid, shared, Arc::new(slot), Some(orig)).await;
+        crate::explicit::serve_conn(
+            stream,
+            peer,
+            uid,
+            shared,
+            Arc::new(slot),
+            crate::explicit::Mode::Pinned(orig),
+        )
+        .await;
         return;
     }
     let result = admit(&shared, &mut rec, &sniffed, orig).await;
-    let upstream = match result {
+    let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
             rec.decision = Verdict::Deny;
@@ -204,6 +213,31 @@ async fn handle(
     };
     rec.upstream = Some(upstream.addr);
     rec.upstream_local_port = upstream.local_port;
+    if tls && shared.policy.intercepts(&target.host) {
+        let ctx = Ctx::new(
+            Arc::clone(&shared),
+            peer,
+            uid,
+            Kind::Transparent,
+            Arc::new(slot),
+        );
+        let route = Route {
+            target,
+            addrs: vec![orig.ip()],
+            tls: true,
+            check_host: true,
+        };
+        let client = Metered::new(stream, Arc::clone(&meter), Dir::Up);
+        let end =
+            crate::intercept::serve_tls(client, Arc::new(ctx), route, Some(upstream), &mut rec)
+                .await;
+        rec.event = Some(end.as_str());
+        rec.bytes_up = meter.up();
+        rec.bytes_down = meter.down();
+        rec.duration_ms = meter.elapsed_ms();
+        shared.audit.emit(rec).await;
+        return;
+    }
     let end = tunnel::relay(
         stream,
         upstream.stream,
@@ -224,7 +258,7 @@ async fn admit(
     rec: &mut Record,
     sniffed: &Sniff,
     orig: SocketAddr,
-) -> Result<crate::upstream::Connected, Reason> {
+) -> Result<(decide::Target, crate::upstream::Connected), Reason> {
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
     let d = decide::decide(&shared.policy, &target);
@@ -236,10 +270,11 @@ async fn admit(
     }
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
-    shared
+    let up = shared
         .upstreams
         .connect_checked(&[orig.ip()], orig.port())
-        .await
+        .await?;
+    Ok((target, up))
 }
 
 /// Writes `response` and closes gracefully. The unread request is drained first: closing a

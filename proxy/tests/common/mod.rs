@@ -145,6 +145,15 @@ impl Harness {
             dns_addr: Some("127.0.0.1:0".parse().unwrap()),
             identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
+            interception: Arc::new(
+                airlock_proxy::intercept::Interception::new(
+                    airlock_proxy::ca::Ca::generate().unwrap(),
+                    Vec::new(),
+                    airlock_proxy::credentials::Credentials::none(),
+                )
+                .unwrap(),
+            ),
+            git_service_addr: None,
         };
         let running = proxy.start().await.unwrap();
         let dns = running.dns_addr.unwrap();

@@ -1,0 +1,645 @@
+//! Credentials: the real secrets (from the entrypoint's hand-off), where they go, and
+//! where they must never be seen.
+//!
+//! Pure: loading and matching the hand-off, the header rewrite of one request, and the
+//! needle sets that `scan` searches. The effects (bodies, answers, audit) are in
+//! `intercept`.
+//!
+//! Rules, for a request the proxy can read (intercepted TLS, base-URL mode, plain HTTP):
+//! - On a host a credential is bound to, the bound header is **always** removed (the
+//!   agent's value never travels) and, when the credential applies to the request, the real
+//!   value is set (`Template` rendered, or git-basic:
+//!   `Basic base64("x-access-token:" + token)`). A git-basic credential applies on the
+//!   agent's ports only to git reads (`git-upload-pack`, `info/refs?service=git-upload-pack`)
+//!   of repositories listed in `[git] repositories`; on the git service port to every
+//!   smart-HTTP request of those repositories. Credentials are only ever injected over TLS
+//!   to the upstream (plain HTTP forwarding never injects).
+//! - Every other header, the path and query (raw and percent-decoded) and, when nothing
+//!   was injected, the body are searched for every placeholder, the git placeholder, every
+//!   real value and the injected encodings; one found is a `credential-leak`.
+//!   The git placeholder is allowed in exactly one place: as the basic-auth password of a
+//!   git read of an authorized repository, in `authorization` (where it is replaced).
+//! - Responses to a request that received a credential are scrubbed: every real value and
+//!   injected encoding in a header or the body is overwritten with `*`.
+//!
+//! Tunnelled (not intercepted) TLS cannot be read: a placeholder sent through a tunnel is
+//! not seen. It is worthless there (only this proxy can turn it into the secret).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use airlock_policy::handoff::{HANDOFF_VERSION, Handoff};
+use airlock_policy::{CredentialFormat, Host, HostRule, Policy};
+use base64::Engine as _;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::scan::{Form, Needles, Tag};
+
+/// Loading the hand-off failed: the proxy refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// The file exists but cannot be read.
+    #[error("cannot read the credential hand-off {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    /// Not the hand-off JSON.
+    #[error("the credential hand-off {path} is malformed: {detail}")]
+    Parse { path: PathBuf, detail: String },
+    /// It does not match the policy (a credential missing, unknown, or a value that cannot
+    /// be a header).
+    #[error("the credential hand-off {path} does not match the policy: {detail}")]
+    Mismatch { path: PathBuf, detail: String },
+}
+
+/// One credential, ready to inject.
+#[derive(Debug)]
+pub struct Bound {
+    /// The policy's name (audit `credential`).
+    pub name: String,
+    hosts: Vec<HostRule>,
+    header: HeaderName,
+    value: HeaderValue,
+    git_basic: bool,
+}
+
+impl Bound {
+    /// Whether this credential is bound to `host`.
+    #[must_use]
+    pub fn bound_to(&self, host: &Host) -> bool {
+        self.hosts.iter().any(|r| r.matches_host(host))
+    }
+}
+
+/// Which requests a git-basic credential applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitScope {
+    /// Not a git request of an authorized repository.
+    None,
+    /// A git read (upload-pack) of an authorized repository, on the agent's ports.
+    Read,
+    /// A smart-HTTP request of an authorized repository on the git service port.
+    Service,
+}
+
+/// Why a request was refused as a leak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leak {
+    /// Name of the credential whose placeholder or value was seen (`git` for the git
+    /// placeholder).
+    pub credential: String,
+    /// Where: `header <name>`, `url`, `body`.
+    pub place: String,
+}
+
+/// The loaded credentials.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    bound: Vec<Bound>,
+    git_placeholder: Option<String>,
+    leak: Option<Needles>,
+    scrub: Option<Needles>,
+}
+
+const GIT_INDEX: usize = usize::MAX;
+
+impl Credentials {
+    /// No credentials (no hand-off file).
+    #[must_use]
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Reads `<state dir>/credentials.json`. An absent file means no credentials.
+    ///
+    /// # Errors
+    /// An unreadable or malformed file, or one that does not match the policy.
+    pub fn load(path: &Path, policy: &Policy) -> Result<Self, CredentialsError> {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if !policy.credentials.is_empty() {
+                    tracing::warn!(
+                        "no credential hand-off at {}: bound headers are removed, nothing is injected",
+                        path.display()
+                    );
+                }
+                return Ok(Self::none());
+            }
+            Err(source) => {
+                return Err(CredentialsError::Read {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        };
+        let handoff: Handoff =
+            serde_json::from_slice(&text).map_err(|e| CredentialsError::Parse {
+                path: path.to_owned(),
+                detail: e.to_string(),
+            })?;
+        Self::from_handoff(handoff, policy).map_err(|detail| CredentialsError::Mismatch {
+            path: path.to_owned(),
+            detail,
+        })
+    }
+
+    /// Matches the hand-off with the policy's `[[credentials]]` (every one must be there,
+    /// nothing else may).
+    ///
+    /// # Errors
+    /// A one-line reason.
+    pub fn from_handoff(h: Handoff, policy: &Policy) -> Result<Self, String> {
+        if h.version != HANDOFF_VERSION {
+            return Err(format!(
+                "version {} (this proxy reads {HANDOFF_VERSION})",
+                h.version
+            ));
+        }
+        let mut bound = Vec::new();
+        let mut needles = Vec::new();
+        let mut scrub = Vec::new();
+        for c in &h.credentials {
+            if !policy.credentials.iter().any(|p| p.name == c.name) {
+                return Err(format!("credential {:?} is not in the policy", c.name));
+            }
+        }
+        for (i, pc) in policy.credentials.iter().enumerate() {
+            let Some(c) = h.credentials.iter().find(|c| c.name == pc.name) else {
+                return Err(format!("credential {:?} is missing", pc.name));
+            };
+            let secret = c.value.expose();
+            if secret.is_empty() || c.placeholder.is_empty() {
+                return Err(format!("credential {:?} is empty", pc.name));
+            }
+            let (rendered, git_basic) = match &pc.format {
+                CredentialFormat::GitBasic => (git_basic(secret), true),
+                f => (f.render_template(secret).unwrap_or_default(), false),
+            };
+            let mut value = HeaderValue::from_str(&rendered).map_err(|_| {
+                format!(
+                    "credential {:?}: the value cannot be sent in a header",
+                    pc.name
+                )
+            })?;
+            value.set_sensitive(true);
+            let header = HeaderName::from_bytes(pc.header.as_bytes())
+                .map_err(|_| format!("credential {:?}: bad header name", pc.name))?;
+            let tag = |form| Tag {
+                credential: i,
+                form,
+            };
+            needles.push((c.placeholder.as_bytes().to_vec(), tag(Form::Placeholder)));
+            needles.push((secret.as_bytes().to_vec(), tag(Form::Real)));
+            scrub.push((secret.as_bytes().to_vec(), tag(Form::Real)));
+            if git_basic {
+                let b64 = git_basic_b64(secret);
+                needles.push((b64.as_bytes().to_vec(), tag(Form::Injected)));
+                scrub.push((b64.into_bytes(), tag(Form::Injected)));
+            }
+            bound.push(Bound {
+                name: pc.name.clone(),
+                hosts: pc.hosts.clone(),
+                header,
+                value,
+                git_basic,
+            });
+        }
+        if let Some(g) = &h.git_placeholder {
+            if g.is_empty() {
+                return Err("the git placeholder is empty".into());
+            }
+            needles.push((
+                g.as_bytes().to_vec(),
+                Tag {
+                    credential: GIT_INDEX,
+                    form: Form::Placeholder,
+                },
+            ));
+        }
+        Ok(Self {
+            bound,
+            git_placeholder: h.git_placeholder,
+            leak: Needles::new(needles),
+            scrub: Needles::new(scrub),
+        })
+    }
+
+    /// Whether there is anything to look for at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.leak.is_none()
+    }
+
+    /// The needles whose presence in a request is a leak.
+    #[must_use]
+    pub fn leak_needles(&self) -> Option<&Needles> {
+        self.leak.as_ref()
+    }
+
+    /// The needles scrubbed from responses.
+    #[must_use]
+    pub fn scrub_needles(&self) -> Option<&Needles> {
+        self.scrub.as_ref()
+    }
+
+    /// Whether any credential is bound to `host`.
+    #[must_use]
+    pub fn any_bound_to(&self, host: &Host) -> bool {
+        self.bound.iter().any(|b| b.bound_to(host))
+    }
+
+    /// The name a needle belongs to.
+    #[must_use]
+    pub fn name_of(&self, tag: Tag) -> &str {
+        if tag.credential == GIT_INDEX {
+            return "git";
+        }
+        self.bound
+            .get(tag.credential)
+            .map_or("?", |b| b.name.as_str())
+    }
+
+    fn leak(&self, tag: Tag, place: impl Into<String>) -> Leak {
+        Leak {
+            credential: self.name_of(tag).to_owned(),
+            place: place.into(),
+        }
+    }
+
+    /// Rewrites the headers of one request to `host` (see the module docs): removes every
+    /// bound header, injects the credentials that apply, then searches every other header
+    /// for a secret. `inject` is false for plain HTTP upstreams. Returns the names injected
+    /// (comma-separated, for the audit line), or the leak.
+    ///
+    /// # Errors
+    /// [`Leak`] when a placeholder or secret is in a header where it must not be.
+    pub fn apply(
+        &self,
+        host: &Host,
+        headers: &mut HeaderMap,
+        git: GitScope,
+        inject: bool,
+    ) -> Result<Option<String>, Leak> {
+        let Some(needles) = &self.leak else {
+            return Ok(None);
+        };
+        // The git placeholder as the basic-auth password of an authorized git read: it is
+        // where git-credential-airlock puts it; it is replaced (or dropped), never sent.
+        if git != GitScope::None
+            && let Some(g) = &self.git_placeholder
+            && headers
+                .get_all(header::AUTHORIZATION)
+                .iter()
+                .any(|v| basic_password(v).is_some_and(|p| p == g.as_bytes()))
+        {
+            headers.remove(header::AUTHORIZATION);
+        }
+        let mut injected: Vec<&Bound> = Vec::new();
+        for b in self.bound.iter().filter(|b| b.bound_to(host)) {
+            // The agent's own value of a bound header is dropped, whatever it is, except
+            // that the git placeholder there on anything but an authorized git read is a
+            // leak (it is only ever handed to git).
+            if let Some(g) = &self.git_placeholder
+                && git == GitScope::None
+                && headers.get_all(&b.header).iter().any(|v| {
+                    contains(v.as_bytes(), g.as_bytes())
+                        || basic_password(v).is_some_and(|p| p == g.as_bytes())
+                })
+            {
+                return Err(Leak {
+                    credential: "git".into(),
+                    place: format!("header {}", b.header),
+                });
+            }
+            headers.remove(&b.header);
+            let applies = !b.git_basic || git != GitScope::None;
+            if inject && applies {
+                injected.push(b);
+            }
+        }
+        for (name, value) in headers.iter() {
+            if let Some(tag) = needles.find(value.as_bytes()) {
+                return Err(self.leak(tag, format!("header {name}")));
+            }
+            if let Some(tag) = basic_decoded(value).and_then(|d| needles.find(&d)) {
+                return Err(self.leak(tag, format!("header {name}")));
+            }
+        }
+        for b in &injected {
+            headers.insert(b.header.clone(), b.value.clone());
+        }
+        if injected.is_empty() {
+            return Ok(None);
+        }
+        let names: Vec<&str> = injected.iter().map(|b| b.name.as_str()).collect();
+        Ok(Some(names.join(",")))
+    }
+
+    /// Searches a request target (path and query, raw and percent-decoded).
+    ///
+    /// # Errors
+    /// [`Leak`] with place `url`.
+    pub fn check_url(&self, path_and_query: &str) -> Result<(), Leak> {
+        let Some(needles) = &self.leak else {
+            return Ok(());
+        };
+        let raw = path_and_query.as_bytes();
+        let found = needles.find(raw).or_else(|| {
+            raw.contains(&b'%')
+                .then(|| needles.find(&percent_decode(raw)))
+                .flatten()
+        });
+        match found {
+            Some(tag) => Err(self.leak(tag, "url")),
+            None => Ok(()),
+        }
+    }
+
+    /// Overwrites every real value and injected encoding in response headers.
+    pub fn scrub_headers(&self, headers: &mut HeaderMap) {
+        let Some(needles) = &self.scrub else {
+            return;
+        };
+        for value in headers.values_mut() {
+            if needles.find(value.as_bytes()).is_some() {
+                let mut bytes = value.as_bytes().to_vec();
+                needles.overwrite(&mut bytes);
+                if let Ok(v) = HeaderValue::from_bytes(&bytes) {
+                    *value = v;
+                }
+            }
+        }
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `base64("x-access-token:" + token)`.
+fn git_basic_b64(token: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"))
+}
+
+/// The git-basic header value.
+#[must_use]
+pub fn git_basic(token: &str) -> String {
+    format!("Basic {}", git_basic_b64(token))
+}
+
+/// The decoded `user:password` of a `Basic` credential, if the value is one.
+fn basic_decoded(v: &HeaderValue) -> Option<Vec<u8>> {
+    let s = v.to_str().ok()?.trim();
+    let (scheme, rest) = s.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()
+}
+
+/// The password of a `Basic` credential.
+fn basic_password(v: &HeaderValue) -> Option<Vec<u8>> {
+    let d = basic_decoded(v)?;
+    let i = d.iter().position(|b| *b == b':')?;
+    Some(d[i + 1..].to_vec())
+}
+
+/// `%XX` decoded (invalid escapes kept as they are); `+` is left alone.
+#[must_use]
+pub fn percent_decode(s: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%'
+            && i + 2 < s.len()
+            && let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2]))
+        {
+            out.push(h * 16 + l);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_policy::handoff::{ResolvedCredential, Secret};
+
+    const POLICY: &str = r#"
+[sandbox]
+name = "t"
+[network]
+allow = ["api.example.com", "github.com", "other.example"]
+[[credentials]]
+name = "anthropic"
+source = { env = "K" }
+hosts = ["api.example.com"]
+header = "x-api-key"
+format = "{}"
+[[credentials]]
+name = "github"
+source = { env = "G" }
+hosts = ["github.com"]
+header = "authorization"
+format = "git-basic"
+[git]
+repositories = ["github.com/o/r"]
+"#;
+
+    fn creds() -> Credentials {
+        let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            session: "s".into(),
+            credentials: vec![
+                ResolvedCredential {
+                    name: "anthropic".into(),
+                    value: Secret::new("sk-REAL-anthropic".into()),
+                    placeholder: "airlock-placeholder-anthropic-01".into(),
+                },
+                ResolvedCredential {
+                    name: "github".into(),
+                    value: Secret::new("ghp_REALgithub".into()),
+                    placeholder: "airlock-placeholder-github-01".into(),
+                },
+            ],
+            git_placeholder: Some("airlock-git.s.01".into()),
+        };
+        Credentials::from_handoff(h, &policy).unwrap()
+    }
+
+    fn host(s: &str) -> Host {
+        Host::parse(s).unwrap()
+    }
+
+    fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn basic(user: &str, pass: &str) -> String {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+        )
+    }
+
+    #[test]
+    fn the_bound_header_is_replaced_on_the_bound_host() {
+        let c = creds();
+        let mut h = hm(&[
+            ("x-api-key", "airlock-placeholder-anthropic-01"),
+            ("x-api-key", "second value"),
+            ("accept", "*/*"),
+        ]);
+        let names = c
+            .apply(&host("api.example.com"), &mut h, GitScope::None, true)
+            .unwrap();
+        assert_eq!(names.as_deref(), Some("anthropic"));
+        let all: Vec<_> = h.get_all("x-api-key").iter().collect();
+        assert_eq!(
+            all,
+            vec!["sk-REAL-anthropic"],
+            "the agent's values are gone"
+        );
+        assert!(h["x-api-key"].is_sensitive());
+        // Plain HTTP: stripped, never injected.
+        let mut h = hm(&[("x-api-key", "airlock-placeholder-anthropic-01")]);
+        assert_eq!(
+            c.apply(&host("api.example.com"), &mut h, GitScope::None, false),
+            Ok(None)
+        );
+        assert!(h.get("x-api-key").is_none());
+    }
+
+    #[test]
+    fn a_placeholder_anywhere_else_is_a_leak() {
+        let c = creds();
+        for (hst, pairs) in [
+            // Another host.
+            (
+                "other.example",
+                vec![("x-api-key", "airlock-placeholder-anthropic-01")],
+            ),
+            // Another header on the bound host.
+            (
+                "api.example.com",
+                vec![("x-other", "Bearer airlock-placeholder-anthropic-01")],
+            ),
+            // Another credential's placeholder on the bound host.
+            (
+                "api.example.com",
+                vec![("authorization", "airlock-placeholder-github-01")],
+            ),
+            // The real value, the git placeholder, inside a basic credential.
+            ("other.example", vec![("cookie", "a=sk-REAL-anthropic")]),
+            (
+                "other.example",
+                vec![("authorization", &basic("x", "airlock-git.s.01"))],
+            ),
+        ] {
+            let mut h = hm(&pairs);
+            let err = c.apply(&host(hst), &mut h, GitScope::None, true);
+            assert!(err.is_err(), "{hst} {pairs:?}");
+        }
+        assert_eq!(
+            c.check_url("/v1?key=airlock-placeholder-anthropic-01"),
+            Err(Leak {
+                credential: "anthropic".into(),
+                place: "url".into()
+            })
+        );
+        assert!(
+            c.check_url("/v1?key=airlock%2dplaceholder%2Danthropic-01")
+                .is_err()
+        );
+        assert!(c.check_url("/v1/messages?stream=true").is_ok());
+    }
+
+    #[test]
+    fn the_git_placeholder_is_swapped_only_on_authorized_git_reads() {
+        let c = creds();
+        let auth = basic("x-access-token", "airlock-git.s.01");
+        // An authorized read: the real git-basic credential.
+        let mut h = hm(&[("authorization", &auth)]);
+        let names = c
+            .apply(&host("github.com"), &mut h, GitScope::Read, true)
+            .unwrap();
+        assert_eq!(names.as_deref(), Some("github"));
+        assert_eq!(h["authorization"], git_basic("ghp_REALgithub"));
+        // Anything else on that host: the placeholder there is a leak...
+        let mut h = hm(&[("authorization", &auth)]);
+        assert!(
+            c.apply(&host("github.com"), &mut h, GitScope::None, true)
+                .is_err()
+        );
+        // ...and a git-basic credential is not injected outside git reads.
+        let mut h = hm(&[("authorization", "token mine")]);
+        assert_eq!(
+            c.apply(&host("github.com"), &mut h, GitScope::None, true),
+            Ok(None)
+        );
+        assert!(h.get("authorization").is_none(), "still stripped");
+    }
+
+    #[test]
+    fn response_headers_are_scrubbed() {
+        let c = creds();
+        let mut h = hm(&[
+            ("x-echo", "key=sk-REAL-anthropic;"),
+            ("x-auth", &git_basic("ghp_REALgithub")),
+            ("x-fine", "ok"),
+        ]);
+        c.scrub_headers(&mut h);
+        assert_eq!(h["x-echo"], "key=*****************;");
+        assert!(
+            !h["x-auth"]
+                .to_str()
+                .unwrap()
+                .contains(&git_basic_b64("ghp_REALgithub"))
+        );
+        assert_eq!(h["x-fine"], "ok");
+    }
+
+    #[test]
+    fn a_handoff_that_does_not_match_the_policy_is_refused() {
+        let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            session: "s".into(),
+            credentials: vec![],
+            git_placeholder: None,
+        };
+        assert!(Credentials::from_handoff(h, &policy).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("credentials.json");
+        assert!(Credentials::load(&missing, &policy).unwrap().is_empty());
+        std::fs::write(&missing, "{").unwrap();
+        assert!(matches!(
+            Credentials::load(&missing, &policy),
+            Err(CredentialsError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode(b"a%2Db%2dc%zz%4"), b"a-b-c%zz%4");
+    }
+}

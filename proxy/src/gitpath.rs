@@ -1,0 +1,164 @@
+//! Git smart-HTTP request paths: which repository and which service a request is for.
+//!
+//! Recognised (and nothing else): `/<owner>/<repo>[.git]/info/refs?service=git-upload-pack`
+//! (or `git-receive-pack`) and `/<owner>/<repo>[.git]/git-upload-pack` (or
+//! `git-receive-pack`). Owner and repository are compared lowercase, without `.git`.
+//! [`is_push`] is deliberately broader: any request whose decoded path or query mentions
+//! `git-receive-pack` counts as a push attempt, whatever its shape.
+
+/// The two smart-HTTP services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Fetch / clone.
+    UploadPack,
+    /// Push.
+    ReceivePack,
+}
+
+/// A recognised smart-HTTP request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRequest {
+    /// Owner, lowercase.
+    pub owner: String,
+    /// Repository, lowercase, without `.git`.
+    pub repo: String,
+    /// Which service.
+    pub service: Service,
+}
+
+impl GitRequest {
+    /// `host/owner/repo` as written in `[git] repositories`.
+    #[must_use]
+    pub fn repository(&self, host: &str) -> String {
+        format!("{host}/{}/{}", self.owner, self.repo)
+    }
+}
+
+fn service(name: &str) -> Option<Service> {
+    match name {
+        "git-upload-pack" => Some(Service::UploadPack),
+        "git-receive-pack" => Some(Service::ReceivePack),
+        _ => None,
+    }
+}
+
+fn segment_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Parses a request's raw path and query. `None` for anything but the four smart-HTTP
+/// shapes (percent-encoding, extra segments or parameters included: git never sends them).
+#[must_use]
+pub fn parse(path: &str, query: Option<&str>) -> Option<GitRequest> {
+    let rest = path.strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    let owner = parts.next()?;
+    let repo = parts.next()?;
+    let tail: Vec<&str> = parts.collect();
+    let svc = match (tail.as_slice(), query) {
+        (["info", "refs"], Some(q)) => service(q.strip_prefix("service=")?)?,
+        ([name], None) => service(name)?,
+        _ => return None,
+    };
+    let repo = repo
+        .strip_suffix(".git")
+        .or_else(|| repo.strip_suffix(".GIT"))
+        .unwrap_or(repo);
+    if !segment_ok(owner) || !segment_ok(repo) {
+        return None;
+    }
+    Some(GitRequest {
+        owner: owner.to_ascii_lowercase(),
+        repo: repo.to_ascii_lowercase(),
+        service: svc,
+    })
+}
+
+/// Whether a request looks like a push in any form: `git-receive-pack` anywhere in the
+/// percent-decoded path or query, case-insensitively.
+#[must_use]
+pub fn is_push(path: &str, query: Option<&str>) -> bool {
+    let hit = |s: &str| {
+        let decoded = crate::credentials::percent_decode(s.as_bytes());
+        decoded
+            .windows(b"git-receive-pack".len())
+            .any(|w| w.eq_ignore_ascii_case(b"git-receive-pack"))
+    };
+    hit(path) || query.is_some_and(hit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(owner: &str, repo: &str, service: Service) -> Option<GitRequest> {
+        Some(GitRequest {
+            owner: owner.into(),
+            repo: repo.into(),
+            service,
+        })
+    }
+
+    #[test]
+    fn the_four_smart_http_shapes() {
+        assert_eq!(
+            parse("/Owner/Repo.git/info/refs", Some("service=git-upload-pack")),
+            req("owner", "repo", Service::UploadPack)
+        );
+        assert_eq!(
+            parse("/o/r/info/refs", Some("service=git-receive-pack")),
+            req("o", "r", Service::ReceivePack)
+        );
+        assert_eq!(
+            parse("/o/r.git/git-upload-pack", None),
+            req("o", "r", Service::UploadPack)
+        );
+        assert_eq!(
+            parse("/o/my.repo_x-1/git-receive-pack", None),
+            req("o", "my.repo_x-1", Service::ReceivePack)
+        );
+        assert_eq!(
+            req("o", "r", Service::UploadPack)
+                .unwrap()
+                .repository("github.com"),
+            "github.com/o/r"
+        );
+    }
+
+    #[test]
+    fn everything_else_is_not_git() {
+        for (p, q) in [
+            ("/", None),
+            ("/o/r", None),
+            ("/o/r/info/refs", None),
+            ("/o/r/info/refs", Some("service=git-upload-pack&x=1")),
+            ("/o/r/info/refs", Some("service=git-upload-archive")),
+            ("/o/r/git-upload-pack", Some("x=1")),
+            ("/o/r/x/git-upload-pack", None),
+            ("/o/../git-upload-pack", None),
+            ("/o/%72/git-upload-pack", None),
+            ("/api/graphql", None),
+            ("o/r/git-upload-pack", None),
+        ] {
+            assert_eq!(parse(p, q), None, "{p} {q:?}");
+        }
+    }
+
+    #[test]
+    fn a_push_is_seen_in_any_spelling() {
+        assert!(is_push("/o/r/git-receive-pack", None));
+        assert!(is_push("/o/r/info/refs", Some("service=git-receive-pack")));
+        assert!(is_push("/o/r/GIT-RECEIVE-PACK", None));
+        assert!(is_push("/o/r/git%2Dreceive%2dpack", None));
+        assert!(is_push(
+            "/o/r/info/refs",
+            Some("service=git%2dreceive-pack")
+        ));
+        assert!(!is_push("/o/r/git-upload-pack", None));
+        assert!(!is_push("/o/r/info/refs", Some("service=git-upload-pack")));
+    }
+}

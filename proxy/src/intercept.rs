@@ -1,0 +1,958 @@
+//! Requests the proxy reads: intercepted TLS (the agent's TLS terminated with a leaf of the
+//! appliance CA), base-URL mode, the git service port, and plain HTTP forwarding all go
+//! through [`exchange`], one request at a time:
+//!
+//! 1. `Host` (and an absolute-form target) must name the connection's checked target (no
+//!    fronting inside an intercepted connection);
+//! 2. git: on the service port only smart-HTTP requests of authorized repositories pass; on
+//!    the agent's ports anything that looks like `git-receive-pack` is `git-push-blocked`;
+//! 3. the policy's L7 rules (`judge`, and `judge_body` on the buffered body when asked);
+//! 4. credentials (`credentials` module): the URL and headers searched for secrets, the
+//!    bound header replaced; a body of a request that received no credential is searched
+//!    too (a body announced as at most [`SMALL_BODY`] bytes is read and searched before
+//!    anything is sent, so a leak in it never crosses the wire; a bigger or chunked body is
+//!    searched as it streams, and at a secret the upstream request is cut before the secret
+//!    is sent, answered `403 credential-leak` when the response has not started yet);
+//! 5. forwarded on this client connection's upstream connection (kept alive and reused),
+//!    opened to the already-checked address; for TLS verified against webpki roots plus
+//!    `--upstream-ca` (`upstream-certificate-invalid` → `502`, the request is never sent);
+//! 6. the response streams back as it arrives (SSE, chunked); when a credential was
+//!    injected its real value is scrubbed from headers and body; a `101` upgrade relays
+//!    both ways (WebSocket), unread from then on.
+//!
+//! Every request is one audit line (with `intercepted`, `credential`, `status`), written
+//! when its response is over.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use airlock_policy::Host;
+use airlock_policy::reason::Reason;
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1 as client_http1;
+use hyper::server::conn::http1 as server_http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::Shared;
+use crate::audit::{Kind, Record, Verdict};
+use crate::body::{AuditOnDrop, Counted};
+use crate::ca::Ca;
+use crate::credentials::{Credentials, GitScope};
+use crate::decide::Target;
+use crate::deny::{self, ProxyBody};
+use crate::gitpath::{self, Service};
+use crate::hop;
+use crate::leaf::{self, Leaves};
+use crate::limits::Slot;
+use crate::scan;
+use crate::shutdown::{Phase, reached};
+use crate::tunnel::{self, Dir, Meter, Metered};
+use crate::upstream::Connected;
+use airlock_policy::l7::METHOD_OVERRIDE_HEADERS;
+use airlock_policy::{L7Verdict, RequestView};
+
+/// A body announced (content-length) as at most this many bytes is read whole and
+/// searched before anything is sent upstream.
+pub const SMALL_BODY: usize = 64 * 1024;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Body type of requests sent upstream.
+pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
+
+/// Setting up interception failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InterceptionError {
+    /// An `--upstream-ca` file is unusable.
+    #[error("cannot use upstream CA file {path}: {detail}")]
+    Roots {
+        path: std::path::PathBuf,
+        detail: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+/// What interception needs: the leaves, the upstream TLS client configuration (one, shared)
+/// and the credentials.
+pub struct Interception {
+    leaves: Leaves,
+    client: Arc<ClientConfig>,
+    credentials: Credentials,
+}
+
+impl std::fmt::Debug for Interception {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interception")
+            .field("leaves", &self.leaves)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Interception {
+    /// Leaves under `ca`; upstream roots are webpki-roots plus `extra_roots`.
+    ///
+    /// # Errors
+    /// [`InterceptionError::Config`].
+    pub fn new(
+        ca: Ca,
+        extra_roots: Vec<CertificateDer<'static>>,
+        credentials: Credentials,
+    ) -> Result<Self, InterceptionError> {
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        for r in extra_roots {
+            roots
+                .add(r)
+                .map_err(|e| InterceptionError::Config(e.to_string()))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| InterceptionError::Config(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
+            client: Arc::new(client),
+            credentials,
+        })
+    }
+
+    /// Reads every certificate of a PEM file (`--upstream-ca`).
+    ///
+    /// # Errors
+    /// [`InterceptionError::Roots`] when the file cannot be read or holds no certificate.
+    pub fn read_roots(
+        path: &std::path::Path,
+    ) -> Result<Vec<CertificateDer<'static>>, InterceptionError> {
+        use rustls::pki_types::pem::PemObject;
+        let err = |detail: String| InterceptionError::Roots {
+            path: path.to_owned(),
+            detail,
+        };
+        let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+            .map_err(|e| err(e.to_string()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(err("no certificate in it".into()));
+        }
+        Ok(certs)
+    }
+
+    /// The leaves (and through them the CA).
+    #[must_use]
+    pub const fn leaves(&self) -> &Leaves {
+        &self.leaves
+    }
+
+    /// The credentials.
+    #[must_use]
+    pub const fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+}
+
+/// Where one request goes.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub target: Target,
+    /// The checked addresses (or the pinned original destination).
+    pub addrs: Vec<IpAddr>,
+    /// TLS to the upstream (intercepted, base-URL, service port) or plain HTTP.
+    pub tls: bool,
+    /// `Host` must agree with the target (false in base-URL mode, where it names us).
+    pub check_host: bool,
+}
+
+/// One client connection's side of [`exchange`]: who, and the upstream kept alive.
+pub(crate) struct Ctx {
+    pub shared: Arc<Shared>,
+    pub peer: SocketAddr,
+    pub uid: Option<u32>,
+    pub kind: Kind,
+    /// The git service port.
+    pub service: bool,
+    pub slot: Arc<Slot>,
+    pub requests: AtomicU64,
+    pool: Mutex<Option<Live>>,
+    /// A TCP connection already made to the target (CONNECT / transparent), used first.
+    pre: Mutex<Option<Connected>>,
+}
+
+struct Live {
+    target: Target,
+    tls: bool,
+    sender: client_http1::SendRequest<UpBody>,
+    addr: SocketAddr,
+    local_port: Option<u16>,
+}
+
+impl Ctx {
+    pub fn new(
+        shared: Arc<Shared>,
+        peer: SocketAddr,
+        uid: Option<u32>,
+        kind: Kind,
+        slot: Arc<Slot>,
+    ) -> Self {
+        Self {
+            shared,
+            peer,
+            uid,
+            kind,
+            service: false,
+            slot,
+            requests: AtomicU64::new(0),
+            pool: Mutex::new(None),
+            pre: Mutex::new(None),
+        }
+    }
+
+    /// An audit record for a request of this connection.
+    pub fn record(&self, method: &http::Method) -> Record {
+        let mut rec = Record::new(
+            Arc::clone(&self.shared.session),
+            SystemTime::now(),
+            self.kind,
+            Some(self.peer),
+        );
+        rec.uid = self.uid;
+        rec.method = Some(method.as_str().chars().take(32).collect());
+        rec
+    }
+
+    async fn deny(&self, mut rec: Record, reason: Reason, route: &Route) -> Response<ProxyBody> {
+        rec.decision = Verdict::Deny;
+        rec.reason = Some(reason.as_str());
+        self.shared.audit.emit(rec).await;
+        deny::denial(reason, route.target.host.as_str(), route.target.port)
+    }
+
+    /// The kept-alive upstream for `route`, if it is still usable.
+    async fn reuse(&self, route: &Route) -> Option<Live> {
+        let live = self.pool.lock().ok()?.take()?;
+        if live.target != route.target || live.tls != route.tls {
+            return None;
+        }
+        let mut live = live;
+        live.sender.ready().await.ok()?;
+        Some(live)
+    }
+
+    async fn open(&self, route: &Route) -> Result<Live, Reason> {
+        let pre = self.pre.lock().ok().and_then(|mut p| p.take());
+        let up = match pre {
+            Some(c) => c,
+            None => {
+                self.shared
+                    .upstreams
+                    .connect_checked(&route.addrs, route.target.port)
+                    .await?
+            }
+        };
+        let (addr, local_port) = (up.addr, up.local_port);
+        let sender = if route.tls {
+            let name = ServerName::try_from(route.target.host.as_str().to_owned())
+                .map_err(|_| Reason::InvalidHost)?;
+            let connector =
+                tokio_rustls::TlsConnector::from(Arc::clone(&self.shared.interception.client));
+            let tls = tokio::time::timeout(
+                self.shared.limits.connect_timeout,
+                connector.connect(name, up.stream),
+            )
+            .await
+            .map_err(|_| Reason::UpstreamUnreachable)?
+            .map_err(|e| tls_reason(&e))?;
+            self.drive(tls).await?
+        } else {
+            self.drive(up.stream).await?
+        };
+        Ok(Live {
+            target: route.target.clone(),
+            tls: route.tls,
+            sender,
+            addr,
+            local_port,
+        })
+    }
+
+    /// HTTP/1.1 client handshake on `io`; the connection task lives until the upstream
+    /// closes, stays idle for `idle_timeout`, or shutdown reaches Stopping.
+    async fn drive<IO>(&self, io: IO) -> Result<client_http1::SendRequest<UpBody>, Reason>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let meter = Arc::new(Meter::new());
+        let io = TokioIo::new(Metered::new(io, Arc::clone(&meter), Dir::Down));
+        let (sender, conn) = client_http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|_| Reason::UpstreamUnreachable)?;
+        let slot = Arc::clone(&self.slot);
+        let idle = self.shared.limits.idle_timeout;
+        let mut phase = self.shared.shutdown.subscribe();
+        tokio::spawn(async move {
+            let _slot = slot;
+            tokio::select! {
+                r = conn.with_upgrades() => if let Err(e) = r {
+                    tracing::debug!("upstream connection: {e}");
+                },
+                () = tunnel::idle_watch(&meter, idle) => tracing::debug!("upstream connection idle: closed"),
+                () = reached(&mut phase, Phase::Stopping) => {}
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// A failed upstream handshake: a certificate problem is `upstream-certificate-invalid`,
+/// anything else `upstream-unreachable`.
+fn tls_reason(e: &std::io::Error) -> Reason {
+    let inner = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+    match inner {
+        Some(
+            rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::InvalidCertRevocationList(_),
+        ) => Reason::UpstreamCertificateInvalid,
+        _ => Reason::UpstreamUnreachable,
+    }
+}
+
+/// `Host` value for `target` (default port omitted).
+fn host_value(target: &Target, tls: bool) -> String {
+    let host = match target.host.ip() {
+        Some(IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => target.host.as_str().to_owned(),
+    };
+    let default = if tls { 443 } else { 80 };
+    if target.port == default {
+        host
+    } else {
+        format!("{host}:{}", target.port)
+    }
+}
+
+/// Whether every `Host` header (at most one) and an absolute-form authority name `target`.
+fn host_agrees(req: &Request<Incoming>, target: &Target) -> Result<(), Reason> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let first = hosts.next();
+    if hosts.next().is_some() {
+        return Err(Reason::MalformedRequest);
+    }
+    let same = |raw: &str| {
+        airlock_policy::host::split_host_port(raw, target.port)
+            .is_ok_and(|(h, p)| h == target.host && p == target.port)
+    };
+    if let Some(v) = first {
+        let ok = v.to_str().is_ok_and(same);
+        if !ok {
+            return Err(Reason::HostMismatch);
+        }
+    }
+    if let Some(a) = req.uri().authority()
+        && !same(a.as_str())
+    {
+        return Err(Reason::HostMismatch);
+    }
+    Ok(())
+}
+
+fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// One request, end to end (see the module docs). `rec` carries what the caller already
+/// decided (policy verdict and rule of the host).
+pub(crate) async fn exchange(
+    ctx: &Ctx,
+    mut req: Request<Incoming>,
+    route: Route,
+    mut rec: Record,
+) -> Response<ProxyBody> {
+    let shared = Arc::clone(&ctx.shared);
+    let icpt = &shared.interception;
+    let creds = icpt.credentials();
+    rec.host = Some(route.target.host.as_str().to_owned());
+    rec.port = Some(route.target.port);
+    rec.intercepted = route.tls;
+    let path = req.uri().path().to_owned();
+    rec.path = Some(path.chars().take(1024).collect());
+    if route.check_host
+        && let Err(reason) = host_agrees(&req, &route.target)
+    {
+        return ctx.deny(rec, reason, &route).await;
+    }
+    let pq_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
+    if pq_len > shared.limits.max_request_line {
+        return ctx.deny(rec, Reason::RequestTooLarge, &route).await;
+    }
+    let query = req.uri().query().map(str::to_owned);
+    let host: &Host = &route.target.host;
+
+    // Git.
+    let git = gitpath::parse(&path, query.as_deref());
+    let authorized = git.as_ref().is_some_and(|g| {
+        let repo = g.repository(host.as_str());
+        shared.policy.git.repositories.contains(&repo)
+    });
+    let scope = if ctx.service {
+        if !authorized {
+            rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
+            return ctx.deny(rec, Reason::RequestDeniedByRule, &route).await;
+        }
+        GitScope::Service
+    } else {
+        if gitpath::is_push(&path, query.as_deref()) {
+            return ctx.deny(rec, Reason::GitPushBlocked, &route).await;
+        }
+        match &git {
+            Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
+            _ => GitScope::None,
+        }
+    };
+
+    // L7 rules on the head.
+    let method = req.method().clone();
+    let view = RequestView {
+        host,
+        method: method.as_str(),
+        path: &path,
+        query: query.as_deref(),
+    };
+    let mut body_cap = None;
+    if !ctx.service {
+        match shared.policy.judge(&view) {
+            L7Verdict::Deny { reason, rule } => {
+                rec.rule = Some(rule);
+                return ctx.deny(rec, reason, &route).await;
+            }
+            L7Verdict::Pass { rule } => {
+                if rule.is_some() {
+                    rec.rule = rule;
+                }
+            }
+        }
+        body_cap = shared.policy.body_needed(&view);
+        for h in METHOD_OVERRIDE_HEADERS {
+            req.headers_mut().remove(h);
+        }
+    }
+
+    // Credentials: URL, headers.
+    if let Some(pq) = req.uri().path_and_query()
+        && let Err(leak) = creds.check_url(pq.as_str())
+    {
+        rec.credential = Some(leak.credential);
+        return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+    }
+    let upgrade = is_upgrade(&req);
+    let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
+    hop::strip(&mut parts.headers);
+    let injected = match creds.apply(host, &mut parts.headers, scope, route.tls) {
+        Ok(n) => n,
+        Err(leak) => {
+            rec.credential = Some(leak.credential);
+            tracing::warn!("credential leak refused: {}", leak.place);
+            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+        }
+    };
+    rec.credential.clone_from(&injected);
+    let scan_body = injected.is_none() && !creds.is_empty();
+
+    // The body: judged, searched, or streamed untouched.
+    let meter = Arc::new(Meter::new());
+    let leak_flag: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+    let announced = body.size_hint().exact();
+    let body_empty = body.is_end_stream();
+    let up_body: UpBody = if body_empty {
+        Full::new(Bytes::new()).map_err(|n| match n {}).boxed()
+    } else if let Some(cap) = body_cap {
+        if parts.headers.contains_key(header::CONTENT_ENCODING) {
+            rec.rule = Some("a judged body must not be content-encoded".into());
+            return ctx.deny(rec, Reason::RequestDeniedByRule, &route).await;
+        }
+        let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
+            Ok(b) => b,
+            Err(reason) => {
+                rec.rule = Some(format!("body judged up to {cap} bytes"));
+                return ctx.deny(rec, reason, &route).await;
+            }
+        };
+        match shared.policy.judge_body(&view, &bytes) {
+            L7Verdict::Deny { reason, rule } => {
+                rec.rule = Some(rule);
+                return ctx.deny(rec, reason, &route).await;
+            }
+            L7Verdict::Pass { rule } => {
+                if rule.is_some() {
+                    rec.rule = rule;
+                }
+            }
+        }
+        if scan_body && let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
+            rec.credential = Some(creds.name_of(tag).to_owned());
+            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+        }
+        meter.add_up(bytes.len());
+        Full::new(bytes).map_err(|n| match n {}).boxed()
+    } else if scan_body && announced.is_some_and(|n| n <= SMALL_BODY as u64) {
+        let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(SMALL_BODY);
+        let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
+            Ok(b) => b,
+            Err(reason) => return ctx.deny(rec, reason, &route).await,
+        };
+        if let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
+            rec.credential = Some(creds.name_of(tag).to_owned());
+            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+        }
+        meter.add_up(bytes.len());
+        Full::new(bytes).map_err(|n| match n {}).boxed()
+    } else if scan_body {
+        LeakChecked {
+            inner: Counted::new(body, Arc::clone(&meter), Dir::Up),
+            stream: scan::Stream::new(),
+            shared: Arc::clone(&shared),
+            flag: Arc::clone(&leak_flag),
+            done: false,
+        }
+        .boxed()
+    } else {
+        Counted::new(body, Arc::clone(&meter), Dir::Up)
+            .map_err(BoxError::from)
+            .boxed()
+    };
+
+    // The request as sent.
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    let Ok(uri) = pq.parse::<Uri>() else {
+        return ctx.deny(rec, Reason::MalformedRequest, &route).await;
+    };
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    let Ok(hv) = HeaderValue::from_str(&host_value(&route.target, route.tls)) else {
+        return ctx.deny(rec, Reason::InvalidHost, &route).await;
+    };
+    parts.headers.insert(header::HOST, hv);
+    if let Some(u) = upgrade_value.filter(|_| upgrade) {
+        parts.headers.insert(header::UPGRADE, u);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    let out = Request::from_parts(parts, up_body);
+
+    let live = match ctx.reuse(&route).await {
+        Some(l) => l,
+        None => match ctx.open(&route).await {
+            Ok(l) => l,
+            Err(reason) => return ctx.deny(rec, reason, &route).await,
+        },
+    };
+    rec.upstream = Some(live.addr);
+    rec.upstream_local_port = live.local_port;
+    let Live {
+        target,
+        tls,
+        mut sender,
+        addr,
+        local_port,
+    } = live;
+    let resp = match sender.send_request(out).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(name) = leak_flag.get() {
+                rec.credential = Some(name.clone());
+                return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+            }
+            tracing::debug!("upstream {addr}: {e}");
+            return ctx.deny(rec, Reason::UpstreamUnreachable, &route).await;
+        }
+    };
+    rec.status = Some(resp.status().as_u16());
+    let (mut rparts, rbody) = resp.into_parts();
+
+    if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_up) = on_client_upgrade else {
+            return ctx.deny(rec, Reason::MalformedRequest, &route).await;
+        };
+        let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
+        let guard = AuditOnDrop::new(rec, Arc::clone(&meter), shared.audit.clone());
+        let idle = shared.limits.idle_timeout;
+        let phase = shared.shutdown.subscribe();
+        let slot = Arc::clone(&ctx.slot);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _guard = guard; // the line is written when the relay ends
+            if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
+                let _ = tunnel::relay(TokioIo::new(c), TokioIo::new(s), meter, idle, phase).await;
+            }
+        });
+        let upgrade = rparts.headers.get(header::UPGRADE).cloned();
+        hop::strip(&mut rparts.headers);
+        if injected.is_some() {
+            creds.scrub_headers(&mut rparts.headers);
+        }
+        if let Some(u) = upgrade {
+            rparts.headers.insert(header::UPGRADE, u);
+            rparts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        return Response::from_parts(rparts, deny::full(Bytes::new()));
+    }
+
+    if let Ok(mut pool) = ctx.pool.lock() {
+        *pool = Some(Live {
+            target,
+            tls,
+            sender,
+            addr,
+            local_port,
+        });
+    }
+    hop::strip(&mut rparts.headers);
+    let guard =
+        AuditOnDrop::new(rec, Arc::clone(&meter), shared.audit.clone()).with_leak_flag(leak_flag);
+    let counted = Counted::new(rbody, meter, Dir::Down).with_audit(guard);
+    let body = if injected.is_some() && creds.scrub_needles().is_some() {
+        creds.scrub_headers(&mut rparts.headers);
+        Scrubbed {
+            inner: counted,
+            stream: scan::Stream::new(),
+            shared: Arc::clone(&shared),
+            pending: None,
+            done: false,
+        }
+        .boxed()
+    } else {
+        counted.boxed()
+    };
+    Response::from_parts(rparts, body)
+}
+
+/// Reads at most `cap` bytes of `body`, with `idle` as the deadline for the whole body.
+async fn read_capped(body: Incoming, cap: usize, idle: Duration) -> Result<Bytes, Reason> {
+    let limited = http_body_util::Limited::new(body, cap);
+    match tokio::time::timeout(idle, limited.collect()).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(Reason::RequestDeniedByRule)
+        }
+        Ok(Err(_)) | Err(_) => Err(Reason::MalformedRequest),
+    }
+}
+
+/// A request body searched as it streams: bytes are released as soon as they cannot be
+/// the start of a secret; at a secret the body fails (hyper then abandons the upstream
+/// request) and the name is left in `flag`. Request trailers are dropped (never searched,
+/// never sent).
+struct LeakChecked<B> {
+    inner: B,
+    stream: scan::Stream,
+    shared: Arc<Shared>,
+    flag: Arc<OnceLock<String>>,
+    done: bool,
+}
+
+impl<B> Body for LeakChecked<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let Some(needles) = this.shared.interception.credentials.leak_needles() else {
+                // Nothing to look for: pass through.
+                return Pin::new(&mut this.inner)
+                    .poll_frame(cx)
+                    .map(|o| o.map(|r| r.map_err(BoxError::from)));
+            };
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    let rest = this.stream.finish();
+                    if rest.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(rest))));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers: dropped
+                    };
+                    match this.stream.check(needles, data) {
+                        Ok(out) if out.is_empty() => {}
+                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                        Err(tag) => {
+                            let name = this.shared.interception.credentials.name_of(tag);
+                            let _ = this.flag.set(name.to_owned());
+                            this.done = true;
+                            return Poll::Ready(Some(Err("credential leak in the body".into())));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body with every real value overwritten (same length), released as it
+/// arrives except a tail that could start a secret.
+struct Scrubbed<B> {
+    inner: B,
+    stream: scan::Stream,
+    shared: Arc<Shared>,
+    pending: Option<Frame<Bytes>>,
+    done: bool,
+}
+
+impl<B> Body for Scrubbed<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(f) = this.pending.take() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let Some(needles) = this.shared.interception.credentials.scrub_needles() else {
+                return Pin::new(&mut this.inner).poll_frame(cx);
+            };
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    let rest = this.stream.finish();
+                    if rest.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(rest))));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        let out = this.stream.scrub(needles, data);
+                        if !out.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(out))));
+                        }
+                    }
+                    Err(trailers) => {
+                        let rest = this.stream.finish();
+                        if rest.is_empty() {
+                            return Poll::Ready(Some(Ok(trailers)));
+                        }
+                        this.pending = Some(trailers);
+                        return Poll::Ready(Some(Ok(Frame::data(rest))));
+                    }
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pending.is_none() && !self.stream.holding() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Terminates the agent's TLS on an intercepted connection to `route.target` and serves
+/// its requests. `pre` is the TCP connection already made to the target. Returns how the
+/// connection ended, for the connection's audit line (`rec`, written by the caller).
+pub(crate) async fn serve_tls<C>(
+    client: C,
+    ctx: Arc<Ctx>,
+    route: Route,
+    pre: Option<Connected>,
+    rec: &mut Record,
+) -> tunnel::End
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = Arc::clone(&ctx.shared);
+    rec.intercepted = true;
+    if let Ok(mut p) = ctx.pre.lock() {
+        *p = pre;
+    }
+    let acceptor =
+        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let start = match tokio::time::timeout(shared.limits.header_read_timeout, acceptor).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!("client hello from {}: {e}", ctx.peer);
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            return tunnel::End::Error;
+        }
+        Err(_) => return tunnel::End::Idle,
+    };
+    // No fronting: a server name, when sent, must be the checked target.
+    if let Some(sni) = start.client_hello().server_name()
+        && Host::parse(sni).ok().as_ref() != Some(&route.target.host)
+    {
+        rec.decision = Verdict::Deny;
+        rec.reason = Some(Reason::SniMismatch.as_str());
+        return tunnel::End::Closed;
+    }
+    let config = match shared
+        .interception
+        .leaves
+        .server_config(route.target.host.as_str())
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            return tunnel::End::Error;
+        }
+    };
+    let tls =
+        match tokio::time::timeout(shared.limits.header_read_timeout, start.into_stream(config))
+            .await
+        {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                tracing::info!("client TLS with {} failed: {e}", ctx.peer);
+                rec.decision = Verdict::Deny;
+                rec.reason = Some(Reason::ClientTlsFailed.as_str());
+                return tunnel::End::Error;
+            }
+            Err(_) => return tunnel::End::Idle,
+        };
+    serve_http(TokioIo::new(tls), ctx, route).await
+}
+
+/// Serves HTTP/1.1 requests on an intercepted (or service-port) connection.
+pub(crate) async fn serve_http<IO>(io: IO, ctx: Arc<Ctx>, route: Route) -> tunnel::End
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let shared = Arc::clone(&ctx.shared);
+    let target = route.target.clone();
+    let svc_ctx = Arc::clone(&ctx);
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let ctx = Arc::clone(&svc_ctx);
+        let route = route.clone();
+        async move {
+            ctx.requests.fetch_add(1, Ordering::Relaxed);
+            let mut rec = ctx.record(req.method());
+            rec.decision = Verdict::Allow;
+            Ok::<_, std::convert::Infallible>(exchange(&ctx, req, route, rec).await)
+        }
+    });
+    let limits = &shared.limits;
+    let mut builder = server_http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_header_size(limits.max_header_bytes)
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, svc).with_upgrades();
+    tokio::pin!(conn);
+    let mut phase = shared.shutdown.subscribe();
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = reached(&mut phase, Phase::Draining) => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = reached(&mut phase, Phase::Stopping) => {
+                    tokio::time::timeout(Duration::from_millis(200), conn.as_mut())
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+            }
+        }
+    };
+    match result {
+        Ok(()) => tunnel::End::Closed,
+        Err(e) => {
+            let reason = if e.is_parse_too_large() {
+                Some(Reason::RequestTooLarge)
+            } else if e.is_parse() {
+                Some(Reason::MalformedRequest)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                let mut rec = ctx.record(&http::Method::GET);
+                rec.method = None;
+                rec.host = Some(target.host.as_str().to_owned());
+                rec.port = Some(target.port);
+                rec.intercepted = true;
+                rec.reason = Some(reason.as_str());
+                rec.event = Some("parse-error");
+                shared.audit.emit(rec).await;
+            }
+            if e.is_timeout() {
+                tunnel::End::Idle
+            } else {
+                tunnel::End::Error
+            }
+        }
+    }
+}
