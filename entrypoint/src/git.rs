@@ -526,13 +526,14 @@ impl ApiSpec {
             },
         )
         .map_err(|m| anyhow!("the git API's identity is not the split one: {m}"))?;
-        // The kernel hands /proc/<pid> of a process that is not dumpable to root.
-        let owner = std::fs::metadata(format!("/proc/{pid}"))
-            .with_context(|| format!("cannot stat /proc/{pid}"))?
+        // The kernel hands the files of /proc/<pid> (not the directory itself) of a process
+        // that is not dumpable to root.
+        let owner = std::fs::metadata(format!("/proc/{pid}/environ"))
+            .with_context(|| format!("cannot stat /proc/{pid}/environ"))?
             .uid();
         if owner != 0 {
             bail!(
-                "the git API (pid {pid}) is dumpable (/proc/{pid} belongs to uid {owner}): the agent could inspect it"
+                "the git API (pid {pid}) is dumpable (/proc/{pid}/environ belongs to uid {owner}): the agent could inspect it"
             );
         }
         Ok(())
