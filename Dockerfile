@@ -32,9 +32,19 @@ RUN set -eu; \
     mv /etc/ssl/certs/ca-certificates.crt /usr/share/airlock/system-roots.pem; \
     ln -s /run/airlock/ca-bundle.pem /etc/ssl/certs/ca-certificates.crt
 
-COPY airlock-entrypoint airlock-proxy /usr/local/bin/
+# Git (design §5): the repository's .git is bind-mounted at /var/lib/airlock/git/workspace.git
+# (docs/docker.md), under a parent only the git service can traverse (root:airlock-git 0710);
+# the agent's `git` and `git-credential-airlock` are the shims, first on its PATH.
+RUN set -eu; \
+    mkdir -p /var/lib/airlock/git/workspace.git /usr/local/lib/airlock/bin; \
+    chown root:airlock-git /var/lib/airlock/git; \
+    chmod 0710 /var/lib/airlock/git
+COPY git git-credential-airlock /usr/local/lib/airlock/bin/
+COPY airlock-entrypoint airlock-proxy airlock-git-api /usr/local/bin/
 COPY policy.toml /etc/airlock/policy.toml
-RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy && \
+RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy \
+        /usr/local/bin/airlock-git-api /usr/local/lib/airlock/bin/git \
+        /usr/local/lib/airlock/bin/git-credential-airlock && \
     chmod 0644 /etc/airlock/policy.toml && \
     /usr/local/bin/airlock-entrypoint --check
 

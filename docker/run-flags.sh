@@ -1,6 +1,8 @@
 # The documented `docker run` flags, one per line (sourced by scripts/docker-run and the smoke
 # tests, so what is documented is what is tested). docs/docker.md explains each line.
 # Expects: $repo (host path of the repository), $audit_volume (name or host path).
+# When the repository has a .git directory, it is handed to the git service and hidden from
+# the agent (the last two lines); without one there is no git in the workspace.
 # shellcheck disable=SC2034,SC2154 # the array is used by whoever sources this file
 AIRLOCK_RUN_FLAGS=(
     --cap-drop ALL
@@ -23,3 +25,9 @@ AIRLOCK_RUN_FLAGS=(
     -v "$repo:/workspace"
     -v "$audit_volume:/var/log/airlock"
 )
+if [ -d "$repo/.git" ]; then
+    AIRLOCK_RUN_FLAGS+=(
+        -v "$repo/.git:/var/lib/airlock/git/workspace.git"
+        --tmpfs /workspace/.git:ro,nosuid,nodev,noexec,mode=0555
+    )
+fi
