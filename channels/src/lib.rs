@@ -55,7 +55,13 @@ pub const CREDENTIALS_FILE: &str = "credentials.json";
 pub const CA_CERT_FILE: &str = "ca.pem";
 /// The appliance CA's private key inside the proxy's state directory (0600, proxy user).
 pub const CA_KEY_FILE: &str = "ca-key.pem";
-/// Where the proxy exports the CA's public certificate for the entrypoint (0644).
+/// Directory inside the runtime directory that the proxy user owns (0755) and exports
+/// public files to: the proxy cannot write the root-owned runtime directory itself.
+pub const PROXY_PUBLIC_SUBDIR: &str = "proxy-public";
+/// Where the proxy exports the CA's public certificate (0644) for the entrypoint.
+pub const CA_PROXY_EXPORT_PATH: &str = "/run/airlock/proxy-public/ca.pem";
+/// The appliance CA certificate as the entrypoint publishes it (root-owned copy of the
+/// proxy's export, 0644): what the git API trusts on the service port.
 pub const CA_EXPORT_PATH: &str = "/run/airlock/ca.pem";
 /// The agent's CA bundle (system roots + the appliance CA), built by the entrypoint.
 pub const CA_BUNDLE_PATH: &str = "/run/airlock/ca-bundle.pem";

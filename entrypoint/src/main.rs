@@ -169,7 +169,7 @@ fn start(cli: Cli) -> Result<i32> {
         audit_file,
         session: session.id.clone(),
         state_dir,
-        ca_export: cli.run_dir.join(trust::EXPORT_FILE),
+        ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
         upstream_ca,
         run_as: RunAs {
             identity: users.proxy.clone(),
@@ -178,10 +178,8 @@ fn start(cli: Cli) -> Result<i32> {
             real_uid: None,
         },
     };
-    // A CA left from an earlier start must not be mistaken for this proxy's export.
-    let _ = std::fs::remove_file(&proxy_spec.ca_export);
     let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
-    // trust::write_bundle(&cli.run_dir)?;  (enabled once the proxy exports its CA)
+    trust::write_bundle(&cli.run_dir, &proxy_spec.ca_export)?;
     // The git API after the proxy (its pushes go through the service port), before the firewall.
     let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::start).transpose()?);
     let t_proxy = t0.elapsed();

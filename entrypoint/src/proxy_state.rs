@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 
 /// Create `dir` (if needed), owned by the proxy user, mode 0700.
 pub fn ensure_dir(dir: &Path, proxy: &Identity) -> Result<()> {
+    ensure_dir_mode(dir, proxy, 0o700)
+}
+
+/// Create `dir` (if needed), owned by the proxy user, with `mode`.
+pub fn ensure_dir_mode(dir: &Path, proxy: &Identity, mode: u32) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| {
         format!(
             "cannot create the proxy's state directory {}",
@@ -24,8 +29,8 @@ pub fn ensure_dir(dir: &Path, proxy: &Identity) -> Result<()> {
         Some(Gid::from_raw(proxy.gid)),
     )
     .with_context(|| format!("cannot hand {} to the proxy user", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("cannot make {} private to the proxy user", dir.display()))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the mode of {}", dir.display()))
 }
 
 /// Write `bytes` to `dir/name` with `mode`, owned by the proxy user. Returns the path.

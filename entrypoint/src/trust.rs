@@ -30,7 +30,8 @@ pub const DEBIAN_SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const UPSTREAM_CA_FILE: &str = "upstream-ca.pem";
 /// File name of the agent's bundle inside the runtime directory.
 pub const BUNDLE_FILE: &str = "ca-bundle.pem";
-/// File name of the proxy's exported CA inside the runtime directory.
+/// File name of the exported CA (in the proxy's public directory, and the entrypoint's
+/// root-owned copy in the runtime directory).
 pub const EXPORT_FILE: &str = "ca.pem";
 
 const PEM_CERT: &str = "-----BEGIN CERTIFICATE-----";
@@ -180,10 +181,21 @@ pub fn bundle(system_roots: &[u8], appliance_ca: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Read the CA the proxy exported into `run_dir` and write the agent's bundle next to it
-/// (root-owned, 0644, replaced atomically). Returns the bundle's path.
-pub fn write_bundle(run_dir: &Path) -> Result<PathBuf> {
-    let export = run_dir.join(EXPORT_FILE);
+/// The directory the proxy exports its CA to (owned by the proxy user, 0755), created
+/// fresh so that nothing from an earlier start can be mistaken for this proxy's export.
+pub fn prepare_export_dir(run_dir: &Path, proxy: &Identity) -> Result<PathBuf> {
+    let dir = run_dir.join(airlock_channels::PROXY_PUBLIC_SUBDIR);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    proxy_state::ensure_dir_mode(&dir, proxy, 0o755)?;
+    Ok(dir.join(EXPORT_FILE))
+}
+
+/// Read the CA the proxy exported (`export`), publish a root-owned copy as
+/// `run_dir/ca.pem` (what the git API trusts) and write the agent's bundle next to it
+/// (root-owned, 0644, each replaced atomically). Returns the bundle's path.
+pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
     let meta = std::fs::symlink_metadata(&export).with_context(|| {
         format!(
             "the proxy did not export its CA to {}; its log above says why",
@@ -196,8 +208,14 @@ pub fn write_bundle(run_dir: &Path) -> Result<PathBuf> {
     let ca = std::fs::read_to_string(&export)
         .with_context(|| format!("cannot read the proxy's CA {}", export.display()))?;
     let bytes = bundle(&system_roots()?, &ca)?;
-    let path = run_dir.join(BUNDLE_FILE);
-    let tmp = run_dir.join(format!(".{BUNDLE_FILE}.tmp"));
+    publish(run_dir, EXPORT_FILE, ca.as_bytes())?;
+    publish(run_dir, BUNDLE_FILE, &bytes)
+}
+
+/// Write `dir/name` root-owned 0644 under a temporary name, then rename it into place.
+fn publish(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -205,7 +223,7 @@ pub fn write_bundle(run_dir: &Path) -> Result<PathBuf> {
         .mode(0o644)
         .open(&tmp)
         .with_context(|| format!("cannot create {}", tmp.display()))?;
-    std::io::Write::write_all(&mut file, &bytes)
+    std::io::Write::write_all(&mut file, bytes)
         .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("cannot install {}", path.display()))?;
     Ok(path)

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, default_value_os_t = default_state_dir())]
     pub state_dir: PathBuf,
     /// Where the CA's public certificate is exported (0644) for the agent's trust bundle.
-    #[arg(long, default_value = airlock_channels::CA_EXPORT_PATH)]
+    #[arg(long, default_value = airlock_channels::CA_PROXY_EXPORT_PATH)]
     pub ca_export: PathBuf,
     /// Extra trusted roots for verifying upstreams (test or corporate CAs), PEM; repeatable.
     #[arg(long)]
