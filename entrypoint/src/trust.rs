@@ -196,7 +196,7 @@ pub fn prepare_export_dir(run_dir: &Path, proxy: &Identity) -> Result<PathBuf> {
 /// `run_dir/ca.pem` (what the git API trusts) and write the agent's bundle next to it
 /// (root-owned, 0644, each replaced atomically). Returns the bundle's path.
 pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
-    let meta = std::fs::symlink_metadata(&export).with_context(|| {
+    let meta = std::fs::symlink_metadata(export).with_context(|| {
         format!(
             "the proxy did not export its CA to {}; its log above says why",
             export.display()
@@ -205,7 +205,7 @@ pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
     if !meta.file_type().is_file() {
         bail!("{} is not a regular file", export.display());
     }
-    let ca = std::fs::read_to_string(&export)
+    let ca = std::fs::read_to_string(export)
         .with_context(|| format!("cannot read the proxy's CA {}", export.display()))?;
     let bytes = bundle(&system_roots()?, &ca)?;
     publish(run_dir, EXPORT_FILE, ca.as_bytes())?;
