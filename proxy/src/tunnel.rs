@@ -116,6 +116,11 @@ impl<S> Metered<S> {
     pub const fn new(inner: S, meter: Arc<Meter>, dir: Dir) -> Self {
         Self { inner, meter, dir }
     }
+
+    /// The wrapped stream.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
@@ -199,7 +204,32 @@ impl End {
 
 /// Relays `client` ↔ `upstream` until both sides close, one fails, nothing moves for `idle`,
 /// or the phase reaches [`Phase::Stopping`]. Counts on `meter` (client reads = up).
+///
+/// When both ends are plain TCP sockets (a `TcpStream`, or hyper's upgraded `CONNECT`
+/// connection over one) the bytes are relayed by [`tcp`]: `recv`/`send` for small messages,
+/// `splice(2)` through a pipe once a direction carries bulk data (the proxy never copies
+/// the bytes of a download). Anything else (TLS, test duplexes) takes the generic copy.
 pub async fn relay<C, U>(
+    client: C,
+    upstream: U,
+    meter: Arc<Meter>,
+    idle: Duration,
+    phase: watch::Receiver<Phase>,
+) -> End
+where
+    C: AsyncRead + AsyncWrite + Unpin + 'static,
+    U: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    match (tcp::Side::of(client), tcp::Side::of(upstream)) {
+        (tcp::Side::Tcp(c, pre_c), tcp::Side::Tcp(u, pre_u)) => {
+            tcp::relay(c, pre_c, u, pre_u, meter, idle, phase).await
+        }
+        (c, u) => copy_relay(c, u, meter, idle, phase).await,
+    }
+}
+
+/// The generic relay: tokio's bidirectional copy through two buffers.
+async fn copy_relay<C, U>(
     client: C,
     upstream: U,
     meter: Arc<Meter>,
@@ -219,6 +249,8 @@ where
         () = reached(&mut phase, Phase::Stopping) => End::Shutdown,
     }
 }
+
+mod tcp;
 
 /// Resolves once `meter` has seen no byte for `idle`.
 pub async fn idle_watch(meter: &Meter, idle: Duration) {
@@ -288,6 +320,112 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(t.await.unwrap(), End::Idle);
         assert_eq!(meter.down(), 20);
+    }
+
+    /// A connected pair of loopback sockets.
+    async fn tcp_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = tokio::net::TcpStream::connect(l.local_addr().unwrap());
+        let (a, b) = tokio::join!(a, l.accept());
+        (a.unwrap(), b.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn tcp_relay_moves_small_and_bulk_both_ways_and_half_closes() {
+        let (mut client, proxy_c) = tcp_pair().await;
+        let (proxy_u, mut server) = tcp_pair().await;
+        let meter = Arc::new(Meter::new());
+        let s = Shutdown::new();
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::clone(&meter),
+            Duration::from_secs(5),
+            s.subscribe(),
+        ));
+        // Keep-alive style ping-pong (the copy path)...
+        for _ in 0..50 {
+            client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut q = [0u8; 18];
+            server.read_exact(&mut q).await.unwrap();
+            server.write_all(b"ok").await.unwrap();
+            let mut a = [0u8; 2];
+            client.read_exact(&mut a).await.unwrap();
+        }
+        // ...then bulk both ways at once (the splice path), checked byte for byte.
+        let big: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        let (b1, b2) = (big.clone(), big.clone());
+        let up = tokio::spawn(async move {
+            cw.write_all(&b1).await.unwrap();
+            cw.shutdown().await.unwrap(); // half-close: the server must see EOF
+            cw
+        });
+        let down = tokio::spawn(async move {
+            sw.write_all(&b2).await.unwrap();
+            sw.shutdown().await.unwrap();
+            sw
+        });
+        let mut got_s = Vec::new();
+        sr.read_to_end(&mut got_s).await.unwrap();
+        let mut got_c = Vec::new();
+        cr.read_to_end(&mut got_c).await.unwrap();
+        assert!(got_s == big && got_c == big, "bytes relayed intact");
+        let _ = (up.await.unwrap(), down.await.unwrap());
+        assert_eq!(t.await.unwrap(), End::Closed);
+        let n = 50 * 18 + big.len() as u64;
+        assert_eq!((meter.up(), meter.down()), (n, 50 * 2 + big.len() as u64));
+    }
+
+    #[tokio::test]
+    async fn tcp_relay_reports_a_reset_as_an_error() {
+        let (client, proxy_c) = tcp_pair().await;
+        let (proxy_u, server) = tcp_pair().await;
+        let s = Shutdown::new();
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::new(Meter::new()),
+            Duration::from_secs(5),
+            s.subscribe(),
+        ));
+        // RST from the client (linger 0), while the server keeps its side open.
+        client.set_zero_linger().unwrap();
+        drop(client);
+        let end = tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(end, End::Error);
+        drop(server);
+    }
+
+    #[tokio::test]
+    async fn tcp_relay_idle_and_shutdown_still_cut() {
+        let (_client, proxy_c) = tcp_pair().await;
+        let (proxy_u, _server) = tcp_pair().await;
+        let s = Shutdown::new();
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::new(Meter::new()),
+            Duration::from_millis(100),
+            s.subscribe(),
+        ));
+        assert_eq!(t.await.unwrap(), End::Idle);
+        let (_client, proxy_c) = tcp_pair().await;
+        let (proxy_u, _server) = tcp_pair().await;
+        let t = tokio::spawn(relay(
+            proxy_c,
+            proxy_u,
+            Arc::new(Meter::new()),
+            Duration::from_secs(60),
+            s.subscribe(),
+        ));
+        s.advance(Phase::Draining);
+        s.advance(Phase::Stopping);
+        assert_eq!(t.await.unwrap(), End::Shutdown);
     }
 
     #[tokio::test]

@@ -1,0 +1,273 @@
+//! The TCP ↔ TCP relay: what every passthrough tunnel (explicit `CONNECT`, transparent) is.
+//!
+//! Per direction, small messages (requests, API calls) are `recv`/`send` through a 16 KiB
+//! buffer, which keeps tokio's short-read readiness clearing: two syscalls per message.
+//! A read that fills the buffer means bulk data: that direction switches to `splice(2)`
+//! through its own pipe (socket → pipe → socket, the kernel moves page references, the
+//! proxy never copies the bytes) until a wake-up moves less than a buffer's worth again.
+//! A pipe that cannot be created (fd limit) just keeps the copy.
+
+use std::any::Any;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+
+use super::{Dir, End, Meter, Metered, idle_watch};
+use crate::shutdown::{Phase, reached};
+
+/// Copy buffer per direction (allocated on the first byte, so idle tunnels cost none).
+const COPY_BUF: usize = 16 * 1024;
+/// Most bytes asked of one `splice` (the pipe's capacity bounds it anyway).
+const SPLICE_MAX: usize = 1 << 20;
+
+/// A relay end: a bare TCP socket (with bytes already read from it but not yet relayed),
+/// or anything else.
+pub(super) enum Side<S> {
+    Tcp(TcpStream, Bytes),
+    Other(S),
+    /// Unreachable in practice (a value taken out of its slot and not put back); fails
+    /// every operation rather than panicking.
+    Lost,
+}
+
+fn take_as<T: 'static, S: 'static>(slot: &mut Option<S>) -> Option<T> {
+    (slot as &mut dyn Any)
+        .downcast_mut::<Option<T>>()
+        .and_then(Option::take)
+}
+
+fn put_as<T: 'static, S: 'static>(slot: &mut Option<S>, value: T) {
+    if let Some(s) = (slot as &mut dyn Any).downcast_mut::<Option<T>>() {
+        *s = Some(value);
+    }
+}
+
+impl<S: 'static> Side<S> {
+    /// Finds the socket under `s`: a `TcpStream` itself, or hyper's upgraded `CONNECT`
+    /// connection when it runs over the explicit listener's `TokioIo<Metered<TcpStream>>`
+    /// (its unread buffer comes along).
+    pub(super) fn of(s: S) -> Self {
+        let mut slot = Some(s);
+        if let Some(t) = take_as::<TcpStream, S>(&mut slot) {
+            return Self::Tcp(t, Bytes::new());
+        }
+        if let Some(io) = take_as::<TokioIo<Upgraded>, S>(&mut slot) {
+            match io.into_inner().downcast::<TokioIo<Metered<TcpStream>>>() {
+                Ok(parts) => return Self::Tcp(parts.io.into_inner().into_inner(), parts.read_buf),
+                Err(up) => put_as(&mut slot, TokioIo::new(up)),
+            }
+        }
+        slot.map_or(Self::Lost, Self::Other)
+    }
+}
+
+fn lost() -> io::Error {
+    io::Error::other("relay end lost")
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Side<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(_, pre) if !pre.is_empty() => {
+                let n = pre.len().min(buf.remaining());
+                buf.put_slice(&pre[..n]);
+                pre.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Self::Tcp(t, _) => Pin::new(t).poll_read(cx, buf),
+            Self::Other(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Side<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(t, _) => Pin::new(t).poll_write(cx, buf),
+            Self::Other(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(t, _) => Pin::new(t).poll_flush(cx),
+            Self::Other(s) => Pin::new(s).poll_flush(cx),
+            Self::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(t, _) => Pin::new(t).poll_shutdown(cx),
+            Self::Other(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+}
+
+/// Relays two sockets; `pre_c`/`pre_u` are bytes already read from the client / upstream.
+pub(super) async fn relay(
+    client: TcpStream,
+    pre_c: Bytes,
+    upstream: TcpStream,
+    pre_u: Bytes,
+    meter: Arc<Meter>,
+    idle: Duration,
+    mut phase: watch::Receiver<Phase>,
+) -> End {
+    let (cr, cw) = client.into_split();
+    let (ur, uw) = upstream.into_split();
+    let up = pump(cr, pre_c, uw, &meter, Dir::Up);
+    let down = pump(ur, pre_u, cw, &meter, Dir::Down);
+    tokio::select! {
+        r = async { tokio::try_join!(up, down) } => if r.is_ok() { End::Closed } else { End::Error },
+        () = idle_watch(&meter, idle) => End::Idle,
+        () = reached(&mut phase, Phase::Stopping) => End::Shutdown,
+    }
+}
+
+fn count(meter: &Meter, dir: Dir, n: usize) {
+    match dir {
+        Dir::Up => meter.add_up(n),
+        Dir::Down => meter.add_down(n),
+    }
+}
+
+/// One direction until EOF (then the write side is shut down, as a half-close).
+async fn pump(
+    mut from: OwnedReadHalf,
+    pre: Bytes,
+    mut to: OwnedWriteHalf,
+    meter: &Meter,
+    dir: Dir,
+) -> io::Result<()> {
+    if !pre.is_empty() {
+        count(meter, dir, pre.len());
+        to.write_all(&pre).await?;
+        meter.touch();
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    let mut pipe: Option<Pipe> = None;
+    let mut bulk = false;
+    loop {
+        if bulk && let Some(p) = &pipe {
+            match splice_burst(from.as_ref(), to.as_ref(), p, meter, dir).await? {
+                None => break,
+                Some(moved) => bulk = moved >= COPY_BUF,
+            }
+            continue;
+        }
+        if buf.is_empty() {
+            // Wait for the first byte before committing memory to the direction.
+            from.as_ref().readable().await?;
+            buf.resize(COPY_BUF, 0);
+        }
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        count(meter, dir, n);
+        to.write_all(&buf[..n]).await?;
+        meter.touch();
+        if n == buf.len() {
+            if pipe.is_none() {
+                pipe = Pipe::new().ok();
+            }
+            bulk = pipe.is_some();
+        }
+    }
+    to.shutdown().await
+}
+
+/// A pipe's two ends (non-blocking, close-on-exec).
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Self> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded: both fds are open and owned by nobody else.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(Self { r, w })
+    }
+}
+
+fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: plain fds, null offsets (both ends are pipes or sockets); no memory is passed.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// One wake-up of a bulk direction: splices socket → pipe → socket until the source has
+/// nothing more. `None` at EOF, else the bytes moved.
+async fn splice_burst(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipe: &Pipe,
+    meter: &Meter,
+    dir: Dir,
+) -> io::Result<Option<usize>> {
+    from.readable().await?;
+    let mut total = 0;
+    loop {
+        let n = match from.try_io(Interest::READABLE, || {
+            splice(from.as_raw_fd(), pipe.w.as_raw_fd(), SPLICE_MAX)
+        }) {
+            Ok(0) if total == 0 => return Ok(None),
+            Ok(0) => return Ok(Some(total)),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(total)),
+            Err(e) => return Err(e),
+        };
+        count(meter, dir, n);
+        let mut left = n;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                splice(pipe.r.as_raw_fd(), to.as_raw_fd(), left)
+            }) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(m) => left -= m.min(left),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        meter.touch();
+        total += n;
+    }
+}
