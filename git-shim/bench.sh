@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-30}"
+# The same git on both sides (a PATH git may be another version than the one the API runs).
+real_git="${AIRLOCK_REAL_GIT:-/usr/bin/git}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo build --release -q -p airlock-git-api -p airlock-git-shim
 bin="$CARGO_TARGET_DIR/release"
@@ -16,26 +18,26 @@ ws="$tmp/workspace"; hidden="$tmp/hidden/repo.git"
 mkdir -p "$ws" "$tmp/hidden"
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid
 export GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.invalid
-git -C "$ws" init -q -b main
+"$real_git" -C "$ws" init -q -b main
 for d in $(seq 0 99); do
     mkdir -p "$ws/d$d"
     for f in $(seq 0 99); do echo "file $d/$f" > "$ws/d$d/f$f.txt"; done
 done
-git -C "$ws" add -A && git -C "$ws" commit -q -m "10000 files"
-for i in $(seq 1 30); do echo "change $i" >> "$ws/d$i/f$i.txt"; git -C "$ws" commit -qam "c$i"; done
+"$real_git" -C "$ws" add -A && "$real_git" -C "$ws" commit -q -m "10000 files"
+for i in $(seq 1 30); do echo "change $i" >> "$ws/d$i/f$i.txt"; "$real_git" -C "$ws" commit -qam "c$i"; done
 echo "edit" >> "$ws/d0/f0.txt"          # something for status and diff to report
 mv "$ws/.git" "$hidden"
-git --git-dir="$hidden" remote add origin https://github.com/bench/repo.git
+"$real_git" --git-dir="$hidden" remote add origin https://github.com/bench/repo.git
 
 printf '[sandbox]\nname = "bench"\n' > "$tmp/policy.toml"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/key"
 "$bin/airlock-git-api" --socket "$tmp/git.sock" --git-dir "$hidden" --work-tree "$ws" \
-    --agent-uid "$(id -u)" --key-file "$tmp/key" --policy "$tmp/policy.toml" 2>"$tmp/api.log" &
+    --agent-uid "$(id -u)" --key-file "$tmp/key" --policy "$tmp/policy.toml" --git "$real_git" 2>"$tmp/api.log" &
 server=$!
 for _ in $(seq 50); do [ -S "$tmp/git.sock" ] && break; sleep 0.1; done
 
-shim() { AIRLOCK_WORKSPACE="$ws" AIRLOCK_GIT_SOCKET="$tmp/git.sock" AIRLOCK_SESSION_KEY_FILE="$tmp/key" "$bin/git" "$@"; }
-native() { GIT_DIR="$hidden" GIT_WORK_TREE="$ws" git "$@"; }
+shim() { AIRLOCK_WORKSPACE="$ws" AIRLOCK_GIT_SOCKET="$tmp/git.sock" AIRLOCK_SESSION_KEY_FILE="$tmp/key" AIRLOCK_REAL_GIT="$real_git" "$bin/git" "$@"; }
+native() { GIT_DIR="$hidden" GIT_WORK_TREE="$ws" "$real_git" "$@"; }
 
 # Interleaved runs (native, shim, native, ...) so that load from other processes hits both
 # sides alike; prints "native_us shim_us" means after one warm-up of each.

@@ -105,6 +105,36 @@ check "an extra capability is refused" refused "also holds SYS_ADMIN" "${documen
 # apply caps"; the extra-capability check above is what would name it.)
 check "--user is refused" refused "do not pass --user" "${documented[@]}" --user 1000
 
+say "a git checkout: .git handed to the git service, hidden from the agent"
+gitrepo=$SMOKE_DIR/gitrepo
+mkdir -p "$gitrepo"
+git -C "$gitrepo" init -q -b main
+echo hello >"$gitrepo/README.md"
+git -C "$gitrepo" add README.md
+git -C "$gitrepo" -c user.name=smoke -c user.email=smoke@example.invalid commit -q -m "smoke seed"
+chown -R 1000:1000 "$gitrepo"
+repo=$gitrepo
+# shellcheck source=../../docker/run-flags.sh
+source "$SMOKE_ROOT/docker/run-flags.sh"
+gitflags=("${AIRLOCK_RUN_FLAGS[@]}")
+git_session() {
+    docker run --rm "${gitflags[@]}" "${policy[@]}" "$img" sh -c \
+        'echo "log=$(git log -1 --format=%s)"; echo "cover=$(ls -A /workspace/.git | wc -l)";
+         echo "hidden=$(ls /var/lib/airlock/git 2>&1 | grep -c "Permission denied")";
+         echo "native=$(/usr/bin/git -C /workspace status 2>&1 | grep -c "not a git repository")";
+         echo "config=$(git config core.hooksPath /tmp 2>&1 | grep -c config_key_not_writable)"' 2>/dev/null
+}
+out=$(git_session || true)
+check "git in the workspace runs through the git API" grep -q '^log=smoke seed$' <<<"$out"
+check "the workspace .git is an empty cover" grep -q '^cover=0$' <<<"$out"
+check "the hidden git dir's parent is closed to the agent" grep -q '^hidden=1$' <<<"$out"
+check "native git finds no repository in the workspace" grep -q '^native=1$' <<<"$out"
+check "the git API's config policy answers" grep -q '^config=1$' <<<"$out"
+mapfile -t f < <(documented=("${gitflags[@]}"); without --tmpfs /workspace/.git:ro,nosuid,nodev,noexec,mode=0555)
+check "a git checkout without the .git cover is refused" refused "--tmpfs /workspace/.git:ro" "${f[@]}"
+mapfile -t f < <(documented=("${gitflags[@]}"); without -v "$gitrepo/.git:/var/lib/airlock/git/workspace.git")
+check "a git checkout without the hand-over is refused" refused "/var/lib/airlock/git/workspace.git" "${f[@]}"
+
 size=$(docker image inspect -f '{{.Size}}' "$img" | awk '{printf "%.0f MB", $1/1e6}')
 say "measured: image $size; docker run --rm $img true: $wall ms wall; entrypoint $ready"
 [ "$SMOKE_FAILS" -eq 0 ] || die "$SMOKE_FAILS check(s) failed"
