@@ -96,7 +96,19 @@ pub struct Credentials {
     bound: Vec<Bound>,
     git_placeholder: Option<String>,
     leak: Option<Needles>,
+    /// `leak_except[i]`: every leak needle but credential `i`'s (the body of a request that
+    /// received credential `i` may hold that one's own values, never another's).
+    leak_except: Vec<Option<Needles>>,
     scrub: Option<Needles>,
+}
+
+/// What [`Credentials::apply`] injected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injected {
+    /// Names, comma-separated (audit `credential`).
+    pub names: String,
+    /// The credential's index when exactly one was injected.
+    pub only: Option<usize>,
 }
 
 const GIT_INDEX: usize = usize::MAX;
@@ -215,10 +227,22 @@ impl Credentials {
                 },
             ));
         }
+        let leak_except = (0..bound.len())
+            .map(|i| {
+                Needles::new(
+                    needles
+                        .iter()
+                        .filter(|(_, t)| t.credential != i)
+                        .cloned()
+                        .collect(),
+                )
+            })
+            .collect();
         Ok(Self {
             bound,
             git_placeholder: h.git_placeholder,
             leak: Needles::new(needles),
+            leak_except,
             scrub: Needles::new(scrub),
         })
     }
@@ -233,6 +257,24 @@ impl Credentials {
     #[must_use]
     pub fn leak_needles(&self) -> Option<&Needles> {
         self.leak.as_ref()
+    }
+
+    /// The needles searched in the body of a request that received `injected`: every
+    /// other credential's. `None` when there is nothing to search (or several credentials
+    /// were injected into one request, whose bodies are then not searched).
+    #[must_use]
+    pub fn body_needles(&self, injected: Option<&Injected>) -> Option<&Needles> {
+        match injected {
+            None => self.leak.as_ref(),
+            Some(Injected { only: Some(i), .. }) => self.leak_needles_except(*i),
+            Some(Injected { only: None, .. }) => None,
+        }
+    }
+
+    /// Every leak needle but credential `i`'s.
+    #[must_use]
+    pub fn leak_needles_except(&self, i: usize) -> Option<&Needles> {
+        self.leak_except.get(i)?.as_ref()
     }
 
     /// The needles scrubbed from responses.
@@ -278,7 +320,7 @@ impl Credentials {
         headers: &mut HeaderMap,
         git: GitScope,
         inject: bool,
-    ) -> Result<Option<String>, Leak> {
+    ) -> Result<Option<Injected>, Leak> {
         let Some(needles) = &self.leak else {
             return Ok(None);
         };
@@ -293,8 +335,13 @@ impl Credentials {
         {
             headers.remove(header::AUTHORIZATION);
         }
-        let mut injected: Vec<&Bound> = Vec::new();
-        for b in self.bound.iter().filter(|b| b.bound_to(host)) {
+        let mut injected: Vec<(usize, &Bound)> = Vec::new();
+        for (i, b) in self
+            .bound
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.bound_to(host))
+        {
             // The agent's own value of a bound header is dropped, whatever it is, except
             // that the git placeholder there on anything but an authorized git read is a
             // leak (it is only ever handed to git).
@@ -313,7 +360,7 @@ impl Credentials {
             headers.remove(&b.header);
             let applies = !b.git_basic || git != GitScope::None;
             if inject && applies {
-                injected.push(b);
+                injected.push((i, b));
             }
         }
         for (name, value) in headers.iter() {
@@ -324,14 +371,20 @@ impl Credentials {
                 return Err(self.leak(tag, format!("header {name}")));
             }
         }
-        for b in &injected {
+        for (_, b) in &injected {
             headers.insert(b.header.clone(), b.value.clone());
         }
         if injected.is_empty() {
             return Ok(None);
         }
-        let names: Vec<&str> = injected.iter().map(|b| b.name.as_str()).collect();
-        Ok(Some(names.join(",")))
+        let names: Vec<&str> = injected.iter().map(|(_, b)| b.name.as_str()).collect();
+        Ok(Some(Injected {
+            names: names.join(","),
+            only: match injected.as_slice() {
+                [(i, _)] => Some(*i),
+                _ => None,
+            },
+        }))
     }
 
     /// Searches a request target (path and query, raw and percent-decoded).
@@ -511,8 +564,14 @@ repositories = ["github.com/o/r"]
         ]);
         let names = c
             .apply(&host("api.example.com"), &mut h, GitScope::None, true)
+            .unwrap()
             .unwrap();
-        assert_eq!(names.as_deref(), Some("anthropic"));
+        assert_eq!(names.names, "anthropic");
+        // Its body may carry its own values, never another credential's.
+        let body = c.body_needles(Some(&names)).unwrap();
+        assert!(body.find(b"airlock-placeholder-anthropic-01").is_none());
+        assert!(body.find(b"x airlock-placeholder-github-01").is_some());
+        assert!(body.find(b"airlock-git.s.01").is_some());
         let all: Vec<_> = h.get_all("x-api-key").iter().collect();
         assert_eq!(
             all,
@@ -581,8 +640,9 @@ repositories = ["github.com/o/r"]
         let mut h = hm(&[("authorization", &auth)]);
         let names = c
             .apply(&host("github.com"), &mut h, GitScope::Read, true)
+            .unwrap()
             .unwrap();
-        assert_eq!(names.as_deref(), Some("github"));
+        assert_eq!(names.names, "github");
         assert_eq!(h["authorization"], git_basic("ghp_REALgithub"));
         // Anything else on that host: the placeholder there is a leak...
         let mut h = hm(&[("authorization", &auth)]);

@@ -50,7 +50,7 @@ use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::body::{AuditOnDrop, Counted};
 use crate::ca::Ca;
-use crate::credentials::{Credentials, GitScope};
+use crate::credentials::{Credentials, GitScope, Injected};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
 use crate::gitpath::{self, Service};
@@ -483,8 +483,14 @@ pub(crate) async fn exchange(
             return ctx.deny(rec, Reason::CredentialLeak, &route).await;
         }
     };
-    rec.credential.clone_from(&injected);
-    let scan_body = injected.is_none() && !creds.is_empty();
+    rec.credential = injected.as_ref().map(|i| i.names.clone());
+    // The body is searched for every secret but the ones injected into this request.
+    let body_needles = creds.body_needles(injected.as_ref());
+    let scan_body = body_needles.is_some();
+    let which = match &injected {
+        Some(Injected { only: Some(i), .. }) => Which::Except(*i),
+        _ => Which::All,
+    };
 
     // The body: judged, searched, or streamed untouched.
     let meter = Arc::new(Meter::new());
@@ -528,7 +534,7 @@ pub(crate) async fn exchange(
             Ok(b) => b,
             Err(reason) => return ctx.deny(rec, reason, &route).await,
         };
-        if let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
+        if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
             return ctx.deny(rec, Reason::CredentialLeak, &route).await;
         }
@@ -536,6 +542,7 @@ pub(crate) async fn exchange(
         Full::new(bytes).map_err(|n| match n {}).boxed()
     } else if scan_body {
         LeakChecked {
+            which,
             inner: Counted::new(body, Arc::clone(&meter), Dir::Up),
             stream: scan::Stream::new(),
             shared: Arc::clone(&shared),
@@ -677,7 +684,15 @@ async fn read_capped(body: Incoming, cap: usize, idle: Duration) -> Result<Bytes
 /// the start of a secret; at a secret the body fails (hyper then abandons the upstream
 /// request) and the name is left in `flag`. Request trailers are dropped (never searched,
 /// never sent).
+/// Which needle set a streamed request body is searched with.
+#[derive(Clone, Copy)]
+enum Which {
+    All,
+    Except(usize),
+}
+
 struct LeakChecked<B> {
+    which: Which,
     inner: B,
     stream: scan::Stream,
     shared: Arc<Shared>,
@@ -701,7 +716,12 @@ where
             if this.done {
                 return Poll::Ready(None);
             }
-            let Some(needles) = this.shared.interception.credentials.leak_needles() else {
+            let creds = &this.shared.interception.credentials;
+            let needles = match this.which {
+                Which::All => creds.leak_needles(),
+                Which::Except(i) => creds.leak_needles_except(i),
+            };
+            let Some(needles) = needles else {
                 // Nothing to look for: pass through.
                 return Pin::new(&mut this.inner)
                     .poll_frame(cx)

@@ -46,7 +46,7 @@ pub const SANDBOX_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0,
 pub const ALLOWED_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 /// `blocked.test` (HTTP 80, HTTPS 443).
 pub const BLOCKED_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 11);
-/// `other.test` (HTTP 80, HTTPS 443).
+/// `other.test` (HTTP 80, HTTPS 443, HTTPS 8443 with a certificate for another name).
 pub const OTHER_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 12);
 /// The DNS server the sandbox's `/etc/resolv.conf` names.
 pub const DNS_V4: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 53);
@@ -74,6 +74,10 @@ pub const REBIND_HOST: &str = "rebind.test";
 pub const META_HOST: &str = "meta.test";
 /// Name resolving to [`GITHUB_V4`]: the fake forge.
 pub const GITHUB_HOST: &str = "github.com";
+/// Also [`GITHUB_V4`]: the forge's API (the echo; the GitHub L7 preset applies to it).
+pub const GITHUB_API_HOST: &str = "api.github.com";
+/// The only name on the certificate of `other.test:8443` (a wrong-name upstream).
+pub const WRONG_CERT_NAME: &str = "wrong.test";
 /// The token the fake forge wants for a push (`x-access-token` basic auth). Only the proxy
 /// is given it; the tests hunt for it everywhere the agent can look.
 pub const GITHUB_TOKEN: &str = "ghp_REALTOKEN0fakenet0git0push0c1e9a";
@@ -270,6 +274,7 @@ pub fn zone() -> BTreeMap<String, Vec<IpAddr>> {
     z.insert(REBIND_HOST.to_owned(), vec![Ipv4Addr::LOCALHOST.into()]);
     z.insert(META_HOST.to_owned(), vec![METADATA_V4.into()]);
     z.insert(GITHUB_HOST.to_owned(), vec![GITHUB_V4.into()]);
+    z.insert(GITHUB_API_HOST.to_owned(), vec![GITHUB_V4.into()]);
     z
 }
 
@@ -309,7 +314,9 @@ pub fn fakenet_config(ca_cert_pem: String, ca_key_pem: String, log: &Path) -> Co
             tls(BLOCKED_V4, 443, &[BLOCKED_HOST]),
             tls(OTHER_V4, 443, &[OTHER_HOST]),
             tls(ALLOWED_V6, 443, &[ALLOWED_HOST, V6_HOST]),
-            tls(GITHUB_V4, 443, &[GITHUB_HOST]),
+            tls(GITHUB_V4, 443, &[GITHUB_HOST, GITHUB_API_HOST]),
+            // A certificate for another name (verification must fail for other.test).
+            tls(OTHER_V4, 8443, &[WRONG_CERT_NAME]),
         ],
         dns: vec![
             listen(DNS_V4, 53),

@@ -193,6 +193,27 @@ impl Conn {
                 .unwrap_or(200);
             return sse(n, ms);
         }
+        if path == "/reflect" {
+            // Every request header back as a response header `x-reflect-<name>` (and the
+            // echo as body): what a server that reflects credentials would do.
+            let reflected: Vec<_> = req
+                .headers()
+                .iter()
+                .filter_map(|(n, v)| {
+                    let name = format!("x-reflect-{}", n.as_str());
+                    hyper::header::HeaderName::from_bytes(name.as_bytes())
+                        .ok()
+                        .map(|n| (n, v.clone()))
+                })
+                .collect();
+            let value = Value::Object(info);
+            self.log.write(value.clone());
+            let mut resp = json_response(StatusCode::OK, &value);
+            for (n, v) in reflected {
+                resp.headers_mut().append(n, v);
+            }
+            return resp;
+        }
         if path == "/redirect" {
             self.log.write(Value::Object(info));
             let to = query_param(&query, "to").unwrap_or_else(|| "/".to_owned());

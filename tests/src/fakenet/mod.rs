@@ -16,6 +16,7 @@
 //! - `/slow?ms=1000`: sleeps, then echoes;
 //! - `/status/<code>`: echoes with that status;
 //! - `/redirect?to=<url>`: `302` to `url`;
+//! - `/reflect`: the echo, plus every request header back as `x-reflect-<name>`;
 //! - `/upgrade` with an `upgrade` header: `101`, then echoes raw bytes;
 //! - with [`Config::git`] set, git smart-HTTP paths on that host are served by
 //!   `git http-backend` (see [`git`]; logged as `http` lines like every request).
