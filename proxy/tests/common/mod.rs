@@ -74,6 +74,10 @@ impl OriginalDst for FakeOrigDst {
 
 pub struct Harness {
     pub addr: SocketAddr,
+    /// The git service port.
+    pub service: SocketAddr,
+    /// The appliance CA (PEM) the proxy's leaves chain to.
+    pub ca_pem: String,
     pub transparent: SocketAddr,
     pub orig_dst: Arc<FakeOrigDst>,
     running: Option<Running>,
@@ -134,6 +138,8 @@ impl Harness {
         let orig_dst = Arc::new(FakeOrigDst::default());
         let audit_path = dir.path().join("audit.jsonl");
         let (audit, writer) = audit::open(&audit_path, 64).unwrap();
+        let ca = airlock_proxy::ca::Ca::generate().unwrap();
+        let ca_pem = ca.cert_pem().to_owned();
         let proxy = Proxy {
             policy,
             session: "sess-1".into(),
@@ -147,17 +153,19 @@ impl Harness {
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
             interception: Arc::new(
                 airlock_proxy::intercept::Interception::new(
-                    airlock_proxy::ca::Ca::generate().unwrap(),
+                    ca,
                     Vec::new(),
                     airlock_proxy::credentials::Credentials::none(),
                 )
                 .unwrap(),
             ),
-            git_service_addr: None,
+            git_service_addr: Some("127.0.0.1:0".parse().unwrap()),
         };
         let running = proxy.start().await.unwrap();
         let dns = running.dns_addr.unwrap();
         Self {
+            service: running.git_service_addr.unwrap(),
+            ca_pem,
             transparent: running.transparent_addr.unwrap(),
             orig_dst,
             addr: running.explicit_addr,
