@@ -1,6 +1,6 @@
 //! Requests the proxy reads: intercepted TLS (the agent's TLS terminated with a leaf of the
 //! appliance CA), base-URL mode, the git service port, and plain HTTP forwarding all go
-//! through [`exchange`], one request at a time:
+//! through `exchange`, one request at a time:
 //!
 //! 1. `Host` (and an absolute-form target) must name the connection's checked target (no
 //!    fronting inside an intercepted connection);

@@ -1,15 +1,23 @@
 //! airlock's egress proxy: the one process allowed to leave the container.
 //!
-//! It answers the agent on loopback only: an explicit HTTP proxy (`CONNECT` tunnels and
-//! absolute-form plain HTTP), a health endpoint, and a transparent listener for redirected
-//! TCP (host from TLS SNI or HTTP `Host`), and a DNS filter that answers allowed names with
-//! addresses it resolved itself. For every request it canonicalises the
-//! host, asks the policy, resolves the name **once** with its own resolver, checks every
-//! address against the hard-deny ranges, connects to a checked address and audits the
-//! decision as one JSON line.
+//! It answers the agent on loopback only: an explicit HTTP proxy (`CONNECT` tunnels,
+//! absolute-form plain HTTP, base-URL mode `/https/<host>/...`), a health endpoint, a
+//! transparent listener for redirected TCP (host from TLS SNI or HTTP `Host`), a DNS filter
+//! that answers allowed names with addresses it resolved itself, and the git service port
+//! (the git API's only way out). For every request it canonicalises the host, asks the
+//! policy, resolves the name **once** with its own resolver, checks every address against
+//! the hard-deny ranges, connects to a checked address and audits the decision as one JSON
+//! line.
 //!
-//! It does not: terminate TLS (tunnels are relayed untouched), hold or inject credentials,
-//! set up the firewall, or parse the policy file (that is `airlock-policy`).
+//! Hosts that carry a credential binding or an L7 rule (and are not passthrough) are
+//! **intercepted**: the agent's TLS is terminated with a per-host leaf of the appliance CA
+//! ([`ca`], [`leaf`]), each request is judged and its credential injected, and it goes on
+//! over verified TLS ([`intercept`], [`credentials`]). Real secrets live only in this
+//! process's memory; every other allowed host is tunnelled untouched.
+//!
+//! It does not: set up the firewall, parse the policy file (that is `airlock-policy`), read
+//! secrets from the environment (the entrypoint hands them over in a private file), decide
+//! what a git push may do (the git API does), or inspect what it tunnels.
 //!
 //! The binary wires the real resolver and connector; tests build a [`Proxy`] with their own
 //! [`upstream::Resolve`] / [`upstream::Connect`] seams, which the command line cannot reach.
