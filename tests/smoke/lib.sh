@@ -68,7 +68,9 @@ smoke_build_image() {
 smoke_fakenet_bin() {
     (cd "$SMOKE_ROOT" && cargo build --locked --quiet -p airlock-tests --bin airlock-fakenet) ||
         die "cannot build airlock-fakenet"
-    echo "$SMOKE_ROOT/${CARGO_TARGET_DIR:-target}/debug/airlock-fakenet"
+    local dir=${CARGO_TARGET_DIR:-target}
+    case $dir in /*) ;; *) dir=$SMOKE_ROOT/$dir ;; esac
+    echo "$dir/debug/airlock-fakenet"
 }
 
 # A test CA like the harness's (tests/src/ca.rs: same common name; no key identifiers, so
