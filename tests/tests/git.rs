@@ -399,11 +399,11 @@ t exec-path git --exec-path=/tmp status
 t set-fsmonitor git config core.fsmonitor 'touch {pwn}-config'
 t set-hooks git config core.hooksPath /tmp
 t alias git config alias.st '!touch {pwn}-alias'
-mkdir -p sub /tmp/evil
-/usr/bin/git init -q /tmp/evil
-/usr/bin/git -C /tmp/evil config core.fsmonitor 'touch {pwn}-dotgit'
-printf '#!/bin/sh\ntouch {pwn}-hook\n' > /tmp/evil/.git/hooks/post-checkout; chmod +x /tmp/evil/.git/hooks/post-checkout
-echo 'gitdir: /tmp/evil/.git' > sub/.git
+mkdir -p sub $HOME/evil
+/usr/bin/git init -q $HOME/evil
+/usr/bin/git -C $HOME/evil config core.fsmonitor 'touch {pwn}-dotgit'
+printf '#!/bin/sh\ntouch {pwn}-hook\n' > $HOME/evil/.git/hooks/post-checkout; chmod +x $HOME/evil/.git/hooks/post-checkout
+echo "gitdir: $HOME/evil/.git" > sub/.git
 t dotgit-status git -C sub status --short
 t dotgit-log git -C sub log -1 --format=%s
 t dotgit-native /usr/bin/git -C sub status --short
@@ -600,24 +600,31 @@ t ptrace strace -p $api -e trace=none -o /dev/null
 #[test]
 fn direct_pushes_that_bypass_the_git_api_are_refused_by_the_proxy() {
     let g = GitWorld::new();
-    let ca = g.world.ca_pem_path().display().to_string();
-    let script = format!(
-        r#"
-t clone git -C /tmp clone -q https://github.com/acme/app.git direct
-cd /tmp/direct && git checkout -q -b sandbox/nstest/direct && echo x > x && git add x && git commit -qm direct
+    // Plain git outside the workspace (its credential helper's placeholder is swapped for a
+    // read), the real git binary past the shim, and curl speaking receive-pack by hand.
+    let script = r#"
+t clone git -C "$HOME" clone -q https://github.com/acme/app.git direct
+cd "$HOME/direct" && git checkout -q -b sandbox/nstest/direct && echo x > x && git add x && git commit -qm direct
 t native-push git push origin sandbox/nstest/direct
 t real-git-push env GIT_TERMINAL_PROMPT=0 /usr/bin/git push origin sandbox/nstest/direct
-t curl-info curl -sS -f --cacert {ca} -o /dev/null 'https://github.com/acme/app.git/info/refs?service=git-receive-pack'
-t curl-post curl -sS -f --cacert {ca} -o /dev/null -X POST -H 'content-type: application/x-git-receive-pack-request' --data-binary 'x' https://github.com/acme/app.git/git-receive-pack
-"#
-    );
-    let out = g.run(&script);
+t curl-info curl -sS -o /dev/null -D - 'https://github.com/acme/app.git/info/refs?service=git-receive-pack'
+t curl-post curl -sS -o /dev/null -D - -X POST -H 'content-type: application/x-git-receive-pack-request' --data-binary 'x' https://github.com/acme/app.git/git-receive-pack
+"#;
+    let out = g.run(script);
     assert_ok(&out);
     let text = stdout(&out);
     assert_step_ok(&text, "clone");
-    for name in ["native-push", "real-git-push", "curl-info", "curl-post"] {
+    for name in ["native-push", "real-git-push"] {
         let (code, out) = step(&text, name);
         assert_ne!(code, 0, "{name} worked: {out}\n{text}");
+        assert!(out.contains("403"), "{name}: refused by the proxy: {out}");
+    }
+    for name in ["curl-info", "curl-post"] {
+        let (_, out) = step(&text, name);
+        assert!(
+            out.contains(" 403 ") && out.contains("x-airlock-error: git-push-blocked"),
+            "{name}: {out}\n{text}"
+        );
     }
     assert!(g.world.git_hook_lines().unwrap().is_empty(), "{text}");
     assert!(
@@ -776,7 +783,7 @@ fn a_workspace_without_a_repository_has_no_git_there_and_native_git_elsewhere() 
             "sh",
             "-c",
             &format!(
-                "{HELPERS}\nt ws git status\nt init git init -q\nt outside git -C /tmp init -q /tmp/mine\necho dotgit=$(ls -A .git 2>&1 | wc -l)"
+                "{HELPERS}\nt ws git status\nt init git init -q\nt outside git -C $HOME init -q $HOME/mine\necho dotgit=$(ls -A .git 2>&1 | wc -l)"
             ),
         ]);
     let out = cmd.output().unwrap();
