@@ -183,12 +183,14 @@ fn normalise<'a>(segments: impl Iterator<Item = &'a str>) -> Segments {
     out
 }
 
-/// The form with a `.ext` suffix removed from the last segment (Rails formats).
+/// The form with a `.ext` suffix removed from the last segment (Rails formats). A stem
+/// that would be a dot segment (`..json`, `...x`) is not stripped: no form holds `.` or
+/// `..` (a glob never names them, and the unstripped segment already matches `*`).
 fn strip_ext(form: &[String]) -> Segments {
     let mut out = form.to_vec();
     if let Some(last) = out.last_mut()
         && let Some((stem, _)) = last.rsplit_once('.')
-        && !stem.is_empty()
+        && !matches!(stem, "" | "." | "..")
     {
         *last = stem.to_owned();
     }
@@ -288,6 +290,18 @@ mod tests {
             PathForms::analyse("/%2525252525252F"),
             Err(PathError::TooManyEncodings)
         );
+    }
+
+    /// Found by fuzz/l7_path: stripping `.xo` from `..xo` left a `..` segment in a form.
+    #[test]
+    fn no_form_holds_a_dot_segment_after_stripping_a_format() {
+        for p in ["/rep..///..xo", "/a/..json", "/a/...json", "/a/.json;x"] {
+            for seg in forms(p).all().iter().flatten() {
+                assert!(!matches!(seg.as_str(), "" | "." | ".."), "{p}: {seg:?}");
+            }
+        }
+        let j = joined(forms("/a/..json").all());
+        assert_eq!(j, ["/a/..json"]);
     }
 
     #[test]
