@@ -111,9 +111,9 @@ stop() {
 proxy_row() {
   local row=$1 via=$2 addr=$3; shift 3
   local out
-  if ! out=$("$BENCH_BIN" launch --via $via --proxy "$addr" --target $T \
+  if ! out=$(RUST_BACKTRACE=0 "$BENCH_BIN" launch --via $via --proxy "$addr" --target $T \
       --log "$work/logs/$row.log" -- taskset -c 1 "$@" 2>&1); then
-    echo "$row|skip|failed to start: $(echo "$out" | tail -1 | tr '|' '/')" >>"$results"
+    echo "$row|skip|failed to start: $(echo "$out" | head -1 | tr '|' '/'); log: $(tail -n 2 "$work/logs/$row.log" 2>/dev/null | tr '|\n' '/ ' | cut -c1-300)" >>"$results"
     return 0
   fi
   local pid=${out#pid=}; pid=${pid%% *}
