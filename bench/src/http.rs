@@ -31,6 +31,12 @@ pub struct Conn {
     end: usize,
 }
 
+/// The peer closed a kept-alive connection before answering (or while we wrote): the
+/// request can be retried on a new connection, as every HTTP client does.
+#[derive(Debug, thiserror::Error)]
+#[error("peer closed the connection before a response")]
+pub struct PeerClosed;
+
 /// What a response was.
 #[derive(Debug, Clone, Copy)]
 pub struct Response {
@@ -62,7 +68,10 @@ impl Conn {
 
     /// Writes all of `bytes`.
     pub async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        self.stream.write_all(bytes).await.context("writing")?;
+        self.stream
+            .write_all(bytes)
+            .await
+            .map_err(|_| anyhow::Error::new(PeerClosed))?;
         Ok(())
     }
 
@@ -115,7 +124,10 @@ impl Conn {
                 bail!("response head too large");
             }
             if self.fill().await? == 0 {
-                bail!("connection closed before a response head");
+                if self.start == self.end {
+                    return Err(PeerClosed.into());
+                }
+                bail!("connection closed inside a response head");
             }
         }
     }

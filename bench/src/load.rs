@@ -35,6 +35,8 @@ pub struct Spec {
 struct Tally {
     requests: u64,
     errors: u64,
+    /// Connections the proxy closed between requests (reopened; the time counts).
+    reconnects: u64,
     bytes: u64,
     lat_ns: Vec<u64>,
     first_error: Option<String>,
@@ -74,6 +76,7 @@ async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
                 t.lat_ns
                     .push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
                 if r.close {
+                    t.reconnects += 1;
                     // A proxy that does not keep the connection: reopen (counted in time).
                     match within(REQ_TIMEOUT, http::open(spec.via, &spec.proxy, &spec.target)).await
                     {
@@ -86,7 +89,11 @@ async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
                 }
             }
             Err(e) => {
-                t.error(&e);
+                if e.is::<http::PeerClosed>() {
+                    t.reconnects += 1;
+                } else {
+                    t.error(&e);
+                }
                 match within(REQ_TIMEOUT, http::open(spec.via, &spec.proxy, &spec.target)).await {
                     Ok(n) => c = n,
                     Err(e) => {
@@ -168,6 +175,7 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
         let t = task.await?;
         all.requests += t.requests;
         all.errors += t.errors;
+        all.reconnects += t.reconnects;
         all.bytes += t.bytes;
         all.lat_ns.extend(t.lat_ns);
         if all.first_error.is_none() {
@@ -178,9 +186,10 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
     let cpu1 = spec.pid.map(procfs::cpu_ticks);
     all.lat_ns.sort_unstable();
     let mut out = format!(
-        "requests={} errors={} secs={secs:.3} rps={:.0} p50_us={:.1} p99_us={:.1} mib_s={:.1}",
+        "requests={} errors={} reconnects={} secs={secs:.3} rps={:.0} p50_us={:.1} p99_us={:.1} mib_s={:.1}",
         all.requests,
         all.errors,
+        all.reconnects,
         all.requests as f64 / secs,
         pct(&all.lat_ns, 0.50),
         pct(&all.lat_ns, 0.99),

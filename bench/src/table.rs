@@ -48,12 +48,18 @@ fn num(cells: &Cells, cell: &str, key: &str) -> Option<f64> {
         .filter(|v: &f64| v.is_finite())
 }
 
-/// `" (N errors)"` when the cell saw failures.
+/// `" (N err)"` when the cell saw failures; `" (no keep-alive)"` when the proxy closed
+/// most connections after one response.
 fn errs(cells: &Cells, cell: &str) -> String {
-    match num(cells, cell, "errors") {
-        Some(e) if e > 0.0 => format!(" ({e:.0} err)"),
-        _ => String::new(),
+    let mut s = String::new();
+    if let Some(e) = num(cells, cell, "errors").filter(|e| *e > 0.0) {
+        s.push_str(&format!(" ({e:.0} err)"));
     }
+    let req = num(cells, cell, "requests").unwrap_or(0.0);
+    if num(cells, cell, "reconnects").is_some_and(|r| r > 0.0 && r * 2.0 >= req) {
+        s.push_str(" (no keep-alive)");
+    }
+    s
 }
 
 fn or_dash(v: Option<String>) -> String {
