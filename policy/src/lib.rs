@@ -121,8 +121,9 @@
 //! Paths cannot be spelled around a rule ([`path`] has the details): the path is judged
 //! in every reading an upstream might use: each segment percent-decoded (`%2F` kept
 //! inside its segment), and fully decoded (repeatedly: `%252F` is `/`; `\` is `/`); in
-//! each, `//`, a trailing `/` and `.` vanish and `..` removes a segment; variants with
-//! `;params` and a last-segment `.ext` stripped are added. A deny rule matching **any**
+//! each, `//`, a trailing `/` and `.` vanish and `..` removes a segment; for deny rules,
+//! each segment fully decoded with `%2F` kept inside it, and variants with `;params` and
+//! a last-segment `.ext` stripped are added. A deny rule matching **any**
 //! reading denies; an allow rule must match **every** decoded reading (so
 //! `/v1/x%2F..%2F..%2Fadmin` is not under `allow /v1/*`). A path decoding to a control
 //! character (`%00`) or invalid UTF-8 (`%C0%AF`), encoded more than 4 times, longer than

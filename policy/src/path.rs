@@ -12,8 +12,11 @@
 //!     `%2F` stays inside its segment);
 //!   - *fully decoded*: percent-decode until nothing changes (`%252F` → `%2F` → `/`),
 //!     turn `\` into `/`, then split;
-//! - **all forms**: each strict form, and the same with `;...` stripped from every
-//!   segment, with a `.ext` suffix stripped from the last segment, and with both.
+//! - **all forms**: each strict form and the *segment-preserving, fully decoded* form
+//!   (split on `/`, then each segment decoded until nothing changes: a server that keeps
+//!   `%2F` inside a segment and decodes again later), and each of these with `;...`
+//!   stripped from every segment, with a `.ext` suffix stripped from the last segment,
+//!   and with both.
 //!
 //! In every form, empty segments (`//`, a trailing `/`) and `.` segments are dropped and
 //! `..` removes the previous segment (never climbing above the root, RFC 3986), after
@@ -79,28 +82,26 @@ impl PathForms {
             .map(|s| checked(percent_decode(s.as_bytes())))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let mut bytes = path.as_bytes().to_vec();
-        let mut rounds = 0;
-        loop {
-            let next = percent_decode(&bytes);
-            if next == bytes {
-                break;
-            }
-            rounds += 1;
-            if rounds > MAX_DECODE_ROUNDS {
-                return Err(PathError::TooManyEncodings);
-            }
-            bytes = next;
-        }
-        let decoded = checked(bytes)?.replace('\\', "/");
+        let decoded = checked(decode_fully(path.as_bytes())?)?.replace('\\', "/");
         let full: Vec<String> = decoded.split('/').map(str::to_owned).collect();
+        // An escape never spans a `/`, so each segment needs no more rounds than the whole
+        // path and decodes to the same bytes: this form adds no error, only a reading.
+        let preserving_full = path
+            .split('/')
+            .map(|s| checked(decode_fully(s.as_bytes())?))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let mut strict = Vec::with_capacity(2);
         for raw in [preserving, full] {
             push_unique(&mut strict, normalise(raw.iter().map(String::as_str)));
         }
-        let mut all = strict.clone();
-        for form in &strict {
+        let mut bases = strict.clone();
+        push_unique(
+            &mut bases,
+            normalise(preserving_full.iter().map(String::as_str)),
+        );
+        let mut all = bases.clone();
+        for form in &bases {
             let no_params = normalise(form.iter().map(|s| s.split(';').next().unwrap_or("")));
             let variants = [strip_ext(form), strip_ext(&no_params), no_params];
             for v in variants {
@@ -116,7 +117,7 @@ impl PathForms {
         &self.strict
     }
 
-    /// Every form (at most eight): a deny rule matching any one denies.
+    /// Every form (at most twelve): a deny rule matching any one denies.
     #[must_use]
     pub fn all(&self) -> &[Segments] {
         &self.all
@@ -136,6 +137,19 @@ fn checked(bytes: Vec<u8>) -> Result<String, PathError> {
         return Err(PathError::ControlChar);
     }
     Ok(text)
+}
+
+/// Percent-decode until nothing changes, at most [`MAX_DECODE_ROUNDS`] rounds.
+fn decode_fully(input: &[u8]) -> Result<Vec<u8>, PathError> {
+    let mut bytes = input.to_vec();
+    for _ in 0..=MAX_DECODE_ROUNDS {
+        let next = percent_decode(&bytes);
+        if next == bytes {
+            return Ok(bytes);
+        }
+        bytes = next;
+    }
+    Err(PathError::TooManyEncodings)
 }
 
 /// One round of percent-decoding; an invalid escape (`%zz`, a lone `%`) stays literal.
@@ -290,6 +304,21 @@ mod tests {
             PathForms::analyse("/%2525252525252F"),
             Err(PathError::TooManyEncodings)
         );
+    }
+
+    /// Found by fuzz/l7_path: `%6%44erge` is `%6Derge` after one round and `merge` after
+    /// two, while the `%2F` after `;` splits the path only in the fully decoded reading.
+    /// A server that keeps `%2F` in its segment, decodes again and drops `;params` and
+    /// the format sees `merge`: the segment-preserving fully decoded form catches it.
+    #[test]
+    fn attack_double_encoding_inside_a_segment_that_keeps_its_encoded_slash() {
+        let f = forms("/repos/o/r/pulls/1/%6%44erge.json;%2Fx");
+        let j = joined(f.all());
+        assert!(j.contains(&"/repos/o/r/pulls/1/merge".to_owned()), "{j:?}");
+        // A deny-only reading: allow rules still match the two strict forms.
+        assert_eq!(f.strict().len(), 2);
+        assert!(!joined(f.strict()).contains(&"/repos/o/r/pulls/1/merge".to_owned()));
+        assert!(f.all().len() <= 12);
     }
 
     /// Found by fuzz/l7_path: stripping `.xo` from `..xo` left a `..` segment in a form.
