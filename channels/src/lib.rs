@@ -99,8 +99,10 @@ pub fn proxy_url() -> String {
     format!("http://{LOOPBACK}:{EXPLICIT_PORT}")
 }
 
-/// The git API's Unix socket: the agent's `git` shim sends each invocation in the workspace here.
-pub const GIT_SOCKET: &str = "/run/airlock/git.sock";
+/// The git API's Unix socket (inside `RUN_DIR/git`, root:airlock-git 0771): the agent's `git`
+/// shim sends each invocation in the workspace here. The entrypoint also sets it in
+/// `AIRLOCK_GIT_SOCKET`.
+pub const GIT_SOCKET: &str = "/run/airlock/git/git.sock";
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 //! workspace owner, groups = [airlock-git]:
 //!
 //! ```text
-//! airlock-git-api --socket /run/airlock/git.sock --git-dir <hidden>/.git \
+//! airlock-git-api --socket /run/airlock/git/git.sock --git-dir <hidden>/.git \
 //!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
 //!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or "">
 //! ```
@@ -25,7 +25,7 @@ use std::sync::Arc;
 #[command(name = "airlock-git-api", version)]
 struct Cli {
     /// Unix socket to listen on (replaced if it exists).
-    #[arg(long, default_value = "/run/airlock/git.sock")]
+    #[arg(long, default_value = airlock_channels::GIT_SOCKET)]
     socket: PathBuf,
     /// The hidden git dir.
     #[arg(long)]
