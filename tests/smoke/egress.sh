@@ -3,7 +3,8 @@
 # on a private network in front of a fake internet, the agent attacking every way out, and
 # tcpdump on the bridge proving that every packet the appliance sent belongs to a connection
 # the proxy made, is a DNS query for an allowed name, or is ARP/ND housekeeping.
-# Credential injection and git push items wait for issues 4 and 5.
+# The credential item: the agent holds a placeholder; the proxy intercepts api.test (a
+# credential host), injects the real key, and scrubs the echo of it from the response.
 # Usage: sudo tests/smoke/egress.sh          (root: tcpdump, the audit volume on the host)
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -28,10 +29,10 @@ json.dump({
     "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
     "log": "/log/fakenet.jsonl",
     "http": [{"ip": "::", "port": 80}],
-    "https": [{"ip": "::", "port": 443, "names": ["allowed.test", "blocked.test"]}],
+    "https": [{"ip": "::", "port": 443, "names": ["allowed.test", "blocked.test", "api.test"]}],
     "dns": [{"ip": "::", "port": 53}],
     "udp": [{"ip": "::", "port": 443}],
-    "zone": {"allowed.test": ["$UP4", "$UP6"], "blocked.test": ["$UP4"]},
+    "zone": {"allowed.test": ["$UP4", "$UP6"], "blocked.test": ["$UP4"], "api.test": ["$UP4"]},
 }, open(f"{d}/fakenet.json", "w"))
 PY
 cat >"$SMOKE_DIR/policy.toml" <<'TOML'
@@ -39,9 +40,17 @@ cat >"$SMOKE_DIR/policy.toml" <<'TOML'
 name = "smoke"
 
 [network]
-allow = ["allowed.test"]
+allow = ["allowed.test", "api.test"]
 deny = []
+
+[[credentials]]
+name = "smoke-api"
+source = { env = "SMOKE_API_KEY" }
+hosts = ["api.test"]
+header = "x-api-key"
+format = "{}"
 TOML
+SECRET=sk-smoke-REALSECRET-$RANDOM$RANDOM
 chmod 0644 "$SMOKE_DIR/policy.toml"
 mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 chown 1000:1000 "$SMOKE_DIR/repo"
@@ -68,6 +77,12 @@ cat >"$SMOKE_DIR/repo/attack.sh" <<'SH'
 echo "started=$(date +%s%N)"
 C="curl -sS --max-time 10 --cacert /etc/ssl/fakenet-ca.pem"
 echo "https=$($C -o /dev/null -w '%{http_code}' https://allowed.test/)"
+# No --cacert: the intercepted host is trusted through the appliance CA bundle.
+echo "cred_placeholder=$SMOKE_API_KEY"
+echo "cred=$(curl -sS --max-time 10 -o /tmp/cred.json -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" https://api.test/echo)"
+echo "cred_echo_scrubbed=$(grep -c 'REAL[S]ECRET' /tmp/cred.json)"
+# The same placeholder in plain HTTP to another host (where the proxy can see it): refused.
+echo "cred_leak=$($C -o /dev/null -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" http://allowed.test/leak)"
 echo "http=$($C -o /dev/null -w '%{http_code}' http://allowed.test/)"
 echo "transparent=$($C --noproxy '*' -o /dev/null -w '%{http_code}' https://allowed.test/)"
 echo "blocked=$($C -o /dev/null -w '%{http_code}' http://blocked.test/)"
@@ -107,7 +122,8 @@ track_container "$APP"
 t0=$(date +%s%N)
 AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.toml \
 AIRLOCK_AUDIT_VOLUME=$AUDIT \
-AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro" \
+AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem -e SMOKE_API_KEY" \
+SMOKE_API_KEY=$SECRET \
     "$SMOKE_ROOT/scripts/docker-run" "$SMOKE_DIR/repo" -- bash /workspace/attack.sh \
     >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || true
 sleep 0.5
@@ -124,6 +140,12 @@ check "allowed HTTPS through the explicit proxy: 200" [ "$(get https)" = 200 ]
 check "allowed HTTP through the explicit proxy: 200" [ "$(get http)" = 200 ]
 check "allowed HTTPS without proxy variables (transparent): 200" [ "$(get transparent)" = 200 ]
 check "blocked host: 403" [ "$(get blocked)" = 403 ]
+check "credential host intercepted and answered: 200" [ "$(get cred)" = 200 ]
+placeholder() { case "$(get cred_placeholder)" in airlock-placeholder-smoke-api-*) return 0 ;; esac; return 1; }
+check "the agent holds a placeholder ($(get cred_placeholder))" placeholder
+check "the echoed secret is scrubbed from the response" [ "$(get cred_echo_scrubbed)" = 0 ]
+check "the placeholder sent to another host is refused: 403" [ "$(get cred_leak)" = 403 ]
+check "the agent's output never holds the real secret" bash -c "! grep -q '$SECRET' '$SMOKE_DIR/agent.out'"
 nonzero() { local v; v=$(get "$1"); [ -n "$v" ] && [ "$v" != 0 ] && [ "$v" != 127 ]; }
 for item in blocked_transparent direct meta v6 resolve_blocked ping ping6 iptables_flush \
     iptables_nat_flush pid1_environ proxy_environ audit_read su rootfs_write; do
@@ -150,6 +172,9 @@ check "agent has no capabilities, no_new_privs, seccomp filter" unprivileged
 say "upstream and the audit log"
 ulog="$SMOKE_DIR/log/fakenet.jsonl"
 check "upstream saw the allowed requests" grep -q '"kind":"http"' "$ulog"
+check "upstream received the injected real secret on api.test" grep -q "\"x-api-key\":\"$SECRET\"" "$ulog"
+check "upstream never received the placeholder" bash -c "! grep -q 'airlock-placeholder' '$ulog'"
+check "nothing reached upstream for the leak attempt" bash -c "! grep -q '/leak' '$ulog'"
 check "upstream saw no UDP datagram" bash -c "! grep -q '\"kind\":\"udp\"' '$ulog'"
 check "upstream saw nothing about blocked.test" bash -c "! grep -q 'blocked' '$ulog'"
 audit="$(volume_path "$AUDIT")/audit.jsonl"
@@ -159,7 +184,7 @@ check "audit log is the proxy's (uid $proxy_uid), 0600" [ "$(stat -c '%u %a' "$a
 
 say "wire (tcpdump on $BR)"
 tcpdump -nn -r "$SMOKE_DIR/wire.pcap" 2>/dev/null >"$SMOKE_DIR/wire.txt"
-if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" allowed.test "$APP4" "$APP6" \
+if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" allowed.test,api.test "$APP4" "$APP6" \
     <"$SMOKE_DIR/wire.txt"; then
     pass "every packet from the appliance is the proxy's, an allowed DNS query or housekeeping"
 else
