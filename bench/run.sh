@@ -13,7 +13,9 @@
 #   --no-install  do not apt-get/pip install missing squid, tinyproxy, mitmproxy
 #   --no-build    use existing release binaries ($CARGO_TARGET_DIR or target/)
 #   env CONNS     concurrent connections of the keep-alive / new-connection cells (default 8)
-#   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy)
+#   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy
+#                 intercept); "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
+#                 intercepting with a credential injected; a leaf minted per new host)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=3
@@ -32,7 +34,9 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
-export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy}
+export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
+# The credential hand-off format the proxy reads (policy/src/handoff.rs).
+export HANDOFF_VERSION=${HANDOFF_VERSION:-$(sed -n 's/^pub const HANDOFF_VERSION: u32 = \([0-9]*\);/\1/p' "$ROOT/policy/src/handoff.rs")}
 
 if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
   [ "$(id -u)" = 0 ] || { echo "run as root (network namespace, taskset)" >&2; exit 1; }
@@ -84,19 +88,29 @@ ip link set lo up
 ip addr add 198.51.100.1/32 dev lo
 # Many short connections: wide port range, reuse TIME_WAIT for outgoing connections.
 sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1
+# Every 198.51.100.0/24 address is local: "a new host" for the leaf-minting cell is a new address.
+ip route add local 198.51.100.0/24 dev lo
 T=198.51.100.1:8080
-taskset -c 0 "$BENCH_BIN" serve --listen $T &
+TS=198.51.100.1:8443
+mkdir "$work/tls"
+"$BENCH_BIN" gen-tls "$work/tls"
+taskset -c 0 "$BENCH_BIN" serve --listen $T --tls-listen 0.0.0.0:8443 --tls-dir "$work/tls" &
 until "$BENCH_BIN" load --via direct --target $T --mode ka --secs 0 >/dev/null 2>&1; do sleep 0.01; done
 
 client() { taskset -c 0 "$BENCH_BIN" "$@"; }
-cells() { # row via proxy pid
-  local row=$1 via=$2 proxy=$3 pid=${4:-} p=()
-  [ -n "$pid" ] && p=(--pid "$pid")
+cells() { # row via proxy pid [target ca]
+  local row=$1 via=$2 proxy=$3 pid=${4:-} target=${5:-$T} ca=${6:-} p=()
+  [ -n "$pid" ] && p+=(--pid "$pid")
+  [ -n "$ca" ] && p+=(--ca "$ca")
   echo "  $row" >&2
-  echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $T --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
-  echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $T --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
-  echo "$row|new|$(client load --via $via --proxy "$proxy" --target $T --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
-  echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $T --mode bulk --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|new|$(client load --via $via --proxy "$proxy" --target $target --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $target --mode bulk --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  if [ "$via" = intercept ]; then
+    # Every address from .10 up is a host this proxy has not minted a leaf for yet.
+    echo "$row|newhost|$(client load --via $via --proxy "$proxy" --target $target --mode new-host --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  fi
 }
 stop() {
   kill -TERM "$1" 2>/dev/null || true
@@ -107,11 +121,12 @@ stop() {
   kill -KILL "$1" 2>/dev/null || true
 }
 # row via proxy-addr command...: launch pinned to core 1, time to first request, idle RSS,
-# the four cells, peak RSS, stop.
-proxy_row() {
-  local row=$1 via=$2 addr=$3; shift 3
+# the cells, peak RSS, stop.
+proxy_row() { # row via addr [--tls ca] command...
+  local row=$1 via=$2 addr=$3 target=$T ca="" c=(); shift 3
+  if [ "$1" = --tls ]; then target=$TS; ca=$2; c=(--ca "$ca"); shift 2; fi
   local out
-  if ! out=$(RUST_BACKTRACE=0 "$BENCH_BIN" launch --via $via --proxy "$addr" --target $T \
+  if ! out=$(RUST_BACKTRACE=0 "$BENCH_BIN" launch --via $via --proxy "$addr" --target $target "${c[@]}" \
       --log "$work/logs/$row.log" -- taskset -c 1 "$@" 2>&1); then
     echo "$row|skip|failed to start: $(echo "$out" | head -1 | tr '|' '/'); log: $(tail -n 2 "$work/logs/$row.log" 2>/dev/null | tr '|\n' '/ ' | cut -c1-300)" >>"$results"
     return 0
@@ -121,7 +136,7 @@ proxy_row() {
   echo "$row|startup|$out" >>"$results"
   sleep 0.3
   echo "$row|idle|$("$BENCH_BIN" rss "$pid")" >>"$results"
-  cells "$row" $via "$addr" "$pid"
+  cells "$row" $via "$addr" "$pid" $target "$ca"
   echo "$row|peak|$("$BENCH_BIN" rss "$pid")" >>"$results"
   stop "$pid"
 }
@@ -193,6 +208,32 @@ if wants mitmproxy && ! skipped mitmproxy; then
   # CONNECT: passthrough (ignore_hosts: the tunnel is relayed, not intercepted).
   proxy_row "mitmproxy connect (passthrough)" connect 127.0.0.1:3132 "${mitm[@]}" --ignore-hosts '.*'
   proxy_row "mitmproxy plain" plain 127.0.0.1:3132 "${mitm[@]}"
+fi
+
+# ---- TLS interception (issue 4 item 8): HTTPS upstream, test CA, a credential injected ----
+if wants intercept; then
+  cells "direct TLS" direct-tls "" "" $TS "$work/tls/ca.pem"
+  if wants airlock; then
+    hosts=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s", ' $i; done)
+    ports=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s:8443", ' $i; done)
+    printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n' \
+      "${ports%, }" "${hosts%, }" >"$work/policy-tls.toml"
+    mkdir -m 700 "$work/state-tls"
+    printf '{"version":%s,"session":"bench","credentials":[{"name":"bench","value":"bench-real-token-0123456789","placeholder":"airlock-placeholder-bench-00"}],"git_placeholder":null}\n' \
+      "$HANDOFF_VERSION" >"$work/state-tls/credentials.json"
+    chmod 400 "$work/state-tls/credentials.json"
+    proxy_row "airlock intercept (credential injected)" intercept 127.0.0.1:3128 --tls "$work/ca-tls.pem" \
+      "$PROXY_BIN" --policy "$work/policy-tls.toml" --audit "$work/audit-tls.jsonl" --session bench \
+      --resolv-conf "$work/resolv.conf" --state-dir "$work/state-tls" --ca-export "$work/ca-tls.pem" \
+      --upstream-ca "$work/tls/ca.pem"
+  fi
+  if wants mitmproxy && ! skipped mitmproxy; then
+    printf 'def request(flow):\n    flow.request.headers["authorization"] = "Bearer bench-real-token-0123456789"\n' >"$work/inject.py"
+    proxy_row "mitmproxy intercept (credential injected)" intercept 127.0.0.1:3133 --tls "$work/mitm-tls/mitmproxy-ca-cert.pem" \
+      "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port 3133 --set confdir="$work/mitm-tls" \
+      --set flow_detail=0 --set termlog_verbosity=error --set ssl_verify_upstream_trusted_ca="$work/tls/ca.pem" \
+      -s "$work/inject.py"
+  fi
 fi
 
 echo

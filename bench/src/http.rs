@@ -1,10 +1,11 @@
 //! Just enough HTTP/1.1 for a load generator and an upstream: request heads are written
 //! from prepared bytes, response bodies are counted and thrown away.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Largest response head accepted.
@@ -21,11 +22,29 @@ pub enum Via {
     Connect,
     /// Absolute-form requests to the proxy (plain HTTP forwarding).
     Plain,
+    /// TLS straight to the upstream (trusting `--ca`: the test CA).
+    DirectTls,
+    /// `CONNECT`, then TLS with the proxy (trusting `--ca`: the proxy's exported CA).
+    Intercept,
+}
+
+/// Any byte stream a connection runs over (TCP, TLS over TCP).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// Where and how a client connects.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub via: Via,
+    pub proxy: String,
+    pub target: String,
+    /// Client TLS configuration for the TLS vias.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A byte stream with a read buffer.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -57,9 +76,9 @@ impl Conn {
     }
 
     /// Wraps an accepted stream.
-    pub fn new(stream: TcpStream) -> Self {
+    pub fn new(stream: impl Stream + 'static) -> Self {
         Self {
-            stream,
+            stream: Box::new(stream),
             buf: vec![0; READ],
             start: 0,
             end: 0,
@@ -84,6 +103,21 @@ impl Conn {
             bail!("CONNECT {target}: status {status}");
         }
         Ok(())
+    }
+
+    /// Runs TLS over this connection (nothing may be buffered: the peer waits for us).
+    pub async fn tls(self, cfg: &Arc<rustls::ClientConfig>, target: &str) -> anyhow::Result<Self> {
+        if self.start != self.end {
+            bail!("bytes before the TLS handshake");
+        }
+        let host = target.rsplit_once(':').map_or(target, |(h, _)| h);
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .with_context(|| format!("TLS name {host}"))?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::clone(cfg))
+            .connect(name, self.stream)
+            .await
+            .with_context(|| format!("TLS handshake for {host}"))?;
+        Ok(Self::new(tls))
     }
 
     async fn fill(&mut self) -> anyhow::Result<usize> {
@@ -241,22 +275,29 @@ impl Conn {
 pub fn request(via: Via, target: &str, path: &str, close: bool) -> Vec<u8> {
     let uri = match via {
         Via::Plain => format!("http://{target}{path}"),
-        Via::Direct | Via::Connect => path.to_owned(),
+        Via::Direct | Via::Connect | Via::DirectTls | Via::Intercept => path.to_owned(),
     };
     let conn = if close { "Connection: close\r\n" } else { "" };
     format!("GET {uri} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: airlock-bench\r\n{conn}\r\n")
         .into_bytes()
 }
 
-/// One client connection ready for requests to `target`.
-pub async fn open(via: Via, proxy: &str, target: &str) -> anyhow::Result<Conn> {
-    match via {
-        Via::Direct => Conn::connect(target).await,
-        Via::Plain => Conn::connect(proxy).await,
+/// One client connection ready for requests to the route's target.
+pub async fn open(r: &Route) -> anyhow::Result<Conn> {
+    let tls = || r.tls.as_ref().context("no TLS configuration (--ca)");
+    match r.via {
+        Via::Direct => Conn::connect(&r.target).await,
+        Via::Plain => Conn::connect(&r.proxy).await,
         Via::Connect => {
-            let mut c = Conn::connect(proxy).await?;
-            c.tunnel(target).await?;
+            let mut c = Conn::connect(&r.proxy).await?;
+            c.tunnel(&r.target).await?;
             Ok(c)
+        }
+        Via::DirectTls => Conn::connect(&r.target).await?.tls(tls()?, &r.target).await,
+        Via::Intercept => {
+            let mut c = Conn::connect(&r.proxy).await?;
+            c.tunnel(&r.target).await?;
+            c.tls(tls()?, &r.target).await
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The load generator: `conns` connections on one thread, each issuing requests back to
 //! back until the deadline; per-request latency; proxy CPU over exactly the timed window.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use crate::http::{self, Conn, Via, within};
+use crate::http::{self, Conn, within};
 use crate::procfs;
 
 /// What each request is.
@@ -17,14 +19,16 @@ pub enum Mode {
     New,
     /// Keep-alive, 1 MiB responses.
     Bulk,
+    /// A new connection per request, each to a host (address) not seen before: for an
+    /// intercepting proxy, a leaf certificate minted per request. Addresses
+    /// 198.51.100.10-254 of the target's port, at most 245 requests.
+    NewHost,
 }
 
 /// One cell of the table.
 #[derive(Debug, Clone)]
 pub struct Spec {
-    pub via: Via,
-    pub proxy: String,
-    pub target: String,
+    pub route: http::Route,
     pub mode: Mode,
     pub secs: f64,
     pub conns: usize,
@@ -65,7 +69,7 @@ async fn one(c: &mut Conn, req: &[u8]) -> anyhow::Result<http::Response> {
 
 async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
     let path = if spec.mode == Mode::Bulk { "/1m" } else { "/x" };
-    let req = http::request(spec.via, &spec.target, path, false);
+    let req = http::request(spec.route.via, &spec.route.target, path, false);
     let mut t = Tally::default();
     while Instant::now() < deadline {
         let t0 = Instant::now();
@@ -78,8 +82,7 @@ async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
                 if r.close {
                     t.reconnects += 1;
                     // A proxy that does not keep the connection: reopen (counted in time).
-                    match within(REQ_TIMEOUT, http::open(spec.via, &spec.proxy, &spec.target)).await
-                    {
+                    match within(REQ_TIMEOUT, http::open(&spec.route)).await {
                         Ok(n) => c = n,
                         Err(e) => {
                             t.error(&e);
@@ -94,7 +97,7 @@ async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
                 } else {
                     t.error(&e);
                 }
-                match within(REQ_TIMEOUT, http::open(spec.via, &spec.proxy, &spec.target)).await {
+                match within(REQ_TIMEOUT, http::open(&spec.route)).await {
                     Ok(n) => c = n,
                     Err(e) => {
                         t.error(&e);
@@ -107,13 +110,28 @@ async fn keep_alive(spec: Spec, mut c: Conn, deadline: Instant) -> Tally {
     t
 }
 
-async fn new_each(spec: Spec, deadline: Instant) -> Tally {
-    let req = http::request(spec.via, &spec.target, "/x", true);
+async fn new_each(spec: Spec, deadline: Instant, next_host: Arc<AtomicU8>) -> Tally {
+    let mut req = http::request(spec.route.via, &spec.route.target, "/x", true);
+    let mut route = spec.route.clone();
+    let port = spec
+        .route
+        .target
+        .rsplit_once(':')
+        .map_or("443", |(_, p)| p)
+        .to_owned();
     let mut t = Tally::default();
     while Instant::now() < deadline {
+        if spec.mode == Mode::NewHost {
+            let k = next_host.fetch_add(1, Ordering::Relaxed);
+            if k < 10 || k == 255 {
+                break;
+            }
+            route.target = format!("198.51.100.{k}:{port}");
+            req = http::request(route.via, &route.target, "/x", true);
+        }
         let t0 = Instant::now();
         let r = within(REQ_TIMEOUT, async {
-            let mut c = http::open(spec.via, &spec.proxy, &spec.target).await?;
+            let mut c = http::open(&route).await?;
             one(&mut c, &req).await
         })
         .await;
@@ -147,12 +165,11 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
     // Connections of keep-alive cells are opened (and warmed with one request) before the
     // timed window: the window measures requests, not set-up.
     let mut ready = Vec::new();
-    if spec.mode != Mode::New {
+    if matches!(spec.mode, Mode::Ka | Mode::Bulk) {
         let path = if spec.mode == Mode::Bulk { "/1m" } else { "/x" };
-        let req = http::request(spec.via, &spec.target, path, false);
+        let req = http::request(spec.route.via, &spec.route.target, path, false);
         for _ in 0..spec.conns {
-            let mut c =
-                within(REQ_TIMEOUT, http::open(spec.via, &spec.proxy, &spec.target)).await?;
+            let mut c = within(REQ_TIMEOUT, http::open(&spec.route)).await?;
             within(REQ_TIMEOUT, one(&mut c, &req)).await?;
             ready.push(c);
         }
@@ -161,9 +178,14 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(spec.secs);
     let mut tasks = Vec::new();
-    if spec.mode == Mode::New {
+    if matches!(spec.mode, Mode::New | Mode::NewHost) {
+        let next_host = Arc::new(AtomicU8::new(10));
         for _ in 0..spec.conns {
-            tasks.push(tokio::spawn(new_each(spec.clone(), deadline)));
+            tasks.push(tokio::spawn(new_each(
+                spec.clone(),
+                deadline,
+                Arc::clone(&next_host),
+            )));
         }
     } else {
         for c in ready {

@@ -16,6 +16,7 @@ mod load;
 mod procfs;
 mod server;
 mod table;
+mod tls;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -38,7 +39,14 @@ enum Cmd {
     Serve {
         #[arg(long, required = true)]
         listen: Vec<String>,
+        /// HTTPS listeners (certificate from `--tls-dir`).
+        #[arg(long)]
+        tls_listen: Vec<String>,
+        #[arg(long)]
+        tls_dir: Option<PathBuf>,
     },
+    /// Write a test CA and an upstream certificate (every 198.51.100.0/24 address) to `dir`.
+    GenTls { dir: PathBuf },
     /// Start a proxy command and print its pid and the time to its first good request.
     Launch {
         #[arg(long, value_enum)]
@@ -52,6 +60,10 @@ enum Cmd {
         log: PathBuf,
         #[arg(long, default_value_t = 30)]
         timeout: u64,
+        /// CA the client trusts for the TLS vias (read at every attempt: a proxy may write
+        /// it while starting).
+        #[arg(long)]
+        ca: Option<PathBuf>,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -72,6 +84,9 @@ enum Cmd {
         /// The proxy's pid: its CPU (and its children's) over the window is reported.
         #[arg(long)]
         pid: Option<u32>,
+        /// CA the client trusts for the TLS vias.
+        #[arg(long)]
+        ca: Option<PathBuf>,
     },
     /// Print `rss_kib=… hwm_kib=…` of a process tree.
     Rss { pid: u32 },
@@ -86,15 +101,35 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("building the runtime")?;
     match cli.cmd {
-        Cmd::Serve { listen } => rt.block_on(server::serve(listen)),
+        Cmd::Serve {
+            listen,
+            tls_listen,
+            tls_dir,
+        } => {
+            let tls = match tls_dir {
+                Some(d) => Some(tls::server(&d)?),
+                None => None,
+            };
+            rt.block_on(server::serve(listen, tls_listen, tls))
+        }
+        Cmd::GenTls { dir } => tls::generate(&dir),
         Cmd::Launch {
             via,
             proxy,
             target,
             log,
             timeout,
+            ca,
             command,
-        } => rt.block_on(launch(via, &proxy, &target, &log, timeout, &command)),
+        } => rt.block_on(launch(
+            via,
+            &proxy,
+            &target,
+            ca.as_deref(),
+            &log,
+            timeout,
+            &command,
+        )),
         Cmd::Load {
             via,
             proxy,
@@ -103,10 +138,17 @@ fn main() -> anyhow::Result<()> {
             secs,
             conns,
             pid,
+            ca,
         } => rt.block_on(load::run(load::Spec {
-            via,
-            proxy,
-            target,
+            route: http::Route {
+                via,
+                proxy,
+                target,
+                tls: match ca {
+                    Some(ca) => Some(tls::client(&ca)?),
+                    None => None,
+                },
+            },
             mode,
             secs,
             conns,
@@ -132,6 +174,7 @@ async fn launch(
     via: Via,
     proxy: &str,
     target: &str,
+    ca: Option<&std::path::Path>,
     log: &PathBuf,
     timeout: u64,
     command: &[String],
@@ -151,7 +194,16 @@ async fn launch(
     let deadline = t0 + Duration::from_secs(timeout);
     loop {
         let attempt = within(2, async {
-            let mut c = http::open(via, proxy, target).await?;
+            let route = http::Route {
+                via,
+                proxy: proxy.to_owned(),
+                target: target.to_owned(),
+                tls: match ca {
+                    Some(ca) => Some(tls::client(ca)?),
+                    None => None,
+                },
+            };
+            let mut c = http::open(&route).await?;
             c.send(&req).await?;
             let r = c.response().await?;
             if r.status != 200 {

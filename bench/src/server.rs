@@ -24,12 +24,21 @@ fn response(body_len: usize) -> Vec<u8> {
     r
 }
 
-/// Serves every address in `listen` until killed.
-pub async fn serve(listen: Vec<String>) -> anyhow::Result<()> {
+/// Serves every address in `listen` (and `tls_listen` with `tls`) until killed.
+pub async fn serve(
+    listen: Vec<String>,
+    tls_listen: Vec<String>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> anyhow::Result<()> {
     let small: Arc<[u8]> = response(3).into();
     let bulk: Arc<[u8]> = response(BULK).into();
     let mut tasks = Vec::new();
-    for addr in listen {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let all = listen
+        .into_iter()
+        .map(|a| (a, None))
+        .chain(tls_listen.into_iter().map(|a| (a, acceptor.clone())));
+    for (addr, acceptor) in all {
         let l = TcpListener::bind(&addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
@@ -39,8 +48,15 @@ pub async fn serve(listen: Vec<String>) -> anyhow::Result<()> {
                 let (s, _) = l.accept().await.context("accepting")?;
                 let _ = s.set_nodelay(true);
                 let (small, bulk) = (Arc::clone(&small), Arc::clone(&bulk));
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let mut c = Conn::new(s);
+                    let mut c = match acceptor {
+                        None => Conn::new(s),
+                        Some(a) => match a.accept(s).await {
+                            Ok(t) => Conn::new(t),
+                            Err(_) => return,
+                        },
+                    };
                     while let Ok(Some(head)) = c.request().await {
                         let line_end = head.iter().position(|&b| b == b'\r').unwrap_or(head.len());
                         let line = &head[..line_end];

@@ -66,13 +66,13 @@ fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "—".into())
 }
 
+fn is_tls(row: &str) -> bool {
+    row.contains("TLS") || row.contains("intercept")
+}
+
 /// Renders the table (and a line of notes under it).
 pub fn render(text: &str) -> String {
     let (order, rows) = parse(text);
-    let direct = rows.get("direct");
-    let base_p50 = direct.and_then(|c| num(c, "lat", "p50_us"));
-    let base_p99 = direct.and_then(|c| num(c, "lat", "p99_us"));
-    let base_bulk = direct.and_then(|c| num(c, "bulk", "mib_s"));
     let mut out = String::new();
     out.push_str(
         "| target | req/s keep-alive | req/s new conn | proxy CPU µs/req keep-alive (1 conn / concurrent) | proxy CPU µs/req new conn | added latency p50 / p99 ms | 1 MiB throughput MiB/s (% of direct) | RSS idle / peak MiB | start-up ms |\n",
@@ -80,6 +80,12 @@ pub fn render(text: &str) -> String {
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for name in &order {
         let c = &rows[name];
+        // TLS rows compare with direct TLS, the others with direct plain TCP.
+        let base_name = if is_tls(name) { "direct TLS" } else { "direct" };
+        let direct = rows.get(base_name);
+        let base_p50 = direct.and_then(|c| num(c, "lat", "p50_us"));
+        let base_p99 = direct.and_then(|c| num(c, "lat", "p99_us"));
+        let base_bulk = direct.and_then(|c| num(c, "bulk", "mib_s"));
         if let Some(why) = c.get("skip").and_then(|s| s.get("why")) {
             let _ = writeln!(out, "| {name} | {why} | | | | | | | |");
             continue;
@@ -90,7 +96,7 @@ pub fn render(text: &str) -> String {
             (None, None) => None,
             (a, b) => Some(format!("{} / {}", or_dash(a), or_dash(b))),
         };
-        let lat = if name == "direct" {
+        let lat = if name == base_name {
             match (base_p50, base_p99) {
                 (Some(a), Some(b)) => Some(format!("(base {:.3} / {:.3})", a / 1000.0, b / 1000.0)),
                 _ => None,
@@ -127,7 +133,10 @@ pub fn render(text: &str) -> String {
             or_dash(rps("ka")),
             or_dash(rps("new")),
             or_dash(cpu_ka),
-            or_dash(cpu("new")),
+            or_dash(match (cpu("new"), cpu("newhost")) {
+                (n, Some(h)) => Some(format!("{} (new host, leaf minted: {h})", or_dash(n))),
+                (n, None) => n,
+            }),
             or_dash(lat),
             or_dash(bulk),
             or_dash(rss),
@@ -166,10 +175,20 @@ mod tests {
              p|idle|rss_kib=5120 hwm_kib=5120\n\
              p|peak|rss_kib=6000 hwm_kib=7168\n\
              p|startup|pid=1 startup_ms=12.3\n\
-             q|skip|not installed: no squid\n",
+             q|skip|not installed: no squid\n\
+             direct TLS|lat|p50_us=100 p99_us=200\n\
+             direct TLS|bulk|mib_s=500\n\
+             i intercept|lat|p50_us=150 p99_us=300\n\
+             i intercept|bulk|mib_s=400\n\
+             i intercept|new|cpu_us_per_req=250.0\n\
+             i intercept|newhost|cpu_us_per_req=900.0\n",
         );
         assert!(t.contains("| p | 20000 (2 err) | — | 20.0 / 12.5 | — | 0.050 / 0.100 | 950 (95%) | 5.0 / 7.0 | 12 |"), "{t}");
         assert!(t.contains("| q | not installed: no squid |"), "{t}");
         assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
+        assert!(
+            t.contains("| i intercept | — | — | — | 250.0 (new host, leaf minted: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
+            "{t}"
+        );
     }
 }
