@@ -168,8 +168,29 @@ fn ipv6_that_is_up_but_cannot_be_filtered_is_refused() {
 fn a_proxy_that_lets_a_blocked_domain_through_fails_the_self_test() {
     let world = world();
     let airlock = Airlock::new(&world, POLICY);
-    // A "proxy" that answers 200 to everything: healthy-looking, but it allows what it must deny.
+    // A "proxy" that answers 200 to everything: healthy-looking (it even exports a CA), but
+    // it allows what it must deny.
     let fake = world.dir().join("yes-proxy.py");
+    std::fs::write(
+        &fake,
+        "#!/usr/bin/env python3\nimport http.server, sys\n# Exports a CA like the real proxy, so the start gets as far as the self-test.\nca = sys.argv[sys.argv.index('--ca-export') + 1]\nopen(ca, 'w').write('-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END CERTIFICATE-----\\n')\nclass H(http.server.BaseHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    def do_GET(self):\n        self.send_response(200); self.send_header('content-length','0'); self.end_headers()\n    def log_message(self, *a): pass\nhttp.server.ThreadingHTTPServer(('127.0.0.1', 3128), H).serve_forever()\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = airlock.command(&world, &["sh", "-c", &marker_script(&airlock)]);
+    cmd.env("AIRLOCK_PROXY_BIN", &fake);
+    let out = cmd.output().unwrap();
+    assert_refused(&out, &airlock, "self-test as the agent failed");
+    assert!(stderr(&out).contains("blocked domain"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_proxy_that_exports_no_ca_is_refused() {
+    // Healthy-looking, but without the CA the agent's bundle cannot be built: the start must
+    // stop rather than run the agent with a trust store that does not match the proxy.
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let fake = world.dir().join("no-ca-proxy.py");
     std::fs::write(
         &fake,
         "#!/usr/bin/env python3\nimport http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    protocol_version = 'HTTP/1.1'\n    def do_GET(self):\n        self.send_response(200); self.send_header('content-length','0'); self.end_headers()\n    def log_message(self, *a): pass\nhttp.server.ThreadingHTTPServer(('127.0.0.1', 3128), H).serve_forever()\n",
@@ -179,6 +200,5 @@ fn a_proxy_that_lets_a_blocked_domain_through_fails_the_self_test() {
     let mut cmd = airlock.command(&world, &["sh", "-c", &marker_script(&airlock)]);
     cmd.env("AIRLOCK_PROXY_BIN", &fake);
     let out = cmd.output().unwrap();
-    assert_refused(&out, &airlock, "self-test as the agent failed");
-    assert!(stderr(&out).contains("blocked domain"), "{}", stderr(&out));
+    assert_refused(&out, &airlock, "the proxy did not export its CA");
 }
