@@ -18,4 +18,5 @@ export AIRLOCK_SMOKE_SKIP_BUILD=1
 tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
+tests/smoke/git.sh
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
