@@ -22,6 +22,7 @@ use crate::Shared;
 use crate::audit::{Kind, Record, Verdict};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
+use crate::gate::{self, Gate, GateShared};
 use crate::identity::Proto;
 use crate::intercept::{self, Ctx, Route};
 use crate::limits::{Client, Slot};
@@ -103,6 +104,11 @@ struct ConnState {
     /// Requests read on this connection: their exchange context and kept-alive upstream.
     ctx: Ctx,
     requests: AtomicU64,
+    /// The request-head gate's refusals and upgrade decisions.
+    gate: Arc<GateShared>,
+    kind: Kind,
+    started: SystemTime,
+    read_meter: Arc<Meter>,
 }
 
 impl ConnState {
@@ -132,7 +138,13 @@ pub(crate) async fn serve_conn(
     };
     let started = SystemTime::now();
     let read_meter = Arc::new(Meter::new());
-    let io = TokioIo::new(Metered::new(stream, Arc::clone(&read_meter), Dir::Up));
+    let gate = Arc::new(GateShared::new());
+    let limits = &shared.limits;
+    let io = TokioIo::new(Gate::new(
+        Metered::new(stream, Arc::clone(&read_meter), Dir::Up),
+        limits.max_header_bytes,
+        Arc::clone(&gate),
+    ));
     let state = Arc::new(ConnState {
         shared: Arc::clone(&shared),
         peer,
@@ -141,20 +153,32 @@ pub(crate) async fn serve_conn(
         ctx: Ctx::new(Arc::clone(&shared), peer, uid, conn_kind, Arc::clone(&slot)),
         slot,
         requests: AtomicU64::new(0),
+        gate,
+        kind: conn_kind,
+        started,
+        read_meter: Arc::clone(&read_meter),
     });
     let svc_state = Arc::clone(&state);
     let svc = service_fn(move |req| {
         let st = Arc::clone(&svc_state);
-        async move { Ok::<_, Infallible>(handle(st, req).await) }
+        async move {
+            if let Some(reason) = st.gate.refusal_for(&req) {
+                return Ok::<_, Infallible>(refuse_head(&st, reason).await);
+            }
+            let upgrade = gate::wants_upgrade(&req).then(|| req.method() == Method::CONNECT);
+            let resp = handle(Arc::clone(&st), req).await;
+            if let Some(connect) = upgrade {
+                st.gate.upgrade_decided(upgrades(connect, resp.status()));
+            }
+            Ok::<_, Infallible>(resp)
+        }
     });
-    let limits = &shared.limits;
     let mut builder = server_http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_header_size(limits.max_header_bytes)
-        .keep_alive(true);
+        .header_read_timeout(limits.header_read_timeout);
+    gate::hyper_limits(&mut builder, limits.max_header_bytes);
+    builder.keep_alive(true);
     let conn = builder.serve_connection(io, svc).with_upgrades();
     tokio::pin!(conn);
     let mut phase = shared.shutdown.subscribe();
@@ -175,6 +199,8 @@ pub(crate) async fn serve_conn(
         }
     };
     if let Err(e) = result {
+        // The gate refuses every head hyper would: hyper's own bare 400/431 is not expected
+        // here any more, but stays audited if it ever comes.
         let served = state.requests.load(Ordering::Relaxed);
         let reason = if e.is_parse_too_large() {
             Some(Reason::RequestTooLarge)
@@ -203,6 +229,29 @@ pub(crate) async fn serve_conn(
             tracing::debug!("client {peer}: {e}");
         }
     }
+}
+
+/// Whether hyper hands the connection over after this answer to an upgrade request.
+pub(crate) fn upgrades(connect: bool, status: http::StatusCode) -> bool {
+    status == http::StatusCode::SWITCHING_PROTOCOLS || (connect && status.is_success())
+}
+
+/// The gate refused a request head: the uniform denial, the connection closes after it,
+/// and the connection's one `parse-error` line.
+async fn refuse_head(st: &ConnState, reason: Reason) -> Response<ProxyBody> {
+    let mut rec = Record::new(
+        Arc::clone(&st.shared.session),
+        st.started,
+        st.kind,
+        Some(st.peer),
+    );
+    rec.uid = st.uid;
+    rec.reason = Some(reason.as_str());
+    rec.event = Some("parse-error");
+    rec.bytes_up = st.read_meter.up();
+    rec.duration_ms = st.read_meter.elapsed_ms();
+    st.shared.audit.emit(rec).await;
+    gate::closing(deny::denial(reason, "", 0))
 }
 
 async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -338,11 +387,30 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                     tls: true,
                     check_host: true,
                 };
-                let client = Metered::new(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
-                intercept::serve_tls(client, Arc::new(ctx), route, Some(upstream), &mut rec).await
+                let ctx = Arc::new(ctx);
+                match gate::upgraded_tcp(upgraded) {
+                    // The bare socket: no dynamic IO layers under the TLS.
+                    Ok(tcp) => {
+                        let client = Metered::new(tcp, Arc::clone(&meter), Dir::Up);
+                        intercept::serve_tls(client, ctx, route, Some(upstream), &mut rec).await
+                    }
+                    Err(upgraded) => {
+                        let client =
+                            Metered::new(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
+                        intercept::serve_tls(client, ctx, route, Some(upstream), &mut rec).await
+                    }
+                }
             }
             Ok(upgraded) => {
-                let mut client = TokioIo::new(upgraded);
+                let mut client = match gate::upgraded_tcp(upgraded) {
+                    Ok(tcp) => tcp,
+                    Err(_) => {
+                        tracing::error!("CONNECT tunnel not over the client socket");
+                        rec.event = Some(tunnel::End::Error.as_str());
+                        shared.audit.emit(rec).await;
+                        return;
+                    }
+                };
                 let mut up = upstream.stream;
                 match inspect_tunnel(
                     &mut client,
@@ -354,14 +422,14 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                 .await
                 {
                     Ok(()) => {
-                        tunnel::relay(
-                            client,
-                            up,
-                            Arc::clone(&meter),
-                            shared.limits.idle_timeout,
-                            shared.shutdown.subscribe(),
-                        )
-                        .await
+                        let (idle, phase) =
+                            (shared.limits.idle_timeout, shared.shutdown.subscribe());
+                        let meter = Arc::clone(&meter);
+                        // Prefix consumed (the usual case): socket to socket, spliced.
+                        match client.into_bare() {
+                            Ok(tcp) => tunnel::relay(tcp, up, meter, idle, phase).await,
+                            Err(client) => tunnel::relay(client, up, meter, idle, phase).await,
+                        }
                     }
                     Err(Inspect::Refused(reason)) => {
                         rec.decision = Verdict::Deny;
@@ -478,7 +546,7 @@ async fn forward_with(
         tls: false,
         check_host: false,
     };
-    intercept::exchange(&st.ctx, req, route, rec).await
+    intercept::exchange(&st.ctx, req, &route, rec).await
 }
 
 /// Base-URL mode: `http://127.0.0.1:3128/https/<host>[:port]/<path>` goes to
@@ -514,7 +582,7 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         tls: true,
         check_host: false,
     };
-    intercept::exchange(&st.ctx, req, route, rec).await
+    intercept::exchange(&st.ctx, req, &route, rec).await
 }
 
 fn bracketed(target: &Target) -> String {

@@ -53,6 +53,7 @@ use crate::ca::Ca;
 use crate::credentials::{Credentials, GitScope, Injected};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
+use crate::gate::{Gate, GateShared};
 use crate::gitpath::{self, Service};
 use crate::hop;
 use crate::leaf::{self, Leaves};
@@ -391,7 +392,7 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
 pub(crate) async fn exchange(
     ctx: &Ctx,
     mut req: Request<Incoming>,
-    route: Route,
+    route: &Route,
     mut rec: Record,
 ) -> Response<ProxyBody> {
     let shared = Arc::clone(&ctx.shared);
@@ -405,11 +406,11 @@ pub(crate) async fn exchange(
     if route.check_host
         && let Err(reason) = host_agrees(&req, &route.target)
     {
-        return ctx.deny(rec, reason, &route).await;
+        return ctx.deny(rec, reason, route).await;
     }
     let pq_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
     if pq_len > shared.limits.max_request_line {
-        return ctx.deny(rec, Reason::RequestTooLarge, &route).await;
+        return ctx.deny(rec, Reason::RequestTooLarge, route).await;
     }
     let query = req.uri().query().map(str::to_owned);
     let host: &Host = &route.target.host;
@@ -423,12 +424,12 @@ pub(crate) async fn exchange(
     let scope = if ctx.service {
         if !authorized {
             rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
-            return ctx.deny(rec, Reason::RequestDeniedByRule, &route).await;
+            return ctx.deny(rec, Reason::RequestDeniedByRule, route).await;
         }
         GitScope::Service
     } else {
         if gitpath::is_push(&path, query.as_deref()) {
-            return ctx.deny(rec, Reason::GitPushBlocked, &route).await;
+            return ctx.deny(rec, Reason::GitPushBlocked, route).await;
         }
         match &git {
             Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
@@ -449,7 +450,7 @@ pub(crate) async fn exchange(
         match shared.policy.judge(&view) {
             L7Verdict::Deny { reason, rule } => {
                 rec.rule = Some(rule);
-                return ctx.deny(rec, reason, &route).await;
+                return ctx.deny(rec, reason, route).await;
             }
             L7Verdict::Pass { rule } => {
                 if rule.is_some() {
@@ -468,7 +469,7 @@ pub(crate) async fn exchange(
         && let Err(leak) = creds.check_url(pq.as_str())
     {
         rec.credential = Some(leak.credential);
-        return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+        return ctx.deny(rec, Reason::CredentialLeak, route).await;
     }
     let upgrade = is_upgrade(&req);
     let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -480,7 +481,7 @@ pub(crate) async fn exchange(
         Err(leak) => {
             rec.credential = Some(leak.credential);
             tracing::warn!("credential leak refused: {}", leak.place);
-            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+            return ctx.deny(rec, Reason::CredentialLeak, route).await;
         }
     };
     rec.credential = injected.as_ref().map(|i| i.names.clone());
@@ -502,19 +503,19 @@ pub(crate) async fn exchange(
     } else if let Some(cap) = body_cap {
         if parts.headers.contains_key(header::CONTENT_ENCODING) {
             rec.rule = Some("a judged body must not be content-encoded".into());
-            return ctx.deny(rec, Reason::RequestDeniedByRule, &route).await;
+            return ctx.deny(rec, Reason::RequestDeniedByRule, route).await;
         }
         let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
             Ok(b) => b,
             Err(reason) => {
                 rec.rule = Some(format!("body judged up to {cap} bytes"));
-                return ctx.deny(rec, reason, &route).await;
+                return ctx.deny(rec, reason, route).await;
             }
         };
         match shared.policy.judge_body(&view, &bytes) {
             L7Verdict::Deny { reason, rule } => {
                 rec.rule = Some(rule);
-                return ctx.deny(rec, reason, &route).await;
+                return ctx.deny(rec, reason, route).await;
             }
             L7Verdict::Pass { rule } => {
                 if rule.is_some() {
@@ -524,7 +525,7 @@ pub(crate) async fn exchange(
         }
         if scan_body && let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
-            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+            return ctx.deny(rec, Reason::CredentialLeak, route).await;
         }
         meter.add_up(bytes.len());
         Full::new(bytes).map_err(|n| match n {}).boxed()
@@ -532,11 +533,11 @@ pub(crate) async fn exchange(
         let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(SMALL_BODY);
         let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
             Ok(b) => b,
-            Err(reason) => return ctx.deny(rec, reason, &route).await,
+            Err(reason) => return ctx.deny(rec, reason, route).await,
         };
         if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
-            return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+            return ctx.deny(rec, Reason::CredentialLeak, route).await;
         }
         meter.add_up(bytes.len());
         Full::new(bytes).map_err(|n| match n {}).boxed()
@@ -563,12 +564,12 @@ pub(crate) async fn exchange(
         .map_or("/", |pq| pq.as_str())
         .to_owned();
     let Ok(uri) = pq.parse::<Uri>() else {
-        return ctx.deny(rec, Reason::MalformedRequest, &route).await;
+        return ctx.deny(rec, Reason::MalformedRequest, route).await;
     };
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     let Ok(hv) = HeaderValue::from_str(&host_value(&route.target, route.tls)) else {
-        return ctx.deny(rec, Reason::InvalidHost, &route).await;
+        return ctx.deny(rec, Reason::InvalidHost, route).await;
     };
     parts.headers.insert(header::HOST, hv);
     if let Some(u) = upgrade_value.filter(|_| upgrade) {
@@ -579,11 +580,11 @@ pub(crate) async fn exchange(
     }
     let out = Request::from_parts(parts, up_body);
 
-    let live = match ctx.reuse(&route).await {
+    let live = match ctx.reuse(route).await {
         Some(l) => l,
-        None => match ctx.open(&route).await {
+        None => match ctx.open(route).await {
             Ok(l) => l,
-            Err(reason) => return ctx.deny(rec, reason, &route).await,
+            Err(reason) => return ctx.deny(rec, reason, route).await,
         },
     };
     rec.upstream = Some(live.addr);
@@ -600,10 +601,10 @@ pub(crate) async fn exchange(
         Err(e) => {
             if let Some(name) = leak_flag.get() {
                 rec.credential = Some(name.clone());
-                return ctx.deny(rec, Reason::CredentialLeak, &route).await;
+                return ctx.deny(rec, Reason::CredentialLeak, route).await;
             }
             tracing::debug!("upstream {addr}: {e}");
-            return ctx.deny(rec, Reason::UpstreamUnreachable, &route).await;
+            return ctx.deny(rec, Reason::UpstreamUnreachable, route).await;
         }
     };
     rec.status = Some(resp.status().as_u16());
@@ -611,7 +612,7 @@ pub(crate) async fn exchange(
 
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_up) = on_client_upgrade else {
-            return ctx.deny(rec, Reason::MalformedRequest, &route).await;
+            return ctx.deny(rec, Reason::MalformedRequest, route).await;
         };
         let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
         let guard = AuditOnDrop::new(rec, Arc::clone(&meter), shared.audit.clone());
@@ -622,7 +623,13 @@ pub(crate) async fn exchange(
             let _slot = slot;
             let _guard = guard; // the line is written when the relay ends
             if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
-                let _ = tunnel::relay(TokioIo::new(c), TokioIo::new(s), meter, idle, phase).await;
+                let s = TokioIo::new(s);
+                // Plain HTTP: the client's bare socket, so the relay can splice.
+                let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare) {
+                    Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
+                    Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
+                    Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
+                };
             }
         });
         let upgrade = rparts.headers.get(header::UPGRADE).cloned();
@@ -902,35 +909,54 @@ where
             }
             Err(_) => return tunnel::End::Idle,
         };
-    serve_http(TokioIo::new(tls), ctx, route).await
+    serve_http(tls, ctx, route).await
 }
 
-/// Serves HTTP/1.1 requests on an intercepted (or service-port) connection.
+/// Serves HTTP/1.1 requests on an intercepted (or service-port) connection, every request
+/// head judged by the gate first (`gate`).
 pub(crate) async fn serve_http<IO>(io: IO, ctx: Arc<Ctx>, route: Route) -> tunnel::End
 where
-    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let shared = Arc::clone(&ctx.shared);
     let target = route.target.clone();
+    let gate = Arc::new(GateShared::new());
+    let io = TokioIo::new(Gate::new(
+        io,
+        shared.limits.max_header_bytes,
+        Arc::clone(&gate),
+    ));
     let svc_ctx = Arc::clone(&ctx);
+    let route = Arc::new(route);
     let svc = service_fn(move |req: Request<Incoming>| {
         let ctx = Arc::clone(&svc_ctx);
-        let route = route.clone();
+        let route = Arc::clone(&route);
+        let gate = Arc::clone(&gate);
         async move {
+            if let Some(reason) = gate.refusal_for(&req) {
+                parse_error(&ctx, &route.target, reason).await;
+                let denial = deny::denial(reason, route.target.host.as_str(), route.target.port);
+                return Ok(crate::gate::closing(denial));
+            }
             ctx.requests.fetch_add(1, Ordering::Relaxed);
+            let upgrade =
+                crate::gate::wants_upgrade(&req).then(|| req.method() == http::Method::CONNECT);
             let mut rec = ctx.record(req.method());
             rec.decision = Verdict::Allow;
-            Ok::<_, std::convert::Infallible>(exchange(&ctx, req, route, rec).await)
+            let resp = exchange(&ctx, req, &route, rec).await;
+            if let Some(connect) = upgrade {
+                gate.upgrade_decided(crate::explicit::upgrades(connect, resp.status()));
+            }
+            Ok::<_, std::convert::Infallible>(resp)
         }
     });
     let limits = &shared.limits;
     let mut builder = server_http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_header_size(limits.max_header_bytes)
-        .keep_alive(true);
+        .header_read_timeout(limits.header_read_timeout);
+    crate::gate::hyper_limits(&mut builder, limits.max_header_bytes);
+    builder.keep_alive(true);
     let conn = builder.serve_connection(io, svc).with_upgrades();
     tokio::pin!(conn);
     let mut phase = shared.shutdown.subscribe();
@@ -959,14 +985,7 @@ where
                 None
             };
             if let Some(reason) = reason {
-                let mut rec = ctx.record(&http::Method::GET);
-                rec.method = None;
-                rec.host = Some(target.host.as_str().to_owned());
-                rec.port = Some(target.port);
-                rec.intercepted = true;
-                rec.reason = Some(reason.as_str());
-                rec.event = Some("parse-error");
-                shared.audit.emit(rec).await;
+                parse_error(&ctx, &target, reason).await;
             }
             if e.is_timeout() {
                 tunnel::End::Idle
@@ -975,4 +994,16 @@ where
             }
         }
     }
+}
+
+/// The connection's one `parse-error` line (a request head refused before any request).
+async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
+    let mut rec = ctx.record(&http::Method::GET);
+    rec.method = None;
+    rec.host = Some(target.host.as_str().to_owned());
+    rec.port = Some(target.port);
+    rec.intercepted = true;
+    rec.reason = Some(reason.as_str());
+    rec.event = Some("parse-error");
+    ctx.shared.audit.emit(rec).await;
 }

@@ -32,6 +32,7 @@ pub mod decide;
 pub mod deny;
 pub mod dns;
 mod explicit;
+pub mod gate;
 pub mod gitpath;
 pub mod hop;
 pub mod identity;

@@ -253,7 +253,7 @@ async fn malformed_input_gets_400_and_an_audit_line() {
         r.header("x-airlock-error").as_deref(),
         Some("malformed-request")
     );
-    // Garbage that is not HTTP at all: hyper answers 400 itself; we still audit it.
+    // Garbage that is not HTTP at all: the same uniform denial, audited `parse-error`.
     let mut s = TcpStream::connect(h.addr).await.unwrap();
     s.write_all(b"\x16\x03\x01\x00\x05hello\r\n\r\n")
         .await
@@ -265,6 +265,7 @@ async fn malformed_input_gets_400_and_an_audit_line() {
         "{:?}",
         String::from_utf8_lossy(&out)
     );
+    assert!(String::from_utf8_lossy(&out).contains("x-airlock-error: malformed-request"));
     let lines = h.finish().await;
     let reasons: Vec<_> = lines
         .iter()
@@ -295,6 +296,7 @@ async fn oversized_head_is_refused_and_audited() {
         "{:?}",
         String::from_utf8_lossy(&out)
     );
+    assert!(String::from_utf8_lossy(&out).contains("x-airlock-error: request-too-large"));
     let lines = h.finish().await;
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["reason"], "request-too-large");
