@@ -402,3 +402,92 @@ curl -sSN --max-time 10 'https://allowed.test/sse?n=3&ms=400' | while IFS= read 
         "events arrive one by one, as produced: {times:?}"
     );
 }
+
+/// A WebSocket-style upgrade, by hand over a raw socket: through an intercepted TLS
+/// connection (CONNECT, the appliance leaf, `GET /upgrade` inside) and through plain HTTP
+/// forwarding. After the `101` the proxy relays raw bytes both ways, unread.
+#[test]
+fn a_websocket_upgrade_relays_both_ways_intercepted_and_plain() {
+    let world = world();
+    let airlock = Airlock::new(&world, &policy());
+    let script = r#"python3 - <<'PY'
+import os, socket, ssl
+
+def upgrade(s, host):
+    s.sendall(("GET /upgrade HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\n"
+               "Upgrade: websocket\r\n\r\n" % host).encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        b = s.recv(1)
+        if not b:
+            break
+        head += b
+    status = head.split(b" ")[1].decode() if head else "eof"
+    got = b""
+    for msg in (b"frame-one:\x00\xff", b"frame-two-" + b"x" * 40000):
+        s.sendall(msg)
+        want = len(got) + len(msg)
+        while len(got) < want:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    return status, got == b"frame-one:\x00\xff" + b"frame-two-" + b"x" * 40000
+
+p = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+p.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += p.recv(1)
+print("connect=" + head.split(b" ")[1].decode())
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+t = ctx.wrap_socket(p, server_hostname="allowed.test")
+status, echoed = upgrade(t, "allowed.test")
+print("tls-status=%s tls-echo=%s" % (status, echoed))
+
+p = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+p.sendall(b"GET http://allowed.test/upgrade HTTP/1.1\r\nHost: allowed.test\r\n"
+          b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += p.recv(1)
+status = head.split(b" ")[1].decode()
+p.sendall(b"plain-frame")
+got = b""
+while len(got) < 11:
+    got += p.recv(64)
+print("plain-status=%s plain-echo=%s" % (status, got == b"plain-frame"))
+PY"#;
+    let out = run_with_secrets(&airlock, &world, script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(line(&text, "connect"), "200", "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("tls-status=101 tls-echo=True"),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("plain-status=101 plain-echo=True"),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    let upstream = world.upstream_log().unwrap();
+    let upgrades: Vec<_> = upstream
+        .iter()
+        .filter(|l| l["kind"] == "http" && l["path"] == "/upgrade")
+        .collect();
+    assert_eq!(upgrades.len(), 2, "{upgrades:?}");
+    assert!(upgrades.iter().any(|l| l["tls"] == true), "{upgrades:?}");
+    assert!(upgrades.iter().any(|l| l["tls"] == false), "{upgrades:?}");
+    // The intercepted one carried the injected credential like any request to the host.
+    let tls = upgrades.iter().find(|l| l["tls"] == true).unwrap();
+    assert_eq!(tls["headers"]["x-api-key"], SECRET);
+    let audit = airlock.audit();
+    let lines: Vec<_> = audit
+        .iter()
+        .filter(|l| l["path"] == "/upgrade" && l["status"] == 101)
+        .collect();
+    assert_eq!(lines.len(), 2, "{audit:?}");
+    assert!(lines.iter().any(|l| l["intercepted"] == true), "{lines:?}");
+}
