@@ -128,8 +128,19 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Option<Frame>, WireEr
     if len > max {
         return Err(WireError::FrameTooLarge { len, max });
     }
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).map_err(WireError::ReadFrame)?;
+    // Grow with the bytes that actually arrive: five bytes announcing `max` must not make
+    // the reader allocate `max` up front (per connection).
+    let mut payload = Vec::with_capacity(len.min(64 * 1024));
+    let read = r
+        .take(len as u64)
+        .read_to_end(&mut payload)
+        .map_err(WireError::ReadFrame)?;
+    if read < len {
+        return Err(WireError::ReadFrame(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "truncated frame payload",
+        )));
+    }
     Ok(Some(Frame { kind, payload }))
 }
 
@@ -144,6 +155,16 @@ pub fn decode<'a, T: Deserialize<'a>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_announcing_the_maximum_allocates_only_what_arrives() {
+        // The attack: five bytes claiming MAX_FRAME, then a few bytes and EOF.
+        let mut buf = vec![FrameKind::Stdout as u8];
+        buf.extend_from_slice(&u32::try_from(MAX_FRAME).unwrap().to_be_bytes());
+        buf.extend_from_slice(b"abc");
+        let err = read_frame(&mut buf.as_slice(), MAX_FRAME).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+    }
 
     #[test]
     fn frames_round_trip() {
