@@ -517,7 +517,7 @@ async fn garbage_never_takes_the_proxy_down() {
 async fn one_slowloris_client_does_not_starve_the_others() {
     let (up, _heads) = http_server().await;
     let limits = Limits {
-        header_read_timeout: Duration::from_millis(500),
+        header_read_timeout: Duration::from_secs(3),
         ..Limits::default()
     };
     let mut h = Harness::start_with(
@@ -527,21 +527,26 @@ async fn one_slowloris_client_does_not_starve_the_others() {
         limits,
     )
     .await;
-    // The slow client dribbles a head, one byte every 50 ms.
+    // The slow client dribbles a head, one byte every 50 ms: it would take 10 s, longer
+    // than the header timeout, so it is still dribbling while the others are served.
     let addr = h.addr;
     let slow = tokio::spawn(async move {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        for b in b"GET http://allowed.test/ HTTP/1.1\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaa" {
-            if s.write_all(&[*b]).await.is_err() {
+        let head = format!(
+            "GET http://allowed.test/ HTTP/1.1\r\nx-slow: {}",
+            "a".repeat(200)
+        );
+        for b in head.bytes() {
+            if s.write_all(&[b]).await.is_err() {
                 return true; // cut
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
     });
-    let t0 = std::time::Instant::now();
+    // 500 concurrent clients, as the issue asks.
     let mut tasks = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         tasks.push(tokio::spawn(async move {
             let (_s, r) = request(
                 addr,
@@ -555,8 +560,8 @@ async fn one_slowloris_client_does_not_starve_the_others() {
         assert_eq!(t.await.unwrap(), 200);
     }
     assert!(
-        t0.elapsed() < Duration::from_millis(1500),
-        "others are served while the slow one dribbles"
+        !slow.is_finished(),
+        "all 500 were served while the slow one was still dribbling (not cut yet)"
     );
     assert!(
         slow.await.unwrap(),
@@ -565,7 +570,7 @@ async fn one_slowloris_client_does_not_starve_the_others() {
     let lines = h.finish().await;
     assert_eq!(
         lines.iter().filter(|l| l["decision"] == "allow").count(),
-        100
+        500
     );
     assert_eq!(
         lines
