@@ -12,3 +12,4 @@ pub mod glob;
 pub mod push;
 pub mod run;
 pub mod server;
+pub mod visible;

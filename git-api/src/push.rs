@@ -182,7 +182,7 @@ impl PushRules {
 }
 
 /// Escape a branch name so it matches only itself as a glob.
-fn escape_glob(name: &str) -> String {
+pub(crate) fn escape_glob(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {

@@ -90,6 +90,10 @@ reasons! {
     RestrictedPath => "restricted_path",
     /// A push form the API does not resolve (`--mirror`, `--all`, wildcards, ...).
     PushFormNotSupported => "push_form_not_supported",
+    /// A fetch, pull or ls-remote names another sandbox's branch (hidden from this one).
+    BranchHidden => "branch_hidden",
+    /// A fetch or pull form the API does not resolve (`git pull` without an upstream, ...).
+    FetchFormNotSupported => "fetch_form_not_supported",
     // --- server side ---
     /// The server failed to run the operation (not a policy decision).
     Internal => "internal",
