@@ -42,6 +42,8 @@ pub enum Class {
     Fetch,
     /// `push`: judged by the push policy on its resolved ref updates.
     Push,
+    /// `ls-remote`: remote checked, output filtered of other sandboxes' branches.
+    ListRemote,
 }
 
 /// An allowed invocation.
@@ -55,6 +57,8 @@ pub struct Checked {
     pub class: Class,
     /// Whether the command writes output worth paging (the shim pages locally).
     pub pages: bool,
+    /// Indices in `argv` of the subcommand's operands (not options, not option values).
+    pub operands: Vec<usize>,
 }
 
 /// Config keys `git config` may write (lowercase section and name; `*` is one subsection).
@@ -1385,6 +1389,25 @@ const SUBS: &[Sub] = &[
         opts: &[FETCH_OPTS, MERGE_OPTS, &["r|rebase?", "no-rebase"]],
     },
     Sub {
+        name: "ls-remote",
+        class: Class::ListRemote,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "b|branches",
+            "heads",
+            "t|tags",
+            "refs",
+            "q|quiet",
+            "exit-code",
+            "get-url",
+            "symref",
+            "sort=",
+            "o|server-option=",
+        ]],
+    },
+    Sub {
         name: "push",
         class: Class::Push,
         pages: false,
@@ -1524,6 +1547,7 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
                 argv: global,
                 class: Class::Read,
                 pages: false,
+                operands: Vec::new(),
             });
         }
         return Err(Refusal::new(
@@ -1548,7 +1572,7 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         ));
     };
     let rest = &argv[i + 1..];
-    let (args, operands) = check_args(sub, rest)?;
+    let (args, operands, positions) = check_args(sub, rest)?;
     match sub.name {
         "config" => config(&args, &operands)?,
         "commit" => commit(&args)?,
@@ -1567,12 +1591,14 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     }
     let mut out = global;
     out.push(sub.name.to_owned());
+    let base = out.len();
     out.extend(rest.iter().cloned());
     Ok(Checked {
         subcommand: sub.name.to_owned(),
         argv: out,
         class: sub.class,
         pages: sub.pages,
+        operands: positions.into_iter().map(|p| base + p).collect(),
     })
 }
 
@@ -1585,14 +1611,17 @@ pub(crate) struct Arg {
 }
 
 /// Walk a subcommand's arguments: options against the allowlist, operands collected.
-fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>), Refusal> {
+#[allow(clippy::type_complexity)]
+fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>, Vec<usize>), Refusal> {
     let mut args = Vec::new();
     let mut operands = Vec::new();
+    let mut positions = Vec::new();
     let mut i = 0;
     while let Some(arg) = rest.get(i) {
         i += 1;
         if arg == "--" || arg == "--end-of-options" {
             operands.extend(rest[i..].iter().cloned());
+            positions.extend(i..rest.len());
             break;
         }
         if arg == "-h" && sub.short('h').is_none() {
@@ -1605,6 +1634,7 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>), Ref
         }
         if arg == "-" || !arg.starts_with('-') {
             operands.push(arg.clone());
+            positions.push(i - 1);
             continue;
         }
         if let Some(long) = arg.strip_prefix("--") {
@@ -1717,7 +1747,7 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>), Ref
             }
         }
     }
-    Ok((args, operands))
+    Ok((args, operands, positions))
 }
 
 /// Options whose separate value git always takes as the value, whatever it looks like.
@@ -2309,7 +2339,6 @@ mod tests {
             "instaweb",
             "difftool",
             "mergetool",
-            "ls-remote",
         ] {
             assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
         }

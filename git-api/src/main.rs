@@ -12,6 +12,7 @@
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
 use airlock_git_api::server::Server;
+use airlock_git_api::visible::Visibility;
 use airlock_wire::{SessionKey, Verifier};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -126,6 +127,8 @@ fn run() -> Result<()> {
     }
     let rules = PushRules::new(&policy.git, start_branch.as_deref())
         .context("compiling the [git] globs")?;
+    let vis = Visibility::new(&policy.git, &policy.sandbox.name, start_branch.as_deref())
+        .context("compiling the [git] globs")?;
     if cli.socket.exists() {
         std::fs::remove_file(&cli.socket)
             .with_context(|| format!("removing stale {}", cli.socket.display()))?;
@@ -144,8 +147,13 @@ fn run() -> Result<()> {
         env,
         cli.agent_uid,
         rules,
+        vis,
         Verifier::new(key),
         cli.max_connections,
     ));
+    // The operator's clone may hold other sandboxes' branches as remote-tracking refs.
+    server
+        .hide_existing()
+        .map_err(|r| anyhow::anyhow!("hiding other sandboxes' branches: {}", r.message))?;
     server.serve(&listener).context("accepting connections")
 }

@@ -3,6 +3,7 @@
 use crate::argv::{self, Checked, Class, Refusal};
 use crate::push::{self, Facts, PushRules, Update};
 use crate::run::GitEnv;
+use crate::visible::{self, FetchSpec, Visibility};
 use airlock_wire::frame::{self, CHUNK, MAX_FRAME, write_frame, write_json};
 use airlock_wire::invocation::PASSED_ENV;
 use airlock_wire::{Auth, Denied, Exit, FrameKind, Invocation, PROTOCOL_VERSION, Reason, Verifier};
@@ -29,6 +30,8 @@ pub struct Server {
     pub agent_uid: u32,
     /// Push rules.
     pub rules: PushRules,
+    /// Which remote branches this sandbox sees.
+    pub vis: Visibility,
     /// HMAC verification and the nonce cache.
     pub verifier: Mutex<Verifier>,
     /// Serialises operations that write the repository.
@@ -45,6 +48,7 @@ impl Server {
         env: GitEnv,
         agent_uid: u32,
         rules: PushRules,
+        vis: Visibility,
         verifier: Verifier,
         max_connections: usize,
     ) -> Server {
@@ -52,6 +56,7 @@ impl Server {
             env,
             agent_uid,
             rules,
+            vis,
             verifier: Mutex::new(verifier),
             write_lock: Mutex::new(()),
             max_connections,
@@ -202,9 +207,9 @@ impl Server {
                     .write_lock
                     .lock()
                     .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
-                self.check_fetch(&checked)?;
-                self.stream_git(stream, inv, &cwd, &config, &args, false)
+                self.fetch(stream, inv, &cwd, &config, &checked)
             }
+            Class::ListRemote => self.ls_remote(stream, inv, &cwd, &config, &checked),
             Class::Push => {
                 let _g = self
                     .write_lock
@@ -289,64 +294,297 @@ impl Server {
         Ok(())
     }
 
-    fn check_fetch(&self, c: &Checked) -> Result<(), Refusal> {
-        let pos = c
-            .argv
-            .iter()
-            .position(|a| a == &c.subcommand)
-            .map_or(0, |p| p + 1);
-        let rest = &c.argv[pos..];
-        let mut operands = Vec::new();
-        let mut after_dashes = false;
-        let mut value_next = false;
-        for a in rest {
-            if value_next {
-                value_next = false;
-                continue;
-            }
-            if !after_dashes && a == "--" {
-                after_dashes = true;
-                continue;
-            }
-            if !after_dashes && a.starts_with('-') && a != "-" {
-                // Options with a separate value in fetch/pull tables.
-                value_next = matches!(
-                    a.as_str(),
-                    "--depth"
-                        | "--deepen"
-                        | "--shallow-since"
-                        | "--shallow-exclude"
-                        | "--filter"
-                        | "--cleanup"
-                        | "-s"
-                        | "--strategy"
-                        | "-X"
-                        | "--strategy-option"
-                        | "-m"
-                        | "-F"
-                        | "--file"
-                        | "--into-name"
-                );
-                continue;
-            }
-            operands.push(a.clone());
+    /// The remote `fetch`, `pull` and `ls-remote` use when none is named.
+    fn fetch_remote(&self, branch: Option<&str>) -> Result<String, Refusal> {
+        if let Some(b) = branch
+            && let Some(r) = self
+                .q(&["config", "--get", &format!("branch.{b}.remote")])?
+                .line()
+        {
+            return Ok(r);
         }
-        let all = rest.iter().any(|a| a == "--all");
-        let multiple = rest.iter().any(|a| a == "--multiple");
-        let remotes = if all {
-            self.remotes()?
-        } else if multiple {
-            operands
-        } else if let Some(first) = operands.first() {
-            vec![first.clone()]
-        } else {
-            let b = self.current_branch()?;
-            vec![self.default_remote(b.as_deref())?]
-        };
-        for r in &remotes {
-            self.check_remote(r, false)?;
+        Ok("origin".into())
+    }
+
+    /// The remote's refs as `ls-remote` lists them through the proxy (unfiltered; never
+    /// shown to the agent as such). `Err(Ok(query))`: git failed, pass its words on.
+    fn list_remote(&self, remote: &str) -> Result<Result<String, crate::run::Query>, Refusal> {
+        let q = self.q(&["ls-remote", "--", remote])?;
+        Ok(if q.ok { Ok(q.stdout) } else { Err(q) })
+    }
+
+    /// Delete `refs`; one line per ref on the agent's stderr when `say`.
+    fn delete_refs(
+        &self,
+        stream: &mut UnixStream,
+        refs: &[String],
+        say: bool,
+    ) -> Result<(), Refusal> {
+        for r in refs {
+            let q = self.q(&["update-ref", "--no-deref", "-d", r])?;
+            if !q.ok {
+                return Err(Refusal::new(
+                    Reason::Internal,
+                    format!("deleting a hidden ref failed: {}", q.stderr.trim()),
+                ));
+            }
+            if say {
+                let short = r.strip_prefix("refs/remotes/").unwrap_or(r);
+                let _ = write_frame(
+                    stream,
+                    FrameKind::Stderr,
+                    format!(" - [deleted]         (none)     -> {short}\n").as_bytes(),
+                );
+            }
         }
         Ok(())
+    }
+
+    /// Remote-tracking refs of hidden branches (and, with `prune`, of branches the remote
+    /// no longer lists) of `remote`, deleted.
+    fn prune_remote(
+        &self,
+        stream: Option<&mut UnixStream>,
+        remote: &str,
+        specs: &[FetchSpec],
+        listed: Option<&[String]>,
+        prune: bool,
+    ) -> Result<(), Refusal> {
+        let q = self.q(&["for-each-ref", "--format=%(refname)"])?;
+        if !q.ok {
+            return Err(Refusal::new(
+                Reason::Internal,
+                format!("listing refs failed: {}", q.stderr.trim()),
+            ));
+        }
+        let local: Vec<String> = q.stdout.lines().map(str::to_owned).collect();
+        let mut config = self.config_fetch_specs(remote)?;
+        config.extend(specs.iter().cloned());
+        let hidden = visible::stale_tracking_refs(&local, remote, &config, None, false, &self.vis);
+        let pruned: Vec<String> = if prune {
+            visible::stale_tracking_refs(&local, remote, specs, listed, true, &self.vis)
+                .into_iter()
+                .filter(|r| !hidden.contains(r))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        match stream {
+            Some(s) => {
+                self.delete_refs(s, &hidden, false)?;
+                self.delete_refs(s, &pruned, true)
+            }
+            None => {
+                for r in hidden.iter().chain(&pruned) {
+                    self.q(&["update-ref", "--no-deref", "-d", r])?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn config_fetch_specs(&self, remote: &str) -> Result<Vec<FetchSpec>, Refusal> {
+        Ok(self
+            .q(&["config", "--get-all", &format!("remote.{remote}.fetch")])?
+            .stdout
+            .lines()
+            .map(FetchSpec::parse)
+            .collect())
+    }
+
+    /// Delete remote-tracking refs of hidden branches of every configured remote (the
+    /// operator's clone may have them). Run when the server starts.
+    pub fn hide_existing(&self) -> Result<(), Refusal> {
+        for r in self.remotes()? {
+            self.prune_remote(None, &r, &[], None, false)?;
+        }
+        Ok(())
+    }
+
+    /// `git ls-remote`: the remote checked, its output filtered of hidden refs.
+    fn ls_remote(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        c: &Checked,
+    ) -> Result<i32, Refusal> {
+        let (options, operands) = split_operands(c);
+        let mut operands = operands.into_iter();
+        let remote = match operands.next() {
+            Some(r) => r,
+            None => self.fetch_remote(self.current_branch()?.as_deref())?,
+        };
+        self.check_remote(&remote, false)?;
+        let mut args = global_and_sub(c);
+        args.extend(options);
+        args.push("--".into());
+        args.push(remote);
+        args.extend(operands);
+        let out = self
+            .env
+            .command(cwd, &inv.env, config, &args)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Refusal::new(Reason::Internal, format!("running git: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (shown, kept) = visible::filter_ls_remote(&text, &self.vis);
+        let mut code = out
+            .status
+            .code()
+            .unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
+        // `--exit-code` must not tell a hidden match from no match.
+        if code == 0 && kept == 0 && c.argv.iter().any(|a| a == "--exit-code") {
+            code = 2;
+        }
+        for chunk in shown.as_bytes().chunks(CHUNK) {
+            let _ = write_frame(stream, FrameKind::Stdout, chunk);
+        }
+        if !out.stderr.is_empty() {
+            let _ = write_frame(stream, FrameKind::Stderr, &out.stderr);
+        }
+        let _ = write_json(stream, FrameKind::Exit, &Exit { code }, "exit");
+        Ok(code)
+    }
+
+    /// `git fetch` / `git pull`: every remote checked, then git runs per remote with
+    /// explicit refspecs for visible refs only (see [`crate::visible`]).
+    fn fetch(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        c: &Checked,
+    ) -> Result<i32, Refusal> {
+        let pull = c.subcommand == "pull";
+        let (mut options, operands) = split_operands(c);
+        let all = options.iter().any(|a| a == "--all");
+        let multiple = options.iter().any(|a| a == "--multiple");
+        let prune = options.iter().any(|a| a == "--prune" || a == "-p")
+            || (!options.iter().any(|a| a == "--no-prune") && self.prune_configured(&operands)?);
+        options.retain(|a| a != "--all" && a != "--multiple");
+        if pull && (all || multiple) {
+            return Err(Refusal::new(
+                Reason::FetchFormNotSupported,
+                "git pull --all/--multiple is not run by the git API: run git fetch --all, then git pull",
+            ));
+        }
+        let branch = self.current_branch()?;
+        // (remote, refspecs as written)
+        let plan: Vec<(String, Vec<String>)> = if all || multiple {
+            if all && !operands.is_empty() {
+                return Err(Refusal::new(
+                    Reason::FetchFormNotSupported,
+                    "git fetch --all takes no remote or refspec",
+                ));
+            }
+            let remotes = if all { self.remotes()? } else { operands };
+            remotes.into_iter().map(|r| (r, Vec::new())).collect()
+        } else {
+            let mut ops = operands.into_iter();
+            let remote = match ops.next() {
+                Some(r) => r,
+                None => self.fetch_remote(branch.as_deref())?,
+            };
+            vec![(remote, ops.collect())]
+        };
+        for (remote, _) in &plan {
+            self.check_remote(remote, false)?;
+        }
+        let mut status = 0;
+        for (remote, written) in plan {
+            let user_specs: Vec<FetchSpec> = written.iter().map(|s| FetchSpec::parse(s)).collect();
+            let specs = if !user_specs.is_empty() {
+                user_specs.clone()
+            } else if pull {
+                self.pull_merge_specs(&remote, branch.as_deref())?
+            } else {
+                self.config_fetch_specs(&remote)?
+            };
+            // Refuse by name before anything goes on the wire.
+            visible::expand(&specs, &[], &self.vis)?;
+            let listed = match self.list_remote(&remote)? {
+                Ok(l) => l,
+                Err(q) => {
+                    let _ = write_frame(stream, FrameKind::Stderr, q.stderr.as_bytes());
+                    status = q.code.unwrap_or(128);
+                    continue;
+                }
+            };
+            let listed = visible::remote_refs(&listed);
+            let explicit = visible::expand(&specs, &listed, &self.vis)?;
+            self.prune_remote(Some(stream), &remote, &[], None, false)?;
+            if !explicit.is_empty() {
+                let mut args = global_and_sub(c);
+                args.extend(options.iter().cloned());
+                args.push(remote.clone());
+                args.extend(explicit);
+                let code = self.run_streamed(stream, inv, cwd, config, &args, false)?;
+                if code != 0 && status == 0 {
+                    status = code;
+                }
+            }
+            let wildcards: Vec<FetchSpec> = if user_specs.is_empty() && !pull {
+                specs.clone()
+            } else {
+                user_specs
+            };
+            self.prune_remote(Some(stream), &remote, &wildcards, Some(&listed), prune)?;
+        }
+        let _ = write_json(stream, FrameKind::Exit, &Exit { code: status }, "exit");
+        Ok(status)
+    }
+
+    /// `fetch.prune` / `remote.<name>.prune` of the first remote named (or origin).
+    fn prune_configured(&self, operands: &[String]) -> Result<bool, Refusal> {
+        let remote = operands.first().map_or("origin", String::as_str);
+        for key in [format!("remote.{remote}.prune"), "fetch.prune".into()] {
+            if let Some(v) = self.q(&["config", "--type=bool", "--get", &key])?.line() {
+                return Ok(v == "true");
+            }
+        }
+        Ok(false)
+    }
+
+    /// What a `git pull` without refspecs merges: the current branch's `branch.<b>.merge`
+    /// when its remote is `remote`.
+    fn pull_merge_specs(
+        &self,
+        remote: &str,
+        branch: Option<&str>,
+    ) -> Result<Vec<FetchSpec>, Refusal> {
+        let none = || {
+            Refusal::new(
+                Reason::FetchFormNotSupported,
+                format!(
+                    "the current branch has no upstream on {remote}: name the branch, \
+                     git pull {remote} <branch> (or git branch --set-upstream-to={remote}/<branch>)"
+                ),
+            )
+        };
+        let Some(b) = branch else {
+            return Err(none());
+        };
+        let configured = self
+            .q(&["config", "--get", &format!("branch.{b}.remote")])?
+            .line();
+        if configured.as_deref() != Some(remote) {
+            return Err(none());
+        }
+        let merges: Vec<FetchSpec> = self
+            .q(&["config", "--get-all", &format!("branch.{b}.merge")])?
+            .stdout
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(FetchSpec::parse)
+            .collect();
+        if merges.is_empty() || merges.iter().any(|m| m.negative || m.src.contains('*')) {
+            return Err(none());
+        }
+        Ok(merges)
     }
 
     /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
@@ -540,6 +778,21 @@ impl Server {
         args: &[String],
         read_only: bool,
     ) -> Result<i32, Refusal> {
+        let code = self.run_streamed(stream, inv, cwd, config, args, read_only)?;
+        let _ = write_json(stream, FrameKind::Exit, &Exit { code }, "exit");
+        Ok(code)
+    }
+
+    /// Run git and stream its stdout and stderr as frames (no exit frame); its exit code.
+    fn run_streamed(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        args: &[String],
+        read_only: bool,
+    ) -> Result<i32, Refusal> {
         let mut cmd = self.env.command(cwd, &inv.env, config, args);
         if let Some(w) = inv.term_width {
             cmd.env("COLUMNS", w.to_string());
@@ -617,18 +870,47 @@ impl Server {
         });
         let status =
             status.map_err(|e| Refusal::new(Reason::Internal, format!("waiting for git: {e}")))?;
-        let code = status
+        Ok(status
             .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        if let Ok(mut w) = out.lock() {
-            let _ = write_json(&mut *w, FrameKind::Exit, &Exit { code }, "exit");
-        }
-        Ok(code)
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
 }
 
-/// Add `--no-ext-diff` / `--no-textconv` where git accepts them.
+/// The global options and the subcommand of a checked invocation.
+fn global_and_sub(c: &Checked) -> Vec<String> {
+    let end = c
+        .argv
+        .iter()
+        .position(|a| !a.starts_with('-'))
+        .map_or(c.argv.len(), |p| p + 1);
+    c.argv[..end].to_vec()
+}
+
+/// The subcommand's options (with their values, in order; `--` dropped) and its operands.
+fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
+    let start = global_and_sub(c).len();
+    let mut options = Vec::new();
+    let mut operands = Vec::new();
+    for (i, a) in c.argv.iter().enumerate().skip(start) {
+        if c.operands.contains(&i) {
+            operands.push(a.clone());
+        } else if a != "--" && a != "--end-of-options" {
+            options.push(a.clone());
+        }
+    }
+    (options, operands)
+}
+
+/// Add `--no-ext-diff` / `--no-textconv` where git accepts them; `git remote show` never
+/// queries the remote (`-n`): its listing would include other sandboxes' branches.
 fn harden_args(c: &Checked, args: &mut Vec<String>) {
+    if c.subcommand == "remote"
+        && let Some(&p) = c.operands.first()
+        && args.get(p).is_some_and(|a| a == "show")
+    {
+        args.insert(p + 1, "-n".to_owned());
+        return;
+    }
     let extra: &[&str] = match c.subcommand.as_str() {
         "diff" | "log" | "show" => &["--no-ext-diff", "--no-textconv"],
         "grep" | "blame" => &["--no-textconv"],

@@ -81,14 +81,15 @@ impl Visibility {
             .is_some_and(|b| self.hidden_branch(b))
     }
 
-    /// The refusal for a refspec naming hidden `r`. It says nothing about whether it exists.
+    /// The refusal for a refspec naming a hidden branch. It says nothing about whether the
+    /// branch exists, and does not repeat the name (the agent wrote it).
     #[must_use]
-    pub fn refusal(&self, written: &str) -> Refusal {
+    pub fn refusal(&self) -> Refusal {
         Refusal::new(
             Reason::BranchHidden,
             format!(
-                "{written} names another sandbox's branch: sandboxes do not see each other's \
-                 branches (the sandbox branch families are {}; yours are {})",
+                "the refspec names another sandbox's branch: sandboxes do not see each other's \
+                 branches (sandbox branch families: {}; this sandbox's: {})",
                 self.families.written().join(", "),
                 self.own.written().join(", ")
             ),
@@ -258,7 +259,7 @@ pub fn expand(
             continue;
         }
         if candidates(&spec.src).iter().any(|c| vis.hidden_ref(c)) {
-            return Err(vis.refusal(&spec.src));
+            return Err(vis.refusal());
         }
         push(format!(
             "{plus}{}{}",
