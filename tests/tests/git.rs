@@ -807,3 +807,142 @@ fn a_workspace_without_a_repository_has_no_git_there_and_native_git_elsewhere() 
     let meta = std::fs::metadata(airlock.run_dir.join("session.key")).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o440);
 }
+
+/// Sandboxes sharing a repository do not see each other's branches: `sandbox/other/*`
+/// upstream never shows in ls-remote, fetch, pull or any ref listing, and its commits never
+/// reach the workspace's object store; `main` and the sandbox's own branches are fetched.
+#[test]
+fn other_sandboxes_branches_never_reach_the_agent() {
+    let g = GitWorld::new();
+    // Pushed upstream after the workspace was cloned (the clone itself holds
+    // origin/sandbox/other/feature, which the git API deletes when it starts).
+    let seed = g.world.dir().join("seed");
+    git(&seed, &["checkout", "-q", "main"]);
+    git(&seed, &["checkout", "-q", "-b", "sandbox/other/secret"]);
+    std::fs::write(seed.join("classified.txt"), "classified\n").unwrap();
+    git(&seed, &["add", "-A"]);
+    git(&seed, &["commit", "-q", "-m", "classified work"]);
+    git(&seed, &["push", "-q", "origin", "sandbox/other/secret"]);
+    let secret = git(&seed, &["rev-parse", "HEAD"]);
+    git(&seed, &["checkout", "-q", "main"]);
+    git(&seed, &["checkout", "-q", "-b", "sandbox/nstest/mine"]);
+    std::fs::write(seed.join("mine.txt"), "mine\n").unwrap();
+    git(&seed, &["add", "-A"]);
+    git(&seed, &["commit", "-q", "-m", "my work"]);
+    git(&seed, &["push", "-q", "origin", "sandbox/nstest/mine"]);
+    let mine = git(&seed, &["rev-parse", "HEAD"]);
+    std::fs::remove_file(g.world.git_hook_log()).unwrap();
+
+    let script = format!(
+        r#"
+t lsr git ls-remote origin
+t lsr-heads git ls-remote --heads origin 'sandbox/*'
+t lsr-symref git ls-remote --symref origin
+t lsr-exact git ls-remote --exit-code origin refs/heads/sandbox/other/secret
+t branch-r0 git branch -r
+t fetch git fetch
+t fetch-v git fetch -v origin
+t branch-a git branch -a
+t log-all git log --all --oneline
+t refs git show-ref
+t hidden git fetch origin sandbox/other/secret
+t hidden-full git fetch origin +refs/heads/sandbox/other/secret:refs/remotes/origin/stolen
+t hidden-heads git fetch origin heads/sandbox/other/secret
+t wild git fetch origin 'refs/heads/*:refs/remotes/x/*'
+t wild-all git fetch origin 'refs/*:refs/y/*'
+t refs-x git show-ref
+t fetch-all git fetch --all --prune
+t multiple git fetch --multiple origin
+t pull-hidden git pull origin sandbox/other/secret
+t pull-hidden-rebase git pull --rebase origin refs/heads/sandbox/other/secret
+t pull git pull
+t fetch-head git log --oneline FETCH_HEAD
+t remote-show git remote show origin
+t object git cat-file -t {secret}
+t mine git rev-parse origin/sandbox/nstest/mine
+t main git rev-parse origin/main
+t refs-final git show-ref
+t log-final git log --all --oneline
+"#
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let all = format!("{text}\n{}", stderr(&out));
+    for leak in [
+        "other/secret",
+        "other/feature",
+        "classified",
+        &secret,
+        &secret[..7],
+    ] {
+        // The agent's own refused requests are in the audit log on stderr, not its output.
+        assert!(!text.contains(leak), "the agent saw {leak:?}:\n{text}");
+    }
+    for s in [
+        "lsr",
+        "lsr-heads",
+        "lsr-symref",
+        "branch-r0",
+        "fetch",
+        "fetch-v",
+        "branch-a",
+        "log-all",
+        "refs",
+        "wild",
+        "wild-all",
+        "refs-x",
+        "fetch-all",
+        "multiple",
+        "pull",
+        "fetch-head",
+        "remote-show",
+        "mine",
+        "main",
+    ] {
+        assert_step_ok(&text, s);
+    }
+    assert_eq!(
+        step(&text, "lsr-exact").0,
+        2,
+        "--exit-code: no match\n{text}"
+    );
+    for s in [
+        "hidden",
+        "hidden-full",
+        "hidden-heads",
+        "pull-hidden",
+        "pull-hidden-rebase",
+    ] {
+        assert_refused(&text, s, "branch_hidden");
+    }
+    assert_ne!(
+        step(&text, "object").0,
+        0,
+        "the hidden commit reached the store\n{text}"
+    );
+    assert!(step(&text, "lsr").1.contains(&mine), "{text}");
+    assert!(step(&text, "lsr").1.contains("refs/heads/main"), "{text}");
+    assert!(
+        step(&text, "lsr-heads").1.contains("sandbox/nstest/mine"),
+        "{text}"
+    );
+    assert_eq!(step(&text, "mine").1.trim(), mine);
+    assert_eq!(step(&text, "main").1.trim(), g.main);
+    let refs = step(&text, "refs-x").1;
+    for want in [
+        "refs/remotes/x/main",
+        "refs/remotes/x/sandbox/nstest/mine",
+        "refs/y/heads/main",
+    ] {
+        assert!(refs.contains(want), "{want}: {refs}");
+    }
+    assert!(
+        step(&text, "refs-final")
+            .1
+            .contains("refs/remotes/origin/sandbox/nstest/mine")
+    );
+    // The audit log shows the refusals; the upstream saw no push.
+    assert!(all.contains("branch_hidden"), "{all}");
+    assert!(g.world.git_hook_lines().unwrap().is_empty());
+}
