@@ -1,5 +1,6 @@
 //! The git API: runs the real git on the agent's behalf against the hidden git dir, under
-//! airlock's command policy ([`argv`]) and push policy ([`push`]).
+//! airlock's command policy ([`argv`]), push policy ([`push`]) and branch visibility
+//! ([`visible`]: `ls-remote`, `fetch` and `pull` never show another sandbox's branches).
 //!
 //! It authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC), decides,
 //! runs git with a cleared environment and protected configuration ([`run`]), and streams
