@@ -463,7 +463,11 @@ impl Server {
         let (mut options, operands) = split_operands(c);
         let all = options.iter().any(|a| a == "--all");
         let multiple = options.iter().any(|a| a == "--multiple");
-        let prune = options.iter().any(|a| a == "--prune" || a == "-p")
+        // fetch's short options take no value, so `-pv` is `-p -v`.
+        let short_p = |a: &str| {
+            a == "-p" || (!pull && !a.starts_with("--") && a.starts_with('-') && a.contains('p'))
+        };
+        let prune = options.iter().any(|a| a == "--prune" || short_p(a))
             || (!options.iter().any(|a| a == "--no-prune") && self.prune_configured(&operands)?);
         options.retain(|a| a != "--all" && a != "--multiple");
         if pull && (all || multiple) {
@@ -983,6 +987,41 @@ fn audit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn checked(s: &str) -> Checked {
+        let argv: Vec<String> = s.split(' ').map(str::to_owned).collect();
+        argv::check(&argv).unwrap()
+    }
+
+    #[test]
+    fn fetch_options_keep_their_values_and_operands_are_found() {
+        let c = checked("--no-pager fetch --depth 1 -v origin -- main");
+        assert_eq!(global_and_sub(&c), ["--no-pager", "fetch"]);
+        let (options, operands) = split_operands(&c);
+        assert_eq!(options, ["--depth", "1", "-v"]);
+        assert_eq!(operands, ["origin", "main"]);
+        let c = checked("pull -X ours --rebase origin sandbox/nstest/x");
+        let (options, operands) = split_operands(&c);
+        assert_eq!(options, ["-X", "ours", "--rebase"]);
+        assert_eq!(operands, ["origin", "sandbox/nstest/x"]);
+        let c = checked("ls-remote --heads --sort=-refname origin sandbox/*");
+        assert_eq!(c.class, Class::ListRemote);
+        assert_eq!(split_operands(&c).1, ["origin", "sandbox/*"]);
+    }
+
+    #[test]
+    fn remote_show_never_queries_the_remote() {
+        for (s, want) in [
+            ("remote show origin", "remote show -n origin"),
+            ("remote -v show origin", "remote -v show -n origin"),
+            ("remote -v", "remote -v"),
+        ] {
+            let c = checked(s);
+            let mut args = c.argv.clone();
+            harden_args(&c, &mut args);
+            assert_eq!(args.join(" "), want);
+        }
+    }
 
     #[test]
     fn cwd_must_stay_inside_the_work_tree() {
