@@ -3,11 +3,14 @@
 //! Producers (connection tasks) hand [`Record`]s to an [`Audit`] handle, which feeds a
 //! **bounded** channel; a full channel makes the producer wait (backpressure), it never drops
 //! a line. One dedicated writer thread drains the channel in batches and writes each batch to
-//! the file with one `write(2)`, so a line reaches the kernel as soon as the queue is empty
-//! (that is the periodic flush: there is no user-space buffer that outlives a batch). On
-//! [`AuditWriter::finish`] everything queued before the close is written and `fsync`ed.
+//! the file with one `write(2)`: the first line after a quiet spell is written at once, then
+//! the writer lingers [`LINGER`] so that a busy proxy's lines go out together (one wake-up
+//! and one write per batch instead of per request). There is no user-space buffer that
+//! outlives a batch. On [`AuditWriter::finish`] everything queued before the close is
+//! written and `fsync`ed.
 //!
-//! Each record is also echoed as one compact human line on stderr through `tracing`.
+//! Each record is also echoed as one compact human line on stderr (at the `info` level of
+//! `AIRLOCK_PROXY_LOG`), by the writer, one `write(2)` per batch.
 //!
 //! Schema (every field is always present; unknown values are `null`):
 //! `ts` (RFC 3339 UTC, ms, when the request arrived), `session`, `uid` (client uid, `null`
@@ -39,6 +42,8 @@ use crate::clock;
 pub const DEFAULT_QUEUE: usize = 4096;
 /// Largest batch the writer takes from the queue at once.
 const BATCH: usize = 512;
+/// How long the writer waits after a write before taking the next batch.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Failures of the audit log itself (never of a request).
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +106,9 @@ impl Verdict {
 /// One audit line. Build it with [`Record::new`] and fill what is known.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    pub ts: String,
+    /// When the request arrived (written RFC 3339 UTC with ms; formatted by the writer).
+    #[serde(serialize_with = "ser_ts")]
+    pub ts: SystemTime,
     #[serde(serialize_with = "ser_arc_str")]
     pub session: Arc<str>,
     pub uid: Option<u32>,
@@ -125,6 +132,10 @@ pub struct Record {
     pub duration_ms: u64,
 }
 
+fn ser_ts<S: serde::Serializer>(v: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&clock::rfc3339_ms(*v))
+}
+
 fn ser_arc_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(v)
 }
@@ -139,7 +150,7 @@ impl Record {
         client: Option<SocketAddr>,
     ) -> Self {
         Self {
-            ts: clock::rfc3339_ms(started),
+            ts: started,
             session,
             uid: None,
             client,
@@ -163,7 +174,8 @@ impl Record {
         }
     }
 
-    fn log_human(&self) {
+    /// The compact human line.
+    fn human(&self) -> String {
         let kind = match self.kind {
             Kind::Connect => "connect",
             Kind::Http => "http",
@@ -178,7 +190,7 @@ impl Record {
         let event = self.event.unwrap_or("");
         let path = self.path.as_deref().unwrap_or("");
         let cred = self.credential.as_deref().unwrap_or("");
-        tracing::info!(
+        format!(
             "{} {kind}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms",
             self.decision.as_str(),
             if event.is_empty() { "" } else { "/" },
@@ -186,7 +198,12 @@ impl Record {
             self.bytes_up,
             self.bytes_down,
             self.duration_ms
-        );
+        )
+    }
+
+    /// The human line through `tracing` (records that never reach the writer).
+    fn log_human(&self) {
+        tracing::info!("{}", self.human());
     }
 }
 
@@ -216,8 +233,10 @@ impl Audit {
     /// Queues `rec`, waiting while the queue is full. A record sent after the writer has
     /// closed is reported on stderr (it cannot reach the file any more).
     pub async fn emit(&self, rec: Record) {
-        rec.log_human();
-        if self.tx.send(Msg::Record(Box::new(rec))).await.is_err() {
+        if let Err(mpsc::error::SendError(Msg::Record(rec))) =
+            self.tx.send(Msg::Record(Box::new(rec))).await
+        {
+            rec.log_human();
             tracing::error!("audit writer already closed: a record reached stderr only");
         }
     }
@@ -226,7 +245,6 @@ impl Audit {
     /// queue is full hands the wait to a new task on the current runtime, so the line is
     /// still not dropped.
     pub fn emit_detached(&self, rec: Record) {
-        rec.log_human();
         match self.tx.try_send(Msg::Record(Box::new(rec))) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(msg)) => {
@@ -239,7 +257,10 @@ impl Audit {
                     let _ = tx.blocking_send(msg);
                 }
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(mpsc::error::TrySendError::Closed(msg)) => {
+                if let Msg::Record(rec) = msg {
+                    rec.log_human();
+                }
                 tracing::error!("audit writer already closed: a record reached stderr only");
             }
         }
@@ -307,6 +328,7 @@ fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<Msg>) -> Resul
     let mut batch = Vec::with_capacity(16);
     let mut out = Vec::with_capacity(4096);
     let mut first_err: Option<io::Error> = None;
+    let mut human = String::new();
     loop {
         batch.clear();
         if rx.blocking_recv_many(&mut batch, BATCH) == 0 {
@@ -320,6 +342,7 @@ fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<Msg>) -> Resul
                     if serde_json::to_writer(&mut out, &*rec).is_ok() {
                         out.push(b'\n');
                     }
+                    add_human(&mut human, &rec);
                 }
                 Msg::Flush(w) => waiters.push(w),
                 Msg::Close => closing = true,
@@ -335,22 +358,29 @@ fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<Msg>) -> Resul
                 out.shrink_to(4096);
             }
         }
+        write_human(&mut human);
         for w in waiters {
             let _ = w.send(());
         }
         if closing {
             break;
         }
+        // Records already waiting (a saturated queue): no lingering, take them now.
+        if rx.is_empty() {
+            std::thread::sleep(LINGER);
+        }
     }
     rx.close();
     // Anything that raced the close is still written: nothing queued is lost.
     while let Ok(msg) = rx.try_recv() {
-        if let Msg::Record(rec) = msg
-            && serde_json::to_writer(&mut out, &*rec).is_ok()
-        {
-            out.push(b'\n');
+        if let Msg::Record(rec) = msg {
+            if serde_json::to_writer(&mut out, &*rec).is_ok() {
+                out.push(b'\n');
+            }
+            add_human(&mut human, &rec);
         }
     }
+    write_human(&mut human);
     if !out.is_empty()
         && let Err(e) = file.write_all(&out)
     {
@@ -365,6 +395,27 @@ fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<Msg>) -> Resul
             path: path.to_owned(),
             source,
         }),
+    }
+}
+
+/// Appends `rec`'s human line (when `info` is enabled), in the subscriber's style.
+fn add_human(out: &mut String, rec: &Record) {
+    if tracing::enabled!(tracing::Level::INFO) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "{}  INFO audit: {}",
+            clock::rfc3339_ms(SystemTime::now()),
+            rec.human()
+        );
+    }
+}
+
+/// One `write(2)` to stderr for the batch's human lines.
+fn write_human(out: &mut String) {
+    if !out.is_empty() {
+        let _ = io::stderr().lock().write_all(out.as_bytes());
+        out.clear();
     }
 }
 

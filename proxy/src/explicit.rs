@@ -381,12 +381,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
             Ok(upgraded) if intercept => {
                 let mut ctx = Ctx::new(Arc::clone(&shared), peer, uid, kind, slot);
                 ctx.service = service;
-                let route = Route {
-                    target,
-                    addrs,
-                    tls: true,
-                    check_host: true,
-                };
+                let route = Route::new(target, addrs, true, true);
                 let ctx = Arc::new(ctx);
                 match gate::upgraded_tcp(upgraded) {
                     // The bare socket: no dynamic IO layers under the TLS.
@@ -540,12 +535,7 @@ async fn forward_with(
         }
         addrs = vec![orig.ip()];
     }
-    let route = Route {
-        target,
-        addrs,
-        tls: false,
-        check_host: false,
-    };
+    let route = Route::new(target, addrs, false, false);
     intercept::exchange(&st.ctx, req, &route, rec).await
 }
 
@@ -576,12 +566,7 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         Ok(a) => a,
         Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
     };
-    let route = Route {
-        target,
-        addrs,
-        tls: true,
-        check_host: false,
-    };
+    let route = Route::new(target, addrs, true, false);
     intercept::exchange(&st.ctx, req, &route, rec).await
 }
 

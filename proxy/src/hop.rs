@@ -17,27 +17,38 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// Removes hop-by-hop headers, every header the `Connection` header names, `Keep-Alive`,
 /// and every `Proxy-*` header (credentials for this proxy must never travel upstream).
 pub fn strip(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
+    // Headers named by `Connection` (collected only when present: usually none).
+    let mut named: Vec<HeaderName> = Vec::new();
+    for v in headers.get_all(header::CONNECTION) {
+        let Ok(v) = v.to_str() else { continue };
+        for t in v.split(',').map(str::trim) {
+            if let Ok(n) = HeaderName::from_bytes(t.as_bytes())
+                && headers.contains_key(&n)
+            {
+                named.push(n);
+            }
+        }
+    }
     for name in named {
         headers.remove(name);
     }
     for name in HOP_BY_HOP {
-        headers.remove(name);
+        if headers.contains_key(&name) {
+            headers.remove(name);
+        }
     }
-    headers.remove("keep-alive");
-    let proxy: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with("proxy-"))
-        .cloned()
-        .collect();
-    for name in proxy {
-        headers.remove(name);
+    if headers.contains_key("keep-alive") {
+        headers.remove("keep-alive");
+    }
+    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
+        let proxy: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("proxy-"))
+            .cloned()
+            .collect();
+        for name in proxy {
+            headers.remove(name);
+        }
     }
 }
 

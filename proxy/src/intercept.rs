@@ -180,6 +180,21 @@ pub(crate) struct Route {
     pub tls: bool,
     /// `Host` must agree with the target (false in base-URL mode, where it names us).
     pub check_host: bool,
+    /// The `Host` header sent upstream (computed once per route, not per request).
+    host_header: Option<HeaderValue>,
+}
+
+impl Route {
+    pub fn new(target: Target, addrs: Vec<IpAddr>, tls: bool, check_host: bool) -> Self {
+        let host_header = HeaderValue::from_str(&host_value(&target, tls)).ok();
+        Self {
+            target,
+            addrs,
+            tls,
+            check_host,
+            host_header,
+        }
+    }
 }
 
 /// One client connection's side of [`exchange`]: who, and the upstream kept alive.
@@ -401,8 +416,14 @@ pub(crate) async fn exchange(
     rec.host = Some(route.target.host.as_str().to_owned());
     rec.port = Some(route.target.port);
     rec.intercepted = route.tls;
-    let path = req.uri().path().to_owned();
-    rec.path = Some(path.chars().take(1024).collect());
+    // A cheap clone (shared bytes) the path and query are borrowed from.
+    let uri = req.uri().clone();
+    let path = uri.path();
+    rec.path = Some(if path.len() <= 1024 {
+        path.to_owned()
+    } else {
+        path.chars().take(1024).collect()
+    });
     if route.check_host
         && let Err(reason) = host_agrees(&req, &route.target)
     {
@@ -412,11 +433,11 @@ pub(crate) async fn exchange(
     if pq_len > shared.limits.max_request_line {
         return ctx.deny(rec, Reason::RequestTooLarge, route).await;
     }
-    let query = req.uri().query().map(str::to_owned);
+    let query = uri.query();
     let host: &Host = &route.target.host;
 
     // Git.
-    let git = gitpath::parse(&path, query.as_deref());
+    let git = gitpath::parse(path, query);
     let authorized = git.as_ref().is_some_and(|g| {
         let repo = g.repository(host.as_str());
         shared.policy.git.repositories.contains(&repo)
@@ -428,7 +449,7 @@ pub(crate) async fn exchange(
         }
         GitScope::Service
     } else {
-        if gitpath::is_push(&path, query.as_deref()) {
+        if gitpath::is_push(path, query) {
             return ctx.deny(rec, Reason::GitPushBlocked, route).await;
         }
         match &git {
@@ -442,8 +463,8 @@ pub(crate) async fn exchange(
     let view = RequestView {
         host,
         method: method.as_str(),
-        path: &path,
-        query: query.as_deref(),
+        path,
+        query,
     };
     let mut body_cap = None;
     if !ctx.service {
@@ -558,17 +579,13 @@ pub(crate) async fn exchange(
     };
 
     // The request as sent.
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
-    let Ok(uri) = pq.parse::<Uri>() else {
-        return ctx.deny(rec, Reason::MalformedRequest, route).await;
+    // Origin-form: the path and query as received (no re-parse).
+    parts.uri = match parts.uri.path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
     };
-    parts.uri = uri;
     parts.version = Version::HTTP_11;
-    let Ok(hv) = HeaderValue::from_str(&host_value(&route.target, route.tls)) else {
+    let Some(hv) = route.host_header.clone() else {
         return ctx.deny(rec, Reason::InvalidHost, route).await;
     };
     parts.headers.insert(header::HOST, hv);

@@ -221,12 +221,7 @@ async fn handle(
             Kind::Transparent,
             Arc::new(slot),
         );
-        let route = Route {
-            target,
-            addrs: vec![orig.ip()],
-            tls: true,
-            check_host: true,
-        };
+        let route = Route::new(target, vec![orig.ip()], true, true);
         let client = Metered::new(stream, Arc::clone(&meter), Dir::Up);
         let end =
             crate::intercept::serve_tls(client, Arc::new(ctx), route, Some(upstream), &mut rec)
