@@ -79,16 +79,12 @@ fn read_secret_file(name: &str, path: &Path, agent: &Identity) -> Result<String>
             path.display()
         )
     })?;
-    let mode = meta.mode();
-    let readable_by_agent = (meta.uid() == agent.uid && mode & 0o400 != 0)
-        || (meta.gid() == agent.gid && mode & 0o040 != 0)
-        || mode & 0o004 != 0;
-    if readable_by_agent {
+    if agent.can_read(&meta) {
         bail!(
             "credential {name:?}: secret file {} is readable by the agent (owner {}, mode {:o}): make it root-owned mode 0400 (compose: `mode: 0400`)",
             path.display(),
             meta.uid(),
-            mode & 0o7777
+            meta.mode() & 0o7777
         );
     }
     let text = std::fs::read_to_string(path).with_context(|| {

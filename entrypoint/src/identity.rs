@@ -17,6 +17,17 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether this identity could read a file with this owner and mode (its uid, its
+    /// primary or any supplementary group, or everyone). Root's overrides are not counted:
+    /// the identities this is asked about never hold capabilities.
+    pub fn can_read(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let mode = meta.mode();
+        (meta.uid() == self.uid && mode & 0o400 != 0)
+            || ((meta.gid() == self.gid || self.groups.contains(&meta.gid())) && mode & 0o040 != 0)
+            || mode & 0o004 != 0
+    }
+
     fn lookup(name: &str, role: &str) -> Result<Identity> {
         let user = User::from_name(name)
             .with_context(|| format!("cannot read the user database looking up {role} user {name:?}"))?
@@ -111,6 +122,7 @@ pub fn require_root() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn id(name: &str, uid: u32, gid: u32) -> Identity {
         Identity {
@@ -151,6 +163,27 @@ mod tests {
             git_gid: 102,
         };
         assert!(u.check().unwrap_err().to_string().contains("share uid"));
+    }
+
+    #[test]
+    fn a_file_readable_through_a_supplementary_group_counts_as_readable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("secret");
+        std::fs::write(&f, "x").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let meta = std::fs::metadata(&f).unwrap();
+        let mut agent = id("agent", 64103, 64103);
+        agent.groups = vec![64103];
+        assert!(
+            !agent.can_read(&meta),
+            "owner and group are not the agent's"
+        );
+        // The file's group (root's here) among the agent's supplementary groups: readable.
+        agent.groups.push(meta.gid());
+        assert!(agent.can_read(&meta));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(!agent.can_read(&std::fs::metadata(&f).unwrap()));
     }
 
     #[test]

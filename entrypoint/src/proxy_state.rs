@@ -42,6 +42,18 @@ pub fn install(
     proxy: &Identity,
 ) -> Result<PathBuf> {
     ensure_dir(dir, proxy)?;
+    write_atomic(dir, name, bytes, mode, Some(proxy))
+}
+
+/// Write `dir/name` under a temporary name (created with `mode`, handed to `owner` when
+/// given, root's otherwise), then rename it into place: a reader never sees half a file.
+pub fn write_atomic(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    owner: Option<&Identity>,
+) -> Result<PathBuf> {
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_file(&tmp);
@@ -54,12 +66,14 @@ pub fn install(
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", tmp.display()))?;
-    chown(
-        &tmp,
-        Some(Uid::from_raw(proxy.uid)),
-        Some(Gid::from_raw(proxy.gid)),
-    )
-    .with_context(|| format!("cannot hand {} to the proxy user", tmp.display()))?;
+    if let Some(owner) = owner {
+        chown(
+            &tmp,
+            Some(Uid::from_raw(owner.uid)),
+            Some(Gid::from_raw(owner.gid)),
+        )
+        .with_context(|| format!("cannot hand {} to {}", tmp.display(), owner.name))?;
+    }
     std::fs::rename(&tmp, &path).with_context(|| format!("cannot install {}", path.display()))?;
     Ok(path)
 }

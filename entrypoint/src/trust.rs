@@ -18,7 +18,7 @@
 use crate::identity::Identity;
 use crate::proxy_state;
 use anyhow::{Context, Result, bail};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where the image keeps Debian's CA roots (moved there at build time, because the system
@@ -124,16 +124,12 @@ fn read_private_key(path: &Path, agent: &Identity) -> Result<String> {
             path.display()
         )
     })?;
-    let mode = meta.mode();
-    let readable_by_agent = (meta.uid() == agent.uid && mode & 0o400 != 0)
-        || (meta.gid() == agent.gid && mode & 0o040 != 0)
-        || mode & 0o004 != 0;
-    if readable_by_agent {
+    if agent.can_read(&meta) {
         bail!(
             "AIRLOCK_CA_KEY: {} is readable by the agent (owner {}, mode {:o}): make it root-owned mode 0400",
             path.display(),
             meta.uid(),
-            mode & 0o7777
+            meta.mode() & 0o7777
         );
     }
     let text = std::fs::read_to_string(path)
@@ -208,25 +204,8 @@ pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
     let ca = std::fs::read_to_string(export)
         .with_context(|| format!("cannot read the proxy's CA {}", export.display()))?;
     let bytes = bundle(&system_roots()?, &ca)?;
-    publish(run_dir, EXPORT_FILE, ca.as_bytes())?;
-    publish(run_dir, BUNDLE_FILE, &bytes)
-}
-
-/// Write `dir/name` root-owned 0644 under a temporary name, then rename it into place.
-fn publish(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    std::io::Write::write_all(&mut file, bytes)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot install {}", path.display()))?;
-    Ok(path)
+    proxy_state::write_atomic(run_dir, EXPORT_FILE, ca.as_bytes(), 0o644, None)?;
+    proxy_state::write_atomic(run_dir, BUNDLE_FILE, &bytes, 0o644, None)
 }
 
 /// Variables that make the common tools trust `bundle` (and Node use the proxy variables).
