@@ -124,6 +124,7 @@ impl World {
             env,
             uid,
             rules,
+            airlock_git_api::visible::Visibility::new(&policy, "demo", Some("main")).unwrap(),
             Verifier::new(SessionKey::from_bytes(KEY)),
             8,
         ));
