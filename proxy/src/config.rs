@@ -59,7 +59,10 @@ mod tests {
         assert_eq!(a.resolv_conf, PathBuf::from("/etc/resolv.conf"));
         assert_eq!(a.session, "s-1");
         assert_eq!(a.state_dir, PathBuf::from("/run/airlock/proxy"));
-        assert_eq!(a.ca_export, PathBuf::from("/run/airlock/proxy-public/ca.pem"));
+        assert_eq!(
+            a.ca_export,
+            PathBuf::from("/run/airlock/proxy-public/ca.pem")
+        );
         assert!(a.upstream_ca.is_empty());
     }
 
