@@ -160,3 +160,25 @@ write("wire", "push", signed(inv(["push", "origin", "HEAD:sandbox/demo/x"]), ts=
 write("wire", "stale", signed(inv(["log"]), ts=NOW - 31))
 write("wire", "bad-mac", signed(inv(["log"]), mac_override="00" * 32))
 write("wire", "exit-denied", frame(5, b'{"code":130}') + frame(6, b'{"reason":"x","message":"y"}'))
+
+
+# --- gate: request heads as clients send them on the proxy's ports -------------------
+# Byte 0: max_head (bits 0-1: 24, 96, 512, 64 KiB) and the answers to the first upgrade
+# requests (bits 2-7, 1 = upgraded); byte 1: hyper's read size (bits 4-7) and how many
+# read sizes follow (bits 0-3); the read sizes (each + 1); then the client's bytes.
+def gate(name, stream, max_head=3, upgrades=0, hyper=14, sizes=b""):
+    head = bytes([max_head | (upgrades << 2), (hyper << 4) | len(sizes)]) + sizes
+    write("gate", name, head + stream.encode())
+
+
+gate("get-absolute", "GET http://pypi.org/simple/ HTTP/1.1\r\nHost: pypi.org\r\nUser-Agent: pip/24\r\nAccept: */*\r\n\r\n")
+gate("connect", "CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\nProxy-Connection: keep-alive\r\n\r\n\x16\x03\x01\x00\x05hello", upgrades=1)
+gate("connect-denied-then-get", "CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\nGET / HTTP/1.1\r\nHost: b.test\r\n\r\n", upgrades=0)
+gate("chunked-post", "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n2\r\n{}\r\n3;ext=1\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\nGET /next HTTP/1.1\r\nHost: a\r\n\r\n", sizes=b"\x06\x00\x1f")
+gate("pipelined", "GET /a HTTP/1.1\r\nHost: a.test\r\n\r\nPOST /b HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhelloHEAD /c HTTP/1.0\r\nHost: a.test\r\n\r\n", hyper=5, sizes=b"\x02\x10")
+gate("upgrade-websocket", "GET /socket HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n\x81\x05hello", upgrades=1)
+gate("cl-te-smuggle", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\n\r\n")
+gate("obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n")
+gate("bare-lf", "GET / HTTP/1.1\nHost: a\n\n")
+gate("too-large", "GET / HTTP/1.1\r\nHost: a.test\r\nCookie: " + "c" * 200 + "\r\n\r\n", max_head=1)
+gate("base-url", "GET /https/api.github.com/repos/o/r HTTP/1.1\r\nHost: 127.0.0.1:3128\r\nAuthorization: Bearer x\r\n\r\n", max_head=2)
