@@ -704,10 +704,6 @@ async fn read_capped(body: Incoming, cap: usize, idle: Duration) -> Result<Bytes
     }
 }
 
-/// A request body searched as it streams: bytes are released as soon as they cannot be
-/// the start of a secret; at a secret the body fails (hyper then abandons the upstream
-/// request) and the name is left in `flag`. Request trailers are dropped (never searched,
-/// never sent).
 /// Which needle set a streamed request body is searched with.
 #[derive(Clone, Copy)]
 enum Which {
@@ -715,6 +711,10 @@ enum Which {
     Except(usize),
 }
 
+/// A request body searched as it streams: bytes are released as soon as they cannot be
+/// the start of a secret; at a secret the body fails (hyper then abandons the upstream
+/// request) and the name is left in `flag`. Request trailers are dropped (never searched,
+/// never sent).
 struct LeakChecked<B> {
     which: Which,
     inner: B,
