@@ -81,6 +81,8 @@ echo "https=$($C -o /dev/null -w '%{http_code}' https://allowed.test/)"
 echo "cred_placeholder=$SMOKE_API_KEY"
 echo "cred=$(curl -sS --max-time 10 -o /tmp/cred.json -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" https://api.test/echo)"
 echo "cred_echo_scrubbed=$(grep -c 'REAL[S]ECRET' /tmp/cred.json)"
+# Without the CA variables, Debian's system bundle path (a symlink to the bundle) suffices.
+echo "cred_system_path=$(env -u CURL_CA_BUNDLE -u SSL_CERT_FILE curl -sS --max-time 10 -o /dev/null -w '%{http_code}' https://api.test/echo)"
 # The same placeholder in plain HTTP to another host (where the proxy can see it): refused.
 echo "cred_leak=$($C -o /dev/null -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" http://allowed.test/leak)"
 echo "http=$($C -o /dev/null -w '%{http_code}' http://allowed.test/)"
@@ -144,6 +146,7 @@ check "credential host intercepted and answered: 200" [ "$(get cred)" = 200 ]
 placeholder() { case "$(get cred_placeholder)" in airlock-placeholder-smoke-api-*) return 0 ;; esac; return 1; }
 check "the agent holds a placeholder ($(get cred_placeholder))" placeholder
 check "the echoed secret is scrubbed from the response" [ "$(get cred_echo_scrubbed)" = 0 ]
+check "Debian's system CA path trusts the appliance CA too: 200" [ "$(get cred_system_path)" = 200 ]
 check "the placeholder sent to another host is refused: 403" [ "$(get cred_leak)" = 403 ]
 check "the agent's output never holds the real secret" bash -c "! grep -q '$SECRET' '$SMOKE_DIR/agent.out'"
 nonzero() { local v; v=$(get "$1"); [ -n "$v" ] && [ "$v" != 0 ] && [ "$v" != 127 ]; }

@@ -11,6 +11,7 @@
 mod common;
 
 use common::*;
+use std::os::unix::fs::PermissionsExt;
 
 /// `allowed.test` carries an L7 rule, so it is intercepted; `other.test` has none and is
 /// tunnelled untouched.
@@ -137,7 +138,73 @@ fn the_bundle_holds_the_appliance_ca_and_the_ca_key_is_out_of_reach() {
         assert!(!text.contains(refused), "{refused}:\n{text}");
     }
     let key = std::fs::metadata(state.join("ca-key.pem")).unwrap();
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     assert_eq!(key.permissions().mode() & 0o077, 0, "CA key is private");
     assert_eq!(key.uid(), world.users().proxy, "owned by the proxy");
+}
+
+#[test]
+fn an_operator_ca_is_used_instead_of_a_generated_one() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY_INTERCEPT);
+    let dir = world.dir().join("operator-ca");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=operator test CA"])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "openssl could not make the operator CA");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // The agent trusts only the operator's certificate: the leaf must chain to it.
+    let script = format!(
+        "echo op=$(curl -sS --max-time 10 --cacert {} -o /dev/null -w '%{{http_code}}' https://allowed.test/op 2>&1)",
+        cert.display()
+    );
+    let mut cmd = airlock.command(&world, &["sh", "-c", &script]);
+    cmd.env("AIRLOCK_CA_CERT", &cert)
+        .env("AIRLOCK_CA_KEY", &key);
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("op=200"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let exported = std::fs::read_to_string(airlock.run_dir.join("ca.pem")).unwrap();
+    assert_eq!(
+        exported.trim(),
+        std::fs::read_to_string(&cert).unwrap().trim(),
+        "the exported CA is the operator's"
+    );
+
+    // A key the agent could read is refused before anything starts.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let mut cmd = airlock.command(&world, &["true"]);
+    cmd.env("AIRLOCK_CA_CERT", &cert)
+        .env("AIRLOCK_CA_KEY", &key);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("readable by the agent"),
+        "{}",
+        stderr(&out)
+    );
 }
