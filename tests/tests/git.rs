@@ -646,6 +646,7 @@ fn the_token_is_in_no_process_or_file_the_agent_can_read() {
     );
     let script = format!(
         r#"
+touch "$HOME/.scan-start"
 echo placeholder=$(printf 'protocol=https\nhost=github.com\n\n' | git-credential-airlock get | grep password)
 git checkout -q -b sandbox/nstest/scan && echo y >> README.md && git commit -qam scan
 git push -q origin sandbox/nstest/scan &
@@ -653,10 +654,11 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
   for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\0' '\n' | grep -c '{token_re}'
 done | sort -u | tr '\n' ' '; echo proc-scan-done
 wait
-echo files=$(find /run $HOME . /tmp -path '{repo}' -prune -o -type f -print0 2>/dev/null | xargs -0 grep -sl '{token_re}' 2>/dev/null | wc -l)
+echo files=$( (find /run $HOME . -path '{repo}' -prune -o -type f -print0; find /tmp -path '{repo}' -prune -o -type f -newer "$HOME/.scan-start" -print0) 2>/dev/null | xargs -0 grep -sl '{token_re}' 2>/dev/null | wc -l)
 "#,
-        // The test's own checkout (its sources and build name the fake token) may live under
-        // /tmp, readable by everyone: it is not something airlock gave the agent.
+        // The test's own checkout (its sources and build name the fake token) and other
+        // copies of it may live under a world-readable /tmp: they are not something airlock
+        // gave the agent. /tmp is searched for what appeared during the session.
         repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap()
