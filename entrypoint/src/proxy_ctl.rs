@@ -32,8 +32,9 @@ impl ProxySpec {
     fn env() -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
+        // The operator's log filter, under the name the proxy reads.
         if let Ok(filter) = std::env::var("AIRLOCK_LOG") {
-            env.insert("RUST_LOG".to_owned(), filter);
+            env.insert("AIRLOCK_PROXY_LOG".to_owned(), filter);
         }
         env
     }

@@ -84,6 +84,10 @@ impl Airlock {
             .arg(world.ca_pem_path())
             .arg("--")
             .args(agent);
+        // Debugging a test: the proxy's log filter, as an operator would set it.
+        if let Ok(filter) = std::env::var("AIRLOCK_LOG") {
+            cmd.env("AIRLOCK_LOG", filter);
+        }
         cmd
     }
 
