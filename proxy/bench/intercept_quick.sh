@@ -19,7 +19,7 @@ N=${1:-2000}
 BIN=${PROXY_BIN:-target/release/airlock-proxy}
 BIN=$(realpath "$BIN")
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_AUDIT:-}" ] && cp "$work/audit.jsonl" "$KEEP_AUDIT"; rm -rf "$work"' EXIT
 cd "$work"
 ip link set lo up
 ip addr add 198.51.100.1/32 dev lo
@@ -87,8 +87,10 @@ run "intercepted, keep-alive" "$N" "${X[@]}" "$U/x?[1-$N]"
 [ -n "${STRACE:-}" ] && { strace ${STRACE_ARGS:--c} -f -p "$P" -o "$STRACE" & SP=$!; sleep 0.5
   curl -s "${X[@]}" -o /dev/null "$U/x?[1-500]"; kill -INT $SP; wait $SP || true; }
 M=$(( N / 4 ))
-[ -n "${PERF:-}" ] && { perf record -q -F 4999 -p "$P" -o "$PERF.nc" 2>/dev/null & PP=$!; sleep 0.3; }
+[ -n "${PERF:-}" ] && { perf record -q ${PERF_ARGS:-} -F 4999 -p "$P" -o "$PERF.nc" 2>/dev/null & PP=$!; sleep 0.3; }
 run "intercepted, new connection per request" "$M" "${X[@]}" -H 'Connection: close' "$U/x?[1-$M]"
+[ -n "${STRACE:-}" ] && { strace ${STRACE_ARGS:--c} -f -p "$P" -o "$STRACE.nc" & SP=$!; sleep 0.5
+  curl -s "${X[@]}" -H 'Connection: close' -o /dev/null "$U/x?[1-100]"; kill -INT $SP; wait $SP || true; }
 [ -n "${PERF:-}" ] && { kill -INT $PP; wait $PP || true; }
 tput() { # label curl-args... : best of 5 MiB/s for 1 MiB
   local best=0 s

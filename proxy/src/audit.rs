@@ -266,11 +266,101 @@ impl Audit {
         }
     }
 
+    /// Guards `rec` until it is written ([`Pending`]).
+    #[must_use]
+    pub fn pending(&self, rec: Record) -> Pending {
+        Pending::new(rec, self.clone())
+    }
+
     /// Waits until every record queued before this call has been written to the file.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Flush(tx)).await.is_ok() {
             let _ = rx.await;
+        }
+    }
+}
+
+/// The `event` of a request line written because the request was abandoned before its
+/// outcome was logged: the client hung up while the proxy was still working on it (resolving,
+/// connecting, waiting for the response head), so hyper dropped the request.
+pub const EVENT_CLIENT_GONE: &str = "client-gone";
+
+/// A request's record while its outcome is not yet logged. Written exactly once: by
+/// [`emit`](Self::emit), by whoever [`into_record`](Self::into_record) hands it to, or, when
+/// it is dropped first (the client hung up and hyper dropped the request), by its `Drop`,
+/// with `event: client-gone`. So an abandoned request still leaves its line.
+pub struct Pending {
+    rec: Option<Record>,
+    audit: Audit,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Pending").field(&self.rec).finish()
+    }
+}
+
+impl Pending {
+    /// Guards `rec`.
+    #[must_use]
+    pub const fn new(rec: Record, audit: Audit) -> Self {
+        Self {
+            rec: Some(rec),
+            audit,
+        }
+    }
+
+    /// Queues the record (waiting while the queue is full). If this wait is abandoned, the
+    /// record is still written, by `Drop`.
+    pub async fn emit(mut self) {
+        match self.audit.tx.reserve().await {
+            Ok(permit) => {
+                if let Some(rec) = self.rec.take() {
+                    permit.send(Msg::Record(Box::new(rec)));
+                }
+            }
+            Err(_) => {
+                if let Some(rec) = self.rec.take() {
+                    rec.log_human();
+                }
+                tracing::error!("audit writer already closed: a record reached stderr only");
+            }
+        }
+    }
+
+    /// The record, for another owner that writes it (a response body's guard).
+    #[must_use]
+    pub fn into_record(mut self) -> Record {
+        self.rec
+            .take()
+            .unwrap_or_else(|| unreachable!("a Pending holds its record until consumed"))
+    }
+}
+
+impl std::ops::Deref for Pending {
+    type Target = Record;
+
+    fn deref(&self) -> &Record {
+        self.rec
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a Pending holds its record until consumed"))
+    }
+}
+
+impl std::ops::DerefMut for Pending {
+    fn deref_mut(&mut self) -> &mut Record {
+        self.rec
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a Pending holds its record until consumed"))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut rec) = self.rec.take() {
+            rec.event.get_or_insert(EVENT_CLIENT_GONE);
+            self.audit.emit_detached(rec);
         }
     }
 }

@@ -9,6 +9,10 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::audit::{Audit, Record};
+use crate::gate::MessageEnd;
+
+/// The error type of bodies the proxy builds.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 use crate::tunnel::{Dir, Meter};
 
 /// A body whose data frames are counted on a [`Meter`].
@@ -71,6 +75,57 @@ where
     }
 }
 
+/// A request body that ends cleanly only where its message really ends ([`MessageEnd`]): a
+/// clean end the gate did not see is turned into an error, so the upstream request is cut
+/// (never completed) and a body judged whole is refused.
+#[derive(Debug)]
+pub struct Framed<B> {
+    inner: B,
+    end: Option<MessageEnd>,
+}
+
+impl<B> Framed<B> {
+    /// `inner`, checked against `end` (`None`: no gate vouches for it, so it never ends
+    /// cleanly).
+    pub const fn new(inner: B, end: Option<MessageEnd>) -> Self {
+        Self { inner, end }
+    }
+}
+
+/// A request body ended without its last bytes.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body ended before its message did (client gone mid-body)")]
+pub struct BodyCut;
+
+impl<B> Body for Framed<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            Some(r) => Poll::Ready(Some(r.map_err(Into::into))),
+            None if self.end.as_ref().is_some_and(MessageEnd::passed) => Poll::Ready(None),
+            None => Poll::Ready(Some(Err(BodyCut.into()))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Only claim the end when it is vouched for (hyper then never polls again).
+        self.inner.is_end_stream() && self.end.as_ref().is_some_and(MessageEnd::passed)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Emits its record, completed with the meter's bytes and duration, when dropped.
 #[derive(Debug)]
 pub struct AuditOnDrop {
@@ -115,5 +170,67 @@ impl Drop for AuditOnDrop {
             }
             self.audit.emit_detached(rec);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{Gate, GateShared};
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncReadExt;
+
+    /// Data frames, then a clean end.
+    struct Parts(Vec<&'static [u8]>);
+
+    fn parts(p: &[&'static [u8]]) -> Parts {
+        Parts(p.iter().rev().copied().collect())
+    }
+
+    impl Body for Parts {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop().map(|b| Ok(Frame::data(Bytes::from_static(b)))))
+        }
+    }
+
+    /// hyper's side of a gate: reads exactly what was written, as it passes.
+    async fn pass(
+        client: &mut tokio::io::DuplexStream,
+        gate: &mut Gate<tokio::io::DuplexStream>,
+        wire: &[u8],
+    ) {
+        use tokio::io::AsyncWriteExt;
+        client.write_all(wire).await.unwrap();
+        let mut seen = vec![0u8; wire.len()];
+        gate.read_exact(&mut seen).await.unwrap();
+        assert_eq!(seen, wire);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_ends_before_its_message_did_fails_instead_of_ending() {
+        let shared = Arc::new(GateShared::new());
+        let end = shared.next_message();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut gate = Gate::new(server, 1024, Arc::clone(&shared));
+        // The body stream ends cleanly (as hyper's does when it stops reading a connection
+        // the client left) but the client never sent the last chunk.
+        let head = b"PUT / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n";
+        pass(&mut client, &mut gate, head).await;
+        let cut = Framed::new(parts(&[b"ab"]), Some(end.clone()))
+            .collect()
+            .await;
+        assert!(cut.is_err(), "a cut body must fail, never end");
+        // The same body after its last chunk went through: a clean end.
+        pass(&mut client, &mut gate, b"0\r\n\r\n").await;
+        let whole = Framed::new(parts(&[b"ab"]), Some(end)).collect().await;
+        assert_eq!(whole.unwrap().to_bytes(), Bytes::from_static(b"ab"));
+        // No gate to vouch for it: never a clean end.
+        assert!(Framed::new(parts(&[]), None).collect().await.is_err());
     }
 }

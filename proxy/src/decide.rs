@@ -15,7 +15,7 @@ use crate::audit::Verdict;
 use crate::sniff::Sniff;
 
 /// Where a request wants to go, canonicalised.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Target {
     pub host: Host,
     pub port: u16,

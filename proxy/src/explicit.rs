@@ -19,13 +19,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
-use crate::audit::{Kind, Record, Verdict};
+use crate::audit::{Kind, Pending, Record, Verdict};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::gate::{self, Gate, GateShared};
 use crate::identity::Proto;
 use crate::intercept::{self, Ctx, Route};
 use crate::limits::{Client, Slot};
+use crate::pool;
 use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
@@ -159,8 +160,10 @@ pub(crate) async fn serve_conn(
         read_meter: Arc::clone(&read_meter),
     });
     let svc_state = Arc::clone(&state);
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |mut req: Request<Incoming>| {
         let st = Arc::clone(&svc_state);
+        // Where this request's message ends, for its body (`body::Framed`).
+        req.extensions_mut().insert(st.gate.next_message());
         async move {
             if let Some(reason) = st.gate.refusal_for(&req) {
                 return Ok::<_, Infallible>(refuse_head(&st, reason).await);
@@ -267,7 +270,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
         let mut rec = record(&st, Kind::GitService, &req);
         rec.path = Some(req.uri().path().chars().take(1024).collect());
         rec.rule = Some("git service: CONNECT only".into());
-        return deny_now(&st, rec, Reason::RequestDeniedByRule, "", 0).await;
+        return deny_now(rec, Reason::RequestDeniedByRule, "", 0).await;
     }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
@@ -281,12 +284,13 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
         }
         let mut rec = record(&st, Kind::Http, &req);
         rec.path = Some(req.uri().path().chars().take(1024).collect());
-        return deny_now(&st, rec, Reason::MalformedRequest, "", 0).await;
+        return deny_now(rec, Reason::MalformedRequest, "", 0).await;
     }
     forward(st, req).await
 }
 
-fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Record {
+/// A request's record, written even if the client hangs up before its outcome ([`Pending`]).
+fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     let mut rec = Record::new(
         Arc::clone(&st.shared.session),
         SystemTime::now(),
@@ -295,19 +299,13 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Record {
     );
     rec.uid = st.uid;
     rec.method = Some(req.method().as_str().chars().take(32).collect());
-    rec
+    st.shared.audit.pending(rec)
 }
 
-async fn deny_now(
-    st: &ConnState,
-    mut rec: Record,
-    reason: Reason,
-    host: &str,
-    port: u16,
-) -> Response<ProxyBody> {
+async fn deny_now(mut rec: Pending, reason: Reason, host: &str, port: u16) -> Response<ProxyBody> {
     rec.decision = Verdict::Deny;
     rec.reason = Some(reason.as_str());
-    st.shared.audit.emit(rec).await;
+    rec.emit().await;
     deny::denial(reason, host, port)
 }
 
@@ -348,28 +346,39 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         Ok(t) => t,
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
-            return deny_now(&st, rec, rej.reason, &rej.raw_host, 0).await;
+            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     let host = target.host.as_str().to_owned();
     let addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(&st, rec, reason, &host, target.port).await,
+        Err(reason) => return deny_now(rec, reason, &host, target.port).await,
     };
-    let upstream = match st
-        .shared
-        .upstreams
-        .connect_checked(&addrs, target.port)
-        .await
-    {
-        Ok(c) => c,
-        Err(reason) => return deny_now(&st, rec, reason, &host, target.port).await,
-    };
-    rec.upstream = Some(upstream.addr);
-    rec.upstream_local_port = upstream.local_port;
-    rec.event = Some("close");
     // The service port always intercepts (it exists to inject the git credential).
     let intercept = service || st.shared.policy.intercepts(&target.host);
+    // An intercepted connection whose target has an idle pooled upstream connection makes
+    // none now (its requests go on the pooled one; `pool`). Otherwise the upstream is
+    // reached before the tunnel is granted, so an unreachable one is a `502` to CONNECT.
+    let pooled =
+        intercept && intercept::pooled(&st.shared, &target, pool::Lane::of(service), &addrs);
+    let upstream = if pooled {
+        None
+    } else {
+        match st
+            .shared
+            .upstreams
+            .connect_checked(&addrs, target.port)
+            .await
+        {
+            Ok(c) => {
+                rec.upstream = Some(c.addr);
+                rec.upstream_local_port = c.local_port;
+                Some(c)
+            }
+            Err(reason) => return deny_now(rec, reason, &host, target.port).await,
+        }
+    };
+    rec.event = Some("close");
 
     let on_upgrade = hyper::upgrade::on(&mut req);
     let shared = Arc::clone(&st.shared);
@@ -387,22 +396,29 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                     // The bare socket: no dynamic IO layers under the TLS.
                     Ok(tcp) => {
                         let client = Metered::new(tcp, Arc::clone(&meter), Dir::Up);
-                        intercept::serve_tls(client, ctx, route, Some(upstream), &mut rec).await
+                        intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
                     }
                     Err(upgraded) => {
                         let client =
                             Metered::new(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
-                        intercept::serve_tls(client, ctx, route, Some(upstream), &mut rec).await
+                        intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
                     }
                 }
             }
             Ok(upgraded) => {
+                let Some(upstream) = upstream else {
+                    // Only an intercepted connection goes without one.
+                    tracing::error!("CONNECT tunnel without an upstream connection");
+                    rec.event = Some(tunnel::End::Error.as_str());
+                    rec.emit().await;
+                    return;
+                };
                 let mut client = match gate::upgraded_tcp(upgraded) {
                     Ok(tcp) => tcp,
                     Err(_) => {
                         tracing::error!("CONNECT tunnel not over the client socket");
                         rec.event = Some(tunnel::End::Error.as_str());
-                        shared.audit.emit(rec).await;
+                        rec.emit().await;
                         return;
                     }
                 };
@@ -443,7 +459,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         rec.bytes_up = meter.up();
         rec.bytes_down = meter.down();
         rec.duration_ms = meter.elapsed_ms();
-        shared.audit.emit(rec).await;
+        rec.emit().await;
     });
     Response::new(deny::full(bytes::Bytes::new()))
 }
@@ -467,29 +483,29 @@ async fn transparent_http(
         } else {
             Reason::UnknownHost
         };
-        return deny_now(&st, rec, reason, "", orig.port()).await;
+        return deny_now(rec, reason, "", orig.port()).await;
     };
     let raw = String::from_utf8_lossy(value.as_bytes()).into_owned();
     rec.host = Some(raw.chars().filter(|c| !c.is_control()).take(300).collect());
     if req.method() == Method::CONNECT {
-        return deny_now(&st, rec, Reason::MalformedRequest, &raw, orig.port()).await;
+        return deny_now(rec, Reason::MalformedRequest, &raw, orig.port()).await;
     }
     let target = match airlock_policy::host::split_host_port(&raw, orig.port()) {
         Ok((host, port)) if port == orig.port() => Target { host, port },
-        Ok(_) => return deny_now(&st, rec, Reason::HostMismatch, &raw, orig.port()).await,
-        Err(_) => return deny_now(&st, rec, Reason::InvalidHost, &raw, orig.port()).await,
+        Ok(_) => return deny_now(rec, Reason::HostMismatch, &raw, orig.port()).await,
+        Err(_) => return deny_now(rec, Reason::InvalidHost, &raw, orig.port()).await,
     };
     if let Some(a) = req.uri().authority() {
         let same = decide::http_target(req.uri()).is_ok_and(|(t, _)| t == target);
         if !same {
             let host = a.as_str().to_owned();
-            return deny_now(&st, rec, Reason::HostMismatch, &host, orig.port()).await;
+            return deny_now(rec, Reason::HostMismatch, &host, orig.port()).await;
         }
     }
     let pq = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
     let Ok(uri) = format!("http://{}:{}{pq}", bracketed(&target), target.port).parse::<Uri>()
     else {
-        return deny_now(&st, rec, Reason::MalformedRequest, &raw, orig.port()).await;
+        return deny_now(rec, Reason::MalformedRequest, &raw, orig.port()).await;
     };
     *req.uri_mut() = uri;
     forward_with(st, req, rec).await
@@ -506,17 +522,17 @@ async fn forward(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBo
 async fn forward_with(
     st: Arc<ConnState>,
     req: Request<Incoming>,
-    mut rec: Record,
+    mut rec: Pending,
 ) -> Response<ProxyBody> {
     let uri_len = req.uri().to_string().len();
     if uri_len > st.shared.limits.max_request_line {
-        return deny_now(&st, rec, Reason::RequestTooLarge, "", 0).await;
+        return deny_now(rec, Reason::RequestTooLarge, "", 0).await;
     }
     let (target, _path) = match decide::http_target(req.uri()) {
         Ok(x) => x,
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
-            return deny_now(&st, rec, rej.reason, &rej.raw_host, 0).await;
+            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     rec.path = Some(req.uri().path().chars().take(1024).collect());
@@ -524,14 +540,14 @@ async fn forward_with(
     let port = target.port;
     let mut addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
+        Err(reason) => return deny_now(rec, reason, &host, port).await,
     };
     if let Some(orig) = st.pin() {
         // No fronting by IP: the original destination must be an address of this host.
         if let Err(reason) =
             decide::check_original_destination(orig.ip(), &addrs, &Sniff::Http(None))
         {
-            return deny_now(&st, rec, reason, &host, port).await;
+            return deny_now(rec, reason, &host, port).await;
         }
         addrs = vec![orig.ip()];
     }
@@ -549,7 +565,7 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
             rec.path = Some(req.uri().path().chars().take(1024).collect());
-            return deny_now(&st, rec, rej.reason, &rej.raw_host, 0).await;
+            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     let pq = match req.uri().query() {
@@ -557,14 +573,14 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         None => path,
     };
     let Ok(uri) = pq.parse::<Uri>() else {
-        return deny_now(&st, rec, Reason::MalformedRequest, "", 0).await;
+        return deny_now(rec, Reason::MalformedRequest, "", 0).await;
     };
     *req.uri_mut() = uri;
     let host = target.host.as_str().to_owned();
     let port = target.port;
     let addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(&st, rec, reason, &host, port).await,
+        Err(reason) => return deny_now(rec, reason, &host, port).await,
     };
     let route = Route::new(target, addrs, true, false);
     intercept::exchange(&st.ctx, req, &route, rec).await

@@ -26,8 +26,8 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use airlock_policy::reason::Reason;
@@ -286,6 +286,35 @@ pub struct GateShared {
     refusal: Mutex<Option<Reason>>,
     upgrade: AtomicU8,
     waker: Mutex<Option<Waker>>,
+    /// Messages (head and body) the gate passed whole, in order.
+    ended: AtomicU64,
+    /// Requests the service received, in order ([`GateShared::next_message`]).
+    dispatched: AtomicU64,
+    /// A chunked body the gate could not follow: no message end can be vouched for.
+    lost: AtomicBool,
+}
+
+/// Where one request's message ends, as the gate saw it: lets the request's body tell a
+/// real end from a cut one ([`crate::body::Framed`]).
+///
+/// hyper can end a request body cleanly (no error) when it stops reading a connection the
+/// client abandoned mid-body; forwarded as is, a chunked upload the agent never finished
+/// would reach the upstream complete. hyper reads only bytes the gate passed, so a body
+/// really ended only if the gate passed its end.
+#[derive(Debug, Clone)]
+pub struct MessageEnd {
+    gate: Arc<GateShared>,
+    /// 1-based position of the request on its connection.
+    index: u64,
+}
+
+impl MessageEnd {
+    /// Whether the gate passed the whole message (head and body) of this request.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        !self.gate.lost.load(Ordering::Acquire)
+            && self.gate.ended.load(Ordering::Acquire) >= self.index
+    }
 }
 
 impl GateShared {
@@ -297,6 +326,19 @@ impl GateShared {
             refusal: Mutex::new(None),
             upgrade: AtomicU8::new(UNDECIDED),
             waker: Mutex::new(None),
+            ended: AtomicU64::new(0),
+            dispatched: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// Called by the service for every request hyper hands it, in order: where that
+    /// request's message ends.
+    #[must_use]
+    pub fn next_message(self: &Arc<Self>) -> MessageEnd {
+        MessageEnd {
+            gate: Arc::clone(self),
+            index: self.dispatched.fetch_add(1, Ordering::AcqRel) + 1,
         }
     }
 
@@ -368,12 +410,12 @@ pub struct Gate<IO> {
     searched: usize,
     state: State,
     max_head: usize,
-    shared: std::sync::Arc<GateShared>,
+    shared: Arc<GateShared>,
 }
 
 impl<IO> Gate<IO> {
     /// Gates `io`; heads longer than `max_head` are `request-too-large`.
-    pub fn new(io: IO, max_head: usize, shared: std::sync::Arc<GateShared>) -> Self {
+    pub fn new(io: IO, max_head: usize, shared: Arc<GateShared>) -> Self {
         Self {
             io,
             held: BytesMut::new(),
@@ -408,7 +450,7 @@ impl<IO> Gate<IO> {
                     self.state = if left > 0 {
                         State::Body(left, up)
                     } else {
-                        Self::after_body(up)
+                        self.end_message(up)
                     };
                 }
                 State::Chunked(c, up) => {
@@ -424,8 +466,11 @@ impl<IO> Gate<IO> {
                     }
                     self.state = match chunk_step(c, data[pos]) {
                         ChunkStep::Next(c) => State::Chunked(c, up),
-                        ChunkStep::End => Self::after_body(up),
-                        ChunkStep::Lost => State::Through,
+                        ChunkStep::End => self.end_message(up),
+                        ChunkStep::Lost => {
+                            self.shared.lost.store(true, Ordering::Release);
+                            State::Through
+                        }
                     };
                     pos += 1;
                 }
@@ -440,7 +485,7 @@ impl<IO> Gate<IO> {
                         Verdict::Pass(f) => {
                             pos += f.head_len;
                             self.state = match f.body {
-                                BodyLen::Length(0) => Self::after_body(f.wants_upgrade),
+                                BodyLen::Length(0) => self.end_message(f.wants_upgrade),
                                 BodyLen::Length(n) => State::Body(n, f.wants_upgrade),
                                 BodyLen::Chunked => State::Chunked(Chunk::Start, f.wants_upgrade),
                             };
@@ -452,7 +497,9 @@ impl<IO> Gate<IO> {
         pos
     }
 
-    const fn after_body(upgrade: bool) -> State {
+    /// A message (head and body) was passed whole: counted for [`MessageEnd`].
+    fn end_message(&self, upgrade: bool) -> State {
+        self.shared.ended.fetch_add(1, Ordering::Release);
         if upgrade { State::Await } else { State::Head }
     }
 
@@ -704,6 +751,31 @@ mod tests {
     use super::*;
 
     const MAX: usize = 64 * 1024;
+
+    #[test]
+    fn a_message_ends_only_where_the_gate_passed_its_last_byte() {
+        let shared = Arc::new(GateShared::new());
+        let mut gate = Gate::new((), MAX, Arc::clone(&shared));
+        let first = shared.next_message();
+        let second = shared.next_message();
+        // A chunked upload, cut before its last chunk: not ended, however it stops.
+        let head = b"PUT /u HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n";
+        assert_eq!(gate.scan(head), head.len());
+        assert!(!first.passed());
+        // Its last chunk: ended. The next message (content-length) ends with its last byte.
+        let rest = b"0\r\n\r\nPOST /v HTTP/1.1\r\ncontent-length: 3\r\n\r\nxy";
+        assert_eq!(gate.scan(rest), rest.len());
+        assert!(first.passed());
+        assert!(!second.passed());
+        assert_eq!(gate.scan(b"z"), 1);
+        assert!(second.passed());
+        // A chunked body the gate cannot follow: nothing is vouched for any more.
+        let third = shared.next_message();
+        let lost = b"PUT /w HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+        gate.scan(lost);
+        assert!(!third.passed());
+        assert!(!first.passed(), "a lost gate vouches for nothing");
+    }
 
     fn verdict(head: &[u8]) -> Verdict {
         judge_head(head, MAX)

@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use airlock_policy::Host;
 use airlock_policy::reason::Reason;
@@ -47,17 +47,18 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::Shared;
-use crate::audit::{Kind, Record, Verdict};
-use crate::body::{AuditOnDrop, Counted};
+use crate::audit::{Kind, Pending, Record, Verdict};
+use crate::body::{AuditOnDrop, BoxError, Counted, Framed};
 use crate::ca::Ca;
 use crate::credentials::{Credentials, GitScope, Injected};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
-use crate::gate::{Gate, GateShared};
+use crate::gate::{Gate, GateShared, MessageEnd};
 use crate::gitpath::{self, Service};
 use crate::hop;
 use crate::leaf::{self, Leaves};
 use crate::limits::Slot;
+use crate::pool::{self, Pooled};
 use crate::scan;
 use crate::shutdown::{Phase, reached};
 use crate::tunnel::{self, Dir, Meter, Metered};
@@ -69,7 +70,10 @@ use airlock_policy::{L7Verdict, RequestView};
 /// searched before anything is sent upstream.
 pub const SMALL_BODY: usize = 64 * 1024;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// How long a finished client connection's upstream connection may take to become idle
+/// and be pooled (its last response is normally over already).
+const POOL_SETTLE: Duration = Duration::from_secs(1);
+
 /// Body type of requests sent upstream.
 pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
 
@@ -121,8 +125,7 @@ impl Interception {
                 .add(r)
                 .map_err(|e| InterceptionError::Config(e.to_string()))?;
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut client = ClientConfig::builder_with_provider(provider)
+        let mut client = ClientConfig::builder_with_provider(crate::crypto::provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| InterceptionError::Config(e.to_string()))?
             .with_root_certificates(roots)
@@ -212,12 +215,52 @@ pub(crate) struct Ctx {
     pre: Mutex<Option<Connected>>,
 }
 
-struct Live {
+/// An upstream HTTP/1.1 connection and where it goes.
+pub(crate) struct Live {
     target: Target,
     tls: bool,
     sender: client_http1::SendRequest<UpBody>,
     addr: SocketAddr,
     local_port: Option<u16>,
+}
+
+impl Pooled for Live {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn ready(&self) -> bool {
+        self.sender.is_ready()
+    }
+}
+
+impl Drop for Ctx {
+    /// The client connection is over: its upstream connection, once idle, serves the next
+    /// client connection to the same target (`pool`).
+    fn drop(&mut self) {
+        let Some(live) = self.pool.get_mut().ok().and_then(Option::take) else {
+            return;
+        };
+        let key = self.key_of(&live.target, live.tls);
+        let shared = Arc::clone(&self.shared);
+        if live.sender.is_ready() {
+            shared.pool.put(key, live, Instant::now());
+            return;
+        }
+        if live.sender.is_closed() {
+            return;
+        }
+        // The last response may still be finishing on the upstream side.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut live = live;
+            rt.spawn(async move {
+                let ready = tokio::time::timeout(POOL_SETTLE, live.sender.ready()).await;
+                if matches!(ready, Ok(Ok(()))) {
+                    shared.pool.put(key, live, Instant::now());
+                }
+            });
+        }
+    }
 }
 
 impl Ctx {
@@ -241,8 +284,9 @@ impl Ctx {
         }
     }
 
-    /// An audit record for a request of this connection.
-    pub fn record(&self, method: &http::Method) -> Record {
+    /// An audit record for a request of this connection, written even if the client hangs
+    /// up before the request's outcome ([`Pending`]).
+    pub fn record(&self, method: &http::Method) -> Pending {
         let mut rec = Record::new(
             Arc::clone(&self.shared.session),
             SystemTime::now(),
@@ -251,14 +295,22 @@ impl Ctx {
         );
         rec.uid = self.uid;
         rec.method = Some(method.as_str().chars().take(32).collect());
-        rec
+        self.shared.audit.pending(rec)
     }
 
-    async fn deny(&self, mut rec: Record, reason: Reason, route: &Route) -> Response<ProxyBody> {
+    async fn deny(&self, mut rec: Pending, reason: Reason, route: &Route) -> Response<ProxyBody> {
         rec.decision = Verdict::Deny;
         rec.reason = Some(reason.as_str());
-        self.shared.audit.emit(rec).await;
+        rec.emit().await;
         deny::denial(reason, route.target.host.as_str(), route.target.port)
+    }
+
+    fn key_of(&self, target: &Target, tls: bool) -> pool::Key {
+        pool::Key {
+            target: target.clone(),
+            tls,
+            lane: pool::Lane::of(self.service),
+        }
     }
 
     /// The kept-alive upstream for `route`, if it is still usable.
@@ -272,7 +324,13 @@ impl Ctx {
         Some(live)
     }
 
+    /// An idle pooled connection for `route`, else the connection made at `CONNECT` time,
+    /// else a new one.
     async fn open(&self, route: &Route) -> Result<Live, Reason> {
+        let key = self.key_of(&route.target, route.tls);
+        if let Some(live) = self.shared.pool.take(&key, &route.addrs, Instant::now()) {
+            return Ok(live);
+        }
         let pre = self.pre.lock().ok().and_then(|mut p| p.take());
         let up = match pre {
             Some(c) => c,
@@ -321,11 +379,12 @@ impl Ctx {
             .handshake(io)
             .await
             .map_err(|_| Reason::UpstreamUnreachable)?;
-        let slot = Arc::clone(&self.slot);
+        // No connection slot is held here: while a client connection uses this upstream
+        // connection, the client's slot counts it; afterwards it is one of the pool's
+        // bounded idle connections, or closed.
         let idle = self.shared.limits.idle_timeout;
         let mut phase = self.shared.shutdown.subscribe();
         tokio::spawn(async move {
-            let _slot = slot;
             tokio::select! {
                 r = conn.with_upgrades() => if let Err(e) = r {
                     tracing::debug!("upstream connection: {e}");
@@ -336,6 +395,17 @@ impl Ctx {
         });
         Ok(sender)
     }
+}
+
+/// Whether an idle pooled TLS connection to `target` (at one of `addrs`) is waiting, so an
+/// intercepted client connection need not open one before its first request.
+pub(crate) fn pooled(shared: &Shared, target: &Target, lane: pool::Lane, addrs: &[IpAddr]) -> bool {
+    let key = pool::Key {
+        target: target.clone(),
+        tls: true,
+        lane,
+    };
+    shared.pool.has(&key, addrs, Instant::now())
 }
 
 /// A failed upstream handshake: a certificate problem is `upstream-certificate-invalid`,
@@ -408,7 +478,7 @@ pub(crate) async fn exchange(
     ctx: &Ctx,
     mut req: Request<Incoming>,
     route: &Route,
-    mut rec: Record,
+    mut rec: Pending,
 ) -> Response<ProxyBody> {
     let shared = Arc::clone(&ctx.shared);
     let icpt = &shared.interception;
@@ -495,6 +565,9 @@ pub(crate) async fn exchange(
     let upgrade = is_upgrade(&req);
     let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+    // From here on the body ends cleanly only where its message really ended (`Framed`).
+    let end = parts.extensions.remove::<MessageEnd>();
+    let body = Framed::new(body, end);
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
     let injected = match creds.apply(host, &mut parts.headers, scope, route.tls) {
@@ -620,6 +693,18 @@ pub(crate) async fn exchange(
                 rec.credential = Some(name.clone());
                 return ctx.deny(rec, Reason::CredentialLeak, route).await;
             }
+            if e.is_user() {
+                // Our request body failed: the agent's body broke off (it hung up mid-body,
+                // or its message never ended). The upstream request was cut, not completed.
+                tracing::debug!("request to {addr} abandoned mid-body: {e}");
+                rec.event = Some(crate::audit::EVENT_CLIENT_GONE);
+                rec.emit().await;
+                return deny::denial(
+                    Reason::MalformedRequest,
+                    route.target.host.as_str(),
+                    route.target.port,
+                );
+            }
             tracing::debug!("upstream {addr}: {e}");
             return ctx.deny(rec, Reason::UpstreamUnreachable, route).await;
         }
@@ -632,7 +717,7 @@ pub(crate) async fn exchange(
             return ctx.deny(rec, Reason::MalformedRequest, route).await;
         };
         let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
-        let guard = AuditOnDrop::new(rec, Arc::clone(&meter), shared.audit.clone());
+        let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone());
         let idle = shared.limits.idle_timeout;
         let phase = shared.shutdown.subscribe();
         let slot = Arc::clone(&ctx.slot);
@@ -673,8 +758,8 @@ pub(crate) async fn exchange(
         });
     }
     hop::strip(&mut rparts.headers);
-    let guard =
-        AuditOnDrop::new(rec, Arc::clone(&meter), shared.audit.clone()).with_leak_flag(leak_flag);
+    let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone())
+        .with_leak_flag(leak_flag);
     let counted = Counted::new(rbody, meter, Dir::Down).with_audit(guard);
     let body = if injected.is_some() && creds.scrub_needles().is_some() {
         creds.scrub_headers(&mut rparts.headers);
@@ -693,7 +778,11 @@ pub(crate) async fn exchange(
 }
 
 /// Reads at most `cap` bytes of `body`, with `idle` as the deadline for the whole body.
-async fn read_capped(body: Incoming, cap: usize, idle: Duration) -> Result<Bytes, Reason> {
+async fn read_capped<B>(body: B, cap: usize, idle: Duration) -> Result<Bytes, Reason>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let limited = http_body_util::Limited::new(body, cap);
     match tokio::time::timeout(idle, limited.collect()).await {
         Ok(Ok(c)) => Ok(c.to_bytes()),
@@ -726,7 +815,8 @@ struct LeakChecked<B> {
 
 impl<B> Body for LeakChecked<B>
 where
-    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -749,7 +839,7 @@ where
                 // Nothing to look for: pass through.
                 return Pin::new(&mut this.inner)
                     .poll_frame(cx)
-                    .map(|o| o.map(|r| r.map_err(BoxError::from)));
+                    .map(|o| o.map(|r| r.map_err(Into::into)));
             };
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -950,6 +1040,8 @@ where
         let route = Arc::clone(&route);
         let gate = Arc::clone(&gate);
         async move {
+            let mut req = req;
+            req.extensions_mut().insert(gate.next_message());
             if let Some(reason) = gate.refusal_for(&req) {
                 parse_error(&ctx, &route.target, reason).await;
                 let denial = deny::denial(reason, route.target.host.as_str(), route.target.port);
@@ -1022,5 +1114,5 @@ async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
     rec.intercepted = true;
     rec.reason = Some(reason.as_str());
     rec.event = Some("parse-error");
-    ctx.shared.audit.emit(rec).await;
+    rec.emit().await;
 }

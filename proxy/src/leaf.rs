@@ -120,7 +120,7 @@ impl Leaves {
     pub fn new(ca: Arc<Ca>, capacity: usize) -> Self {
         Self {
             ca,
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            provider: crate::crypto::provider(),
             capacity: capacity.max(1),
             cache: Mutex::new(Cache {
                 map: HashMap::new(),
@@ -217,6 +217,8 @@ impl Leaves {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         // One resumption ticket per connection is enough for a client that reconnects.
         config.send_tls13_tickets = 1;
+        // Our suite order (AES-128-GCM first, `crypto`), not the client's.
+        config.ignore_client_order = true;
         Ok(Arc::new(config))
     }
 }

@@ -28,6 +28,7 @@ pub mod ca;
 pub mod clock;
 pub mod config;
 pub mod credentials;
+pub mod crypto;
 pub mod decide;
 pub mod deny;
 pub mod dns;
@@ -39,6 +40,7 @@ pub mod identity;
 pub mod intercept;
 pub mod leaf;
 pub mod limits;
+pub mod pool;
 pub mod scan;
 pub mod shutdown;
 pub mod sniff;
@@ -74,6 +76,8 @@ pub(crate) struct Shared {
     pub dns_inflight: Arc<tokio::sync::Semaphore>,
     pub identity: Arc<dyn identity::PeerIdentity>,
     pub interception: Arc<intercept::Interception>,
+    /// Idle upstream connections for the next client connection to the same target.
+    pub pool: pool::Pool<intercept::Live>,
 }
 
 /// Everything a proxy instance needs.
@@ -161,6 +165,7 @@ impl Proxy {
             original_dst: self.original_dst,
             identity: self.identity,
             interception: self.interception,
+            pool: pool::Pool::default(),
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,

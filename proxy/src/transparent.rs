@@ -24,6 +24,7 @@ use crate::decide;
 use crate::identity::Proto;
 use crate::intercept::{Ctx, Route};
 use crate::limits::{Client, Slot};
+use crate::pool::Lane;
 use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{MAX_SNIFF, Sniff, sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
@@ -197,7 +198,7 @@ async fn handle(
         .await;
         return;
     }
-    let result = admit(&shared, &mut rec, &sniffed, orig).await;
+    let result = admit(&shared, &mut rec, &sniffed, orig, tls).await;
     let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
@@ -211,8 +212,10 @@ async fn handle(
             return;
         }
     };
-    rec.upstream = Some(upstream.addr);
-    rec.upstream_local_port = upstream.local_port;
+    if let Some(up) = &upstream {
+        rec.upstream = Some(up.addr);
+        rec.upstream_local_port = up.local_port;
+    }
     if tls && shared.policy.intercepts(&target.host) {
         let ctx = Ctx::new(
             Arc::clone(&shared),
@@ -224,8 +227,7 @@ async fn handle(
         let route = Route::new(target, vec![orig.ip()], true, true);
         let client = Metered::new(stream, Arc::clone(&meter), Dir::Up);
         let end =
-            crate::intercept::serve_tls(client, Arc::new(ctx), route, Some(upstream), &mut rec)
-                .await;
+            crate::intercept::serve_tls(client, Arc::new(ctx), route, upstream, &mut rec).await;
         rec.event = Some(end.as_str());
         rec.bytes_up = meter.up();
         rec.bytes_down = meter.down();
@@ -233,6 +235,13 @@ async fn handle(
         shared.audit.emit(rec).await;
         return;
     }
+    let Some(upstream) = upstream else {
+        // Only an intercepted connection goes without one (`admit`).
+        tracing::error!("transparent tunnel without an upstream connection");
+        rec.event = Some(tunnel::End::Error.as_str());
+        shared.audit.emit(rec).await;
+        return;
+    };
     let end = tunnel::relay(
         stream,
         upstream.stream,
@@ -253,7 +262,8 @@ async fn admit(
     rec: &mut Record,
     sniffed: &Sniff,
     orig: SocketAddr,
-) -> Result<(decide::Target, crate::upstream::Connected), Reason> {
+    tls: bool,
+) -> Result<(decide::Target, Option<crate::upstream::Connected>), Reason> {
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
     let d = decide::decide(&shared.policy, &target);
@@ -265,11 +275,19 @@ async fn admit(
     }
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
+    // An intercepted connection with an idle pooled connection to the pinned destination
+    // makes none now (`pool`).
+    if tls
+        && shared.policy.intercepts(&target.host)
+        && crate::intercept::pooled(shared, &target, Lane::Agent, &[orig.ip()])
+    {
+        return Ok((target, None));
+    }
     let up = shared
         .upstreams
         .connect_checked(&[orig.ip()], orig.port())
         .await?;
-    Ok((target, up))
+    Ok((target, Some(up)))
 }
 
 /// Writes `response` and closes gracefully. The unread request is drained first: closing a

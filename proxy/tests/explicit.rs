@@ -691,3 +691,121 @@ async fn audit_names_the_uid_of_the_client_process() {
     let me = unsafe { libc::geteuid() };
     assert_eq!(lines[1]["uid"], me);
 }
+
+/// The agent sends a request and hangs up before the upstream answers, hoping the request
+/// leaves no trace (hyper drops an in-flight request when its client goes). It still gets
+/// its audit line: what was decided, where it went, `event: client-gone`.
+#[tokio::test]
+async fn a_request_abandoned_before_its_answer_is_still_audited() {
+    // An upstream that reads the request and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (mut s, _) = silent.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        got_tx
+            .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, silent_addr)],
+    )
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"GET http://allowed.test/vanishing HTTP/1.1\r\nhost: allowed.test\r\n\r\n")
+        .await
+        .unwrap();
+    let sent = got.recv().await.unwrap();
+    assert!(sent.starts_with("GET /vanishing "), "{sent}");
+    drop(s); // the agent hangs up while the proxy waits for the answer
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "allowed.test");
+    assert_eq!(l.len(), 1, "exactly one line for the request: {lines:#?}");
+    assert_eq!(l[0]["path"], "/vanishing");
+    assert_eq!(l[0]["decision"], "allow");
+    assert_eq!(l[0]["event"], "client-gone");
+    assert_eq!(l[0]["upstream"], format!("{ALLOWED_IP}:80"));
+    assert!(l[0]["status"].is_null(), "no answer was read: {}", l[0]);
+}
+
+/// The agent starts a chunked upload and hangs up in the middle (with a FIN, and with a
+/// reset). The upstream must see a request that never ends, never the last chunk: a
+/// truncated body presented as complete would commit what the agent never finished.
+#[tokio::test]
+async fn an_upload_the_agent_abandons_never_reaches_upstream_as_complete() {
+    for reset in [false, true] {
+        let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_addr = up.local_addr().unwrap();
+        let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let (mut s, _) = up.accept().await.unwrap();
+            let mut all = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            let mut continued = false;
+            // Everything the proxy sends until it closes (or 3 s of silence).
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await
+            {
+                if n == 0 {
+                    break;
+                }
+                all.extend_from_slice(&buf[..n]);
+                if !continued && all.windows(4).any(|w| w == b"\r\n\r\n") {
+                    continued = true;
+                    s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.unwrap();
+                }
+            }
+            got_tx.send(all).unwrap();
+        });
+        let mut h = Harness::start(
+            "enforce",
+            &[("allowed.test", &[ALLOWED_IP])],
+            &[route(ALLOWED_IP, 80, up_addr)],
+        )
+        .await;
+        let mut s = TcpStream::connect(h.addr).await.unwrap();
+        s.write_all(
+            b"PUT http://allowed.test/upload HTTP/1.1\r\nhost: allowed.test\r\nexpect: 100-continue\r\ntransfer-encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let chunk = vec![b'a'; 16 * 1024];
+        for _ in 0..8 {
+            s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(&chunk).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if reset {
+            // SO_LINGER 0: close sends a reset.
+            let zero = nix::libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Linger, &zero).unwrap();
+        }
+        drop(s);
+        let sent = got.recv().await.unwrap();
+        let text = String::from_utf8_lossy(&sent);
+        assert!(
+            text.starts_with("PUT /upload "),
+            "reset={reset}: {}",
+            &text[..80.min(text.len())]
+        );
+        assert!(
+            !text.ends_with("0\r\n\r\n"),
+            "reset={reset}: the upstream saw the abandoned upload end cleanly ({} bytes)",
+            sent.len()
+        );
+        h.finish().await;
+    }
+}

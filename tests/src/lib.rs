@@ -51,8 +51,8 @@
 //!
 //! - [`World::upstream_log`]: every TCP connection, TLS failure, HTTP request, DNS query and
 //!   UDP datagram fakenet received, one JSON object each (`kind`: `conn`, `tls`,
-//!   `tls_error`, `http`, `http_error`, `dns`, `udp`), so "nothing reached upstream" is
-//!   assertable. Lines are written before the response is sent, except `tls_error` and a
+//!   `tls_error`, `http`, `http_error`, `upload_end` (how an `/upload` body ended: `len`,
+//!   `error`), `dns`, `udp`), so "nothing reached upstream" is assertable. Lines are written before the response is sent, except `tls_error` and a
 //!   `tls` for a client that then hangs up, which can land just after the client exits.
 //! - [`World::start_capture`] / [`World::stop_capture`]: tcpdump on `alk-u<id>`, parsed into a
 //!   [`Capture`]. [`Capture::from_sandbox`] selects what the sandbox sent (by MAC or source

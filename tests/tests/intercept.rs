@@ -491,3 +491,132 @@ PY"#;
     assert_eq!(lines.len(), 2, "{audit:?}");
     assert!(lines.iter().any(|l| l["intercepted"] == true), "{lines:?}");
 }
+
+/// Upstream connections outlive the agent's connections (`proxy/src/pool.rs`): the agent
+/// opens a new connection per request, abandons a response mid-body and aborts an upload
+/// mid-body, trying to make the next request ride on a connection that still carries the
+/// last one's bytes, or the last one's credential, or goes to another host. A kept
+/// connection serves the next agent connection to the same host only; every request on it
+/// gets its own injected header; a connection left mid-response or mid-request is never
+/// used again; another host never shares one.
+#[test]
+fn a_kept_upstream_connection_serves_the_next_agent_connection_and_carries_nothing_of_the_last() {
+    let world = world();
+    let airlock = Airlock::new(&world, &policy());
+    let script = r#"
+k() { curl -sS --max-time 10 -H "x-api-key: $ANTHROPIC_API_KEY" "$@"; echo; }
+k https://allowed.test/first
+k https://allowed.test/second
+# Hang up after 1000 bytes of a 64 MiB response.
+curl -sS --max-time 10 https://allowed.test/bytes/67108864 | head -c 1000 >/dev/null
+k https://allowed.test/third
+# Abort a chunked upload after 320 KiB, without its last chunk (curl would send one even
+# when it times out, so by hand).
+python3 - <<'PY'
+import os, socket, ssl, time
+p = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+p.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += p.recv(1)
+t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(
+    p, server_hostname="allowed.test")
+t.sendall(b"PUT /upload HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n"
+          b"x-api-key: " + os.environ["ANTHROPIC_API_KEY"].encode() + b"\r\n\r\n")
+for _ in range(20):
+    t.sendall(b"4000\r\n" + b"a" * 0x4000 + b"\r\n")
+time.sleep(0.5)
+t.close()
+PY
+sleep 0.5
+k https://allowed.test/fourth
+curl -sS --max-time 10 -H "authorization: Bearer $OTHER_KEY" https://other.test/other; echo
+"#;
+    let out = run_with_secrets(&airlock, &world, script);
+    let text = stdout(&out);
+    assert!(
+        !text.contains("REALSECRET"),
+        "the agent read a secret:\n{text}"
+    );
+    let upstream = world.upstream_log().unwrap();
+    let req = |path: &str| {
+        let hits: Vec<_> = upstream
+            .iter()
+            .filter(|l| l["kind"] == "http" && l["path"] == path)
+            .collect();
+        assert_eq!(
+            hits.len(),
+            1,
+            "{path} reached upstream once: {upstream:#?}\n{text}\n{}",
+            stderr(&out)
+        );
+        hits[0].clone()
+    };
+    let (first, second, big, third, upload, fourth, other) = (
+        req("/first"),
+        req("/second"),
+        req("/bytes/67108864"),
+        req("/third"),
+        req("/upload"),
+        req("/fourth"),
+        req("/other"),
+    );
+    // Kept: the second agent connection's request went on the first one's connection.
+    assert_eq!(first["from"], second["from"], "reused: {upstream:#?}");
+    assert_eq!(first["sni"], "allowed.test");
+    // Every request on it got its own header, injected per request.
+    for r in [&first, &second, &third, &fourth] {
+        assert_eq!(r["headers"]["x-api-key"], SECRET, "{r}");
+        assert_eq!(r["method"], "GET", "{r}");
+        assert_eq!(r["sni"], "allowed.test", "{r}");
+    }
+    // The aborted upload never looked whole upstream.
+    let ends: Vec<_> = upstream
+        .iter()
+        .filter(|l| l["kind"] == "upload_end")
+        .collect();
+    assert_eq!(ends.len(), 1, "{upstream:#?}");
+    assert!(
+        !ends[0]["error"].is_null(),
+        "the upstream saw the aborted upload end cleanly: {ends:?}"
+    );
+    // Left mid-response / mid-request: never used again.
+    assert_ne!(
+        third["from"], big["from"],
+        "a half-read response's connection was reused"
+    );
+    assert_ne!(
+        fourth["from"], upload["from"],
+        "an aborted upload's connection was reused"
+    );
+    assert!(
+        text.contains("\"path\":\"/third\"") && text.contains("\"path\":\"/fourth\""),
+        "each agent connection got its own response, not the rest of another: {text}"
+    );
+    // Another host: its own connection, its own credential only.
+    for r in [&first, &big, &third, &upload, &fourth] {
+        assert_ne!(other["from"], r["from"], "other.test shared a connection");
+    }
+    assert_eq!(other["sni"], "other.test");
+    assert_eq!(
+        other["headers"]["authorization"],
+        format!("Bearer {OTHER_SECRET}")
+    );
+    assert!(other["headers"].get("x-api-key").is_none(), "{other}");
+    // The audit names the connection each request went on.
+    let audit = airlock.audit();
+    let port = |path: &str| {
+        audit
+            .iter()
+            .find(|l| l["path"] == path && l["intercepted"] == true)
+            .map(|l| l["upstream_local_port"].clone())
+            .unwrap_or_else(|| panic!("no audit line for {path}: {audit:#?}"))
+    };
+    assert_eq!(port("/first"), port("/second"));
+    assert!(port("/first").is_u64());
+    assert_ne!(port("/fourth"), port("/upload"));
+    // The aborted upload still has its line: abandoned by its client, never answered.
+    let aborted = audit.iter().find(|l| l["path"] == "/upload").unwrap();
+    assert_eq!(aborted["event"], "client-gone", "{aborted}");
+    assert!(aborted["status"].is_null(), "{aborted}");
+}

@@ -173,8 +173,15 @@ impl Conn {
             return self.git(req, &route, git).await;
         }
         if path == "/upload" {
+            let from = info.get("from").cloned();
             self.log.write(Value::Object(info));
-            return upload(req.into_body()).await;
+            let (resp, end) = upload(req.into_body()).await;
+            // How the body ended, as this server saw it (a cut upload must not look whole).
+            self.log.write(
+                json!({"kind": "upload_end", "server": self.server.to_string(),
+                "from": from, "len": end.0, "error": end.1}),
+            );
+            return resp;
         }
         if let Some(n) = path.strip_prefix("/bytes/") {
             self.log.write(Value::Object(info));
@@ -330,7 +337,8 @@ async fn read_body(mut body: Incoming) -> (Vec<u8>, u64, Option<String>) {
     (kept, len, None)
 }
 
-async fn upload(mut body: Incoming) -> Response<FakeBody> {
+/// The body's length and hash as the answer; also (bytes read, error) for the log.
+async fn upload(mut body: Incoming) -> (Response<FakeBody>, (u64, Option<String>)) {
     let mut hasher = Sha256::new();
     let mut len = 0u64;
     while let Some(frame) = body.frame().await {
@@ -341,13 +349,17 @@ async fn upload(mut body: Incoming) -> Response<FakeBody> {
                     hasher.update(data);
                 }
             }
-            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("body error: {e}\n")),
+            Err(e) => {
+                let resp = text(StatusCode::BAD_REQUEST, &format!("body error: {e}\n"));
+                return (resp, (len, Some(e.to_string())));
+            }
         }
     }
-    json_response(
+    let resp = json_response(
         StatusCode::OK,
         &json!({"len": len, "sha256": hex::encode(hasher.finalize())}),
-    )
+    );
+    (resp, (len, None))
 }
 
 fn bytes(n: u64, chunked: bool) -> Response<FakeBody> {
