@@ -8,7 +8,8 @@
 # (documentation address on the namespace's own lo: nothing leaves the machine).
 #
 #   PROXY_BIN=target/release/airlock-proxy proxy/bench/intercept_quick.sh [N]
-# PERF=/tmp/ka.data also records a flat perf profile of the keep-alive run (build with
+# PERF=/tmp/ka.data also records flat perf profiles of the keep-alive run, of the new-connection
+# run (.nc) and of the intercepted 1 MiB downloads (.bulk) (build with
 # CARGO_PROFILE_RELEASE_STRIP=none for symbols).
 set -euo pipefail
 if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
@@ -102,7 +103,9 @@ tput() { # label curl-args... : best of 5 MiB/s for 1 MiB
   echo "$best"
 }
 d=$(tput --cacert up-ca.pem)
+[ -n "${PERF:-}" ] && { perf record -q ${PERF_ARGS:-} -F 4999 -p "$P" -o "$PERF.bulk" 2>/dev/null & PP=$!; sleep 0.3; }
 i=$(tput "${X[@]}")
+[ -n "${PERF:-}" ] && { kill -INT $PP; wait $PP || true; }
 echo "1 MiB download: direct $((d/1048576)) MiB/s, intercepted $((i/1048576)) MiB/s = $(( i*100/d ))% of direct"
 grep -E 'VmRSS|VmHWM' "/proc/$P/status" | tr -s ' \t' ' '
 kill -TERM $P; wait $P || true
