@@ -41,7 +41,7 @@ export HANDOFF_VERSION=${HANDOFF_VERSION:-$(sed -n 's/^pub const HANDOFF_VERSION
 if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
   [ "$(id -u)" = 0 ] || { echo "run as root (network namespace, taskset)" >&2; exit 1; }
   # Outside the namespace: the registries are reachable here only.
-  skips=$(mktemp)
+  absent=$(mktemp)
   if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release -q -p airlock-proxy -p airlock-bench) >&2
   fi
@@ -59,15 +59,15 @@ if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
     fi
   fi
   for t in squid tinyproxy; do
-    have $t || echo "$t|skip|not installed: $( [ "$INSTALL" = 1 ] && echo "apt-get install $t failed (/tmp/airlock-bench-apt.log)" || echo "--no-install")" >>"$skips"
+    have $t || echo "$t|absent|not installed: $( [ "$INSTALL" = 1 ] && echo "apt-get install $t failed (/tmp/airlock-bench-apt.log)" || echo "--no-install")" >>"$absent"
   done
-  have mitmdump || echo "mitmproxy|skip|not installed: $( [ "$INSTALL" = 1 ] && echo "pip install mitmproxy failed (/tmp/airlock-bench-pip.log)" || echo "--no-install")" >>"$skips"
-  export SKIPS=$skips
+  have mitmdump || echo "mitmproxy|absent|not installed: $( [ "$INSTALL" = 1 ] && echo "pip install mitmproxy failed (/tmp/airlock-bench-pip.log)" || echo "--no-install")" >>"$absent"
+  export ABSENT=$absent
   export MITMDUMP=$(command -v mitmdump || true)
   export AIRLOCK_BENCH_INNER=1
   rc=0
   unshare -n "$0" "$@" || rc=$?
-  rm -f "$skips"
+  rm -f "$absent"
   exit $rc
 fi
 
@@ -128,8 +128,12 @@ proxy_row() { # row via addr [--tls ca] command...
   local out
   if ! out=$(RUST_BACKTRACE=0 "$BENCH_BIN" launch --via $via --proxy "$addr" --target $target "${c[@]}" \
       --log "$work/logs/$row.log" -- taskset -c 1 "$@" 2>&1); then
-    echo "$row|skip|failed to start: $(echo "$out" | head -1 | tr '|' '/'); log: $(tail -n 2 "$work/logs/$row.log" 2>/dev/null | tr '|\n' '/ ' | cut -c1-300)" >>"$results"
-    return 0
+    local why="failed to start: $(echo "$out" | head -1 | tr '|' '/'); log: $(tail -n 2 "$work/logs/$row.log" 2>/dev/null | tr '|\n' '/ ' | cut -c1-300)"
+    case $row in
+      # Our own proxy must start: a benchmark without it is a failure, not a row.
+      airlock*) echo "bench: $row $why" >&2; exit 1 ;;
+      *) echo "$row|absent|$why" >>"$results"; return 0 ;;
+    esac
   fi
   local pid=${out#pid=}; pid=${pid%% *}
   pids+=("$pid")
@@ -141,7 +145,7 @@ proxy_row() { # row via addr [--tls ca] command...
   stop "$pid"
 }
 wants() { [[ " $ONLY " == *" $1 "* ]]; }
-skipped() { grep -q "^$1|" "$SKIPS" && grep "^$1|" "$SKIPS" >>"$results"; }
+absent() { grep -q "^$1|" "$ABSENT" && grep "^$1|" "$ABSENT" >>"$results"; }
 
 echo "benchmark: ${SECS}s per cell, $CONNS concurrent connections, proxy on core 1" >&2
 cells direct direct ""
@@ -163,7 +167,7 @@ if wants airlock; then
   done
 fi
 
-if wants squid && ! skipped squid; then
+if wants squid && ! absent squid; then
   cat >"$work/squid.conf" <<EOF
 http_port 127.0.0.1:3130
 acl bench dst 198.51.100.1
@@ -183,7 +187,7 @@ EOF
   done
 fi
 
-if wants tinyproxy && ! skipped tinyproxy; then
+if wants tinyproxy && ! absent tinyproxy; then
   cat >"$work/tinyproxy.conf" <<EOF
 User nobody
 Group nogroup
@@ -202,7 +206,7 @@ EOF
   done
 fi
 
-if wants mitmproxy && ! skipped mitmproxy; then
+if wants mitmproxy && ! absent mitmproxy; then
   mitm=("$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port 3132 --set confdir="$work/mitm"
     --set flow_detail=0 --set termlog_verbosity=error)
   # CONNECT: passthrough (ignore_hosts: the tunnel is relayed, not intercepted).
@@ -227,7 +231,7 @@ if wants intercept; then
       --resolv-conf "$work/resolv.conf" --state-dir "$work/state-tls" --ca-export "$work/ca-tls.pem" \
       --upstream-ca "$work/tls/ca.pem"
   fi
-  if wants mitmproxy && ! skipped mitmproxy; then
+  if wants mitmproxy && ! absent mitmproxy; then
     printf 'def request(flow):\n    flow.request.headers["authorization"] = "Bearer bench-real-token-0123456789"\n' >"$work/inject.py"
     proxy_row "mitmproxy intercept (credential injected)" intercept 127.0.0.1:3133 --tls "$work/mitm-tls/mitmproxy-ca-cert.pem" \
       "$MITMDUMP" -q --listen-host 127.0.0.1 --listen-port 3133 --set confdir="$work/mitm-tls" \

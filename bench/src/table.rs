@@ -1,8 +1,8 @@
 //! The results file (`row|cell|key=value …` lines, written by run.sh) as one markdown table.
 //!
 //! Cells: `ka`, `new` (concurrent), `lat` (keep-alive, one connection: latency and the
-//! unbatched CPU figure), `bulk` (1 MiB), `startup`, `idle`, `peak` (memory), `skip`
-//! (the rest of the line says why the row has no numbers).
+//! unbatched CPU figure), `bulk` (1 MiB), `startup`, `idle`, `peak` (memory), `absent`
+//! (a competitor that is not installed: the rest of the line says why the row has no numbers).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -26,7 +26,7 @@ fn parse(text: &str) -> (Vec<String>, HashMap<String, Cells>) {
             .or_default()
             .entry(cell.to_owned())
             .or_default();
-        if cell == "skip" {
+        if cell == "absent" {
             kv.insert("why".into(), rest.to_owned());
             continue;
         }
@@ -86,7 +86,7 @@ pub fn render(text: &str) -> String {
         let base_p50 = direct.and_then(|c| num(c, "lat", "p50_us"));
         let base_p99 = direct.and_then(|c| num(c, "lat", "p99_us"));
         let base_bulk = direct.and_then(|c| num(c, "bulk", "mib_s"));
-        if let Some(why) = c.get("skip").and_then(|s| s.get("why")) {
+        if let Some(why) = c.get("absent").and_then(|s| s.get("why")) {
             let _ = writeln!(out, "| {name} | {why} | | | | | | | |");
             continue;
         }
@@ -175,7 +175,7 @@ mod tests {
              p|idle|rss_kib=5120 hwm_kib=5120\n\
              p|peak|rss_kib=6000 hwm_kib=7168\n\
              p|startup|pid=1 startup_ms=12.3\n\
-             q|skip|not installed: no squid\n\
+             q|absent|not installed: no squid\n\
              direct TLS|lat|p50_us=100 p99_us=200\n\
              direct TLS|bulk|mib_s=500\n\
              i intercept|lat|p50_us=150 p99_us=300\n\

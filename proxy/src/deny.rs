@@ -11,6 +11,20 @@ use serde::Serialize;
 /// Body type of every response the explicit proxy returns.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
+/// Writes `rec` as a denial for `reason` and answers with the uniform denial for
+/// `host:port`: every request-level refusal goes through here.
+pub(crate) async fn audited(
+    mut rec: crate::audit::Pending,
+    reason: Reason,
+    host: &str,
+    port: u16,
+) -> Response<ProxyBody> {
+    rec.decision = crate::audit::Verdict::Deny;
+    rec.reason = Some(reason.as_str());
+    rec.emit().await;
+    denial(reason, host, port)
+}
+
 /// A complete in-memory body.
 #[must_use]
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {

@@ -270,7 +270,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
         let mut rec = record(&st, Kind::GitService, &req);
         rec.path = Some(req.uri().path().chars().take(1024).collect());
         rec.rule = Some("git service: CONNECT only".into());
-        return deny_now(rec, Reason::RequestDeniedByRule, "", 0).await;
+        return deny::audited(rec, Reason::RequestDeniedByRule, "", 0).await;
     }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
@@ -284,7 +284,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
         }
         let mut rec = record(&st, Kind::Http, &req);
         rec.path = Some(req.uri().path().chars().take(1024).collect());
-        return deny_now(rec, Reason::MalformedRequest, "", 0).await;
+        return deny::audited(rec, Reason::MalformedRequest, "", 0).await;
     }
     forward(st, req).await
 }
@@ -300,13 +300,6 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     rec.uid = st.uid;
     rec.method = Some(req.method().as_str().chars().take(32).collect());
     st.shared.audit.pending(rec)
-}
-
-async fn deny_now(mut rec: Pending, reason: Reason, host: &str, port: u16) -> Response<ProxyBody> {
-    rec.decision = Verdict::Deny;
-    rec.reason = Some(reason.as_str());
-    rec.emit().await;
-    deny::denial(reason, host, port)
 }
 
 /// Policy, then resolve once and check, shared by CONNECT and plain HTTP. On success the
@@ -346,13 +339,13 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         Ok(t) => t,
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
-            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
+            return deny::audited(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     let host = target.host.as_str().to_owned();
     let addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(rec, reason, &host, target.port).await,
+        Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
     };
     // The service port always intercepts (it exists to inject the git credential).
     let intercept = service || st.shared.policy.intercepts(&target.host);
@@ -375,7 +368,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                 rec.upstream_local_port = c.local_port;
                 Some(c)
             }
-            Err(reason) => return deny_now(rec, reason, &host, target.port).await,
+            Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
         }
     };
     rec.event = Some("close");
@@ -483,29 +476,29 @@ async fn transparent_http(
         } else {
             Reason::UnknownHost
         };
-        return deny_now(rec, reason, "", orig.port()).await;
+        return deny::audited(rec, reason, "", orig.port()).await;
     };
     let raw = String::from_utf8_lossy(value.as_bytes()).into_owned();
     rec.host = Some(raw.chars().filter(|c| !c.is_control()).take(300).collect());
     if req.method() == Method::CONNECT {
-        return deny_now(rec, Reason::MalformedRequest, &raw, orig.port()).await;
+        return deny::audited(rec, Reason::MalformedRequest, &raw, orig.port()).await;
     }
     let target = match airlock_policy::host::split_host_port(&raw, orig.port()) {
         Ok((host, port)) if port == orig.port() => Target { host, port },
-        Ok(_) => return deny_now(rec, Reason::HostMismatch, &raw, orig.port()).await,
-        Err(_) => return deny_now(rec, Reason::InvalidHost, &raw, orig.port()).await,
+        Ok(_) => return deny::audited(rec, Reason::HostMismatch, &raw, orig.port()).await,
+        Err(_) => return deny::audited(rec, Reason::InvalidHost, &raw, orig.port()).await,
     };
     if let Some(a) = req.uri().authority() {
         let same = decide::http_target(req.uri()).is_ok_and(|(t, _)| t == target);
         if !same {
             let host = a.as_str().to_owned();
-            return deny_now(rec, Reason::HostMismatch, &host, orig.port()).await;
+            return deny::audited(rec, Reason::HostMismatch, &host, orig.port()).await;
         }
     }
     let pq = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
     let Ok(uri) = format!("http://{}:{}{pq}", bracketed(&target), target.port).parse::<Uri>()
     else {
-        return deny_now(rec, Reason::MalformedRequest, &raw, orig.port()).await;
+        return deny::audited(rec, Reason::MalformedRequest, &raw, orig.port()).await;
     };
     *req.uri_mut() = uri;
     forward_with(st, req, rec).await
@@ -526,13 +519,13 @@ async fn forward_with(
 ) -> Response<ProxyBody> {
     let uri_len = req.uri().to_string().len();
     if uri_len > st.shared.limits.max_request_line {
-        return deny_now(rec, Reason::RequestTooLarge, "", 0).await;
+        return deny::audited(rec, Reason::RequestTooLarge, "", 0).await;
     }
     let (target, _path) = match decide::http_target(req.uri()) {
         Ok(x) => x,
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
-            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
+            return deny::audited(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     rec.path = Some(req.uri().path().chars().take(1024).collect());
@@ -540,14 +533,14 @@ async fn forward_with(
     let port = target.port;
     let mut addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(rec, reason, &host, port).await,
+        Err(reason) => return deny::audited(rec, reason, &host, port).await,
     };
     if let Some(orig) = st.pin() {
         // No fronting by IP: the original destination must be an address of this host.
         if let Err(reason) =
             decide::check_original_destination(orig.ip(), &addrs, &Sniff::Http(None))
         {
-            return deny_now(rec, reason, &host, port).await;
+            return deny::audited(rec, reason, &host, port).await;
         }
         addrs = vec![orig.ip()];
     }
@@ -565,7 +558,7 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         Err(rej) => {
             rec.host = Some(rej.raw_host.clone());
             rec.path = Some(req.uri().path().chars().take(1024).collect());
-            return deny_now(rec, rej.reason, &rej.raw_host, 0).await;
+            return deny::audited(rec, rej.reason, &rej.raw_host, 0).await;
         }
     };
     let pq = match req.uri().query() {
@@ -573,14 +566,14 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         None => path,
     };
     let Ok(uri) = pq.parse::<Uri>() else {
-        return deny_now(rec, Reason::MalformedRequest, "", 0).await;
+        return deny::audited(rec, Reason::MalformedRequest, "", 0).await;
     };
     *req.uri_mut() = uri;
     let host = target.host.as_str().to_owned();
     let port = target.port;
     let addrs = match admit(&st, &mut rec, &target).await {
         Ok(a) => a,
-        Err(reason) => return deny_now(rec, reason, &host, port).await,
+        Err(reason) => return deny::audited(rec, reason, &host, port).await,
     };
     let route = Route::new(target, addrs, true, false);
     intercept::exchange(&st.ctx, req, &route, rec).await

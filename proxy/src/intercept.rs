@@ -13,7 +13,8 @@
 //!    anything is sent, so a leak in it never crosses the wire; a bigger or chunked body is
 //!    searched as it streams, and at a secret the upstream request is cut before the secret
 //!    is sent, answered `403 credential-leak` when the response has not started yet);
-//! 5. forwarded on this client connection's upstream connection (kept alive and reused),
+//! 5. forwarded on an upstream connection kept alive for this client connection and, once
+//!    it ends, for the next one to the same target (`pool`),
 //!    opened to the already-checked address; for TLS verified against webpki roots plus
 //!    `--upstream-ca` (`upstream-certificate-invalid` → `502`, the request is never sent);
 //! 6. the response streams back as it arrives (SSE, chunked); when a credential was
@@ -298,11 +299,8 @@ impl Ctx {
         self.shared.audit.pending(rec)
     }
 
-    async fn deny(&self, mut rec: Pending, reason: Reason, route: &Route) -> Response<ProxyBody> {
-        rec.decision = Verdict::Deny;
-        rec.reason = Some(reason.as_str());
-        rec.emit().await;
-        deny::denial(reason, route.target.host.as_str(), route.target.port)
+    async fn deny(&self, rec: Pending, reason: Reason, route: &Route) -> Response<ProxyBody> {
+        deny::audited(rec, reason, route.target.host.as_str(), route.target.port).await
     }
 
     fn key_of(&self, target: &Target, tls: bool) -> pool::Key {

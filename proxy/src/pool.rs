@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::decide::Target;
 
 /// How long an idle upstream connection is kept (upstreams commonly close keep-alive
-/// connections after 5–60 s; a connection they closed is noticed and skipped anyway).
+/// connections after 5–60 s; a connection they closed is noticed and dropped anyway).
 pub const IDLE: Duration = Duration::from_secs(30);
 /// Idle connections kept per key.
 pub const PER_KEY: usize = 8;
@@ -154,11 +154,8 @@ impl<C: Pooled> Pool<C> {
             return false;
         };
         map.get(key).is_some_and(|list| {
-            list.iter().any(|i| {
-                now.duration_since(i.since) < self.max_idle
-                    && i.conn.ready()
-                    && addrs.contains(&i.conn.addr().ip())
-            })
+            list.iter()
+                .any(|i| self.fresh(i, now) && addrs.contains(&i.conn.addr().ip()))
         })
     }
 
@@ -172,8 +169,7 @@ impl<C: Pooled> Pool<C> {
         let Ok(mut map) = self.idle.lock() else {
             return;
         };
-        let max_idle = self.max_idle;
-        let fresh = |i: &Idle<C>| now.duration_since(i.since) < max_idle && i.conn.ready();
+        let fresh = |i: &Idle<C>| self.fresh(i, now);
         let held = |m: &HashMap<Key, Vec<Idle<C>>>| m.values().map(Vec::len).sum::<usize>();
         if let Some(list) = map.get_mut(&key) {
             list.retain(fresh);
@@ -196,7 +192,12 @@ impl<C: Pooled> Pool<C> {
     }
 
     fn purge(&self, list: &mut Vec<Idle<C>>, now: Instant) {
-        list.retain(|i| now.duration_since(i.since) < self.max_idle && i.conn.ready());
+        list.retain(|i| self.fresh(i, now));
+    }
+
+    /// Not idle too long, and still ready (the upstream has not closed it).
+    fn fresh(&self, i: &Idle<C>, now: Instant) -> bool {
+        now.duration_since(i.since) < self.max_idle && i.conn.ready()
     }
 }
 
