@@ -13,6 +13,8 @@
 #   --no-install  do not apt-get/pip install missing squid, tinyproxy, mitmproxy
 #   --no-build    use existing release binaries ($CARGO_TARGET_DIR or target/)
 #   env CONNS     concurrent connections of the keep-alive / new-connection cells (default 8)
+#   env PROXY_TUNABLES  GLIBC_TUNABLES for our proxy (default: what the entrypoint gives it,
+#                 bench/proxy-tunables; empty: glibc's defaults)
 #   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy
 #                 intercept); "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
@@ -35,6 +37,9 @@ export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
+# The proxy's glibc tuning, exactly as the entrypoint starts it (unless PROXY_TUNABLES is set).
+if [ -z "${PROXY_TUNABLES+set}" ]; then PROXY_TUNABLES=$("$ROOT/bench/proxy-tunables"); fi
+export PROXY_TUNABLES
 # The credential hand-off format the proxy reads (policy/src/handoff.rs).
 export HANDOFF_VERSION=${HANDOFF_VERSION:-$(sed -n 's/^pub const HANDOFF_VERSION: u32 = \([0-9]*\);/\1/p' "$ROOT/policy/src/handoff.rs")}
 
@@ -162,7 +167,7 @@ if wants airlock; then
   [[ $help == *--ca-export* ]] && extra+=(--ca-export "$work/ca.pem")
   for via in connect plain; do
     rm -f "$work/audit.jsonl"
-    proxy_row "airlock $via" $via 127.0.0.1:3128 "$PROXY_BIN" --policy "$work/policy.toml" \
+    proxy_row "airlock $via" $via 127.0.0.1:3128 env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml" \
       --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
   done
 fi
@@ -227,7 +232,7 @@ if wants intercept; then
       "$HANDOFF_VERSION" >"$work/state-tls/credentials.json"
     chmod 400 "$work/state-tls/credentials.json"
     proxy_row "airlock intercept (credential injected)" intercept 127.0.0.1:3128 --tls "$work/ca-tls.pem" \
-      "$PROXY_BIN" --policy "$work/policy-tls.toml" --audit "$work/audit-tls.jsonl" --session bench \
+      env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy-tls.toml" --audit "$work/audit-tls.jsonl" --session bench \
       --resolv-conf "$work/resolv.conf" --state-dir "$work/state-tls" --ca-export "$work/ca-tls.pem" \
       --upstream-ca "$work/tls/ca.pem"
   fi

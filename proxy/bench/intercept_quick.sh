@@ -19,6 +19,8 @@ fi
 N=${1:-2000}
 BIN=${PROXY_BIN:-target/release/airlock-proxy}
 BIN=$(realpath "$BIN")
+# glibc tuning as the entrypoint gives the proxy (PROXY_TUNABLES= for glibc's defaults).
+if [ -z "${PROXY_TUNABLES+set}" ]; then PROXY_TUNABLES=$("$(dirname "$0")/../../bench/proxy-tunables"); fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_AUDIT:-}" ] && cp "$work/audit.jsonl" "$KEEP_AUDIT"; rm -rf "$work"' EXIT
 cd "$work"
@@ -61,7 +63,7 @@ cat > state/credentials.json <<'EOF'
 {"version":1,"session":"bench","credentials":[{"name":"bench","value":"sk-bench-REAL-0123456789","placeholder":"airlock-placeholder-bench-0123456789"}]}
 EOF
 printf 'nameserver 127.0.0.53\n' > resolv.conf
-"$BIN" --policy policy.toml --audit audit.jsonl --session bench --resolv-conf resolv.conf \
+GLIBC_TUNABLES="$PROXY_TUNABLES" "$BIN" --policy policy.toml --audit audit.jsonl --session bench --resolv-conf resolv.conf \
   --state-dir state --ca-export ca.pem --upstream-ca up-ca.pem 2>proxy.log &
 P=$!
 until curl -s -o /dev/null http://127.0.0.1:3128/__airlock/health; do sleep 0.01; done

@@ -13,6 +13,8 @@ if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
 fi
 BIN=${PROXY_BIN:-target/release/airlock-proxy}
 BIN=$(realpath "$BIN")
+# glibc tuning as the entrypoint gives the proxy (PROXY_TUNABLES= for glibc's defaults).
+if [ -z "${PROXY_TUNABLES+set}" ]; then PROXY_TUNABLES=$("$(dirname "$0")/../../bench/proxy-tunables"); fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 cd "$work"
@@ -27,7 +29,7 @@ h.ThreadingHTTPServer(('198.51.100.1', 8080), H).serve_forever()" &
 printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\n' > policy.toml
 printf 'nameserver 127.0.0.53\n' > resolv.conf
 t0=$(date +%s%N)
-"$BIN" --policy policy.toml --audit audit.jsonl --session bench --resolv-conf resolv.conf 2>proxy.log &
+GLIBC_TUNABLES="$PROXY_TUNABLES" "$BIN" --policy policy.toml --audit audit.jsonl --session bench --resolv-conf resolv.conf 2>proxy.log &
 P=$!
 until curl -s -o /dev/null http://127.0.0.1:3128/__airlock/health; do sleep 0.001; done
 t1=$(date +%s%N)
