@@ -132,6 +132,7 @@ impl Interception {
             .with_root_certificates(roots)
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        client.max_fragment_size = Some(crate::crypto::MAX_FRAGMENT_SIZE);
         Ok(Self {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
