@@ -15,6 +15,10 @@
 #   env CONNS     concurrent connections of the keep-alive / new-connection cells (default 8)
 #   env PROXY_TUNABLES  GLIBC_TUNABLES for our proxy (default: what the entrypoint gives it,
 #                 bench/proxy-tunables; empty: glibc's defaults)
+#   env BENCH_TUNABLES  GLIBC_TUNABLES for every other process of the run: the client, the
+#                 upstream, the other proxies (default: the proxy's value, so that no row
+#                 pays for AMD Zen 3/4's slow rep movsb, see entrypoint/src/proxy_ctl.rs, and
+#                 direct is measured at its fastest; empty: glibc's defaults)
 #   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy
 #                 intercept); "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
@@ -77,6 +81,7 @@ if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
 fi
 
 # ---- inside the private network namespace ----
+export GLIBC_TUNABLES=${BENCH_TUNABLES-$PROXY_TUNABLES}
 work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
 chmod 755 "$work"
 # squid and tinyproxy drop root for their logs.
@@ -246,7 +251,7 @@ if wants intercept; then
 fi
 
 echo
-echo "proxy benchmark, $(nproc) cores, $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1"
+echo "proxy benchmark, $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1; GLIBC_TUNABLES: our proxy ${PROXY_TUNABLES:-none}, everything else ${GLIBC_TUNABLES:-none}"
 echo
 "$BENCH_BIN" table "$results"
 echo
