@@ -20,11 +20,12 @@ use rustls::crypto::CryptoProvider;
 /// record carries 16 362 bytes of data and is exactly 16 384 bytes on the wire (header,
 /// data, content type, 16-byte tag), where the default makes it 16 401.
 ///
-/// Why: every record the proxy sends is copied by the kernel into its page fragments. On
-/// CPUs whose `rep movsb` collapses when the destination sits a few bytes past the source
-/// modulo 4 KiB (AMD Zen 3 and 4, the reason for the entrypoint's `PROXY_GLIBC_TUNABLES`),
-/// 16 401-byte records shift the next copy's destination by 17 bytes each time and keep
-/// finding that window; 16 KiB records keep the destinations page-aligned. A/B on the dev
+/// Why: every record the proxy sends is copied by the kernel into its page fragments, and
+/// on CPUs whose `rep movsb` collapses when the destination sits a few bytes past the source
+/// modulo 4 KiB (AMD Zen 3 and 4, the reason for the entrypoint's `PROXY_GLIBC_TUNABLES`)
+/// that copy's speed depends on where the destination lands. The likely mechanism: each
+/// 16 401-byte record moves the next destination 17 bytes on and keeps finding that window,
+/// 16 KiB records keep the destinations page-aligned. What was measured, A/B on the dev
 /// machine (intercepted 1 MiB downloads, 8 alternating runs each): with 16 401-byte records
 /// half the runs fell into a slow mode (proxy CPU 1.13-1.17 ms per MiB instead of 0.90,
 /// 770-800 MiB/s), with 16 KiB records none did (863-923 MiB/s). The cost is one more
