@@ -42,7 +42,7 @@ export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
 # The proxy's glibc tuning, exactly as the entrypoint starts it (unless PROXY_TUNABLES is set).
-if [ -z "${PROXY_TUNABLES+set}" ]; then PROXY_TUNABLES=$("$ROOT/bench/proxy-tunables"); fi
+PROXY_TUNABLES=$("$ROOT/bench/proxy-tunables")
 export PROXY_TUNABLES
 # The credential hand-off format the proxy reads (policy/src/handoff.rs).
 export HANDOFF_VERSION=${HANDOFF_VERSION:-$(sed -n 's/^pub const HANDOFF_VERSION: u32 = \([0-9]*\);/\1/p' "$ROOT/policy/src/handoff.rs")}

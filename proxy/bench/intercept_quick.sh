@@ -20,7 +20,7 @@ N=${1:-2000}
 BIN=${PROXY_BIN:-target/release/airlock-proxy}
 BIN=$(realpath "$BIN")
 # glibc tuning as the entrypoint gives the proxy (PROXY_TUNABLES= for glibc's defaults).
-if [ -z "${PROXY_TUNABLES+set}" ]; then PROXY_TUNABLES=$("$(dirname "$0")/../../bench/proxy-tunables"); fi
+PROXY_TUNABLES=$("$(dirname "$0")/../../bench/proxy-tunables")
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_AUDIT:-}" ] && cp "$work/audit.jsonl" "$KEEP_AUDIT"; rm -rf "$work"' EXIT
 cd "$work"

@@ -18,18 +18,18 @@ use rustls::crypto::CryptoProvider;
 
 /// `max_fragment_size` for both TLS sides (rustls counts the 5-byte header): a full TLS 1.3
 /// record carries 16 362 bytes of data and is exactly 16 384 bytes on the wire (header,
-/// data, content type, 16-byte tag), where the default makes it 16 401.
+/// data, content type, 16-byte tag), where the default makes it 16 406.
 ///
 /// Why: every record the proxy sends is copied by the kernel into its page fragments, and
 /// on CPUs whose `rep movsb` collapses when the destination sits a few bytes past the source
 /// modulo 4 KiB (AMD Zen 3 and 4, the reason for the entrypoint's `PROXY_GLIBC_TUNABLES`)
 /// that copy's speed depends on where the destination lands. The likely mechanism: each
-/// 16 401-byte record moves the next destination 17 bytes on and keeps finding that window,
+/// 16 406-byte record moves the next destination 22 bytes on and keeps finding that window,
 /// 16 KiB records keep the destinations page-aligned. What was measured, A/B on the dev
-/// machine (intercepted 1 MiB downloads, 8 alternating runs each): with 16 401-byte records
+/// machine (intercepted 1 MiB downloads, 8 alternating runs each): with 16 406-byte records
 /// half the runs fell into a slow mode (proxy CPU 1.13-1.17 ms per MiB instead of 0.90,
 /// 770-800 MiB/s), with 16 KiB records none did (863-923 MiB/s). The cost is one more
-/// record per 700 KiB.
+/// record (22 bytes of overhead) per 11.6 MiB.
 pub const MAX_FRAGMENT_SIZE: usize = 16_367;
 
 /// ring's default provider with the AES-128-GCM suites moved to the front (the rest in

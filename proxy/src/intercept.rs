@@ -1115,3 +1115,71 @@ async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
     rec.event = Some("parse-error");
     rec.emit().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{ClientConnection, Connection, ServerConnection};
+
+    /// Record lengths on the wire after `conn` sends `len` bytes of data.
+    fn record_sizes(conn: &mut Connection, len: usize) -> Vec<usize> {
+        conn.set_buffer_limit(None);
+        std::io::Write::write_all(&mut conn.writer(), &vec![7u8; len]).unwrap();
+        let mut wire = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut wire).unwrap();
+        }
+        let mut sizes = Vec::new();
+        let mut rest = &wire[..];
+        while rest.len() >= 5 {
+            let n = 5 + usize::from(u16::from_be_bytes([rest[3], rest[4]]));
+            sizes.push(n);
+            rest = &rest[n..];
+        }
+        assert!(rest.is_empty(), "a cut record: {rest:?}");
+        sizes
+    }
+
+    /// What `crypto::MAX_FRAGMENT_SIZE` promises, read off the wire of a real handshake
+    /// between the two configurations the proxy uses (the agent-facing leaf, the upstream
+    /// client): each side sends a long body in records of exactly 16 KiB plus one for the
+    /// remainder.
+    #[test]
+    fn both_sides_send_full_records_of_exactly_sixteen_kib() {
+        let ca = Ca::generate().unwrap();
+        let root = ca.cert_der().clone();
+        let interception = Interception::new(ca, vec![root], Credentials::none()).unwrap();
+        let leaf = interception.leaves.server_config("a.example").unwrap();
+        let name = ServerName::try_from("a.example").unwrap();
+        let mut client = Connection::from(
+            ClientConnection::new(Arc::clone(&interception.client), name).unwrap(),
+        );
+        let mut server = Connection::from(ServerConnection::new(leaf).unwrap());
+        // One flight from `from` to `to`.
+        let flight = |from: &mut Connection, to: &mut Connection| {
+            let mut wire = Vec::new();
+            while from.wants_write() {
+                from.write_tls(&mut wire).unwrap();
+            }
+            to.read_tls(&mut &wire[..]).unwrap();
+            to.process_new_packets().unwrap();
+        };
+        while client.is_handshaking() || server.is_handshaking() {
+            flight(&mut client, &mut server);
+            flight(&mut server, &mut client);
+        }
+        assert_eq!(
+            server.negotiated_cipher_suite().map(|s| s.suite()),
+            Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+        );
+        let full = 100_000 / (crate::crypto::MAX_FRAGMENT_SIZE - 5);
+        for (side, conn) in [("leaf", &mut server), ("upstream client", &mut client)] {
+            let sizes = record_sizes(conn, 100_000);
+            assert_eq!(sizes.len(), full + 1, "{side}: {sizes:?}");
+            assert!(
+                sizes[..full].iter().all(|&n| n == 16_384),
+                "{side}: {sizes:?}"
+            );
+        }
+    }
+}

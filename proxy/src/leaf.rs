@@ -329,65 +329,6 @@ mod tests {
         assert_eq!(leaves.len(), 1);
     }
 
-    /// What `crypto::MAX_FRAGMENT_SIZE` promises, read off the wire of a real handshake: a
-    /// long response goes out in records of exactly 16 KiB, the remainder in one more.
-    #[test]
-    fn a_full_record_is_sixteen_kib_on_the_wire() {
-        use rustls::{ClientConnection, Connection, ServerConnection};
-        let leaves = Leaves::new(Arc::new(Ca::generate().unwrap()), 8);
-        let server_cfg = leaves.server_config("a.example").unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(leaves.ca.cert_der().clone()).unwrap();
-        let client_cfg = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut client = Connection::from(
-            ClientConnection::new(
-                Arc::new(client_cfg),
-                ServerName::try_from("a.example").unwrap(),
-            )
-            .unwrap(),
-        );
-        let mut server = Connection::from(ServerConnection::new(server_cfg).unwrap());
-        // One flight from `from` to `to`.
-        let flight = |from: &mut Connection, to: &mut Connection| {
-            let mut wire = Vec::new();
-            while from.wants_write() {
-                from.write_tls(&mut wire).unwrap();
-            }
-            to.read_tls(&mut &wire[..]).unwrap();
-            to.process_new_packets().unwrap();
-        };
-        while client.is_handshaking() || server.is_handshaking() {
-            flight(&mut client, &mut server);
-            flight(&mut server, &mut client);
-        }
-        assert_eq!(
-            server.negotiated_cipher_suite().map(|s| s.suite()),
-            Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
-        );
-        let data = vec![7u8; 100_000];
-        server.set_buffer_limit(None);
-        std::io::Write::write_all(&mut server.writer(), &data).unwrap();
-        let mut wire = Vec::new();
-        while server.wants_write() {
-            server.write_tls(&mut wire).unwrap();
-        }
-        let mut sizes = Vec::new();
-        let mut rest = &wire[..];
-        while rest.len() >= 5 {
-            let len = 5 + usize::from(u16::from_be_bytes([rest[3], rest[4]]));
-            sizes.push(len);
-            rest = &rest[len..];
-        }
-        assert!(rest.is_empty());
-        let full = 100_000 / (crate::crypto::MAX_FRAGMENT_SIZE - 5);
-        assert_eq!(sizes[..full], vec![16_384; full][..], "{sizes:?}");
-        assert_eq!(sizes.len(), full + 1, "{sizes:?}");
-    }
-
     #[test]
     fn only_http11_is_offered() {
         let leaves = Leaves::new(Arc::new(Ca::generate().unwrap()), 8);
