@@ -2,8 +2,14 @@
 //!
 //! Nothing the container was started with reaches the agent unless it is on the allowlist
 //! below or named by the operator in `AIRLOCK_PASS_ENV`; the proxy variables are set by us.
-//! Names bound to credentials are refused even if listed, so a real secret can only ever
-//! reach the proxy. Pure: the caller supplies the inherited variables.
+//! Names in `AIRLOCK_PASS_ENV` are refused (a start-up refusal, one line) when:
+//! - the policy binds them to a credential (only the proxy ever holds those; no way round);
+//! - airlock sets them itself (`AIRLOCK_*`, the proxy and CA variables, `PATH`, `LD_*`);
+//! - they look like a credential ([`secret_shape`]: `GITHUB_TOKEN`, `AWS_ACCESS_KEY_ID`,
+//!   `*_TOKEN`, `*SECRET*`, `*_PASSWORD`, `*_API_KEY`, ...), unless the operator also names
+//!   them in `AIRLOCK_PASS_ENV_FORCE`: then they pass as they are and the caller warns.
+//!
+//! Pure: the caller supplies the inherited variables and prints the warnings.
 
 use crate::identity::Identity;
 use anyhow::{Result, bail};
@@ -24,6 +30,79 @@ const PASS_THROUGH: &[&str] = &[
 /// The operator's extra pass-through list (comma separated names).
 pub const PASS_ENV_VAR: &str = "AIRLOCK_PASS_ENV";
 
+/// Names in [`PASS_ENV_VAR`] that look like secrets and that the operator hands to the
+/// agent as they are anyway (comma separated; each must also be in [`PASS_ENV_VAR`]).
+pub const FORCE_VAR: &str = "AIRLOCK_PASS_ENV_FORCE";
+
+/// Well-known names of variables that hold credentials (compared case-insensitively).
+/// Patterns in [`secret_shape`] catch most of them too; the list also catches the ones no
+/// pattern would (`AWS_ACCESS_KEY_ID`, `GOOGLE_APPLICATION_CREDENTIALS`, ...).
+const SECRET_NAMES: &[&str] = &[
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "GH_ENTERPRISE_TOKEN",
+    "GITLAB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SESSION_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "NPM_TOKEN",
+    "NODE_AUTH_TOKEN",
+    "PYPI_TOKEN",
+    "TWINE_PASSWORD",
+    "CARGO_REGISTRY_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_CLIENT_SECRET",
+    "DOCKER_PASSWORD",
+    "TOKEN",
+    "PASSWORD",
+    "SECRET",
+    "API_KEY",
+    "APIKEY",
+    "PRIVATE_KEY",
+];
+
+/// Name endings that mark a credential (`HF_TOKEN`, `DB_PASSWORD`, `GEMINI_API_KEY`, ...).
+const SECRET_SUFFIXES: &[&str] = &[
+    "_TOKEN",
+    "_PASSWORD",
+    "_PASSWD",
+    "_API_KEY",
+    "_APIKEY",
+    "_PRIVATE_KEY",
+    "_ACCESS_KEY",
+    "_CREDENTIALS",
+];
+
+/// Why a variable name looks like it holds a credential, or `None`. Case-insensitive; errs
+/// on the side of refusing (the operator can force a false positive with [`FORCE_VAR`]).
+pub fn secret_shape(name: &str) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    if SECRET_NAMES.contains(&upper.as_str()) {
+        return Some("a well-known credential name".to_owned());
+    }
+    if let Some(suffix) = SECRET_SUFFIXES.iter().find(|s| upper.ends_with(**s)) {
+        return Some(format!("its name ends in {suffix}"));
+    }
+    if upper.contains("SECRET") {
+        return Some("its name contains SECRET".to_owned());
+    }
+    if upper.starts_with("SLACK_") && upper.contains("TOKEN") {
+        return Some("a Slack token name".to_owned());
+    }
+    None
+}
+
+/// The agent's environment and the secret-looking names the operator forced into it (the
+/// caller warns about each).
+#[derive(Debug)]
+pub struct AgentEnv {
+    pub vars: BTreeMap<String, String>,
+    pub forced: Vec<String>,
+}
+
 /// PATH of the agent: shims first (our `git` lands in /usr/local/lib/airlock/bin).
 pub const AGENT_PATH: &str =
     "/usr/local/lib/airlock/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -42,14 +121,10 @@ pub struct AgentEnvInput<'a> {
     pub trust: &'a [(&'static str, String)],
 }
 
-/// Build the agent's environment. Errors when the operator asks to pass a secret through.
-pub fn build(
-    inherited: impl IntoIterator<Item = (String, String)>,
-    input: &AgentEnvInput<'_>,
-) -> Result<BTreeMap<String, String>> {
-    let inherited: BTreeMap<String, String> = inherited.into_iter().collect();
-    let extra: Vec<String> = inherited
-        .get(PASS_ENV_VAR)
+/// The names of a comma separated list variable (empty when unset).
+fn names(inherited: &BTreeMap<String, String>, var: &str) -> Vec<String> {
+    inherited
+        .get(var)
         .map(|v| {
             v.split(',')
                 .map(str::trim)
@@ -57,7 +132,25 @@ pub fn build(
                 .map(str::to_owned)
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Build the agent's environment. Errors (one line naming the variable and the way out)
+/// when the operator asks to pass through a name the policy binds, a name airlock sets, or a
+/// secret-looking name not also listed in [`FORCE_VAR`].
+pub fn build(
+    inherited: impl IntoIterator<Item = (String, String)>,
+    input: &AgentEnvInput<'_>,
+) -> Result<AgentEnv> {
+    let inherited: BTreeMap<String, String> = inherited.into_iter().collect();
+    let extra = names(&inherited, PASS_ENV_VAR);
+    let force = names(&inherited, FORCE_VAR);
+    if let Some(name) = force.iter().find(|n| !extra.contains(n)) {
+        bail!(
+            "{FORCE_VAR} names {name:?}, which {PASS_ENV_VAR} does not pass; add it to {PASS_ENV_VAR} too or remove it from {FORCE_VAR}"
+        );
+    }
+    let mut forced = Vec::new();
     for name in &extra {
         if input.secret_names.iter().any(|s| s == name) {
             bail!(
@@ -73,6 +166,14 @@ pub fn build(
             bail!(
                 "{PASS_ENV_VAR} names {name:?}, which airlock sets itself; remove it from {PASS_ENV_VAR}"
             );
+        }
+        if let Some(why) = secret_shape(name) {
+            if !force.contains(name) {
+                bail!(
+                    "{PASS_ENV_VAR} names {name:?}, which looks like a credential ({why}): real secrets never reach the agent; bind it in the policy ([[credentials]]) so only the proxy holds it, or hand the agent the real value anyway with {FORCE_VAR}={name}"
+                );
+            }
+            forced.push(name.clone());
         }
     }
     let mut env = BTreeMap::new();
@@ -106,7 +207,7 @@ pub fn build(
     for (name, placeholder) in input.placeholders {
         set(&mut env, name, placeholder);
     }
-    Ok(env)
+    Ok(AgentEnv { vars: env, forced })
 }
 
 fn is_proxy_var(name: &str) -> bool {
@@ -162,7 +263,8 @@ mod tests {
             ]),
             &input(&a, &secrets),
         )
-        .unwrap();
+        .unwrap()
+        .vars;
         assert!(!env.contains_key("ANTHROPIC_API_KEY"));
         assert!(
             !env.contains_key("GITHUB_TOKEN"),
@@ -188,7 +290,9 @@ mod tests {
             placeholders: &placeholders,
             ..input(&a, &secrets)
         };
-        let env = build(vars(&[("ANTHROPIC_API_KEY", "sk-real")]), &input).unwrap();
+        let env = build(vars(&[("ANTHROPIC_API_KEY", "sk-real")]), &input)
+            .unwrap()
+            .vars;
         assert_eq!(env["ANTHROPIC_API_KEY"], "airlock-placeholder-anthropic-00");
     }
 
@@ -202,7 +306,8 @@ mod tests {
             ]),
             &input(&a, &[]),
         )
-        .unwrap();
+        .unwrap()
+        .vars;
         assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:3128");
         assert_eq!(env["http_proxy"], "http://127.0.0.1:3128");
         assert_eq!(env["HOME"], "/home/agent");
@@ -235,10 +340,107 @@ mod tests {
             ]),
             &input(&a, &[]),
         )
-        .unwrap();
+        .unwrap()
+        .vars;
         assert_eq!(env["EDITOR"], "vim");
         assert!(!env.contains_key("VISUAL"));
         assert!(!env.contains_key(PASS_ENV_VAR));
+    }
+
+    #[test]
+    fn passing_a_well_known_secret_name_is_refused_even_if_the_policy_does_not_bind_it() {
+        let a = agent();
+        for name in [
+            "GITHUB_TOKEN",
+            "GH_TOKEN",
+            "GITLAB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SESSION_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "NPM_TOKEN",
+            "PYPI_TOKEN",
+            "TWINE_PASSWORD",
+            "CARGO_REGISTRY_TOKEN",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "SLACK_BOT_TOKEN",
+            "SLACK_TOKEN",
+        ] {
+            let err = build(
+                vars(&[(PASS_ENV_VAR, &format!("EDITOR,{name}")), (name, "x")]),
+                &input(&a, &[]),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(&format!("{name:?}")), "{name}: {err}");
+            assert!(err.contains(FORCE_VAR), "{name}: says how to force: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn secret_looking_patterns_are_refused_in_any_case() {
+        let a = agent();
+        for name in [
+            "HF_TOKEN",
+            "my_service_token",
+            "DJANGO_SECRET_KEY",
+            "AZURE_CLIENT_SECRET",
+            "SECRET",
+            "DB_PASSWORD",
+            "GEMINI_API_KEY",
+            "DEPLOY_PRIVATE_KEY",
+        ] {
+            assert!(
+                build(vars(&[(PASS_ENV_VAR, name)]), &input(&a, &[])).is_err(),
+                "{name} passed"
+            );
+        }
+        for name in [
+            "EDITOR",
+            "PAGER",
+            "TOKENIZERS_PARALLELISM",
+            "GIT_AUTHOR_NAME",
+        ] {
+            assert!(
+                build(vars(&[(PASS_ENV_VAR, name)]), &input(&a, &[])).is_ok(),
+                "{name} refused"
+            );
+        }
+    }
+
+    #[test]
+    fn a_forced_secret_name_passes_and_is_reported() {
+        let a = agent();
+        let built = build(
+            vars(&[
+                (PASS_ENV_VAR, "EDITOR,GITHUB_TOKEN"),
+                (FORCE_VAR, "GITHUB_TOKEN"),
+                ("GITHUB_TOKEN", "ghp_test"),
+                ("EDITOR", "vi"),
+            ]),
+            &input(&a, &[]),
+        )
+        .unwrap();
+        assert_eq!(built.vars["GITHUB_TOKEN"], "ghp_test");
+        assert_eq!(built.forced, vec!["GITHUB_TOKEN".to_owned()]);
+        assert!(!built.vars.contains_key(FORCE_VAR));
+    }
+
+    #[test]
+    fn forcing_does_not_override_a_policy_binding_or_a_typo() {
+        let a = agent();
+        let secrets = vec!["GITHUB_TOKEN".to_owned()];
+        let err = build(
+            vars(&[(PASS_ENV_VAR, "GITHUB_TOKEN"), (FORCE_VAR, "GITHUB_TOKEN")]),
+            &input(&a, &secrets),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("holds a credential"), "{err}");
+        // Forcing a name that is not passed is an operator mistake, not a silent no-op.
+        let err = build(vars(&[(FORCE_VAR, "GITHUB_TOKEN")]), &input(&a, &[])).unwrap_err();
+        assert!(err.to_string().contains(PASS_ENV_VAR), "{err}");
     }
 
     #[test]

@@ -116,7 +116,10 @@ fn start(cli: Cli) -> Result<i32> {
     ));
     let operator_ca = trust::operator_ca(cli.ca_cert.as_deref(), cli.ca_key.as_deref())?;
     let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
-    let mut agent_env = agent_env::build(
+    let agent_env::AgentEnv {
+        vars: mut agent_env,
+        forced,
+    } = agent_env::build(
         std::env::vars(),
         &AgentEnvInput {
             agent: &users.agent,
@@ -127,6 +130,12 @@ fn start(cli: Cli) -> Result<i32> {
             trust: &trust_vars,
         },
     )?;
+    for name in &forced {
+        eprintln!(
+            "airlock: warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",
+            agent_env::FORCE_VAR
+        );
+    }
     let key_file = cli.run_dir.join(git::KEY_FILE);
     let git_socket = cli.run_dir.join(git::SOCKET_SUBDIR).join(git::SOCKET_FILE);
     agent_env.extend(git::agent_vars(
