@@ -56,11 +56,24 @@ pub enum Reason {
     /// A TLS handshake with the agent failed on an intercepted connection (e.g. the agent
     /// does not trust the appliance CA).
     ClientTlsFailed,
+    /// An `Upgrade` other than a `GET` with exactly `Upgrade: websocket` (`h2c`, `TLS/1.x`,
+    /// anything else): the proxy would lose sight of the connection after a `101`.
+    UpgradeNotSupported,
+    /// A WebSocket upgrade on a host where a credential is bound or L7 rules apply: after the
+    /// `101` no rule, leak scan or scrubber would see the frames.
+    UpgradeDenied,
+    /// A method that echoes the request (`TRACE`, `TRACK`) or opens a tunnel (`CONNECT`
+    /// inside an intercepted connection) on a host a credential is bound to: a credential
+    /// is never injected into it.
+    CredentialMethodRefused,
+    /// The audit log cannot be written (full volume, write error): nothing is served
+    /// unaudited, so every request is refused until writing works again.
+    AuditUnavailable,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 25] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -82,6 +95,10 @@ impl Reason {
         Reason::RequestDeniedByRule,
         Reason::UpstreamCertificateInvalid,
         Reason::ClientTlsFailed,
+        Reason::UpgradeNotSupported,
+        Reason::UpgradeDenied,
+        Reason::CredentialMethodRefused,
+        Reason::AuditUnavailable,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -109,6 +126,10 @@ impl Reason {
             Reason::RequestDeniedByRule => "request-denied-by-rule",
             Reason::UpstreamCertificateInvalid => "upstream-certificate-invalid",
             Reason::ClientTlsFailed => "client-tls-failed",
+            Reason::UpgradeNotSupported => "upgrade-not-supported",
+            Reason::UpgradeDenied => "upgrade-denied",
+            Reason::CredentialMethodRefused => "credential-method-refused",
+            Reason::AuditUnavailable => "audit-unavailable",
         }
     }
 
@@ -195,6 +216,23 @@ impl Reason {
                 "Trust the appliance CA (SSL_CERT_FILE and friends point at its bundle) or \
                  use the plain-HTTP base-URL form of the proxy."
             }
+            Reason::UpgradeNotSupported => {
+                "Only WebSocket upgrades (GET with Upgrade: websocket) are relayed; use \
+                 HTTP/1.1 without an upgrade (h2c and TLS upgrades are never relayed)."
+            }
+            Reason::UpgradeDenied => {
+                "WebSockets are refused on hosts where a credential is bound or L7 rules \
+                 apply, because the proxy cannot judge their frames; use plain HTTP requests \
+                 to this host."
+            }
+            Reason::CredentialMethodRefused => {
+                "TRACE, TRACK and CONNECT are never sent to a host a credential is bound to; \
+                 use an ordinary method."
+            }
+            Reason::AuditUnavailable => {
+                "The audit log cannot be written (the audit volume may be full); the operator \
+                 must free space on it, and requests are served again as soon as it works."
+            }
         }
     }
 
@@ -280,6 +318,10 @@ mod tests {
             (Reason::RequestTooLarge, "request-too-large"),
             (Reason::DnsQueryType, "dns-query-type"),
             (Reason::TooManyConnections, "too-many-connections"),
+            (Reason::UpgradeNotSupported, "upgrade-not-supported"),
+            (Reason::UpgradeDenied, "upgrade-denied"),
+            (Reason::CredentialMethodRefused, "credential-method-refused"),
+            (Reason::AuditUnavailable, "audit-unavailable"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

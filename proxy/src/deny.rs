@@ -43,6 +43,7 @@ pub const fn status_for(reason: Reason) -> StatusCode {
         | Reason::UpstreamCertificateInvalid => StatusCode::BAD_GATEWAY,
         Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
+        Reason::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::FORBIDDEN,
     }
 }

@@ -40,6 +40,11 @@ pub fn strip(headers: &mut HeaderMap) {
     if headers.contains_key("keep-alive") {
         headers.remove("keep-alive");
     }
+    // The settings of an `h2c` upgrade (RFC 7540 §3.2.1): meaningless without the upgrade,
+    // which is never relayed.
+    if headers.contains_key("http2-settings") {
+        headers.remove("http2-settings");
+    }
     if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
         let proxy: Vec<HeaderName> = headers
             .keys()

@@ -19,7 +19,8 @@
 //!    `--upstream-ca` (`upstream-certificate-invalid` → `502`, the request is never sent);
 //! 6. the response streams back as it arrives (SSE, chunked); when a credential was
 //!    injected its real value is scrubbed from headers and body; a `101` upgrade relays
-//!    both ways (WebSocket), unread from then on.
+//!    both ways (WebSocket), unread from then on; an upgrade is forwarded only for a `GET`
+//!    with exactly `Upgrade: websocket` to a host with no credential and no L7 rule.
 //!
 //! Every request is one audit line (with `intercepted`, `credential`, `status`), written
 //! when its response is over.
@@ -471,6 +472,38 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
+/// Whether an upgrade request (see [`is_upgrade`]) may be relayed: a `GET` whose one
+/// `Upgrade` header is exactly `websocket`, to a host where nothing would be lost after the
+/// `101` (no credential bound, no L7 rule, not the git service port). Every other upgrade
+/// (`h2c`, `TLS/1.2`, a list of tokens) is refused: a `101` turns the connection into a
+/// relay that no rule, leak scan or scrubber reads.
+fn upgrade_verdict(
+    req: &Request<Incoming>,
+    blind_spot: impl FnOnce() -> bool,
+) -> Result<(), Reason> {
+    let mut values = req.headers().get_all(header::UPGRADE).iter();
+    let websocket = values
+        .next()
+        .is_some_and(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"websocket"))
+        && values.next().is_none();
+    if req.method() != http::Method::GET || !websocket {
+        return Err(Reason::UpgradeNotSupported);
+    }
+    if blind_spot() {
+        return Err(Reason::UpgradeDenied);
+    }
+    Ok(())
+}
+
+/// Methods that never carry a credential: `TRACE` and `TRACK` make the server echo the
+/// request (the injected secret would come back in a body), `CONNECT` inside an
+/// intercepted connection would open a tunnel no rule reads.
+fn never_credentialed(method: &http::Method) -> bool {
+    ["TRACE", "TRACK", "CONNECT"]
+        .iter()
+        .any(|m| method.as_str().eq_ignore_ascii_case(m))
+}
+
 /// One request, end to end (see the module docs). `rec` carries what the caller already
 /// decided (policy verdict and rule of the host).
 pub(crate) async fn exchange(
@@ -561,7 +594,17 @@ pub(crate) async fn exchange(
         rec.credential = Some(leak.credential);
         return ctx.deny(rec, Reason::CredentialLeak, route).await;
     }
+    if never_credentialed(&method) && creds.any_bound_to(host) {
+        return ctx.deny(rec, Reason::CredentialMethodRefused, route).await;
+    }
     let upgrade = is_upgrade(&req);
+    if upgrade
+        && let Err(reason) = upgrade_verdict(&req, || {
+            ctx.service || creds.any_bound_to(host) || shared.policy.l7.has_rules_for(host)
+        })
+    {
+        return ctx.deny(rec, reason, route).await;
+    }
     let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     // From here on the body ends cleanly only where its message really ended (`Framed`).

@@ -145,3 +145,156 @@ async fn a_plain_http_upgrade_relays_both_ways() {
         "{lines:?}"
     );
 }
+
+/// Sends `raw` to the proxy and returns the answer's status and `x-airlock-error`.
+async fn refusal(proxy: std::net::SocketAddr, raw: &str) -> (u16, Option<String>) {
+    let (_s, r) = request(proxy, raw).await;
+    (r.status, r.header("x-airlock-error"))
+}
+
+/// The agent asks for an upgrade that would turn its connection into a relay nobody reads:
+/// `h2c` (with its settings), a TLS upgrade, a list of tokens, or a WebSocket on a method
+/// other than `GET`. Each is refused with `upgrade-not-supported`, audited, and nothing
+/// reaches the upstream.
+#[tokio::test]
+async fn upgrades_other_than_a_websocket_get_never_reach_the_upstream() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let attempts = [
+        "GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nconnection: upgrade, http2-settings\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+        "GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nconnection: upgrade\r\nupgrade: TLS/1.2\r\n\r\n",
+        "GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nconnection: upgrade\r\nupgrade: websocket, h2c\r\n\r\n",
+        "GET http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nconnection: upgrade\r\nupgrade: websocket\r\nupgrade: h2c\r\n\r\n",
+        "POST http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nconnection: upgrade\r\nupgrade: websocket\r\ncontent-length: 0\r\n\r\n",
+    ];
+    for raw in attempts {
+        let (status, reason) = refusal(h.addr, raw).await;
+        assert_eq!(status, 403, "{raw}");
+        assert_eq!(reason.as_deref(), Some("upgrade-not-supported"), "{raw}");
+    }
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
+    let lines = h.finish().await;
+    let refused = lines
+        .iter()
+        .filter(|l| l["reason"] == "upgrade-not-supported" && l["decision"] == "deny")
+        .count();
+    assert_eq!(refused, attempts.len(), "{lines:?}");
+}
+
+/// A credential bound as `authorization: Bearer {}` and an L7 rule denying `/admin/**`:
+/// the agent asks for a WebSocket there, hoping that after the `101` its frames (an
+/// `/admin/delete`, a placeholder) cross unjudged and the upstream's echo of the real
+/// header comes back unscrubbed. The upgrade is refused with `upgrade-denied` before any
+/// byte reaches the upstream, on the credential's host and on a host with rules only.
+#[tokio::test]
+async fn a_websocket_on_a_credential_or_rule_host_is_refused_before_the_upstream() {
+    let (up, mut heads) = http_server().await;
+    let extra = Extra {
+        policy: r#"
+[[credentials]]
+name = "api"
+source = { env = "API_KEY" }
+hosts = ["allowed.test"]
+header = "authorization"
+format = "Bearer {}"
+
+[[rules]]
+host = "ruled.allowed.test"
+path = "/admin/**"
+action = "deny"
+"#
+        .into(),
+        credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("ruled.allowed.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 80, up)],
+        airlock_proxy::limits::Limits::default(),
+        &extra,
+    )
+    .await;
+    for host in ["allowed.test", "ruled.allowed.test"] {
+        let raw = format!(
+            "GET http://{host}/ws HTTP/1.1\r\nhost: {host}\r\nconnection: upgrade\r\nupgrade: websocket\r\nauthorization: Bearer airlock-placeholder-api-01\r\n\r\n"
+        );
+        let (status, reason) = refusal(h.addr, &raw).await;
+        assert_eq!(status, 403, "{host}");
+        assert_eq!(reason.as_deref(), Some("upgrade-denied"), "{host}");
+    }
+    // Without the upgrade the same host still works (the credential host is served).
+    let (status, _) = refusal(
+        h.addr,
+        "GET http://allowed.test/ok HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let served = heads.try_recv().expect("the ordinary request was served");
+    assert!(served.starts_with("GET /ok "), "{served}");
+    assert!(heads.try_recv().is_err(), "no upgrade reached the upstream");
+    let lines = h.finish().await;
+    let denied: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "upgrade-denied")
+        .collect();
+    assert_eq!(denied.len(), 2, "{lines:?}");
+    assert!(denied.iter().all(|l| l["path"] == "/ws"), "{denied:?}");
+}
+
+/// TRACE and TRACK make a server echo the request; on the credential's host the echo would
+/// carry the injected secret back in a body. The proxy never sends them there
+/// (`credential-method-refused`), whatever the case of the method.
+#[tokio::test]
+async fn trace_and_track_never_reach_a_credential_host() {
+    let (up, mut heads) = http_server().await;
+    let extra = Extra {
+        policy: r#"
+[[credentials]]
+name = "api"
+source = { env = "API_KEY" }
+hosts = ["allowed.test"]
+header = "x-api-key"
+format = "{}"
+"#
+        .into(),
+        credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        airlock_proxy::limits::Limits::default(),
+        &extra,
+    )
+    .await;
+    for method in ["TRACE", "TRACK", "trace"] {
+        let raw = format!(
+            "{method} http://allowed.test/ HTTP/1.1\r\nhost: allowed.test\r\nx-api-key: airlock-placeholder-api-01\r\n\r\n"
+        );
+        let (status, reason) = refusal(h.addr, &raw).await;
+        assert_eq!(status, 403, "{method}");
+        assert_eq!(
+            reason.as_deref(),
+            Some("credential-method-refused"),
+            "{method}"
+        );
+    }
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
+    let lines = h.finish().await;
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["reason"] == "credential-method-refused")
+            .count(),
+        3,
+        "{lines:?}"
+    );
+}

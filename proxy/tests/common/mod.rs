@@ -72,6 +72,14 @@ impl OriginalDst for FakeOrigDst {
     }
 }
 
+/// Policy text appended to the harness's own, and the credentials it binds
+/// (`(name, real value, placeholder)`).
+#[derive(Default)]
+pub struct Extra {
+    pub policy: String,
+    pub credentials: Vec<(&'static str, &'static str, &'static str)>,
+}
+
 pub struct Harness {
     pub addr: SocketAddr,
     /// The git service port.
@@ -105,16 +113,50 @@ impl Harness {
         routes: &[(SocketAddr, SocketAddr)],
         limits: Limits,
     ) -> Self {
+        Self::start_extra(mode, names, routes, limits, &Extra::default()).await
+    }
+
+    /// As [`start_with`](Self::start_with), with `extra` appended to the policy and its
+    /// credentials handed to the proxy.
+    pub async fn start_extra(
+        mode: &str,
+        names: &[(&str, &[&str])],
+        routes: &[(SocketAddr, SocketAddr)],
+        limits: Limits,
+        extra: &Extra,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let policy_path = dir.path().join("policy.toml");
         std::fs::write(
             &policy_path,
             format!(
-                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"hang.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n"
+                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"hang.test\", \"203.0.113.10\", \"allowed.test:8080\"]\ndeny = [\"bad.allowed.test\"]\n{}",
+                extra.policy
             ),
         )
         .unwrap();
         let policy = airlock_policy::Policy::load(&policy_path).unwrap();
+        let credentials = if extra.credentials.is_empty() {
+            airlock_proxy::credentials::Credentials::none()
+        } else {
+            let handoff = airlock_policy::handoff::Handoff {
+                version: airlock_policy::handoff::HANDOFF_VERSION,
+                session: "sess-1".into(),
+                credentials: extra
+                    .credentials
+                    .iter()
+                    .map(
+                        |(name, value, placeholder)| airlock_policy::handoff::ResolvedCredential {
+                            name: (*name).to_owned(),
+                            value: airlock_policy::handoff::Secret::new((*value).to_owned()),
+                            placeholder: (*placeholder).to_owned(),
+                        },
+                    )
+                    .collect(),
+                git_placeholder: None,
+            };
+            airlock_proxy::credentials::Credentials::from_handoff(handoff, &policy).unwrap()
+        };
         let names = names
             .iter()
             .map(|(n, ips)| {
@@ -152,12 +194,7 @@ impl Harness {
             identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
             interception: Arc::new(
-                airlock_proxy::intercept::Interception::new(
-                    ca,
-                    Vec::new(),
-                    airlock_proxy::credentials::Credentials::none(),
-                )
-                .unwrap(),
+                airlock_proxy::intercept::Interception::new(ca, Vec::new(), credentials).unwrap(),
             ),
             git_service_addr: Some("127.0.0.1:0".parse().unwrap()),
         };
