@@ -3,6 +3,10 @@
 # Expects: $repo (host path of the repository), $audit_volume (name or host path).
 # When the repository has a .git directory, it is handed to the git service and hidden from
 # the agent (the last two lines); without one there is no git in the workspace.
+# Every writable tmpfs has a size, and the sizes (with Docker's 64m /dev and /dev/shm) plus
+# the 1g the processes need fit --memory: a full tmpfs is ENOSPC, never a wedged container.
+# The entrypoint's preflight refuses anything else; entrypoint/src/preflight.rs tests that
+# this file and compose.yaml agree with it.
 # shellcheck disable=SC2034,SC2154 # the array is used by whoever sources this file
 AIRLOCK_RUN_FLAGS=(
     --cap-drop ALL
@@ -16,9 +20,9 @@ AIRLOCK_RUN_FLAGS=(
     --cap-add DAC_OVERRIDE
     --security-opt no-new-privileges
     --read-only
-    --tmpfs /tmp:rw,nosuid,nodev
-    --tmpfs /run:rw,nosuid,nodev,noexec
-    --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700
+    --tmpfs /tmp:rw,nosuid,nodev,size=512m
+    --tmpfs /run:rw,nosuid,nodev,noexec,size=64m
+    --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g
     --pids-limit 512
     --memory 4g
     --cpus 2

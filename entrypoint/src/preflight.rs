@@ -13,6 +13,14 @@
 //!   e.g. the namespace tests and `scripts/sandbox`, has its own layout);
 //! - `off`: nothing (an operator who knows better; the later steps still fail closed).
 //!
+//! Memory: every writable tmpfs (the agent's `/tmp`, home and `/dev/shm`, and `/run`, `/dev`)
+//! keeps its pages in the container's memory cgroup, and without swap nothing can reclaim
+//! them. A tmpfs without a size (Docker's default: half the host's RAM) lets the agent fill
+//! the cgroup, after which `docker exec` fails and requests hang. So each must have an
+//! explicit size, and their sizes plus [`PROCESS_RESERVE`] must fit the memory limit: filling
+//! them then ends in `ENOSPC` and nothing else. The documented sizes are
+//! [`DOCUMENTED_TMPFS`]; `docker/run-flags.sh` and `compose.yaml` are tested to agree.
+//!
 //! It does not fix anything and does not judge the policy or the users (later steps do).
 
 use crate::config::Cli;
@@ -50,6 +58,17 @@ pub const REQUIRED_CAPS: [(Capability, &str); 8] = [
     ),
 ];
 
+/// The documented size of each tmpfs the run command mounts (`--tmpfs POINT:...,size=`),
+/// the agent's home under `/home/agent` in the image. Docker adds `/dev` and `/dev/shm` at
+/// 64 MiB each (`--shm-size`).
+pub const DOCUMENTED_TMPFS: [(&str, &str); 3] =
+    [("/tmp", "512m"), ("/run", "64m"), ("/home/agent", "1g")];
+
+/// Memory the processes need beside the full tmpfs mounts: PID 1, the proxy, the git API and
+/// the agent's own tools. With the documented sizes (1.69 GiB of tmpfs in all) and
+/// `--memory 4g` 2.3 GiB are left, so this is a floor, not an estimate of an agent's needs.
+pub const PROCESS_RESERVE: u64 = 1 << 30;
+
 /// Which checks run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -79,6 +98,21 @@ pub struct Mount {
     pub point: PathBuf,
     pub fstype: String,
     pub read_only: bool,
+    /// `major:minor` of the filesystem: bind mounts of one tmpfs share it (and its size).
+    pub dev: String,
+    /// A tmpfs's `size=` in bytes; `None` without one or with `size=0` (both unbounded).
+    pub size: Option<u64>,
+}
+
+/// A cgroup limit file's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Limit {
+    /// No limit file could be read.
+    #[default]
+    Unreadable,
+    /// `max` (v2), `-1` or the v1 "unlimited" page-rounded `i64::MAX`.
+    Unlimited,
+    Bytes(u64),
 }
 
 /// What the kernel says about this container.
@@ -91,8 +125,8 @@ pub struct Facts {
     pub mounts: Vec<Mount>,
     /// `Some(false)` when the pids controller says "max"; `None` when it cannot be read.
     pub pids_limited: Option<bool>,
-    /// `Some(false)` when the memory controller has no limit; `None` when it cannot be read.
-    pub memory_limited: Option<bool>,
+    /// The memory cgroup's limit (`memory.max`, or v1's `memory.limit_in_bytes`).
+    pub memory: Limit,
 }
 
 impl Facts {
@@ -124,7 +158,15 @@ pub enum Missing {
     Workspace(PathBuf),
     AuditVolume(PathBuf),
     PidsLimit,
-    MemoryLimit,
+    /// No memory limit (`Limit::Unlimited`) or none readable (`Limit::Unreadable`).
+    MemoryLimit(Limit),
+    /// A writable tmpfs without a size; the flag that mounts it with the documented size.
+    UnsizedTmpfs(PathBuf, String),
+    /// The writable tmpfs sizes plus [`PROCESS_RESERVE`] exceed the memory limit.
+    TmpfsOverMemory {
+        tmpfs: u64,
+        limit: u64,
+    },
 }
 
 impl Missing {
@@ -140,7 +182,9 @@ impl Missing {
             Missing::Workspace(_) => "missing-workspace",
             Missing::AuditVolume(_) => "missing-audit-volume",
             Missing::PidsLimit => "missing-pids-limit",
-            Missing::MemoryLimit => "missing-memory-limit",
+            Missing::MemoryLimit(_) => "missing-memory-limit",
+            Missing::UnsizedTmpfs(..) => "unsized-tmpfs",
+            Missing::TmpfsOverMemory { .. } => "tmpfs-over-memory",
         }
     }
 }
@@ -174,6 +218,19 @@ impl fmt::Display for Missing {
             Missing::NoNewPrivs => write!(f, "--security-opt no-new-privileges"),
             Missing::ReadOnlyRoot => write!(f, "--read-only (the root filesystem is writable)"),
             Missing::WritableTmpfs(p) => write!(f, "--tmpfs {}", p.display()),
+            Missing::UnsizedTmpfs(p, flag) => write!(
+                f,
+                "{flag} ({} is a tmpfs without a size: it could fill the memory limit and wedge the container)",
+                p.display()
+            ),
+            Missing::TmpfsOverMemory { tmpfs, limit } => write!(
+                f,
+                "--memory {} (the writable tmpfs mounts may hold {} and the processes need {} beside them, more than the {} limit; or lower the tmpfs sizes)",
+                gib_flag(tmpfs.saturating_add(PROCESS_RESERVE)),
+                gib(*tmpfs),
+                gib(PROCESS_RESERVE),
+                gib(*limit)
+            ),
             Missing::AgentHome(p, uid) => write!(
                 f,
                 "--tmpfs {}:uid={uid},gid={uid},mode=0700 (the agent's home)",
@@ -188,9 +245,77 @@ impl fmt::Display for Missing {
                 write!(f, "-v airlock-audit:{} (the audit log volume)", p.display())
             }
             Missing::PidsLimit => write!(f, "--pids-limit (no limit on processes)"),
-            Missing::MemoryLimit => write!(f, "--memory (no memory limit)"),
+            Missing::MemoryLimit(Limit::Unreadable) => write!(
+                f,
+                "--memory 4g (no memory limit readable in /sys/fs/cgroup, so the tmpfs sizes cannot be checked against it)"
+            ),
+            Missing::MemoryLimit(_) => write!(f, "--memory 4g (no memory limit)"),
         }
     }
+}
+
+/// `1.7 GiB`.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// The smallest whole `--memory` value in GiB that holds `bytes`: `3g`.
+fn gib_flag(bytes: u64) -> String {
+    format!("{}g", bytes.div_ceil(1 << 30))
+}
+
+/// The documented flag that mounts `point` as a sized tmpfs.
+fn sized_flag(point: &Path, layout: &Layout) -> String {
+    let size = |p: &str| {
+        DOCUMENTED_TMPFS
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map_or("64m", |(_, s)| s)
+    };
+    if point == Path::new("/tmp") {
+        format!("--tmpfs /tmp:rw,nosuid,nodev,size={}", size("/tmp"))
+    } else if point == Path::new("/run") {
+        format!("--tmpfs /run:rw,nosuid,nodev,noexec,size={}", size("/run"))
+    } else if point == layout.agent_home {
+        format!(
+            "--tmpfs {}:rw,nosuid,nodev,uid={uid},gid={uid},mode=0700,size={}",
+            point.display(),
+            size("/home/agent"),
+            uid = layout.agent_uid
+        )
+    } else if point == Path::new("/dev/shm") {
+        "--shm-size 64m".to_owned()
+    } else {
+        format!("--tmpfs {}:size=64m (or remove it)", point.display())
+    }
+}
+
+/// The tmpfs mounts that can be written (the visible mount at each point, one per
+/// filesystem: bind mounts of one tmpfs share its size), outside `/proc` and `/sys` (kernel
+/// interfaces; on cgroup v1 Docker holds the controllers in a root-only tmpfs at
+/// `/sys/fs/cgroup`, and masks `/proc` files with binds of `/dev`'s tmpfs).
+fn writable_tmpfs(facts: &Facts) -> Vec<&Mount> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, m) in facts.mounts.iter().enumerate() {
+        let hidden = facts
+            .mounts
+            .iter()
+            .skip(i + 1)
+            .any(|later| later.point == m.point);
+        if hidden
+            || m.fstype != "tmpfs"
+            || m.read_only
+            || m.point.starts_with("/proc")
+            || m.point.starts_with("/sys")
+        {
+            continue;
+        }
+        if seen.insert(m.dev.as_str()) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// The missing pieces, in the order of the documented command. Empty means "go".
@@ -253,10 +378,53 @@ pub fn missing(mode: Mode, facts: &Facts, layout: &Layout) -> Vec<Missing> {
     if facts.pids_limited == Some(false) {
         out.push(Missing::PidsLimit);
     }
-    if facts.memory_limited == Some(false) {
-        out.push(Missing::MemoryLimit);
+    let tmpfs = writable_tmpfs(facts);
+    for m in &tmpfs {
+        if m.size.is_none() {
+            out.push(Missing::UnsizedTmpfs(
+                m.point.clone(),
+                sized_flag(&m.point, layout),
+            ));
+        }
+    }
+    match facts.memory {
+        Limit::Bytes(limit) => {
+            let total: u64 = tmpfs.iter().filter_map(|m| m.size).sum();
+            // An unsized tmpfs is already named; the sum would understate it.
+            if tmpfs.iter().all(|m| m.size.is_some())
+                && total.saturating_add(PROCESS_RESERVE) > limit
+            {
+                out.push(Missing::TmpfsOverMemory {
+                    tmpfs: total,
+                    limit,
+                });
+            }
+        }
+        other => out.push(Missing::MemoryLimit(other)),
     }
     out
+}
+
+/// A size as tmpfs's `size=` and `docker run --memory` spell it: bytes with an optional
+/// `k`, `m`, `g` or `t` (binary multiples, either case). `None` for anything else
+/// (percentages included: they depend on the host's RAM).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                _ => return None,
+            };
+            (text.get(..i)?, shift)
+        }
+        _ => (text, 0),
+    };
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(1u64 << shift)
 }
 
 /// Undoes the octal escapes of `/proc/self/mountinfo` (`\040` for a space, ...).
@@ -292,12 +460,21 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
             let fields: Vec<&str> = line.split(' ').collect();
             let point = fields.get(4)?;
             let options = fields.get(5)?;
+            let dev = fields.get(2)?;
             let sep = fields.iter().position(|f| *f == "-")?;
             let fstype = fields.get(sep + 1)?;
+            // An unparsable size counts as none (refused: fails closed).
+            let size = fields
+                .get(sep + 3)
+                .and_then(|opts| opts.split(',').find_map(|o| o.strip_prefix("size=")))
+                .and_then(parse_size)
+                .filter(|n| *n > 0);
             Some(Mount {
                 point: PathBuf::from(unescape(point)),
                 fstype: (*fstype).to_owned(),
                 read_only: options.split(',').any(|o| o == "ro"),
+                dev: (*dev).to_owned(),
+                size,
             })
         })
         .collect()
@@ -311,24 +488,20 @@ pub fn parse_no_new_privs(status: &str) -> bool {
         .any(|v| v.trim() == "1")
 }
 
-/// Whether a cgroup limit file's content is a limit: `max` (v2), `-1` or the v1 "unlimited"
-/// page-rounded `i64::MAX` are not.
-pub fn is_limit(content: &str) -> bool {
-    let v = content.trim();
-    if v == "max" || v == "-1" {
-        return false;
-    }
-    match v.parse::<u64>() {
-        Ok(n) => n < (1u64 << 62),
-        Err(_) => false,
+/// A cgroup limit file's content: `max` (v2), `-1`, the v1 "unlimited" page-rounded
+/// `i64::MAX` and anything unparsable are no limit.
+pub fn parse_limit(content: &str) -> Limit {
+    match content.trim().parse::<u64>() {
+        Ok(n) if n < (1u64 << 62) => Limit::Bytes(n),
+        _ => Limit::Unlimited,
     }
 }
 
-fn limit_from(paths: &[&str]) -> Option<bool> {
+fn limit_from(paths: &[&str]) -> Limit {
     paths
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
-        .map(|c| is_limit(&c))
+        .map_or(Limit::Unreadable, |c| parse_limit(&c))
 }
 
 fn gather() -> Facts {
@@ -344,8 +517,12 @@ fn gather() -> Facts {
             .collect(),
         no_new_privs: parse_no_new_privs(&read("/proc/self/status")),
         mounts: parse_mountinfo(&read("/proc/self/mountinfo")),
-        pids_limited: limit_from(&["/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"]),
-        memory_limited: limit_from(&[
+        pids_limited: match limit_from(&["/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"])
+        {
+            Limit::Unreadable => None,
+            l => Some(matches!(l, Limit::Bytes(_))),
+        },
+        memory: limit_from(&[
             "/sys/fs/cgroup/memory.max",
             "/sys/fs/cgroup/memory/memory.limit_in_bytes",
         ]),
@@ -392,17 +569,29 @@ pub fn check(cli: &Cli) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// `/proc/self/mountinfo` of the documented command on Docker 28, cgroup v1 (the smoke
+    /// tests' host), trimmed of the per-controller cgroup mounts: note the root-only tmpfs at
+    /// `/sys/fs/cgroup` and the binds of `/dev`'s tmpfs that mask `/proc` files.
     const DOCKER_MOUNTINFO: &str = "\
-1100 1000 0:90 / / ro,relatime master:1 - fuse.fuse-overlayfs fuse-overlayfs rw,user_id=0
-1101 1100 0:93 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
-1102 1100 0:94 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
-1110 1100 0:95 / /run rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
-1111 1100 0:96 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw
-1112 1100 0:97 / /home/agent rw,nosuid,nodev,relatime - tmpfs tmpfs rw,uid=1000,gid=1000,mode=700
-1113 1100 8:1 /src/my\\040repo /workspace rw,relatime - ext4 /dev/sda1 rw
-1114 1100 8:1 /var/lib/docker/volumes/airlock-audit/_data /var/log/airlock rw,relatime - ext4 /dev/sda1 rw
-1115 1100 8:1 /src/policy.toml /etc/airlock/policy.toml ro,relatime - ext4 /dev/sda1 rw
+69 45 0:39 / / ro,noatime master:2 - fuse.fuse-overlayfs fuse-overlayfs rw,user_id=0,group_id=0
+70 69 0:41 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+71 69 0:42 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
+73 69 0:44 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+74 73 0:45 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+78 74 0:32 /docker/81c1 /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory
+85 71 0:46 / /dev/shm rw,nosuid,nodev,noexec,relatime - tmpfs shm rw,size=65536k
+86 69 0:47 / /run rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=65536k
+87 69 0:48 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=524288k
+91 69 0:49 / /home/agent rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=1048576k,mode=700,uid=1000,gid=1000
+92 69 8:1 /src/my\\040repo /workspace rw,relatime - ext4 /dev/sda1 rw
+93 69 8:1 /var/lib/docker/volumes/airlock-audit/_data /var/log/airlock rw,relatime - ext4 /dev/sda1 rw
+94 69 8:1 /src/policy.toml /etc/airlock/policy.toml ro,relatime - ext4 /dev/sda1 rw
+95 92 0:52 / /workspace/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs ro,mode=555
+50 70 0:50 / /proc/acpi ro,relatime - tmpfs tmpfs ro
+51 70 0:42 /null /proc/keys rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
 ";
+
+    const GIB: u64 = 1 << 30;
 
     fn layout() -> Layout {
         Layout {
@@ -422,7 +611,7 @@ mod tests {
             no_new_privs: true,
             mounts: parse_mountinfo(DOCKER_MOUNTINFO),
             pids_limited: Some(true),
-            memory_limited: Some(true),
+            memory: Limit::Bytes(4 * GIB),
         }
     }
 
@@ -443,12 +632,17 @@ mod tests {
     #[test]
     fn mountinfo_is_parsed_with_escapes_and_options() {
         let mounts = parse_mountinfo(DOCKER_MOUNTINFO);
-        assert_eq!(mounts.len(), 9);
+        assert_eq!(mounts.len(), 16);
         assert_eq!(mounts[0].point, Path::new("/"));
         assert!(mounts[0].read_only);
-        assert_eq!(mounts[6].point, Path::new("/workspace"));
-        assert_eq!(mounts[4].fstype, "tmpfs");
-        assert!(!mounts[4].read_only);
+        assert_eq!(mounts[10].point, Path::new("/workspace"));
+        assert_eq!(mounts[8].point, Path::new("/tmp"));
+        assert_eq!(mounts[8].fstype, "tmpfs");
+        assert_eq!(mounts[8].dev, "0:48");
+        assert_eq!(mounts[8].size, Some(512 << 20));
+        assert!(!mounts[8].read_only);
+        assert_eq!(mounts[4].size, None, "/sys/fs/cgroup has no size");
+        assert_eq!(mounts[10].size, None);
         assert_eq!(unescape("/a\\040b\\011c"), "/a b\tc");
         assert_eq!(unescape("/trailing\\04"), "/trailing\\04");
         assert!(parse_mountinfo("garbage\n\n1 2 3").is_empty());
@@ -502,8 +696,258 @@ mod tests {
         assert_eq!(only(&f).code(), "missing-pids-limit");
 
         let mut f = documented();
-        f.memory_limited = Some(false);
+        f.memory = Limit::Unlimited;
         assert_eq!(only(&f).code(), "missing-memory-limit");
+        assert!(only(&f).to_string().starts_with("--memory 4g"));
+    }
+
+    fn set_tmpfs(f: &mut Facts, point: &str, size: Option<u64>) {
+        let m = f
+            .mounts
+            .iter_mut()
+            .rfind(|m| m.point == Path::new(point))
+            .unwrap();
+        m.size = size;
+    }
+
+    #[test]
+    fn a_tmpfs_without_a_size_is_refused_naming_the_sized_flag() {
+        let mut f = documented();
+        set_tmpfs(&mut f, "/tmp", None);
+        let m = only(&f);
+        assert_eq!(m.code(), "unsized-tmpfs");
+        assert!(
+            m.to_string().starts_with(
+                "--tmpfs /tmp:rw,nosuid,nodev,size=512m (/tmp is a tmpfs without a size"
+            ),
+            "{m}"
+        );
+
+        let mut f = documented();
+        set_tmpfs(&mut f, "/home/agent", None);
+        assert!(
+            only(&f).to_string().starts_with(
+                "--tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g "
+            ),
+            "{}",
+            only(&f)
+        );
+
+        let mut f = documented();
+        set_tmpfs(&mut f, "/run", None);
+        assert!(
+            only(&f)
+                .to_string()
+                .starts_with("--tmpfs /run:rw,nosuid,nodev,noexec,size=64m "),
+            "{}",
+            only(&f)
+        );
+
+        // --ipc host: the host's /dev/shm, unsized.
+        let mut f = documented();
+        set_tmpfs(&mut f, "/dev/shm", None);
+        assert!(only(&f).to_string().starts_with("--shm-size 64m "));
+
+        // An operator's extra tmpfs counts like the documented ones.
+        let mut f = documented();
+        f.mounts.extend(parse_mountinfo(
+            "99 69 0:60 / /var/cache rw,relatime - tmpfs tmpfs rw,size=0k\n",
+        ));
+        assert!(
+            only(&f)
+                .to_string()
+                .starts_with("--tmpfs /var/cache:size=64m")
+        );
+    }
+
+    #[test]
+    fn kernel_interfaces_read_only_covers_and_binds_are_not_counted_twice() {
+        let tmpfs: Vec<PathBuf> = writable_tmpfs(&documented())
+            .iter()
+            .map(|m| m.point.clone())
+            .collect();
+        // Not /sys/fs/cgroup (root-only, unsized), not /proc/keys (a bind of /dev's tmpfs),
+        // not the read-only .git cover or /proc/acpi.
+        let want: Vec<PathBuf> = ["/dev", "/dev/shm", "/run", "/tmp", "/home/agent"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(tmpfs, want);
+
+        // A bind of /tmp elsewhere shares /tmp's size: counted once.
+        let mut f = documented();
+        f.mounts.extend(parse_mountinfo(
+            "99 69 0:48 /sub /var/tmp rw,relatime - tmpfs tmpfs rw,size=524288k\n",
+        ));
+        f.memory = Limit::Bytes(1728 * (1 << 20) + PROCESS_RESERVE);
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+
+        // A tmpfs hidden under a later mount is not reachable.
+        let mut f = documented();
+        f.mounts.insert(
+            1,
+            parse_mountinfo("98 69 0:70 / /tmp rw - tmpfs tmpfs rw\n").remove(0),
+        );
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+    }
+
+    #[test]
+    fn the_tmpfs_sizes_and_a_reserve_must_fit_the_memory_limit() {
+        // The documented sizes: 64m /dev + 64m /dev/shm + 64m /run + 512m /tmp + 1g home.
+        let total = 1728u64 << 20;
+        let mut f = documented();
+        f.memory = Limit::Bytes(total + PROCESS_RESERVE);
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+
+        f.memory = Limit::Bytes(total + PROCESS_RESERVE - 1);
+        let m = only(&f);
+        assert_eq!(
+            m,
+            Missing::TmpfsOverMemory {
+                tmpfs: total,
+                limit: total + PROCESS_RESERVE - 1
+            }
+        );
+        assert_eq!(m.code(), "tmpfs-over-memory");
+        assert!(m.to_string().starts_with("--memory 3g (the writable tmpfs mounts may hold 1.7 GiB and the processes need 1.0 GiB beside them, more than the 2.7 GiB limit"), "{m}");
+
+        let mut f = documented();
+        set_tmpfs(&mut f, "/tmp", Some(8 * GIB));
+        assert!(
+            only(&f).to_string().starts_with("--memory 11g "),
+            "{}",
+            only(&f)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_memory_limit_is_refused() {
+        let mut f = documented();
+        f.memory = Limit::Unreadable;
+        let m = only(&f);
+        assert_eq!(m.code(), "missing-memory-limit");
+        assert!(m.to_string().contains("no memory limit readable"), "{m}");
+    }
+
+    #[test]
+    fn sizes_parse_as_tmpfs_and_docker_spell_them() {
+        assert_eq!(parse_size("524288k"), Some(512 << 20));
+        assert_eq!(parse_size("512m"), Some(512 << 20));
+        assert_eq!(parse_size("1g"), Some(GIB));
+        assert_eq!(parse_size("4G"), Some(4 * GIB));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("50%"), None);
+        assert_eq!(parse_size("m"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999t"), None);
+        assert_eq!(parse_limit("4294967296\n"), Limit::Bytes(4 * GIB));
+        assert_eq!(parse_limit("max\n"), Limit::Unlimited);
+        assert_eq!(parse_limit("9223372036854771712"), Limit::Unlimited);
+        let zero = parse_mountinfo("1 2 0:1 / /tmp rw - tmpfs tmpfs rw,size=0k\n");
+        assert_eq!(zero[0].size, None, "size=0 is an unbounded tmpfs");
+    }
+
+    /// The mountinfo lines Docker makes of `--tmpfs POINT:OPTIONS` specs (sizes in KiB, as
+    /// the kernel shows them), on top of its own `/dev` and `/dev/shm` (64 MiB each).
+    fn docker_tmpfs(specs: &[String]) -> Vec<Mount> {
+        let mut text = String::from(
+            "71 69 0:42 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755\n\
+             85 71 0:46 / /dev/shm rw,nosuid - tmpfs shm rw,size=65536k\n",
+        );
+        for (i, spec) in specs.iter().enumerate() {
+            let (point, opts) = spec.split_once(':').unwrap_or((spec, ""));
+            let ro = if opts.split(',').any(|o| o == "ro") {
+                "ro"
+            } else {
+                "rw"
+            };
+            let size = opts
+                .split(',')
+                .find_map(|o| o.strip_prefix("size="))
+                .map(|s| format!(",size={}k", parse_size(s).unwrap() >> 10))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "{n} 69 0:{n} / {point} {ro} - tmpfs tmpfs {ro}{size}\n",
+                n = 200 + i
+            ));
+        }
+        parse_mountinfo(&text)
+    }
+
+    /// The documented facts with the tmpfs mounts and memory limit of a run definition.
+    fn facts_of(specs: &[String], memory: &str) -> Facts {
+        let mut f = documented();
+        f.mounts.retain(|m| {
+            m.fstype != "tmpfs" || m.point.starts_with("/proc") || m.point.starts_with("/sys")
+        });
+        f.mounts.extend(docker_tmpfs(specs));
+        f.memory = Limit::Bytes(parse_size(memory).unwrap());
+        f
+    }
+
+    fn repo_file(path: &str) -> String {
+        let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+        std::fs::read_to_string(&full)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", full.display()))
+    }
+
+    #[test]
+    fn docker_run_flags_agree_with_the_preflight() {
+        let text = repo_file("docker/run-flags.sh");
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let after = |flag: &str| -> Vec<String> {
+            words
+                .windows(2)
+                .filter(|w| w[0] == flag)
+                .map(|w| w[1].to_owned())
+                .collect()
+        };
+        let specs = after("--tmpfs");
+        let memory = after("--memory");
+        assert_eq!(memory.len(), 1, "one --memory in run-flags.sh");
+        assert!(specs.len() >= 3, "{specs:?}");
+        let f = facts_of(&specs, &memory[0]);
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+        // What the preflight tells an operator to add is what run-flags.sh says, verbatim.
+        for point in ["/tmp", "/run", "/home/agent"] {
+            let flag = sized_flag(Path::new(point), &layout());
+            let spec = flag.trim_start_matches("--tmpfs ");
+            assert!(specs.iter().any(|s| s == spec), "{spec} not in {specs:?}");
+        }
+    }
+
+    #[test]
+    fn compose_yaml_agrees_with_the_preflight() {
+        let text = repo_file("compose.yaml");
+        let mut specs = Vec::new();
+        let mut memory = None;
+        let mut in_tmpfs = false;
+        for line in text.lines() {
+            let t = line.trim();
+            if t.starts_with('#') {
+                continue;
+            }
+            if let Some(m) = t.strip_prefix("mem_limit:") {
+                memory = Some(m.trim().to_owned());
+            }
+            if t == "tmpfs:" {
+                in_tmpfs = true;
+                continue;
+            }
+            match t.strip_prefix("- ") {
+                Some(item) if in_tmpfs => specs.push(item.to_owned()),
+                _ => in_tmpfs = false,
+            }
+        }
+        assert!(specs.len() >= 3, "{specs:?}");
+        let memory = memory.expect("mem_limit in compose.yaml");
+        let f = facts_of(&specs, &memory);
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+        for point in ["/tmp", "/run", "/home/agent"] {
+            let flag = sized_flag(Path::new(point), &layout());
+            let spec = flag.trim_start_matches("--tmpfs ");
+            assert!(specs.iter().any(|s| s == spec), "{spec} not in {specs:?}");
+        }
     }
 
     #[test]
@@ -513,6 +957,8 @@ mod tests {
             point: "/".into(),
             fstype: "overlay".into(),
             read_only: false,
+            dev: "0:99".into(),
+            size: None,
         });
         assert_eq!(only(&f), Missing::ReadOnlyRoot);
         f.mounts.retain(|m| m.point != Path::new("/"));
@@ -556,12 +1002,12 @@ mod tests {
         assert_eq!(Mode::parse(Some("container")), Some(Mode::Container));
         assert_eq!(Mode::parse(Some("off")), Some(Mode::Off));
         assert_eq!(Mode::parse(Some("Container")), None);
-        assert!(!is_limit("max\n"));
-        assert!(!is_limit("-1"));
-        assert!(!is_limit("9223372036854771712\n"));
-        assert!(!is_limit("garbage"));
-        assert!(is_limit("512\n"));
-        assert!(is_limit("2147483648"));
+        assert_eq!(parse_limit("max\n"), Limit::Unlimited);
+        assert_eq!(parse_limit("-1"), Limit::Unlimited);
+        assert_eq!(parse_limit("9223372036854771712\n"), Limit::Unlimited);
+        assert_eq!(parse_limit("garbage"), Limit::Unlimited);
+        assert!(matches!(parse_limit("512\n"), Limit::Bytes(_)));
+        assert!(matches!(parse_limit("2147483648"), Limit::Bytes(_)));
         assert!(parse_no_new_privs(
             "Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t2\n"
         ));
