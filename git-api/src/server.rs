@@ -4,6 +4,7 @@ use crate::argv::{self, Checked, Class, Refusal};
 use crate::push::{self, Facts, PushRules, Update};
 use crate::run::GitEnv;
 use crate::visible::{self, FetchSpec, Visibility};
+use airlock_wire::auth::DEFAULT_RATE;
 use airlock_wire::frame::{self, CHUNK, MAX_FRAME, write_frame, write_json};
 use airlock_wire::invocation::PASSED_ENV;
 use airlock_wire::{Auth, Denied, Exit, FrameKind, Invocation, PROTOCOL_VERSION, Reason, Verifier};
@@ -150,15 +151,17 @@ impl Server {
         let auth: Auth =
             frame::decode(&auth_bytes, "auth").map_err(|e| malformed(&e.to_string()))?;
         let body = read(stream, MAX_FRAME, FrameKind::Body)?;
-        {
-            let mut v = self
-                .verifier
+        let verifier = || {
+            self.verifier
                 .lock()
-                .map_err(|_| Refusal::new(Reason::Internal, "verifier poisoned"))?;
-            v.verify(&auth, &body, SystemTime::now()).map_err(|reason| {
-                Refusal::new(reason, format!("request refused: {reason} (sign with the current session key, once, within 30 s)"))
-            })?;
-        }
+                .map_err(|_| Refusal::new(Reason::Internal, "verifier poisoned"))
+        };
+        // Signature first (consumes nothing), then the body must parse, and only then does
+        // the request take a rate token and its nonce: a malformed body costs neither.
+        // (Each verdict is taken into a variable first: the guard must be gone before
+        // `auth_refusal` locks again.)
+        let checked = verifier()?.check(&auth, &body, SystemTime::now());
+        let authentic = checked.map_err(|reason| self.auth_refusal(reason))?;
         let inv = Invocation::from_body(&body).map_err(|e| malformed(&e.to_string()))?;
         if inv.version != PROTOCOL_VERSION {
             return Err(Refusal::new(
@@ -166,8 +169,32 @@ impl Server {
                 "the shim and the git API versions differ",
             ));
         }
+        let admitted = verifier()?.admit(authentic, SystemTime::now());
+        admitted.map_err(|reason| self.auth_refusal(reason))?;
         let _ = stream.set_read_timeout(None);
         Ok(inv)
+    }
+
+    /// The refusal of a request the verifier turned down, with what to do about it.
+    fn auth_refusal(&self, reason: Reason) -> Refusal {
+        if reason == Reason::RateLimited {
+            let rate = self.verifier.lock().map_or(DEFAULT_RATE, |v| v.rate());
+            return Refusal::new(
+                reason,
+                format!(
+                    "too many git requests: the git API runs at most {} a second ({} at once); \
+                     wait a moment and run the command again (a script that runs git in a \
+                     tight loop should pause between runs)",
+                    rate.per_second, rate.burst
+                ),
+            );
+        }
+        Refusal::new(
+            reason,
+            format!(
+                "request refused: {reason} (sign with the current session key, once, within 30 s)"
+            ),
+        )
     }
 
     fn execute(&self, stream: &mut UnixStream, inv: &Invocation) -> Result<i32, Refusal> {

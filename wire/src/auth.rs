@@ -21,6 +21,18 @@ pub const DEFAULT_NONCE_CAPACITY: usize = 65_536;
 pub const NONCE_LEN: usize = 16;
 /// First line of every canonical string: names the scheme and its version.
 pub const SCHEME: &str = "AIRLOCK-HMAC-SHA256-V1";
+/// How many signed requests the server admits: sustained per second, and in one burst.
+/// An agent runs at most tens of git commands a second; a flood beyond this is refused with
+/// [`Reason::RateLimited`] before it reaches the nonce cache.
+pub const DEFAULT_RATE: RateLimit = RateLimit {
+    per_second: 256,
+    burst: 512,
+};
+
+// The rate limit is what keeps the nonce cache from filling: at the default rate the cache
+// holds at most half its capacity, however the agent times and dates its requests.
+const _: () =
+    assert!(DEFAULT_RATE.max_live_nonces(DEFAULT_WINDOW) * 2 <= DEFAULT_NONCE_CAPACITY as u64);
 
 /// The per-start session key (32 bytes). Its `Debug` prints `REDACTED`.
 #[derive(Clone)]
@@ -186,9 +198,15 @@ impl NonceCache {
         self.seen.is_empty()
     }
 
+    /// Whether `nonce` was recorded and is still live at `now` (unix seconds).
+    #[must_use]
+    pub fn is_live(&self, nonce: &[u8; NONCE_LEN], now: i64) -> bool {
+        self.seen.get(nonce).is_some_and(|until| *until >= now)
+    }
+
     /// Record `nonce`, live until `expires` (unix seconds); `now` prunes dead entries.
     pub fn insert(&mut self, nonce: [u8; NONCE_LEN], expires: i64, now: i64) -> Result<(), Reason> {
-        if self.seen.get(&nonce).is_some_and(|until| *until >= now) {
+        if self.is_live(&nonce, now) {
             return Err(Reason::ReplayedNonce);
         }
         if self.seen.len() >= self.capacity {
@@ -202,34 +220,151 @@ impl NonceCache {
     }
 }
 
-/// Server side: verifies requests against one key, one window and one nonce cache.
+/// A bound on admitted requests: `per_second` sustained, `burst` at once (a token bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Requests per second, sustained (at least 1 is assumed).
+    pub per_second: u32,
+    /// Requests admitted back to back after a quiet spell (at least 1 is assumed).
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// The most nonces this rate can leave live at once under `window`. A nonce lives until
+    /// its timestamp plus the window, and a timestamp may be up to a window ahead, so a nonce
+    /// stays in the cache up to `2 * window + 1` seconds after it was admitted; at most
+    /// `burst + per_second * (2 * window + 1)` are admitted in that time.
+    #[must_use]
+    pub const fn max_live_nonces(self, window: Duration) -> u64 {
+        let per_second = if self.per_second == 0 {
+            1
+        } else {
+            self.per_second as u64
+        };
+        let burst = if self.burst == 0 {
+            1
+        } else {
+            self.burst as u64
+        };
+        burst + per_second * (2 * window.as_secs() + 1)
+    }
+}
+
+/// A token bucket in its GCRA form: one timestamp (the theoretical arrival time of the next
+/// request) instead of a token count. Driven by the caller's clock, so tests control time.
+#[derive(Debug)]
+pub struct RateLimiter {
+    limit: RateLimit,
+    /// Nanoseconds between two requests at the sustained rate.
+    interval: u128,
+    /// How far ahead of now `tat` may be and still admit (the burst).
+    tolerance: u128,
+    /// Theoretical arrival time, nanoseconds since the epoch; `None` before the first.
+    tat: Option<u128>,
+}
+
+impl RateLimiter {
+    /// A full bucket.
+    #[must_use]
+    pub fn new(limit: RateLimit) -> RateLimiter {
+        let interval = 1_000_000_000 / u128::from(limit.per_second.max(1));
+        RateLimiter {
+            limit,
+            interval,
+            tolerance: interval * u128::from(limit.burst.max(1) - 1),
+            tat: None,
+        }
+    }
+
+    /// The limit enforced.
+    #[must_use]
+    pub fn limit(&self) -> RateLimit {
+        self.limit
+    }
+
+    /// Take one request's token at `now`, or refuse with [`Reason::RateLimited`].
+    pub fn admit(&mut self, now: SystemTime) -> Result<(), Reason> {
+        let t = now
+            .duration_since(UNIX_EPOCH)
+            .map_err(|_| Reason::Internal)?
+            .as_nanos();
+        let mut tat = self.tat.unwrap_or(t);
+        // While the clock only moves forward, tat never runs further ahead of it than the
+        // burst and one interval; if it does, the wall clock was set back. Start afresh
+        // rather than refuse everything until the clock catches up.
+        if tat > t + self.tolerance + self.interval {
+            tat = t;
+        }
+        let start = tat.max(t);
+        if start - t > self.tolerance {
+            return Err(Reason::RateLimited);
+        }
+        self.tat = Some(start + self.interval);
+        Ok(())
+    }
+}
+
+/// A request whose version, shape, timestamp and MAC are good; its nonce is not consumed
+/// yet ([`Verifier::admit`]).
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an authentic request is admitted only by Verifier::admit"]
+pub struct Authentic {
+    nonce: [u8; NONCE_LEN],
+    expires: i64,
+}
+
+/// Server side: verifies requests against one key, one window, one rate limit and one nonce
+/// cache.
 #[derive(Debug)]
 pub struct Verifier {
     key: SessionKey,
     window: Duration,
     nonces: NonceCache,
+    rate: RateLimiter,
 }
 
 impl Verifier {
-    /// A verifier with the default window and cache size.
+    /// A verifier with the default window, rate limit and cache size.
     #[must_use]
     pub fn new(key: SessionKey) -> Verifier {
         Verifier::with_limits(key, DEFAULT_WINDOW, DEFAULT_NONCE_CAPACITY)
     }
 
-    /// A verifier with an explicit window and nonce capacity.
+    /// A verifier with an explicit window and nonce capacity, and the default rate limit.
     #[must_use]
     pub fn with_limits(key: SessionKey, window: Duration, capacity: usize) -> Verifier {
         Verifier {
             key,
             window,
             nonces: NonceCache::new(capacity),
+            rate: RateLimiter::new(DEFAULT_RATE),
         }
     }
 
-    /// Check version, shape, time window and MAC (constant time), then consume the nonce.
-    /// A nonce is only recorded once the MAC verifies, so forgeries cannot fill the cache.
+    /// The same verifier with another rate limit. Keep
+    /// [`RateLimit::max_live_nonces`] of the window below the nonce capacity, or a flood can
+    /// fill the cache and lock honest requests out until it drains.
+    #[must_use]
+    pub fn with_rate(mut self, limit: RateLimit) -> Verifier {
+        self.rate = RateLimiter::new(limit);
+        self
+    }
+
+    /// The rate limit enforced.
+    #[must_use]
+    pub fn rate(&self) -> RateLimit {
+        self.rate.limit()
+    }
+
+    /// [`Verifier::check`], then [`Verifier::admit`].
     pub fn verify(&mut self, auth: &Auth, body: &[u8], now: SystemTime) -> Result<(), Reason> {
+        let authentic = self.check(auth, body, now)?;
+        self.admit(authentic, now)
+    }
+
+    /// Check version, shape, time window and MAC (constant time). Changes nothing: a
+    /// request refused here, forged or not, costs no nonce and no rate.
+    pub fn check(&self, auth: &Auth, body: &[u8], now: SystemTime) -> Result<Authentic, Reason> {
         if auth.version != PROTOCOL_VERSION {
             return Err(Reason::UnsupportedVersion);
         }
@@ -259,8 +394,22 @@ impl Verifier {
         if !bool::from(expected.ct_eq(&mac)) {
             return Err(Reason::BadSignature);
         }
-        self.nonces
-            .insert(nonce, auth.timestamp.saturating_add(window), now)
+        Ok(Authentic {
+            nonce,
+            expires: auth.timestamp.saturating_add(window),
+        })
+    }
+
+    /// Consume an authentic request's nonce, in this order: a replay is refused
+    /// ([`Reason::ReplayedNonce`]); then the rate limit ([`Reason::RateLimited`]), so that
+    /// a flood never reaches the nonce cache; then the nonce is recorded.
+    pub fn admit(&mut self, authentic: Authentic, now: SystemTime) -> Result<(), Reason> {
+        let secs = unix_now(now).map_err(|_| Reason::Internal)?;
+        if self.nonces.is_live(&authentic.nonce, secs) {
+            return Err(Reason::ReplayedNonce);
+        }
+        self.rate.admit(now)?;
+        self.nonces.insert(authentic.nonce, authentic.expires, secs)
     }
 
     /// The nonce cache (for tests and metrics).
@@ -273,6 +422,7 @@ impl Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     const T0: i64 = 1_700_000_000;
 
@@ -413,5 +563,127 @@ mod tests {
         // Once the old ones expire, space is reclaimed.
         c.insert([9; 16], T0 + 61, T0 + 31).unwrap();
         assert_eq!(c.len(), 1);
+    }
+
+    fn at_ms(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// Issue 13, the attack from the agent's seat: it reads the session key, signs 70,000
+    /// distinct requests dated as late as the window allows (their nonces live longest) and
+    /// sends them within 0.2 s. Before the rate limit the first 65,536 were admitted and
+    /// every request after them, honest ones included, got `nonce_cache_full` for 61 s.
+    #[test]
+    fn a_flood_of_signed_requests_cannot_fill_the_nonce_cache() {
+        let mut v = Verifier::new(key());
+        let t0_ms = T0 as u64 * 1000;
+        let mut counts = HashMap::new();
+        const FLOOD: u64 = 70_000;
+        for i in 0..FLOOD {
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[..8].copy_from_slice(&i.to_be_bytes());
+            let a = sign_with(&key(), b"flood", T0 + 30, nonce);
+            let verdict = v.verify(&a, b"flood", at_ms(t0_ms + i * 200 / FLOOD));
+            *counts.entry(verdict).or_insert(0u64) += 1;
+        }
+        assert_eq!(counts.get(&Err(Reason::NonceCacheFull)), None, "{counts:?}");
+        let admitted = counts[&Ok(())];
+        // The burst and 0.2 s of the sustained rate, no more.
+        let most = u64::from(DEFAULT_RATE.burst) + u64::from(DEFAULT_RATE.per_second) / 5 + 1;
+        assert!(admitted <= most, "{counts:?}");
+        assert_eq!(counts[&Err(Reason::RateLimited)], FLOOD - admitted);
+        // An honest request a moment after the flood gets in.
+        let honest = sign_with(&key(), b"status", T0, [0xee; NONCE_LEN]);
+        assert_eq!(v.verify(&honest, b"status", at_ms(t0_ms + 250)), Ok(()));
+        // The flood kept up for the whole lifetime of its nonces still leaves room.
+        for (i, ms) in (FLOOD..).zip((250..62_000).step_by(2)) {
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[..8].copy_from_slice(&i.to_be_bytes());
+            let a = sign_with(&key(), b"flood", T0 + 30 + ms as i64 / 1000, nonce);
+            let verdict = v.verify(&a, b"flood", at_ms(t0_ms + ms));
+            assert_ne!(verdict, Err(Reason::NonceCacheFull), "at +{ms} ms");
+        }
+        // (Dead entries are only pruned when the cache is full; count the live ones.)
+        let now = T0 + 62;
+        let live = v
+            .nonces
+            .seen
+            .values()
+            .filter(|until| **until >= now)
+            .count();
+        assert!(
+            live as u64 <= DEFAULT_RATE.max_live_nonces(DEFAULT_WINDOW),
+            "{live}"
+        );
+    }
+
+    #[test]
+    fn the_default_rate_cannot_fill_the_default_cache() {
+        // burst + rate * (2 * window + 1): 512 + 256 * 61.
+        assert_eq!(DEFAULT_RATE.max_live_nonces(DEFAULT_WINDOW), 16_128);
+        assert!(DEFAULT_RATE.max_live_nonces(DEFAULT_WINDOW) * 2 <= DEFAULT_NONCE_CAPACITY as u64);
+    }
+
+    #[test]
+    fn the_bucket_admits_a_burst_then_the_sustained_rate() {
+        let mut r = RateLimiter::new(RateLimit {
+            per_second: 10,
+            burst: 3,
+        });
+        let t = 1_700_000_000_000u64;
+        for _ in 0..3 {
+            assert_eq!(r.admit(at_ms(t)), Ok(()));
+        }
+        assert_eq!(r.admit(at_ms(t)), Err(Reason::RateLimited));
+        assert_eq!(r.admit(at_ms(t + 99)), Err(Reason::RateLimited));
+        assert_eq!(r.admit(at_ms(t + 100)), Ok(()));
+        assert_eq!(r.admit(at_ms(t + 100)), Err(Reason::RateLimited));
+        // A quiet spell refills the burst, never more.
+        for _ in 0..3 {
+            assert_eq!(r.admit(at_ms(t + 10_000)), Ok(()));
+        }
+        assert_eq!(r.admit(at_ms(t + 10_000)), Err(Reason::RateLimited));
+        // The wall clock set back an hour does not lock requests out for an hour.
+        assert_eq!(r.admit(at_ms(t + 10_000 - 3_600_000)), Ok(()));
+    }
+
+    #[test]
+    fn a_rate_limited_request_keeps_its_nonce_and_a_replay_is_still_a_replay() {
+        let mut v = Verifier::new(key()).with_rate(RateLimit {
+            per_second: 1,
+            burst: 1,
+        });
+        let first = sign_with(&key(), b"a", T0, [1; NONCE_LEN]);
+        let second = sign_with(&key(), b"b", T0, [2; NONCE_LEN]);
+        assert_eq!(v.verify(&first, b"a", at(T0)), Ok(()));
+        assert_eq!(v.verify(&second, b"b", at(T0)), Err(Reason::RateLimited));
+        // The replay is named as one, limited or not.
+        assert_eq!(v.verify(&first, b"a", at(T0)), Err(Reason::ReplayedNonce));
+        // The limited request was not consumed: a second later it goes through, once.
+        assert_eq!(v.verify(&second, b"b", at(T0 + 1)), Ok(()));
+        assert_eq!(
+            v.verify(&second, b"b", at(T0 + 2)),
+            Err(Reason::ReplayedNonce)
+        );
+        // Forgeries cost no rate.
+        let forged = sign_with(&SessionKey::from_bytes([9; 32]), b"c", T0 + 3, [3; 16]);
+        assert_eq!(
+            v.verify(&forged, b"c", at(T0 + 3)),
+            Err(Reason::BadSignature)
+        );
+        let third = sign_with(&key(), b"c", T0 + 3, [3; NONCE_LEN]);
+        assert_eq!(v.verify(&third, b"c", at(T0 + 3)), Ok(()));
+    }
+
+    #[test]
+    fn check_alone_consumes_nothing() {
+        let mut v = Verifier::new(key());
+        let a = sign_with(&key(), b"x", T0, [5; NONCE_LEN]);
+        let first = v.check(&a, b"x", at(T0)).unwrap();
+        let again = v.check(&a, b"x", at(T0)).unwrap();
+        assert!(v.nonces().is_empty());
+        assert_eq!(v.admit(first, at(T0)), Ok(()));
+        // Two connections raced the same request past `check`: only one is admitted.
+        assert_eq!(v.admit(again, at(T0)), Err(Reason::ReplayedNonce));
     }
 }

@@ -12,7 +12,9 @@
 //! The MAC is HMAC-SHA256 with the per-start session key over a canonical string
 //! ([`auth::canonical_string`]) of the method, the path, the SHA-256 of the exact body bytes,
 //! the timestamp and the nonce. The server accepts a timestamp within
-//! [`auth::DEFAULT_WINDOW`] of its clock and each nonce once ([`auth::NonceCache`]).
+//! [`auth::DEFAULT_WINDOW`] of its clock and each nonce once ([`auth::NonceCache`]), and at
+//! most [`auth::DEFAULT_RATE`] signed requests (a token bucket checked before the nonce cache,
+//! sized so that a flood from whoever holds the key cannot fill the cache).
 //!
 //! The HMAC is identity and integrity, not authorization: the agent can read the key. This
 //! crate does not decide what git may do (the git API does), does not open sockets and does
@@ -24,7 +26,7 @@ pub mod invocation;
 pub mod placeholder;
 pub mod reason;
 
-pub use auth::{Auth, NonceCache, SessionKey, Verifier};
+pub use auth::{Auth, NonceCache, RateLimit, SessionKey, Verifier};
 pub use frame::{Denied, Exit, Frame, FrameKind};
 pub use invocation::Invocation;
 pub use reason::Reason;

@@ -52,6 +52,9 @@ reasons! {
     ReplayedNonce => "replayed_nonce",
     /// Too many distinct nonces inside one window; the server refuses rather than forget one.
     NonceCacheFull => "nonce_cache_full",
+    /// More signed requests than the rate limit admits (sustained per second, or in one
+    /// burst); refused before the nonce cache, so a flood cannot fill it. Retry shortly.
+    RateLimited => "rate_limited",
     /// The server is at its connection limit.
     Busy => "busy",
     // --- command policy ---
@@ -131,5 +134,6 @@ mod tests {
         assert_eq!(Reason::ReplayedNonce.as_str(), "replayed_nonce");
         assert_eq!(Reason::NotFastForward.as_str(), "not_fast_forward");
         assert_eq!(Reason::RestrictedPath.as_str(), "restricted_path");
+        assert_eq!(Reason::RateLimited.as_str(), "rate_limited");
     }
 }

@@ -1,0 +1,237 @@
+//! Attacks on the git API from the agent's seat, over its real socket: the agent can read
+//! the session key, so it signs whatever it likes, as fast as it likes, and it writes raw
+//! frames in any order and of any length. Each test asserts the refusal by its reason code,
+//! and that an honest request still works afterwards.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use airlock_git_api::push::PushRules;
+use airlock_git_api::run::GitEnv;
+use airlock_git_api::server::Server;
+use airlock_git_api::visible::Visibility;
+use airlock_wire::frame::{self, FrameKind, MAX_FRAME, write_frame};
+use airlock_wire::{Auth, Denied, Exit, Invocation, SessionKey, Verifier, auth};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const KEY: [u8; 32] = [42; 32];
+const GIT: &str = "/usr/bin/git";
+
+struct Api {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+fn git(cwd: &Path, args: &[&str]) {
+    let out = Command::new(GIT)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Seed")
+        .env("GIT_AUTHOR_EMAIL", "seed@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Seed")
+        .env("GIT_COMMITTER_EMAIL", "seed@example.invalid")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A workspace with one commit, its `.git` moved to a hidden place, and a git API serving
+/// it on a temp socket with `verifier`.
+fn start(verifier: Verifier) -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("workspace");
+    std::fs::create_dir(&ws).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "seed"]);
+    let git_dir = root.join("hidden.git");
+    std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+    let mut policy = airlock_policy::GitPolicy::defaults_for("demo");
+    policy.repositories = vec!["github.com/acme/app".into()];
+    let env = GitEnv {
+        git: GIT.into(),
+        git_dir,
+        work_tree: ws,
+        home: root.join("empty-home"),
+        proxy_url: "http://127.0.0.1:9".into(),
+        ca_file: None,
+        test_upstreams: Vec::new(),
+    };
+    let socket = root.join("git.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let server = Arc::new(Server::new(
+        env,
+        nix::unistd::getuid().as_raw(),
+        PushRules::new(&policy, Some("main")).unwrap(),
+        Visibility::new(&policy, "demo", Some("main")).unwrap(),
+        verifier,
+        16,
+    ));
+    std::thread::spawn(move || server.serve(&listener));
+    Api { _dir: dir, socket }
+}
+
+fn body(argv: &[&str]) -> Vec<u8> {
+    Invocation {
+        version: 1,
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: String::new(),
+        env: BTreeMap::new(),
+        stdin: None,
+        term_width: None,
+        stdout_tty: false,
+    }
+    .to_body()
+    .unwrap()
+}
+
+fn frame_bytes(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_frame(&mut out, kind, payload).unwrap();
+    out
+}
+
+fn auth_bytes(a: &Auth) -> Vec<u8> {
+    frame_bytes(FrameKind::Auth, &serde_json::to_vec(a).unwrap())
+}
+
+/// A correctly signed request, as the shim would send it.
+fn signed(argv: &[&str]) -> Vec<u8> {
+    let b = body(argv);
+    let a = auth::sign(&SessionKey::from_bytes(KEY), &b).unwrap();
+    let mut raw = auth_bytes(&a);
+    raw.extend(frame_bytes(FrameKind::Body, &b));
+    raw
+}
+
+/// What the server answered last: `Ok(exit code)` or `Err(reason)`.
+type Answer = Result<i32, String>;
+
+/// Send `raw`, close our side, and read the server's frames to the end.
+fn send(api: &Api, raw: &[u8]) -> Answer {
+    let mut s = UnixStream::connect(&api.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // The server may refuse and close before reading everything we send.
+    let _ = s.write_all(raw);
+    let _ = s.shutdown(Shutdown::Write);
+    let mut last = None;
+    while let Ok(Some(f)) = frame::read_frame(&mut s, MAX_FRAME) {
+        last = Some(f);
+    }
+    let f = last.expect("the server closed without an answer");
+    match f.kind {
+        FrameKind::Exit => Ok(frame::decode::<Exit>(&f.payload, "exit").unwrap().code),
+        FrameKind::Denied => Err(frame::decode::<Denied>(&f.payload, "denied")
+            .unwrap()
+            .reason),
+        other => panic!("last frame was {other:?}"),
+    }
+}
+
+fn honest(api: &Api) -> Answer {
+    send(api, &signed(&["rev-parse", "--verify", "-q", "HEAD"]))
+}
+
+// --- issue 13: the nonce cache cannot be exhausted -------------------------------------
+
+/// The agent signs 70,000 distinct requests dated as late as the window allows (their
+/// nonces live longest) and sends them as fast as the socket takes them, from four
+/// connections at a time. Before the fix the first 65,536 were accepted within a fraction
+/// of a second and every request after them, honest ones included, got `nonce_cache_full`
+/// for 61 s. Now the flood is cut at the rate limit, the cache never fills, and an honest
+/// `git` a moment later works.
+#[test]
+fn a_flood_of_signed_requests_cannot_lock_the_agent_out() {
+    let api = Arc::new(start(Verifier::new(SessionKey::from_bytes(KEY))));
+    assert_eq!(honest(&api), Ok(0));
+    const FLOOD: usize = 70_000;
+    const THREADS: usize = 4;
+    let key = SessionKey::from_bytes(KEY);
+    // A request git would refuse by policy: cheap for the server, but it is verified (and,
+    // before the fix, consumed a nonce) first.
+    let b = body(&["-c", "core.pager=x", "status"]);
+    let late = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        + 30;
+    let requests: Vec<Vec<u8>> = (0..FLOOD)
+        .map(|i| {
+            let mut nonce = [0u8; 16];
+            nonce[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            nonce[8] = 0xf1;
+            let mut raw = auth_bytes(&auth::sign_with(&key, &b, late, nonce));
+            raw.extend(frame_bytes(FrameKind::Body, &b));
+            raw
+        })
+        .collect();
+    let requests = Arc::new(requests);
+    let started = Instant::now();
+    let counts: Vec<HashMap<String, usize>> = (0..THREADS)
+        .map(|t| {
+            let (api, requests) = (Arc::clone(&api), Arc::clone(&requests));
+            std::thread::spawn(move || {
+                let mut counts = HashMap::new();
+                for raw in requests.iter().skip(t).step_by(THREADS) {
+                    let key = match send(&api, raw) {
+                        Ok(code) => format!("exit {code}"),
+                        Err(reason) => reason,
+                    };
+                    *counts.entry(key).or_insert(0) += 1;
+                }
+                counts
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let mut total: HashMap<String, usize> = HashMap::new();
+    for c in counts {
+        for (k, n) in c {
+            *total.entry(k).or_insert(0) += n;
+        }
+    }
+    let took = started.elapsed();
+    eprintln!("flood of {FLOOD} in {took:?}: {total:?}");
+    assert_eq!(total.values().sum::<usize>(), FLOOD);
+    assert!(
+        !total.contains_key("nonce_cache_full"),
+        "the flood filled the nonce cache: {total:?}"
+    );
+    // The flood was cut at the rate limit, not merely absorbed.
+    assert!(
+        total.get("rate_limited").copied().unwrap_or(0) > FLOOD / 2,
+        "{total:?}"
+    );
+    // An honest git right after the flood gets in within moments (not 61 s).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match honest(&api) {
+            Ok(code) => {
+                assert_eq!(code, 0);
+                break;
+            }
+            Err(reason) if reason == "rate_limited" && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(reason) => panic!("honest request after the flood refused: {reason}"),
+        }
+    }
+}
