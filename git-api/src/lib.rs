@@ -4,12 +4,13 @@
 //!
 //! It authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC), decides,
 //! runs git with a cleared environment and protected configuration ([`run`]), and streams
-//! the output back. It does not hold credentials (the proxy injects the token on the
+//! the output back. Its log ([`log`]) is JSON lines with every field bounded. It does not hold credentials (the proxy injects the token on the
 //! service port), does not page, and does not install itself (the entrypoint starts it with
 //! the split identity described in design §5).
 
 pub mod argv;
 pub mod glob;
+pub mod log;
 pub mod push;
 pub mod run;
 pub mod server;

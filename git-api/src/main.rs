@@ -6,9 +6,13 @@
 //! ```text
 //! airlock-git-api --socket /run/airlock/git/git.sock --git-dir <hidden>/.git \
 //!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
-//!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or "">
+//!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or ""> \
+//!     [--session <session id>]
 //! ```
+//!
+//! Its stderr is its log (`git-api.jsonl`): JSON lines only ([`airlock_git_api::log`]).
 
+use airlock_git_api::log::Log;
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
 use airlock_git_api::server::Server;
@@ -16,6 +20,7 @@ use airlock_git_api::visible::Visibility;
 use airlock_wire::{SessionKey, Verifier};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use serde_json::{Map, json};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -60,6 +65,9 @@ struct Cli {
     /// Concurrent connections at most.
     #[arg(long, default_value_t = 16)]
     max_connections: usize,
+    /// The per-start session id, carried on every log record (`session`).
+    #[arg(long)]
+    session: Option<String>,
     /// TEST ONLY, absent from release builds: `host/owner/repo=/path/to/bare.git` serves
     /// that repository from a local bare repository (file://, otherwise refused).
     #[cfg(debug_assertions)]
@@ -68,14 +76,36 @@ struct Cli {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("airlock-git-api: {e:#}");
-        std::process::exit(78);
+    // stderr is the decision log (`git-api.jsonl`): even a usage error, a fatal error or a
+    // panic is one JSON record there, never a plain-text line.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            fatal(&Log::stderr(None), &e.render().to_string(), 2);
+        }
+        // --help and --version, on stdout.
+        Err(e) => e.exit(),
+    };
+    let log = Arc::new(Log::stderr(cli.session.clone()));
+    let hook_log = Arc::clone(&log);
+    std::panic::set_hook(Box::new(move |info| {
+        let mut fields = Map::new();
+        fields.insert("message".into(), json!(info.to_string()));
+        hook_log.write("panic", fields);
+    }));
+    if let Err(e) = run(cli, &log) {
+        fatal(&log, &format!("{e:#}"), 78);
     }
 }
 
-fn run() -> Result<()> {
-    let cli = Cli::parse();
+fn fatal(log: &Log, message: &str, code: i32) -> ! {
+    let mut fields = Map::new();
+    fields.insert("message".into(), json!(message));
+    log.write("fatal", fields);
+    std::process::exit(code);
+}
+
+fn run(cli: Cli, log: &Log) -> Result<()> {
     // Not dumpable: the agent (same effective uid) may not ptrace us or read our /proc.
     nix::sys::prctl::set_dumpable(false).context("making the process non-dumpable")?;
     let policy = airlock_policy::Policy::load(&cli.policy)
@@ -137,20 +167,26 @@ fn run() -> Result<()> {
         .with_context(|| format!("binding {}", cli.socket.display()))?;
     std::fs::set_permissions(&cli.socket, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod {}", cli.socket.display()))?;
-    eprintln!(
-        "airlock-git-api: listening on {} for uid {} (start branch {})",
-        cli.socket.display(),
-        cli.agent_uid,
-        start_branch.as_deref().unwrap_or("(detached)")
+    let verifier = Verifier::new(key);
+    let mut fields = Map::new();
+    fields.insert("socket".into(), json!(cli.socket.display().to_string()));
+    fields.insert("agent_uid".into(), json!(cli.agent_uid));
+    fields.insert("start_branch".into(), json!(start_branch));
+    fields.insert("max_connections".into(), json!(cli.max_connections));
+    fields.insert("rate_per_second".into(), json!(verifier.rate().per_second));
+    fields.insert("rate_burst".into(), json!(verifier.rate().burst));
+    log.write("start", fields);
+    let server = Arc::new(
+        Server::new(
+            env,
+            cli.agent_uid,
+            rules,
+            vis,
+            verifier,
+            cli.max_connections,
+        )
+        .with_log(Log::stderr(cli.session.clone())),
     );
-    let server = Arc::new(Server::new(
-        env,
-        cli.agent_uid,
-        rules,
-        vis,
-        Verifier::new(key),
-        cli.max_connections,
-    ));
     // The operator's clone may hold other sandboxes' branches as remote-tracking refs.
     server
         .hide_existing()

@@ -1,6 +1,7 @@
 //! The Unix-socket server: authenticate, decide, run, stream.
 
 use crate::argv::{self, Checked, Class, Refusal};
+use crate::log::{Decision, Log};
 use crate::push::{self, Facts, PushRules, Update};
 use crate::run::GitEnv;
 use crate::visible::{self, FetchSpec, Visibility};
@@ -39,6 +40,8 @@ pub struct Server {
     pub write_lock: Mutex<()>,
     /// Concurrent connections at most.
     pub max_connections: usize,
+    /// The decision log.
+    pub log: Log,
     active: AtomicUsize,
 }
 
@@ -61,8 +64,16 @@ impl Server {
             verifier: Mutex::new(verifier),
             write_lock: Mutex::new(()),
             max_connections,
+            log: Log::stderr(None),
             active: AtomicUsize::new(0),
         }
+    }
+
+    /// The same server logging to `log` (default: stderr, without a session id).
+    #[must_use]
+    pub fn with_log(mut self, log: Log) -> Server {
+        self.log = log;
+        self
     }
 
     /// Accept connections forever, one thread each.
@@ -77,13 +88,14 @@ impl Server {
             if server.active.fetch_add(1, Ordering::SeqCst) >= server.max_connections {
                 server.active.fetch_sub(1, Ordering::SeqCst);
                 let mut s = stream;
-                deny(
-                    &mut s,
-                    &Refusal::new(
-                        Reason::Busy,
-                        "the git API is at its connection limit; retry",
-                    ),
+                let r = Refusal::new(
+                    Reason::Busy,
+                    "the git API is at its connection limit; retry",
                 );
+                server
+                    .log
+                    .unauthenticated(&decision(peer_uid(&s), &[], Err(&r)));
+                deny(&mut s, &r);
                 continue;
             }
             std::thread::spawn(move || {
@@ -99,15 +111,17 @@ impl Server {
         let inv = match outcome {
             Ok(inv) => inv,
             Err(r) => {
-                audit(peer, &[], "deny", Some(&r), None);
+                // Unsigned, forged, replayed or over the rate: the agent can send these as
+                // fast as it likes, so their lines are throttled.
+                self.log.unauthenticated(&decision(peer, &[], Err(&r)));
                 deny(&mut stream, &r);
                 return;
             }
         };
         match self.execute(&mut stream, &inv) {
-            Ok(code) => audit(peer, &inv.argv, "allow", None, Some(code)),
+            Ok(code) => self.log.decision(&decision(peer, &inv.argv, Ok(code))),
             Err(r) => {
-                audit(peer, &inv.argv, "deny", Some(&r), None);
+                self.log.decision(&decision(peer, &inv.argv, Err(&r)));
                 deny(&mut stream, &r);
             }
         }
@@ -991,24 +1005,20 @@ fn deny(stream: &mut UnixStream, r: &Refusal) {
     );
 }
 
-/// One JSON line per decision on stderr (the entrypoint collects it).
-fn audit(
+/// The log record of one outcome: git's exit code or the refusal.
+fn decision<'a>(
     uid: Option<u32>,
-    argv: &[String],
-    decision: &str,
-    r: Option<&Refusal>,
-    exit: Option<i32>,
-) {
-    let line = serde_json::json!({
-        "component": "git-api",
-        "uid": uid,
-        "argv": argv,
-        "decision": decision,
-        "reason": r.map(|r| r.reason.as_str()),
-        "message": r.map(|r| r.message.as_str()),
-        "exit": exit,
-    });
-    let _ = writeln!(std::io::stderr(), "{line}");
+    argv: &'a [String],
+    outcome: Result<i32, &'a Refusal>,
+) -> Decision<'a> {
+    Decision {
+        uid,
+        argv,
+        decision: if outcome.is_ok() { "allow" } else { "deny" },
+        reason: outcome.err().map(|r| r.reason.as_str()),
+        message: outcome.err().map(|r| r.message.as_str()),
+        exit: outcome.ok(),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use airlock_git_api::log::{Capture, Log};
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
 use airlock_git_api::server::Server;
@@ -26,6 +27,8 @@ const GIT: &str = "/usr/bin/git";
 struct Api {
     _dir: tempfile::TempDir,
     socket: PathBuf,
+    /// What the server logged (the library server; the binary's log is a file).
+    log: Capture,
 }
 
 fn git(cwd: &Path, args: &[&str]) {
@@ -75,16 +78,24 @@ fn start(verifier: Verifier) -> Api {
     };
     let socket = root.join("git.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let server = Arc::new(Server::new(
-        env,
-        nix::unistd::getuid().as_raw(),
-        PushRules::new(&policy, Some("main")).unwrap(),
-        Visibility::new(&policy, "demo", Some("main")).unwrap(),
-        verifier,
-        16,
-    ));
+    let log = Capture::default();
+    let server = Arc::new(
+        Server::new(
+            env,
+            nix::unistd::getuid().as_raw(),
+            PushRules::new(&policy, Some("main")).unwrap(),
+            Visibility::new(&policy, "demo", Some("main")).unwrap(),
+            verifier,
+            16,
+        )
+        .with_log(Log::to(Some("sess-test".into()), Box::new(log.clone()))),
+    );
     std::thread::spawn(move || server.serve(&listener));
-    Api { _dir: dir, socket }
+    Api {
+        _dir: dir,
+        socket,
+        log,
+    }
 }
 
 fn body(argv: &[&str]) -> Vec<u8> {
@@ -220,6 +231,14 @@ fn a_flood_of_signed_requests_cannot_lock_the_agent_out() {
         total.get("rate_limited").copied().unwrap_or(0) > FLOOD / 2,
         "{total:?}"
     );
+    // The refused flood did not become a log flood: refusals before authentication are
+    // logged at most 20 a second, and the next line says how many were left out.
+    let log = api.log.text();
+    let lines = log.lines().count();
+    let admitted = total.get("global_option_refused").copied().unwrap_or(0);
+    let most = admitted + 2 + 20 * (took.as_secs() as usize + 2);
+    assert!(lines <= most, "{lines} log lines for {FLOOD} requests");
+    assert!(log.contains(r#""suppressed":"#), "no suppressed count");
     // An honest git right after the flood gets in within moments (not 61 s).
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -233,5 +252,169 @@ fn a_flood_of_signed_requests_cannot_lock_the_agent_out() {
             }
             Err(reason) => panic!("honest request after the flood refused: {reason}"),
         }
+    }
+}
+
+// --- issue 14: git-api.jsonl is bounded and JSON only ----------------------------------
+
+/// The real binary, started as the entrypoint starts it: its stderr appended to
+/// `git-api.jsonl`. Killed on drop.
+struct Binary {
+    api: Api,
+    log: PathBuf,
+    child: std::process::Child,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_binary() -> Binary {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("workspace");
+    std::fs::create_dir(&ws).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "-q", "-m", "seed"]);
+    git(
+        &ws,
+        &["remote", "add", "origin", "https://github.com/acme/app.git"],
+    );
+    let git_dir = root.join("hidden.git");
+    std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+    let policy = root.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[sandbox]\nname = \"demo\"\n\n[git]\nrepositories = [\"github.com/acme/app\"]\n",
+    )
+    .unwrap();
+    let key = root.join("session.key");
+    std::fs::write(&key, SessionKey::from_bytes(KEY).to_hex()).unwrap();
+    let socket = root.join("git.sock");
+    let log = root.join("git-api.jsonl");
+    let stderr = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_airlock-git-api"))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .arg("--work-tree")
+        .arg(&ws)
+        .arg("--agent-uid")
+        .arg(nix::unistd::getuid().as_raw().to_string())
+        .arg("--key-file")
+        .arg(&key)
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--git")
+        .arg(GIT)
+        .arg("--home")
+        .arg(root.join("empty-home"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the git API did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Binary {
+        api: Api {
+            _dir: dir,
+            socket,
+            log: Capture::default(),
+        },
+        log,
+        child,
+    }
+}
+
+/// Every line of the log parses as one JSON object with `ts`.
+fn json_lines(log: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .map(|l| {
+            let shown = &l[..l.len().min(200)];
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("git-api.jsonl has a line that is not JSON ({e}): {shown}")
+            });
+            assert!(v["ts"].is_string(), "no ts: {shown}");
+            v
+        })
+        .collect()
+}
+
+/// The attack of issue 14: a signed push with a 1 MB refspec wrote a 2 MB line (the argv,
+/// then again in the message); four such requests added 60 MB in 1.9 s. And the git API's
+/// start-up line was plain text in a file that claims to be JSON lines.
+#[test]
+fn a_megabyte_refspec_leaves_one_short_json_line_in_the_log() {
+    let b = start_binary();
+    let refspec = format!("HEAD:{}", "x y".repeat(350_000));
+    let answer = send(&b.api, &signed(&["push", "origin", &refspec]));
+    assert!(answer.is_err(), "{answer:?}");
+    assert_eq!(honest(&b.api), Ok(0));
+    let size = std::fs::metadata(&b.log).unwrap().len();
+    assert!(size < 16 * 1024, "git-api.jsonl is {size} bytes");
+    let lines = json_lines(&b.log);
+    assert!(lines.iter().any(|l| l["event"] == "start"), "{lines:?}");
+    let push = lines
+        .iter()
+        .find(|l| l["argv"][0] == "push")
+        .expect("the push was not logged");
+    assert_eq!(push["decision"], "deny");
+    assert_eq!(push["truncated"], true);
+    let cut = push["argv"][2].as_str().unwrap();
+    assert!(cut.starts_with("HEAD:x yx y"), "{cut}");
+    assert!(cut.contains("…[truncated "), "{cut}");
+    for l in std::fs::read_to_string(&b.log).unwrap().lines() {
+        assert!(l.len() < 8 * 1024, "a line of {} bytes", l.len());
+    }
+}
+
+/// A usage error (a wrong flag from a future entrypoint) is a JSON record too, not clap's
+/// plain text, and the process still exits non-zero.
+#[test]
+fn a_fatal_start_is_a_json_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("git-api.jsonl");
+    let stderr = std::fs::File::create(&log).unwrap();
+    for args in [
+        &["--no-such-flag"][..],
+        &[
+            "--git-dir",
+            "/nonexistent",
+            "--agent-uid",
+            "1",
+            "--key-file",
+            "/nonexistent/key",
+        ][..],
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_airlock-git-api"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr.try_clone().unwrap())
+            .status()
+            .unwrap();
+        assert!(!status.success());
+    }
+    let lines = json_lines(&log);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["event"], "fatal");
+        assert!(l["message"].as_str().is_some_and(|m| !m.is_empty()), "{l}");
     }
 }

@@ -1,0 +1,509 @@
+//! The git API's log: one JSON object per line on stderr, which the entrypoint appends to
+//! `git-api.jsonl` in the audit directory. Nothing else is ever written there: the start-up
+//! line, a fatal error and a panic are records too.
+//!
+//! Every record carries `ts` (RFC 3339, UTC, milliseconds), `session` (the per-start session
+//! id when the git API was given one, else `null`), `component` and `event`. The agent
+//! chooses most of what a decision record holds (its argv, and refusal messages that quote
+//! it), so every string is cut to a budget measured in JSON-escaped bytes, with an explicit
+//! marker (`…[truncated N bytes]`, `…[N more arguments]`) and `"truncated": true` on the
+//! record: a decision line is at most [`MAX_LINE`] bytes whatever the agent sends.
+//!
+//! Refusals of requests that never authenticated (wrong uid, malformed, forged, stale,
+//! replayed, rate limited, busy) cost the agent nothing to send, so at most
+//! [`UNAUTHENTICATED_PER_SECOND`] of them are logged a second; the next one logged says how
+//! many were left out (`suppressed`).
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::fmt;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Budget of one argv element (JSON-escaped bytes).
+pub const MAX_ARG: usize = 1024;
+/// Argv elements logged at most; the rest are counted.
+pub const MAX_ARGS: usize = 32;
+/// Budget of the whole argv (JSON-escaped bytes).
+pub const MAX_ARGV: usize = 4096;
+/// Budget of a message, the session id, a branch name (JSON-escaped bytes).
+pub const MAX_TEXT: usize = 1024;
+/// An upper bound on the length of a decision line (newline included).
+pub const MAX_LINE: usize = 8 * 1024;
+/// Refusals before authentication logged per second at most.
+pub const UNAUTHENTICATED_PER_SECOND: u32 = 20;
+
+/// Where lines go and what every record carries. `Debug` omits the sink.
+pub struct Log {
+    session: Option<String>,
+    sink: Mutex<Box<dyn Write + Send>>,
+    throttle: Mutex<Throttle>,
+}
+
+impl fmt::Debug for Log {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Log")
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Log {
+    /// A log on stderr.
+    #[must_use]
+    pub fn stderr(session: Option<String>) -> Log {
+        Log::to(session, Box::new(std::io::stderr()))
+    }
+
+    /// A log into `sink` (tests: [`Capture`]).
+    #[must_use]
+    pub fn to(session: Option<String>, sink: Box<dyn Write + Send>) -> Log {
+        Log {
+            session,
+            sink: Mutex::new(sink),
+            throttle: Mutex::new(Throttle::new(UNAUTHENTICATED_PER_SECOND)),
+        }
+    }
+
+    /// The session id records carry.
+    #[must_use]
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Write one record (`ts`, `session` and `component` added, strings bounded).
+    pub fn write(&self, event: &str, fields: Map<String, Value>) {
+        let line = render(SystemTime::now(), self.session.as_deref(), event, fields);
+        if let Ok(mut sink) = self.sink.lock() {
+            // One write per line: lines from concurrent connections never interleave.
+            let _ = sink.write_all(line.as_bytes());
+            let _ = sink.flush();
+        }
+    }
+
+    /// One decision.
+    pub fn decision(&self, d: &Decision<'_>) {
+        self.write("decision", d.fields());
+    }
+
+    /// A refusal before the request authenticated: logged unless over this second's budget.
+    pub fn unauthenticated(&self, d: &Decision<'_>) {
+        let suppressed = match self.throttle.lock() {
+            Ok(mut t) => t.admit(Instant::now()),
+            Err(_) => Some(0),
+        };
+        let Some(suppressed) = suppressed else {
+            return;
+        };
+        let mut fields = d.fields();
+        if suppressed > 0 {
+            fields.insert("suppressed".into(), json!(suppressed));
+        }
+        self.write("decision", fields);
+    }
+}
+
+/// What one decision record says.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    /// The peer's uid (`SO_PEERCRED`).
+    pub uid: Option<u32>,
+    /// git's arguments as the agent sent them (empty before the body was read).
+    pub argv: &'a [String],
+    /// `allow` or `deny`.
+    pub decision: &'a str,
+    /// The refusal's stable code.
+    pub reason: Option<&'a str>,
+    /// The refusal's message.
+    pub message: Option<&'a str>,
+    /// git's exit status.
+    pub exit: Option<i32>,
+}
+
+impl Decision<'_> {
+    fn fields(&self) -> Map<String, Value> {
+        let mut f = Map::new();
+        f.insert("uid".into(), json!(self.uid));
+        f.insert("argv".into(), json!(self.argv));
+        f.insert("decision".into(), json!(self.decision));
+        f.insert("reason".into(), json!(self.reason));
+        f.insert("message".into(), json!(self.message));
+        f.insert("exit".into(), json!(self.exit));
+        f
+    }
+}
+
+/// A record as one line: common fields first, every string bounded, `\n` at the end.
+#[must_use]
+pub fn render(
+    ts: SystemTime,
+    session: Option<&str>,
+    event: &str,
+    fields: Map<String, Value>,
+) -> String {
+    let mut truncated = false;
+    let session = session.map(|s| bound_text(s, MAX_TEXT, &mut truncated));
+    let event = bound_text(event, 64, &mut truncated);
+    let mut rest = Map::new();
+    for (k, v) in fields {
+        let k = bound_text(&k, 64, &mut truncated);
+        let v = match v {
+            Value::Array(items) if k == "argv" => Value::Array(bound_argv(&items, &mut truncated)),
+            Value::String(s) => Value::String(bound_text(&s, MAX_TEXT, &mut truncated)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => v,
+            // Nothing else is logged; were it, it would be one bounded string.
+            other => Value::String(bound_text(&other.to_string(), MAX_TEXT, &mut truncated)),
+        };
+        rest.insert(k, v);
+    }
+    if truncated {
+        rest.insert("truncated".into(), Value::Bool(true));
+    }
+    let record = Record {
+        ts: rfc3339_ms(ts),
+        session,
+        component: "git-api",
+        event,
+        rest,
+    };
+    // A struct of strings and a map of JSON values always serializes; were it ever not to,
+    // the line would still be JSON.
+    let mut line = serde_json::to_string(&record)
+        .unwrap_or_else(|_| r#"{"component":"git-api","event":"unserializable"}"#.to_owned());
+    line.push('\n');
+    line
+}
+
+/// A record: the fields every line carries first, in this order, then the rest.
+#[derive(Debug, Serialize)]
+struct Record {
+    ts: String,
+    session: Option<String>,
+    component: &'static str,
+    event: String,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// The argv, each element within [`MAX_ARG`], all within [`MAX_ARGV`] and [`MAX_ARGS`].
+fn bound_argv(items: &[Value], truncated: &mut bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for (i, item) in items.iter().enumerate() {
+        let left = MAX_ARGV.saturating_sub(used);
+        if i >= MAX_ARGS || left < 64 {
+            *truncated = true;
+            out.push(Value::String(format!(
+                "…[{} more arguments]",
+                items.len() - i
+            )));
+            break;
+        }
+        let text = match item {
+            Value::String(s) => bound_text(s, MAX_ARG.min(left), truncated),
+            other => bound_text(&other.to_string(), MAX_ARG.min(left), truncated),
+        };
+        used += escaped_len(&text);
+        out.push(Value::String(text));
+    }
+    out
+}
+
+/// `s` whole if its JSON-escaped form fits `budget` bytes, else its longest prefix that
+/// fits with the marker `…[truncated N bytes]` (N: bytes of `s` left out).
+#[must_use]
+pub fn bound(s: &str, budget: usize) -> std::borrow::Cow<'_, str> {
+    if escaped_len(s) <= budget {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    // The marker is at most 40 bytes ("…[truncated 18446744073709551615 bytes]").
+    let room = budget.saturating_sub(40);
+    let mut used = 0;
+    let mut end = 0;
+    for (i, c) in s.char_indices() {
+        let n = escaped_char_len(c);
+        if used + n > room {
+            break;
+        }
+        used += n;
+        end = i + c.len_utf8();
+    }
+    std::borrow::Cow::Owned(format!("{}…[truncated {} bytes]", &s[..end], s.len() - end))
+}
+
+fn bound_text(s: &str, budget: usize, truncated: &mut bool) -> String {
+    let b = bound(s, budget);
+    if matches!(b, std::borrow::Cow::Owned(_)) {
+        *truncated = true;
+    }
+    b.into_owned()
+}
+
+/// Bytes of `s` inside a JSON string as serde_json writes it.
+fn escaped_len(s: &str) -> usize {
+    s.chars().map(escaped_char_len).sum()
+}
+
+fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        c if c < ' ' => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Counts refusals per one-second window; over the budget they are counted, not logged.
+#[derive(Debug)]
+struct Throttle {
+    per_second: u32,
+    start: Option<Instant>,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn new(per_second: u32) -> Throttle {
+        Throttle {
+            per_second,
+            start: None,
+            logged: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(left out since the last logged one)` to log this one, `None` to leave it out.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .start
+            .is_none_or(|s| now.saturating_duration_since(s) >= Duration::from_secs(1))
+        {
+            self.start = Some(now);
+            self.logged = 0;
+        }
+        if self.logged >= self.per_second {
+            self.suppressed += 1;
+            return None;
+        }
+        self.logged += 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`; times before the epoch clamp to it. (The proxy's audit log
+/// formats its `ts` the same way, `proxy/src/clock.rs`.)
+#[must_use]
+pub fn rfc3339_ms(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (year, month, day).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        u32::try_from(m).unwrap_or(1),
+        u32::try_from(d).unwrap_or(1),
+    )
+}
+
+/// A sink that keeps what is written (tests read the lines back).
+#[derive(Debug, Clone, Default)]
+pub struct Capture(pub Arc<Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// Everything written so far, as text.
+    #[must_use]
+    pub fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    fn decision_line(argv: &[String], message: &str) -> String {
+        let cap = Capture::default();
+        let log = Log::to(Some("sess-1".into()), Box::new(cap.clone()));
+        log.decision(&Decision {
+            uid: Some(1000),
+            argv,
+            decision: "deny",
+            reason: Some("push_form_not_supported"),
+            message: Some(message),
+            exit: None,
+        });
+        cap.text()
+    }
+
+    /// Issue 14: a signed push with a 1 MB refspec wrote a 2 MB line (the argv, then again
+    /// in the message).
+    #[test]
+    fn a_megabyte_argument_is_cut_with_a_marker() {
+        let refspec = format!("HEAD:{}", "a".repeat(1_048_576));
+        let argv = vec!["push".to_owned(), "origin".to_owned(), refspec.clone()];
+        let text = decision_line(&argv, &format!("{refspec} is not a valid ref name"));
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.len() < 4096, "{} bytes", text.len());
+        let v = &lines(&text)[0];
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["argv"][0], "push");
+        assert_eq!(v["argv"][1], "origin");
+        let cut = v["argv"][2].as_str().unwrap();
+        assert!(cut.starts_with("HEAD:aaaa"), "{cut}");
+        assert!(cut.len() <= MAX_ARG, "{}", cut.len());
+        let (kept, marker) = cut.split_once('…').unwrap();
+        let dropped: usize = marker
+            .strip_prefix("[truncated ")
+            .and_then(|m| m.strip_suffix(" bytes]"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(kept.len() + dropped, refspec.len());
+        let msg = v["message"].as_str().unwrap();
+        assert!(
+            msg.len() <= MAX_TEXT && msg.contains("…[truncated "),
+            "{msg}"
+        );
+        // The common fields.
+        assert_eq!(v["session"], "sess-1");
+        assert_eq!(v["component"], "git-api");
+        assert_eq!(v["event"], "decision");
+        assert_eq!(v["reason"], "push_form_not_supported");
+    }
+
+    #[test]
+    fn short_records_are_untouched_and_say_nothing_of_truncation() {
+        let argv = vec!["status".to_owned(), "--short".to_owned()];
+        let v = &lines(&decision_line(&argv, "fine"))[0];
+        assert_eq!(v["argv"], json!(["status", "--short"]));
+        assert_eq!(v["message"], "fine");
+        assert!(v.get("truncated").is_none());
+    }
+
+    #[test]
+    fn many_arguments_and_escapes_stay_within_the_line_bound() {
+        // Every way to make a line long: many elements, each at the budget, each made of
+        // characters JSON escapes six-fold, quotes, multi-byte characters.
+        for unit in ["\u{1}", "\"", "é", "€", "😀", "a"] {
+            let argv: Vec<String> = (0..10_000).map(|_| unit.repeat(5_000)).collect();
+            let text = decision_line(&argv, &unit.repeat(100_000));
+            assert!(text.len() <= MAX_LINE, "{unit:?}: {} bytes", text.len());
+            let v = &lines(&text)[0];
+            let shown = v["argv"].as_array().unwrap();
+            assert!(shown.len() <= MAX_ARGS + 1);
+            let last = shown.last().unwrap().as_str().unwrap();
+            assert!(last.ends_with("more arguments]"), "{unit:?}: {last}");
+            assert_eq!(v["truncated"], true);
+        }
+    }
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        let s = "€".repeat(1000);
+        let b = bound(&s, 100);
+        assert!(b.len() <= 100, "{b}");
+        assert!(b.starts_with("€€"));
+        assert!(b.ends_with(" bytes]"));
+        assert_eq!(bound("short", 100), "short");
+    }
+
+    #[test]
+    fn every_record_is_one_json_line_with_ts_and_session() {
+        let cap = Capture::default();
+        let log = Log::to(None, Box::new(cap.clone()));
+        let mut f = Map::new();
+        f.insert("socket".into(), json!("/run/airlock/git/git.sock"));
+        f.insert("message".into(), json!("line one\nline two"));
+        log.write("start", f);
+        log.decision(&Decision {
+            uid: None,
+            argv: &[],
+            decision: "deny",
+            reason: Some("peer_not_agent"),
+            message: Some("no"),
+            exit: None,
+        });
+        let text = cap.text();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        for l in text.lines() {
+            assert!(
+                l.starts_with(r#"{"ts":""#)
+                    && l.contains(r#"Z","session":null,"component":"git-api","event":""#),
+                "{l}"
+            );
+        }
+        for v in lines(&text) {
+            let ts = v["ts"].as_str().unwrap();
+            assert_eq!(ts.len(), "2026-01-01T00:00:00.000Z".len(), "{ts}");
+            assert!(ts.ends_with('Z'));
+            assert!(v.get("session").is_some_and(Value::is_null));
+            assert_eq!(v["component"], "git-api");
+        }
+    }
+
+    #[test]
+    fn unauthenticated_refusals_are_throttled_and_counted() {
+        let mut t = Throttle::new(3);
+        let t0 = Instant::now();
+        assert_eq!(t.admit(t0), Some(0));
+        assert_eq!(t.admit(t0), Some(0));
+        assert_eq!(t.admit(t0), Some(0));
+        assert_eq!(t.admit(t0), None);
+        assert_eq!(t.admit(t0 + Duration::from_millis(999)), None);
+        // The next second's first line says how many were left out.
+        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(2));
+        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(0));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_milliseconds() {
+        assert_eq!(rfc3339_ms(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(951_827_696_789);
+        assert_eq!(rfc3339_ms(t), "2000-02-29T12:34:56.789Z");
+        let t = UNIX_EPOCH + Duration::from_secs(4_107_542_400);
+        assert_eq!(rfc3339_ms(t), "2100-03-01T00:00:00.000Z");
+    }
+}
