@@ -255,6 +255,102 @@ fn a_flood_of_signed_requests_cannot_lock_the_agent_out() {
     }
 }
 
+// --- frames cut short, out of order, replayed ------------------------------------------
+
+/// A request's two frames, signed, apart.
+fn signed_frames(argv: &[&str]) -> (Vec<u8>, Vec<u8>) {
+    let b = body(argv);
+    let a = auth::sign(&SessionKey::from_bytes(KEY), &b).unwrap();
+    (auth_bytes(&a), frame_bytes(FrameKind::Body, &b))
+}
+
+/// The agent sends a correct request cut short at every kind of place and closes its side:
+/// each is refused as malformed, none runs git, and none consumed the request's nonce (the
+/// whole request still runs, once).
+#[test]
+fn a_request_cut_short_is_refused() {
+    let api = start(Verifier::new(SessionKey::from_bytes(KEY)));
+    let (auth, body) = signed_frames(&["rev-parse", "--verify", "-q", "HEAD"]);
+    let whole = [auth.clone(), body.clone()].concat();
+    for (what, cut) in [
+        ("inside the auth header", 3),
+        ("inside the auth payload", auth.len() - 1),
+        ("after the auth frame", auth.len()),
+        ("inside the body header", auth.len() + 2),
+        ("inside the body payload", whole.len() - 1),
+    ] {
+        assert_eq!(
+            send(&api, &whole[..cut]),
+            Err("malformed_request".into()),
+            "cut {what}"
+        );
+    }
+    // A body frame announcing more than it carries, then the connection closes.
+    let mut short = auth.clone();
+    short.extend(frame_bytes(FrameKind::Body, &[0; 100])[..5].iter());
+    short.extend(b"{\"version\":1");
+    assert_eq!(send(&api, &short), Err("malformed_request".into()));
+    assert_eq!(send(&api, &whole), Ok(0));
+    assert_eq!(send(&api, &whole), Err("replayed_nonce".into()));
+}
+
+/// Frames in the wrong order or of the wrong kind: the body first, two auth frames, a frame
+/// only the server sends, and a body signed for one request under another's auth frame.
+#[test]
+fn frames_out_of_sequence_are_refused() {
+    let api = start(Verifier::new(SessionKey::from_bytes(KEY)));
+    let (auth, body) = signed_frames(&["rev-parse", "--verify", "-q", "HEAD"]);
+    let (other_auth, other_body) = signed_frames(&["status", "--short"]);
+    let stdout = frame_bytes(FrameKind::Stdout, b"x");
+    let exit = frame_bytes(FrameKind::Exit, br#"{"code":0}"#);
+    for (what, raw) in [
+        ("body then auth", [body.clone(), auth.clone()].concat()),
+        ("auth twice", [auth.clone(), other_auth.clone()].concat()),
+        (
+            "a stdout frame for a body",
+            [auth.clone(), stdout.clone()].concat(),
+        ),
+        ("an exit frame for a body", [auth.clone(), exit].concat()),
+        (
+            "stdout first",
+            [stdout, auth.clone(), body.clone()].concat(),
+        ),
+        (
+            "an unknown kind",
+            [vec![9, 0, 0, 0, 0], auth.clone(), body.clone()].concat(),
+        ),
+    ] {
+        assert_eq!(send(&api, &raw), Err("malformed_request".into()), "{what}");
+    }
+    // Two requests' frames crossed: each body is refused under the other's signature.
+    assert_eq!(
+        send(&api, &[auth.clone(), other_body.clone()].concat()),
+        Err("bad_signature".into())
+    );
+    assert_eq!(
+        send(&api, &[other_auth.clone(), body.clone()].concat()),
+        Err("bad_signature".into())
+    );
+    // None of that consumed a nonce: both requests, in order, run once.
+    assert_eq!(send(&api, &[auth, body].concat()), Ok(0));
+    assert_eq!(send(&api, &[other_auth, other_body].concat()), Ok(0));
+}
+
+/// The same signed request sent again, on a new connection and (the protocol carries one
+/// request per connection) appended to the first on the same one: it runs once.
+#[test]
+fn a_replayed_request_runs_once() {
+    let api = start(Verifier::new(SessionKey::from_bytes(KEY)));
+    let whole = signed(&["rev-parse", "--verify", "-q", "HEAD"]);
+    assert_eq!(
+        send(&api, &[whole.clone(), whole.clone()].concat()),
+        Ok(0),
+        "the second copy on the same connection is never read"
+    );
+    assert_eq!(send(&api, &whole), Err("replayed_nonce".into()));
+    assert_eq!(send(&api, &whole), Err("replayed_nonce".into()));
+}
+
 // --- issue 14: git-api.jsonl is bounded and JSON only ----------------------------------
 
 /// The real binary, started as the entrypoint starts it: its stderr appended to
