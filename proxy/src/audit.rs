@@ -1,49 +1,66 @@
-//! The audit log: one JSON line per decision, written by a single writer.
+//! The audit log: one JSON line per decision, written **before** the decision takes effect.
 //!
-//! Producers (connection tasks) hand [`Record`]s to an [`Audit`] handle, which feeds a
-//! **bounded** channel; a full channel makes the producer wait (backpressure), it never drops
-//! a line. One dedicated writer thread drains the channel in batches and writes each batch to
-//! the file with one `write(2)`: the first line after a quiet spell is written at once, then
-//! the writer lingers [`LINGER`] so that a busy proxy's lines go out together (one wake-up
-//! and one write per batch instead of per request). There is no user-space buffer that
-//! outlives a batch. On [`AuditWriter::finish`] everything queued before the close is
-//! written and `fsync`ed.
+//! - A request the proxy lets through has its line written (`write(2)` returned) before its
+//!   first byte goes upstream: [`Pending::open`] writes it with `event: open`. The line with
+//!   what happened (status, bytes, duration) follows when the request is over; those final
+//!   lines are queued in memory and go out together with the next line that must be written
+//!   at once, or after at most [`LINGER`] (group commit: one `write(2)` carries every line
+//!   that is ready). A killed proxy therefore loses at most the final lines of the last
+//!   [`LINGER`], never the record of a request it served. Nothing is `fsync`ed per line: the
+//!   lines survive the proxy's death (they are in the kernel), not a crash of the host
+//!   before the kernel writes them back (the file is synced at shutdown).
+//! - A refusal has its line written before the agent sees the refusal
+//!   ([`Pending::commit`], [`Audit::commit`]).
+//! - **Fail closed**: when a line cannot be written (a full volume, an I/O error), the
+//!   write is undone (the file is cut back to its last whole line, so a truncated line
+//!   never remains) and the caller refuses the request with `audit-unavailable`; every
+//!   request is refused that way until a write works again. The state change is said once
+//!   on stderr each way, the health answer shows it ([`Audit::available`]), and on recovery
+//!   the log first gets one `kind: audit`, `event: outage` line with the window and the
+//!   count of refused requests (and of final lines lost, when the queue of waiting final
+//!   lines outgrew [`QUEUED_MAX`] during the outage).
 //!
-//! Each record is also echoed as one compact human line on stderr (at the `info` level of
-//! `AIRLOCK_PROXY_LOG`), by the writer, one `write(2)` per batch.
+//! Writes happen on the caller's thread under one lock (appending to a page-cached file
+//! takes microseconds); a helper thread only flushes lingering final lines and writes the
+//! human echo. Each record is also echoed as one compact human line on stderr (at the
+//! `info` level of `AIRLOCK_PROXY_LOG`), one `write(2)` per batch.
 //!
 //! Schema (every field is always present; unknown values are `null`):
 //! `ts` (RFC 3339 UTC, ms, when the request arrived), `session`, `uid` (client uid, `null`
 //! until identity lands), `client` (peer `ip:port`), `kind` (`connect`|`http`|`transparent`|
-//! `dns`), `event` (`open` for the optional line at tunnel open, `close` for its final line,
-//! `null` for single-line decisions), `method`, `host`, `port`, `path` (path only: the query
+//! `dns`|`git-service`), `event` (`open` for the line written before anything went upstream,
+//! `close` (or `close-*`) for a tunnel's final line, `null` for a request's final line or a
+//! single-line decision), `method`, `host`, `port`, `path` (path only: the query
 //! string is never logged, it may carry secrets), `decision` (`allow`|`deny`|`report`), `rule`,
 //! `reason`, `upstream` (`ip:port` connected to), `upstream_local_port` (the proxy's source
 //! port of that upstream connection), `intercepted` (the TLS was terminated and each request
 //! judged and logged on its own line), `credential` (names of the credentials injected into
 //! the request, comma-separated), `status` (the upstream's response status, when the
 //! proxy read it), `bytes_up`, `bytes_down`, `duration_ms`.
+//!
+//! The outage line: `ts` (when writing worked again), `session`, `kind: audit`,
+//! `event: outage`, `decision: deny`, `reason: audit-unavailable`, `since` (the first failed
+//! write), `error`, `refused` (requests refused meanwhile), `lost` (final lines dropped).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::clock;
 
-/// How many records may wait for the writer before producers are made to wait.
-pub const DEFAULT_QUEUE: usize = 4096;
-/// Largest batch the writer takes from the queue at once.
-const BATCH: usize = 512;
-/// How long the writer waits after a write before taking the next batch.
+/// How long a final line may wait for company before the helper thread writes it.
 pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+/// Bytes of final lines that may wait while the log cannot be written; past this they are
+/// dropped and counted (`lost` in the outage line).
+pub const QUEUED_MAX: usize = 1 << 20;
 
 /// Failures of the audit log itself (never of a request).
 #[derive(Debug, thiserror::Error)]
@@ -51,16 +68,21 @@ pub enum AuditError {
     /// The audit file could not be opened or created.
     #[error("cannot open audit log {path}: {source}")]
     Open { path: PathBuf, source: io::Error },
-    /// The writer thread could not be started.
+    /// The helper thread could not be started.
     #[error("cannot start the audit writer thread: {0}")]
     Spawn(io::Error),
     /// Writing or syncing the file failed.
     #[error("cannot write audit log {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
-    /// The writer thread panicked.
+    /// The helper thread panicked.
     #[error("the audit writer thread died")]
     WriterDied,
 }
+
+/// The line could not be written: the request it describes must be refused
+/// (`audit-unavailable`). Already counted in the outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable;
 
 /// Which listener produced the decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -207,63 +229,295 @@ impl Record {
     }
 }
 
-enum Msg {
-    Record(Box<Record>),
-    Flush(oneshot::Sender<()>),
-    Close,
+/// The log file as the writer uses it: the one seam between the audit logic and the disk,
+/// so that a full volume can be played in a unit test.
+pub trait LogFile: Send {
+    /// Appends all of `buf` (a short write is an error).
+    ///
+    /// # Errors
+    /// The I/O error (`ENOSPC` for a full volume).
+    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Cuts the file to `len` bytes.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+    /// Makes what was written durable.
+    ///
+    /// # Errors
+    /// The I/O error.
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf)
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// What the lock guards: the file and the lines waiting for it.
+struct State {
+    file: Box<dyn LogFile>,
+    /// Length of the file after the last whole line this process wrote.
+    len: u64,
+    /// Final lines waiting for the next write.
+    queued: Vec<u8>,
+    /// Scratch for the line being written at once.
+    line: Vec<u8>,
+    /// Human echo waiting for the helper thread.
+    human: String,
+    outage: Option<Outage>,
+    /// The first write error met (reported by [`AuditWriter::finish`]).
+    first_err: Option<io::Error>,
+    closed: bool,
+}
+
+/// A window in which the log could not be written.
+struct Outage {
+    since: SystemTime,
+    error: String,
+    refused: u64,
+    lost: u64,
+}
+
+#[derive(Serialize)]
+struct OutageLine<'a> {
+    #[serde(serialize_with = "ser_ts")]
+    ts: SystemTime,
+    session: &'a str,
+    kind: &'static str,
+    event: &'static str,
+    decision: &'static str,
+    reason: &'static str,
+    #[serde(serialize_with = "ser_ts")]
+    since: SystemTime,
+    error: &'a str,
+    refused: u64,
+    lost: u64,
+}
+
+struct Sink {
+    path: PathBuf,
+    state: Mutex<State>,
+    /// Wakes the helper thread when something waits for it.
+    wake: Condvar,
+    available: AtomicBool,
+}
+
+impl Sink {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves whole lines only (every write is undone on
+        // error), so the state is still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes everything queued, then `st.line` when `with_line`, in one go; on failure cuts
+    /// the file back to its last whole line and enters (or stays in) the outage.
+    fn write_out(&self, st: &mut State, with_line: bool, session: &str) -> Result<(), Unavailable> {
+        let result = if let Some(o) = &st.outage {
+            // Recovering: the outage line first, then what waited, then this line.
+            let mut buf = Vec::new();
+            let line = OutageLine {
+                ts: SystemTime::now(),
+                session,
+                kind: "audit",
+                event: "outage",
+                decision: Verdict::Deny.as_str(),
+                reason: airlock_policy::reason::Reason::AuditUnavailable.as_str(),
+                since: o.since,
+                error: &o.error,
+                refused: o.refused,
+                lost: o.lost,
+            };
+            if serde_json::to_writer(&mut buf, &line).is_ok() {
+                buf.push(b'\n');
+            }
+            buf.extend_from_slice(&st.queued);
+            if with_line {
+                buf.extend_from_slice(&st.line);
+            }
+            st.file.append(&buf).map(|()| buf.len())
+        } else if with_line && st.queued.is_empty() {
+            st.file.append(&st.line).map(|()| st.line.len())
+        } else {
+            let base = st.queued.len();
+            if with_line {
+                st.queued.extend_from_slice(&st.line);
+            }
+            let r = st.file.append(&st.queued).map(|()| st.queued.len());
+            if r.is_err() {
+                st.queued.truncate(base);
+            }
+            r
+        };
+        match result {
+            Ok(written) => {
+                st.len += written as u64;
+                st.queued.clear();
+                if st.queued.capacity() > QUEUED_MAX {
+                    st.queued.shrink_to(64 * 1024);
+                }
+                if let Some(o) = st.outage.take() {
+                    self.available.store(true, Ordering::Release);
+                    tracing::warn!(
+                        "audit log {} is written again; {} requests were refused while it was not",
+                        self.path.display(),
+                        o.refused
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Whole lines or nothing: cut back what part of this write reached the file.
+                let _ = st.file.truncate(st.len);
+                if st.outage.is_none() {
+                    self.available.store(false, Ordering::Release);
+                    tracing::error!(
+                        "cannot write the audit log {}: {e}; refusing every request (audit-unavailable) until it can be written",
+                        self.path.display()
+                    );
+                    st.outage = Some(Outage {
+                        since: SystemTime::now(),
+                        error: e.to_string(),
+                        refused: 0,
+                        lost: 0,
+                    });
+                }
+                if st.queued.len() > QUEUED_MAX
+                    && let Some(o) = &mut st.outage
+                {
+                    o.lost += count_lines(&st.queued);
+                    st.queued.clear();
+                }
+                st.first_err.get_or_insert(e);
+                Err(Unavailable)
+            }
+        }
+    }
+
+    /// Writes `rec` now (with the lines queued before it).
+    fn commit(&self, rec: &Record) -> Result<(), Unavailable> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.line.clear();
+        if serde_json::to_writer(&mut st.line, rec).is_err() {
+            return Err(Unavailable);
+        }
+        st.line.push(b'\n');
+        let human = add_human(&mut st.human, rec);
+        let r = self.write_out(st, true, &rec.session);
+        if r.is_err()
+            && let Some(o) = &mut st.outage
+        {
+            o.refused += 1;
+        }
+        if human {
+            self.wake.notify_one();
+        }
+        r
+    }
+
+    /// Queues `rec` for the next write (at the latest after [`LINGER`]).
+    fn queue(&self, rec: &Record) {
+        let mut st = self.lock();
+        if st.closed {
+            drop(st);
+            rec.log_human();
+            tracing::error!("audit log already closed: a record reached stderr only");
+            return;
+        }
+        let was_empty = st.queued.is_empty() && st.human.is_empty();
+        if serde_json::to_writer(&mut st.queued, rec).is_ok() {
+            st.queued.push(b'\n');
+        }
+        add_human(&mut st.human, rec);
+        drop(st);
+        if was_empty {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Writes what is queued (nothing to do when the queue is empty).
+    fn flush(&self) -> Result<(), Unavailable> {
+        let mut st = self.lock();
+        if st.queued.is_empty() {
+            return Ok(());
+        }
+        // The session of a queued line is the proxy's one session: take it from the line.
+        let session = session_of(&st.queued);
+        self.write_out(&mut st, false, &session)
+    }
+}
+
+/// The `session` of the first queued line (every line carries the proxy's session).
+fn session_of(queued: &[u8]) -> String {
+    let first = queued.split(|b| *b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(first)
+        .ok()
+        .and_then(|v| v.get("session")?.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn count_lines(b: &[u8]) -> u64 {
+    b.iter().filter(|c| **c == b'\n').count() as u64
 }
 
 /// Cloneable producer handle.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Audit {
-    tx: mpsc::Sender<Msg>,
+    sink: Arc<Sink>,
 }
 
-impl std::fmt::Debug for Msg {
+impl std::fmt::Debug for Audit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Record(_) => "Record",
-            Self::Flush(_) => "Flush",
-            Self::Close => "Close",
-        })
+        f.debug_struct("Audit")
+            .field("path", &self.sink.path)
+            .field("available", &self.available())
+            .finish()
     }
 }
 
 impl Audit {
-    /// Queues `rec`, waiting while the queue is full. A record sent after the writer has
-    /// closed is reported on stderr (it cannot reach the file any more).
-    pub async fn emit(&self, rec: Record) {
-        if let Err(mpsc::error::SendError(Msg::Record(rec))) =
-            self.tx.send(Msg::Record(Box::new(rec))).await
-        {
-            rec.log_human();
-            tracing::error!("audit writer already closed: a record reached stderr only");
-        }
+    /// Writes `rec` now, before the decision it records takes effect (a refusal is sent,
+    /// a connection is dropped). `Err`: the log cannot be written (see the module docs).
+    ///
+    /// # Errors
+    /// [`Unavailable`].
+    pub fn commit(&self, rec: &Record) -> Result<(), Unavailable> {
+        self.sink.commit(rec)
     }
 
-    /// Queues `rec` from a context that cannot await (a `Drop`): tries at once, and when the
-    /// queue is full hands the wait to a new task on the current runtime, so the line is
-    /// still not dropped.
+    /// Writes `rec` as its `event: open` line now, before anything goes upstream; `rec`
+    /// is left as it was.
+    ///
+    /// # Errors
+    /// [`Unavailable`]: the request must be refused (`audit-unavailable`).
+    pub fn commit_open(&self, rec: &mut Record) -> Result<(), Unavailable> {
+        let event = rec.event.replace(EVENT_OPEN);
+        let r = self.sink.commit(rec);
+        rec.event = event;
+        r
+    }
+
+    /// Queues a final line (what happened after an `open` line, or a line no decision waits
+    /// for): written with the next line that must go out at once, or after [`LINGER`].
+    pub async fn emit(&self, rec: Record) {
+        self.sink.queue(&rec);
+    }
+
+    /// As [`emit`](Self::emit), from a context that cannot await (a `Drop`).
     pub fn emit_detached(&self, rec: Record) {
-        match self.tx.try_send(Msg::Record(Box::new(rec))) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(msg)) => {
-                let tx = self.tx.clone();
-                if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    handle.spawn(async move {
-                        let _ = tx.send(msg).await;
-                    });
-                } else {
-                    let _ = tx.blocking_send(msg);
-                }
-            }
-            Err(mpsc::error::TrySendError::Closed(msg)) => {
-                if let Msg::Record(rec) = msg {
-                    rec.log_human();
-                }
-                tracing::error!("audit writer already closed: a record reached stderr only");
-            }
-        }
+        self.sink.queue(&rec);
     }
 
     /// Guards `rec` until it is written ([`Pending`]).
@@ -272,14 +526,21 @@ impl Audit {
         Pending::new(rec, self.clone())
     }
 
-    /// Waits until every record queued before this call has been written to the file.
+    /// Writes every line queued before this call.
     pub async fn flush(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
-            let _ = rx.await;
-        }
+        let _ = self.sink.flush();
+    }
+
+    /// Whether the log can be written (false from a failed write until one works again).
+    #[must_use]
+    pub fn available(&self) -> bool {
+        self.sink.available.load(Ordering::Acquire)
     }
 }
+
+/// The `event` of the line written before anything of a request or connection went
+/// upstream.
+pub const EVENT_OPEN: &str = "open";
 
 /// The `event` of a request line written because the request was abandoned before its
 /// outcome was logged: the client hung up while the proxy was still working on it (resolving,
@@ -287,9 +548,10 @@ impl Audit {
 pub const EVENT_CLIENT_GONE: &str = "client-gone";
 
 /// A request's record while its outcome is not yet logged. Written exactly once: by
-/// [`emit`](Self::emit), by whoever [`into_record`](Self::into_record) hands it to, or, when
-/// it is dropped first (the client hung up and hyper dropped the request), by its `Drop`,
-/// with `event: client-gone`. So an abandoned request still leaves its line.
+/// [`emit`](Self::emit) or [`commit`](Self::commit), by whoever
+/// [`into_record`](Self::into_record) hands it to, or, when it is dropped first (the client
+/// hung up and hyper dropped the request), by its `Drop`, with `event: client-gone`. So an
+/// abandoned request still leaves its line.
 pub struct Pending {
     rec: Option<Record>,
     audit: Audit,
@@ -311,20 +573,39 @@ impl Pending {
         }
     }
 
-    /// Queues the record (waiting while the queue is full). If this wait is abandoned, the
-    /// record is still written, by `Drop`.
+    /// Queues the final line (see [`Audit::emit`]).
     pub async fn emit(mut self) {
-        match self.audit.tx.reserve().await {
-            Ok(permit) => {
-                if let Some(rec) = self.rec.take() {
-                    permit.send(Msg::Record(Box::new(rec)));
-                }
-            }
-            Err(_) => {
-                if let Some(rec) = self.rec.take() {
-                    rec.log_human();
-                }
-                tracing::error!("audit writer already closed: a record reached stderr only");
+        if let Some(rec) = self.rec.take() {
+            self.audit.sink.queue(&rec);
+        }
+    }
+
+    /// Writes the record now, as a final line (a refusal, before the agent sees it).
+    ///
+    /// # Errors
+    /// [`Unavailable`]: nothing was written (the refusal is counted in the outage).
+    pub fn commit(mut self) -> Result<(), Unavailable> {
+        match self.rec.take() {
+            Some(rec) => self.audit.commit(&rec),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the record's `event: open` line now, before anything goes upstream, and keeps
+    /// guarding it for its final line.
+    ///
+    /// # Errors
+    /// [`Unavailable`]: nothing was written and the record is dropped unwritten (counted as
+    /// refused): the caller refuses the request with `audit-unavailable`.
+    pub fn open(mut self) -> Result<Self, Unavailable> {
+        let Some(rec) = self.rec.as_mut() else {
+            return Ok(self);
+        };
+        match self.audit.commit_open(rec) {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                self.rec = None;
+                Err(e)
             }
         }
     }
@@ -365,131 +646,130 @@ impl Drop for Pending {
     }
 }
 
-/// The writer thread; [`finish`](Self::finish) closes the log.
+/// The helper thread; [`finish`](Self::finish) closes the log.
 #[derive(Debug)]
 pub struct AuditWriter {
-    tx: mpsc::Sender<Msg>,
-    thread: JoinHandle<Result<(), AuditError>>,
+    audit: Audit,
+    thread: JoinHandle<()>,
 }
 
-/// Opens (append, create `0600`, no symlink following) `path` and starts the writer.
+/// Opens (append, create `0600`, no symlink following) `path` and starts the helper thread.
 ///
 /// # Errors
 /// [`AuditError::Open`] when the file cannot be opened, [`AuditError::Spawn`] when the
 /// thread cannot be started.
-pub fn open(path: &Path, queue: usize) -> Result<(Audit, AuditWriter), AuditError> {
+pub fn open(path: &Path) -> Result<(Audit, AuditWriter), AuditError> {
+    let open_err = |source| AuditError::Open {
+        path: path.to_owned(),
+        source,
+    };
     let file = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|source| AuditError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-    let (tx, rx) = mpsc::channel(queue.max(1));
-    let owned = path.to_owned();
+        .map_err(open_err)?;
+    let len = file.metadata().map_err(open_err)?.len();
+    start(path, Box::new(file), len)
+}
+
+/// The log on `file` (already `len` bytes long), reported as `path`.
+///
+/// # Errors
+/// [`AuditError::Spawn`] when the helper thread cannot be started.
+pub fn start(
+    path: &Path,
+    file: Box<dyn LogFile>,
+    len: u64,
+) -> Result<(Audit, AuditWriter), AuditError> {
+    let sink = Arc::new(Sink {
+        path: path.to_owned(),
+        state: Mutex::new(State {
+            file,
+            len,
+            queued: Vec::with_capacity(4096),
+            line: Vec::with_capacity(1024),
+            human: String::new(),
+            outage: None,
+            first_err: None,
+            closed: false,
+        }),
+        wake: Condvar::new(),
+        available: AtomicBool::new(true),
+    });
+    let helper = Arc::clone(&sink);
     let thread = std::thread::Builder::new()
         .name("audit-writer".into())
         .stack_size(64 * 1024)
-        .spawn(move || write_loop(file, &owned, rx))
+        .spawn(move || helper_loop(&helper))
         .map_err(AuditError::Spawn)?;
-    Ok((Audit { tx: tx.clone() }, AuditWriter { tx, thread }))
+    let audit = Audit { sink };
+    Ok((audit.clone(), AuditWriter { audit, thread }))
 }
 
 impl AuditWriter {
-    /// Writes everything queued so far, syncs the file and stops the writer. Records queued
-    /// after this are reported on stderr only.
+    /// Writes everything queued so far, syncs the file and stops the helper thread. Lines
+    /// queued after this are reported on stderr only.
     ///
     /// # Errors
-    /// The first write error the writer met, or [`AuditError::WriterDied`].
+    /// The first write error met, or [`AuditError::WriterDied`].
     pub async fn finish(self) -> Result<(), AuditError> {
-        let _ = self.tx.send(Msg::Close).await;
+        let sink = Arc::clone(&self.audit.sink);
+        {
+            let mut st = sink.lock();
+            st.closed = true;
+        }
+        sink.wake.notify_one();
         let thread = self.thread;
         tokio::task::spawn_blocking(move || thread.join())
             .await
             .map_err(|_| AuditError::WriterDied)?
-            .map_err(|_| AuditError::WriterDied)?
+            .map_err(|_| AuditError::WriterDied)?;
+        let _ = sink.flush();
+        let mut st = sink.lock();
+        if let Err(e) = st.file.sync() {
+            st.first_err.get_or_insert(e);
+        }
+        write_human(&mut st.human);
+        match st.first_err.take() {
+            None => Ok(()),
+            Some(source) => Err(AuditError::Write {
+                path: sink.path.clone(),
+                source,
+            }),
+        }
     }
 }
 
-fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<Msg>) -> Result<(), AuditError> {
-    let mut batch = Vec::with_capacity(16);
-    let mut out = Vec::with_capacity(4096);
-    let mut first_err: Option<io::Error> = None;
-    let mut human = String::new();
+/// Waits for queued lines, lets them linger, writes them and the human echo.
+fn helper_loop(sink: &Sink) {
     loop {
-        batch.clear();
-        if rx.blocking_recv_many(&mut batch, BATCH) == 0 {
-            break; // every sender dropped
-        }
-        let mut closing = false;
-        let mut waiters = Vec::new();
-        for msg in batch.drain(..) {
-            match msg {
-                Msg::Record(rec) => {
-                    if serde_json::to_writer(&mut out, &*rec).is_ok() {
-                        out.push(b'\n');
-                    }
-                    add_human(&mut human, &rec);
-                }
-                Msg::Flush(w) => waiters.push(w),
-                Msg::Close => closing = true,
+        {
+            let mut st = sink.lock();
+            while st.queued.is_empty() && st.human.is_empty() && !st.closed {
+                st = sink
+                    .wake
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if st.closed {
+                return;
             }
         }
-        if !out.is_empty() {
-            if let Err(e) = file.write_all(&out) {
-                tracing::error!("audit write failed: {e}");
-                first_err.get_or_insert(e);
-            }
-            out.clear();
-            if out.capacity() > 1 << 20 {
-                out.shrink_to(4096);
-            }
-        }
+        std::thread::sleep(LINGER);
+        let _ = sink.flush();
+        let mut human = {
+            let mut st = sink.lock();
+            std::mem::take(&mut st.human)
+        };
         write_human(&mut human);
-        for w in waiters {
-            let _ = w.send(());
-        }
-        if closing {
-            break;
-        }
-        // Records already waiting (a saturated queue): no lingering, take them now.
-        if rx.is_empty() {
-            std::thread::sleep(LINGER);
-        }
-    }
-    rx.close();
-    // Anything that raced the close is still written: nothing queued is lost.
-    while let Ok(msg) = rx.try_recv() {
-        if let Msg::Record(rec) = msg {
-            if serde_json::to_writer(&mut out, &*rec).is_ok() {
-                out.push(b'\n');
-            }
-            add_human(&mut human, &rec);
-        }
-    }
-    write_human(&mut human);
-    if !out.is_empty()
-        && let Err(e) = file.write_all(&out)
-    {
-        first_err.get_or_insert(e);
-    }
-    if let Err(e) = file.sync_data() {
-        first_err.get_or_insert(e);
-    }
-    match first_err {
-        None => Ok(()),
-        Some(source) => Err(AuditError::Write {
-            path: path.to_owned(),
-            source,
-        }),
     }
 }
 
-/// Appends `rec`'s human line (when `info` is enabled), in the subscriber's style.
-fn add_human(out: &mut String, rec: &Record) {
+/// Appends `rec`'s human line (when `info` is enabled), in the subscriber's style. Returns
+/// whether it did.
+fn add_human(out: &mut String, rec: &Record) -> bool {
     if tracing::enabled!(tracing::Level::INFO) {
         use std::fmt::Write as _;
         let _ = writeln!(
@@ -498,7 +778,9 @@ fn add_human(out: &mut String, rec: &Record) {
             clock::rfc3339_ms(SystemTime::now()),
             rec.human()
         );
+        return true;
     }
+    false
 }
 
 /// One `write(2)` to stderr for the batch's human lines.
@@ -521,11 +803,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn nothing_is_lost_under_backpressure() {
+    async fn nothing_is_lost_from_many_producers() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        // A queue of 2 forces producers to wait on the writer most of the time.
-        let (audit, writer) = open(&path, 2).unwrap();
+        let (audit, writer) = open(&path).unwrap();
         let mut tasks = Vec::new();
         for t in 0..8u64 {
             let a = audit.clone();
@@ -561,7 +842,7 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         std::fs::write(&path, "old\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let (audit, writer) = open(&path, 8).unwrap();
+        let (audit, writer) = open(&path).unwrap();
         audit.emit(rec(1)).await;
         audit.flush().await;
         let text = std::fs::read_to_string(&path).unwrap();
@@ -570,7 +851,7 @@ mod tests {
         writer.finish().await.unwrap();
 
         let fresh = dir.path().join("new.jsonl");
-        let (_a, w) = open(&fresh, 8).unwrap();
+        let (_a, w) = open(&fresh).unwrap();
         w.finish().await.unwrap();
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -583,7 +864,164 @@ mod tests {
         std::fs::write(&target, "").unwrap();
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(matches!(open(&link, 8), Err(AuditError::Open { .. })));
+        assert!(matches!(open(&link), Err(AuditError::Open { .. })));
+    }
+
+    /// A volume of `cap` bytes in memory: a write past it stores what fits and fails with
+    /// `ENOSPC`, as a full filesystem does.
+    #[derive(Clone)]
+    struct Volume {
+        data: Arc<Mutex<Vec<u8>>>,
+        cap: Arc<Mutex<usize>>,
+    }
+
+    impl Volume {
+        fn new(cap: usize) -> Self {
+            Self {
+                data: Arc::default(),
+                cap: Arc::new(Mutex::new(cap)),
+            }
+        }
+        fn set_cap(&self, cap: usize) {
+            *self.cap.lock().unwrap() = cap;
+        }
+        fn lines(&self) -> Vec<serde_json::Value> {
+            let data = self.data.lock().unwrap().clone();
+            let text = String::from_utf8(data).unwrap();
+            assert!(
+                text.is_empty() || text.ends_with('\n'),
+                "a cut line: {text:?}"
+            );
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+                .collect()
+        }
+    }
+
+    impl LogFile for Volume {
+        fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+            let cap = *self.cap.lock().unwrap();
+            let mut data = self.data.lock().unwrap();
+            let room = cap.saturating_sub(data.len());
+            if buf.len() > room {
+                data.extend_from_slice(&buf[..room]);
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            data.extend_from_slice(buf);
+            Ok(())
+        }
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.data
+                .lock()
+                .unwrap()
+                .truncate(usize::try_from(len).unwrap());
+            Ok(())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn on_volume(v: &Volume) -> (Audit, AuditWriter) {
+        start(Path::new("/fake/audit.jsonl"), Box::new(v.clone()), 0).unwrap()
+    }
+
+    /// The volume fills up: the line that does not fit is refused (the caller refuses its
+    /// request), no cut line stays in the file, every later request is refused while it is
+    /// full, and once there is room again the log first says how many were refused.
+    #[tokio::test]
+    async fn a_full_volume_refuses_every_request_and_the_recovery_is_recorded() {
+        let v = Volume::new(10_000);
+        let (audit, writer) = on_volume(&v);
+        let mut served = 0;
+        while audit.commit(&rec(served)).is_ok() {
+            served += 1;
+        }
+        assert!(served > 5, "{served}");
+        assert!(!audit.available());
+        for i in 0..7 {
+            let mut r = rec(1000 + i);
+            assert_eq!(audit.commit_open(&mut r), Err(Unavailable));
+        }
+        assert_eq!(
+            v.lines().len(),
+            usize::try_from(served).unwrap(),
+            "whole lines only"
+        );
+        v.set_cap(1 << 20);
+        audit.commit(&rec(5000)).unwrap();
+        assert!(audit.available());
+        let lines = v.lines();
+        let outage = &lines[usize::try_from(served).unwrap()];
+        assert_eq!(outage["kind"], "audit", "{outage}");
+        assert_eq!(outage["event"], "outage");
+        assert_eq!(outage["reason"], "audit-unavailable");
+        assert_eq!(
+            outage["refused"], 8,
+            "the first refusal and seven more: {outage}"
+        );
+        assert_eq!(outage["session"], "s1");
+        assert!(
+            outage["error"].as_str().unwrap().contains("No space"),
+            "{outage}"
+        );
+        assert_eq!(lines.last().unwrap()["bytes_up"], 5000);
+        writer.finish().await.unwrap_err();
+    }
+
+    /// Final lines wait for the next line written at once and go out with it, in order, in
+    /// one write; alone they go out after the linger.
+    #[tokio::test]
+    async fn final_lines_ride_with_the_next_commit_or_leave_after_the_linger() {
+        let v = Volume::new(1 << 20);
+        let (audit, writer) = on_volume(&v);
+        audit.emit(rec(1)).await;
+        audit.emit(rec(2)).await;
+        audit.commit(&rec(3)).unwrap();
+        let seen: Vec<_> = v.lines().iter().map(|l| l["bytes_up"].clone()).collect();
+        assert_eq!(seen, [1, 2, 3]);
+        audit.emit(rec(4)).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while v.lines().len() < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lingering line never left"
+            );
+            tokio::time::sleep(LINGER).await;
+        }
+        writer.finish().await.unwrap();
+    }
+
+    /// Final lines that cannot be written while the volume is full wait (bounded), and are
+    /// written after the outage line once there is room.
+    #[tokio::test]
+    async fn final_lines_queued_in_an_outage_are_written_after_it() {
+        let v = Volume::new(0);
+        let (audit, writer) = on_volume(&v);
+        audit.emit(rec(1)).await;
+        assert_eq!(audit.commit(&rec(2)), Err(Unavailable));
+        v.set_cap(1 << 20);
+        audit.commit(&rec(3)).unwrap();
+        let lines = v.lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0]["event"], "outage");
+        assert_eq!(lines[0]["refused"], 1);
+        assert_eq!(lines[1]["bytes_up"], 1);
+        assert_eq!(lines[2]["bytes_up"], 3);
+        writer.finish().await.unwrap_err();
+    }
+
+    #[test]
+    fn the_open_line_is_the_record_with_event_open() {
+        let v = Volume::new(1 << 20);
+        let (audit, _writer) = on_volume(&v);
+        let mut r = rec(9);
+        r.event = Some("close");
+        audit.commit_open(&mut r).unwrap();
+        assert_eq!(r.event, Some("close"), "the record is left as it was");
+        let lines = v.lines();
+        assert_eq!(lines[0]["event"], "open");
+        assert_eq!(lines[0]["bytes_up"], 9);
     }
 
     #[test]

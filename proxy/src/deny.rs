@@ -11,8 +11,9 @@ use serde::Serialize;
 /// Body type of every response the explicit proxy returns.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
-/// Writes `rec` as a denial for `reason` and answers with the uniform denial for
-/// `host:port`: every request-level refusal goes through here.
+/// Writes `rec` as a denial for `reason`, then answers with the uniform denial for
+/// `host:port`: every request-level refusal goes through here. When the line cannot be
+/// written the answer is `audit-unavailable` (the refusal is counted in the outage).
 pub(crate) async fn audited(
     mut rec: crate::audit::Pending,
     reason: Reason,
@@ -21,8 +22,10 @@ pub(crate) async fn audited(
 ) -> Response<ProxyBody> {
     rec.decision = crate::audit::Verdict::Deny;
     rec.reason = Some(reason.as_str());
-    rec.emit().await;
-    denial(reason, host, port)
+    match rec.commit() {
+        Ok(()) => denial(reason, host, port),
+        Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
+    }
 }
 
 /// A complete in-memory body.
@@ -102,9 +105,26 @@ pub fn raw_denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
 
 /// `200 {"status":"ok","session":"<id>"}` for the readiness probe.
 #[must_use]
-pub fn health(session: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "status": "ok", "session": session }).to_string();
+///
+/// `audit` is whether the audit log can be written: when it cannot, the answer is `503`
+/// with `"status": "audit-unavailable"` (every request is being refused).
+pub fn health(session: &str, audit: bool) -> Response<ProxyBody> {
+    let (status, code) = if audit {
+        ("ok", StatusCode::OK)
+    } else {
+        (
+            Reason::AuditUnavailable.as_str(),
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+    };
+    let body = serde_json::json!({
+        "status": status,
+        "session": session,
+        "audit": if audit { "ok" } else { "unavailable" },
+    })
+    .to_string();
     let mut resp = Response::new(full(body));
+    *resp.status_mut() = code;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -207,13 +207,13 @@ pub(crate) async fn handle(
         Err(_) => {
             rec.reason = Some(Reason::MalformedRequest.as_str());
             rec.bytes_up = bytes.len() as u64;
-            shared.audit.emit(rec).await;
+            let _ = shared.audit.commit(&rec);
             return formerr_raw(bytes);
         }
     };
     if msg.message_type() == MessageType::Response {
         rec.reason = Some(Reason::MalformedRequest.as_str());
-        shared.audit.emit(rec).await;
+        let _ = shared.audit.commit(&rec);
         return None; // never answer a response
     }
     if let Some(q) = msg.queries().first() {
@@ -229,6 +229,7 @@ pub(crate) async fn handle(
         );
     }
     let (plan, verdict, rule, reason) = plan(&shared.policy, &msg);
+    let resolved = matches!(plan, Plan::Resolve { .. });
     rec.decision = verdict;
     rec.rule = rule;
     rec.reason = reason.map(|r| r.as_str());
@@ -248,6 +249,16 @@ pub(crate) async fn handle(
             respond(&msg, ResponseCode::Refused, &[], Some(reason), max_len)
         }
         Plan::NoData => respond(&msg, ResponseCode::NoError, &[], None, max_len),
+        Plan::Resolve { .. } if shared.audit.commit_open(&mut rec).is_err() => {
+            // The name would leave for the resolver unaudited: refused.
+            return Some(respond(
+                &msg,
+                ResponseCode::Refused,
+                &[],
+                Some(Reason::AuditUnavailable),
+                max_len,
+            ));
+        }
         Plan::Resolve { target, v6 } => match shared.upstreams.resolve_checked(&target).await {
             Ok(addrs) => {
                 let fam: Vec<IpAddr> = addrs.into_iter().filter(|ip| ip.is_ipv6() == v6).collect();
@@ -266,7 +277,18 @@ pub(crate) async fn handle(
         },
     };
     rec.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    shared.audit.emit(rec).await;
+    if resolved {
+        // Its `open` line is written: this one says how it ended.
+        shared.audit.emit(rec).await;
+    } else if shared.audit.commit(&rec).is_err() {
+        return Some(respond(
+            &msg,
+            ResponseCode::Refused,
+            &[],
+            Some(Reason::AuditUnavailable),
+            max_len,
+        ));
+    }
     Some(out)
 }
 
@@ -289,8 +311,7 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
             () = reached(&mut phase, Phase::Draining) => break,
         };
         let Ok(permit) = Arc::clone(&inflight).try_acquire_owned() else {
-            // Dropped unanswered (the client retries), but still a decision: audited. The
-            // audit queue's backpressure slows this loop, never loses the line.
+            // Dropped unanswered (the client retries), but still a decision: audited.
             let mut rec = Record::new(
                 Arc::clone(&shared.session),
                 SystemTime::now(),
@@ -300,7 +321,7 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
             rec.reason = Some(Reason::TooManyConnections.as_str());
             rec.event = Some("dropped-overload");
             rec.bytes_up = n as u64;
-            shared.audit.emit(rec).await;
+            let _ = shared.audit.commit(&rec);
             continue;
         };
         let query = buf[..n].to_vec();
@@ -360,8 +381,8 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
                 );
                 rec.uid = uid;
                 rec.reason = Some(reason.as_str());
+                let _ = shared.audit.commit(&rec);
                 drop(stream);
-                shared.audit.emit(rec).await;
                 continue;
             }
         };
@@ -391,7 +412,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, sha
             );
             rec.uid = uid;
             rec.reason = Some(Reason::MalformedRequest.as_str());
-            shared.audit.emit(rec).await;
+            let _ = shared.audit.commit(&rec);
             return;
         }
         let mut msg = vec![0u8; n];

@@ -80,8 +80,11 @@ async fn refuse(
     );
     rec.uid = uid;
     rec.reason = Some(reason.as_str());
+    let reason = match shared.audit.commit(&rec) {
+        Ok(()) => reason,
+        Err(crate::audit::Unavailable) => Reason::AuditUnavailable,
+    };
     crate::transparent::answer_and_close(&mut stream, &deny::raw_denial(reason, "", 0)).await;
-    shared.audit.emit(rec).await;
 }
 
 /// Which listener a connection arrived on.
@@ -227,7 +230,7 @@ pub(crate) async fn serve_conn(
             });
             rec.bytes_up = read_meter.up();
             rec.duration_ms = read_meter.elapsed_ms();
-            shared.audit.emit(rec).await;
+            let _ = shared.audit.commit(&rec);
         } else {
             tracing::debug!("client {peer}: {e}");
         }
@@ -253,7 +256,10 @@ async fn refuse_head(st: &ConnState, reason: Reason) -> Response<ProxyBody> {
     rec.event = Some("parse-error");
     rec.bytes_up = st.read_meter.up();
     rec.duration_ms = st.read_meter.elapsed_ms();
-    st.shared.audit.emit(rec).await;
+    let reason = match st.shared.audit.commit(&rec) {
+        Ok(()) => reason,
+        Err(crate::audit::Unavailable) => Reason::AuditUnavailable,
+    };
     gate::closing(deny::denial(reason, "", 0))
 }
 
@@ -277,7 +283,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
     }
     if req.uri().authority().is_none() {
         if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
-            return deny::health(&st.shared.session);
+            return deny::health(&st.shared.session, st.shared.audit.available());
         }
         if req.uri().path().starts_with(BASE_URL_PREFIX) {
             return base_url(st, req).await;
@@ -347,6 +353,13 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         Ok(a) => a,
         Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
     };
+    // The record reaches the log before the upstream hears of the tunnel.
+    let mut rec = match rec.open() {
+        Ok(r) => r,
+        Err(crate::audit::Unavailable) => {
+            return deny::denial(Reason::AuditUnavailable, &host, target.port);
+        }
+    };
     // The service port always intercepts (it exists to inject the git credential).
     let intercept = service || st.shared.policy.intercepts(&target.host);
     // An intercepted connection whose target has an idle pooled upstream connection makes
@@ -388,12 +401,12 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                 match gate::upgraded_tcp(upgraded) {
                     // The bare socket: no dynamic IO layers under the TLS.
                     Ok(tcp) => {
-                        let client = Metered::new(tcp, Arc::clone(&meter), Dir::Up);
+                        let client = Metered::both(tcp, Arc::clone(&meter), Dir::Up);
                         intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
                     }
                     Err(upgraded) => {
                         let client =
-                            Metered::new(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
+                            Metered::both(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
                         intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
                     }
                 }
@@ -422,6 +435,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
                     &target,
                     &meter,
                     shared.limits.idle_timeout,
+                    shared.shutdown.subscribe(),
                 )
                 .await
                 {
@@ -604,6 +618,7 @@ async fn inspect_tunnel<C>(
     target: &Target,
     meter: &Meter,
     idle: std::time::Duration,
+    mut phase: tokio::sync::watch::Receiver<Phase>,
 ) -> Result<(), Inspect>
 where
     C: tokio::io::AsyncRead + Unpin,
@@ -636,6 +651,8 @@ where
                 break Sniff::Other; // server speaks first
             }
             () = tokio::time::sleep_until(deadline) => return Err(Inspect::Ended(tunnel::End::Idle)),
+            // A tunnel whose client never spoke is cut at shutdown like any other.
+            () = reached(&mut phase, Phase::Stopping) => return Err(Inspect::Ended(tunnel::End::Shutdown)),
         }
     };
     decide::check_inner_host(target, &verdict).map_err(Inspect::Refused)?;

@@ -712,6 +712,17 @@ pub(crate) async fn exchange(
     }
     let out = Request::from_parts(parts, up_body);
 
+    // The record reaches the log before anything of the request goes upstream.
+    let mut rec = match rec.open() {
+        Ok(r) => r,
+        Err(crate::audit::Unavailable) => {
+            return deny::denial(
+                Reason::AuditUnavailable,
+                route.target.host.as_str(),
+                route.target.port,
+            );
+        }
+    };
     let live = match ctx.reuse(route).await {
         Some(l) => l,
         None => match ctx.open(route).await {
@@ -1156,7 +1167,7 @@ async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
     rec.intercepted = true;
     rec.reason = Some(reason.as_str());
     rec.event = Some("parse-error");
-    rec.emit().await;
+    let _ = rec.commit();
 }
 
 #[cfg(test)]

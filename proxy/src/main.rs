@@ -84,7 +84,7 @@ async fn run(
         Arc::new(TcpConnect),
         limits.connect_timeout,
     );
-    let (audit, writer) = audit::open(&args.audit, audit::DEFAULT_QUEUE)
+    let (audit, writer) = audit::open(&args.audit)
         .with_context(|| format!("opening audit log {}", args.audit.display()))?;
     let identity: Arc<dyn PeerIdentity> = match SockDiag::open() {
         Ok(d) => Arc::new(d),

@@ -103,8 +103,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 );
                 rec.uid = uid;
                 rec.reason = Some(reason.as_str());
+                let _ = shared.audit.commit(&rec);
                 drop(stream);
-                shared.audit.emit(rec).await;
             }
         }
     }
@@ -163,7 +163,7 @@ async fn handle(
         tracing::debug!("transparent connection from {peer} without an original destination");
         rec.reason = Some(Reason::UnknownHost.as_str());
         rec.event = Some("no-original-destination");
-        shared.audit.emit(rec).await;
+        let _ = shared.audit.commit(&rec);
         return;
     };
     if uid.is_some() && uid == Some(nix::unistd::geteuid().as_raw()) {
@@ -172,7 +172,7 @@ async fn handle(
         tracing::error!("redirect loop: the proxy's own connection to {orig} was redirected to it");
         rec.reason = Some(Reason::UpstreamUnreachable.as_str());
         rec.event = Some("redirect-loop");
-        shared.audit.emit(rec).await;
+        let _ = shared.audit.commit(&rec);
         return;
     }
     rec.port = Some(orig.port());
@@ -208,7 +208,9 @@ async fn handle(
                 rec.host = Some(orig.ip().to_string());
             }
             rec.duration_ms = meter.elapsed_ms();
-            shared.audit.emit(rec).await;
+            if reason != Reason::AuditUnavailable {
+                let _ = shared.audit.commit(&rec);
+            }
             return;
         }
     };
@@ -225,7 +227,7 @@ async fn handle(
             Arc::new(slot),
         );
         let route = Route::new(target, vec![orig.ip()], true, true);
-        let client = Metered::new(stream, Arc::clone(&meter), Dir::Up);
+        let client = Metered::both(stream, Arc::clone(&meter), Dir::Up);
         let end =
             crate::intercept::serve_tls(client, Arc::new(ctx), route, upstream, &mut rec).await;
         rec.event = Some(end.as_str());
@@ -275,6 +277,11 @@ async fn admit(
     }
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
+    // The record reaches the log before the upstream hears of the connection.
+    shared
+        .audit
+        .commit_open(rec)
+        .map_err(|crate::audit::Unavailable| Reason::AuditUnavailable)?;
     // An intercepted connection with an idle pooled connection to the pinned destination
     // makes none now (`pool`).
     if tls

@@ -109,12 +109,41 @@ pub struct Metered<S> {
     inner: S,
     meter: Arc<Meter>,
     dir: Dir,
+    /// Whether bytes written are counted too (in the other direction).
+    writes: bool,
 }
 
 impl<S> Metered<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`: bytes read count as `dir`; a write only marks activity.
     pub const fn new(inner: S, meter: Arc<Meter>, dir: Dir) -> Self {
-        Self { inner, meter, dir }
+        Self {
+            inner,
+            meter,
+            dir,
+            writes: false,
+        }
+    }
+
+    /// Wraps `inner`, the one stream a connection's bytes pass both ways (an intercepted
+    /// client): bytes read count as `reads`, bytes written as the other direction.
+    pub const fn both(inner: S, meter: Arc<Meter>, reads: Dir) -> Self {
+        Self {
+            inner,
+            meter,
+            dir: reads,
+            writes: true,
+        }
+    }
+
+    fn wrote(&self, n: usize) {
+        if self.writes {
+            match self.dir {
+                Dir::Up => self.meter.add_down(n),
+                Dir::Down => self.meter.add_up(n),
+            }
+        } else {
+            self.meter.touch();
+        }
     }
 
     /// The wrapped stream.
@@ -149,8 +178,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.meter.touch();
+        if let Poll::Ready(Ok(n)) = res
+            && n > 0
+        {
+            self.wrote(n);
         }
         res
     }
@@ -166,8 +197,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.meter.touch();
+        if let Poll::Ready(Ok(n)) = res
+            && n > 0
+        {
+            self.wrote(n);
         }
         res
     }

@@ -20,7 +20,7 @@ async fn health_answers_with_the_session() {
     assert_eq!(r.status, 200);
     assert_eq!(
         r.json(),
-        serde_json::json!({"status": "ok", "session": "sess-1"})
+        serde_json::json!({"status": "ok", "session": "sess-1", "audit": "ok"})
     );
     h.finish().await;
 }
@@ -808,4 +808,100 @@ async fn an_upload_the_agent_abandons_never_reaches_upstream_as_complete() {
         );
         h.finish().await;
     }
+}
+
+/// Whether the audit file at `path` has a line with `field == value` and `event == event`.
+fn logged(path: &std::path::Path, field: &str, value: &str, event: Option<&str>) -> bool {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|l| l[field] == value && l["event"].as_str() == event)
+}
+
+/// Write before answering: the upstream looks at the audit file the moment a request (plain
+/// HTTP) or a tunnel (CONNECT) reaches it, and its line is already there; the agent looks
+/// at it the moment it reads a refusal, and the refusal's line is already there. Nothing
+/// waits for a flush (the proxy is still running when each check is made).
+#[tokio::test]
+async fn every_record_is_in_the_file_before_the_upstream_or_the_agent_sees_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen_path = dir.path().join("audit-path");
+    // An upstream that reports, per request, whether its open line was in the file.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool)>();
+    let seen = seen_path.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let audit = std::path::PathBuf::from(std::fs::read_to_string(&seen).unwrap());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let (tag, found) = if head.starts_with("GET ") {
+                    let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+                    let found = logged(&audit, "path", &path, Some("open"));
+                    (path, found)
+                } else {
+                    // Tunnelled bytes: the CONNECT's open line.
+                    let found = logged(&audit, "method", "CONNECT", Some("open"));
+                    ("tunnel".to_owned(), found)
+                };
+                let _ = tx.send((tag, found));
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up), route(ALLOWED_IP, 443, up)],
+    )
+    .await;
+    std::fs::write(&seen_path, h.audit_path.to_str().unwrap()).unwrap();
+
+    for i in 0..20 {
+        let (_s, r) = request(
+            h.addr,
+            &format!("GET http://allowed.test/p{i} HTTP/1.1\r\nhost: allowed.test\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        let (tag, found) = rx.recv().await.unwrap();
+        assert_eq!(tag, format!("/p{i}"));
+        assert!(found, "/p{i} reached the upstream before its audit line");
+    }
+
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_resp(&mut s).await;
+    assert_eq!(r.status, 200);
+    s.write_all(b"not tls, just bytes").await.unwrap();
+    let (tag, found) = rx.recv().await.unwrap();
+    assert_eq!(tag, "tunnel");
+    assert!(
+        found,
+        "tunnelled bytes reached the upstream before the CONNECT's line"
+    );
+    drop(s);
+
+    for i in 0..20 {
+        let (_s, r) = request(
+            h.addr,
+            &format!("GET http://evil.test/d{i} HTTP/1.1\r\nhost: evil.test\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(r.status, 403);
+        assert!(
+            logged(&h.audit_path, "path", &format!("/d{i}"), None),
+            "the agent saw the refusal of /d{i} before its audit line was written"
+        );
+    }
+    h.finish().await;
 }

@@ -670,3 +670,52 @@ curl -sS --max-time 10 -H "authorization: Bearer $OTHER_KEY" https://other.test/
     assert_eq!(aborted["event"], "client-gone", "{aborted}");
     assert!(aborted["status"].is_null(), "{aborted}");
 }
+
+/// Records that tell the truth: 2 MiB go down through an intercepted `CONNECT` and through
+/// an intercepted transparent connection; the connection's closing line counts them (it
+/// said `bytes_down = 0` when only the agent's reads were counted), as does the request's
+/// own line.
+#[test]
+fn an_intercepted_connection_counts_its_bytes_both_ways() {
+    let world = world();
+    let airlock = Airlock::new(&world, &policy());
+    let script = r#"
+curl -sS --max-time 20 -o /dev/null -w 'explicit=%{size_download}\n' -H "x-api-key: $ANTHROPIC_API_KEY" https://allowed.test/bytes/2097152
+curl -sS --max-time 20 --noproxy '*' -o /dev/null -w 'transparent=%{size_download}\n' -H "x-api-key: $ANTHROPIC_API_KEY" https://allowed.test/bytes/2097152
+"#;
+    let out = run_with_secrets(&airlock, &world, script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(
+        line(&text, "explicit"),
+        "2097152",
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        line(&text, "transparent"),
+        "2097152",
+        "{text}\n{}",
+        stderr(&out)
+    );
+    let audit = airlock.audit();
+    for kind in ["connect", "transparent"] {
+        let close = audit
+            .iter()
+            .find(|l| {
+                l["kind"] == kind
+                    && l["intercepted"] == true
+                    && l["event"].as_str().is_some_and(|e| e.starts_with("close"))
+            })
+            .unwrap_or_else(|| panic!("no closing {kind} line: {audit:?}"));
+        let down = close["bytes_down"].as_u64().unwrap();
+        let up = close["bytes_up"].as_u64().unwrap();
+        assert!(down > 2_097_152, "{kind}: {close}");
+        assert!(up > 0, "{kind}: {close}");
+        let request = audit
+            .iter()
+            .find(|l| l["kind"] == kind && l["path"] == "/bytes/2097152" && l["event"].is_null())
+            .unwrap_or_else(|| panic!("no {kind} request line: {audit:?}"));
+        assert_eq!(request["bytes_down"], 2_097_152, "{request}");
+    }
+}

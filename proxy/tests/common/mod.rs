@@ -90,7 +90,7 @@ pub struct Harness {
     pub orig_dst: Arc<FakeOrigDst>,
     running: Option<Running>,
     writer: Option<AuditWriter>,
-    audit_path: PathBuf,
+    pub audit_path: PathBuf,
     pub connects: Arc<AtomicUsize>,
     /// Every name the proxy asked its resolver for.
     pub lookups: Arc<Mutex<Vec<String>>>,
@@ -179,7 +179,7 @@ impl Harness {
         );
         let orig_dst = Arc::new(FakeOrigDst::default());
         let audit_path = dir.path().join("audit.jsonl");
-        let (audit, writer) = audit::open(&audit_path, 64).unwrap();
+        let (audit, writer) = audit::open(&audit_path).unwrap();
         let ca = airlock_proxy::ca::Ca::generate().unwrap();
         let ca_pem = ca.cert_pem().to_owned();
         let proxy = Proxy {
@@ -216,8 +216,18 @@ impl Harness {
         }
     }
 
-    /// Stops the proxy, flushes the log and returns its lines.
+    /// Stops the proxy, flushes the log and returns its final lines (one per decision):
+    /// the `open` lines written before anything went upstream are checked, not returned.
+    /// Every `open` line must come before a final line of the same request, and every
+    /// final line of an allowed request must have one.
     pub async fn finish(&mut self) -> Vec<Value> {
+        let all = self.finish_all().await;
+        check_open_lines(&all);
+        all.into_iter().filter(|l| l["event"] != "open").collect()
+    }
+
+    /// Stops the proxy, flushes the log and returns every line, `open` lines included.
+    pub async fn finish_all(&mut self) -> Vec<Value> {
         self.running.take().unwrap().stop().await;
         self.writer.take().unwrap().finish().await.unwrap();
         std::fs::read_to_string(&self.audit_path)
@@ -340,4 +350,37 @@ pub fn route(public: &str, port: u16, local: SocketAddr) -> (SocketAddr, SocketA
 
 pub fn lines_for<'a>(lines: &'a [Value], host: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["host"] == host).collect()
+}
+
+/// What identifies a request across its `open` and final lines.
+fn request_key(l: &Value) -> String {
+    ["ts", "client", "kind", "method", "host", "port", "path"]
+        .iter()
+        .map(|k| l[*k].to_string())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Write-before-answer, checked on a whole log: each `open` line is followed by its
+/// request's final line, and each final line that let something go upstream (it names an
+/// upstream, or a status the upstream gave) was preceded by an `open` line.
+pub fn check_open_lines(lines: &[Value]) {
+    let mut open: HashMap<String, usize> = HashMap::new();
+    for l in lines {
+        let key = request_key(l);
+        if l["event"] == "open" {
+            *open.entry(key).or_default() += 1;
+            continue;
+        }
+        let went_upstream = !l["upstream"].is_null() || !l["status"].is_null();
+        match open.get_mut(&key) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => assert!(
+                !went_upstream || l["decision"] == "deny",
+                "a request went upstream without an open line before it: {l}"
+            ),
+        }
+    }
+    let left: Vec<_> = open.iter().filter(|(_, n)| **n > 0).collect();
+    assert!(left.is_empty(), "open lines without a final line: {left:?}");
 }

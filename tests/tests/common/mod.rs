@@ -122,7 +122,38 @@ impl Airlock {
     }
 
     /// The proxy's audit log, one JSON value per line.
+    /// The audit log's final lines (one per decision). The `open` lines written before
+    /// anything went upstream are checked, not returned: every final line of a request
+    /// that reached an upstream must come after its `open` line.
     pub fn audit(&self) -> Vec<serde_json::Value> {
+        let all = self.audit_all();
+        let mut open = std::collections::HashMap::<String, usize>::new();
+        let key = |l: &serde_json::Value| {
+            ["ts", "client", "kind", "method", "host", "port", "path"]
+                .iter()
+                .map(|k| l[*k].to_string())
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        for l in &all {
+            if l["event"] == "open" {
+                *open.entry(key(l)).or_default() += 1;
+            } else if !l["upstream"].is_null() || !l["status"].is_null() {
+                let n = open.get_mut(&key(l));
+                assert!(
+                    n.as_ref().is_some_and(|n| **n > 0) || l["decision"] == "deny",
+                    "a request reached an upstream with no open line before it: {l}"
+                );
+                if let Some(n) = n {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        all.into_iter().filter(|l| l["event"] != "open").collect()
+    }
+
+    /// Every line of the audit log, `open` lines included.
+    pub fn audit_all(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.audit_dir.join("audit.jsonl")).unwrap_or_default();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
