@@ -89,9 +89,19 @@ refused() {  # refused NEEDLE FLAGS... ; the flags come from `without`
     return 1
 }
 mapfile -t f < <(without --read-only); check "without --read-only" refused "--read-only" "${f[@]}"
-mapfile -t f < <(without --tmpfs /run:rw,nosuid,nodev,noexec); check "without --tmpfs /run" refused "--tmpfs /run" "${f[@]}"
-mapfile -t f < <(without --tmpfs /tmp:rw,nosuid,nodev); check "without --tmpfs /tmp" refused "--tmpfs /tmp" "${f[@]}"
-mapfile -t f < <(without --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700); check "without the agent's home tmpfs" refused "--tmpfs /home/agent" "${f[@]}"
+# spec POINT: the documented --tmpfs value for POINT (docker/run-flags.sh).
+spec() { local w; for w in "${documented[@]}"; do case $w in "$1":*) echo "$w"; return ;; esac; done; die "no --tmpfs $1 in run-flags.sh"; }
+mapfile -t f < <(without --tmpfs "$(spec /run)"); check "without --tmpfs /run" refused "--tmpfs /run" "${f[@]}"
+mapfile -t f < <(without --tmpfs "$(spec /tmp)"); check "without --tmpfs /tmp" refused "--tmpfs /tmp" "${f[@]}"
+mapfile -t f < <(without --tmpfs "$(spec /home/agent)"); check "without the agent's home tmpfs" refused "--tmpfs /home/agent" "${f[@]}"
+# Docker's default tmpfs size is half the host's RAM: an unsized tmpfs is refused, naming
+# the documented sized flag; sizes that do not fit --memory name the --memory that would.
+mapfile -t f < <(without --tmpfs "$(spec /tmp)")
+check "an unsized --tmpfs /tmp names the sized flag" refused "--tmpfs $(spec /tmp) (/tmp is a tmpfs without a size" "${f[@]}" --tmpfs /tmp:rw,nosuid,nodev
+mapfile -t f < <(without --tmpfs "$(spec /home/agent)")
+check "an unsized agent home names the sized flag" refused "--tmpfs $(spec /home/agent) (" "${f[@]}" --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700
+mapfile -t f < <(without --memory 4g)
+check "tmpfs sizes over --memory 2g are refused" refused "--memory 3g (the writable tmpfs mounts may hold 1.7 GiB" "${f[@]}" --memory 2g
 mapfile -t f < <(without --cap-add NET_ADMIN); check "without --cap-add NET_ADMIN" refused "--cap-add NET_ADMIN" "${f[@]}"
 mapfile -t f < <(without --cap-add KILL); check "without --cap-add KILL" refused "--cap-add KILL" "${f[@]}"
 mapfile -t f < <(without --cap-drop ALL); check "without --cap-drop ALL" refused "--cap-drop ALL" "${f[@]}"

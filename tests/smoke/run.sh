@@ -19,4 +19,5 @@ tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
 tests/smoke/git.sh
+tests/smoke/limits.sh
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
