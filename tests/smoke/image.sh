@@ -114,6 +114,15 @@ check "an extra capability is refused" refused "also holds SYS_ADMIN" "${documen
 # (--privileged with no-new-privileges is refused by runc itself on this Docker: "unable to
 # apply caps"; the extra-capability check above is what would name it.)
 check "--user is refused" refused "do not pass --user" "${documented[@]}" --user 1000
+# AIRLOCK_PASS_ENV never hands over a secret-looking name unless it is forced, with a warning.
+check "AIRLOCK_PASS_ENV=GITHUB_TOKEN is refused, naming the way to force it" refused \
+    'AIRLOCK_PASS_ENV names "GITHUB_TOKEN", which looks like a credential' \
+    "${documented[@]}" -e AIRLOCK_PASS_ENV=GITHUB_TOKEN -e GITHUB_TOKEN=ghp_smoke
+forced() {
+    run "${documented[@]}" -e AIRLOCK_PASS_ENV=GITHUB_TOKEN -e AIRLOCK_PASS_ENV_FORCE=GITHUB_TOKEN -e GITHUB_TOKEN=ghp_smoke
+    [ "$rc" = 0 ] && grep -q 'warning: AIRLOCK_PASS_ENV_FORCE hands GITHUB_TOKEN to the agent' <<<"$err"
+}
+check "AIRLOCK_PASS_ENV_FORCE=GITHUB_TOKEN starts with a warning" forced
 
 say "a git checkout: .git handed to the git service, hidden from the agent"
 gitrepo=$SMOKE_DIR/gitrepo
