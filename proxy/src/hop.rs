@@ -57,6 +57,40 @@ pub fn strip(headers: &mut HeaderMap) {
     }
 }
 
+/// Headers that claim what a proxy on the way saw (the client's address, the original
+/// host or scheme, the proxies passed): this proxy sets none of them, so an agent-supplied
+/// one would reach the upstream as if the proxy had vouched for it.
+const PROXY_CLAIMS: [&str; 7] = [
+    "forwarded",
+    "via",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-real-ip",
+];
+
+/// Removes from an agent's request what only a proxy may say: the [`PROXY_CLAIMS`] headers
+/// and every `x-airlock-*` header (airlock's own vocabulary: an upstream must never take
+/// one from the agent for the proxy's word).
+pub fn strip_claims(headers: &mut HeaderMap) {
+    for name in PROXY_CLAIMS {
+        if headers.contains_key(name) {
+            headers.remove(name);
+        }
+    }
+    if headers.keys().any(|k| k.as_str().starts_with("x-airlock-")) {
+        let ours: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-airlock-"))
+            .cloned()
+            .collect();
+        for name in ours {
+            headers.remove(name);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +127,32 @@ mod tests {
             h.contains_key("authorization"),
             "end-to-end headers are kept"
         );
+    }
+
+    #[test]
+    fn what_only_a_proxy_may_say_never_travels_from_the_agent() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-forwarded-for", "10.0.0.1"),
+            ("X-Forwarded-Host", "internal.example"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-port", "443"),
+            ("forwarded", "for=10.0.0.1;host=internal"),
+            ("via", "1.1 airlock"),
+            ("x-real-ip", "127.0.0.1"),
+            ("x-airlock-error", "none"),
+            ("x-airlock-credential", "anthropic"),
+            ("accept", "*/*"),
+            ("x-forwarded", "kept: not a claim of ours"),
+        ] {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        strip_claims(&mut h);
+        let mut left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "x-forwarded"]);
     }
 }

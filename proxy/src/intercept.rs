@@ -612,6 +612,7 @@ pub(crate) async fn exchange(
     let body = Framed::new(body, end);
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
+    hop::strip_claims(&mut parts.headers);
     let injected = match creds.apply(host, &mut parts.headers, scope, route.tls) {
         Ok(n) => n,
         Err(leak) => {

@@ -905,3 +905,43 @@ async fn every_record_is_in_the_file_before_the_upstream_or_the_agent_sees_anyth
     }
     h.finish().await;
 }
+
+/// The agent dresses its request as if a proxy on the way had vouched for it (its "real"
+/// address, another host, airlock's own headers); the upstream sees none of it.
+#[tokio::test]
+async fn forwarding_claims_from_the_agent_never_reach_the_upstream() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let (_s, r) = request(
+        h.addr,
+        "GET http://allowed.test/claims HTTP/1.1\r\nhost: allowed.test\r\n\
+         x-forwarded-for: 10.0.0.1\r\nx-forwarded-host: admin.internal\r\n\
+         x-forwarded-proto: https\r\nforwarded: for=10.0.0.1;host=admin.internal\r\n\
+         via: 1.1 airlock\r\nx-real-ip: 127.0.0.1\r\nx-airlock-credential: anthropic\r\n\
+         x-kept: yes\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let head = heads.try_recv().unwrap().to_ascii_lowercase();
+    assert!(head.contains("x-kept: yes"), "{head}");
+    for claim in [
+        "x-forwarded",
+        "forwarded:",
+        "via:",
+        "x-real-ip",
+        "x-airlock",
+        "10.0.0.1",
+        "admin.internal",
+    ] {
+        assert!(
+            !head.contains(claim),
+            "{claim} reached the upstream:\n{head}"
+        );
+    }
+    h.finish().await;
+}
