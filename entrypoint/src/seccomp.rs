@@ -8,11 +8,19 @@
 //! (the program sees an ordinary error, not a kill); `clone3` fails with `ENOSYS` because its
 //! flags live in memory a filter cannot inspect, and libc then falls back to `clone`, whose
 //! flags we can check.
+//!
+//! In front of every rule stands the x32 guard: on x86_64 the kernel also accepts the x32
+//! ABI's system calls, numbered `nr | 0x40000000` (`__X32_SYSCALL_BIT`) under the same
+//! `AUDIT_ARCH_X86_64`, so the architecture check lets them in and no rule (they name the
+//! x86_64 numbers) matches them. On a host kernel built with `CONFIG_X86_X32_ABI` (Docker's
+//! default profile admits the x32 architecture) `io_uring_setup`, `ptrace`, `unshare` and
+//! AF_VSOCK `socket` would run unjudged. The guard refuses every number at or above the bit
+//! with `EPERM` before anything else is read.
 
 use anyhow::{Context, Result};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule, TargetArch, sock_filter,
 };
 use std::collections::BTreeMap;
 
@@ -73,6 +81,37 @@ const DENIED: &[(i64, &str)] = &[
     (libc::SYS_quotactl, "quotas"),
 ];
 
+/// `__X32_SYSCALL_BIT` (`arch/x86/include/uapi/asm/unistd.h`): x32 system calls are the
+/// x86_64 numbers with this bit set. No native system call on any architecture comes near it.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The guard prepended to the deny list: load the system call number (offset 0 of
+/// `seccomp_data`); if it is `>= X32_SYSCALL_BIT` return `EPERM`, otherwise fall through to
+/// the compiled rules. Classic BPF jumps are relative and forward only, so the compiled
+/// program after it is unchanged.
+fn x32_guard() -> [sock_filter; 3] {
+    [
+        sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA),
+        },
+    ]
+}
+
 fn masked(arg: u8, mask: u64) -> Result<SeccompRule> {
     let cond = SeccompCondition::new(
         arg,
@@ -93,7 +132,8 @@ fn arch() -> Result<TargetArch> {
     })
 }
 
-/// The two programs to install, in order: the `EPERM` deny list and the `ENOSYS` for `clone3`.
+/// The two programs to install, in order: the x32 guard and the `EPERM` deny list, and the
+/// `ENOSYS` for `clone3`.
 pub fn agent_filters() -> Result<Vec<BpfProgram>> {
     let arch = arch()?;
     let mut eperm: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -127,9 +167,20 @@ pub fn agent_filters() -> Result<Vec<BpfProgram>> {
     )
     .context("building the clone3 filter")?;
 
+    let compiled: BpfProgram = deny
+        .try_into()
+        .context("compiling the agent's seccomp filter")?;
+    let mut guarded: BpfProgram = x32_guard().to_vec();
+    guarded.extend(compiled);
+    // The kernel's `BPF_MAXINSNS`: a longer program is refused at install time.
+    if guarded.len() > 4096 {
+        anyhow::bail!(
+            "the agent's seccomp filter is too long ({} instructions)",
+            guarded.len()
+        );
+    }
     Ok(vec![
-        deny.try_into()
-            .context("compiling the agent's seccomp filter")?,
+        guarded,
         clone3.try_into().context("compiling the clone3 filter")?,
     ])
 }
@@ -171,5 +222,82 @@ mod tests {
         ] {
             assert!(nrs.contains(&nr), "syscall {nr} must be denied");
         }
+    }
+
+    /// `__X32_SYSCALL_BIT`: x32 system calls are the x86_64 numbers with this bit set.
+    const X32_BIT: i64 = 0x4000_0000;
+
+    /// Install `filters` in a forked child, make the raw system call `nr` there and report
+    /// how it ended: `Ok(())` when it returned, `Err(errno)` when it failed. The kernel runs
+    /// the compiled program itself: seccomp sees the raw number before the dispatcher looks
+    /// at it, so an x32 number reaches the filter whether or not the kernel has the x32 ABI.
+    fn syscall_under(filters: &[BpfProgram], nr: i64) -> Result<(), i32> {
+        // SAFETY: the child only makes async-signal-safe calls (prctl, seccomp and the probed
+        // system call through `syscall(2)`, then `_exit`); it touches no lock or allocator
+        // another test thread might hold.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            if install(filters).is_err() {
+                // SAFETY: `_exit` is async-signal-safe and never returns.
+                unsafe { libc::_exit(250) };
+            }
+            // SAFETY: a raw system call with zero arguments; the probed numbers (getpid and
+            // unknown or refused ones) read no memory.
+            let rc = unsafe { libc::syscall(nr, 0, 0, 0, 0, 0, 0) };
+            let code = if rc == -1 {
+                // SAFETY: `__errno_location` returns this thread's errno slot.
+                unsafe { *libc::__errno_location() }
+            } else {
+                0
+            };
+            // SAFETY: as above.
+            unsafe { libc::_exit(code.clamp(0, 249)) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child this test forked; `status` is a valid out-pointer.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(waited, pid, "waitpid: {}", std::io::Error::last_os_error());
+        assert!(
+            libc::WIFEXITED(status),
+            "child did not exit normally: {status:#x}"
+        );
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            250 => panic!("the child could not install the filters"),
+            errno => Err(errno),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn an_x32_system_call_is_refused_before_every_other_rule() {
+        let filters = agent_filters().unwrap();
+        // The filters let an ordinary call through ...
+        assert_eq!(syscall_under(&filters, libc::SYS_getpid), Ok(()));
+        // ... the rules behind the guard still run ...
+        assert_eq!(
+            syscall_under(&filters, libc::SYS_io_uring_setup),
+            Err(libc::EPERM)
+        );
+        assert_eq!(syscall_under(&filters, libc::SYS_clone3), Err(libc::ENOSYS));
+        // ... and refuse the x32 spellings of what the deny list covers and of what it
+        // allows: with x32 enabled in the host kernel these would run, every rule skipped.
+        for nr in [
+            libc::SYS_io_uring_setup,
+            libc::SYS_ptrace,
+            libc::SYS_unshare,
+            libc::SYS_socket,
+            libc::SYS_getpid,
+        ] {
+            assert_eq!(
+                syscall_under(&filters, X32_BIT | nr),
+                Err(libc::EPERM),
+                "x32 syscall {nr} must be refused with EPERM"
+            );
+        }
+        // Any number at or above the bit, not only valid x32 ones.
+        assert_eq!(syscall_under(&filters, X32_BIT), Err(libc::EPERM));
+        assert_eq!(syscall_under(&filters, 0x7fff_ffff), Err(libc::EPERM));
     }
 }
