@@ -59,6 +59,13 @@ pub struct Checked {
     pub pages: bool,
     /// Indices in `argv` of the subcommand's operands (not options, not option values).
     pub operands: Vec<usize>,
+    /// Index in `argv` of the subcommand (after the global options and their values).
+    pub sub_index: usize,
+    /// Run git with `GIT_EDITOR=true`: the command keeps the message git prepared
+    /// (`--continue` of a sequencer command, `commit --no-edit`, `-c core.editor=true`).
+    pub editor_true: bool,
+    /// One line for the agent's stderr before git runs (what the git API changed).
+    pub notice: Option<String>,
 }
 
 /// Config keys `git config` may write (lowercase section and name; `*` is one subsection).
@@ -72,6 +79,8 @@ pub const WRITABLE_CONFIG: &[&str] = &[
     "rebase.autostash",
     "rebase.updaterefs",
     "color.ui",
+    "core.quotepath",
+    "init.defaultbranch",
     "branch.*.remote",
     "branch.*.merge",
     "branch.*.rebase",
@@ -162,10 +171,6 @@ const REFUSED_LONG: &[(&str, &str)] = &[
 
 /// Global options (before the subcommand) that are refused, with why.
 const REFUSED_GLOBAL: &[(&str, &str)] = &[
-    (
-        "-c",
-        "configuration is fixed by the git API; use `git config <allowed key> <value>`",
-    ),
     ("-C", "run git from the directory instead"),
     ("--bare", "the repository is chosen by the git API"),
     ("--html-path", "not available"),
@@ -1338,6 +1343,7 @@ const SUBS: &[Sub] = &[
             "get-urlmatch",
             "l|list",
             "local",
+            "global",
             "name-only",
             "show-origin",
             "show-scope",
@@ -1500,11 +1506,23 @@ fn find_sub(name: &str) -> Option<&'static Sub> {
 pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     let mut i = 0;
     let mut global = Vec::new();
+    let mut dash_c: Vec<&str> = Vec::new();
     while let Some(arg) = argv.get(i) {
         if !arg.starts_with('-') {
             break;
         }
         let name = arg.split_once('=').map_or(arg.as_str(), |(n, _)| n);
+        if arg == "-c" {
+            let kv = argv.get(i + 1).ok_or_else(|| {
+                Refusal::new(Reason::GlobalOptionRefused, "git -c needs key=value")
+            })?;
+            crate::dashc::check(kv)?;
+            dash_c.push(kv);
+            global.push(arg.clone());
+            global.push(kv.clone());
+            i += 2;
+            continue;
+        }
         if ALLOWED_GLOBAL.contains(&arg.as_str()) {
             global.push(arg.clone());
             i += 1;
@@ -1522,13 +1540,14 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
                 refused_message(name, full, why),
             ));
         }
-        // `-cfoo=bar` (attached value) is `-c`.
+        // `-cfoo=bar` (attached value): git itself does not take it; say the form it does.
         if arg.starts_with("-c") || arg.starts_with("-C") {
             return Err(Refusal::new(
                 Reason::GlobalOptionRefused,
                 format!(
-                    "git {} is refused by the git API: configuration and directory are fixed by the git API",
-                    &arg[..2]
+                    "git {arg} is refused by the git API: write {} {} (a separate argument)",
+                    &arg[..2],
+                    &arg[2..]
                 ),
             ));
         }
@@ -1542,12 +1561,16 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
             .iter()
             .any(|g| g == "--version" || g == "-h" || g == "--help")
         {
+            let sub_index = global.len();
             return Ok(Checked {
                 subcommand: String::new(),
                 argv: global,
                 class: Class::Read,
                 pages: false,
                 operands: Vec::new(),
+                sub_index,
+                editor_true: false,
+                notice: None,
             });
         }
         return Err(Refusal::new(
@@ -1573,8 +1596,9 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     };
     let rest = &argv[i + 1..];
     let (args, operands, positions) = check_args(sub, rest)?;
+    let mut config_writes = false;
     match sub.name {
-        "config" => config(&args, &operands)?,
+        "config" => config_writes = config(&args, &operands)?,
         "commit" => commit(&args)?,
         "tag" => tag(&args)?,
         "remote" => remote(&operands)?,
@@ -1589,17 +1613,26 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         "reflog" => reflog(&operands)?,
         _ => {}
     }
+    let editor_true = crate::dashc::editor_is_true(&dash_c);
     let mut out = global;
+    let sub_index = out.len();
     out.push(sub.name.to_owned());
     let base = out.len();
     out.extend(rest.iter().cloned());
-    Ok(Checked {
+    let mut checked = Checked {
         subcommand: sub.name.to_owned(),
         argv: out,
         class: sub.class,
         pages: sub.pages,
         operands: positions.into_iter().map(|p| base + p).collect(),
-    })
+        sub_index,
+        editor_true,
+        notice: None,
+    };
+    if sub.name == "config" && has(&args, &["global"]) {
+        global_config_is_local(&mut checked, config_writes);
+    }
+    Ok(checked)
 }
 
 /// One option as the caller wrote it, normalised to its spec's names.
@@ -1984,7 +2017,8 @@ fn reflog(operands: &[String]) -> Result<(), Refusal> {
     }
 }
 
-fn config(args: &[Arg], operands: &[String]) -> Result<(), Refusal> {
+/// Judge `git config`; whether it writes.
+fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal> {
     let mut ops = operands.iter().map(String::as_str);
     let first = operands.first().map(String::as_str);
     // `git config <verb> ...` (git 2.46+).
@@ -2020,7 +2054,7 @@ fn config(args: &[Arg], operands: &[String]) -> Result<(), Refusal> {
         _ => write_flag || (!read_flag && rest.len() >= 2),
     };
     if !writes {
-        return Ok(());
+        return Ok(false);
     }
     let key = rest.first().copied().unwrap_or("");
     if !config_key_writable(key) {
@@ -2033,7 +2067,36 @@ fn config(args: &[Arg], operands: &[String]) -> Result<(), Refusal> {
             ),
         ));
     }
-    Ok(())
+    Ok(true)
+}
+
+/// `git config --global ...` runs on the repository's config: the sandbox has no global
+/// layer of its own (the git API's is empty), and the repository's is where an agent's
+/// identity and preferences take effect. Writes say so once on stderr.
+fn global_config_is_local(c: &mut Checked, writes: bool) {
+    let Some(pos) = c.argv[c.sub_index..]
+        .iter()
+        .position(|a| a == "--global")
+        .map(|p| p + c.sub_index)
+    else {
+        return;
+    };
+    c.argv.remove(pos);
+    for o in &mut c.operands {
+        if *o > pos {
+            *o -= 1;
+        }
+    }
+    if writes {
+        c.notice = Some(
+            "git: airlock: --global is the repository's config in the sandbox; \
+             this was written there (git config without --global does the same)\n"
+                .to_owned(),
+        );
+    }
+    if c.argv.len() > c.sub_index + 1 && c.argv[c.sub_index + 1..].iter().any(|a| a == "--global") {
+        global_config_is_local(c, writes);
+    }
 }
 
 /// Whether `key` (as written) matches [`WRITABLE_CONFIG`]: section and name are
@@ -2151,7 +2214,11 @@ mod tests {
     fn global_options_that_redirect_git_are_refused() {
         for s in [
             "-c core.fsmonitor=/tmp/x status",
+            "-c core.pager=less log",
+            "-c color.ui=never -c core.sshCommand=x fetch",
             "-ccore.fsmonitor=/tmp/x status",
+            "-ccolor.ui=never status",
+            "-c",
             "-C /tmp status",
             "--exec-path=/tmp status",
             "--exec-path status",
@@ -2413,7 +2480,6 @@ mod tests {
             assert_eq!(refused(s).reason, Reason::ConfigKeyNotWritable, "{s}");
         }
         for s in [
-            "config --global user.name x",
             "config --file=/tmp/x user.name x",
             "config -f /tmp/x a.b c",
             "config --system a.b c",
@@ -2446,6 +2512,65 @@ mod tests {
         ] {
             assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
         }
+    }
+
+    #[test]
+    fn display_and_identity_dash_c_keys_reach_git_before_the_subcommand() {
+        let c = ok("-c color.ui=never -c core.quotepath=off status --short");
+        assert_eq!(c.subcommand, "status");
+        assert_eq!(c.sub_index, 4);
+        assert_eq!(c.argv[..4], argv("-c color.ui=never -c core.quotepath=off"));
+        let c = ok("-c user.name=A -c user.email=a@b commit -m x");
+        assert_eq!(c.argv[c.sub_index], "commit");
+        // A -c value that looks like a subcommand is the value.
+        let c = ok("-c color.ui=push log");
+        assert_eq!(c.subcommand, "log");
+        assert!(ok("-c core.editor=true rebase --continue").editor_true);
+        assert!(!ok("-c core.pager=cat log").editor_true);
+    }
+
+    #[test]
+    fn the_agent_tries_dash_c_keys_that_run_programs_and_is_told_why() {
+        for (s, why) in [
+            ("-c core.pager=sh_-c_evil log", "runs a program"),
+            ("-c core.editor=vi commit", "runs a program"),
+            ("-c core.sshCommand=x fetch", "runs a program"),
+            ("-c core.hooksPath=/tmp commit -m x", "hooks"),
+            ("-c alias.st=!sh st", "aliases"),
+            (
+                "-c url.file:///tmp/x.insteadOf=https://github.com/ fetch",
+                "rewrites",
+            ),
+            ("-c include.path=/tmp/x status", "includes"),
+            ("-c protocol.file.allow=always fetch", "transport"),
+            ("-c remote.origin.url=/tmp/x fetch", "remotes"),
+        ] {
+            // `_` is a space inside one argument.
+            let a: Vec<String> = argv(s).iter().map(|x| x.replace('_', " ")).collect();
+            let r = check(&a).expect_err(s);
+            assert_eq!(r.reason, Reason::GlobalOptionRefused, "{s}");
+            assert!(r.message.contains(why), "{s}: {r:?}");
+            assert!(r.message.contains("without this -c"), "{s}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn config_global_writes_the_repository_config_and_says_so() {
+        let c = ok("config --global user.email a@b.c");
+        assert_eq!(c.argv, argv("config user.email a@b.c"));
+        assert!(c.notice.as_deref().unwrap().contains("--global"));
+        let c = ok("config --global init.defaultBranch main");
+        assert_eq!(c.argv, argv("config init.defaultBranch main"));
+        let c = ok("config --global --get user.name");
+        assert_eq!(c.argv, argv("config --get user.name"));
+        assert!(c.notice.is_none());
+        let c = ok("config --global --unset user.name");
+        assert_eq!(c.argv, argv("config --unset user.name"));
+        assert!(c.notice.is_some());
+        let r = refused("config --global core.pager less");
+        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
+        let r = refused("config --global alias.co checkout");
+        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! the split identity described in design §5).
 
 pub mod argv;
+pub mod dashc;
 pub mod glob;
 pub mod log;
 pub mod push;

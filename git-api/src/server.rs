@@ -234,6 +234,9 @@ impl Server {
         }
         let mut args = checked.argv.clone();
         harden_args(&checked, &mut args);
+        if let Some(n) = &checked.notice {
+            let _ = write_frame(stream, FrameKind::Stderr, n.as_bytes());
+        }
         match checked.class {
             Class::Read => self.stream_git(stream, inv, &cwd, &config, &args, true),
             Class::Write => {
@@ -634,8 +637,7 @@ impl Server {
 
     /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
     fn resolve_push(&self, c: &Checked) -> Result<Vec<String>, Refusal> {
-        let pos = c.argv.iter().position(|a| a == "push").map_or(0, |p| p + 1);
-        let (global, rest) = c.argv.split_at(pos);
+        let (global, rest) = c.argv.split_at((c.sub_index + 1).min(c.argv.len()));
         let mut options = Vec::new();
         let mut operands = Vec::new();
         let mut after_dashes = false;
@@ -923,11 +925,7 @@ impl Server {
 
 /// The global options and the subcommand of a checked invocation.
 fn global_and_sub(c: &Checked) -> Vec<String> {
-    let end = c
-        .argv
-        .iter()
-        .position(|a| !a.starts_with('-'))
-        .map_or(c.argv.len(), |p| p + 1);
+    let end = (c.sub_index + 1).min(c.argv.len());
     c.argv[..end].to_vec()
 }
 
@@ -961,9 +959,9 @@ fn harden_args(c: &Checked, args: &mut Vec<String>) {
         "grep" | "blame" => &["--no-textconv"],
         _ => &[],
     };
-    if let Some(pos) = args.iter().position(|a| a == &c.subcommand) {
+    if args.get(c.sub_index) == Some(&c.subcommand) {
         for (i, e) in extra.iter().enumerate() {
-            args.insert(pos + 1 + i, (*e).to_owned());
+            args.insert(c.sub_index + 1 + i, (*e).to_owned());
         }
     }
 }

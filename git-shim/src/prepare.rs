@@ -51,6 +51,17 @@ pub fn globals(cwd: &Path, argv: &[String]) -> Prepared {
                 i += 2;
                 continue;
             }
+            // `-c key=value` stays (the server judges it); its value is not the subcommand.
+            "-c" if i + 1 < argv.len() => {
+                let kv = &argv[i + 1];
+                if pager_off(kv) {
+                    paging = Paging::Never;
+                }
+                out.push(a.clone());
+                out.push(kv.clone());
+                i += 2;
+                continue;
+            }
             "--no-pager" | "-P" => paging = Paging::Never,
             "-p" | "--paginate" => paging = Paging::Always,
             s if !s.starts_with('-') => {
@@ -68,12 +79,26 @@ pub fn globals(cwd: &Path, argv: &[String]) -> Prepared {
     }
 }
 
-/// The subcommand (first non-option argument).
+/// `-c core.pager=cat` (or empty, or `off`) and `-c pager.<cmd>=false` turn local paging off.
+fn pager_off(kv: &str) -> bool {
+    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+    let key = key.to_ascii_lowercase();
+    (key == "core.pager" && matches!(value, "" | "cat" | "off"))
+        || (key.starts_with("pager.") && matches!(value, "false" | "no" | "off" | "0"))
+}
+
+/// The subcommand (first non-option argument; the value of `-c` is not one).
 #[must_use]
 pub fn subcommand(argv: &[String]) -> Option<&str> {
-    argv.iter()
-        .map(String::as_str)
-        .find(|a| !a.starts_with('-'))
+    let mut it = argv.iter().map(String::as_str);
+    while let Some(a) = it.next() {
+        if a == "-c" {
+            it.next();
+        } else if !a.starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
 }
 
 /// Whether git would page this subcommand by default.
@@ -187,11 +212,19 @@ mod tests {
         assert_eq!(p.paging, Paging::Never);
         let p = globals(Path::new("/workspace"), &v("-C /tmp/x status"));
         assert_eq!(p.cwd, PathBuf::from("/tmp/x"));
-        // -c stays: the server refuses it.
+        // -c stays: the server judges it; its value is not the subcommand.
         assert_eq!(
             globals(Path::new("/w"), &v("-c a=b status")).argv,
             v("-c a=b status")
         );
+        let p = globals(Path::new("/w"), &v("-c color.ui=never --no-pager log"));
+        assert_eq!(p.argv, v("-c color.ui=never log"));
+        assert_eq!(p.paging, Paging::Never);
+        assert_eq!(subcommand(&p.argv), Some("log"));
+        let p = globals(Path::new("/w"), &v("-c core.pager=cat log"));
+        assert_eq!(p.paging, Paging::Never);
+        assert!(pages_by_default(&v("-c color.ui=never log")));
+        assert_eq!(subcommand(&v("-c user.name=x commit -F m")), Some("commit"));
     }
 
     #[test]

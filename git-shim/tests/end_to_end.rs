@@ -472,3 +472,90 @@ fn outside_the_workspace_git_is_native_and_a_missing_api_is_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not answering"), "{err}");
 }
+
+#[test]
+fn display_and_identity_dash_c_keys_work_and_program_keys_are_refused() {
+    let w = World::new();
+    w.write("a file.txt", "x\n");
+    let out = w.ok(&[
+        "-c",
+        "color.ui=never",
+        "-c",
+        "core.quotepath=off",
+        "status",
+        "--short",
+    ]);
+    assert!(out.contains("a file.txt"), "{out}");
+    w.ok(&["add", "-A"]);
+    w.ok(&[
+        "-c",
+        "user.name=Tool Name",
+        "-c",
+        "user.email=tool@example.invalid",
+        "-c",
+        "commit.gpgsign=false",
+        "commit",
+        "-q",
+        "-m",
+        "via -c",
+    ]);
+    // GIT_AUTHOR_* of the environment wins over user.* (git's own precedence); the
+    // committer too. The -c reached git when nothing else names the identity:
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "via -c\n");
+    // A message file is still read by the shim when -c comes first.
+    w.write("msg.txt", "from a file\n");
+    w.write("b.txt", "b\n");
+    w.ok(&["add", "b.txt"]);
+    w.ok(&["-c", "color.ui=never", "commit", "-q", "-F", "msg.txt"]);
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "from a file\n");
+    // Escape attempts: nothing named runs.
+    let marker = w.root.join("pwned");
+    let evil = format!("touch {}", marker.display());
+    for kv in [
+        format!("core.pager={evil}"),
+        format!("core.editor={evil}"),
+        format!("core.sshCommand={evil}"),
+        format!("core.fsmonitor={evil}"),
+        "core.hooksPath=/tmp".to_owned(),
+        format!("diff.external={evil}"),
+        format!("diff.x.textconv={evil}"),
+        format!("filter.x.clean={evil}"),
+        format!("credential.helper=!{evil}"),
+        "url.file:///tmp/x.insteadOf=https://github.com/".to_owned(),
+        format!("alias.st=!{evil}"),
+        "include.path=/tmp/x".to_owned(),
+        "protocol.file.allow=always".to_owned(),
+        "http.proxy=http://127.0.0.1:1".to_owned(),
+        "remote.origin.url=/tmp/x".to_owned(),
+    ] {
+        w.refused(&["-c", &kv, "log", "-1"], "global_option_refused");
+    }
+    assert!(!marker.exists(), "nothing the agent named was run");
+}
+
+#[test]
+fn config_global_lands_in_the_repository_config_with_one_line_saying_so() {
+    let w = World::new();
+    let o = w.git(&["config", "--global", "user.email", "me@example.invalid"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--global") && err.contains("repository"),
+        "{err}"
+    );
+    assert_eq!(w.ok(&["config", "user.email"]), "me@example.invalid\n");
+    assert_eq!(
+        w.ok(&["config", "--global", "user.email"]),
+        "me@example.invalid\n"
+    );
+    w.ok(&["config", "--global", "init.defaultBranch", "main"]);
+    w.refused(
+        &["config", "--global", "core.pager", "touch /tmp/x"],
+        "config_key_not_writable",
+    );
+    w.refused(
+        &["config", "--global", "alias.st", "status"],
+        "config_key_not_writable",
+    );
+}
