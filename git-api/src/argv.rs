@@ -1585,14 +1585,7 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         ));
     }
     let Some(sub) = find_sub(sub_name) else {
-        return Err(Refusal::new(
-            Reason::SubcommandNotAllowed,
-            format!(
-                "git {sub_name} is not run by the git API in /workspace (aliases are not expanded); \
-                 allowed: {}. An operator can run it with `docker exec`",
-                SUBS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
-            ),
-        ));
+        return Err(unknown_subcommand(sub_name));
     };
     let rest = &argv[i + 1..];
     let (args, operands, positions) = check_args(sub, rest)?;
@@ -1633,6 +1626,162 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         global_config_is_local(&mut checked, config_writes);
     }
     Ok(checked)
+}
+
+/// git commands the git API does not run, each with why and what works instead.
+const REFUSED_SUBS: &[(&str, &str)] = &[
+    (
+        "clone",
+        "the workspace is already a clone; to clone another repository, clone it outside /workspace (in /tmp git runs natively)",
+    ),
+    (
+        "init",
+        "the workspace's repository is the operator's; git init in /tmp runs natively",
+    ),
+    (
+        "filter-branch",
+        "it rewrites history, which is never pushed; make new commits instead",
+    ),
+    (
+        "filter-repo",
+        "it rewrites history, which is never pushed; make new commits instead",
+    ),
+    (
+        "replace",
+        "replacement refs rewrite what history shows; make new commits instead",
+    ),
+    (
+        "update-ref",
+        "it moves refs behind git's back; use git branch -f <branch> <commit>, git reset or git switch",
+    ),
+    (
+        "gc",
+        "housekeeping is the operator's and nothing needs it in the sandbox; git gc --auto is accepted and does nothing",
+    ),
+    (
+        "repack",
+        "housekeeping is the operator's; nothing needs it in the sandbox",
+    ),
+    (
+        "prune",
+        "housekeeping is the operator's; nothing needs it in the sandbox",
+    ),
+    (
+        "maintenance",
+        "housekeeping is the operator's; nothing needs it in the sandbox",
+    ),
+    (
+        "fsck",
+        "housekeeping is the operator's; git count-objects -v shows the object store",
+    ),
+    ("difftool", "it runs an external diff program; use git diff"),
+    (
+        "mergetool",
+        "it runs an external merge program; edit the conflict markers, then git add <file> and --continue",
+    ),
+    (
+        "send-email",
+        "mail does not leave the sandbox; git format-patch writes the patches",
+    ),
+    (
+        "request-pull",
+        "it talks to remotes of the caller's choosing; push a sandbox branch and open a pull request",
+    ),
+    ("instaweb", "it runs a web server"),
+    ("daemon", "it runs a server"),
+    ("upload-pack", "internal transport command"),
+    ("receive-pack", "internal transport command"),
+    ("upload-archive", "internal transport command"),
+    ("credential", "credentials belong to the proxy"),
+    ("credential-store", "credentials belong to the proxy"),
+    ("credential-cache", "credentials belong to the proxy"),
+    (
+        "bundle",
+        "bundles read and write files outside the repository; push a sandbox branch instead",
+    ),
+    (
+        "fast-import",
+        "it writes objects and refs in bulk behind the policy's back",
+    ),
+    (
+        "fast-export",
+        "it exports the whole repository; git format-patch or git archive export what you need",
+    ),
+    (
+        "submodule",
+        "submodules are not run by the git API (git submodule status works)",
+    ),
+    (
+        "worktree",
+        "worktrees are not supported in the sandbox (git worktree list works); use git switch or git stash",
+    ),
+    ("sparse-checkout", "the work tree's shape is the operator's"),
+    ("config-alias", "aliases are not expanded"),
+    (
+        "commit-tree",
+        "it writes commits behind the policy's back; use git commit",
+    ),
+    (
+        "mktree",
+        "it writes objects behind the policy's back; use git commit",
+    ),
+    (
+        "mktag",
+        "it writes objects behind the policy's back; use git tag",
+    ),
+    (
+        "unpack-objects",
+        "it writes objects behind the policy's back",
+    ),
+    ("index-pack", "it writes objects behind the policy's back"),
+    ("pack-objects", "housekeeping is the operator's"),
+    ("remote-ext", "it runs a program"),
+    ("shell", "it runs a program"),
+    ("web--browse", "it runs a program"),
+    (
+        "help",
+        "there are no manual pages in the sandbox; git <command> -h prints the usage",
+    ),
+];
+
+/// The refusal of a subcommand that is not on the allowlist: why, and what works.
+fn unknown_subcommand(name: &str) -> Refusal {
+    if let Some((_, why)) = REFUSED_SUBS.iter().find(|(n, _)| *n == name) {
+        return Refusal::new(
+            Reason::SubcommandNotAllowed,
+            format!("git {name} is refused by the git API: {why}"),
+        );
+    }
+    Refusal::new(
+        Reason::SubcommandNotAllowed,
+        format!(
+            "git {name} is not a command the git API runs in the workspace (aliases are not \
+             expanded; spell the command out). It runs: {}",
+            SUBS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+        ),
+    )
+}
+
+/// Whether a refused subcommand name is one git ships or the git API knows (so a refusal of
+/// it is a policy decision, not a missing tool). The server asks the filesystem for the rest.
+#[must_use]
+pub fn known_subcommand(name: &str) -> bool {
+    find_sub(name).is_some() || REFUSED_SUBS.iter().any(|(n, _)| *n == name)
+}
+
+/// The subcommand name of an argv (the first argument after the global options and the
+/// values of `-c`), as written.
+#[must_use]
+pub fn subcommand_name(argv: &[String]) -> Option<&str> {
+    let mut it = argv.iter().map(String::as_str);
+    while let Some(a) = it.next() {
+        if a == "-c" {
+            it.next();
+        } else if !a.starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
 }
 
 /// One option as the caller wrote it, normalised to its spec's names.
@@ -1771,9 +1920,10 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>, Vec<
                     return Err(Refusal::new(
                         Reason::OptionNotAllowed,
                         format!(
-                            "git {} -{c} is not on the git API's allowlist; \
-                             an operator can run it with `docker exec`",
-                            sub.name
+                            "git {} -{c} is not on the git API's allowlist (only options known \
+                             to run nothing and stay in the workspace are); run git {} without \
+                             it, or git {} -h for its usage",
+                            sub.name, sub.name, sub.name
                         ),
                     ));
                 }
@@ -1865,11 +2015,19 @@ fn unknown_long(sub: &Sub, name: &str) -> Refusal {
         "force" | "force-with-lease" | "force-if-includes" | "mirror"
     );
     let hint = if sub.name == "push" && force {
-        "force pushes are refused: push a new commit on top instead"
+        "force pushes are refused: push a new commit on top instead".to_owned()
     } else if sub.name == "push" {
-        "the git API pushes one branch at a time"
+        "the git API pushes one branch at a time: git push origin <branch>".to_owned()
+    } else if sub.name == "config" && matches!(name, "system" | "file" | "blob" | "worktree") {
+        "the sandbox's configuration is the repository's: git config <key> <value> (or \
+         git -c <key>=<value> <command> for one command)"
+            .to_owned()
     } else {
-        "an operator can run it with `docker exec`"
+        format!(
+            "only options known to run nothing and stay in the workspace are; run git {} \
+             without it",
+            sub.name
+        )
     };
     Refusal::new(
         Reason::OptionNotAllowed,
@@ -2061,8 +2219,9 @@ fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal> {
         return Err(Refusal::new(
             Reason::ConfigKeyNotWritable,
             format!(
-                "git config {key} is not writable from the sandbox; writable keys: {}. \
-                 An operator can set others in the repository's config",
+                "git config {key} is not writable from the sandbox (a key outside this list \
+                 can run a program or point git elsewhere); writable keys: {}. Display keys \
+                 work for one command as git -c <key>=<value> <command>",
                 WRITABLE_CONFIG.join(", ")
             ),
         ));
@@ -2571,6 +2730,51 @@ mod tests {
         assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
         let r = refused("config --global alias.co checkout");
         assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
+    }
+
+    #[test]
+    fn every_refusal_says_why_and_what_works_instead() {
+        let everything = [
+            "clone https://x/y",
+            "init",
+            "gc",
+            "filter-branch",
+            "update-ref refs/heads/main HEAD",
+            "difftool",
+            "mergetool",
+            "co main",
+            "status --bogus",
+            "status -Z",
+            "config --system a.b c",
+            "config --file=/tmp/x user.name x",
+            "config core.pager less",
+            "push --force",
+            "push --all",
+            "-c core.pager=less log",
+        ];
+        for s in everything {
+            let r = refused(s);
+            assert!(!r.message.contains("docker exec"), "{s}: {r:?}");
+        }
+        assert!(refused("clone x").message.contains("/tmp"));
+        assert!(
+            refused("co main")
+                .message
+                .contains("aliases are not expanded")
+        );
+        assert!(
+            refused("config --system a.b c")
+                .message
+                .contains("git config <key> <value>")
+        );
+        assert!(refused("status -Z").message.contains("without it"));
+        assert!(refused("mergetool").message.contains("git add"));
+        assert!(known_subcommand("clone") && known_subcommand("status"));
+        assert!(!known_subcommand("lfs"));
+        assert_eq!(
+            subcommand_name(&argv("-c a.b=lfs --no-pager lfs x")),
+            Some("lfs")
+        );
     }
 
     #[test]

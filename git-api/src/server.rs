@@ -227,7 +227,7 @@ impl Server {
             ));
         }
         let cwd = resolve_cwd(&self.env.work_tree, &inv.cwd)?;
-        let checked = argv::check(&inv.argv)?;
+        let checked = argv::check(&inv.argv).map_err(|r| not_installed(r, &inv.argv))?;
         let mut config = Vec::new();
         if inv.stdout_tty {
             config.push("color.ui=always".to_owned());
@@ -921,6 +921,47 @@ impl Server {
             .code()
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
+}
+
+/// Where git finds `git-<name>` commands (its exec path, then PATH).
+const EXEC_DIRS: &[&str] = &[
+    "/usr/lib/git-core",
+    "/usr/libexec/git-core",
+    "/usr/local/bin",
+    "/usr/bin",
+    "/bin",
+];
+
+/// A refused subcommand that git does not know and no `git-<name>` provides is a missing
+/// tool (`git lfs` without git-lfs), not a policy decision: say so.
+fn not_installed(r: Refusal, argv: &[String]) -> Refusal {
+    if r.reason != Reason::SubcommandNotAllowed {
+        return r;
+    }
+    let Some(name) = argv::subcommand_name(argv) else {
+        return r;
+    };
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !plain
+        || argv::known_subcommand(name)
+        || EXEC_DIRS
+            .iter()
+            .any(|d| Path::new(d).join(format!("git-{name}")).exists())
+    {
+        return r;
+    }
+    Refusal::new(
+        Reason::NotInstalled,
+        format!(
+            "git {name}: there is no git command {name} and git-{name} is not installed in the \
+             sandbox, so there is nothing to run (aliases are not expanded: spell the command \
+             out); this is not a policy refusal. If the work needs git-{name}, the operator \
+             adds it to the image"
+        ),
+    )
 }
 
 /// The global options and the subcommand of a checked invocation.

@@ -377,7 +377,8 @@ fn options_that_run_programs_or_redirect_git_are_refused() {
         &["config", "alias.st", "!touch x"],
         "config_key_not_writable",
     );
-    w.refused(&["st"], "subcommand_not_allowed");
+    // No command `st` and aliases are not expanded: nothing to run.
+    w.refused(&["st"], "not_installed");
     w.refused(&["submodule", "update"], "subcommand_not_allowed");
     // .gitattributes naming a filter or diff driver: no such driver is configured and the
     // agent cannot configure one, so nothing runs.
@@ -558,4 +559,25 @@ fn config_global_lands_in_the_repository_config_with_one_line_saying_so() {
         &["config", "--global", "alias.st", "status"],
         "config_key_not_writable",
     );
+}
+
+#[test]
+fn an_absent_tool_is_not_installed_and_refusals_say_what_works() {
+    let w = World::new();
+    let o = w.git(&["lfs", "version"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("(not_installed)"), "{err}");
+    assert!(err.contains("git-lfs is not installed"), "{err}");
+    // A git command the API refuses is a policy refusal naming what works instead.
+    let o = w.git(&["clone", "https://github.com/acme/app.git", "x"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("(subcommand_not_allowed)") && err.contains("/tmp"),
+        "{err}"
+    );
+    assert!(!err.contains("docker exec"), "{err}");
+    let o = w.git(&["config", "--system", "user.name", "x"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("git config <key> <value>"), "{err}");
 }

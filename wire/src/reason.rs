@@ -76,6 +76,9 @@ reasons! {
     MessageRequired => "message_required",
     /// An environment variable the shim may not pass.
     EnvNotAllowed => "env_not_allowed",
+    /// `git <name>` names no git command and no `git-<name>` is installed (`git lfs` where
+    /// git-lfs is absent): not a policy decision.
+    NotInstalled => "not_installed",
     // --- push and fetch policy ---
     /// The remote is not one of the policy's `git.repositories`.
     RepositoryNotAuthorized => "repository_not_authorized",
@@ -135,5 +138,6 @@ mod tests {
         assert_eq!(Reason::NotFastForward.as_str(), "not_fast_forward");
         assert_eq!(Reason::RestrictedPath.as_str(), "restricted_path");
         assert_eq!(Reason::RateLimited.as_str(), "rate_limited");
+        assert_eq!(Reason::NotInstalled.as_str(), "not_installed");
     }
 }
