@@ -1589,14 +1589,22 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     };
     let rest = &argv[i + 1..];
     let (args, operands, positions) = check_args(sub, rest)?;
+    let mut editor_true = crate::dashc::editor_is_true(&dash_c);
     let mut config_writes = false;
     match sub.name {
         "config" => config_writes = config(&args, &operands)?,
-        "commit" => commit(&args)?,
+        "commit" => {
+            commit(&args, editor_true)?;
+            // `--no-edit` keeps the message git prepared (a merge's, a squash's).
+            editor_true |= has(&args, &["no-edit"]);
+        }
         "tag" => tag(&args)?,
         "remote" => remote(&operands)?,
         "stash" => stash(&operands)?,
         "merge" | "cherry-pick" | "revert" | "rebase" | "pull" => {
+            // After a conflict, `--continue` commits with the message git prepared: the
+            // meaning of GIT_EDITOR=true, without an editor.
+            editor_true |= has(&args, &["continue"]);
             file_is_stdin(sub.name, &args)?;
             strategy(sub.name, &args)?;
             if sub.name == "pull" {
@@ -1606,7 +1614,6 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         "reflog" => reflog(&operands)?,
         _ => {}
     }
-    let editor_true = crate::dashc::editor_is_true(&dash_c);
     let mut out = global;
     let sub_index = out.len();
     out.push(sub.name.to_owned());
@@ -2056,9 +2063,11 @@ fn file_is_stdin(sub: &str, args: &[Arg]) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn commit(args: &[Arg]) -> Result<(), Refusal> {
+fn commit(args: &[Arg], editor_true: bool) -> Result<(), Refusal> {
     file_is_stdin("commit", args)?;
-    let amend_no_edit = has(args, &["amend"]) && has(args, &["no-edit"]);
+    // `--no-edit` (with or without --amend) or `-c core.editor=true`: git's prepared
+    // message (a merge's, a conflicted pick's, the amended commit's) is kept as it is.
+    let amend_no_edit = has(args, &["no-edit"]) || editor_true;
     let dry = has(
         args,
         &[
@@ -2079,7 +2088,9 @@ fn commit(args: &[Arg]) -> Result<(), Refusal> {
     {
         return Err(Refusal::new(
             Reason::MessageRequired,
-            "git commit needs a message here (-m, -F, -C, or --amend --no-edit): the git API has no editor",
+            "git commit needs a message here: the git API has no editor. Pass -m <message> \
+             (or -F <file>, -C <commit>); after a merge or a conflict, git commit --no-edit \
+             keeps the message git prepared",
         ));
     }
     if let Some(f) = args.iter().find(|a| a.name == "fixup") {
@@ -2775,6 +2786,39 @@ mod tests {
             subcommand_name(&argv("-c a.b=lfs --no-pager lfs x")),
             Some("lfs")
         );
+    }
+
+    #[test]
+    fn conflicts_finish_with_the_prepared_message() {
+        for s in [
+            "rebase --continue",
+            "merge --continue",
+            "cherry-pick --continue",
+            "revert --continue",
+            "commit --no-edit",
+            "-c core.editor=true commit",
+            "-c core.editor=: commit",
+            "commit --amend --no-edit",
+        ] {
+            assert!(ok(s).editor_true, "{s}");
+        }
+        for s in [
+            "rebase main",
+            "rebase --abort",
+            "commit -m x",
+            "merge x",
+            "status",
+        ] {
+            assert!(!ok(s).editor_true, "{s}");
+        }
+        // Still no editor of the agent's choosing.
+        assert_eq!(
+            refused("-c core.editor=vi commit").reason,
+            Reason::GlobalOptionRefused
+        );
+        assert_eq!(refused("commit -e -m x").reason, Reason::OptionRefused);
+        let r = refused("commit");
+        assert!(r.message.contains("--no-edit"), "{r:?}");
     }
 
     #[test]

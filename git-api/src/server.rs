@@ -228,6 +228,16 @@ impl Server {
         }
         let cwd = resolve_cwd(&self.env.work_tree, &inv.cwd)?;
         let checked = argv::check(&inv.argv).map_err(|r| not_installed(r, &inv.argv))?;
+        let edited;
+        let inv = if checked.editor_true {
+            // git's prepared message is accepted as is (the shim never passes GIT_EDITOR).
+            let mut i = inv.clone();
+            i.env.insert("GIT_EDITOR".into(), "true".into());
+            edited = i;
+            &edited
+        } else {
+            inv
+        };
         let mut config = Vec::new();
         if inv.stdout_tty {
             config.push("color.ui=always".to_owned());

@@ -581,3 +581,118 @@ fn an_absent_tool_is_not_installed_and_refusals_say_what_works() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("git config <key> <value>"), "{err}");
 }
+
+/// Two branches that change the same line of `c.txt`: `main` and `sandbox/demo/topic`.
+fn conflicting_branches(w: &World) {
+    w.write("c.txt", "base\n");
+    w.ok(&["add", "c.txt"]);
+    w.ok(&["commit", "-q", "-m", "base"]);
+    w.ok(&["switch", "-q", "-c", "sandbox/demo/topic"]);
+    w.write("c.txt", "topic\n");
+    w.ok(&["commit", "-q", "-am", "topic change"]);
+    w.ok(&["switch", "-q", "main"]);
+    w.write("c.txt", "main\n");
+    w.ok(&["commit", "-q", "-am", "main change"]);
+}
+
+fn resolve(w: &World) {
+    w.write("c.txt", "resolved\n");
+    w.ok(&["add", "c.txt"]);
+}
+
+#[test]
+fn conflicts_finish_non_interactively_keeping_the_prepared_message() {
+    let w = World::new();
+    conflicting_branches(&w);
+    // rebase --continue
+    w.ok(&["switch", "-q", "sandbox/demo/topic"]);
+    assert!(!w.git(&["rebase", "main"]).status.success());
+    resolve(&w);
+    w.ok(&["rebase", "--continue"]);
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "topic change\n");
+    // merge --continue
+    w.ok(&["switch", "-q", "-c", "sandbox/demo/m", "main"]);
+    w.ok(&["reset", "-q", "--hard", "HEAD~1"]);
+    w.write("c.txt", "other\n");
+    w.ok(&["commit", "-q", "-am", "other"]);
+    assert!(!w.git(&["merge", "main"]).status.success());
+    resolve(&w);
+    w.ok(&["merge", "--continue"]);
+    assert_eq!(
+        w.ok(&["log", "-1", "--format=%s"]),
+        "Merge branch 'main' into sandbox/demo/m\n"
+    );
+    // commit --no-edit after a conflicted merge
+    w.ok(&["reset", "-q", "--hard", "HEAD~1"]);
+    assert!(!w.git(&["merge", "main"]).status.success());
+    resolve(&w);
+    w.ok(&["commit", "--no-edit"]);
+    assert_eq!(
+        w.ok(&["log", "-1", "--format=%s"]),
+        "Merge branch 'main' into sandbox/demo/m\n"
+    );
+    // cherry-pick --continue
+    w.ok(&["reset", "-q", "--hard", "HEAD~1"]);
+    let main_change = w.ok(&["rev-parse", "main"]);
+    assert!(!w.git(&["cherry-pick", main_change.trim()]).status.success());
+    resolve(&w);
+    w.ok(&["cherry-pick", "--continue"]);
+    assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "main change\n");
+    // revert --continue
+    w.write("c.txt", "again\n");
+    w.ok(&["commit", "-q", "-am", "again"]);
+    assert!(!w.git(&["revert", "HEAD~1"]).status.success());
+    resolve(&w);
+    w.ok(&["revert", "--continue"]);
+    assert!(
+        w.ok(&["log", "-1", "--format=%s"])
+            .starts_with("Revert \"main change\"")
+    );
+    // -c core.editor=true commit (a tool's way to say "keep the message")
+    w.ok(&["reset", "-q", "--hard", "HEAD~2"]);
+    assert!(!w.git(&["merge", "main"]).status.success());
+    resolve(&w);
+    w.ok(&["-c", "core.editor=true", "commit"]);
+    assert_eq!(w.ok(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn the_agent_tries_its_own_editor_mid_rebase_and_nothing_runs() {
+    let w = World::new();
+    conflicting_branches(&w);
+    w.ok(&["switch", "-q", "sandbox/demo/topic"]);
+    assert!(!w.git(&["rebase", "main"]).status.success());
+    resolve(&w);
+    let marker = w.root.join("pwned");
+    let evil = format!("touch {}", marker.display());
+    w.refused(
+        &["-c", &format!("core.editor={evil}"), "rebase", "--continue"],
+        "global_option_refused",
+    );
+    w.refused(
+        &[
+            "-c",
+            &format!("sequence.editor={evil}"),
+            "rebase",
+            "--continue",
+        ],
+        "global_option_refused",
+    );
+    // GIT_EDITOR and GIT_SEQUENCE_EDITOR of the agent's environment are not sent.
+    let o = Command::new(env!("CARGO_BIN_EXE_git"))
+        .current_dir(&w.ws)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("AIRLOCK_WORKSPACE", &w.ws)
+        .env("AIRLOCK_GIT_SOCKET", &w.socket)
+        .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+        .env("GIT_COMMITTER_NAME", "Agent")
+        .env("GIT_COMMITTER_EMAIL", "agent@example.invalid")
+        .env("GIT_EDITOR", &evil)
+        .env("GIT_SEQUENCE_EDITOR", &evil)
+        .args(["rebase", "--continue"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!marker.exists(), "nothing the agent named was run");
+}
