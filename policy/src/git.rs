@@ -78,6 +78,7 @@ pub(crate) fn branch_pattern(text: &str, placeholder: bool) -> Result<String, St
             return Err("a component cannot start with '.' or end with \".lock\"".into());
         }
     }
+    crate::glob::check_git_glob(text)?;
     Ok(text.to_owned())
 }
 
@@ -95,6 +96,7 @@ pub(crate) fn path_pattern(text: &str) -> Result<String, String> {
     if text.split('/').any(|c| c == "..") {
         return Err("\"..\" is not allowed in a path pattern".into());
     }
+    crate::glob::check_git_glob(text)?;
     Ok(text.to_owned())
 }
 

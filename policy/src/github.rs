@@ -39,8 +39,8 @@
 //! - `PUT`/`DELETE` of `contents/**` (at most [`CONTENTS_BODY_CAP`] bytes): allowed only
 //!   when the body names a `branch` that matches `git.push_branches` and none of
 //!   `git.protected_branches`, and the file path matches none of `git.restricted_paths`
-//!   (the same rules as a push; the start branch the git API adds at runtime is not known
-//!   here, so it is refused). Without `branch` (the default branch) it is denied. Other
+//!   (the same rules as a push, compiled by the same engine: [`crate::glob::GitGlobs`];
+//!   the start branch the git API adds at runtime is not known here, so it is refused). Without `branch` (the default branch) it is denied. Other
 //!   write methods on `contents/**` are denied.
 //! - `POST pulls/*/reviews` and `POST pulls/*/reviews/*/events` (at most
 //!   [`REVIEW_BODY_CAP`] bytes): denied when `event` is `APPROVE`: a sandbox may review,
@@ -55,11 +55,10 @@
 
 use serde_json::Value;
 
-use crate::glob::{GitGlob, PathGlob, git_glob};
+use crate::glob::{GitRules, PathGlob};
 use crate::graphql::{Token, mutation_fields, tokenize};
 use crate::json::{contains_string, parse_strict};
 use crate::l7::{Action, BodyJudge, BodyRule, L7Rule, Methods};
-use crate::model::GitPolicy;
 use crate::path::PathForms;
 use crate::rule::HostRule;
 
@@ -401,7 +400,7 @@ fn mentions(document: &str, word: &str) -> bool {
 /// The contents judge: `Err(why)` denies. `glob` is the rule's path glob (ending in
 /// `/contents/**`), used to find the file path in every reading of the request path.
 pub(crate) fn judge_contents(
-    git: &GitPolicy,
+    git: &GitRules,
     glob: &PathGlob,
     forms: &PathForms,
     body: &[u8],
@@ -421,16 +420,10 @@ pub(crate) fn judge_contents(
         return Err("body is not a JSON object".into());
     }
     let branch = branch.strip_prefix("refs/heads/").unwrap_or(branch);
-    for p in &git.protected_branches {
-        if git_glob(p, branch, true) != GitGlob::NoMatch {
-            return Err(format!("branch {branch:?} is protected ({p})"));
-        }
+    if let Some(p) = git.protected_branches.first_match(branch) {
+        return Err(format!("branch {branch:?} is protected ({p})"));
     }
-    if !git
-        .push_branches
-        .iter()
-        .any(|p| git_glob(p, branch, false) == GitGlob::Match)
-    {
+    if !git.push_branches.matches(branch) {
         return Err(format!("branch {branch:?} is not in git.push_branches"));
     }
     let mut files = 0;
@@ -440,10 +433,8 @@ pub(crate) fn judge_contents(
         };
         files += 1;
         let file = tail.join("/");
-        for r in &git.restricted_paths {
-            if git_glob(r, &file, true) != GitGlob::NoMatch {
-                return Err(format!("path {file:?} is restricted ({r})"));
-            }
+        if let Some(r) = git.restricted_paths.first_match(&file) {
+            return Err(format!("path {file:?} is restricted ({r})"));
         }
     }
     if files == 0 {
@@ -890,6 +881,50 @@ protected_branches = ["main", "release/*"]
             Some(r#"{"sha":"x","message":"m"}"#),
         );
         assert!(!v.is_pass());
+    }
+
+    /// `**` components match zero directories too, as the git API's push judge reads them
+    /// (issue 20: `**/secrets.env` was refused by `git push` but let through here).
+    #[test]
+    fn attack_double_star_git_globs_match_at_every_depth_including_none() {
+        let text = r#"
+[sandbox]
+name = "demo"
+[l7]
+presets = ["github"]
+[git]
+repositories = ["github.com/o/r"]
+push_branches = ["sandbox/demo/*", "main", "x/main"]
+protected_branches = ["**/main"]
+restricted_paths = ["**/secrets.env", "src/**/*.pem"]
+"#;
+        let p = Policy::parse(text, Path::new("t.toml")).unwrap_or_else(|e| panic!("{e}"));
+        let ok = r#"{"message":"m","content":"eA==","branch":"sandbox/demo/x"}"#;
+        for (file, restricted) in [
+            ("secrets.env", true),
+            ("Secrets.ENV", true),
+            ("a/secrets.env", true),
+            ("a/b/secrets.env", true),
+            ("src/a.pem", true),
+            ("src/x/y/a.pem", true),
+            ("notsecrets.env", false),
+            ("src/a.pemx", false),
+            ("lib/a.pem", false),
+        ] {
+            let v = verdict(&p, "PUT", &format!("/repos/o/r/contents/{file}"), Some(ok));
+            match (&v, restricted) {
+                (L7Verdict::Deny { rule, .. }, true) => {
+                    assert!(rule.contains("restricted"), "{file}: {rule}");
+                }
+                (L7Verdict::Pass { .. }, false) => {}
+                _ => panic!("{file}: {v:?}"),
+            }
+        }
+        for branch in ["main", "x/main", "refs/heads/main"] {
+            let body = format!(r#"{{"message":"m","content":"eA==","branch":"{branch}"}}"#);
+            let rule = denied(&p, "PUT", "/repos/o/r/contents/a.rs", Some(&body));
+            assert!(rule.contains("protected"), "{branch}: {rule}");
+        }
     }
 
     #[test]

@@ -1,5 +1,12 @@
-//! Globs: URL path globs of `[[rules]]`, and the branch and file globs of `[git]` as the
-//! GitHub preset's body judges apply them.
+//! Globs: URL path globs of `[[rules]]`, and the branch and file globs of `[git]`.
+//!
+//! A **`[git]` glob** (`push_branches`, `protected_branches`, `restricted_paths`) is
+//! compiled by [`GitGlobs`], the one reading both the git API's push judge and the proxy's
+//! GitHub contents judge use: `*` and `?` match across `/` (`release/*` covers
+//! `release/a/b`), a `**` component matches any number of directories, none included
+//! (`**/secrets.env` covers `secrets.env`, `src/**/*.pem` covers `src/a.pem`), `[...]`
+//! and `{a,b}` as in globset, `\` literal, ASCII case-insensitive (the proxy judges the
+//! lowercased readings of a path, and a deny list must not be spelled around).
 //!
 //! A **path glob** starts with `/` and is matched segment by segment against the
 //! normalised forms of a request path ([`crate::path`]): `*` matches any run of characters
@@ -10,6 +17,9 @@
 //! no empty, `.` or `..` segment, no trailing `/` (except the root `/` itself), no `?`,
 //! `#`, `\`, whitespace or control character.
 
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::model::GitPolicy;
 use crate::path::Segments;
 
 /// Most segments in a path glob.
@@ -179,31 +189,125 @@ pub(crate) fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|c| *c == b'*')
 }
 
-/// How a `[git]` glob (branch or file path, git-api semantics: `*` and `**` match any run
-/// of characters, `/` included) relates to a name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GitGlob {
-    Match,
-    NoMatch,
-    /// The glob uses syntax this judge does not evaluate (`?`, `[...]`, `{...}`): the
-    /// caller must assume the worst.
-    Unknown,
+/// Compiled `[git]` globs (see the module documentation for the syntax), remembering how
+/// they were written for refusal messages. Equal when written alike.
+#[derive(Debug, Clone)]
+pub struct GitGlobs {
+    set: GlobSet,
+    written: Vec<String>,
 }
 
-/// Match a `[git]` glob against a name; `fold_case` compares ASCII case-insensitively.
-pub(crate) fn git_glob(pattern: &str, name: &str, fold_case: bool) -> GitGlob {
-    if pattern.contains(['?', '[', ']', '{', '}', '\\']) {
-        return GitGlob::Unknown;
+/// A `[git]` glob that does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("glob {pattern:?} does not compile: {why}")]
+pub struct GitGlobError {
+    /// The glob as written (empty when the set as a whole failed).
+    pub pattern: String,
+    /// globset's reason.
+    pub why: String,
+}
+
+impl GitGlobs {
+    /// Compile `patterns` with the one set of options every `[git]` glob uses.
+    ///
+    /// # Errors
+    /// [`GitGlobError`] naming the first glob that does not compile.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<GitGlobs, GitGlobError> {
+        let mut set = GlobSetBuilder::new();
+        for p in patterns {
+            set.add(git_glob(p.as_ref())?);
+        }
+        let set = set.build().map_err(|e| GitGlobError {
+            pattern: String::new(),
+            why: e.kind().to_string(),
+        })?;
+        Ok(GitGlobs {
+            set,
+            written: patterns.iter().map(|p| p.as_ref().to_owned()).collect(),
+        })
     }
-    let (p, n) = if fold_case {
-        (pattern.to_ascii_lowercase(), name.to_ascii_lowercase())
-    } else {
-        (pattern.to_owned(), name.to_owned())
-    };
-    if wildcard(p.as_bytes(), n.as_bytes()) {
-        GitGlob::Match
-    } else {
-        GitGlob::NoMatch
+
+    /// Whether any glob matches `name`.
+    #[must_use]
+    pub fn matches(&self, name: &str) -> bool {
+        self.set.is_match(name)
+    }
+
+    /// The first glob (in written order) that matches `name`, as written.
+    #[must_use]
+    pub fn first_match(&self, name: &str) -> Option<&str> {
+        self.set
+            .matches(name)
+            .first()
+            .and_then(|i| self.written.get(*i))
+            .map(String::as_str)
+    }
+
+    /// The globs as written.
+    #[must_use]
+    pub fn written(&self) -> &[String] {
+        &self.written
+    }
+}
+
+impl PartialEq for GitGlobs {
+    fn eq(&self, other: &GitGlobs) -> bool {
+        self.written == other.written
+    }
+}
+
+impl Eq for GitGlobs {}
+
+/// One `[git]` glob with the options every one of them is compiled with.
+fn git_glob(pattern: &str) -> Result<globset::Glob, GitGlobError> {
+    GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .backslash_escape(false)
+        .empty_alternates(false)
+        .case_insensitive(true)
+        .build()
+        .map_err(|e| GitGlobError {
+            pattern: pattern.to_owned(),
+            why: e.kind().to_string(),
+        })
+}
+
+/// Check that one `[git]` glob compiles (the policy loader's check, so a bad glob is a
+/// file:line error, not a git API that cannot start).
+pub(crate) fn check_git_glob(pattern: &str) -> Result<(), String> {
+    git_glob(pattern).map(|_| ()).map_err(|e| e.why)
+}
+
+/// The `[git]` table's globs, compiled once when the policy is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRules {
+    /// `git.push_branches`.
+    pub push_branches: GitGlobs,
+    /// `git.protected_branches`.
+    pub protected_branches: GitGlobs,
+    /// `git.restricted_paths`.
+    pub restricted_paths: GitGlobs,
+}
+
+impl GitRules {
+    /// Compile the globs of `git`.
+    ///
+    /// # Errors
+    /// [`GitGlobError`] naming the first glob that does not compile.
+    pub fn compile(git: &GitPolicy) -> Result<GitRules, GitGlobError> {
+        Ok(GitRules {
+            push_branches: GitGlobs::new(&git.push_branches)?,
+            protected_branches: GitGlobs::new(&git.protected_branches)?,
+            restricted_paths: GitGlobs::new(&git.restricted_paths)?,
+        })
+    }
+
+    /// Whether these were compiled from exactly the globs of `git`.
+    #[must_use]
+    pub fn compiled_from(&self, git: &GitPolicy) -> bool {
+        self.push_branches.written() == git.push_branches
+            && self.protected_branches.written() == git.protected_branches
+            && self.restricted_paths.written() == git.restricted_paths
     }
 }
 
@@ -300,18 +404,52 @@ mod tests {
     }
 
     #[test]
-    fn git_globs_cross_slashes_and_refuse_what_they_cannot_evaluate() {
-        assert_eq!(git_glob("release/*", "release/a/b", false), GitGlob::Match);
-        assert_eq!(
-            git_glob(".github/workflows/**", ".github/workflows/x.yml", true),
-            GitGlob::Match
-        );
-        assert_eq!(
-            git_glob(".github/workflows/**", ".GitHub/Workflows/x.yml", true),
-            GitGlob::Match
-        );
-        assert_eq!(git_glob("main", "Main", false), GitGlob::NoMatch);
-        assert_eq!(git_glob("main", "Main", true), GitGlob::Match);
-        assert_eq!(git_glob("src/[ab]", "src/a", true), GitGlob::Unknown);
+    fn git_globs_cross_slashes_fold_case_and_let_double_star_match_nothing() {
+        let g = GitGlobs::new(&[
+            "release/*",
+            ".github/workflows/**",
+            "**/secrets.env",
+            "src/**/*.pem",
+            "**/main",
+        ])
+        .unwrap();
+        for name in [
+            "release/a/b",
+            ".github/workflows/x.yml",
+            ".GitHub/Workflows/x.yml",
+            "secrets.env",
+            "a/b/Secrets.env",
+            "src/a.pem",
+            "src/x/y/a.pem",
+            "main",
+            "MAIN",
+            "sandbox/demo/main",
+        ] {
+            assert!(g.matches(name), "{name}");
+        }
+        for name in [
+            "release",
+            ".github/CODEOWNERS",
+            "secrets.env.example",
+            "src/a.pem.txt",
+            "lib/a.pem",
+            "mainx",
+            "xmain",
+        ] {
+            assert!(!g.matches(name), "{name}");
+        }
+        assert_eq!(g.first_match("src/k.pem"), Some("src/**/*.pem"));
+        assert_eq!(g.first_match("x/main"), Some("**/main"));
+    }
+
+    #[test]
+    fn git_glob_syntax_is_evaluated_not_guessed() {
+        let g = GitGlobs::new(&["src/[ab]", "v?", "{x,y}/z", "a\\b"]).unwrap();
+        assert!(g.matches("src/a") && g.matches("src/B") && !g.matches("src/c"));
+        assert!(g.matches("v1") && !g.matches("v12"));
+        assert!(g.matches("x/z") && g.matches("y/z") && !g.matches("w/z"));
+        assert!(g.matches("a\\b"));
+        assert!(GitGlobs::new(&["src/[a"]).is_err());
+        assert!(check_git_glob("src/[a").is_err());
     }
 }

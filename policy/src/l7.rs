@@ -396,9 +396,10 @@ impl Policy {
             }
             let judged = match rule.judge {
                 BodyJudge::GithubGraphql => crate::github::judge_graphql(body),
-                BodyJudge::GithubContents => {
-                    crate::github::judge_contents(&self.git, &rule.path, &forms, body)
-                }
+                BodyJudge::GithubContents => match self.git_rules() {
+                    Ok(git) => crate::github::judge_contents(&git, &rule.path, &forms, body),
+                    Err(e) => Err(format!("git globs: {e}")),
+                },
                 BodyJudge::GithubReview => crate::github::judge_review(body),
             };
             if let Err(why) = judged {

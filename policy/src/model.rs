@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::glob::{GitGlobError, GitRules};
 use crate::host::Host;
 use crate::l7::L7Rules;
 use crate::reason::Reason;
@@ -20,6 +21,23 @@ pub struct Policy {
     pub git: GitPolicy,
     /// `[[rules]]` and `[l7] presets`, compiled.
     pub l7: L7Rules,
+    /// `git`'s globs, compiled once ([`Policy::git_rules`]).
+    pub(crate) git_rules: GitRules,
+}
+
+impl Policy {
+    /// The `[git]` globs as compiled at load, or compiled now when `git` was changed since
+    /// (the fields are public): the globs judged are always the ones in `git`.
+    ///
+    /// # Errors
+    /// [`GitGlobError`] when a changed glob does not compile.
+    pub fn git_rules(&self) -> Result<std::borrow::Cow<'_, GitRules>, GitGlobError> {
+        if self.git_rules.compiled_from(&self.git) {
+            Ok(std::borrow::Cow::Borrowed(&self.git_rules))
+        } else {
+            GitRules::compile(&self.git).map(std::borrow::Cow::Owned)
+        }
+    }
 }
 
 /// `[sandbox]`: who this appliance is and how it enforces.
