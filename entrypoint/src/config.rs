@@ -20,6 +20,11 @@ pub struct Cli {
     /// Directory of the audit log (a volume; owned by the proxy user, unreadable by the agent).
     #[arg(long, env = "AIRLOCK_AUDIT_DIR", default_value = ch::DEFAULT_AUDIT_DIR)]
     pub audit_dir: PathBuf,
+    /// Bytes the proxy's audit log may take on the audit volume (the current file and its
+    /// rotated ones together; default 256 MiB). Keep it well under the volume's size: past
+    /// the cap the oldest rotated file is deleted, while a full volume refuses every request.
+    #[arg(long, env = "AIRLOCK_AUDIT_CAP")]
+    pub audit_cap: Option<u64>,
     /// User that runs the agent.
     #[arg(long, env = "AIRLOCK_AGENT_USER", default_value = ch::AGENT_USER)]
     pub agent_user: String,

@@ -180,6 +180,7 @@ fn start(cli: Cli) -> Result<i32> {
         state_dir,
         ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
         upstream_ca,
+        audit_cap: cli.audit_cap,
         run_as: RunAs {
             identity: users.proxy.clone(),
             filters: None,

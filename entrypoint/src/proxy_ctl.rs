@@ -41,6 +41,8 @@ pub struct ProxySpec {
     pub ca_export: PathBuf,
     /// Extra upstream roots (copies inside the state directory).
     pub upstream_ca: Vec<PathBuf>,
+    /// The audit log's cap in bytes (`None`: the proxy's default).
+    pub audit_cap: Option<u64>,
     pub run_as: RunAs,
 }
 
@@ -74,6 +76,9 @@ impl ProxySpec {
             .stdin(Stdio::null());
         for ca in &self.upstream_ca {
             cmd.arg("--upstream-ca").arg(ca);
+        }
+        if let Some(cap) = self.audit_cap {
+            cmd.arg("--audit-cap").arg(cap.to_string());
         }
         let mut child = cmd.spawn().with_context(|| {
             format!(

@@ -61,6 +61,9 @@ pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 /// Bytes of final lines that may wait while the log cannot be written; past this they are
 /// dropped and counted (`lost` in the outage line).
 pub const QUEUED_MAX: usize = 1 << 20;
+/// How often held-back denials are reported (their `suppressed` line) when the flood goes
+/// on.
+const FOLD_REPORT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Failures of the audit log itself (never of a request).
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +88,7 @@ pub enum AuditError {
 pub struct Unavailable;
 
 /// Which listener produced the decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// `CONNECT host:port` on the explicit proxy.
@@ -247,20 +250,124 @@ pub trait LogFile: Send {
     /// # Errors
     /// The I/O error.
     fn sync(&mut self) -> io::Result<()>;
+    /// Moves the current file aside (the oldest kept one is deleted) and starts an empty
+    /// one.
+    ///
+    /// # Errors
+    /// The I/O error; the current file is then still the one written.
+    fn rotate(&mut self) -> io::Result<()>;
 }
 
-impl LogFile for File {
+/// The log on disk: `path`, and `path.1` … `path.<keep>` rotated, newest first.
+struct Rotating {
+    path: PathBuf,
+    file: File,
+    keep: u32,
+}
+
+/// Opens `path` for appending: created `0600`, symlinks refused.
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// `path` with `.n` appended.
+fn rotated(path: &Path, n: u32) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".{n}"));
+    PathBuf::from(p)
+}
+
+impl LogFile for Rotating {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.write_all(buf)
+        self.file.write_all(buf)
     }
 
     fn truncate(&mut self, len: u64) -> io::Result<()> {
-        self.set_len(len)
+        self.file.set_len(len)
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.sync_data()
+        self.file.sync_data()
     }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.sync_data()?;
+        for n in (1..self.keep).rev() {
+            match std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        self.file = open_append(&self.path)?;
+        Ok(())
+    }
+}
+
+/// How much disk the log may take, and how repeated denials are folded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Bytes the log's files may take together: the current file and `keep` rotated ones
+    /// (each at most `cap / (keep + 1)`, plus one write).
+    pub cap: u64,
+    /// Rotated files kept (`audit.jsonl.1` … `audit.jsonl.<keep>`, newest first); at least 1.
+    pub keep: u32,
+    /// Denial lines of one kind (listener and reason) written as they come before folding.
+    pub burst: u32,
+    /// Then at most this many per second; the rest are counted and written as one
+    /// `event: suppressed` line with the count.
+    pub per_second: u32,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            cap: 256 << 20,
+            keep: 4,
+            burst: 64,
+            per_second: 8,
+        }
+    }
+}
+
+impl Bounds {
+    /// The size past which the current file is rotated.
+    #[must_use]
+    pub fn file_max(&self) -> u64 {
+        self.cap / u64::from(self.keep.max(1) + 1)
+    }
+}
+
+/// One kind of denial being folded: a token bucket, and what it held back.
+struct Fold {
+    tokens: f64,
+    last: std::time::Instant,
+    suppressed: u64,
+    since: SystemTime,
+    host: Option<String>,
+}
+
+#[derive(Serialize)]
+struct FoldLine<'a> {
+    #[serde(serialize_with = "ser_ts")]
+    ts: SystemTime,
+    session: &'a str,
+    kind: Kind,
+    event: &'static str,
+    decision: &'static str,
+    reason: &'static str,
+    /// The first suppressed denial's time.
+    #[serde(serialize_with = "ser_ts")]
+    since: SystemTime,
+    /// Denials of this kind not written one by one.
+    count: u64,
+    /// The host of the last one held back.
+    host: Option<&'a str>,
 }
 
 /// What the lock guards: the file and the lines waiting for it.
@@ -278,6 +385,11 @@ struct State {
     /// The first write error met (reported by [`AuditWriter::finish`]).
     first_err: Option<io::Error>,
     closed: bool,
+    bounds: Bounds,
+    /// Denials folded per (listener, reason).
+    folds: std::collections::HashMap<(Kind, &'static str), Fold>,
+    /// The proxy's session (for lines that describe no one request).
+    session: Arc<str>,
 }
 
 /// A window in which the log could not be written.
@@ -324,6 +436,13 @@ impl Sink {
     /// Writes everything queued, then `st.line` when `with_line`, in one go; on failure cuts
     /// the file back to its last whole line and enters (or stays in) the outage.
     fn write_out(&self, st: &mut State, with_line: bool, session: &str) -> Result<(), Unavailable> {
+        let incoming = st.queued.len() as u64 + if with_line { st.line.len() as u64 } else { 0 };
+        if st.len > 0 && st.len + incoming > st.bounds.file_max() {
+            match st.file.rotate() {
+                Ok(()) => st.len = 0,
+                Err(e) => return Err(self.failed(st, e)),
+            }
+        }
         let result = if let Some(o) = &st.outage {
             // Recovering: the outage line first, then what waited, then this line.
             let mut buf = Vec::new();
@@ -369,10 +488,14 @@ impl Sink {
                 }
                 if let Some(o) = st.outage.take() {
                     self.available.store(true, Ordering::Release);
-                    tracing::warn!(
-                        "audit log {} is written again; {} requests were refused while it was not",
-                        self.path.display(),
-                        o.refused
+                    notice(
+                        &mut st.human,
+                        "WARN",
+                        &format!(
+                            "audit log {} is written again; {} requests were refused while it was not",
+                            self.path.display(),
+                            o.refused
+                        ),
                     );
                 }
                 Ok(())
@@ -380,28 +503,92 @@ impl Sink {
             Err(e) => {
                 // Whole lines or nothing: cut back what part of this write reached the file.
                 let _ = st.file.truncate(st.len);
-                if st.outage.is_none() {
-                    self.available.store(false, Ordering::Release);
-                    tracing::error!(
-                        "cannot write the audit log {}: {e}; refusing every request (audit-unavailable) until it can be written",
-                        self.path.display()
-                    );
-                    st.outage = Some(Outage {
-                        since: SystemTime::now(),
-                        error: e.to_string(),
-                        refused: 0,
-                        lost: 0,
-                    });
-                }
-                if st.queued.len() > QUEUED_MAX
-                    && let Some(o) = &mut st.outage
-                {
-                    o.lost += count_lines(&st.queued);
-                    st.queued.clear();
-                }
-                st.first_err.get_or_insert(e);
-                Err(Unavailable)
+                Err(self.failed(st, e))
             }
+        }
+    }
+
+    /// Enters (or stays in) the outage after a failed write or rotation.
+    fn failed(&self, st: &mut State, e: io::Error) -> Unavailable {
+        if st.outage.is_none() {
+            self.available.store(false, Ordering::Release);
+            notice(
+                &mut st.human,
+                "ERROR",
+                &format!(
+                    "cannot write the audit log {}: {e}; refusing every request (audit-unavailable) until it can be written",
+                    self.path.display()
+                ),
+            );
+            st.outage = Some(Outage {
+                since: SystemTime::now(),
+                error: e.to_string(),
+                refused: 0,
+                lost: 0,
+            });
+        }
+        if st.queued.len() > QUEUED_MAX
+            && let Some(o) = &mut st.outage
+        {
+            o.lost += count_lines(&st.queued);
+            st.queued.clear();
+        }
+        st.first_err.get_or_insert(e);
+        Unavailable
+    }
+
+    /// Whether a denial of `rec`'s kind may be written now (its bucket has a token); when
+    /// not, it is counted for the kind's `suppressed` line. A line that says how many were
+    /// held back is queued first when the bucket allows writing again.
+    fn admit_denial(&self, st: &mut State, rec: &Record) -> bool {
+        let Some(reason) = rec.reason else {
+            return true;
+        };
+        let bounds = st.bounds;
+        let now = std::time::Instant::now();
+        let fold = st.folds.entry((rec.kind, reason)).or_insert_with(|| Fold {
+            tokens: f64::from(bounds.burst),
+            last: now,
+            suppressed: 0,
+            since: rec.ts,
+            host: None,
+        });
+        let refill = now.duration_since(fold.last).as_secs_f64() * f64::from(bounds.per_second);
+        fold.tokens = (fold.tokens + refill).min(f64::from(bounds.burst));
+        fold.last = now;
+        if fold.tokens < 1.0 {
+            if fold.suppressed == 0 {
+                fold.since = rec.ts;
+            }
+            fold.suppressed += 1;
+            fold.host.clone_from(&rec.host);
+            return false;
+        }
+        fold.tokens -= 1.0;
+        if fold.suppressed > 0 {
+            let (since, count, host) = (fold.since, fold.suppressed, fold.host.take());
+            fold.suppressed = 0;
+            queue_fold(st, rec.kind, reason, since, count, host.as_deref());
+        }
+        true
+    }
+
+    /// Queues the `suppressed` line of every kind that has held denials back.
+    fn flush_folds(&self) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let held: Vec<_> = st
+            .folds
+            .iter_mut()
+            .filter(|(_, f)| f.suppressed > 0)
+            .map(|(k, f)| {
+                let out = (*k, f.since, f.suppressed, f.host.take());
+                f.suppressed = 0;
+                out
+            })
+            .collect();
+        for ((kind, reason), since, count, host) in held {
+            queue_fold(st, kind, reason, since, count, host.as_deref());
         }
     }
 
@@ -409,19 +596,22 @@ impl Sink {
     fn commit(&self, rec: &Record) -> Result<(), Unavailable> {
         let mut st = self.lock();
         let st = &mut *st;
+        if rec.decision == Verdict::Deny && !self.admit_denial(st, rec) {
+            return Ok(()); // counted: its kind's `suppressed` line says how many
+        }
         st.line.clear();
         if serde_json::to_writer(&mut st.line, rec).is_err() {
             return Err(Unavailable);
         }
         st.line.push(b'\n');
-        let human = add_human(&mut st.human, rec);
+        add_human(&mut st.human, rec);
         let r = self.write_out(st, true, &rec.session);
         if r.is_err()
             && let Some(o) = &mut st.outage
         {
             o.refused += 1;
         }
-        if human {
+        if !st.human.is_empty() {
             self.wake.notify_one();
         }
         r
@@ -453,19 +643,34 @@ impl Sink {
         if st.queued.is_empty() {
             return Ok(());
         }
-        // The session of a queued line is the proxy's one session: take it from the line.
-        let session = session_of(&st.queued);
+        let session = Arc::clone(&st.session);
         self.write_out(&mut st, false, &session)
     }
 }
 
-/// The `session` of the first queued line (every line carries the proxy's session).
-fn session_of(queued: &[u8]) -> String {
-    let first = queued.split(|b| *b == b'\n').next().unwrap_or_default();
-    serde_json::from_slice::<serde_json::Value>(first)
-        .ok()
-        .and_then(|v| v.get("session")?.as_str().map(str::to_owned))
-        .unwrap_or_default()
+/// Queues one `event: suppressed` line.
+fn queue_fold(
+    st: &mut State,
+    kind: Kind,
+    reason: &'static str,
+    since: SystemTime,
+    count: u64,
+    host: Option<&str>,
+) {
+    let line = FoldLine {
+        ts: SystemTime::now(),
+        session: &st.session,
+        kind,
+        event: "suppressed",
+        decision: Verdict::Deny.as_str(),
+        reason,
+        since,
+        count,
+        host,
+    };
+    if serde_json::to_writer(&mut st.queued, &line).is_ok() {
+        st.queued.push(b'\n');
+    }
 }
 
 fn count_lines(b: &[u8]) -> u64 {
@@ -654,24 +859,28 @@ pub struct AuditWriter {
 }
 
 /// Opens (append, create `0600`, no symlink following) `path` and starts the helper thread.
+/// `session` is written on the lines that describe no one request (outage, suppressed).
 ///
 /// # Errors
 /// [`AuditError::Open`] when the file cannot be opened, [`AuditError::Spawn`] when the
 /// thread cannot be started.
-pub fn open(path: &Path) -> Result<(Audit, AuditWriter), AuditError> {
+pub fn open(
+    path: &Path,
+    session: Arc<str>,
+    bounds: Bounds,
+) -> Result<(Audit, AuditWriter), AuditError> {
     let open_err = |source| AuditError::Open {
         path: path.to_owned(),
         source,
     };
-    let file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(open_err)?;
+    let file = open_append(path).map_err(open_err)?;
     let len = file.metadata().map_err(open_err)?.len();
-    start(path, Box::new(file), len)
+    let file = Rotating {
+        path: path.to_owned(),
+        file,
+        keep: bounds.keep.max(1),
+    };
+    start(path, Box::new(file), len, session, bounds)
 }
 
 /// The log on `file` (already `len` bytes long), reported as `path`.
@@ -682,6 +891,8 @@ pub fn start(
     path: &Path,
     file: Box<dyn LogFile>,
     len: u64,
+    session: Arc<str>,
+    bounds: Bounds,
 ) -> Result<(Audit, AuditWriter), AuditError> {
     let sink = Arc::new(Sink {
         path: path.to_owned(),
@@ -694,6 +905,9 @@ pub fn start(
             outage: None,
             first_err: None,
             closed: false,
+            bounds,
+            folds: std::collections::HashMap::new(),
+            session,
         }),
         wake: Condvar::new(),
         available: AtomicBool::new(true),
@@ -726,6 +940,7 @@ impl AuditWriter {
             .await
             .map_err(|_| AuditError::WriterDied)?
             .map_err(|_| AuditError::WriterDied)?;
+        sink.flush_folds();
         let _ = sink.flush();
         let mut st = sink.lock();
         if let Err(e) = st.file.sync() {
@@ -748,15 +963,21 @@ fn helper_loop(sink: &Sink) {
         {
             let mut st = sink.lock();
             while st.queued.is_empty() && st.human.is_empty() && !st.closed {
-                st = sink
+                let held = st.folds.values().any(|f| f.suppressed > 0);
+                let (next, timeout) = sink
                     .wake
-                    .wait(st)
+                    .wait_timeout(st, FOLD_REPORT)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                st = next;
+                if timeout.timed_out() && held {
+                    break;
+                }
             }
             if st.closed {
                 return;
             }
         }
+        sink.flush_folds();
         std::thread::sleep(LINGER);
         let _ = sink.flush();
         let mut human = {
@@ -767,9 +988,27 @@ fn helper_loop(sink: &Sink) {
     }
 }
 
+/// The human echo waiting for the helper thread is dropped past this size (stderr is not
+/// being read): the log itself never waits for stderr.
+const HUMAN_MAX: usize = 1 << 20;
+
+/// Appends a state change of the log to the human echo, in the subscriber's style (never
+/// through `tracing` under the lock: a blocked stderr must not stop the log).
+fn notice(out: &mut String, level: &str, text: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "{} {level:>5} audit: {text}",
+        clock::rfc3339_ms(SystemTime::now())
+    );
+}
+
 /// Appends `rec`'s human line (when `info` is enabled), in the subscriber's style. Returns
 /// whether it did.
 fn add_human(out: &mut String, rec: &Record) -> bool {
+    if out.len() > HUMAN_MAX {
+        return false;
+    }
     if tracing::enabled!(tracing::Level::INFO) {
         use std::fmt::Write as _;
         let _ = writeln!(
@@ -806,7 +1045,7 @@ mod tests {
     async fn nothing_is_lost_from_many_producers() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (audit, writer) = open(&path).unwrap();
+        let (audit, writer) = open(&path, Arc::from("s1"), Bounds::default()).unwrap();
         let mut tasks = Vec::new();
         for t in 0..8u64 {
             let a = audit.clone();
@@ -842,7 +1081,7 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         std::fs::write(&path, "old\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let (audit, writer) = open(&path).unwrap();
+        let (audit, writer) = open(&path, Arc::from("s1"), Bounds::default()).unwrap();
         audit.emit(rec(1)).await;
         audit.flush().await;
         let text = std::fs::read_to_string(&path).unwrap();
@@ -851,7 +1090,7 @@ mod tests {
         writer.finish().await.unwrap();
 
         let fresh = dir.path().join("new.jsonl");
-        let (_a, w) = open(&fresh).unwrap();
+        let (_a, w) = open(&fresh, Arc::from("s1"), Bounds::default()).unwrap();
         w.finish().await.unwrap();
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -864,7 +1103,10 @@ mod tests {
         std::fs::write(&target, "").unwrap();
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(matches!(open(&link), Err(AuditError::Open { .. })));
+        assert!(matches!(
+            open(&link, Arc::from("s1"), Bounds::default()),
+            Err(AuditError::Open { .. })
+        ));
     }
 
     /// A volume of `cap` bytes in memory: a write past it stores what fits and fails with
@@ -920,10 +1162,111 @@ mod tests {
         fn sync(&mut self) -> io::Result<()> {
             Ok(())
         }
+        fn rotate(&mut self) -> io::Result<()> {
+            Err(io::Error::other("the fake volume does not rotate"))
+        }
     }
 
     fn on_volume(v: &Volume) -> (Audit, AuditWriter) {
-        start(Path::new("/fake/audit.jsonl"), Box::new(v.clone()), 0).unwrap()
+        on_volume_with(v, Bounds::default())
+    }
+
+    fn on_volume_with(v: &Volume, bounds: Bounds) -> (Audit, AuditWriter) {
+        start(
+            Path::new("/fake/audit.jsonl"),
+            Box::new(v.clone()),
+            0,
+            Arc::from("s1"),
+            bounds,
+        )
+        .unwrap()
+    }
+
+    fn denial(i: u64, reason: &'static str) -> Record {
+        let mut r = rec(i);
+        r.reason = Some(reason);
+        r.host = Some(format!("h{i}.example"));
+        r
+    }
+
+    /// The agent floods one kind of denial: the first `burst` lines are written as they
+    /// come, the rest are counted and reported in one `suppressed` line; a denial of
+    /// another kind in the middle of the flood is still written at once.
+    #[tokio::test]
+    async fn a_flood_of_one_denial_is_folded_into_a_counted_line() {
+        let v = Volume::new(1 << 20);
+        let bounds = Bounds {
+            burst: 5,
+            per_second: 1,
+            ..Bounds::default()
+        };
+        let (audit, writer) = on_volume_with(&v, bounds);
+        for i in 0..100 {
+            audit.commit(&denial(i, "blocked-by-policy")).unwrap();
+        }
+        audit.commit(&denial(1000, "credential-leak")).unwrap();
+        assert_eq!(v.lines().len(), 6, "five of the flood and the other kind");
+        writer.finish().await.unwrap();
+        let lines = v.lines();
+        let folded: Vec<_> = lines
+            .iter()
+            .filter(|l| l["event"] == "suppressed")
+            .collect();
+        assert_eq!(folded.len(), 1, "{lines:?}");
+        assert_eq!(folded[0]["count"], 95);
+        assert_eq!(folded[0]["reason"], "blocked-by-policy");
+        assert_eq!(folded[0]["kind"], "connect");
+        assert_eq!(folded[0]["host"], "h99.example");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["reason"] == "credential-leak" && l["bytes_up"] == 1000)
+        );
+    }
+
+    /// The log's files never take more than the cap: the current file is rotated when the
+    /// next write would pass its share, and only `keep` rotated files stay.
+    #[tokio::test]
+    async fn rotation_keeps_the_log_within_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let bounds = Bounds {
+            cap: 30_000,
+            keep: 2,
+            ..Bounds::default()
+        };
+        let (audit, writer) = open(&path, Arc::from("s1"), bounds).unwrap();
+        let mut last = 0;
+        for i in 0..400 {
+            let mut r = rec(i);
+            r.path = Some("/p".repeat(100));
+            audit.commit_open(&mut r).unwrap();
+            last = i;
+        }
+        writer.finish().await.unwrap();
+        let mut total = 0;
+        for name in ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"] {
+            let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+            assert!(text.ends_with('\n'), "{name}");
+            assert!(
+                text.len() as u64 <= bounds.file_max() + 600,
+                "{name}: {}",
+                text.len()
+            );
+            total += text.len() as u64;
+        }
+        assert!(total <= bounds.cap + 600, "{total}");
+        assert!(
+            !dir.path().join("audit.jsonl.3").exists(),
+            "only keep rotated files"
+        );
+        let current = std::fs::read_to_string(&path).unwrap();
+        let newest: serde_json::Value =
+            serde_json::from_str(current.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            newest["bytes_up"], last,
+            "the newest line is in the current file"
+        );
     }
 
     /// The volume fills up: the line that does not fit is refused (the caller refuses its

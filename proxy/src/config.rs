@@ -34,6 +34,21 @@ pub struct Args {
     /// Extra trusted roots for verifying upstreams (test or corporate CAs), PEM; repeatable.
     #[arg(long)]
     pub upstream_ca: Vec<PathBuf>,
+    /// Bytes the audit log's files may take together (the current one and the rotated
+    /// ones); keep it well under the audit volume's free space.
+    #[arg(long, default_value_t = crate::audit::Bounds::default().cap)]
+    pub audit_cap: u64,
+}
+
+impl Args {
+    /// The audit log's bounds from the command line.
+    #[must_use]
+    pub fn audit_bounds(&self) -> crate::audit::Bounds {
+        crate::audit::Bounds {
+            cap: self.audit_cap,
+            ..crate::audit::Bounds::default()
+        }
+    }
 }
 
 fn default_state_dir() -> PathBuf {

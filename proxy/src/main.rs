@@ -84,7 +84,7 @@ async fn run(
         Arc::new(TcpConnect),
         limits.connect_timeout,
     );
-    let (audit, writer) = audit::open(&args.audit)
+    let (audit, writer) = audit::open(&args.audit, Arc::from(args.session.as_str()), args.audit_bounds())
         .with_context(|| format!("opening audit log {}", args.audit.display()))?;
     let identity: Arc<dyn PeerIdentity> = match SockDiag::open() {
         Ok(d) => Arc::new(d),

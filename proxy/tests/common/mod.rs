@@ -179,7 +179,8 @@ impl Harness {
         );
         let orig_dst = Arc::new(FakeOrigDst::default());
         let audit_path = dir.path().join("audit.jsonl");
-        let (audit, writer) = audit::open(&audit_path).unwrap();
+        let (audit, writer) =
+            audit::open(&audit_path, Arc::from("sess-1"), audit::Bounds::default()).unwrap();
         let ca = airlock_proxy::ca::Ca::generate().unwrap();
         let ca_pem = ca.cert_pem().to_owned();
         let proxy = Proxy {

@@ -1,0 +1,297 @@
+//! The audit log as an attack surface (issue 13): the agent tries to fill the audit volume
+//! so that traffic passes unaudited, or so that the operator loses the record. The audit
+//! directory is a small tmpfs of the test's own; the real entrypoint, proxy and firewall run
+//! in the namespace world.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// A tmpfs of `size` on `dir`, unmounted when dropped (before the world's directory is
+/// removed: declare it after the world).
+struct Volume(PathBuf);
+
+impl Volume {
+    fn mount(dir: &Path, size: &str) -> Volume {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a tmpfs on {}", dir.display());
+        Volume(dir.to_owned())
+    }
+
+    /// Bytes the audit log's files take.
+    fn audit_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("audit.jsonl"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    }
+
+    /// Every line of the current and rotated audit files, oldest first.
+    fn all_lines(&self) -> Vec<serde_json::Value> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("audit.jsonl"))
+            .collect();
+        // audit.jsonl.N (oldest = highest N) ... audit.jsonl.1, then audit.jsonl.
+        names.sort_by_key(|n| {
+            std::cmp::Reverse(
+                n.strip_prefix("audit.jsonl.")
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .unwrap_or(0),
+            )
+        });
+        names
+            .iter()
+            .flat_map(|n| {
+                let text = std::fs::read_to_string(self.0.join(n)).unwrap();
+                assert!(
+                    text.is_empty() || text.ends_with('\n'),
+                    "{n} ends in a cut line"
+                );
+                text.lines()
+                    .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{n}: {l:?}: {e}")))
+                    .collect::<Vec<serde_json::Value>>()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn line<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or("<missing>")
+}
+
+/// A Python agent: `n` requests through the explicit proxy to `url_base` + a path of
+/// `path_len` bytes, keep-alive, printing `<name>=<count of each status>`.
+fn flood(name: &str, url_base: &str, n: usize, path_len: usize) -> String {
+    format!(
+        r#"python3 - <<'PY'
+import http.client, collections, time
+t0 = time.time()
+counts = collections.Counter()
+conn = None
+for i in range({n}):
+    path = "/{name}-%d-" % i + "x" * {path_len}
+    for attempt in range(3):
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", 3128, timeout=10)
+            conn.request("GET", "{url_base}" + path, headers={{"Host": "{url_base}".split("/")[2]}})
+            r = conn.getresponse()
+            r.read()
+            counts[r.status] += 1
+            if r.getheader("connection", "").lower() == "close":
+                conn.close(); conn = None
+            break
+        except (http.client.HTTPException, OSError):
+            conn = None
+print("{name}=" + ",".join("%d:%d" % kv for kv in sorted(counts.items())))
+print("{name}-secs=%.2f" % (time.time() - t0))
+PY
+"#
+    )
+}
+
+/// The flood that once filled a 1 MiB audit volume so that every later request passed
+/// unaudited: 3,000 denials with 3 KB paths, then 250 allowed requests with 3 KB paths,
+/// against an audit log capped at 1 MB on a 2 MiB volume. The denials fold into counted
+/// lines, the allowed lines rotate within the cap, the volume never fills, and the
+/// requests after the flood (explicit, tunnelled, transparent) are served and audited.
+#[test]
+fn the_agent_cannot_fill_the_audit_volume_and_what_follows_is_audited() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let volume = Volume::mount(&airlock.audit_dir, "2m");
+    let script = format!(
+        "{}\n{}\necho explicit=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-explicit)\n\
+         echo tunnel=$({} -o /dev/null -w '%{{http_code}}' https://allowed.test/after-tunnel)\n\
+         echo transparent=$({} --noproxy '*' -o /dev/null -w '%{{http_code}}' http://allowed.test/after-transparent)\n",
+        flood("denied", "http://blocked.test", 3000, 3000),
+        flood("allowed", "http://allowed.test", 250, 3000),
+        curl(&world, ""),
+        curl(&world, ""),
+        curl(&world, ""),
+    );
+    let out = airlock
+        .command(&world, &["sh", "-c", &script])
+        .env("AIRLOCK_AUDIT_CAP", "1000000")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(
+        line(&text, "denied"),
+        "403:3000",
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        line(&text, "allowed"),
+        "200:250",
+        "{text}\n{}",
+        stderr(&out)
+    );
+    for name in ["explicit", "tunnel", "transparent"] {
+        assert_eq!(line(&text, name), "200", "{name}: {text}\n{}", stderr(&out));
+    }
+    assert!(
+        volume.audit_bytes() <= 1_000_000 + 16 * 1024,
+        "the log passed its cap: {} bytes",
+        volume.audit_bytes()
+    );
+    let lines = volume.all_lines();
+    assert!(
+        !lines.iter().any(|l| l["event"] == "outage"),
+        "the agent pushed the log into its outage"
+    );
+    let folded: u64 = lines
+        .iter()
+        .filter(|l| l["event"] == "suppressed" && l["reason"] == "blocked-by-policy")
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    let written = lines
+        .iter()
+        .filter(|l| {
+            l["reason"] == "blocked-by-policy"
+                && l["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/denied-"))
+        })
+        .count() as u64;
+    assert_eq!(written + folded, 3000, "every denial is written or counted");
+    assert!(
+        written < 200,
+        "the flood was written line by line: {written}"
+    );
+    let after = |kind: &str, host_path: Option<&str>| {
+        lines.iter().any(|l| {
+            l["kind"] == kind
+                && l["decision"] == "allow"
+                && host_path.is_none_or(|p| l["path"] == p)
+        })
+    };
+    assert!(
+        after("http", Some("/after-explicit")),
+        "explicit request not audited"
+    );
+    assert!(after("connect", None), "tunnel not audited");
+    assert!(
+        after("transparent", Some("/after-transparent")),
+        "transparent request not audited"
+    );
+}
+
+/// When the audit volume is full, nothing is served unaudited: every request is refused
+/// `503 audit-unavailable` and never reaches the upstream; no cut line stays in the file;
+/// once there is room again requests are served, and the log says how many were refused.
+#[test]
+fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let volume = Volume::mount(&airlock.audit_dir, "512k");
+    // Leave about 96 KiB: the start-up's lines fit, the agent's requests soon do not.
+    let filler = airlock.audit_dir.join("filler");
+    let st = Command::new("dd")
+        .args(["if=/dev/zero", "bs=1k", "count=416", "status=none"])
+        .arg(format!("of={}", filler.display()))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let script = format!(
+        "{}\n: > ready\nwhile [ ! -e go ]; do sleep 0.05; done\n\
+         echo after=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-room)\n",
+        flood("fill", "http://allowed.test", 200, 1500),
+        curl(&world, ""),
+    );
+    // stderr to a file: a pipe nobody reads while the test waits would fill up.
+    let err_path = world.dir().join("entrypoint.stderr");
+    let child = airlock
+        .command(&world, &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    airlock.wait_for_agent_file("ready");
+    std::fs::remove_file(&filler).unwrap();
+    std::fs::write(airlock.workdir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(out.status.success(), "{}\n{err}", stdout(&out));
+    let text = stdout(&out);
+    let fill = line(&text, "fill");
+    let refused: u64 = fill
+        .split(',')
+        .filter_map(|kv| kv.strip_prefix("503:"))
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    assert!(refused > 0, "the volume never filled: {fill}\n{err}");
+    assert!(!fill.contains("500") && !fill.contains("502"), "{fill}");
+    assert_eq!(line(&text, "after"), "200", "{text}\n{err}");
+
+    // What was refused never crossed the wire; what was served was audited first.
+    let lines = volume.all_lines();
+    let upstream = world.upstream_log().unwrap();
+    let served: Vec<&str> = upstream
+        .iter()
+        .filter_map(|l| l["path"].as_str())
+        .filter(|p| p.starts_with("/fill-"))
+        .collect();
+    assert_eq!(
+        served.len() as u64 + refused,
+        200,
+        "every request was either served or refused"
+    );
+    for path in &served {
+        let cut: String = path.chars().take(1024).collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["event"] == "open" && l["path"] == cut.as_str()),
+            "{path} reached the upstream with no audit line"
+        );
+    }
+    let outage = lines
+        .iter()
+        .find(|l| l["event"] == "outage")
+        .unwrap_or_else(|| panic!("no outage line"));
+    assert_eq!(outage["reason"], "audit-unavailable");
+    assert!(outage["refused"].as_u64().unwrap() >= refused, "{outage}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["path"] == "/after-room" && l["decision"] == "allow"),
+        "the request after recovery is audited"
+    );
+    assert!(
+        err.contains("refusing every request (audit-unavailable)")
+            && err.contains("is written again"),
+        "the proxy said so on stderr, both ways:\n{err}"
+    );
+}
