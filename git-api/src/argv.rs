@@ -122,7 +122,10 @@ const REFUSED_LONG: &[(&str, &str)] = &[
     ("output-directory", "writes files chosen by the caller"),
     ("ext-diff", "runs an external diff program"),
     ("textconv", "runs a textconv filter program"),
-    ("no-index", "reads files outside the repository"),
+    (
+        "no-index",
+        "reads files outside the repository; the shim runs git diff --no-index itself, as you",
+    ),
     (
         "pathspec-from-file",
         "reads a file chosen by the caller; pass the paths as arguments",
@@ -1414,6 +1417,129 @@ const SUBS: &[Sub] = &[
         ]],
     },
     Sub {
+        name: "symbolic-ref",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["q|quiet", "short", "recurse", "no-recurse"]],
+    },
+    Sub {
+        name: "for-each-ref",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "format=",
+            "sort=",
+            "count=",
+            "s|shell",
+            "p|perl",
+            "python",
+            "tcl",
+            "points-at=",
+            "merged?",
+            "no-merged?",
+            "contains?",
+            "no-contains?",
+            "exclude=",
+            "ignore-case",
+            "omit-empty",
+            "color?",
+            "include-root-refs",
+        ]],
+    },
+    Sub {
+        name: "check-ignore",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["q|quiet", "v|verbose", "n|non-matching", "no-index", "z"]],
+    },
+    Sub {
+        name: "count-objects",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["v|verbose", "H|human-readable"]],
+    },
+    Sub {
+        name: "worktree",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["porcelain", "v|verbose", "z", "expire="]],
+    },
+    Sub {
+        name: "submodule",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["q|quiet", "cached"]],
+    },
+    Sub {
+        name: "bisect",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "term-old=",
+            "term-good=",
+            "term-new=",
+            "term-bad=",
+            "no-checkout",
+            "first-parent",
+        ]],
+    },
+    Sub {
+        name: "notes",
+        class: Class::Read,
+        pages: true,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["ref="]],
+    },
+    Sub {
+        name: "archive",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&[
+            "format=",
+            "prefix=",
+            "add-virtual-file=",
+            "worktree-attributes",
+            "mtime=",
+            "l|list",
+            "v|verbose",
+            "0",
+            "1",
+            "2",
+            "3",
+            "4",
+            "5",
+            "6",
+            "7",
+            "8",
+            "9",
+        ]],
+    },
+    Sub {
+        name: "gc",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[&["auto", "q|quiet"]],
+    },
+    Sub {
         name: "push",
         class: Class::Push,
         pages: false,
@@ -1588,6 +1714,7 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         return Err(unknown_subcommand(sub_name));
     };
     let rest = &argv[i + 1..];
+    crate::plumbing::check_verb(sub.name, rest)?;
     let (args, operands, positions) = check_args(sub, rest)?;
     let mut editor_true = crate::dashc::editor_is_true(&dash_c);
     let mut config_writes = false;
@@ -1612,6 +1739,9 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
             }
         }
         "reflog" => reflog(&operands)?,
+        "symbolic-ref" | "worktree" | "gc" => {
+            crate::plumbing::check(sub.name, &args, &operands)?;
+        }
         _ => {}
     }
     let mut out = global;
@@ -1664,6 +1794,11 @@ const REFUSED_SUBS: &[(&str, &str)] = &[
     (
         "gc",
         "housekeeping is the operator's and nothing needs it in the sandbox; git gc --auto is accepted and does nothing",
+    ),
+    (
+        "hash-object",
+        "with -w it writes objects behind the index; git add stores a file (git hash-object \
+         without -w prints its id, run by the shim as you)",
     ),
     (
         "repack",
@@ -2552,23 +2687,16 @@ mod tests {
         for s in [
             "clone x",
             "init",
-            "submodule update",
             "filter-branch",
             "daemon",
             "upload-pack .",
-            "archive HEAD",
             "bundle create x",
             "credential fill",
             "config-alias",
             "co main",
-            "worktree add /tmp/x",
-            "notes add",
-            "gc",
             "repack",
             "fsck",
-            "hash-object -w x",
             "update-ref refs/heads/main x",
-            "symbolic-ref HEAD refs/heads/x",
             "am x",
             "apply x",
             "format-patch -1",
@@ -2819,6 +2947,75 @@ mod tests {
         assert_eq!(refused("commit -e -m x").reason, Reason::OptionRefused);
         let r = refused("commit");
         assert!(r.message.contains("--no-edit"), "{r:?}");
+    }
+
+    #[test]
+    fn read_only_plumbing_and_orientation_are_allowed() {
+        for s in [
+            "symbolic-ref --short HEAD",
+            "symbolic-ref -q HEAD",
+            "for-each-ref --format=%(refname:short) refs/heads",
+            "for-each-ref --sort=-committerdate --count=5 refs/heads/",
+            "check-ignore -v target/x",
+            "check-ignore -q -- a b",
+            "count-objects -v",
+            "count-objects -vH",
+            "worktree list",
+            "worktree list --porcelain",
+            "submodule status",
+            "submodule",
+            "bisect start",
+            "bisect start HEAD HEAD~3",
+            "bisect good",
+            "bisect bad HEAD",
+            "bisect skip",
+            "bisect reset",
+            "bisect log",
+            "notes",
+            "notes list",
+            "notes show HEAD",
+            "archive HEAD",
+            "archive --format=tar --prefix=app/ HEAD",
+            "archive --format=zip -9 HEAD src",
+            "gc --auto",
+            "gc --auto --quiet",
+        ] {
+            ok(s);
+        }
+        assert_eq!(ok("bisect start").class, Class::Write);
+        assert_eq!(ok("symbolic-ref HEAD").class, Class::Read);
+    }
+
+    #[test]
+    fn the_writing_and_running_forms_of_plumbing_are_refused_with_what_works() {
+        for (s, hint) in [
+            ("symbolic-ref HEAD refs/heads/x", "git switch"),
+            ("symbolic-ref -d HEAD", "without it"),
+            ("symbolic-ref -m x HEAD refs/heads/y", "without it"),
+            ("worktree add /tmp/x", "worktree list"),
+            ("worktree remove x", "worktree list"),
+            ("submodule update", "submodule status"),
+            ("submodule foreach sh", "submodule status"),
+            ("bisect run make test", "as you"),
+            ("bisect replay /tmp/log", "good/bad"),
+            ("bisect visualize", "bisect log"),
+            ("notes add -m x", "read-only"),
+            ("notes edit", "read-only"),
+            ("notes remove HEAD", "read-only"),
+            ("gc", "--auto"),
+            ("gc --aggressive", "without it"),
+            ("gc --prune=now", "without it"),
+            ("archive --remote=https://x/y HEAD", "without it"),
+            ("archive -o /etc/x HEAD", "without it"),
+            ("archive --output=/etc/x HEAD", "--output"),
+            ("archive --exec=sh HEAD", "--exec"),
+            ("hash-object -w x", "git add"),
+            ("for-each-ref --stdin", "without it"),
+        ] {
+            let r = refused(s);
+            assert!(r.message.contains(hint), "{s}: {r:?}");
+            assert!(!r.message.contains("docker exec"), "{s}: {r:?}");
+        }
     }
 
     #[test]

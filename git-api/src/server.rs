@@ -998,6 +998,18 @@ fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
 /// Add `--no-ext-diff` / `--no-textconv` where git accepts them; `git remote show` never
 /// queries the remote (`-n`): its listing would include other sandboxes' branches.
 fn harden_args(c: &Checked, args: &mut Vec<String>) {
+    // `git submodule` is a shell script, and a shell drops the split identity (design §5):
+    // its status is the builtin helper's.
+    if c.subcommand == "submodule" {
+        if let Some(&p) = c.operands.first()
+            && args.get(p).is_some_and(|a| a == "status")
+        {
+            args.remove(p);
+        }
+        args[c.sub_index] = "submodule--helper".to_owned();
+        args.insert(c.sub_index + 1, "status".to_owned());
+        return;
+    }
     if c.subcommand == "remote"
         && let Some(&p) = c.operands.first()
         && args.get(p).is_some_and(|a| a == "show")
@@ -1101,6 +1113,24 @@ mod tests {
             ("remote show origin", "remote show -n origin"),
             ("remote -v show origin", "remote -v show -n origin"),
             ("remote -v", "remote -v"),
+        ] {
+            let c = checked(s);
+            let mut args = c.argv.clone();
+            harden_args(&c, &mut args);
+            assert_eq!(args.join(" "), want);
+        }
+    }
+
+    #[test]
+    fn submodule_status_runs_the_builtin_helper_not_the_shell_script() {
+        for (s, want) in [
+            ("submodule", "submodule--helper status"),
+            ("submodule status", "submodule--helper status"),
+            (
+                "submodule --cached status",
+                "submodule--helper status --cached",
+            ),
+            ("submodule status -- x", "submodule--helper status -- x"),
         ] {
             let c = checked(s);
             let mut args = c.argv.clone();

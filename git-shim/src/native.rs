@@ -22,6 +22,11 @@ pub fn protected_config(helper: &Path) -> Vec<String> {
 
 /// Replace this process by the real git. Returns only on failure.
 pub fn exec(real_git: &Path, args: &[OsString]) -> std::io::Error {
+    exec_in(real_git, args, None)
+}
+
+/// [`exec`] in the directory `cwd` (the effective directory after `-C`).
+pub fn exec_in(real_git: &Path, args: &[OsString], cwd: Option<&Path>) -> std::io::Error {
     let helper = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("git-credential-airlock")))
@@ -32,5 +37,8 @@ pub fn exec(real_git: &Path, args: &[OsString]) -> std::io::Error {
         cmd.arg("-c").arg(c);
     }
     cmd.args(args);
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
     cmd.exec()
 }

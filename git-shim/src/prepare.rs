@@ -163,6 +163,74 @@ pub fn message_files(
     Ok(stdin)
 }
 
+/// Commands the shim runs with the real git itself, as the agent, even in the workspace:
+/// they need no repository and write nothing to it, so the git API (whose file access is
+/// not the agent's) never opens the paths they name. `diff --no-index <a> <b>` and
+/// `hash-object` without `-w` read only files the agent can read anyway.
+#[must_use]
+pub fn runs_natively(argv: &[String]) -> bool {
+    let Some(sub) = subcommand(argv) else {
+        return false;
+    };
+    let after: Vec<&str> = argv
+        .iter()
+        .map(String::as_str)
+        .skip_while(|a| *a != sub)
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .collect();
+    match sub {
+        "diff" => after.contains(&"--no-index"),
+        "hash-object" => !after
+            .iter()
+            .any(|a| *a == "-w" || (a.starts_with('-') && !a.starts_with("--") && a.contains('w'))),
+        _ => false,
+    }
+}
+
+/// `git archive -o <file>` / `--output=<file>`: the option is removed (the git API never
+/// writes a path the agent names) and the file the shim should write the archive to, as
+/// the agent, is returned; the format follows the file's extension as git's would.
+pub fn archive_output(argv: &mut Vec<String>, cwd: &Path) -> Option<PathBuf> {
+    if subcommand(argv) != Some("archive") {
+        return None;
+    }
+    let mut out = None;
+    let mut i = 0;
+    while i < argv.len() && argv[i] != "--" {
+        let (file, span) = match argv[i].as_str() {
+            "-o" | "--output" => (argv.get(i + 1).cloned(), 2),
+            s if s.starts_with("--output=") => (Some(s["--output=".len()..].to_owned()), 1),
+            s if s.starts_with("-o") && s.len() > 2 => (Some(s[2..].to_owned()), 1),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let end = (i + span).min(argv.len());
+        argv.drain(i..end);
+        out = file.map(|f| cwd.join(f));
+    }
+    let path = out?;
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    let has_format = argv.iter().any(|a| a.starts_with("--format"));
+    let format = [
+        (".tar.gz", "tar.gz"),
+        (".tgz", "tgz"),
+        (".zip", "zip"),
+        (".tar", "tar"),
+    ]
+    .iter()
+    .find(|(ext, _)| name.ends_with(ext))
+    .map(|(_, f)| *f);
+    if let (false, Some(f), Some(pos)) =
+        (has_format, format, argv.iter().position(|a| a == "archive"))
+    {
+        argv.insert(pos + 1, format!("--format={f}"));
+    }
+    Some(path)
+}
+
 /// `cwd` relative to `workspace` if it is inside it (`""` for the root).
 #[must_use]
 pub fn relative_to(workspace: &Path, cwd: &Path) -> Option<String> {
@@ -248,6 +316,33 @@ mod tests {
         let mut a = v("log -F x");
         assert!(message_files(&mut a, dir.path()).unwrap().is_none());
         assert!(message_files(&mut v("commit -F missing"), dir.path()).is_err());
+    }
+
+    #[test]
+    fn repository_less_reads_run_natively_and_archive_output_is_the_shims() {
+        assert!(runs_natively(&v("diff --no-index a b")));
+        assert!(runs_natively(&v(
+            "-c color.ui=never diff --stat --no-index a b"
+        )));
+        assert!(!runs_natively(&v("diff -- --no-index")));
+        assert!(!runs_natively(&v("diff HEAD")));
+        assert!(runs_natively(&v("hash-object README.md")));
+        assert!(runs_natively(&v("hash-object -t blob --stdin")));
+        assert!(!runs_natively(&v("hash-object -w README.md")));
+        assert!(!runs_natively(&v("hash-object -tw x")));
+        assert!(!runs_natively(&v("status")));
+        let mut a = v("archive -o out.zip HEAD");
+        let p = archive_output(&mut a, Path::new("/w")).unwrap();
+        assert_eq!(p, PathBuf::from("/w/out.zip"));
+        assert_eq!(a, v("archive --format=zip HEAD"));
+        let mut a = v("archive --format=tar --output=/tmp/x.tar.gz HEAD");
+        assert_eq!(
+            archive_output(&mut a, Path::new("/w")).unwrap(),
+            PathBuf::from("/tmp/x.tar.gz")
+        );
+        assert_eq!(a, v("archive --format=tar HEAD"));
+        let mut a = v("archive HEAD");
+        assert!(archive_output(&mut a, Path::new("/w")).is_none());
     }
 
     #[test]

@@ -45,6 +45,15 @@ fn run() -> i32 {
     let Some(mut p) = prepared else {
         return fail(&"arguments that are not UTF-8 are not sent to the git API");
     };
+    if prepare::runs_natively(&p.argv) {
+        let args: Vec<OsString> = p.argv.iter().map(OsString::from).collect();
+        let err = native::exec_in(&settings.real_git, &args, Some(&p.cwd));
+        return fail(&format!(
+            "cannot run {}: {err}",
+            settings.real_git.display()
+        ));
+    }
+    let archive_to = prepare::archive_output(&mut p.argv, &p.cwd);
     let stdin = match prepare::message_files(&mut p.argv, &p.cwd) {
         Ok(s) => s,
         Err(e) => return fail(&e),
@@ -63,8 +72,19 @@ fn run() -> i32 {
             Paging::Default => prepare::pages_by_default(&p.argv),
         };
     let inv = prepare::invocation(p.argv, rel, stdin, tty, width);
-    let mut pager = if page { pager::start() } else { None };
     let mut err = std::io::stderr();
+    if let Some(path) = archive_to {
+        // Written by the agent's own process, with its own permissions.
+        let mut file = match std::fs::File::create(&path) {
+            Ok(f) => f,
+            Err(e) => return fail(&format!("cannot write {}: {e}", path.display())),
+        };
+        return finish(
+            client::run(&settings.socket, &key, &inv, &mut file, &mut err),
+            &mut err,
+        );
+    }
+    let mut pager = if page { pager::start() } else { None };
     let result = match pager.as_mut().and_then(|c| c.stdin.take()) {
         Some(mut pin) => {
             let r = client::run(&settings.socket, &key, &inv, &mut pin, &mut err);
@@ -76,6 +96,11 @@ fn run() -> i32 {
     if let Some(mut c) = pager {
         let _ = c.wait();
     }
+    finish(result, &mut err)
+}
+
+/// The exit status of a request, with a refusal or an error on stderr.
+fn finish(result: Result<Outcome, airlock_git_shim::ShimError>, err: &mut std::io::Stderr) -> i32 {
     match result {
         Ok(Outcome::Exited(code)) => code,
         Ok(Outcome::Denied(d)) => {
