@@ -170,6 +170,19 @@ const REFUSED_LONG: &[(&str, &str)] = &[
     ),
     ("list-cmds", "internal option"),
     ("attr-source", "attributes are read from the work tree only"),
+    (
+        "unsafe-paths",
+        "patches are applied inside the workspace only",
+    ),
+    ("build-fake-ancestor", "writes a file chosen by the caller"),
+    (
+        "description-file",
+        "reads a file chosen by the caller; put the text in the branch description or the cover letter",
+    ),
+    (
+        "signature-file",
+        "reads a file chosen by the caller; use --signature=<text>",
+    ),
 ];
 
 /// Global options (before the subcommand) that are refused, with why.
@@ -448,6 +461,42 @@ const COMMIT: &[&str] = &[
     "z|null",
     "status",
     "no-status",
+];
+
+const APPLY: &[&str] = &[
+    "stat",
+    "numstat",
+    "summary",
+    "check",
+    "index",
+    "cached",
+    "intent-to-add",
+    "N",
+    "3|3way",
+    "ours",
+    "theirs",
+    "union",
+    "apply",
+    "no-add",
+    "R|reverse",
+    "allow-binary-replacement",
+    "binary",
+    "reject",
+    "z",
+    "p=",
+    "C=",
+    "unidiff-zero",
+    "inaccurate-eof",
+    "recount",
+    "directory=",
+    "exclude=",
+    "include=",
+    "ignore-space-change",
+    "ignore-whitespace",
+    "whitespace=",
+    "allow-empty",
+    "q|quiet",
+    "v|verbose",
 ];
 
 const MERGE_OPTS: &[&str] = &[
@@ -1540,6 +1589,121 @@ const SUBS: &[Sub] = &[
         opts: &[&["auto", "q|quiet"]],
     },
     Sub {
+        name: "apply",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[APPLY],
+    },
+    Sub {
+        name: "am",
+        class: Class::Write,
+        pages: false,
+        numeric: false,
+        refused_short: &[
+            ('i', INTERACTIVE),
+            ('S', "runs gpg; signing is not available in the sandbox"),
+        ],
+        opts: &[
+            APPLY,
+            &[
+                "abort",
+                "continue",
+                "r|resolved",
+                "skip",
+                "quit",
+                "show-current-patch?",
+                "allow-empty",
+                "s|signoff",
+                "k|keep",
+                "keep-non-patch",
+                "keep-cr",
+                "no-keep-cr",
+                "c|scissors",
+                "no-scissors",
+                "quoted-cr=",
+                "m|message-id",
+                "no-message-id",
+                "u|utf8",
+                "no-utf8",
+                "committer-date-is-author-date",
+                "ignore-date",
+                "empty=",
+                "patch-format=",
+                "rerere-autoupdate",
+                "no-rerere-autoupdate",
+                "no-verify",
+            ],
+        ],
+    },
+    Sub {
+        name: "format-patch",
+        class: Class::Read,
+        pages: false,
+        numeric: true,
+        refused_short: &[(
+            'o',
+            "writes files chosen by the caller; the shim writes them",
+        )],
+        opts: &[
+            DIFF,
+            REVS,
+            &[
+                "stdout",
+                "n|numbered",
+                "N|no-numbered",
+                "start-number=",
+                "numbered-files",
+                "k|keep-subject",
+                "s|signoff",
+                "no-signoff",
+                "attach?",
+                "no-attach",
+                "inline?",
+                "thread?",
+                "no-thread",
+                "in-reply-to=",
+                "ignore-if-in-upstream",
+                "no-ignore-if-in-upstream",
+                "always",
+                "no-always",
+                "cover-from-description=",
+                "subject-prefix=",
+                "rfc?",
+                "filename-max-length=",
+                "v|reroll-count=",
+                "to=",
+                "no-to",
+                "cc=",
+                "no-cc",
+                "from?",
+                "no-from",
+                "force-in-body-from",
+                "no-force-in-body-from",
+                "add-header=",
+                "no-add-header",
+                "cover-letter",
+                "no-cover-letter",
+                "suffix=",
+                "q|quiet",
+                "no-binary",
+                "zero-commit",
+                "base=",
+                "no-base",
+                "root",
+                "progress",
+                "interdiff=",
+                "range-diff=",
+                "creation-factor=",
+                "signature=",
+                "no-signature",
+                "encode-email-headers",
+                "no-encode-email-headers",
+            ],
+        ],
+    },
+    Sub {
         name: "push",
         class: Class::Push,
         pages: false,
@@ -1741,6 +1905,10 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         "reflog" => reflog(&operands)?,
         "symbolic-ref" | "worktree" | "gc" => {
             crate::plumbing::check(sub.name, &args, &operands)?;
+        }
+        "apply" | "am" | "format-patch" => {
+            crate::patch::check(sub.name, &args, &operands)?;
+            editor_true |= sub.name == "am" && has(&args, &["continue", "r", "resolved"]);
         }
         _ => {}
     }
@@ -2697,9 +2865,6 @@ mod tests {
             "repack",
             "fsck",
             "update-ref refs/heads/main x",
-            "am x",
-            "apply x",
-            "format-patch -1",
             "send-email",
             "instaweb",
             "difftool",
@@ -3015,6 +3180,66 @@ mod tests {
             let r = refused(s);
             assert!(r.message.contains(hint), "{s}: {r:?}");
             assert!(!r.message.contains("docker exec"), "{s}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn patch_workflows_take_their_patch_on_stdin_and_stay_in_the_work_tree() {
+        for s in [
+            "apply",
+            "apply -",
+            "apply --check",
+            "apply -R",
+            "apply --index",
+            "apply --cached -p1",
+            "apply -p 0 --stat",
+            "apply --3way",
+            "am",
+            "am -3",
+            "am --abort",
+            "am --continue",
+            "am --skip",
+            "format-patch --stdout -1",
+            "format-patch --stdout -3 HEAD",
+            "format-patch --stdout origin/main..HEAD",
+            "format-patch --stdout --cover-letter --subject-prefix=PATCH\u{20}v2 -2",
+        ] {
+            ok(s);
+        }
+        assert!(ok("am --continue").editor_true);
+        for (s, reason) in [
+            ("apply /etc/shadow", Reason::OutsideWorkspace),
+            ("apply ../x.patch", Reason::OutsideWorkspace),
+            ("apply /proc/self/fd/3", Reason::OutsideWorkspace),
+            ("apply --unsafe-paths", Reason::OptionRefused),
+            ("apply --unsafe", Reason::OptionRefused),
+            ("apply --directory=.git", Reason::OutsideWorkspace),
+            ("apply --directory=sub/.GIT/", Reason::OutsideWorkspace),
+            ("apply --build-fake-ancestor=/tmp/x", Reason::OptionRefused),
+            ("am /tmp/x.mbox", Reason::OutsideWorkspace),
+            ("am -i", Reason::InteractiveRefused),
+            ("am --interactive", Reason::InteractiveRefused),
+            ("am --gpg-sign", Reason::OptionRefused),
+            ("format-patch -1", Reason::OptionRefused),
+            ("format-patch -o /tmp -1", Reason::OptionRefused),
+            (
+                "format-patch --output-directory=/etc --stdout -1",
+                Reason::OptionRefused,
+            ),
+            (
+                "format-patch --output=/etc/x --stdout -1",
+                Reason::OptionRefused,
+            ),
+            (
+                "format-patch --stdout --signature-file=/etc/shadow -1",
+                Reason::OptionRefused,
+            ),
+            (
+                "format-patch --stdout --description-file=/etc/shadow -1",
+                Reason::OptionRefused,
+            ),
+        ] {
+            assert_eq!(refused(s).reason, reason, "{s}: {:?}", refused(s));
         }
     }
 

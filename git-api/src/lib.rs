@@ -12,6 +12,7 @@ pub mod argv;
 pub mod dashc;
 pub mod glob;
 pub mod log;
+pub mod patch;
 pub mod plumbing;
 pub mod push;
 pub mod run;

@@ -228,6 +228,11 @@ impl Server {
         }
         let cwd = resolve_cwd(&self.env.work_tree, &inv.cwd)?;
         let checked = argv::check(&inv.argv).map_err(|r| not_installed(r, &inv.argv))?;
+        if matches!(checked.subcommand.as_str(), "apply" | "am")
+            && let Some(patch) = &inv.stdin
+        {
+            crate::patch::refuse_git_dir(&checked.subcommand, patch)?;
+        }
         let edited;
         let inv = if checked.editor_true {
             // git's prepared message is accepted as is (the shim never passes GIT_EDITOR).

@@ -2,7 +2,8 @@
 //!
 //! Inside the workspace the shim does not run git: it signs the invocation with the session
 //! key and sends it to the git API over its Unix socket ([`client`]), streams git's output
-//! back as it arrives, pages locally ([`pager`]) and exits with git's status. Outside the
+//! back as it arrives, pages locally ([`pager`]) and exits with git's status. Patch files
+//! are read and written here, as the agent ([`patches`]). Outside the
 //! workspace it execs the real git with protected configuration ([`native`]). When the
 //! workspace has no repository the entrypoint starts no git API and sets
 //! `AIRLOCK_GIT_UNAVAILABLE`; git in the workspace then fails with that reason (it does not
@@ -14,6 +15,7 @@ pub mod credential;
 pub mod env;
 pub mod native;
 pub mod pager;
+pub mod patches;
 pub mod prepare;
 
 /// Errors of the shim's operations.

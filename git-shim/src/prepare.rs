@@ -79,6 +79,22 @@ pub fn globals(cwd: &Path, argv: &[String]) -> Prepared {
     }
 }
 
+/// The index of the subcommand (first non-option argument; the value of `-c` is not one).
+#[must_use]
+pub fn subcommand_index(argv: &[String]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(a) = argv.get(i) {
+        if a == "-c" {
+            i += 2;
+        } else if !a.starts_with('-') {
+            return Some(i);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
 /// `-c core.pager=cat` (or empty, or `off`) and `-c pager.<cmd>=false` turn local paging off.
 fn pager_off(kv: &str) -> bool {
     let (key, value) = kv.split_once('=').unwrap_or((kv, ""));

@@ -761,3 +761,122 @@ fn read_only_plumbing_an_agent_orients_itself_with_works() {
     );
     assert!(!w.root.join("wt").exists());
 }
+
+impl World {
+    /// The shim with `input` on its standard input.
+    fn git_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_git"))
+            .current_dir(&self.ws)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AIRLOCK_WORKSPACE", &self.ws)
+            .env("AIRLOCK_GIT_SOCKET", &self.socket)
+            .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+            .env("GIT_COMMITTER_NAME", "Agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@example.invalid")
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+#[test]
+fn patch_workflows_apply_format_patch_and_am_work_inside_the_workspace() {
+    let w = World::new();
+    w.write("README.md", "hello\nworld\n");
+    let patch = w.ok(&["diff"]);
+    w.write("p.patch", &patch);
+    w.ok(&["checkout", "--", "README.md"]);
+    w.ok(&["apply", "--check", "p.patch"]);
+    w.ok(&["apply", "p.patch"]);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("README.md")).unwrap(),
+        "hello\nworld\n"
+    );
+    w.ok(&["apply", "-R", "p.patch"]);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    w.ok(&["apply", "--index", "-p1", "p.patch"]);
+    assert_eq!(w.ok(&["diff", "--cached", "--name-only"]), "README.md\n");
+    w.ok(&["reset", "-q", "--hard"]);
+    w.ok(&["apply", "--cached", "p.patch"]);
+    assert_eq!(w.ok(&["diff", "--cached", "--name-only"]), "README.md\n");
+    w.ok(&["reset", "-q", "--hard"]);
+    let o = w.git_stdin(&["apply"], patch.as_bytes());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("README.md")).unwrap(),
+        "hello\nworld\n"
+    );
+    // format-patch writes files (as the agent) and am applies them on another branch.
+    w.ok(&["commit", "-q", "-am", "Add world: the (second) line"]);
+    let listing = w.ok(&["format-patch", "-1", "-o", "out"]);
+    assert_eq!(listing, "out/0001-Add-world-the-second-line.patch\n");
+    let mbox =
+        std::fs::read_to_string(w.ws.join("out/0001-Add-world-the-second-line.patch")).unwrap();
+    assert!(mbox.contains("Subject: [PATCH] Add world"), "{mbox}");
+    assert!(w.ok(&["format-patch", "--stdout", "-1"]).contains("+world"));
+    std::fs::write(w.root.join("tmp.patch"), &mbox).unwrap();
+    w.ok(&["switch", "-q", "-c", "sandbox/demo/am", "HEAD~1"]);
+    w.ok(&["am", "out/0001-Add-world-the-second-line.patch"]);
+    assert_eq!(
+        w.ok(&["log", "-1", "--format=%s"]),
+        "Add world: the (second) line\n"
+    );
+    // am --abort and --skip after a patch that does not apply.
+    let o = w.git(&["am", "out/0001-Add-world-the-second-line.patch"]);
+    assert!(!o.status.success());
+    w.ok(&["am", "--abort"]);
+    assert!(
+        !w.git(&["am", "out/0001-Add-world-the-second-line.patch"])
+            .status
+            .success()
+    );
+    w.ok(&["am", "--skip"]);
+    assert_eq!(w.ok(&["status", "--porcelain", "--untracked-files=no"]), "");
+}
+
+#[test]
+fn patches_that_escape_the_work_tree_or_touch_git_are_refused() {
+    let w = World::new();
+    let dotgit = "diff --git a/.git/config b/.git/config\nnew file mode 100644\n--- /dev/null\n+++ b/.git/config\n@@ -0,0 +1 @@\n+[core]\n";
+    w.write("evil.patch", dotgit);
+    w.refused(&["apply", "evil.patch"], "outside_workspace");
+    w.refused(&["am", "evil.patch"], "outside_workspace");
+    let upper = dotgit.replace(".git/", ".GIT/");
+    let o = w.git_stdin(&["apply"], upper.as_bytes());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("(outside_workspace)"));
+    w.refused(&["apply", "--unsafe-paths", "evil.patch"], "option_refused");
+    w.refused(
+        &["apply", "--directory=.git", "evil.patch"],
+        "outside_workspace",
+    );
+    // A patch that climbs out of the work tree, or through a symlink, is refused by git.
+    let out = "diff --git a/../escaped.txt b/../escaped.txt\nnew file mode 100644\n--- /dev/null\n+++ b/../escaped.txt\n@@ -0,0 +1 @@\n+x\n";
+    w.write("out.patch", out);
+    assert!(!w.git(&["apply", "out.patch"]).status.success());
+    assert!(!w.root.join("escaped.txt").exists());
+    std::os::unix::fs::symlink(&w.root, w.ws.join("link")).unwrap();
+    let via = "diff --git a/link/escaped.txt b/link/escaped.txt\nnew file mode 100644\n--- /dev/null\n+++ b/link/escaped.txt\n@@ -0,0 +1 @@\n+x\n";
+    w.write("via.patch", via);
+    assert!(!w.git(&["apply", "via.patch"]).status.success());
+    assert!(!w.root.join("escaped.txt").exists());
+    // format-patch never writes through the git API.
+    w.refused(
+        &[
+            "format-patch",
+            "--output-directory=/tmp/x",
+            "--stdout",
+            "-1",
+        ],
+        "option_refused",
+    );
+}

@@ -3,7 +3,7 @@
 use airlock_git_shim::client::{self, Outcome};
 use airlock_git_shim::env::{Settings, session_key};
 use airlock_git_shim::prepare::{self, Paging};
-use airlock_git_shim::{native, pager};
+use airlock_git_shim::{native, pager, patches};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 
@@ -54,8 +54,15 @@ fn run() -> i32 {
         ));
     }
     let archive_to = prepare::archive_output(&mut p.argv, &p.cwd);
+    let sub_index = prepare::subcommand_index(&p.argv);
+    let format_patch = sub_index.and_then(|i| patches::format_patch_plan(&mut p.argv, i, &p.cwd));
+    let patch = match sub_index.map(|i| patches::patch_input(&mut p.argv, i, &p.cwd)) {
+        Some(Err(e)) => return fail(&e),
+        Some(Ok(d)) => d,
+        None => None,
+    };
     let stdin = match prepare::message_files(&mut p.argv, &p.cwd) {
-        Ok(s) => s,
+        Ok(s) => s.or(patch),
         Err(e) => return fail(&e),
     };
     let key = match session_key() {
@@ -73,6 +80,19 @@ fn run() -> i32 {
         };
     let inv = prepare::invocation(p.argv, rel, stdin, tty, width);
     let mut err = std::io::stderr();
+    if let Some(plan) = format_patch {
+        let mut mbox = Vec::new();
+        let result = client::run(&settings.socket, &key, &inv, &mut mbox, &mut err);
+        if matches!(result, Ok(Outcome::Exited(0))) {
+            match plan.write(&mbox) {
+                Ok(listing) => {
+                    let _ = stdout.lock().write_all(listing.as_bytes());
+                }
+                Err(e) => return fail(&e),
+            }
+        }
+        return finish(result, &mut err);
+    }
     if let Some(path) = archive_to {
         // Written by the agent's own process, with its own permissions.
         let mut file = match std::fs::File::create(&path) {
