@@ -78,8 +78,10 @@ impl PushRules {
             return Err(Refusal::new(
                 Reason::RepositoryNotAuthorized,
                 format!(
-                    "remote {remote} ({url}) is not an https://host/owner/repo URL; the git API \
-                     only talks to authorized repositories over https"
+                    "remote {remote} ({url}) is not an https://host/owner/repo or \
+                     git@host:owner/repo URL, so it names no repository the policy can \
+                     authorize; the operator sets it on the host with git remote set-url \
+                     {remote} https://<host>/<owner>/<repo>"
                 ),
             ));
         };
@@ -196,14 +198,29 @@ pub(crate) fn escape_glob(name: &str) -> String {
     out
 }
 
-/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo` (lowercase).
+/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo` (lowercase); the
+/// SSH spellings of the same repository, `[user@]host:owner/repo[.git]` and
+/// `ssh://[user@]host[:22]/owner/repo[.git]`, give the same id (the git API talks HTTPS to
+/// it: the sandbox has no SSH).
 #[must_use]
 pub fn repository_id(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("https://")?;
-    let (authority, path) = rest.split_once('/')?;
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = host.strip_suffix(":443").unwrap_or(host);
-    if host.is_empty() || host.contains([':', '[', ']']) {
+    let (host, path) = if let Some(rest) = url.strip_prefix("https://") {
+        let (authority, path) = rest.split_once('/')?;
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        (host.strip_suffix(":443").unwrap_or(host), path)
+    } else if let Some(rest) = url.strip_prefix("ssh://") {
+        let (authority, path) = rest.split_once('/')?;
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        (host.strip_suffix(":22").unwrap_or(host), path)
+    } else {
+        scp_like(url)?
+    };
+    if host.is_empty()
+        || host.contains([':', '[', ']', '/', '@'])
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+    {
         return None;
     }
     let path = path.trim_end_matches('/');
@@ -223,6 +240,24 @@ pub fn repository_id(url: &str) -> Option<String> {
         return None;
     }
     Some(format!("{host}/{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// git's scp-like SSH syntax: `[user@]host:path`, where no `/` comes before the `:` (else
+/// git takes it for a local path) and the URL has no scheme.
+fn scp_like(url: &str) -> Option<(&str, &str)> {
+    let (authority, path) = url.split_once(':')?;
+    if authority.contains('/') || path.starts_with('/') || path.starts_with("//") {
+        return None;
+    }
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some((host, path))
+}
+
+/// The `https://` URL git uses for a remote URL whose repository is `id`: the URL itself
+/// when it already is https, else `https://<id>.git`.
+#[must_use]
+pub fn https_form(url: &str, id: &str) -> Option<String> {
+    (!url.starts_with("https://")).then(|| format!("https://{id}.git"))
 }
 
 /// Parse one refspec operand of `git push`.
@@ -302,8 +337,24 @@ mod tests {
                 Some("github.com/acme/app"),
             ),
             ("http://github.com/acme/app", None),
-            ("git@github.com:acme/app.git", None),
-            ("ssh://github.com/acme/app", None),
+            ("git@github.com:acme/app.git", Some("github.com/acme/app")),
+            ("git@github.com:Acme/App", Some("github.com/acme/app")),
+            ("github.com:acme/app.git", Some("github.com/acme/app")),
+            ("ssh://git@github.com/acme/app", Some("github.com/acme/app")),
+            ("ssh://github.com/acme/app.git", Some("github.com/acme/app")),
+            (
+                "ssh://git@github.com:22/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("ssh://git@github.com:2222/acme/app.git", None),
+            ("git@github.com:/acme/app.git", None),
+            ("git@github.com:acme/app/extra", None),
+            ("git@github.com:../app", None),
+            ("./dir:acme/app", None),
+            ("/tmp/x:acme/app", None),
+            ("git@evil host:acme/app", None),
+            ("git@[::1]:acme/app", None),
+            ("ext::sh -c touch% /tmp/x", None),
             ("file:///tmp/x", None),
             ("https://github.com/acme/app/extra", None),
             ("https://github.com:8443/acme/app", None),

@@ -130,12 +130,28 @@ impl GitEnv {
         cmd
     }
 
+    /// `url.<https>.insteadOf=<url>`: git talks HTTPS to the SSH URL `url` of the authorized
+    /// repository `id` (the sandbox has no SSH). In test builds with a local stand-in for
+    /// `id`, the rewrite goes straight to it (rewrites do not chain).
+    #[must_use]
+    pub fn rewrite(&self, url: &str, https: &str, id: &str) -> String {
+        match self.test_upstreams.iter().find(|(i, _)| i == id) {
+            Some((_, path)) => format!("url.file://{}.insteadOf={url}", path.display()),
+            None => format!("url.{https}.insteadOf={url}"),
+        }
+    }
+
     /// Run a git query to completion (no stdin) and return its stdout, or the error with
     /// its stderr. Used by the push resolution; never sees agent-controlled options.
     pub fn query(&self, args: &[&str]) -> io::Result<Query> {
+        self.query_with(&[], args)
+    }
+
+    /// [`GitEnv::query`] with extra configuration (the server's own, never the agent's).
+    pub fn query_with(&self, config: &[String], args: &[&str]) -> io::Result<Query> {
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         let out = self
-            .command(&self.work_tree, &BTreeMap::new(), &[], &args)
+            .command(&self.work_tree, &BTreeMap::new(), config, &args)
             .env("GIT_OPTIONAL_LOCKS", "0")
             .stdin(Stdio::null())
             .output()?;

@@ -274,7 +274,8 @@ impl Server {
                     .write_lock
                     .lock()
                     .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
-                let args = self.resolve_push(&checked)?;
+                let (args, transport) = self.resolve_push(&checked)?;
+                config.extend(transport);
                 self.stream_git(stream, inv, &cwd, &config, &args, false)
             }
         }
@@ -314,8 +315,10 @@ impl Server {
         Ok("origin".into())
     }
 
-    /// The remote must be configured and every URL it uses authorized.
-    fn check_remote(&self, remote: &str, push: bool) -> Result<(), Refusal> {
+    /// The remote must be configured and every URL it uses authorized. Returns the
+    /// configuration that makes git talk HTTPS to an authorized SSH URL (`url.<https>.
+    /// insteadOf=<the URL>`); the agent's configuration keeps the URL as written.
+    fn check_remote(&self, remote: &str, push: bool) -> Result<Vec<String>, Refusal> {
         if !self.remotes()?.iter().any(|r| r == remote) {
             return Err(Refusal::new(
                 Reason::RepositoryNotAuthorized,
@@ -347,10 +350,14 @@ impl Server {
                 format!("remote {remote} has no URL"),
             ));
         }
+        let mut transport = Vec::new();
         for url in urls {
-            self.rules.check_repository(remote, &url)?;
+            let id = self.rules.check_repository(remote, &url)?;
+            if let Some(https) = push::https_form(&url, &id) {
+                transport.push(self.env.rewrite(&url, &https, &id));
+            }
         }
-        Ok(())
+        Ok(transport)
     }
 
     /// The remote `fetch`, `pull` and `ls-remote` use when none is named.
@@ -367,8 +374,15 @@ impl Server {
 
     /// The remote's refs as `ls-remote` lists them through the proxy (unfiltered; never
     /// shown to the agent as such). `Err(Ok(query))`: git failed, pass its words on.
-    fn list_remote(&self, remote: &str) -> Result<Result<String, crate::run::Query>, Refusal> {
-        let q = self.q(&["ls-remote", "--", remote])?;
+    fn list_remote(
+        &self,
+        remote: &str,
+        config: &[String],
+    ) -> Result<Result<String, crate::run::Query>, Refusal> {
+        let q = self
+            .env
+            .query_with(config, &["ls-remote", "--", remote])
+            .map_err(|e| Refusal::new(Reason::Internal, format!("running git: {e}")))?;
         Ok(if q.ok { Ok(q.stdout) } else { Err(q) })
     }
 
@@ -475,7 +489,8 @@ impl Server {
             Some(r) => r,
             None => self.fetch_remote(self.current_branch()?.as_deref())?,
         };
-        self.check_remote(&remote, false)?;
+        let mut config = config.to_vec();
+        config.extend(self.check_remote(&remote, false)?);
         let mut args = global_and_sub(c);
         args.extend(options);
         args.push("--".into());
@@ -483,7 +498,7 @@ impl Server {
         args.extend(operands);
         let out = self
             .env
-            .command(cwd, &inv.env, config, &args)
+            .command(cwd, &inv.env, &config, &args)
             .env("GIT_OPTIONAL_LOCKS", "0")
             .stdin(Stdio::null())
             .output()
@@ -554,8 +569,9 @@ impl Server {
             };
             vec![(remote, ops.collect())]
         };
+        let mut config = config.to_vec();
         for (remote, _) in &plan {
-            self.check_remote(remote, false)?;
+            config.extend(self.check_remote(remote, false)?);
         }
         let mut status = 0;
         for (remote, written) in plan {
@@ -569,7 +585,7 @@ impl Server {
             };
             // Refuse by name before anything goes on the wire.
             visible::expand(&specs, &[], &self.vis)?;
-            let listed = match self.list_remote(&remote)? {
+            let listed = match self.list_remote(&remote, &config)? {
                 Ok(l) => l,
                 Err(q) => {
                     let _ = write_frame(stream, FrameKind::Stderr, q.stderr.as_bytes());
@@ -585,7 +601,7 @@ impl Server {
                 args.extend(options.iter().cloned());
                 args.push(remote.clone());
                 args.extend(explicit);
-                let code = self.run_streamed(stream, inv, cwd, config, &args, false)?;
+                let code = self.run_streamed(stream, inv, cwd, &config, &args, false)?;
                 if code != 0 && status == 0 {
                     status = code;
                 }
@@ -651,7 +667,8 @@ impl Server {
     }
 
     /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
-    fn resolve_push(&self, c: &Checked) -> Result<Vec<String>, Refusal> {
+    /// Also returns the transport configuration of the remote (see `check_remote`).
+    fn resolve_push(&self, c: &Checked) -> Result<(Vec<String>, Vec<String>), Refusal> {
         let (global, rest) = c.argv.split_at((c.sub_index + 1).min(c.argv.len()));
         let mut options = Vec::new();
         let mut operands = Vec::new();
@@ -670,7 +687,7 @@ impl Server {
             Some(r) => r.clone(),
             None => self.default_remote(branch.as_deref())?,
         };
-        self.check_remote(&remote, true)?;
+        let transport = self.check_remote(&remote, true)?;
         let specs: Vec<push::Refspec> = if operands.len() > 1 {
             operands[1..]
                 .iter()
@@ -725,7 +742,7 @@ impl Server {
         out.extend(options);
         out.push(remote);
         out.extend(refspecs);
-        Ok(out)
+        Ok((out, transport))
     }
 
     fn resolve_refspec(

@@ -880,3 +880,90 @@ fn patches_that_escape_the_work_tree_or_touch_git_are_refused() {
         "option_refused",
     );
 }
+
+impl World {
+    /// Point `origin` at `url` in the hidden git dir, as the operator's clone would have it.
+    fn set_origin(&self, url: &str) {
+        let git_dir = self.root.join("hidden/repo.git");
+        plain_git(
+            &self.root,
+            &[
+                "--git-dir",
+                git_dir.to_str().unwrap(),
+                "remote",
+                "set-url",
+                "origin",
+                url,
+            ],
+        );
+    }
+}
+
+#[test]
+fn ssh_origins_are_their_https_repository_and_shown_unchanged() {
+    for url in [
+        "git@github.com:acme/app.git",
+        "git@github.com:acme/app",
+        "ssh://git@github.com/acme/app",
+        "ssh://git@github.com/acme/app.git",
+    ] {
+        let w = World::new();
+        w.set_origin(url);
+        assert_eq!(w.ok(&["remote", "get-url", "origin"]), format!("{url}\n"));
+        assert!(w.ok(&["remote", "-v"]).contains(url));
+        let listed = w.ok(&["ls-remote", "origin"]);
+        assert!(listed.contains("refs/heads/main"), "{url}: {listed}");
+        w.ok(&["fetch", "origin"]);
+        w.ok(&["pull", "origin", "main"]);
+        w.ok(&["switch", "-q", "-c", "sandbox/demo/ssh"]);
+        w.write("s.txt", "ssh\n");
+        w.ok(&["add", "s.txt"]);
+        w.ok(&["commit", "-q", "-m", "over ssh origin"]);
+        w.ok(&["push", "-u", "origin", "sandbox/demo/ssh"]);
+        assert_eq!(
+            plain_git(&w.upstream, &["rev-parse", "refs/heads/sandbox/demo/ssh"]),
+            w.ok(&["rev-parse", "HEAD"]),
+            "{url}"
+        );
+        // The specific refusals are no longer hidden behind the URL.
+        w.refused(&["push", "origin", "HEAD:main"], "branch_protected");
+        w.ok(&["tag", "v1"]);
+        w.refused(&["push", "origin", "v1"], "tag_push");
+        assert_eq!(w.ok(&["config", "remote.origin.url"]), format!("{url}\n"));
+    }
+}
+
+#[test]
+fn ssh_origins_of_unauthorized_repositories_stay_refused() {
+    for (url, says) in [
+        (
+            "git@github.com:evil/app.git",
+            "repositories = [\"github.com/evil/app\"]",
+        ),
+        ("ssh://git@evil.example/acme/app", "evil.example/acme/app"),
+        (
+            "git@github.com:acme/app/extra.git",
+            "git remote set-url origin https://",
+        ),
+        (
+            "ssh://git@github.com:2222/acme/app",
+            "git remote set-url origin https://",
+        ),
+    ] {
+        let w = World::new();
+        w.set_origin(url);
+        for args in [
+            &["fetch", "origin"][..],
+            &["ls-remote", "origin"],
+            &["push", "origin", "HEAD:sandbox/demo/x"],
+        ] {
+            let o = w.git(args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains("(repository_not_authorized)"),
+                "{url} {args:?}: {err}"
+            );
+            assert!(err.contains(says), "{url} {args:?}: {err}");
+        }
+    }
+}
