@@ -604,7 +604,10 @@ impl Sink {
             return Err(Unavailable);
         }
         st.line.push(b'\n');
-        add_human(&mut st.human, rec);
+        // The echo is of decisions as they end: an open line's request echoes its final one.
+        if rec.event != Some(EVENT_OPEN) {
+            add_human(&mut st.human, rec);
+        }
         let r = self.write_out(st, true, &rec.session);
         if r.is_err()
             && let Some(o) = &mut st.outage
