@@ -146,13 +146,66 @@ impl PushRules {
             return Err(Refusal::new(
                 Reason::BranchNotAllowed,
                 format!(
-                    "branch {branch} is not one this sandbox may push to (allowed: {}); an \
+                    "branch {branch} is not one this sandbox may push to (it pushes to {}); an \
                      operator can add a pattern to git.push_branches",
-                    self.allowed.written().join(", ")
+                    self.pushable().join(", ")
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// [`PushRules::judge_target`] for a push of `src` to `remote`: a refused branch names
+    /// the exact command that pushes the same commits to the sandbox's own namespace.
+    pub fn judge_push(&self, u: &Update, remote: &str, src: &str) -> Result<(), Refusal> {
+        let Err(mut r) = self.judge_target(u) else {
+            return Ok(());
+        };
+        if !matches!(r.reason, Reason::BranchNotAllowed | Reason::BranchProtected) {
+            return Err(r);
+        }
+        let branch = u.dst.strip_prefix("refs/heads/").unwrap_or(&u.dst);
+        if let Some(to) = self.suggested_branch(branch) {
+            r.message = format!(
+                "{}. Push it to this sandbox's branch instead: git push {remote} {src}:{to}",
+                r.message.trim_end_matches('.')
+            );
+        }
+        Err(r)
+    }
+
+    /// The allowed patterns that a push can actually use: a pattern every branch of which
+    /// is protected (a protected start branch, `main`) is not offered.
+    fn pushable(&self) -> Vec<String> {
+        let shown: Vec<String> = self
+            .allowed
+            .written()
+            .iter()
+            .filter(|p| {
+                let literal = unescape_glob(p);
+                !(literal.is_some_and(|l| self.protected.matches(&l)))
+            })
+            .cloned()
+            .collect();
+        if shown.is_empty() {
+            vec!["no branch at all".to_owned()]
+        } else {
+            shown
+        }
+    }
+
+    /// `sandbox/<name>/<branch>` (the first allowed `<prefix>/*` or `<prefix>/**` pattern with
+    /// `branch` in place of the star), when that branch is allowed and not protected.
+    #[must_use]
+    pub fn suggested_branch(&self, branch: &str) -> Option<String> {
+        self.allowed.written().iter().find_map(|p| {
+            let prefix = p.strip_suffix("/**").or_else(|| p.strip_suffix("/*"))?;
+            if prefix.contains(['*', '?', '[', '{', '\\']) {
+                return None;
+            }
+            let to = format!("{prefix}/{branch}");
+            (self.allowed.matches(&to) && !self.protected.matches(&to)).then_some(to)
+        })
     }
 
     /// Judge an update's commits.
@@ -181,6 +234,27 @@ impl PushRules {
         }
         Ok(())
     }
+}
+
+/// The branch a pattern made by [`escape_glob`] (or free of glob characters) matches, if it
+/// matches exactly one.
+fn unescape_glob(pattern: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '[' => {
+                let inner = chars.next()?;
+                if chars.next()? != ']' {
+                    return None;
+                }
+                out.push(inner);
+            }
+            '*' | '?' | ']' | '{' | '}' | '\\' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }
 
 /// Escape a branch name so it matches only itself as a glob.
@@ -422,6 +496,62 @@ mod tests {
                 .reason,
             Reason::TagPush
         );
+    }
+
+    #[test]
+    fn a_branch_outside_the_namespace_is_refused_with_the_command_that_works() {
+        // The start branch is main (protected): it is never offered.
+        let mut p = GitPolicy::defaults_for("demo");
+        p.repositories = vec!["github.com/acme/app".into()];
+        let r = PushRules::new(&p, Some("main")).unwrap();
+        let e = r
+            .judge_push(&up("refs/heads/fix/login", None, Some(B)), "origin", "HEAD")
+            .unwrap_err();
+        assert_eq!(e.reason, Reason::BranchNotAllowed);
+        assert!(
+            e.message
+                .contains("git push origin HEAD:sandbox/demo/fix/login"),
+            "{e:?}"
+        );
+        assert!(
+            !e.message.contains("main"),
+            "a protected target is offered: {e:?}"
+        );
+        // What it offers works.
+        assert!(
+            r.judge_target(&up("refs/heads/sandbox/demo/fix/login", None, Some(B)))
+                .is_ok()
+        );
+        let e = r
+            .judge_push(
+                &up("refs/heads/main", Some(A), Some(B)),
+                "upstream",
+                "feature",
+            )
+            .unwrap_err();
+        assert_eq!(e.reason, Reason::BranchProtected);
+        assert!(
+            e.message
+                .contains("git push upstream feature:sandbox/demo/main"),
+            "{e:?}"
+        );
+        // Other reasons are unchanged.
+        assert_eq!(
+            r.judge_push(&up("refs/tags/v1", None, Some(B)), "origin", "v1")
+                .unwrap_err()
+                .reason,
+            Reason::TagPush
+        );
+        assert!(
+            r.judge_push(
+                &up("refs/heads/sandbox/demo/x", None, Some(B)),
+                "origin",
+                "HEAD"
+            )
+            .is_ok()
+        );
+        assert_eq!(unescape_glob("odd[x][*]").as_deref(), Some("oddx*"));
+        assert_eq!(unescape_glob("sandbox/demo/*"), None);
     }
 
     #[test]

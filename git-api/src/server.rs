@@ -733,7 +733,7 @@ impl Server {
                 old: old.clone(),
                 new: Some(new.clone()),
             };
-            self.rules.judge_target(&update)?;
+            self.rules.judge_push(&update, &remote, &spec.src)?;
             let facts = self.facts(&remote, old.as_deref(), &new)?;
             self.rules.judge_facts(&update, &facts)?;
             refspecs.push(format!("{src_ref}:{dst}"));

@@ -804,6 +804,8 @@ fn patch_workflows_apply_format_patch_and_am_work_inside_the_workspace() {
         std::fs::read_to_string(w.ws.join("README.md")).unwrap(),
         "hello\n"
     );
+    // (the index's stat data of README.md is stale after two rewrites within a second)
+    w.ok(&["reset", "-q", "--hard"]);
     w.ok(&["apply", "--index", "-p1", "p.patch"]);
     assert_eq!(w.ok(&["diff", "--cached", "--name-only"]), "README.md\n");
     w.ok(&["reset", "-q", "--hard"]);
@@ -966,4 +968,45 @@ fn ssh_origins_of_unauthorized_repositories_stay_refused() {
             assert!(err.contains(says), "{url} {args:?}: {err}");
         }
     }
+}
+
+#[test]
+fn a_push_outside_the_sandbox_namespace_says_the_command_that_works_and_it_does() {
+    let w = World::new();
+    w.ok(&["switch", "-q", "-c", "fix/login"]);
+    w.write("l.txt", "login\n");
+    w.ok(&["add", "l.txt"]);
+    w.ok(&["commit", "-q", "-m", "fix login"]);
+    for args in [&["push"][..], &["push", "-u", "origin", "fix/login"]] {
+        let o = w.git(args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(err.contains("(branch_not_allowed)"), "{err}");
+        assert!(
+            !err.contains("main"),
+            "a protected branch is offered: {err}"
+        );
+        let cmd = err
+            .split("instead: ")
+            .nth(1)
+            .expect("a command to run")
+            .trim()
+            .to_owned();
+        assert_eq!(cmd, "git push origin fix/login:sandbox/demo/fix/login");
+    }
+    // The command it names works.
+    w.ok(&["push", "origin", "fix/login:sandbox/demo/fix/login"]);
+    assert_eq!(
+        plain_git(
+            &w.upstream,
+            &["rev-parse", "refs/heads/sandbox/demo/fix/login"]
+        ),
+        w.ok(&["rev-parse", "HEAD"])
+    );
+    let o = w.git(&["push", "origin", "HEAD:main"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(branch_protected)"), "{err}");
+    assert!(
+        err.contains("git push origin HEAD:sandbox/demo/main"),
+        "{err}"
+    );
 }
