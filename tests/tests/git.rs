@@ -954,3 +954,101 @@ t log-final git log --all --oneline
     assert!(all.contains("branch_hidden"), "{all}");
     assert!(g.world.git_hook_lines().unwrap().is_empty());
 }
+
+/// Issue 17: the git an honest agent runs works, through the real shim, git API and proxy;
+/// with an SSH origin as most developers' clones have it.
+#[test]
+fn the_git_an_honest_agent_runs_works_with_an_ssh_origin() {
+    let g = GitWorld::new();
+    // The operator's clone has the SSH form of the authorized repository.
+    git(
+        g.world.dir(),
+        &[
+            "--git-dir",
+            g.git_dir.to_str().unwrap(),
+            "remote",
+            "set-url",
+            "origin",
+            "git@github.com:acme/app.git",
+        ],
+    );
+    chown_r(&g.git_dir, g.world.users().agent);
+    let pwn = g.world.dir().join("pwned");
+    let script = format!(
+        r#"
+t url git remote get-url origin
+t ls-remote git ls-remote origin refs/heads/main
+t fetch git fetch origin
+t dash-c git -c color.ui=never -c core.quotepath=off status --short
+t global git config --global user.name 'Agent Smith'
+t local-name git config user.name
+t lfs git lfs version
+t symref git symbolic-ref --short HEAD
+t pager git -c core.pager='touch {pwn}' log -1
+git switch -q -c fix/login
+echo login > login.txt
+git add login.txt
+git commit -qm 'fix login'
+git diff HEAD~1 > /tmp/fix.patch
+t outside git push origin fix/login
+t apply-check git apply --check -R /tmp/fix.patch
+t format-patch git format-patch -1 -o /tmp/patches
+t push git push origin fix/login:sandbox/nstest/fix/login
+t head git rev-parse HEAD
+"#,
+        pwn = pwn.display()
+    );
+    let out = g.run(&script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(step(&text, "url").1.trim(), "git@github.com:acme/app.git");
+    for s in [
+        "ls-remote",
+        "fetch",
+        "dash-c",
+        "global",
+        "symref",
+        "apply-check",
+        "format-patch",
+        "push",
+    ] {
+        assert_step_ok(&text, s);
+    }
+    assert!(
+        step(&text, "ls-remote").1.contains("refs/heads/main"),
+        "{text}"
+    );
+    assert!(step(&text, "global").1.contains("--global"), "{text}");
+    assert_eq!(step(&text, "local-name").1.trim(), "Agent Smith", "{text}");
+    assert_eq!(step(&text, "symref").1.trim(), "main", "{text}");
+    assert_refused(&text, "lfs", "not_installed");
+    assert_refused(&text, "pager", "global_option_refused");
+    assert_refused(&text, "outside", "branch_not_allowed");
+    assert!(
+        step(&text, "outside")
+            .1
+            .contains("git push origin fix/login:sandbox/nstest/fix/login"),
+        "{text}"
+    );
+    assert!(
+        step(&text, "format-patch")
+            .1
+            .contains("/tmp/patches/0001-fix-login.patch"),
+        "{text}"
+    );
+    let head = step(&text, "head").1.trim().to_owned();
+    assert_eq!(
+        g.upstream_ref("refs/heads/sandbox/nstest/fix/login")
+            .as_deref(),
+        Some(head.as_str()),
+        "the push over the SSH origin landed\n{text}"
+    );
+    assert_eq!(
+        g.world.git_hook_lines().unwrap(),
+        vec![format!(
+            "acme/app 0000000000000000000000000000000000000000 {head} refs/heads/sandbox/nstest/fix/login"
+        )],
+        "exactly one ref update reached upstream"
+    );
+    assert!(!pwn.exists(), "the agent's pager ran");
+}
