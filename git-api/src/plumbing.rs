@@ -84,7 +84,8 @@ fn bisect(first: Option<&str>) -> Result<(), Refusal> {
     match first {
         Some("run") => refuse(
             "git bisect run is not run inside the git API (it would run your command there); \
-             the shim runs it as you: git bisect run <command> in the workspace"
+             the git shim runs the loop itself, as you: git bisect run <command> through the \
+             shim, or git bisect good/bad after running the test yourself"
                 .to_owned(),
         ),
         Some("replay") => refuse(

@@ -10,6 +10,7 @@
 //! fall back to native git, which could create a `.git` in the host's checkout). It makes no
 //! policy decision (the server does) and starts no async runtime.
 
+pub mod bisect;
 pub mod client;
 pub mod credential;
 pub mod env;

@@ -751,7 +751,6 @@ fn read_only_plumbing_an_agent_orients_itself_with_works() {
         "subcommand_not_allowed",
     );
     w.refused(&["worktree", "add", "../wt"], "subcommand_not_allowed");
-    w.refused(&["bisect", "run", "true"], "subcommand_not_allowed");
     w.refused(&["notes", "add", "-m", "x"], "subcommand_not_allowed");
     w.refused(&["gc"], "subcommand_not_allowed");
     w.refused(&["hash-object", "-w", "h.txt"], "subcommand_not_allowed");
@@ -1009,4 +1008,43 @@ fn a_push_outside_the_sandbox_namespace_says_the_command_that_works_and_it_does(
         err.contains("git push origin HEAD:sandbox/demo/main"),
         "{err}"
     );
+}
+
+#[test]
+fn bisect_run_runs_the_agents_command_as_the_agent_in_the_shim() {
+    let w = World::new();
+    for (i, text) in ["ok", "ok", "bad", "bad"].iter().enumerate() {
+        w.write("f.txt", &format!("{text} {i}\n"));
+        w.ok(&["add", "f.txt"]);
+        w.ok(&["commit", "-q", "-m", &format!("step {i}")]);
+    }
+    w.ok(&["bisect", "start", "HEAD", "HEAD~3"]);
+    // The command writes a marker as the agent: it ran in the shim's process tree.
+    let marker = w.root.join("ran-by-agent");
+    let script = format!("echo x >> {}; ! grep -q bad f.txt", marker.display());
+    let out = w.ok(&["bisect", "run", "sh", "-c", &script]);
+    assert!(out.contains("is the first bad commit"), "{out}");
+    assert!(out.contains("step 2"), "{out}");
+    assert!(marker.exists());
+    w.ok(&["bisect", "reset"]);
+    // Sent to the git API directly, `bisect run` is refused.
+    use airlock_git_shim::client::{self, Outcome};
+    let inv = airlock_git_shim::prepare::invocation(
+        vec!["bisect".into(), "run".into(), "true".into()],
+        String::new(),
+        None,
+        false,
+        None,
+    );
+    let Outcome::Denied(d) = client::run(
+        &w.socket,
+        &SessionKey::from_bytes(KEY),
+        &inv,
+        &mut Vec::new(),
+        &mut Vec::new(),
+    )
+    .unwrap() else {
+        panic!("bisect run accepted by the git API")
+    };
+    assert_eq!(d.reason, "subcommand_not_allowed");
 }

@@ -3,7 +3,7 @@
 use airlock_git_shim::client::{self, Outcome};
 use airlock_git_shim::env::{Settings, session_key};
 use airlock_git_shim::prepare::{self, Paging};
-use airlock_git_shim::{native, pager, patches};
+use airlock_git_shim::{bisect, native, pager, patches};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 
@@ -80,6 +80,9 @@ fn run() -> i32 {
         };
     let inv = prepare::invocation(p.argv, rel, stdin, tty, width);
     let mut err = std::io::stderr();
+    if let Some(cmd) = sub_index.and_then(|i| bisect::run_command(&inv.argv, i)) {
+        return bisect_run(&settings, &key, &inv, (sub_index.unwrap_or(0), cmd), &p.cwd);
+    }
     if let Some(plan) = format_patch {
         let mut mbox = Vec::new();
         let result = client::run(&settings.socket, &key, &inv, &mut mbox, &mut err);
@@ -117,6 +120,42 @@ fn run() -> i32 {
         let _ = c.wait();
     }
     finish(result, &mut err)
+}
+
+/// `git bisect run <command>`: the agent's command runs here, as the agent; each verdict
+/// goes to the git API as `git bisect good|bad|skip` until git names the first bad commit.
+fn bisect_run(
+    settings: &Settings,
+    key: &airlock_wire::SessionKey,
+    inv: &airlock_wire::Invocation,
+    (at, cmd): (usize, &[String]),
+    cwd: &std::path::Path,
+) -> i32 {
+    let mut err = std::io::stderr();
+    loop {
+        let verdict = bisect::run_once(cmd, cwd);
+        let Some(step) = verdict.step() else {
+            let _ = writeln!(
+                err,
+                "bisect run failed: {} did not exit 0-127",
+                cmd.join(" ")
+            );
+            return 1;
+        };
+        let mut next = inv.clone();
+        next.argv.truncate(at + 1);
+        next.argv.push(step.to_owned());
+        let mut out = Vec::new();
+        let result = client::run(&settings.socket, key, &next, &mut out, &mut err);
+        let _ = std::io::stdout().write_all(&out);
+        match result {
+            Ok(Outcome::Exited(0)) if bisect::finished(&String::from_utf8_lossy(&out)) => {
+                return 0;
+            }
+            Ok(Outcome::Exited(0)) => {}
+            other => return finish(other, &mut err),
+        }
+    }
 }
 
 /// The exit status of a request, with a refusal or an error on stderr.
