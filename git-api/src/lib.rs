@@ -1,6 +1,9 @@
 //! The git API: runs the real git on the agent's behalf against the hidden git dir, under
-//! airlock's command policy ([`argv`]), push policy ([`push`]) and branch visibility
-//! ([`visible`]: `ls-remote`, `fetch` and `pull` never show another sandbox's branches).
+//! airlock's command policy ([`argv`]; `-c` keys from [`dashc`]'s allowlist of display and
+//! identity keys; the read-only forms of plumbing in [`plumbing`]; patches as bytes in
+//! [`patch`]), push policy ([`push`]: SSH origins are their https repository; a refused
+//! branch names the command that works) and branch visibility ([`visible`]: `ls-remote`,
+//! `fetch` and `pull` never show another sandbox's branches).
 //!
 //! It authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC), decides,
 //! runs git with a cleared environment and protected configuration ([`run`]), and streams
