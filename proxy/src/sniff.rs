@@ -16,9 +16,12 @@ pub enum Sniff {
     NeedMore,
     /// A TLS ClientHello; the server name if it carries one (raw, not yet canonical).
     Tls(Option<String>),
-    /// An HTTP/1.x request head; its single `Host` value if it has exactly one.
+    /// An HTTP/1.x request head (as `httparse` reads it); the name it asks for: the
+    /// request target's authority (absolute or `CONNECT` form, port explicit) or else its
+    /// single `Host` value, if any.
     Http(Option<String>),
-    /// Starts like TLS or HTTP but is broken (bad lengths, duplicate Host, oversize).
+    /// Starts like TLS or HTTP but is broken (bad lengths, a head `httparse` refuses,
+    /// duplicate Host, a target and Host that disagree, oversize).
     Invalid,
     /// Some other protocol.
     Other,
@@ -176,62 +179,171 @@ fn parse_hello(msg: &[u8]) -> Option<Option<String>> {
     Some(found)
 }
 
+/// Most headers read in a sniffed head (the gate's limit is the proxy's real one; a head
+/// with more is refused here rather than judged in part).
+const MAX_HEADERS: usize = 128;
+
+/// Methods whose request line is handed to the HTTP parser at once (ASCII case ignored);
+/// any other token followed by a space is HTTP when its first line ends in `HTTP/...`.
 const METHODS: [&[u8]; 10] = [
-    b"GET ",
-    b"POST ",
-    b"PUT ",
-    b"HEAD ",
-    b"DELETE ",
-    b"OPTIONS ",
-    b"PATCH ",
-    b"CONNECT ",
-    b"TRACE ",
-    b"PRI ",
+    b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE", b"PRI",
 ];
 
+/// RFC 9110 `tchar`: what a method is made of.
+const fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
+        )
+}
+
+/// What the methods of the IANA registry look like (`PROPFIND`, `VERSION-CONTROL`):
+/// capitals, `-` and `_`, at most 32 bytes. Lowercase or digit-bearing tokens (`ping-1`,
+/// an SSH banner) are not waited on: servers refuse such methods.
+fn method_like(token: &[u8]) -> bool {
+    (1..=32).contains(&token.len())
+        && token
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || matches!(b, b'-' | b'_'))
+}
+
+/// An HTTP/1.x request head, read with `httparse` (the parser the gate and hyper use), so
+/// the tunnel check sees the head an HTTP server sees.
+///
+/// A start that reads as a request line (a known method in any case, or a registry-like
+/// one whose first line ends in ` HTTP/...`, then a space; leading empty lines skipped as
+/// servers do) is HTTP:
+/// it is parsed, and a head the parser refuses is [`Sniff::Invalid`] (a tunnel then fails
+/// closed, never passes it unjudged). The name judged is the request target's authority
+/// when it has one (absolute form `http://host[:port]/...` or `https://...`, where an
+/// origin server prefers it to `Host`; authority form of a `CONNECT`, which an allowed
+/// host acting as a proxy would follow), else the single `Host` header. Both present and
+/// naming different places, userinfo in the authority, another scheme, or two `Host`
+/// headers: [`Sniff::Invalid`].
 fn http_host(buf: &[u8]) -> Sniff {
-    let probe = &buf[..buf.len().min(8)];
-    let is_method = METHODS
-        .iter()
-        .any(|m| m.starts_with(probe) || probe.starts_with(m));
-    if !is_method {
-        return Sniff::Other;
-    }
-    if !METHODS.iter().any(|m| buf.starts_with(m)) {
-        return Sniff::NeedMore; // a prefix of a method: wait
-    }
-    let Some(end) = find(buf, b"\r\n\r\n") else {
-        return if buf.len() >= MAX_SNIFF {
-            Sniff::Invalid
-        } else {
-            Sniff::NeedMore
-        };
+    let line = {
+        let start = buf
+            .iter()
+            .position(|b| !matches!(b, b'\r' | b'\n'))
+            .unwrap_or(buf.len());
+        &buf[start..]
     };
-    let Ok(head) = std::str::from_utf8(&buf[..end]) else {
-        return Sniff::Invalid;
-    };
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or("");
-    if !(request_line.ends_with(" HTTP/1.1") || request_line.ends_with(" HTTP/1.0")) {
-        return Sniff::Invalid;
+    let method_len = line.iter().take_while(|b| is_tchar(**b)).count();
+    let method = &line[..method_len];
+    let known = METHODS.iter().any(|m| m.eq_ignore_ascii_case(method));
+    let could_be_method = known
+        || METHODS.iter().any(|m| {
+            m.get(..method_len)
+                .is_some_and(|p| p.eq_ignore_ascii_case(method))
+        })
+        || method_like(method);
+    match line.get(method_len) {
+        // Empty lines, or a token that may still become a method: wait.
+        None if could_be_method => return undecided(buf),
+        Some(b' ') if method_len > 0 && could_be_method => {}
+        _ => return Sniff::Other,
     }
-    let mut host = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            return Sniff::Invalid;
+    if !known {
+        let Some(eol) = line.iter().position(|b| *b == b'\n') else {
+            return undecided(buf);
         };
-        if name.eq_ignore_ascii_case("host") {
+        let first = &line[..eol];
+        let first = first.strip_suffix(b"\r").unwrap_or(first);
+        let version = first.rsplit(|b| *b == b' ').next().unwrap_or_default();
+        if !version
+            .get(..5)
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
+        {
+            return Sniff::Other;
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return undecided(buf),
+        Err(_) => return Sniff::Invalid,
+    }
+    let mut host: Option<&str> = None;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("host") {
             if host.is_some() {
                 return Sniff::Invalid; // two Host headers: which one would upstream use?
             }
-            host = Some(value.trim().to_owned());
+            let Ok(value) = std::str::from_utf8(h.value) else {
+                return Sniff::Invalid;
+            };
+            host = Some(value.trim_matches([' ', '\t']));
         }
     }
-    Sniff::Http(host)
+    let (Some(method), Some(target)) = (req.method, req.path) else {
+        return Sniff::Invalid;
+    };
+    let authority = if method.eq_ignore_ascii_case("CONNECT") {
+        match airlock_policy::split_host_port(target, 0) {
+            Ok((h, port)) if port != 0 => h.authority(port),
+            _ => return Sniff::Invalid,
+        }
+    } else if target.starts_with('/') || target == "*" {
+        return Sniff::Http(host.map(str::to_owned));
+    } else {
+        match absolute_authority(target) {
+            Some(a) => a,
+            None => return Sniff::Invalid,
+        }
+    };
+    if let Some(value) = host {
+        let Ok((a_host, a_port)) = airlock_policy::split_host_port(&authority, 0) else {
+            return Sniff::Invalid;
+        };
+        if airlock_policy::split_host_port(value, a_port) != Ok((a_host, a_port)) {
+            return Sniff::Invalid; // the target and Host name different places
+        }
+    }
+    Sniff::Http(Some(authority))
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// The authority of an absolute-form target (`http://` or `https://`, any case), with the
+/// scheme's port made explicit; `None` for another scheme, userinfo or an unreadable host.
+fn absolute_authority(target: &str) -> Option<String> {
+    let (scheme, rest) = target.split_once("://")?;
+    let default = if scheme.eq_ignore_ascii_case("http") {
+        80
+    } else if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        return None;
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = airlock_policy::split_host_port(authority, default).ok()?;
+    Some(host.authority(port))
+}
+
+/// An HTTP start not complete yet: wait, unless the size bound is reached.
+fn undecided(buf: &[u8]) -> Sniff {
+    if buf.len() >= MAX_SNIFF {
+        Sniff::Invalid
+    } else {
+        Sniff::NeedMore
+    }
 }
 
 /// Builds a minimal ClientHello (for tests here and in `tests/`).
@@ -347,6 +459,63 @@ mod tests {
         assert_eq!(sniff(b"GE"), Sniff::NeedMore);
         assert_eq!(sniff(b"SSH-2.0-OpenSSH_9.6\r\n"), Sniff::Other);
         assert_eq!(sniff(b"GET / HTTP/2\r\n\r\n"), Sniff::Invalid);
+        // Client-first bytes that no server takes for a method are decided at once; a
+        // registry-like method is waited on until its first line says what it is.
+        assert_eq!(sniff(b"ping-1234"), Sniff::Other);
+        assert_eq!(sniff(b"abc"), Sniff::Other);
+        assert_eq!(sniff(b"PROPF"), Sniff::NeedMore);
+        assert_eq!(sniff(b"get"), Sniff::NeedMore);
+        assert_eq!(sniff(b"PROPFIND /x"), Sniff::NeedMore);
+        assert_eq!(sniff(b"MYPROTO hello\r\n"), Sniff::Other);
+    }
+
+    /// Inside a CONNECT tunnel the head is read as an HTTP server reads it (issue 20): a
+    /// `Host` that hides behind a space, an absolute-form or authority-form target naming
+    /// another host, and a head no parser accepts are all refused.
+    #[test]
+    fn attack_tunnel_heads_are_read_as_servers_read_them() {
+        use crate::decide::{check_inner_host, connect_target};
+        use airlock_policy::Reason;
+        let t = connect_target("allowed.com:80").unwrap();
+        let judge = |head: &[u8]| check_inner_host(&t, &sniff(head));
+        // What an honest client sends passes.
+        for ok in [
+            &b"GET / HTTP/1.1\r\nHost: allowed.com\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nhost:ALLOWED.com:80\r\n\r\n",
+            b"GET http://allowed.com/x HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            b"GET http://allowed.com:80/x HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.0\r\n\r\n",
+            b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n",
+        ] {
+            assert_eq!(judge(ok), Ok(()), "{}", String::from_utf8_lossy(ok));
+        }
+        for bad in [
+            // A space before the colon: no Host for a hand-split reader, a header for others.
+            &b"GET / HTTP/1.1\r\nHost : evil.com\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost\t: evil.com\r\n\r\n",
+            // The absolute-form authority wins over Host at the origin (RFC 9112 3.2.2).
+            b"GET http://evil.com/ HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            b"GET http://evil.com/ HTTP/1.1\r\n\r\n",
+            b"GET http://allowed.com@evil.com/ HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            b"GET https://allowed.com/ HTTP/1.1\r\n\r\n",
+            // An allowed host that is itself a proxy must not be asked for another.
+            b"CONNECT evil.com:443 HTTP/1.1\r\nHost: allowed.com\r\n\r\n",
+            // Methods outside a fixed list, lowercase ones, bare LF line ends.
+            b"PROPFIND / HTTP/1.1\r\nHost: evil.com\r\n\r\n",
+            b"get / HTTP/1.1\r\nHost: evil.com\r\n\r\n",
+            b"GET / HTTP/1.1\nHost: evil.com\n\n",
+            // Heads no HTTP parser accepts.
+            b"GET / HTTP/1.1\r\nHost: allowed.com\r\n folded: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: allowed.com\r\nX\0: y\r\n\r\n",
+            b"GET /\r\n\r\n",
+        ] {
+            let v = judge(bad);
+            assert!(
+                matches!(v, Err(Reason::HostMismatch | Reason::MalformedRequest)),
+                "{}: {v:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     /// Fuzz-style: random bytes and random mutations/truncations of valid input must never
