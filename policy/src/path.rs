@@ -141,45 +141,45 @@ fn checked(bytes: Vec<u8>) -> Result<String, PathError> {
 
 /// Percent-decode until nothing changes, at most [`MAX_DECODE_ROUNDS`] rounds.
 fn decode_fully(input: &[u8]) -> Result<Vec<u8>, PathError> {
-    let mut bytes = input.to_vec();
-    for _ in 0..=MAX_DECODE_ROUNDS {
-        let next = percent_decode(&bytes);
-        if next == bytes {
-            return Ok(bytes);
-        }
-        bytes = next;
+    let mut rounds = decode_rounds(input);
+    if rounds.len() > MAX_DECODE_ROUNDS {
+        return Err(PathError::TooManyEncodings);
     }
-    Err(PathError::TooManyEncodings)
+    Ok(rounds.pop().unwrap_or_else(|| input.to_vec()))
 }
 
-/// One round of percent-decoding; an invalid escape (`%zz`, a lone `%`) stays literal.
-pub(crate) fn percent_decode(input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while let Some(&b) = input.get(i) {
-        if b == b'%'
-            && let (Some(h), Some(l)) = (
-                input.get(i + 1).and_then(|c| hex(*c)),
-                input.get(i + 2).and_then(|c| hex(*c)),
-            )
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
+/// The readings of `input` after one, two, ... rounds of [`percent_decode`], each
+/// different from the one before: empty when `input` has no escape, and at most
+/// [`MAX_DECODE_ROUNDS`]` + 1` readings (one more than a judged path may take, so a caller
+/// can tell a path still encoded after the limit, which [`PathForms::analyse`] refuses).
+/// The one decoding schedule of every place that reads a request path: the L7 judge, the
+/// git push check and the credential leak check.
+#[must_use]
+pub fn decode_rounds(input: &[u8]) -> Vec<Vec<u8>> {
+    let mut rounds: Vec<Vec<u8>> = Vec::new();
+    while rounds.len() <= MAX_DECODE_ROUNDS {
+        let last = rounds.last().map_or(input, Vec::as_slice);
+        let next = percent_decode(last);
+        if next == last {
+            break;
         }
-        out.push(b);
-        i += 1;
+        rounds.push(next);
     }
-    out
+    rounds
 }
 
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
+/// Whether `input` is still percent-encoded after [`MAX_DECODE_ROUNDS`] rounds.
+#[must_use]
+pub fn too_many_encodings(rounds: &[Vec<u8>]) -> bool {
+    rounds.len() > MAX_DECODE_ROUNDS
+}
+
+/// One round of percent-decoding (RFC 3986 `%XX`, by the `percent-encoding` crate): an
+/// invalid escape (`%zz`, a lone `%`) stays literal and `+` is not a space. The one
+/// percent-decoder of airlock.
+#[must_use]
+pub fn percent_decode(input: &[u8]) -> Vec<u8> {
+    percent_encoding::percent_decode(input).collect()
 }
 
 /// Drop empty and `.` segments, resolve `..` (never above the root), lowercase ASCII.
@@ -331,6 +331,17 @@ mod tests {
         }
         let j = joined(forms("/a/..json").all());
         assert_eq!(j, ["/a/..json"]);
+    }
+
+    #[test]
+    fn one_round_at_a_time_up_to_one_past_the_limit() {
+        assert!(decode_rounds(b"/plain").is_empty());
+        assert_eq!(decode_rounds(b"a%2541"), [b"a%41".to_vec(), b"aA".to_vec()]);
+        assert_eq!(percent_decode(b"a%2Db%2dc%zz%4%"), b"a-b-c%zz%4%");
+        let deep = decode_rounds(b"%2525252525252F");
+        assert_eq!(deep.len(), MAX_DECODE_ROUNDS + 1);
+        assert!(too_many_encodings(&deep));
+        assert!(!too_many_encodings(&decode_rounds(b"%252F")));
     }
 
     #[test]

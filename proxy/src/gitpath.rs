@@ -79,14 +79,20 @@ pub fn parse(path: &str, query: Option<&str>) -> Option<GitRequest> {
 }
 
 /// Whether a request looks like a push in any form: `git-receive-pack` anywhere in the
-/// percent-decoded path or query, case-insensitively.
+/// path or query, raw or after any round of percent-decoding the L7 judge applies to a
+/// path ([`airlock_policy::path::decode_rounds`]), case-insensitively.
+/// A path or query still encoded after those rounds counts as a push (fail closed).
 #[must_use]
 pub fn is_push(path: &str, query: Option<&str>) -> bool {
-    let hit = |s: &str| {
-        let decoded = crate::credentials::percent_decode(s.as_bytes());
-        decoded
-            .windows(b"git-receive-pack".len())
+    let mentions = |b: &[u8]| {
+        b.windows(b"git-receive-pack".len())
             .any(|w| w.eq_ignore_ascii_case(b"git-receive-pack"))
+    };
+    let hit = |s: &str| {
+        let rounds = airlock_policy::path::decode_rounds(s.as_bytes());
+        airlock_policy::path::too_many_encodings(&rounds)
+            || mentions(s.as_bytes())
+            || rounds.iter().any(|r| mentions(r))
     };
     hit(path) || query.is_some_and(hit)
 }
@@ -158,7 +164,39 @@ mod tests {
             "/o/r/info/refs",
             Some("service=git%2dreceive-pack")
         ));
+        // Decoded as many rounds as the L7 path readings are (issue 20).
+        assert!(is_push("/o/r/git%252Dreceive-pack", None));
+        assert!(is_push("/o/r/git%25252Dreceive%2525252dpack", None));
+        assert!(is_push(
+            "/o/r/info/refs",
+            Some("service=git%252dreceive-pack")
+        ));
+        // Still encoded after the rounds a path may take: judged a push (fail closed).
+        assert!(is_push("/o/r/%2525252525252F", None));
         assert!(!is_push("/o/r/git-upload-pack", None));
         assert!(!is_push("/o/r/info/refs", Some("service=git-upload-pack")));
+    }
+
+    /// Whatever reading the L7 judge finds `git-receive-pack` in, `is_push` finds it too.
+    #[test]
+    fn is_push_reads_every_path_form_the_l7_judge_reads() {
+        use airlock_policy::path::PathForms;
+        for p in [
+            "/o/r/git-receive-pack",
+            "/o/r/git%2Dreceive-pack",
+            "/o/r/git%252Dreceive-pack",
+            "/o/r/git%25252Dreceive-pack",
+            "/o/r/GIT%2525252Dreceive-pack",
+            "/o/r/x%2F..%2Fgit%2Dreceive-pack",
+        ] {
+            let forms = PathForms::analyse(p).unwrap();
+            let seen = forms
+                .all()
+                .iter()
+                .flatten()
+                .any(|s| s.contains("git-receive-pack"));
+            assert!(seen, "{p}");
+            assert!(is_push(p, None), "{p}");
+        }
     }
 }
