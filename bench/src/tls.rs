@@ -10,6 +10,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -47,7 +48,7 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
 
 fn certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    rustls_pemfile::certs(&mut pem.as_slice())
+    CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("parsing {}", path.display()))
 }
@@ -56,16 +57,11 @@ fn certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 pub fn server(dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let chain = certs(&dir.join("cert.pem"))?;
     let pem = std::fs::read(dir.join("key.pem"))?;
-    let key = rustls_pemfile::pkcs8_private_keys(&mut pem.as_slice())
-        .next()
-        .context("no key in key.pem")??;
+    let key = PrivatePkcs8KeyDer::from_pem_slice(&pem).context("no PKCS#8 key in key.pem")?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(
-            chain,
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.secret_pkcs8_der().to_vec())),
-        )?;
+        .with_single_cert(chain, PrivateKeyDer::Pkcs8(key))?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -83,4 +79,22 @@ pub fn client(ca: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The PEM files `generate` writes load back through rustls-pki-types' `PemObject`
+    /// (rustls-pemfile, archived as RUSTSEC-2025-0134, is no longer used).
+    #[test]
+    fn generated_pem_files_load_as_server_and_client_configs() {
+        let dir = std::env::temp_dir().join(format!("airlock-bench-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        generate(&dir).unwrap();
+        assert_eq!(certs(&dir.join("cert.pem")).unwrap().len(), 1);
+        server(&dir).unwrap();
+        client(&dir.join("ca.pem")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// Signs leaf certificates with the test CA.
@@ -17,8 +18,7 @@ pub struct Issuer {
 impl Issuer {
     /// Loads the CA certificate (sent as the chain's second element) and key.
     pub fn from_pem(ca_cert_pem: &str, ca_key_pem: &str) -> anyhow::Result<Issuer> {
-        let mut reader = ca_cert_pem.as_bytes();
-        let ca_cert_der = rustls_pemfile::certs(&mut reader)
+        let ca_cert_der = CertificateDer::pem_slice_iter(ca_cert_pem.as_bytes())
             .next()
             .context("the CA certificate PEM holds no certificate")?
             .context("parsing the CA certificate PEM")?
