@@ -365,10 +365,14 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
             },
             () = reached(&mut phase, Phase::Draining) => break,
         };
-        let uid = stream
-            .local_addr()
+        // The agent's socket is connected to the address it asked (the redirect is invisible
+        // to it): that, not our port, is the other half of its id.
+        let uid = shared
+            .original_dst
+            .original_dst(&stream)
             .ok()
-            .and_then(|l| shared.identity.uid(Proto::Tcp, peer, l));
+            .or_else(|| stream.local_addr().ok())
+            .and_then(|dst| shared.identity.uid(Proto::Tcp, peer, dst));
         let slot = match shared.slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => slot,
             Err(reason) => {

@@ -46,20 +46,24 @@ impl Default for Limits {
 }
 
 /// Who a per-client cap counts against: the client's uid when the kernel told us (every
-/// client is on loopback, so the address alone cannot tell agents apart), else its address.
+/// client is on loopback, so the address alone cannot tell agents apart). A connection
+/// whose uid cannot be found counts against one shared budget, whatever its address: an
+/// agent varying its source across 127.0.0.0/8 must not multiply its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Client {
     /// The uid owning the client socket.
     Uid(u32),
-    /// The peer address, when the uid is unknown.
+    /// A peer address (callers that key by address on purpose).
     Addr(IpAddr),
+    /// Every connection whose uid is unknown.
+    Unknown,
 }
 
 impl Client {
-    /// The key for a client connection.
+    /// The key for a client connection: its uid, else the shared unknown budget.
     #[must_use]
-    pub fn of(uid: Option<u32>, peer: SocketAddr) -> Self {
-        uid.map_or(Self::Addr(peer.ip()), Self::Uid)
+    pub fn of(uid: Option<u32>, _peer: SocketAddr) -> Self {
+        uid.map_or(Self::Unknown, Self::Uid)
     }
 }
 
@@ -192,5 +196,29 @@ mod tests {
         drop(s);
         assert!(slots.wait_idle(Duration::from_millis(30)).await);
         assert!(slots.per_client.lock().unwrap().is_empty());
+    }
+
+    /// An agent whose sockets' uid cannot be found varies its source address across
+    /// 127.0.0.0/8 to multiply its connection budget: every such connection counts against
+    /// one budget.
+    #[test]
+    fn unknown_uids_share_one_budget_whatever_the_address() {
+        let limits = Limits {
+            max_connections: 100,
+            max_per_client: 2,
+            ..Limits::default()
+        };
+        let slots = Slots::new(&limits);
+        let peer = |i: u8| SocketAddr::from(([127, 0, 0, i], 40000));
+        let _a = slots.try_take(Client::of(None, peer(1))).unwrap();
+        let _b = slots.try_take(Client::of(None, peer(2))).unwrap();
+        for i in 3..=20 {
+            assert_eq!(
+                slots.try_take(Client::of(None, peer(i))).unwrap_err(),
+                Reason::TooManyConnections,
+                "127.0.0.{i}"
+            );
+        }
+        assert!(slots.try_take(Client::of(Some(1000), peer(1))).is_ok());
     }
 }
