@@ -113,6 +113,21 @@ pub struct Injected {
 
 const GIT_INDEX: usize = usize::MAX;
 
+/// Headers that carry authentication for some provider. On a host a credential is bound
+/// to, the agent's values of all of them are removed: only the injected credential speaks
+/// for the request.
+pub const AUTH_HEADERS: [&str; 9] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "x-auth-token",
+    "private-token",
+    "x-amz-security-token",
+];
+
 impl Credentials {
     /// No credentials (no hand-off file).
     #[must_use]
@@ -371,6 +386,15 @@ impl Credentials {
                 return Err(self.leak(tag, format!("header {name}")));
             }
         }
+        // One identity per credential host: whatever else the agent sends to authenticate
+        // (its own token, a session cookie) would decide which account the request acts for.
+        if self.any_bound_to(host) {
+            for name in AUTH_HEADERS {
+                if headers.contains_key(name) {
+                    headers.remove(name);
+                }
+            }
+        }
         for (_, b) in &injected {
             headers.insert(b.header.clone(), b.value.clone());
         }
@@ -566,6 +590,49 @@ repositories = ["github.com/o/r"]
             Ok(None)
         );
         assert!(h.get("x-api-key").is_none());
+    }
+
+    /// The agent sends its own identity beside the placeholder (an attacker's bearer token,
+    /// a session cookie, another API-key header) to a credential's host, hoping the provider
+    /// acts for that account: only the injected credential travels. On a host no credential
+    /// is bound to, the same headers are the agent's business and pass.
+    #[test]
+    fn only_the_injected_credential_speaks_on_its_host() {
+        let c = creds();
+        let attacker = [
+            ("x-api-key", "airlock-placeholder-anthropic-01"),
+            ("authorization", "Bearer attacker-token"),
+            ("cookie", "user_session=attacker"),
+            ("x-goog-api-key", "attacker"),
+            ("api-key", "attacker"),
+            ("x-auth-token", "attacker"),
+            ("private-token", "attacker"),
+            ("accept", "*/*"),
+        ];
+        for inject in [true, false] {
+            let mut h = hm(&attacker);
+            c.apply(&host("api.example.com"), &mut h, GitScope::None, inject)
+                .unwrap();
+            let mut left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
+            left.sort_unstable();
+            if inject {
+                assert_eq!(left, ["accept", "x-api-key"], "inject={inject}");
+                assert_eq!(h["x-api-key"], "sk-REAL-anthropic");
+            } else {
+                assert_eq!(left, ["accept"], "inject={inject}");
+            }
+        }
+        // github.com: the git credential's host; a web request with the agent's cookie.
+        let mut h = hm(&[("cookie", "user_session=attacker"), ("accept", "*/*")]);
+        c.apply(&host("github.com"), &mut h, GitScope::None, true)
+            .unwrap();
+        assert!(h.get("cookie").is_none());
+        // Elsewhere: not ours to judge.
+        let mut h = hm(&[("cookie", "a=b"), ("authorization", "Bearer own")]);
+        c.apply(&host("other.example"), &mut h, GitScope::None, true)
+            .unwrap();
+        assert_eq!(h["cookie"], "a=b");
+        assert_eq!(h["authorization"], "Bearer own");
     }
 
     #[test]

@@ -298,3 +298,50 @@ format = "{}"
         "{lines:?}"
     );
 }
+
+/// On the credential's host the agent adds its own identity (an attacker's bearer token
+/// beside the bound `x-api-key`, a session cookie): the upstream sees none of it, so which
+/// account the request acts for is never the agent's choice.
+#[tokio::test]
+async fn the_agent_cannot_speak_for_another_account_on_a_credential_host() {
+    let (up, mut heads) = http_server().await;
+    let extra = Extra {
+        policy: r#"
+[[credentials]]
+name = "api"
+source = { env = "API_KEY" }
+hosts = ["allowed.test"]
+header = "x-api-key"
+format = "{}"
+"#
+        .into(),
+        credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        airlock_proxy::limits::Limits::default(),
+        &extra,
+    )
+    .await;
+    let (status, _) = refusal(
+        h.addr,
+        "GET http://allowed.test/v1/messages HTTP/1.1\r\nhost: allowed.test\r\n\
+         x-api-key: airlock-placeholder-api-01\r\nauthorization: Bearer attacker-token\r\n\
+         cookie: user_session=attacker\r\nx-goog-api-key: attacker\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let head = heads.try_recv().unwrap().to_ascii_lowercase();
+    for gone in [
+        "authorization",
+        "cookie",
+        "x-goog-api-key",
+        "attacker",
+        "x-api-key",
+    ] {
+        assert!(!head.contains(gone), "{gone} reached the upstream:\n{head}");
+    }
+    h.finish().await;
+}
