@@ -41,7 +41,7 @@ use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use nix::unistd::Pid;
 use std::ffi::{OsStr, OsString};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode, Stdio};
 use std::sync::Arc;
@@ -204,7 +204,11 @@ fn start(cli: Cli) -> Result<i32> {
         session: TtySession::Inherit,
         real_uid: None,
     };
-    run_self_test(&self_test)?;
+    let mode = match policy.sandbox.mode {
+        airlock_policy::Mode::Report => selftest::Mode::Report,
+        airlock_policy::Mode::Enforce => selftest::Mode::Enforce,
+    };
+    run_self_test(&self_test, mode)?;
     let t_selftest = t0.elapsed();
 
     setup::reduce_pid1_caps()?;
@@ -275,12 +279,13 @@ fn proxy_binary(cli: &Cli) -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn run_self_test(run_as: &RunAs) -> Result<()> {
+fn run_self_test(run_as: &RunAs, mode: selftest::Mode) -> Result<()> {
     let exe =
         std::env::current_exe().context("cannot locate the entrypoint binary for the self-test")?;
     let out = run_as
         .command(&exe, &Default::default(), Path::new("/"))
         .arg(SELF_TEST_ARG)
+        .arg(mode.as_arg())
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot run the self-test as {}", run_as.identity.name))?;
@@ -301,8 +306,7 @@ fn run_self_test(run_as: &RunAs) -> Result<()> {
 }
 
 /// The probes, computed by the agent-side process from what it can read itself.
-fn self_test_probes() -> Vec<selftest::Probe> {
-    use selftest::Probe;
+fn self_test_probes(mode: selftest::Mode) -> Vec<selftest::Probe> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let gw4 = netinfo::default_gateway_v4(&read("/proc/net/route"))
         .unwrap_or(Ipv4Addr::new(192, 0, 2, 1));
@@ -311,38 +315,12 @@ fn self_test_probes() -> Vec<selftest::Probe> {
     let resolver = netinfo::nameservers(&read("/etc/resolv.conf"))
         .into_iter()
         .next();
-    let proxy = ch::explicit_addr();
-    let mut probes = vec![
-        Probe::ProxyHealth { proxy },
-        Probe::BlockedDomain { proxy },
-        Probe::DirectTcp {
-            label: "direct connection",
-            addr: SocketAddr::new(IpAddr::V4(gw4), 80),
-        },
-        Probe::DirectTcp {
-            label: "metadata address",
-            addr: SocketAddr::from(([169, 254, 169, 254], 80)),
-        },
-        Probe::DirectTcp {
-            label: "IPv6",
-            addr: SocketAddr::new(IpAddr::V6(gw6), 80),
-        },
-        Probe::ForeignDns {
-            label: "foreign DNS server",
-            addr: SocketAddr::new(IpAddr::V4(gw4), 53),
-        },
-    ];
-    if let Some(ns) = resolver.filter(|ns| *ns != IpAddr::V4(gw4)) {
-        probes.push(Probe::ForeignDns {
-            label: "configured resolver",
-            addr: SocketAddr::new(ns, 53),
-        });
-    }
-    probes
+    selftest::plan(mode, gw4, gw6, resolver)
 }
 
 fn self_test_main() -> ExitCode {
-    let failures = selftest::run_all(&self_test_probes());
+    let arg = std::env::args().nth(2);
+    let failures = selftest::run_all(&self_test_probes(selftest::Mode::from_arg(arg.as_deref())));
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -3,8 +3,16 @@
 //! Every probe must be *stopped*: refused, reset or unreachable at once, or answered by
 //! airlock itself with a denial (`x-airlock-error` on HTTP, an Extended DNS Error naming
 //! airlock on DNS). Anything else (a foreign answer, or a silent hang that means a packet went
-//! somewhere) fails the start. The proxy must answer its health check, and a blocked domain
-//! through the explicit proxy must be denied. Probes target only the container's own gateway,
+//! somewhere) fails the start. The proxy must answer its health check and deny a hard-denied
+//! address (the metadata address) asked of it by name; in enforce mode a blocked domain must
+//! be denied too.
+//!
+//! Report mode (`[sandbox] mode = "report"`) lets policy denials through, so no probe may
+//! rest on one there: every probe that runs in both modes is one the proxy refuses whatever
+//! the mode (hard denies: IP literals and the metadata address on the transparent and
+//! explicit paths; DNS queries of a type the filter never answers, `TXT`). Only
+//! [`Probe::BlockedDomain`] is a policy denial, and it runs in enforce mode only
+//! ([`Mode`]). Probes target only the container's own gateway,
 //! its configured resolver, the metadata address and the documentation range: if the firewall
 //! were broken, nothing would leave the host's own network.
 
@@ -33,9 +41,41 @@ pub enum Probe {
     },
     /// The explicit proxy must answer its health check.
     ProxyHealth { proxy: SocketAddr },
-    /// A request for a blocked domain through the explicit proxy must be denied.
+    /// A request for a blocked domain through the explicit proxy must be denied (enforce
+    /// mode only: report mode lets it through by design).
     BlockedDomain { proxy: SocketAddr },
+    /// A request for the metadata address through the explicit proxy must be denied: a hard
+    /// deny, in every mode.
+    HardDenied { proxy: SocketAddr },
 }
+
+/// The policy's mode, as far as the self-test cares: which probes can expect a denial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Enforce,
+    Report,
+}
+
+impl Mode {
+    /// The argument the self-test process is given.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Report => "report",
+        }
+    }
+
+    /// Parses [`Mode::as_arg`]; anything else is enforce (the stricter test).
+    pub fn from_arg(arg: Option<&str>) -> Mode {
+        match arg {
+            Some("report") => Mode::Report,
+            _ => Mode::Enforce,
+        }
+    }
+}
+
+/// The metadata address the explicit proxy must refuse (a hard deny).
+pub const HARD_DENIED_URL: &str = "http://169.254.169.254/";
 
 /// What a probe saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +109,7 @@ impl Probe {
             }
             Probe::ProxyHealth { proxy } => format!("proxy health {proxy}"),
             Probe::BlockedDomain { proxy } => format!("blocked domain {BLOCKED_NAME} via {proxy}"),
+            Probe::HardDenied { proxy } => format!("hard-denied {HARD_DENIED_URL} via {proxy}"),
         }
     }
 
@@ -95,18 +136,29 @@ impl Probe {
                 let req = format!(
                     "GET http://{BLOCKED_NAME}/ HTTP/1.1\r\nHost: {BLOCKED_NAME}\r\nConnection: close\r\n\r\n"
                 );
-                match http_exchange(*proxy, &req) {
-                    Ok(resp) if status_code(&resp) == Some(403) && has_airlock_error(&resp) => {
-                        Ok(Outcome::DeniedByAirlock)
-                    }
-                    Ok(resp) => Err(Outcome::Unexpected(format!(
-                        "proxy let a blocked domain through: {:?}",
-                        first_line(&resp)
-                    ))),
-                    Err(e) => Err(Outcome::Unexpected(format!("proxy did not answer: {e}"))),
-                }
+                proxy_must_deny(*proxy, &req, "a blocked domain")
+            }
+            Probe::HardDenied { proxy } => {
+                let req = format!(
+                    "GET {HARD_DENIED_URL} HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n"
+                );
+                proxy_must_deny(*proxy, &req, "the metadata address")
             }
         }
+    }
+}
+
+/// The explicit proxy must answer `request` with its own 403.
+fn proxy_must_deny(proxy: SocketAddr, request: &str, what: &str) -> Result<Outcome, Outcome> {
+    match http_exchange(proxy, request) {
+        Ok(resp) if status_code(&resp) == Some(403) && has_airlock_error(&resp) => {
+            Ok(Outcome::DeniedByAirlock)
+        }
+        Ok(resp) => Err(Outcome::Unexpected(format!(
+            "proxy let {what} through: {:?}",
+            first_line(&resp)
+        ))),
+        Err(e) => Err(Outcome::Unexpected(format!("proxy did not answer: {e}"))),
     }
 }
 
@@ -179,7 +231,8 @@ fn dns_probe(addr: SocketAddr) -> Outcome {
         Err(e) => return Outcome::Unexpected(format!("cannot open a UDP socket: {e}")),
     };
     let _ = sock.set_read_timeout(Some(IO_TIMEOUT));
-    if let Err(e) = sock.send(&dns_query(BLOCKED_NAME)) {
+    // TXT: a type the filter refuses in both modes (report mode would resolve an A query).
+    if let Err(e) = sock.send(&dns_query(BLOCKED_NAME, QTYPE_TXT)) {
         return if is_fast_rejection(&e) {
             Outcome::Rejected(e.to_string())
         } else {
@@ -199,14 +252,20 @@ fn dns_probe(addr: SocketAddr) -> Outcome {
     }
 }
 
-/// A minimal A query with an EDNS OPT record, so a filter can answer with an Extended DNS Error.
-fn dns_query(name: &str) -> Vec<u8> {
+/// DNS type TXT.
+const QTYPE_TXT: u16 = 16;
+
+/// A minimal query of `qtype` with an EDNS OPT record, so a filter can answer with an
+/// Extended DNS Error.
+fn dns_query(name: &str, qtype: u16) -> Vec<u8> {
     let mut q = vec![0xa1, 0x7c, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
     for label in name.split('.') {
         q.push(label.len() as u8);
         q.extend_from_slice(label.as_bytes());
     }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]); // root, type A, class IN
+    q.push(0); // root
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]); // class IN
     q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]); // OPT, 1232 bytes, no options
     q
 }
@@ -260,6 +319,48 @@ fn has_airlock_error(resp: &[u8]) -> bool {
     text.contains(&format!("\r\n{}:", airlock_channels::ERROR_HEADER))
 }
 
+/// The probes for `mode`, from what the agent-side process read itself: its default
+/// gateways and first configured resolver. Pure.
+pub fn plan(
+    mode: Mode,
+    gw4: std::net::Ipv4Addr,
+    gw6: std::net::Ipv6Addr,
+    resolver: Option<std::net::IpAddr>,
+) -> Vec<Probe> {
+    use std::net::IpAddr;
+    let proxy = airlock_channels::explicit_addr();
+    let mut probes = vec![Probe::ProxyHealth { proxy }];
+    if mode == Mode::Enforce {
+        probes.push(Probe::BlockedDomain { proxy });
+    }
+    probes.extend([
+        Probe::HardDenied { proxy },
+        Probe::DirectTcp {
+            label: "direct connection",
+            addr: SocketAddr::new(IpAddr::V4(gw4), 80),
+        },
+        Probe::DirectTcp {
+            label: "metadata address",
+            addr: SocketAddr::from(([169, 254, 169, 254], 80)),
+        },
+        Probe::DirectTcp {
+            label: "IPv6",
+            addr: SocketAddr::new(IpAddr::V6(gw6), 80),
+        },
+        Probe::ForeignDns {
+            label: "foreign DNS server",
+            addr: SocketAddr::new(IpAddr::V4(gw4), 53),
+        },
+    ]);
+    if let Some(ns) = resolver.filter(|ns| *ns != IpAddr::V4(gw4)) {
+        probes.push(Probe::ForeignDns {
+            label: "configured resolver",
+            addr: SocketAddr::new(ns, 53),
+        });
+    }
+    probes
+}
+
 /// Run all probes; print one line per probe on stdout; return the failures.
 pub fn run_all(probes: &[Probe]) -> Vec<String> {
     let mut failures = Vec::new();
@@ -290,6 +391,40 @@ mod tests {
     }
 
     #[test]
+    fn report_mode_rests_on_no_policy_denial() {
+        let gw4 = std::net::Ipv4Addr::new(172, 17, 0, 1);
+        let gw6 = std::net::Ipv6Addr::LOCALHOST;
+        let enforce = plan(Mode::Enforce, gw4, gw6, None);
+        assert!(
+            enforce
+                .iter()
+                .any(|p| matches!(p, Probe::BlockedDomain { .. }))
+        );
+        let report = plan(Mode::Report, gw4, gw6, None);
+        assert!(
+            !report
+                .iter()
+                .any(|p| matches!(p, Probe::BlockedDomain { .. })),
+            "report mode lets policy denials through: {report:?}"
+        );
+        // The proxy's own refusal and the firewall are still proved.
+        for probes in [&enforce, &report] {
+            assert!(probes.iter().any(|p| matches!(p, Probe::HardDenied { .. })));
+            assert!(probes.iter().any(|p| matches!(p, Probe::ForeignDns { .. })));
+            assert_eq!(
+                probes
+                    .iter()
+                    .filter(|p| matches!(p, Probe::DirectTcp { .. }))
+                    .count(),
+                3
+            );
+        }
+        assert_eq!(Mode::from_arg(Some(Mode::Report.as_arg())), Mode::Report);
+        assert_eq!(Mode::from_arg(None), Mode::Enforce);
+        assert_eq!(Mode::from_arg(Some("x")), Mode::Enforce);
+    }
+
+    #[test]
     fn a_foreign_answer_is_unexpected() {
         assert!(must_be_stopped(Outcome::Unexpected("x".into())).is_err());
         assert!(must_be_stopped(Outcome::Answered).is_err());
@@ -299,8 +434,9 @@ mod tests {
 
     #[test]
     fn the_dns_query_is_well_formed() {
-        let q = dns_query("a.invalid");
+        let q = dns_query("a.invalid", QTYPE_TXT);
         assert_eq!(&q[12..23], b"\x01a\x07invalid\x00");
+        assert_eq!(&q[23..27], &[0, 16, 0, 1]);
         assert_eq!(q.len(), 12 + 11 + 4 + 11);
     }
 
