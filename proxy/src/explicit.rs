@@ -41,7 +41,12 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, service: bool) {
             .local_addr()
             .ok()
             .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
-        match shared.slots.try_take(Client::of(uid, peer)) {
+        let slots = if service {
+            &shared.service_slots
+        } else {
+            &shared.slots
+        };
+        match slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
                 let mode = if service {
                     Mode::Service
@@ -58,7 +63,12 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, service: bool) {
                 ));
             }
             Err(reason) => {
-                tokio::spawn(refuse(stream, peer, uid, Arc::clone(&shared), reason));
+                let kind = if service {
+                    Kind::GitService
+                } else {
+                    Kind::Http
+                };
+                tokio::spawn(refuse(stream, peer, uid, Arc::clone(&shared), kind, reason));
             }
         }
     }
@@ -70,12 +80,13 @@ async fn refuse(
     peer: SocketAddr,
     uid: Option<u32>,
     shared: Arc<Shared>,
+    kind: Kind,
     reason: Reason,
 ) {
     let mut rec = Record::new(
         Arc::clone(&shared.session),
         SystemTime::now(),
-        Kind::Http,
+        kind,
         Some(peer),
     );
     rec.uid = uid;

@@ -1026,7 +1026,13 @@ where
     }
     let acceptor =
         tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
-    let start = match tokio::time::timeout(shared.limits.header_read_timeout, acceptor).await {
+    // A client that never finishes its handshake is cut at shutdown like any other.
+    let mut phase = shared.shutdown.subscribe();
+    let hello = tokio::select! {
+        r = tokio::time::timeout(shared.limits.header_read_timeout, acceptor) => r,
+        () = reached(&mut phase, Phase::Stopping) => return tunnel::End::Shutdown,
+    };
+    let start = match hello {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!("client hello from {}: {e}", ctx.peer);
@@ -1057,19 +1063,20 @@ where
             return tunnel::End::Error;
         }
     };
-    let tls =
-        match tokio::time::timeout(shared.limits.header_read_timeout, start.into_stream(config))
-            .await
-        {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => {
-                tracing::info!("client TLS with {} failed: {e}", ctx.peer);
-                rec.decision = Verdict::Deny;
-                rec.reason = Some(Reason::ClientTlsFailed.as_str());
-                return tunnel::End::Error;
-            }
-            Err(_) => return tunnel::End::Idle,
-        };
+    let handshake = tokio::select! {
+        r = tokio::time::timeout(shared.limits.header_read_timeout, start.into_stream(config)) => r,
+        () = reached(&mut phase, Phase::Stopping) => return tunnel::End::Shutdown,
+    };
+    let tls = match handshake {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => {
+            tracing::info!("client TLS with {} failed: {e}", ctx.peer);
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            return tunnel::End::Error;
+        }
+        Err(_) => return tunnel::End::Idle,
+    };
     serve_http(tls, ctx, route).await
 }
 

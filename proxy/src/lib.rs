@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     pub limits: Limits,
     pub shutdown: Shutdown,
     pub slots: Arc<Slots>,
+    /// The git service port's own slots: an agent holding all of its connections cannot
+    /// starve the git API's pushes.
+    pub service_slots: Arc<Slots>,
     pub original_dst: Arc<dyn transparent::OriginalDst>,
     /// UDP DNS queries being answered (they hold no connection slot).
     pub dns_inflight: Arc<tokio::sync::Semaphore>,
@@ -152,6 +155,7 @@ impl Proxy {
         };
         let dns_addr = dns.as_ref().map(|(u, _)| u.local_addr()).transpose()?;
         let slots = Slots::new(&self.limits);
+        let service_slots = Slots::service(&self.limits);
         let shutdown = Shutdown::new();
         let shared = Arc::new(Shared {
             policy: self.policy,
@@ -162,6 +166,7 @@ impl Proxy {
             shutdown,
             dns_inflight: Arc::new(tokio::sync::Semaphore::new(dns::MAX_UDP_INFLIGHT)),
             slots,
+            service_slots,
             original_dst: self.original_dst,
             identity: self.identity,
             interception: self.interception,
@@ -218,16 +223,25 @@ impl Running {
         for l in self.listeners {
             let _ = l.await;
         }
-        if !shared.slots.wait_idle(shared.limits.shutdown_grace).await {
+        let grace = shared.limits.shutdown_grace;
+        let (agents, service) = tokio::join!(
+            shared.slots.wait_idle(grace),
+            shared.service_slots.wait_idle(grace)
+        );
+        if !(agents && service) {
             tracing::info!(
                 "grace over with {} connections open: cutting them",
-                shared.slots.in_use()
+                shared.slots.in_use() + shared.service_slots.in_use()
             );
         }
         shared.shutdown.advance(Phase::Stopping);
         // Pending lookups and connects give up now and audit their decision; wait for that.
         let _ = shared
             .slots
+            .wait_idle(std::time::Duration::from_millis(500))
+            .await;
+        let _ = shared
+            .service_slots
             .wait_idle(std::time::Duration::from_millis(500))
             .await;
         let _ = tokio::time::timeout(

@@ -28,6 +28,9 @@ pub struct Limits {
     pub max_per_client: usize,
     /// How long in-flight work may finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Connections the git service port holds at once: its own slots, which nothing on the
+    /// agent's listeners can take.
+    pub max_service_connections: usize,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_connections: 4096,
             max_per_client: 1024,
             shutdown_grace: Duration::from_secs(2),
+            max_service_connections: 64,
         }
     }
 }
@@ -94,12 +98,25 @@ impl Slots {
     /// Slots for `limits`.
     #[must_use]
     pub fn new(limits: &Limits) -> Arc<Self> {
-        let max_total = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        Self::with_caps(limits.max_connections, limits.max_per_client)
+    }
+
+    /// The git service port's own slots (one client: the git API).
+    #[must_use]
+    pub fn service(limits: &Limits) -> Arc<Self> {
+        Self::with_caps(
+            limits.max_service_connections,
+            limits.max_service_connections,
+        )
+    }
+
+    fn with_caps(total: usize, per_client: usize) -> Arc<Self> {
+        let max_total = total.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Self {
             total: Arc::new(Semaphore::new(max_total)),
             max_total,
             per_client: Mutex::new(HashMap::new()),
-            max_per_client: limits.max_per_client.max(1),
+            max_per_client: per_client.max(1),
         })
     }
 

@@ -345,3 +345,47 @@ format = "{}"
     }
     h.finish().await;
 }
+
+/// The agent holds every connection its budget allows (and the proxy's whole budget), so
+/// that the git API's next push gets `too-many-connections`: the git service port has slots
+/// of its own, and a refusal there would be audited as the git service's, not `http`.
+#[tokio::test]
+async fn the_agent_cannot_starve_the_git_service_port() {
+    let (echo, _) = echo_server().await;
+    let limits = airlock_proxy::limits::Limits {
+        max_connections: 6,
+        max_per_client: 6,
+        ..airlock_proxy::limits::Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+        limits,
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let (s, r) = request(
+            h.addr,
+            "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        held.push(s);
+    }
+    let (_s, r) = request(
+        h.addr,
+        "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 429, "the agent's budget is spent");
+    let (_svc, r) = request(
+        h.service,
+        "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200, "the git service port still has room");
+    drop(held);
+    h.finish().await;
+}
