@@ -14,6 +14,7 @@
 
 mod agent_env;
 mod config;
+mod console;
 mod credentials;
 mod git;
 mod identity;
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
     match start(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
-            eprintln!("airlock: {err:#}");
+            console::fatal(&format!("{err:#}"));
             ExitCode::from(EXIT_REFUSED)
         }
     }
@@ -158,6 +159,8 @@ fn start(cli: Cli) -> Result<i32> {
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
+    let route = console::Route::detect();
+    console::open(&route, &cli.audit_dir)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
     let git_spec = match git_api_bin {
         Some(bin) => Some(git::ApiSpec::new(
@@ -181,6 +184,7 @@ fn start(cli: Cli) -> Result<i32> {
         ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
         upstream_ca,
         audit_cap: cli.audit_cap,
+        log_filter: route.proxy_filter.clone(),
         run_as: RunAs {
             identity: users.proxy.clone(),
             filters: None,
@@ -239,15 +243,15 @@ fn start(cli: Cli) -> Result<i32> {
                 program, users.agent.name
             )
         })?;
-    eprintln!(
-        "airlock: session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
+    console::info(&format!(
+        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
         session.id,
         t0.elapsed().as_millis(),
         t_validate.as_millis(),
         (t_proxy - t_validate).as_millis(),
         (t_firewall - t_proxy).as_millis(),
         (t_selftest - t_firewall).as_millis(),
-    );
+    ));
     let proxy_pid = Pid::from_raw(
         proxy
             .0

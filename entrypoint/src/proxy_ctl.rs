@@ -43,26 +43,30 @@ pub struct ProxySpec {
     pub upstream_ca: Vec<PathBuf>,
     /// The audit log's cap in bytes (`None`: the proxy's default).
     pub audit_cap: Option<u64>,
+    /// The proxy's log filter (`AIRLOCK_PROXY_LOG`; see [`crate::console::Route`]).
+    pub log_filter: Option<String>,
     pub run_as: RunAs,
 }
 
 impl ProxySpec {
-    fn env() -> BTreeMap<String, String> {
+    fn env(log_filter: Option<&str>) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
         if cfg!(all(target_arch = "x86_64", target_env = "gnu")) {
             env.insert("GLIBC_TUNABLES".to_owned(), PROXY_GLIBC_TUNABLES.to_owned());
         }
-        // The operator's log filter, under the name the proxy reads.
-        if let Ok(filter) = std::env::var("AIRLOCK_LOG") {
-            env.insert("AIRLOCK_PROXY_LOG".to_owned(), filter);
+        // The operator's log filter (or the quiet one on a terminal), under the name the
+        // proxy reads.
+        if let Some(filter) = log_filter {
+            env.insert("AIRLOCK_PROXY_LOG".to_owned(), filter.to_owned());
         }
         env
     }
 
     /// Spawn the proxy and wait until its health check answers.
     pub fn start(&self) -> Result<Child> {
-        let mut cmd = self.run_as.command(&self.bin, &Self::env(), Path::new("/"));
+        let env = Self::env(self.log_filter.as_deref());
+        let mut cmd = self.run_as.command(&self.bin, &env, Path::new("/"));
         cmd.arg("--policy")
             .arg(&self.policy)
             .arg("--audit")
@@ -74,6 +78,11 @@ impl ProxySpec {
             .arg("--ca-export")
             .arg(&self.ca_export)
             .stdin(Stdio::null());
+        // On a terminal, the proxy's lines go to airlock's log, not the agent's screen.
+        if let Some(log) = crate::console::child_stream()? {
+            cmd.stdout(log.try_clone().context("cannot duplicate airlock's log")?)
+                .stderr(log);
+        }
         for ca in &self.upstream_ca {
             cmd.arg("--upstream-ca").arg(ca);
         }
@@ -96,7 +105,12 @@ fn wait_ready(child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = child.try_wait().context("waiting for the proxy")? {
-            bail!("the proxy exited during start-up ({status}); its reason is printed above");
+            match crate::console::last_line() {
+                Some(line) => bail!("the proxy exited during start-up ({status}): {line}"),
+                None => bail!(
+                    "the proxy exited during start-up ({status}); its reason is printed above"
+                ),
+            }
         }
         if health_ok() {
             return Ok(());
@@ -151,7 +165,14 @@ mod tests {
     #[test]
     #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
     fn the_proxy_runs_with_rep_movsb_out_of_reach() {
-        let env = ProxySpec::env();
+        let env = ProxySpec::env(None);
+        assert!(!env.contains_key("AIRLOCK_PROXY_LOG"));
+        assert_eq!(
+            ProxySpec::env(Some("warn"))
+                .get("AIRLOCK_PROXY_LOG")
+                .map(String::as_str),
+            Some("warn")
+        );
         assert_eq!(
             env.get("GLIBC_TUNABLES").map(String::as_str),
             Some(PROXY_GLIBC_TUNABLES)

@@ -118,7 +118,7 @@ pub fn apply_firewall(users: &Users) -> Result<()> {
         Ipv6State::Enabled => airlock_firewall::apply(Family::V6, &airlock_firewall::render_v6(&plan)).context(
             "IPv6 is up but cannot be filtered: make ip6tables work in the container or disable IPv6 (--sysctl net.ipv6.conf.all.disable_ipv6=1)",
         )?,
-        Ipv6State::Disabled => eprintln!("airlock: IPv6 is disabled in this container; no IPv6 rules needed"),
+        Ipv6State::Disabled => crate::console::info("IPv6 is disabled in this container; no IPv6 rules needed"),
     }
     Ok(())
 }

@@ -139,7 +139,7 @@ impl Supervisor {
             );
         }
         self.restarts.push_back(now);
-        eprintln!("airlock: the proxy exited ({status:?}); restarting it");
+        crate::console::info(&format!("the proxy exited ({status:?}); restarting it"));
         let child = self.proxy_spec.start().context("restarting the proxy")?;
         self.proxy = Pid::from_raw(child.id() as i32);
         Ok(())
@@ -160,7 +160,7 @@ impl Supervisor {
             );
         }
         restarts.push_back(now);
-        eprintln!("airlock: the git API exited ({status:?}); restarting it");
+        crate::console::info(&format!("the git API exited ({status:?}); restarting it"));
         let child = spec.start().context("restarting the git API")?;
         *pid = Pid::from_raw(child.id() as i32);
         Ok(())
@@ -180,10 +180,10 @@ impl Supervisor {
                 _ => {}
             }
         }
-        eprintln!(
-            "airlock: the proxy did not stop within {}s; killing it",
+        crate::console::info(&format!(
+            "the proxy did not stop within {}s; killing it",
             PROXY_STOP_GRACE.as_secs()
-        );
+        ));
         let _ = kill(self.proxy, Signal::SIGKILL);
         let _ = waitpid(self.proxy, None);
     }

@@ -30,12 +30,105 @@ fn report_mode_starts_lets_policy_denials_through_and_logs_them() {
         "report mode lets a policy denial through:\n{text}\n{}",
         stderr(&out)
     );
-    assert!(text.contains("meta=403"), "hard denies stay denied:\n{text}");
+    assert!(
+        text.contains("meta=403"),
+        "hard denies stay denied:\n{text}"
+    );
     let audit = airlock.audit();
     assert!(
         audit
             .iter()
             .any(|l| l["host"] == "blocked.test" && l["decision"] == "report"),
         "the let-through is logged as report: {audit:#?}"
+    );
+}
+
+/// Run the entrypoint on a terminal (`script` gives it a pty for stdin, stdout and stderr,
+/// as `docker run -it` does) and return what the terminal showed.
+fn run_on_a_terminal(
+    world: &airlock_tests::World,
+    airlock: &Airlock,
+    agent: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let entry = airlock.command(world, &["sh", "-c", agent]);
+    let mut line = vec![shell_quote(entry.get_program().to_string_lossy().as_ref())];
+    line.extend(
+        entry
+            .get_args()
+            .map(|a| shell_quote(a.to_string_lossy().as_ref())),
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qefc", &line.join(" "), "/dev/null"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env_remove("AIRLOCK_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script(1)");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(
+        out.status.success(),
+        "the run on a terminal failed ({:?}):\n{text}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    text
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// On a terminal the agent's screen carries only the agent's output: the proxy's lines and
+/// the entrypoint's own go to `airlock.log` in the audit directory (`AIRLOCK_LOG` still sets
+/// the proxy's level), and every decision is in the audit log.
+#[test]
+fn an_interactive_terminal_carries_only_the_agents_output() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let agent = format!(
+        "{}; echo AGENT-DONE",
+        probe(&world, "allowed", "https://allowed.test/")
+    );
+    let screen = run_on_a_terminal(&world, &airlock, &agent, &[]);
+    assert!(
+        screen.contains("allowed=200") && screen.contains("AGENT-DONE"),
+        "{screen}"
+    );
+    let foreign: Vec<&str> = screen
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("allowed=200") && !l.contains("AGENT-DONE"))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "the terminal shows lines that are not the agent's: {foreign:#?}"
+    );
+    assert!(
+        airlock
+            .audit()
+            .iter()
+            .any(|l| l["host"] == "allowed.test" && l["decision"] == "allow")
+    );
+    let log = airlock.audit_dir.join("airlock.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    assert!(
+        text.contains("ready in"),
+        "the entrypoint's ready line is in the log:\n{text}"
+    );
+
+    // AIRLOCK_LOG=info: the proxy's decision lines, in the log and still not on the screen.
+    let screen = run_on_a_terminal(&world, &airlock, &agent, &[("AIRLOCK_LOG", "info")]);
+    assert!(!screen.contains("allowed.test:443"), "{screen}");
+    assert!(!screen.contains("INFO"), "{screen}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("airlock-proxy ready") && text.contains("allowed.test"),
+        "the proxy's lines are in the log:\n{text}"
     );
 }

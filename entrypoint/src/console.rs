@@ -1,0 +1,173 @@
+//! Where airlock's own lines go, so that an interactive agent's terminal carries only the
+//! agent's output.
+//!
+//! `docker run -it` gives PID 1 a terminal on stdin, stdout and stderr, and `docker logs`
+//! then replays that same terminal: there is no second channel. So when any of PID 1's
+//! standard streams is a terminal ([`Route::for_streams`]), the proxy's log (its stdout and
+//! stderr) and the entrypoint's informational lines go to [`LOG_FILE`] in the audit
+//! directory instead, and the proxy logs at `warn` unless `AIRLOCK_LOG` says otherwise (every
+//! decision is in the audit log anyway; an uncapped `info` stream in the audit volume would
+//! let the agent fill it with allowed requests). Refusals to start and warnings about the
+//! start itself still go to the terminal: they come before the agent, and the user must see
+//! them. Without a terminal (`docker run -d`, compose `up`, CI) everything goes to stderr as
+//! before, where `docker logs` has it, at the proxy's default level (`info`).
+
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// airlock's own log in the audit directory when the terminal belongs to the agent.
+pub const LOG_FILE: &str = "airlock.log";
+/// The proxy's level on a terminal when `AIRLOCK_LOG` is not set.
+pub const QUIET_LEVEL: &str = "warn";
+
+/// Where the lines go for this start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Into [`LOG_FILE`] (a terminal is attached), else stderr.
+    pub to_file: bool,
+    /// The proxy's log filter (`AIRLOCK_PROXY_LOG`); `None`: the proxy's default.
+    pub proxy_filter: Option<String>,
+}
+
+impl Route {
+    /// Pure: from whether stdin, stdout and stderr are terminals and `AIRLOCK_LOG`.
+    pub fn for_streams(ttys: [bool; 3], airlock_log: Option<&str>) -> Route {
+        let to_file = ttys.iter().any(|t| *t);
+        let set = airlock_log.filter(|v| !v.trim().is_empty());
+        Route {
+            to_file,
+            proxy_filter: match (set, to_file) {
+                (Some(v), _) => Some(v.to_owned()),
+                (None, true) => Some(QUIET_LEVEL.to_owned()),
+                (None, false) => None,
+            },
+        }
+    }
+
+    /// This process's route.
+    pub fn detect() -> Route {
+        use std::io::IsTerminal;
+        let ttys = [
+            std::io::stdin().is_terminal(),
+            std::io::stdout().is_terminal(),
+            std::io::stderr().is_terminal(),
+        ];
+        Route::for_streams(ttys, std::env::var("AIRLOCK_LOG").ok().as_deref())
+    }
+}
+
+/// The open log file, once [`open`] ran on a route that goes to a file.
+static LOG: OnceLock<(File, PathBuf)> = OnceLock::new();
+
+/// Open (append, create `0600`) `<audit_dir>/airlock.log` when `route` goes to a file.
+/// Called once the audit directory exists; PID 1 keeps the descriptor for the proxy's
+/// restarts (the directory is closed to it after set-up).
+pub fn open(route: &Route, audit_dir: &Path) -> Result<()> {
+    if !route.to_file || LOG.get().is_some() {
+        return Ok(());
+    }
+    let path = audit_dir.join(LOG_FILE);
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot open airlock's log {}", path.display()))?;
+    let _ = LOG.set((file, path));
+    Ok(())
+}
+
+/// A descriptor of the log for a child's stdout or stderr; `None`: inherit stderr.
+pub fn child_stream() -> Result<Option<File>> {
+    LOG.get()
+        .map(|(f, _)| f.try_clone().context("cannot duplicate airlock's log"))
+        .transpose()
+}
+
+/// The log file's path when lines go there.
+pub fn log_path() -> Option<&'static Path> {
+    LOG.get().map(|(_, p)| p.as_path())
+}
+
+/// One informational line (`airlock: ` is prefixed): into the log on a terminal, else stderr.
+pub fn info(line: &str) {
+    match LOG.get() {
+        Some((file, _)) => {
+            let mut file: &File = file;
+            let _ = writeln!(file, "airlock: {line}");
+        }
+        None => eprintln!("airlock: {line}"),
+    }
+}
+
+/// A line that stops the container: on stderr (the user's terminal) and in the log.
+pub fn fatal(line: &str) {
+    if let Some((file, _)) = LOG.get() {
+        let mut file: &File = file;
+        let _ = writeln!(file, "airlock: {line}");
+    }
+    eprintln!("airlock: {line}");
+}
+
+/// The last non-empty line of the log (a child that died at start wrote its reason there).
+pub fn last_line() -> Option<String> {
+    let path = log_path()?;
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_sends_lines_to_the_file_at_warn() {
+        for ttys in [
+            [true, true, true],
+            [false, true, false],
+            [true, false, false],
+        ] {
+            assert_eq!(
+                Route::for_streams(ttys, None),
+                Route {
+                    to_file: true,
+                    proxy_filter: Some("warn".into())
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn no_terminal_keeps_stderr_and_the_proxys_default() {
+        assert_eq!(
+            Route::for_streams([false; 3], None),
+            Route {
+                to_file: false,
+                proxy_filter: None
+            }
+        );
+    }
+
+    #[test]
+    fn airlock_log_sets_the_level_either_way() {
+        assert_eq!(
+            Route::for_streams([true; 3], Some("info")).proxy_filter,
+            Some("info".into())
+        );
+        assert_eq!(
+            Route::for_streams([false; 3], Some("debug")).proxy_filter,
+            Some("debug".into())
+        );
+        assert_eq!(
+            Route::for_streams([true; 3], Some(" ")).proxy_filter,
+            Some("warn".into())
+        );
+    }
+}
