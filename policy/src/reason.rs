@@ -69,11 +69,14 @@ pub enum Reason {
     /// The audit log cannot be written (full volume, write error): nothing is served
     /// unaudited, so every request is refused until writing works again.
     AuditUnavailable,
+    /// A TLS ClientHello carrying Encrypted ClientHello on a connection the proxy does not
+    /// decrypt: the real destination would be hidden behind the allowed outer name.
+    EchRefused,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -99,6 +102,7 @@ impl Reason {
         Reason::UpgradeDenied,
         Reason::CredentialMethodRefused,
         Reason::AuditUnavailable,
+        Reason::EchRefused,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -130,6 +134,7 @@ impl Reason {
             Reason::UpgradeDenied => "upgrade-denied",
             Reason::CredentialMethodRefused => "credential-method-refused",
             Reason::AuditUnavailable => "audit-unavailable",
+            Reason::EchRefused => "ech-refused",
         }
     }
 
@@ -233,6 +238,11 @@ impl Reason {
                 "The audit log cannot be written (the audit volume may be full); the operator \
                  must free space on it, and requests are served again as soon as it works."
             }
+            Reason::EchRefused => {
+                "Encrypted ClientHello would hide the real destination in a tunnel the proxy \
+                 does not decrypt; turn ECH off in the client (Chromium: \
+                 --disable-features=EncryptedClientHello) or ask the operator to intercept the host."
+            }
         }
     }
 
@@ -322,6 +332,7 @@ mod tests {
             (Reason::UpgradeDenied, "upgrade-denied"),
             (Reason::CredentialMethodRefused, "credential-method-refused"),
             (Reason::AuditUnavailable, "audit-unavailable"),
+            (Reason::EchRefused, "ech-refused"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

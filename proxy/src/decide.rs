@@ -212,6 +212,8 @@ pub fn check_inner_host(target: &Target, sniffed: &Sniff) -> Result<(), Reason> 
             _ => Err(Reason::HostMismatch),
         },
         Sniff::Invalid => Err(Reason::MalformedRequest),
+        // Inside a tunnel nobody decrypts, the outer name may be a front for another host.
+        Sniff::TlsEch(_) => Err(Reason::EchRefused),
         Sniff::Tls(None) | Sniff::Http(None) | Sniff::Other | Sniff::NeedMore => Ok(()),
     }
 }
@@ -225,7 +227,7 @@ pub fn check_inner_host(target: &Target, sniffed: &Sniff) -> Result<(), Reason> 
 /// header names another port than the connection's.
 pub fn transparent_target(sniffed: &Sniff, orig_port: u16) -> Result<Target, Reason> {
     match sniffed {
-        Sniff::Tls(Some(sni)) => {
+        Sniff::Tls(Some(sni)) | Sniff::TlsEch(Some(sni)) => {
             let host = Host::parse(sni).map_err(|_| Reason::InvalidHost)?;
             Ok(Target {
                 host,
@@ -242,9 +244,11 @@ pub fn transparent_target(sniffed: &Sniff, orig_port: u16) -> Result<Target, Rea
             }
         }
         Sniff::Invalid => Err(Reason::MalformedRequest),
-        Sniff::Tls(None) | Sniff::Http(None) | Sniff::Other | Sniff::NeedMore => {
-            Err(Reason::UnknownHost)
-        }
+        Sniff::Tls(None)
+        | Sniff::TlsEch(None)
+        | Sniff::Http(None)
+        | Sniff::Other
+        | Sniff::NeedMore => Err(Reason::UnknownHost),
     }
 }
 
@@ -262,7 +266,7 @@ pub fn check_original_destination(
     let orig = orig.to_canonical();
     if resolved.iter().any(|ip| ip.to_canonical() == orig) {
         Ok(())
-    } else if matches!(sniffed, Sniff::Tls(_)) {
+    } else if matches!(sniffed, Sniff::Tls(_) | Sniff::TlsEch(_)) {
         Err(Reason::SniMismatch)
     } else {
         Err(Reason::HostMismatch)

@@ -16,6 +16,9 @@ pub enum Sniff {
     NeedMore,
     /// A TLS ClientHello; the server name if it carries one (raw, not yet canonical).
     Tls(Option<String>),
+    /// A TLS ClientHello that carries the `encrypted_client_hello` extension (real or
+    /// GREASE: they look alike by design); the outer server name.
+    TlsEch(Option<String>),
     /// An HTTP/1.x request head (as `httparse` reads it); the name it asks for: the
     /// request target's authority (absolute or `CONNECT` form, port explicit) or else its
     /// single `Host` value, if any.
@@ -35,7 +38,8 @@ pub fn sniff(buf: &[u8]) -> Sniff {
         Some(0x16) => match client_hello_sni(buf) {
             Parse::NeedMore if buf.len() >= MAX_SNIFF => Sniff::Invalid,
             Parse::NeedMore => Sniff::NeedMore,
-            Parse::Done(sni) => Sniff::Tls(sni),
+            Parse::Done(Hello { sni, ech: false }) => Sniff::Tls(sni),
+            Parse::Done(Hello { sni, ech: true }) => Sniff::TlsEch(sni),
             Parse::Invalid => Sniff::Invalid,
         },
         Some(_) => http_host(buf),
@@ -44,9 +48,19 @@ pub fn sniff(buf: &[u8]) -> Sniff {
 
 enum Parse {
     NeedMore,
-    Done(Option<String>),
+    Done(Hello),
     Invalid,
 }
+
+/// What the proxy reads in a ClientHello.
+struct Hello {
+    sni: Option<String>,
+    /// The `encrypted_client_hello` extension (0xfe0d) is present.
+    ech: bool,
+}
+
+/// `encrypted_client_hello` (draft-ietf-tls-esni).
+const EXT_ECH: usize = 0xfe0d;
 
 /// A bounds-checked reader over a byte slice.
 struct Reader<'a> {
@@ -118,13 +132,13 @@ fn client_hello_sni(buf: &[u8]) -> Parse {
     };
     // 2. ClientHello body.
     match parse_hello(msg) {
-        Some(sni) => Parse::Done(sni),
+        Some(hello) => Parse::Done(hello),
         None => Parse::Invalid,
     }
 }
 
-/// `Some(None)`: well-formed, no server name; `None`: malformed.
-fn parse_hello(msg: &[u8]) -> Option<Option<String>> {
+/// `None`: malformed.
+fn parse_hello(msg: &[u8]) -> Option<Hello> {
     let mut r = Reader::new(msg);
     r.take(2)?; // legacy_version
     r.take(32)?; // random
@@ -144,16 +158,23 @@ fn parse_hello(msg: &[u8]) -> Option<Option<String>> {
     }
     r.take(comp)?;
     if r.rest() == 0 {
-        return Some(None); // no extensions at all
+        return Some(Hello {
+            sni: None,
+            ech: false,
+        }); // no extensions at all
     }
     let ext_len = r.u16()?;
     let mut exts = Reader::new(r.take(ext_len)?);
     let mut found: Option<String> = None;
     let mut seen_sni = false;
+    let mut ech = false;
     while exts.rest() > 0 {
         let ty = exts.u16()?;
         let len = exts.u16()?;
         let data = exts.take(len)?;
+        if ty == EXT_ECH {
+            ech = true;
+        }
         if ty != 0 {
             continue;
         }
@@ -176,7 +197,7 @@ fn parse_hello(msg: &[u8]) -> Option<Option<String>> {
             }
         }
     }
-    Some(found)
+    Some(Hello { sni: found, ech })
 }
 
 /// Most headers read in a sniffed head (the gate's limit is the proxy's real one; a head
@@ -350,6 +371,20 @@ fn undecided(buf: &[u8]) -> Sniff {
 #[doc(hidden)]
 #[must_use]
 pub fn test_client_hello(sni: Option<&str>) -> Vec<u8> {
+    test_client_hello_with(sni, &[])
+}
+
+/// As [`test_client_hello`], with an `encrypted_client_hello` extension (an outer one, as
+/// a client with an ECH config, or GREASE, sends it).
+#[must_use]
+pub fn test_client_hello_ech(sni: Option<&str>) -> Vec<u8> {
+    // type 0xfe0d, then a made-up outer ECH payload (config id, enc, payload: opaque here).
+    let mut ext = vec![0xfe, 0x0d, 0, 8];
+    ext.extend_from_slice(&[0, 0, 1, 0, 1, 0x42, 0, 0]);
+    test_client_hello_with(sni, &ext)
+}
+
+fn test_client_hello_with(sni: Option<&str>, extra_ext: &[u8]) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&[3, 3]);
     body.extend_from_slice(&[7u8; 32]);
@@ -371,6 +406,7 @@ pub fn test_client_hello(sni: Option<&str>) -> Vec<u8> {
     }
     // supported_versions: TLS 1.3
     exts.extend_from_slice(&[0, 0x2b, 0, 3, 2, 3, 4]);
+    exts.extend_from_slice(extra_ext);
     body.extend_from_slice(&u16::try_from(exts.len()).unwrap_or(u16::MAX).to_be_bytes());
     body.extend_from_slice(&exts);
     let mut hs = vec![1u8];
@@ -386,6 +422,15 @@ pub fn test_client_hello(sni: Option<&str>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_encrypted_client_hello_is_told_apart() {
+        assert_eq!(
+            sniff(&test_client_hello_ech(Some("front.example.com"))),
+            Sniff::TlsEch(Some("front.example.com".into()))
+        );
+        assert_eq!(sniff(&test_client_hello_ech(None)), Sniff::TlsEch(None));
+    }
 
     #[test]
     fn finds_the_server_name() {

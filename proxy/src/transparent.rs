@@ -277,6 +277,11 @@ async fn admit(
     }
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
+    // An intercepted connection's ClientHello goes to our TLS server, which reads only the
+    // outer name; a tunnelled one would carry ECH to a front of the agent's choosing.
+    if matches!(sniffed, Sniff::TlsEch(_)) && !(tls && shared.policy.intercepts(&target.host)) {
+        return Err(Reason::EchRefused);
+    }
     // The record reaches the log before the upstream hears of the connection.
     shared
         .audit

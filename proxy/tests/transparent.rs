@@ -374,3 +374,49 @@ async fn every_request_of_a_transparent_keep_alive_connection_is_checked() {
     );
     assert!(lines.iter().all(|l| l["kind"] == "transparent"));
 }
+
+/// Encrypted ClientHello through an uninspected tunnel: the outer name is an allowed host
+/// on a CDN, the inner one (hidden) anything on the same CDN. The agent carries an ECH
+/// config of its own (DNS answers never give it one): through a `CONNECT` tunnel and
+/// through the transparent listener its hello is refused (`ech-refused`) before a byte of
+/// it leaves.
+#[tokio::test]
+async fn an_encrypted_client_hello_never_leaves_through_a_tunnel() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let hello = airlock_proxy::sniff::test_client_hello_ech(Some("allowed.test"));
+    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    s.write_all(&hello).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(out.is_empty(), "nothing came back: the hello never left");
+
+    let mut s = transparent(&h, dst(ALLOWED_IP, 443), &hello).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    assert!(out.is_empty(), "nothing came back: the hello never left");
+    let lines = h.finish().await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "ech-refused" && l["decision"] == "deny")
+        .collect();
+    assert_eq!(refused.len(), 2, "{lines:?}");
+    assert!(
+        refused.iter().any(|l| l["kind"] == "connect"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|l| l["kind"] == "transparent"),
+        "{refused:?}"
+    );
+}
