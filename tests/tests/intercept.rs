@@ -719,3 +719,90 @@ curl -sS --max-time 20 --noproxy '*' -o /dev/null -w 'transparent=%{size_downloa
         assert_eq!(request["bytes_down"], 2_097_152, "{request}");
     }
 }
+
+/// What holds today, kept under test: HTTP/2 never reaches an upstream through the proxy
+/// (a prior-knowledge preface on the explicit port and through the transparent listener;
+/// ALPN offering only `h2` on an intercepted connection), and a redirect from an allowed
+/// host is handed to the agent, never followed by the proxy (plain, intercepted and in
+/// base-URL mode).
+#[test]
+fn http2_is_refused_and_redirects_are_never_followed() {
+    let world = world();
+    let airlock = Airlock::new(&world, &policy());
+    let script = format!(
+        r#"python3 - <<'PY'
+import os, socket, ssl
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+def first_line(s):
+    data = b""
+    try:
+        while b"\r\n" not in data:
+            b = s.recv(1)
+            if not b:
+                break
+            data += b
+    except OSError:
+        pass
+    return data.split(b"\r\n")[0].decode(errors="replace") or "closed"
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(PREFACE)
+print("explicit-h2c=" + first_line(s))
+s = socket.create_connection(("203.0.113.10", 80), timeout=10)
+s.sendall(PREFACE)
+print("transparent-h2c=" + first_line(s))
+p = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+p.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+first_line(p)
+while not p.recv(4096).endswith(b"\r\n\r\n"):
+    pass
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+ctx.set_alpn_protocols(["h2"])
+try:
+    t = ctx.wrap_socket(p, server_hostname="allowed.test")
+    print("alpn=%s" % t.selected_alpn_protocol())
+except ssl.SSLError as e:
+    print("alpn=refused")
+PY
+echo plain=$({plain})
+echo intercepted=$({intercepted})
+echo base=$({base})
+"#,
+        plain = curl(
+            &world,
+            "-o /dev/null -w '%{http_code}:%{redirect_url}' 'http://allowed.test/redirect?to=http://blocked.test/stolen-plain'"
+        ),
+        intercepted = "curl -sS --max-time 10 -o /dev/null -w '%{http_code}:%{redirect_url}' 'https://allowed.test/redirect?to=https://blocked.test/stolen-tls'",
+        base = "curl -sS --max-time 10 --noproxy '*' -o /dev/null -w '%{http_code}:%{redirect_url}' 'http://127.0.0.1:3128/https/allowed.test/redirect?to=http://127.0.0.1:3128/https/blocked.test/stolen-base'",
+    );
+    let out = run_with_secrets(&airlock, &world, &script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for name in ["explicit-h2c", "transparent-h2c"] {
+        let got = line(&text, name);
+        assert!(
+            got == "closed" || got.starts_with("HTTP/1.1 4"),
+            "{name}: {got}\n{text}\n{}",
+            stderr(&out)
+        );
+    }
+    let alpn = line(&text, "alpn");
+    assert!(alpn == "refused" || alpn == "None", "h2 negotiated: {alpn}");
+    for name in ["plain", "intercepted", "base"] {
+        assert!(
+            line(&text, name).starts_with("302:") || line(&text, name).starts_with("301:"),
+            "{name}: the agent gets the redirect itself: {text}\n{}",
+            stderr(&out)
+        );
+    }
+    let upstream = world.upstream_log().unwrap();
+    assert!(
+        !upstream
+            .iter()
+            .any(|l| l["path"].as_str().is_some_and(|p| p.starts_with("/stolen"))),
+        "the proxy followed a redirect: {upstream:?}"
+    );
+    assert!(
+        !upstream.iter().any(|l| l["path"] == "*"),
+        "an h2 preface reached the upstream: {upstream:?}"
+    );
+}
