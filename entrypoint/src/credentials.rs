@@ -44,20 +44,32 @@ pub fn resolve(
         agent_vars: Vec::new(),
         secret_env_names: Vec::new(),
     };
+    let knobs = crate::problems::Knobs::from_env(&env);
+    // Every credential is checked: one line per problem, all of them in one start.
+    let mut problems = Vec::new();
     for cred in &policy.credentials {
         let value = match &cred.source {
             CredentialSource::Env(var) => {
                 let value = env(var).unwrap_or_default();
                 if value.trim().is_empty() {
-                    bail!(
-                        "credential {:?} reads environment variable {var}, which is not set: pass it with `-e {var}` or remove the credential from the policy",
-                        cred.name
-                    );
+                    problems.push(format!(
+                        "credential {:?} reads environment variable {var}, which is not set: {}; or remove the credential from the policy",
+                        cred.name,
+                        crate::problems::Knobs::env_fix(var)
+                    ));
+                    continue;
                 }
                 out.secret_env_names.push(var.clone());
                 value
             }
-            CredentialSource::File(path) => read_secret_file(&cred.name, path, agent)?,
+            CredentialSource::File(path) => match read_secret_file(&cred.name, path, agent, &knobs)
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    problems.push(format!("{e:#}"));
+                    continue;
+                }
+            },
         };
         let placeholder = placeholder(&cred.name, &nonce()?);
         if let CredentialSource::Env(var) = &cred.source {
@@ -69,35 +81,44 @@ pub fn resolve(
             placeholder,
         });
     }
+    if !problems.is_empty() {
+        return Err(crate::problems::Refused(problems).into());
+    }
     Ok(out)
 }
 
-fn read_secret_file(name: &str, path: &Path, agent: &Identity) -> Result<String> {
+fn read_secret_file(
+    name: &str,
+    path: &Path,
+    agent: &Identity,
+    knobs: &crate::problems::Knobs,
+) -> Result<String> {
     let meta = std::fs::metadata(path).with_context(|| {
         format!(
-            "credential {name:?}: cannot read secret file {}: mount it into the container",
-            path.display()
+            "credential {name:?}: cannot read secret file {}",
+            knobs.secret_file(path)
         )
     })?;
     if agent.can_read(&meta) {
         bail!(
-            "credential {name:?}: secret file {} is readable by the agent (owner {}, mode {:o}): make it root-owned mode 0400 (compose: `mode: 0400`)",
-            path.display(),
+            "credential {name:?}: secret file {} is readable by the agent (owner {}, mode {:o}): {}",
+            knobs.secret_file(path),
             meta.uid(),
-            meta.mode() & 0o7777
+            meta.mode() & 0o7777,
+            knobs.secret_fix(path)
         );
     }
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(
             "credential {name:?}: cannot read secret file {}",
-            path.display()
+            knobs.secret_file(path)
         )
     })?;
     let value = text.trim_end_matches(['\n', '\r']).to_owned();
     if value.trim().is_empty() {
         bail!(
             "credential {name:?}: secret file {} is empty",
-            path.display()
+            knobs.secret_file(path)
         );
     }
     Ok(value)
@@ -161,6 +182,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("-e API_KEY"), "{err}");
+        assert!(err.to_string().contains("scripts/docker-run"), "{err}");
     }
 
     #[test]

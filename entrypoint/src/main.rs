@@ -20,6 +20,7 @@ mod git;
 mod identity;
 mod netinfo;
 mod preflight;
+mod problems;
 mod proxy_ctl;
 mod proxy_state;
 mod seccomp;
@@ -34,6 +35,7 @@ mod trust;
 use crate::agent_env::AgentEnvInput;
 use crate::config::Cli;
 use crate::identity::Users;
+use crate::problems::{Knobs, Problems};
 use crate::proxy_ctl::ProxySpec;
 use crate::spawn::{RunAs, Session as TtySession};
 use airlock_channels as ch;
@@ -61,7 +63,10 @@ fn main() -> ExitCode {
     match start(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
-            console::fatal(&format!("{err:#}"));
+            match err.downcast_ref::<problems::Refused>() {
+                Some(problems::Refused(lines)) => lines.iter().for_each(|l| console::fatal(l)),
+                None => console::fatal(&format!("{err:#}")),
+            }
             ExitCode::from(EXIT_REFUSED)
         }
     }
@@ -79,10 +84,118 @@ impl Drop for ProxyGuard {
     }
 }
 
+/// What the checks before start-up produced, every one of them passed.
+struct Checked {
+    policy: Policy,
+    users: Users,
+    proxy_bin: PathBuf,
+    git_plan: git::Decision,
+    git_api_bin: Option<PathBuf>,
+    session: session::Session,
+    session_key: airlock_wire::SessionKey,
+    creds: credentials::Resolved,
+    operator_ca: Option<trust::OperatorCa>,
+    agent_env: agent_env::AgentEnv,
+}
+
+/// Run every check that needs nothing started, collect every problem, and refuse with all of
+/// them at once (see `problems`). Root comes first and alone: without it every other check
+/// would fail for that one reason.
+fn check_all(cli: &Cli) -> Result<Checked> {
+    identity::require_root()?;
+    let mut problems = Problems::default();
+    let knobs = Knobs::from_env(|k| std::env::var(k).ok());
+    let policy = problems.take(
+        Policy::load(&cli.policy)
+            .map_err(|e| anyhow!("invalid policy {}: {e}", knobs.policy_file(&cli.policy))),
+    );
+    problems.take(preflight::check(cli));
+    problems.take(setup::require_tools());
+    let users = problems.take(Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user));
+    if let Some(users) = &users {
+        problems.take(setup::require_protected(&cli.policy, users, &knobs));
+    }
+    let proxy_bin = problems.take(proxy_binary(cli));
+    let git_plan = users
+        .as_ref()
+        .and_then(|u| problems.take(git::plan(&cli.workdir, &cli.git_dir, u)));
+    let git_api_bin = match &git_plan {
+        Some(git::Decision::Enabled) => problems
+            .take(git::binary(cli.git_api_bin.as_deref()))
+            .map(Some),
+        _ => Some(None),
+    };
+    let operator_ca = problems.take(trust::operator_ca(
+        cli.ca_cert.as_deref(),
+        cli.ca_key.as_deref(),
+    ));
+    let session = session::Session::new()?;
+    let session_key = airlock_wire::SessionKey::generate()?;
+    let creds = match (&policy, &users) {
+        (Some(policy), Some(users)) => problems.take(credentials::resolve(
+            policy,
+            &session.id,
+            &users.agent,
+            |k| std::env::var(k).ok(),
+            session::nonce,
+        )),
+        _ => None,
+    };
+    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
+    let agent_env = match (&users, &creds) {
+        (Some(users), Some(creds)) => problems.take(agent_env::build(
+            std::env::vars(),
+            &AgentEnvInput {
+                agent: &users.agent,
+                session: &session.id,
+                proxy_url: &ch::proxy_url(),
+                secret_names: &creds.secret_env_names,
+                placeholders: &creds.agent_vars,
+                trust: &trust_vars,
+            },
+        )),
+        _ => None,
+    };
+    problems.finish()?;
+    match (
+        policy,
+        users,
+        proxy_bin,
+        git_plan,
+        git_api_bin,
+        creds,
+        operator_ca,
+        agent_env,
+    ) {
+        (
+            Some(policy),
+            Some(users),
+            Some(proxy_bin),
+            Some(git_plan),
+            Some(git_api_bin),
+            Some(creds),
+            Some(operator_ca),
+            Some(agent_env),
+        ) => Ok(Checked {
+            policy,
+            users,
+            proxy_bin,
+            git_plan,
+            git_api_bin,
+            session,
+            session_key,
+            creds,
+            operator_ca,
+            agent_env,
+        }),
+        _ => Err(anyhow!("a start-up check failed without saying why")),
+    }
+}
+
 fn start(cli: Cli) -> Result<i32> {
     let t0 = Instant::now();
-    let policy = Policy::load(&cli.policy).map_err(|e| anyhow!("invalid policy: {e}"))?;
     if cli.check {
+        let policy = Policy::load(&cli.policy).map_err(|e| anyhow!("invalid policy: {e}"))?;
         println!(
             "policy {} is valid (sandbox {:?})",
             cli.policy.display(),
@@ -90,47 +203,26 @@ fn start(cli: Cli) -> Result<i32> {
         );
         return Ok(0);
     }
-    identity::require_root()?;
-    preflight::check(&cli)?;
-    setup::require_tools()?;
-    let users = Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user)?;
-    setup::require_protected(&cli.policy, &users)?;
-    let proxy_bin = proxy_binary(&cli)?;
-    let git_plan = git::plan(&cli.workdir, &cli.git_dir, &users)?;
-    let git_api_bin = match git_plan {
-        git::Decision::Enabled => Some(git::binary(cli.git_api_bin.as_deref())?),
-        git::Decision::Unavailable(_) => None,
-    };
-
-    let session = session::Session::new()?;
-    let session_key = airlock_wire::SessionKey::generate()?;
-    let mut creds = credentials::resolve(
-        &policy,
-        &session.id,
-        &users.agent,
-        |k| std::env::var(k).ok(),
-        session::nonce,
-    )?;
+    let Checked {
+        policy,
+        users,
+        proxy_bin,
+        git_plan,
+        git_api_bin,
+        session,
+        session_key,
+        mut creds,
+        operator_ca,
+        agent_env:
+            agent_env::AgentEnv {
+                vars: mut agent_env,
+                forced,
+            },
+    } = check_all(&cli)?;
     creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
         &session_key,
         &session.id,
     ));
-    let operator_ca = trust::operator_ca(cli.ca_cert.as_deref(), cli.ca_key.as_deref())?;
-    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
-    let agent_env::AgentEnv {
-        vars: mut agent_env,
-        forced,
-    } = agent_env::build(
-        std::env::vars(),
-        &AgentEnvInput {
-            agent: &users.agent,
-            session: &session.id,
-            proxy_url: &ch::proxy_url(),
-            secret_names: &creds.secret_env_names,
-            placeholders: &creds.agent_vars,
-            trust: &trust_vars,
-        },
-    )?;
     for name in &forced {
         eprintln!(
             "airlock: warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",

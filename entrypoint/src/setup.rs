@@ -30,7 +30,7 @@ pub fn require_tools() -> Result<()> {
 }
 
 /// The agent must not be able to change the policy it runs under.
-pub fn require_protected(path: &Path, users: &Users) -> Result<()> {
+pub fn require_protected(path: &Path, users: &Users, knobs: &crate::problems::Knobs) -> Result<()> {
     let agent = &users.agent;
     let mut here = Some(path);
     while let Some(p) = here {
@@ -45,7 +45,7 @@ pub fn require_protected(path: &Path, users: &Users) -> Result<()> {
         if writable && !sticky_dir {
             bail!(
                 "policy {} is writable by the agent through {} (owner {}, mode {:o}): mount it read-only and owned by root",
-                path.display(),
+                knobs.policy_file(path),
                 p.display(),
                 meta.uid(),
                 mode & 0o7777

@@ -202,3 +202,48 @@ fn a_proxy_that_exports_no_ca_is_refused() {
     let out = cmd.output().unwrap();
     assert_refused(&out, &airlock, "the proxy did not export its CA");
 }
+
+/// Every problem the start can find before it starts anything is reported in one run, one
+/// `airlock:` line each, in the terms of the knob the user sets (issue 15, item 3).
+#[test]
+fn every_start_up_problem_is_reported_at_once() {
+    let world = world();
+    let token = world.dir().join("github_token");
+    std::fs::write(&token, "ghp_x\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let policy = format!(
+        "{POLICY}\n[[credentials]]\nname = \"api\"\nsource = {{ env = \"NEWCOMER_API_KEY\" }}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n\n[[credentials]]\nname = \"gh\"\nsource = {{ file = \"{}\" }}\nhosts = [\"allowed.test\"]\nheader = \"authorization\"\nformat = \"Bearer {{}}\"\n",
+        token.display()
+    );
+    let airlock = Airlock::new(&world, &policy);
+    std::os::unix::fs::chown(&airlock.policy, Some(world.users().agent), None).unwrap();
+    let mut cmd = airlock.command(&world, &["sh", "-c", &marker_script(&airlock)]);
+    cmd.env("AIRLOCK_PROXY_BIN", "/nonexistent/airlock-proxy")
+        .env("AIRLOCK_HOST_POLICY", "/home/me/my-policy.toml")
+        .env_remove("NEWCOMER_API_KEY");
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("airlock:")).collect();
+    assert_eq!(lines.len(), 4, "one line per problem:\n{err}");
+    for needle in [
+        // The policy, named by the host file the user edited.
+        "/home/me/my-policy.toml",
+        "proxy binary /nonexistent/airlock-proxy not found",
+        // The unset variable, with the launcher it is set for.
+        "NEWCOMER_API_KEY",
+        "chmod 0400",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(needle)),
+            "{needle:?} in no line:\n{err}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("NEWCOMER_API_KEY") && l.contains("scripts/docker-run")),
+        "{err}"
+    );
+    assert!(!airlock.workdir.join("agent-ran").exists());
+}

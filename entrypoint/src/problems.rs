@@ -1,0 +1,198 @@
+//! Start-up problems, all of them at once, in the user's terms.
+//!
+//! Every check that can run before anything starts runs, whatever the others found; the
+//! start is then refused (exit 78) with one `airlock:` line per problem ([`Problems`]), so a
+//! newcomer fixes everything in one round instead of one problem per attempt. A check that
+//! depends on another's result (the credentials on the policy, the workspace on the users) is
+//! skipped when that one failed: its line would only repeat the first.
+//!
+//! The lines speak of what the user set on the host, not only of paths inside the container:
+//! [`Knobs`] maps the image's mount points to the `scripts/docker-run` / compose variables
+//! that fill them, and to the host paths `scripts/docker-run` passes in (`AIRLOCK_HOST_*`:
+//! labels for messages, never read as files).
+
+use std::fmt;
+use std::path::Path;
+
+/// The problems found so far.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<String>);
+
+impl Problems {
+    /// Keep the value, or record the error and return `None`: a [`Refused`] is several
+    /// problems, any other error one (its lines joined).
+    pub fn take<T>(&mut self, result: anyhow::Result<T>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                match e.downcast_ref::<Refused>() {
+                    Some(Refused(lines)) => self.0.extend(lines.iter().cloned()),
+                    None => self.push(&format!("{e:#}")),
+                }
+                None
+            }
+        }
+    }
+
+    /// Record one problem, on one line.
+    pub fn push(&mut self, message: &str) {
+        let line: Vec<&str> = message
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        self.0.push(line.join(" / "));
+    }
+
+    /// `Ok` when nothing was found, else the error carrying every line.
+    pub fn finish(self) -> anyhow::Result<()> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow::Error::new(Refused(self.0)))
+        }
+    }
+}
+
+/// The refusal: one line per problem (printed `airlock: <line>` each by `main`).
+#[derive(Debug)]
+pub struct Refused(pub Vec<String>);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The image's secret mount of the GitHub token (the default policy's git credential).
+pub const GITHUB_TOKEN_MOUNT: &str = "/run/secrets/github_token";
+/// The image's policy path.
+pub const POLICY_MOUNT: &str = airlock_channels::DEFAULT_POLICY_PATH;
+
+/// The host side of the mounts, as `scripts/docker-run` passes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Knobs {
+    /// `AIRLOCK_HOST_REPO`: the repository on the host.
+    pub repo: Option<String>,
+    /// `AIRLOCK_HOST_POLICY`: the policy file the user edited.
+    pub policy: Option<String>,
+    /// `AIRLOCK_HOST_GITHUB_TOKEN_FILE`: what `GITHUB_TOKEN_FILE` named.
+    pub github_token: Option<String>,
+}
+
+impl Knobs {
+    /// From the entrypoint's environment.
+    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Knobs {
+        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        Knobs {
+            repo: get("AIRLOCK_HOST_REPO"),
+            policy: get("AIRLOCK_HOST_POLICY"),
+            github_token: get("AIRLOCK_HOST_GITHUB_TOKEN_FILE"),
+        }
+    }
+
+    /// The user's name for a secret file the policy reads: the host file and its knob.
+    pub fn secret_file(&self, path: &Path) -> String {
+        if path == Path::new(GITHUB_TOKEN_MOUNT) {
+            match &self.github_token {
+                Some(host) => {
+                    format!("{host} (GITHUB_TOKEN_FILE, mounted at {GITHUB_TOKEN_MOUNT})")
+                }
+                None => format!(
+                    "{GITHUB_TOKEN_MOUNT} (set GITHUB_TOKEN_FILE=<host file> for scripts/docker-run or docker compose)"
+                ),
+            }
+        } else {
+            format!(
+                "{} (mount the host file there: -v HOST:{}:ro in AIRLOCK_DOCKER_ARGS)",
+                path.display(),
+                path.display()
+            )
+        }
+    }
+
+    /// How to make a secret file root-owned 0400, on the host when it is known.
+    pub fn secret_fix(&self, path: &Path) -> String {
+        match (&self.github_token, path == Path::new(GITHUB_TOKEN_MOUNT)) {
+            (Some(host), true) => {
+                format!("on the host: sudo chown root:root {host} && sudo chmod 0400 {host}")
+            }
+            _ => "make it root-owned mode 0400 (on the host: sudo chown root:root FILE && sudo chmod 0400 FILE; compose: `mode: 0400`)".to_owned(),
+        }
+    }
+
+    /// The user's name for the policy file.
+    pub fn policy_file(&self, path: &Path) -> String {
+        match &self.policy {
+            Some(host) => format!("{host} (AIRLOCK_POLICY, mounted at {})", path.display()),
+            None if path == Path::new(POLICY_MOUNT) => format!(
+                "{} (AIRLOCK_POLICY=<host file> for scripts/docker-run; compose: the policy.toml volume line)",
+                path.display()
+            ),
+            None => path.display().to_string(),
+        }
+    }
+
+    /// How to set an environment variable a credential reads.
+    pub fn env_fix(var: &str) -> String {
+        format!(
+            "set it for scripts/docker-run or docker compose (`{var}=... scripts/docker-run REPO`; scripts/docker-run passes ANTHROPIC_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\", compose an `environment:` line), or `docker run -e {var}`"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::anyhow;
+
+    #[test]
+    fn every_problem_is_one_line_and_an_empty_list_is_ok() {
+        let mut p = Problems::default();
+        assert_eq!(p.take(Ok::<_, anyhow::Error>(3)), Some(3));
+        assert_eq!(p.take::<()>(Err(anyhow!("a\n  b").context("c"))), None);
+        let several = anyhow::Error::new(Refused(vec!["e".into(), "f".into()]));
+        assert_eq!(p.take::<()>(Err(several)), None);
+        p.push("d");
+        let err = p.finish().unwrap_err();
+        let refused = err.downcast_ref::<Refused>().unwrap();
+        assert_eq!(refused.0, vec!["c: a / b", "e", "f", "d"]);
+        assert!(Problems::default().finish().is_ok());
+    }
+
+    #[test]
+    fn the_token_file_is_named_by_its_knob_and_host_path() {
+        let none = Knobs::default();
+        let token = Path::new(GITHUB_TOKEN_MOUNT);
+        assert!(
+            none.secret_file(token)
+                .contains("GITHUB_TOKEN_FILE=<host file>")
+        );
+        let k = Knobs::from_env(|v| {
+            (v == "AIRLOCK_HOST_GITHUB_TOKEN_FILE").then(|| "/home/me/tok".to_owned())
+        });
+        assert!(
+            k.secret_file(token)
+                .starts_with("/home/me/tok (GITHUB_TOKEN_FILE")
+        );
+        assert!(k.secret_fix(token).contains("sudo chmod 0400 /home/me/tok"));
+        assert!(k.secret_fix(Path::new("/x")).contains("chmod 0400 FILE"));
+    }
+
+    #[test]
+    fn the_policy_is_named_by_the_host_file() {
+        let k = Knobs::from_env(|v| (v == "AIRLOCK_HOST_POLICY").then(|| "/h/p.toml".to_owned()));
+        assert!(
+            k.policy_file(Path::new(POLICY_MOUNT))
+                .starts_with("/h/p.toml (AIRLOCK_POLICY")
+        );
+        assert!(
+            Knobs::default()
+                .policy_file(Path::new(POLICY_MOUNT))
+                .contains("AIRLOCK_POLICY=<host file>")
+        );
+        assert!(Knobs::env_fix("K").contains("AIRLOCK_DOCKER_ARGS=\"-e K\""));
+    }
+}
