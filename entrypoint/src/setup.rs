@@ -29,29 +29,94 @@ pub fn require_tools() -> Result<()> {
     Ok(())
 }
 
-/// The agent must not be able to change the policy it runs under.
-pub fn require_protected(path: &Path, users: &Users, knobs: &crate::problems::Knobs) -> Result<()> {
-    let agent = &users.agent;
-    let mut here = Some(path);
-    while let Some(p) = here {
+/// One step of the policy's path as the agent would meet it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathStep {
+    pub path: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub is_dir: bool,
+    /// On a read-only mount: nobody writes, renames in or changes the mode of it.
+    pub read_only: bool,
+}
+
+/// Whether the agent (its uid, primary and supplementary groups) could change this step:
+/// write the file, add, remove or rename entries of the directory, or, as the owner, change
+/// the mode to allow that. Ownership alone is not a refusal: a read-only mount wins. The
+/// sticky bit on a directory the agent does not own (like /tmp) still stops renames of
+/// entries it does not own. Pure.
+pub fn agent_can_change(step: &PathStep, agent: &crate::identity::Identity) -> bool {
+    if step.read_only {
+        return false;
+    }
+    let owner = step.uid == agent.uid;
+    let in_group = step.gid == agent.gid || agent.groups.contains(&step.gid);
+    let writable = owner || (in_group && step.mode & 0o020 != 0) || step.mode & 0o002 != 0;
+    let sticky_dir = step.is_dir && step.mode & 0o1000 != 0 && !owner;
+    writable && !sticky_dir
+}
+
+/// The first step of `steps` (the file, then its ancestors) the agent could change. Pure.
+pub fn policy_writable_at<'a>(
+    steps: &'a [PathStep],
+    agent: &crate::identity::Identity,
+) -> Option<&'a PathStep> {
+    steps.iter().find(|s| agent_can_change(s, agent))
+}
+
+/// The policy file and each ancestor, with the read-only flag of the mount each lives on.
+fn path_steps(path: &Path) -> Result<Vec<PathStep>> {
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", path.display()))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| crate::preflight::parse_mountinfo(&t))
+        .unwrap_or_default();
+    let mut steps = Vec::new();
+    for p in real.ancestors() {
         let meta = std::fs::metadata(p).with_context(|| format!("cannot stat {}", p.display()))?;
-        let mode = meta.mode();
-        let writable = meta.uid() == agent.uid
-            || (meta.gid() == agent.gid && mode & 0o020 != 0)
-            || mode & 0o002 != 0;
-        // The sticky bit on a world-writable directory (like /tmp) still stops renames of
-        // files the agent does not own; only the file itself and non-sticky dirs matter.
-        let sticky_dir = meta.is_dir() && mode & 0o1000 != 0 && meta.uid() != agent.uid;
-        if writable && !sticky_dir {
-            bail!(
-                "policy {} is writable by the agent through {} (owner {}, mode {:o}): mount it read-only and owned by root",
-                knobs.policy_file(path),
-                p.display(),
-                meta.uid(),
-                mode & 0o7777
-            );
-        }
-        here = p.parent().filter(|parent| !parent.as_os_str().is_empty());
+        // The mount a path lives on: the deepest mount point above it, the last one mounted
+        // there when several are.
+        let read_only = mounts
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| p.starts_with(&m.point))
+            .max_by_key(|(i, m)| (m.point.components().count(), *i))
+            .is_some_and(|(_, m)| m.read_only);
+        steps.push(PathStep {
+            path: p.to_path_buf(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: meta.mode() & 0o7777,
+            is_dir: meta.is_dir(),
+            read_only,
+        });
+    }
+    Ok(steps)
+}
+
+/// The agent must not be able to change the policy it runs under: checked by what the
+/// agent's uid and groups could do (mode bits, owner, groups, read-only mounts), not by who
+/// owns the file.
+pub fn require_protected(path: &Path, users: &Users, knobs: &crate::problems::Knobs) -> Result<()> {
+    let steps = path_steps(path)?;
+    if let Some(step) = policy_writable_at(&steps, &users.agent) {
+        bail!(
+            "policy {} is writable by the agent (uid {}) through {} (owner {}, mode {:o}, {}): mount it read-only (-v FILE:{}:ro; scripts/docker-run does) or make it not writable by uid {}",
+            knobs.policy_file(path),
+            users.agent.uid,
+            step.path.display(),
+            step.uid,
+            step.mode,
+            if step.read_only {
+                "read-only mount"
+            } else {
+                "writable mount"
+            },
+            path.display(),
+            users.agent.uid
+        );
     }
     Ok(())
 }
@@ -152,4 +217,74 @@ pub fn reduce_pid1_caps() -> Result<()> {
     caps::set(None, CapSet::Permitted, &keep)
         .context("cannot reduce PID 1's permitted capabilities")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::Identity;
+
+    fn agent() -> Identity {
+        Identity {
+            name: "agent".into(),
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000, 50],
+            home: "/home/agent".into(),
+            shell: "/bin/sh".into(),
+        }
+    }
+
+    fn step(uid: u32, gid: u32, mode: u32, is_dir: bool, read_only: bool) -> PathStep {
+        PathStep {
+            path: "/etc/airlock/policy.toml".into(),
+            uid,
+            gid,
+            mode,
+            is_dir,
+            read_only,
+        }
+    }
+
+    #[test]
+    fn a_read_only_mount_protects_whoever_owns_the_file() {
+        let a = agent();
+        assert!(!agent_can_change(&step(1000, 1000, 0o644, false, true), &a));
+        assert!(!agent_can_change(&step(0, 0, 0o666, false, true), &a));
+        // The same file writable: the owner could chmod it.
+        assert!(agent_can_change(&step(1000, 1000, 0o444, false, false), &a));
+    }
+
+    #[test]
+    fn writability_follows_mode_bits_and_every_group_of_the_agent() {
+        let a = agent();
+        assert!(!agent_can_change(&step(0, 0, 0o644, false, false), &a));
+        assert!(agent_can_change(&step(0, 0, 0o646, false, false), &a));
+        assert!(agent_can_change(&step(0, 50, 0o664, false, false), &a));
+        assert!(!agent_can_change(&step(0, 51, 0o664, false, false), &a));
+        // Sticky directories not the agent's (like /tmp) do not let it rename others' files.
+        assert!(!agent_can_change(&step(0, 0, 0o1777, true, false), &a));
+        assert!(agent_can_change(&step(1000, 0, 0o1755, true, false), &a));
+    }
+
+    #[test]
+    fn the_first_changeable_step_is_named() {
+        let a = agent();
+        let steps = vec![
+            step(1000, 1000, 0o644, false, true),
+            PathStep {
+                path: "/etc/airlock".into(),
+                ..step(1000, 1000, 0o755, true, false)
+            },
+            PathStep {
+                path: "/".into(),
+                ..step(0, 0, 0o755, true, false)
+            },
+        ];
+        assert_eq!(
+            policy_writable_at(&steps, &a).map(|s| s.path.clone()),
+            Some(PathBuf::from("/etc/airlock"))
+        );
+        assert_eq!(policy_writable_at(&steps[..1], &a), None);
+    }
 }

@@ -247,3 +247,21 @@ fn every_start_up_problem_is_reported_at_once() {
     );
     assert!(!airlock.workdir.join("agent-ran").exists());
 }
+
+/// A policy the agent cannot write is accepted whoever owns it: the user's own file (here
+/// the agent's uid, as on a host whose user is uid 1000) mounted read-only (issue 15, item 5).
+#[test]
+fn a_read_only_policy_owned_by_the_agents_uid_is_accepted() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    std::os::unix::fs::chown(&airlock.policy, Some(world.users().agent), None).unwrap();
+    let p = airlock.policy.display();
+    let out = run_with_prelude(
+        &world,
+        &airlock,
+        &format!("mount --bind {p} {p} && mount -o remount,bind,ro {p} || exit 99"),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(airlock.workdir.join("agent-ran").exists(), "{}", stderr(&out));
+}
