@@ -505,106 +505,57 @@ fn never_credentialed(method: &http::Method) -> bool {
 }
 
 /// One request, end to end (see the module docs). `rec` carries what the caller already
-/// decided (policy verdict and rule of the host).
+/// decided (policy verdict and rule of the host). Every check is a step of [`prepare`]
+/// returning the request as it will be sent or the one reason it is refused, applied to
+/// the record in one place; [`forward`] then sends it.
 pub(crate) async fn exchange(
     ctx: &Ctx,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     route: &Route,
     mut rec: Pending,
 ) -> Response<ProxyBody> {
-    let shared = Arc::clone(&ctx.shared);
-    let icpt = &shared.interception;
-    let creds = icpt.credentials();
-    rec.host = Some(route.target.host.as_str().to_owned());
-    rec.port = Some(route.target.port);
-    rec.intercepted = route.tls;
+    match prepare(ctx, req, route, &mut rec).await {
+        Ok(prepared) => forward(ctx, prepared, route, rec).await,
+        Err(reason) => ctx.deny(rec, reason, route).await,
+    }
+}
+
+/// A request that passed every check, as it will be sent.
+struct Prepared {
+    out: Request<UpBody>,
+    /// The agent's side of an allowed upgrade.
+    on_client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// Byte counts (and activity) of this request's body both ways.
+    meter: Arc<Meter>,
+    /// Set when a streamed body was cut at a secret (the credential's name).
+    leak_flag: Arc<OnceLock<String>>,
+    /// Whether a credential was injected (the response is then scrubbed).
+    injected: bool,
+}
+
+/// Every check on the request, in order; the request as it will be sent. `Err` is the
+/// request's denial (the record already names the rule or credential involved).
+async fn prepare(
+    ctx: &Ctx,
+    mut req: Request<Incoming>,
+    route: &Route,
+    rec: &mut Pending,
+) -> Result<Prepared, Reason> {
+    describe(rec, &req, route);
+    check_head(ctx, &req, route)?;
     // A cheap clone (shared bytes) the path and query are borrowed from.
     let uri = req.uri().clone();
-    let path = uri.path();
-    rec.path = Some(if path.len() <= 1024 {
-        path.to_owned()
-    } else {
-        path.chars().take(1024).collect()
-    });
-    if route.check_host
-        && let Err(reason) = host_agrees(&req, &route.target)
-    {
-        return ctx.deny(rec, reason, route).await;
-    }
-    let pq_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
-    if pq_len > shared.limits.max_request_line {
-        return ctx.deny(rec, Reason::RequestTooLarge, route).await;
-    }
-    let query = uri.query();
-    let host: &Host = &route.target.host;
-
-    // Git.
-    let git = gitpath::parse(path, query);
-    let authorized = git.as_ref().is_some_and(|g| {
-        let repo = g.repository(host.as_str());
-        shared.policy.git.repositories.contains(&repo)
-    });
-    let scope = if ctx.service {
-        if !authorized {
-            rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
-            return ctx.deny(rec, Reason::RequestDeniedByRule, route).await;
-        }
-        GitScope::Service
-    } else {
-        if gitpath::is_push(path, query) {
-            return ctx.deny(rec, Reason::GitPushBlocked, route).await;
-        }
-        match &git {
-            Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
-            _ => GitScope::None,
-        }
-    };
-
-    // L7 rules on the head.
+    let (path, query) = (uri.path(), uri.query());
+    let scope = git_scope(ctx, route, path, query, rec)?;
     let method = req.method().clone();
     let view = RequestView {
-        host,
+        host: &route.target.host,
         method: method.as_str(),
         path,
         query,
     };
-    let mut body_cap = None;
-    if !ctx.service {
-        match shared.policy.judge(&view) {
-            L7Verdict::Deny { reason, rule } => {
-                rec.rule = Some(rule);
-                return ctx.deny(rec, reason, route).await;
-            }
-            L7Verdict::Pass { rule } => {
-                if rule.is_some() {
-                    rec.rule = rule;
-                }
-            }
-        }
-        body_cap = shared.policy.body_needed(&view);
-        for h in METHOD_OVERRIDE_HEADERS {
-            req.headers_mut().remove(h);
-        }
-    }
-
-    // Credentials: URL, headers.
-    if let Some(pq) = req.uri().path_and_query()
-        && let Err(leak) = creds.check_url(pq.as_str())
-    {
-        rec.credential = Some(leak.credential);
-        return ctx.deny(rec, Reason::CredentialLeak, route).await;
-    }
-    if never_credentialed(&method) && creds.any_bound_to(host) {
-        return ctx.deny(rec, Reason::CredentialMethodRefused, route).await;
-    }
-    let upgrade = is_upgrade(&req);
-    if upgrade
-        && let Err(reason) = upgrade_verdict(&req, || {
-            ctx.service || creds.any_bound_to(host) || shared.policy.l7.has_rules_for(host)
-        })
-    {
-        return ctx.deny(rec, reason, route).await;
-    }
+    let body_cap = judge_head(ctx, &mut req, &view, rec)?;
+    let upgrade = check_credential_use(ctx, &req, route, rec)?;
     let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     // From here on the body ends cleanly only where its message really ended (`Framed`).
@@ -613,116 +564,309 @@ pub(crate) async fn exchange(
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
     hop::strip_claims(&mut parts.headers);
-    let injected = match creds.apply(host, &mut parts.headers, scope, route.tls) {
-        Ok(n) => n,
+    let injected = inject(ctx, route, &mut parts.headers, scope, rec)?;
+    let tally = Tally::default();
+    let up_body = prepare_body(
+        ctx,
+        body,
+        &parts.headers,
+        body_cap,
+        &view,
+        injected.as_ref(),
+        &tally,
+        rec,
+    )
+    .await?;
+    let out = origin_form(parts, route, upgrade_value.filter(|_| upgrade), up_body)?;
+    Ok(Prepared {
+        out,
+        on_client_upgrade,
+        meter: tally.meter,
+        leak_flag: tally.leak_flag,
+        injected: injected.is_some(),
+    })
+}
+
+/// The record's target and path (the path cut at 1,024 characters).
+fn describe(rec: &mut Pending, req: &Request<Incoming>, route: &Route) {
+    rec.host = Some(route.target.host.as_str().to_owned());
+    rec.port = Some(route.target.port);
+    rec.intercepted = route.tls;
+    let path = req.uri().path();
+    rec.path = Some(if path.len() <= 1024 {
+        path.to_owned()
+    } else {
+        path.chars().take(1024).collect()
+    });
+}
+
+/// The head names the connection's checked target (no fronting), and its request line
+/// fits the limit.
+fn check_head(ctx: &Ctx, req: &Request<Incoming>, route: &Route) -> Result<(), Reason> {
+    if route.check_host {
+        host_agrees(req, &route.target)?;
+    }
+    let pq_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
+    if pq_len > ctx.shared.limits.max_request_line {
+        return Err(Reason::RequestTooLarge);
+    }
+    Ok(())
+}
+
+/// What the git credential may do for this request: on the service port only smart-HTTP
+/// of authorized repositories passes; on the agent's ports a push is refused and a read of
+/// an authorized repository may carry the token.
+fn git_scope(
+    ctx: &Ctx,
+    route: &Route,
+    path: &str,
+    query: Option<&str>,
+    rec: &mut Pending,
+) -> Result<GitScope, Reason> {
+    let git = gitpath::parse(path, query);
+    let authorized = git.as_ref().is_some_and(|g| {
+        let repo = g.repository(route.target.host.as_str());
+        ctx.shared.policy.git.repositories.contains(&repo)
+    });
+    if ctx.service {
+        if !authorized {
+            rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
+            return Err(Reason::RequestDeniedByRule);
+        }
+        return Ok(GitScope::Service);
+    }
+    if gitpath::is_push(path, query) {
+        return Err(Reason::GitPushBlocked);
+    }
+    Ok(match &git {
+        Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
+        _ => GitScope::None,
+    })
+}
+
+/// The policy's L7 rules on the head (not on the service port), with the method-override
+/// headers removed; returns how much of the body a body rule wants to judge.
+fn judge_head(
+    ctx: &Ctx,
+    req: &mut Request<Incoming>,
+    view: &RequestView<'_>,
+    rec: &mut Pending,
+) -> Result<Option<usize>, Reason> {
+    if ctx.service {
+        return Ok(None);
+    }
+    apply_l7(ctx.shared.policy.judge(view), rec)?;
+    for h in METHOD_OVERRIDE_HEADERS {
+        req.headers_mut().remove(h);
+    }
+    Ok(ctx.shared.policy.body_needed(view))
+}
+
+/// An L7 verdict on the record: a denial names its rule; a pass keeps the rule it matched.
+fn apply_l7(verdict: L7Verdict, rec: &mut Pending) -> Result<(), Reason> {
+    match verdict {
+        L7Verdict::Deny { reason, rule } => {
+            rec.rule = Some(rule);
+            Err(reason)
+        }
+        L7Verdict::Pass { rule } => {
+            if rule.is_some() {
+                rec.rule = rule;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Where a credential could be abused: a secret in the URL, a method that echoes or
+/// tunnels on a credential's host, an upgrade to an unread relay. Returns whether the
+/// request is an allowed upgrade.
+fn check_credential_use(
+    ctx: &Ctx,
+    req: &Request<Incoming>,
+    route: &Route,
+    rec: &mut Pending,
+) -> Result<bool, Reason> {
+    let creds = ctx.shared.interception.credentials();
+    let host = &route.target.host;
+    if let Some(pq) = req.uri().path_and_query()
+        && let Err(leak) = creds.check_url(pq.as_str())
+    {
+        rec.credential = Some(leak.credential);
+        return Err(Reason::CredentialLeak);
+    }
+    if never_credentialed(req.method()) && creds.any_bound_to(host) {
+        return Err(Reason::CredentialMethodRefused);
+    }
+    let upgrade = is_upgrade(req);
+    if upgrade {
+        upgrade_verdict(req, || {
+            ctx.service || creds.any_bound_to(host) || ctx.shared.policy.l7.has_rules_for(host)
+        })?;
+    }
+    Ok(upgrade)
+}
+
+/// The credentials on the headers (`Credentials::apply`); the record names what was
+/// injected, or the credential a leak belongs to.
+fn inject(
+    ctx: &Ctx,
+    route: &Route,
+    headers: &mut http::HeaderMap,
+    scope: GitScope,
+    rec: &mut Pending,
+) -> Result<Option<Injected>, Reason> {
+    let creds = ctx.shared.interception.credentials();
+    match creds.apply(&route.target.host, headers, scope, route.tls) {
+        Ok(injected) => {
+            rec.credential = injected.as_ref().map(|i| i.names.clone());
+            Ok(injected)
+        }
         Err(leak) => {
             rec.credential = Some(leak.credential);
             tracing::warn!("credential leak refused: {}", leak.place);
-            return ctx.deny(rec, Reason::CredentialLeak, route).await;
+            Err(Reason::CredentialLeak)
         }
-    };
-    rec.credential = injected.as_ref().map(|i| i.names.clone());
-    // The body is searched for every secret but the ones injected into this request.
-    let body_needles = creds.body_needles(injected.as_ref());
-    let scan_body = body_needles.is_some();
-    let which = match &injected {
-        Some(Injected { only: Some(i), .. }) => Which::Except(*i),
-        _ => Which::All,
-    };
+    }
+}
 
-    // The body: judged, searched, or streamed untouched.
-    let meter = Arc::new(Meter::new());
-    let leak_flag: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+/// What a request body's journey is measured and flagged with.
+#[derive(Default)]
+struct Tally {
+    meter: Arc<Meter>,
+    leak_flag: Arc<OnceLock<String>>,
+}
+
+/// The body as it will be sent: judged (read up to the rule's cap), searched before
+/// anything is sent (small and announced), searched as it streams, or streamed untouched.
+#[allow(clippy::too_many_arguments)] // the request's parts, each used once
+async fn prepare_body(
+    ctx: &Ctx,
+    body: Framed<Incoming>,
+    headers: &http::HeaderMap,
+    body_cap: Option<usize>,
+    view: &RequestView<'_>,
+    injected: Option<&Injected>,
+    tally: &Tally,
+    rec: &mut Pending,
+) -> Result<UpBody, Reason> {
+    let shared = &ctx.shared;
+    let creds = shared.interception.credentials();
+    // The body is searched for every secret but the ones injected into this request.
+    let body_needles = creds.body_needles(injected);
+    let scan_body = body_needles.is_some();
     let announced = body.size_hint().exact();
-    let body_empty = body.is_end_stream();
-    let up_body: UpBody = if body_empty {
-        Full::new(Bytes::new()).map_err(|n| match n {}).boxed()
-    } else if let Some(cap) = body_cap {
-        if parts.headers.contains_key(header::CONTENT_ENCODING) {
-            rec.rule = Some("a judged body must not be content-encoded".into());
-            return ctx.deny(rec, Reason::RequestDeniedByRule, route).await;
-        }
-        let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
-            Ok(b) => b,
-            Err(reason) => {
-                rec.rule = Some(format!("body judged up to {cap} bytes"));
-                return ctx.deny(rec, reason, route).await;
-            }
-        };
-        match shared.policy.judge_body(&view, &bytes) {
-            L7Verdict::Deny { reason, rule } => {
-                rec.rule = Some(rule);
-                return ctx.deny(rec, reason, route).await;
-            }
-            L7Verdict::Pass { rule } => {
-                if rule.is_some() {
-                    rec.rule = rule;
-                }
-            }
-        }
+    if body.is_end_stream() {
+        return Ok(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
+    }
+    if let Some(cap) = body_cap {
+        let bytes = judged_body(ctx, body, headers, cap, view, rec).await?;
         if scan_body && let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
-            return ctx.deny(rec, Reason::CredentialLeak, route).await;
+            return Err(Reason::CredentialLeak);
         }
-        meter.add_up(bytes.len());
-        Full::new(bytes).map_err(|n| match n {}).boxed()
-    } else if scan_body && announced.is_some_and(|n| n <= SMALL_BODY as u64) {
+        tally.meter.add_up(bytes.len());
+        return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
+    }
+    if scan_body && announced.is_some_and(|n| n <= SMALL_BODY as u64) {
         let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(SMALL_BODY);
-        let bytes = match read_capped(body, cap, shared.limits.idle_timeout).await {
-            Ok(b) => b,
-            Err(reason) => return ctx.deny(rec, reason, route).await,
-        };
+        let bytes = read_capped(body, cap, shared.limits.idle_timeout).await?;
         if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
-            return ctx.deny(rec, Reason::CredentialLeak, route).await;
+            return Err(Reason::CredentialLeak);
         }
-        meter.add_up(bytes.len());
-        Full::new(bytes).map_err(|n| match n {}).boxed()
-    } else if scan_body {
-        LeakChecked {
+        tally.meter.add_up(bytes.len());
+        return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
+    }
+    let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
+    if scan_body {
+        let which = match injected {
+            Some(Injected { only: Some(i), .. }) => Which::Except(*i),
+            _ => Which::All,
+        };
+        return Ok(LeakChecked {
             which,
-            inner: Counted::new(body, Arc::clone(&meter), Dir::Up),
+            inner: counted,
             stream: scan::Stream::new(),
-            shared: Arc::clone(&shared),
-            flag: Arc::clone(&leak_flag),
+            shared: Arc::clone(shared),
+            flag: Arc::clone(&tally.leak_flag),
             done: false,
         }
-        .boxed()
-    } else {
-        Counted::new(body, Arc::clone(&meter), Dir::Up)
-            .map_err(BoxError::from)
-            .boxed()
-    };
+        .boxed());
+    }
+    Ok(counted.map_err(BoxError::from).boxed())
+}
 
-    // The request as sent.
-    // Origin-form: the path and query as received (no re-parse).
+/// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
+async fn judged_body(
+    ctx: &Ctx,
+    body: Framed<Incoming>,
+    headers: &http::HeaderMap,
+    cap: usize,
+    view: &RequestView<'_>,
+    rec: &mut Pending,
+) -> Result<Bytes, Reason> {
+    if headers.contains_key(header::CONTENT_ENCODING) {
+        rec.rule = Some("a judged body must not be content-encoded".into());
+        return Err(Reason::RequestDeniedByRule);
+    }
+    let bytes = match read_capped(body, cap, ctx.shared.limits.idle_timeout).await {
+        Ok(b) => b,
+        Err(reason) => {
+            rec.rule = Some(format!("body judged up to {cap} bytes"));
+            return Err(reason);
+        }
+    };
+    apply_l7(ctx.shared.policy.judge_body(view, &bytes), rec)?;
+    Ok(bytes)
+}
+
+/// The request as sent: origin-form (the path and query as received, no re-parse),
+/// HTTP/1.1, `Host` from the checked target, and the upgrade headers of an allowed upgrade.
+fn origin_form(
+    mut parts: http::request::Parts,
+    route: &Route,
+    upgrade: Option<HeaderValue>,
+    body: UpBody,
+) -> Result<Request<UpBody>, Reason> {
     parts.uri = match parts.uri.path_and_query() {
         Some(pq) => Uri::from(pq.clone()),
         None => Uri::from_static("/"),
     };
     parts.version = Version::HTTP_11;
-    let Some(hv) = route.host_header.clone() else {
-        return ctx.deny(rec, Reason::InvalidHost, route).await;
-    };
+    let hv = route.host_header.clone().ok_or(Reason::InvalidHost)?;
     parts.headers.insert(header::HOST, hv);
-    if let Some(u) = upgrade_value.filter(|_| upgrade) {
+    if let Some(u) = upgrade {
         parts.headers.insert(header::UPGRADE, u);
         parts
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
-    let out = Request::from_parts(parts, up_body);
+    Ok(Request::from_parts(parts, body))
+}
 
+/// Writes the record's `open` line, sends the request on a kept-alive or new upstream
+/// connection, and answers with the response (or the relay of an upgrade).
+async fn forward(
+    ctx: &Ctx,
+    prepared: Prepared,
+    route: &Route,
+    rec: Pending,
+) -> Response<ProxyBody> {
+    let Prepared {
+        out,
+        on_client_upgrade,
+        meter,
+        leak_flag,
+        injected,
+    } = prepared;
     // The record reaches the log before anything of the request goes upstream.
-    let mut rec = match rec.open() {
-        Ok(r) => r,
-        Err(crate::audit::Unavailable) => {
-            return deny::denial(
-                Reason::AuditUnavailable,
-                route.target.host.as_str(),
-                route.target.port,
-            );
-        }
+    let Ok(mut rec) = rec.open() else {
+        return deny::denial(
+            Reason::AuditUnavailable,
+            route.target.host.as_str(),
+            route.target.port,
+        );
     };
     let live = match ctx.reuse(route).await {
         Some(l) => l,
@@ -742,66 +886,16 @@ pub(crate) async fn exchange(
     } = live;
     let resp = match sender.send_request(out).await {
         Ok(r) => r,
-        Err(e) => {
-            if let Some(name) = leak_flag.get() {
-                rec.credential = Some(name.clone());
-                return ctx.deny(rec, Reason::CredentialLeak, route).await;
-            }
-            if e.is_user() {
-                // Our request body failed: the agent's body broke off (it hung up mid-body,
-                // or its message never ended). The upstream request was cut, not completed.
-                tracing::debug!("request to {addr} abandoned mid-body: {e}");
-                rec.event = Some(crate::audit::EVENT_CLIENT_GONE);
-                rec.emit().await;
-                return deny::denial(
-                    Reason::MalformedRequest,
-                    route.target.host.as_str(),
-                    route.target.port,
-                );
-            }
-            tracing::debug!("upstream {addr}: {e}");
-            return ctx.deny(rec, Reason::UpstreamUnreachable, route).await;
-        }
+        Err(e) => return send_failed(ctx, &e, addr, &leak_flag, route, rec).await,
     };
     rec.status = Some(resp.status().as_u16());
-    let (mut rparts, rbody) = resp.into_parts();
-
+    let (rparts, rbody) = resp.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_up) = on_client_upgrade else {
             return ctx.deny(rec, Reason::MalformedRequest, route).await;
         };
-        let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
-        let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone());
-        let idle = shared.limits.idle_timeout;
-        let phase = shared.shutdown.subscribe();
-        let slot = Arc::clone(&ctx.slot);
-        tokio::spawn(async move {
-            let _slot = slot;
-            let _guard = guard; // the line is written when the relay ends
-            if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
-                let s = TokioIo::new(s);
-                // Plain HTTP: the client's bare socket, so the relay can splice.
-                let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare) {
-                    Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
-                    Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
-                    Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
-                };
-            }
-        });
-        let upgrade = rparts.headers.get(header::UPGRADE).cloned();
-        hop::strip(&mut rparts.headers);
-        if injected.is_some() {
-            creds.scrub_headers(&mut rparts.headers);
-        }
-        if let Some(u) = upgrade {
-            rparts.headers.insert(header::UPGRADE, u);
-            rparts
-                .headers
-                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        return Response::from_parts(rparts, deny::full(Bytes::new()));
+        return relay_upgrade(ctx, client_up, rparts, rbody, meter, injected, rec);
     }
-
     if let Ok(mut pool) = ctx.pool.lock() {
         *pool = Some(Live {
             target,
@@ -811,16 +905,113 @@ pub(crate) async fn exchange(
             local_port,
         });
     }
+    let tally = Tally { meter, leak_flag };
+    respond(ctx, rparts, rbody, tally, injected, rec)
+}
+
+/// The upstream request failed: a secret cut the streamed body (`credential-leak`), the
+/// agent's body broke off (its line says `client-gone`), or the upstream failed.
+async fn send_failed(
+    ctx: &Ctx,
+    e: &hyper::Error,
+    addr: SocketAddr,
+    leak_flag: &OnceLock<String>,
+    route: &Route,
+    mut rec: Pending,
+) -> Response<ProxyBody> {
+    if let Some(name) = leak_flag.get() {
+        rec.credential = Some(name.clone());
+        return ctx.deny(rec, Reason::CredentialLeak, route).await;
+    }
+    if e.is_user() {
+        // Our request body failed: the agent's body broke off (it hung up mid-body, or
+        // its message never ended). The upstream request was cut, not completed.
+        tracing::debug!("request to {addr} abandoned mid-body: {e}");
+        rec.event = Some(crate::audit::EVENT_CLIENT_GONE);
+        rec.emit().await;
+        return deny::denial(
+            Reason::MalformedRequest,
+            route.target.host.as_str(),
+            route.target.port,
+        );
+    }
+    tracing::debug!("upstream {addr}: {e}");
+    ctx.deny(rec, Reason::UpstreamUnreachable, route).await
+}
+
+/// A `101`: both sides are relayed as raw bytes from now on (the record is written when
+/// the relay ends); the agent gets the `101` with its upgrade headers.
+fn relay_upgrade(
+    ctx: &Ctx,
+    client_up: hyper::upgrade::OnUpgrade,
+    mut rparts: http::response::Parts,
+    rbody: Incoming,
+    meter: Arc<Meter>,
+    injected: bool,
+    rec: Pending,
+) -> Response<ProxyBody> {
+    let shared = &ctx.shared;
+    let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
+    let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone());
+    let idle = shared.limits.idle_timeout;
+    let phase = shared.shutdown.subscribe();
+    let slot = Arc::clone(&ctx.slot);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let _guard = guard; // the line is written when the relay ends
+        if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
+            let s = TokioIo::new(s);
+            // Plain HTTP: the client's bare socket, so the relay can splice.
+            let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare) {
+                Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
+                Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
+                Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
+            };
+        }
+    });
+    let upgrade = rparts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut rparts.headers);
-    let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone())
-        .with_leak_flag(leak_flag);
-    let counted = Counted::new(rbody, meter, Dir::Down).with_audit(guard);
-    let body = if injected.is_some() && creds.scrub_needles().is_some() {
+    if injected {
+        shared
+            .interception
+            .credentials()
+            .scrub_headers(&mut rparts.headers);
+    }
+    if let Some(u) = upgrade {
+        rparts.headers.insert(header::UPGRADE, u);
+        rparts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    Response::from_parts(rparts, deny::full(Bytes::new()))
+}
+
+/// The response streams back as it arrives, counted, its record written when it ends;
+/// scrubbed of the real secrets when a credential was injected.
+fn respond(
+    ctx: &Ctx,
+    mut rparts: http::response::Parts,
+    rbody: Incoming,
+    tally: Tally,
+    injected: bool,
+    rec: Pending,
+) -> Response<ProxyBody> {
+    let shared = &ctx.shared;
+    let creds = shared.interception.credentials();
+    hop::strip(&mut rparts.headers);
+    let guard = AuditOnDrop::new(
+        rec.into_record(),
+        Arc::clone(&tally.meter),
+        shared.audit.clone(),
+    )
+    .with_leak_flag(tally.leak_flag);
+    let counted = Counted::new(rbody, tally.meter, Dir::Down).with_audit(guard);
+    let body = if injected && creds.scrub_needles().is_some() {
         creds.scrub_headers(&mut rparts.headers);
         Scrubbed {
             inner: counted,
             stream: scan::Stream::new(),
-            shared: Arc::clone(&shared),
+            shared: Arc::clone(shared),
             pending: None,
             done: false,
         }
