@@ -28,6 +28,11 @@ pub struct Cli {
     /// User that runs the agent.
     #[arg(long, env = "AIRLOCK_AGENT_USER", default_value = ch::AGENT_USER)]
     pub agent_user: String,
+    /// Uid (and gid) the agent runs as: `auto` (the owner of the workspace, so the user's
+    /// files stay theirs; the image's agent user when the workspace is root's or absent),
+    /// `image` (the agent user's own ids), `UID` or `UID:GID`.
+    #[arg(long, env = "AIRLOCK_AGENT_UID", default_value = "auto")]
+    pub agent_uid: crate::identity::AgentIds,
     /// Proxy binary (default: `airlock-proxy` next to this executable).
     #[arg(long, env = "AIRLOCK_PROXY_BIN")]
     pub proxy_bin: Option<PathBuf>,

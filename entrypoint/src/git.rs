@@ -261,8 +261,8 @@ pub fn decide(f: &Facts, ids: Ids) -> Result<Decision, String> {
         && h.uid != ids.agent_uid
     {
         return Err(format!(
-            "the repository {gd} belongs to uid {}, but the agent (and the git service on its behalf) runs as uid {}: run airlock on a checkout owned by uid {}",
-            h.uid, ids.agent_uid, ids.agent_uid
+            "the repository {gd} belongs to uid {}, but the agent (and the git service on its behalf) runs as uid {} (the workspace's owner, or AIRLOCK_AGENT_UID): give the checkout and its .git one owner (on the host: sudo chown -R \"$(id -u):$(id -g)\" REPO), or set AIRLOCK_AGENT_UID={}",
+            h.uid, ids.agent_uid, h.uid
         ));
     }
     Ok(Decision::Enabled)

@@ -45,6 +45,54 @@ impl Identity {
     }
 }
 
+/// Which ids the agent runs as (`--agent-uid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentIds {
+    /// The workspace owner's uid and gid.
+    Auto,
+    /// The agent user's own ids from the user database.
+    Image,
+    /// These ids (the gid defaults to the uid).
+    Fixed(u32, Option<u32>),
+}
+
+impl std::str::FromStr for AgentIds {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("{s:?} is not auto, image, UID or UID:GID");
+        match s.trim() {
+            "auto" | "" => Ok(AgentIds::Auto),
+            "image" => Ok(AgentIds::Image),
+            other => {
+                let (uid, gid) = match other.split_once(':') {
+                    Some((u, g)) => (u, Some(g)),
+                    None => (other, None),
+                };
+                let uid = uid.parse().map_err(|_| bad())?;
+                let gid = gid.map(str::parse).transpose().map_err(|_| bad())?;
+                Ok(AgentIds::Fixed(uid, gid))
+            }
+        }
+    }
+}
+
+impl AgentIds {
+    /// The agent's (uid, gid): `image` is the user database's, `owner` the workspace's
+    /// (`None` when there is none). A root-owned workspace keeps the image's ids: the agent
+    /// is never root. Pure.
+    pub fn resolve(self, image: (u32, u32), owner: Option<(u32, u32)>) -> (u32, u32) {
+        match self {
+            AgentIds::Image => image,
+            AgentIds::Fixed(uid, gid) => (uid, gid.unwrap_or(uid)),
+            AgentIds::Auto => match owner {
+                Some((uid, gid)) if uid != 0 => (uid, if gid == 0 { uid } else { gid }),
+                _ => image,
+            },
+        }
+    }
+}
+
 /// The users of design §2, resolved.
 #[derive(Debug, Clone)]
 pub struct Users {
@@ -74,6 +122,16 @@ impl Users {
         };
         users.check()?;
         Ok(users)
+    }
+
+    /// The same users with the agent running as `uid:gid` (its name, home and shell stay
+    /// the agent user's), checked again.
+    pub fn with_agent_ids(mut self, uid: u32, gid: u32) -> Result<Users> {
+        self.agent.uid = uid;
+        self.agent.gid = gid;
+        self.agent.groups = vec![gid];
+        self.check()?;
+        Ok(self)
     }
 
     /// Fail closed on identities that would collapse the separation the firewall relies on.
@@ -133,6 +191,48 @@ mod tests {
             home: "/".into(),
             shell: "/bin/sh".into(),
         }
+    }
+
+    #[test]
+    fn the_agent_runs_as_the_workspace_owner_unless_told_otherwise() {
+        let image = (1000, 1000);
+        let auto: AgentIds = "auto".parse().unwrap();
+        assert_eq!(auto.resolve(image, Some((1001, 1002))), (1001, 1002));
+        assert_eq!(auto.resolve(image, None), image);
+        // Root's workspace: never a root agent.
+        assert_eq!(auto.resolve(image, Some((0, 0))), image);
+        assert_eq!(auto.resolve(image, Some((1001, 0))), (1001, 1001));
+        let image_ids: AgentIds = "image".parse().unwrap();
+        assert_eq!(image_ids.resolve(image, Some((1001, 1001))), image);
+        assert_eq!(
+            "2000".parse::<AgentIds>().unwrap().resolve(image, None),
+            (2000, 2000)
+        );
+        assert_eq!(
+            "2000:3000"
+                .parse::<AgentIds>()
+                .unwrap()
+                .resolve(image, Some((5, 5))),
+            (2000, 3000)
+        );
+        assert!("root".parse::<AgentIds>().is_err());
+        assert!("1:x".parse::<AgentIds>().is_err());
+    }
+
+    #[test]
+    fn overridden_ids_are_checked_again() {
+        let u = Users {
+            proxy: id("airlock", 101, 101),
+            agent: id("agent", 1000, 1000),
+            git_gid: 102,
+        };
+        let moved = u.clone().with_agent_ids(1001, 1001).unwrap();
+        assert_eq!(
+            (moved.agent.uid, moved.agent.groups.clone()),
+            (1001, vec![1001])
+        );
+        assert!(u.clone().with_agent_ids(101, 1001).is_err());
+        assert!(u.with_agent_ids(1001, 102).is_err());
     }
 
     #[test]

@@ -111,7 +111,9 @@ fn check_all(cli: &Cli) -> Result<Checked> {
     );
     problems.take(preflight::check(cli));
     problems.take(setup::require_tools());
-    let users = problems.take(Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user));
+    let users = problems
+        .take(Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user))
+        .and_then(|u| problems.take(agent_as_owner(u, cli)));
     if let Some(users) = &users {
         problems.take(setup::require_protected(&cli.policy, users, &knobs));
     }
@@ -192,6 +194,25 @@ fn check_all(cli: &Cli) -> Result<Checked> {
     }
 }
 
+/// The users with the agent's ids chosen by `--agent-uid` (default: the workspace owner's).
+fn agent_as_owner(users: Users, cli: &Cli) -> Result<Users> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&cli.workdir)
+        .ok()
+        .map(|m| (m.uid(), m.gid()));
+    let image = (users.agent.uid, users.agent.gid);
+    let (uid, gid) = cli.agent_uid.resolve(image, owner);
+    if (uid, gid) == image {
+        return Ok(users);
+    }
+    users.with_agent_ids(uid, gid).with_context(|| {
+        format!(
+            "the workspace {} belongs to uid {uid} (gid {gid}), which airlock cannot run the agent as; set AIRLOCK_AGENT_UID=UID[:GID] (-e in AIRLOCK_DOCKER_ARGS)",
+            cli.workdir.display()
+        )
+    })
+}
+
 fn start(cli: Cli) -> Result<i32> {
     let t0 = Instant::now();
     if cli.check {
@@ -219,6 +240,7 @@ fn start(cli: Cli) -> Result<i32> {
                 forced,
             },
     } = check_all(&cli)?;
+    setup::give_home(&users.agent)?;
     creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
         &session_key,
         &session.id,

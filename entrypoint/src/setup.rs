@@ -121,6 +121,32 @@ pub fn require_protected(path: &Path, users: &Users, knobs: &crate::problems::Kn
     Ok(())
 }
 
+/// The agent's home belongs to the ids it runs as (the image's tmpfs is mounted for the
+/// image's agent user; `--agent-uid` may have chosen the workspace owner's instead).
+pub fn give_home(agent: &crate::identity::Identity) -> Result<()> {
+    let Ok(meta) = std::fs::metadata(&agent.home) else {
+        return Ok(());
+    };
+    if meta.uid() == agent.uid && meta.gid() == agent.gid {
+        return Ok(());
+    }
+    chown(
+        &agent.home,
+        Some(Uid::from_raw(agent.uid)),
+        Some(Gid::from_raw(agent.gid)),
+    )
+    .with_context(|| {
+        format!(
+            "cannot give the agent's home {} to uid {}: mount a writable tmpfs there (--tmpfs {}:uid={},gid={},mode=0700,size=1g)",
+            agent.home.display(),
+            agent.uid,
+            agent.home.display(),
+            agent.uid,
+            agent.gid
+        )
+    })
+}
+
 /// Create the runtime and audit directories with their owners and modes.
 pub fn prepare_dirs(cli: &Cli, users: &Users) -> Result<PathBuf> {
     std::fs::create_dir_all(&cli.run_dir).with_context(|| {

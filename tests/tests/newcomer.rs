@@ -132,3 +132,117 @@ fn an_interactive_terminal_carries_only_the_agents_output() {
         "the proxy's lines are in the log:\n{text}"
     );
 }
+
+/// A uid no user of the sandbox has: the host user's own uid, as on a machine whose
+/// developer is not uid 1000.
+const HOST_UID: u32 = 64200;
+
+fn run_git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "safe.directory=*",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    stdout(&out).trim().to_owned()
+}
+
+/// Any workspace owner: the agent runs as the uid that owns the checkout, so what it writes
+/// stays the user's, and the git API (effective uid the owner's) commits into the hidden
+/// `.git` as that uid too (issue 15, item 4).
+#[test]
+fn the_agent_runs_as_the_workspace_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let ws = &airlock.workdir;
+    run_git(ws, &["init", "-q"]);
+    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+    run_git(ws, &["add", "-A"]);
+    run_git(ws, &["commit", "-q", "-m", "seed"]);
+    // The image's layout: the hidden git dir under root:airlock-git 0710, the cover root's.
+    let parent = world.dir().join("airlock").join("git");
+    std::fs::create_dir(&parent).unwrap();
+    std::os::unix::fs::chown(&parent, Some(0), Some(world.users().git)).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o710)).unwrap();
+    let git_dir = parent.join("workspace.git");
+    std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+    for p in [ws, &git_dir] {
+        let ok = std::process::Command::new("chown")
+            .args(["-R", &format!("{HOST_UID}:{HOST_UID}")])
+            .arg(p)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    std::fs::create_dir(ws.join(".git")).unwrap();
+    std::os::unix::fs::chown(ws.join(".git"), Some(0), Some(0)).unwrap();
+    let shims = world.dir().join("shims");
+    std::fs::create_dir(&shims).unwrap();
+    for name in ["git", "git-credential-airlock"] {
+        std::fs::copy(bin(name), shims.join(name)).unwrap();
+    }
+    std::fs::create_dir_all("/usr/local/lib/airlock/bin").unwrap();
+
+    let agent = "id -u > uid.txt; echo new > new.txt; git add new.txt; \
+                 git -c user.name=a -c user.email=a@example.com commit -q -m agent; echo commit=$?";
+    let mut cmd = world.sandbox_command(std::path::Path::new("/bin/sh"));
+    cmd.arg("-c")
+        .arg(
+            "set -e; mount -t tmpfs -o ro,mode=0555 airlock-cover \"$1/.git\"; \
+             mount --bind \"$2\" /usr/local/lib/airlock/bin; shift 2; exec \"$@\"",
+        )
+        .arg("wrap")
+        .arg(ws)
+        .arg(&shims)
+        .arg(bin("airlock-entrypoint"))
+        .arg("--policy")
+        .arg(&airlock.policy)
+        .arg("--audit-dir")
+        .arg(&airlock.audit_dir)
+        .arg("--run-dir")
+        .arg(&airlock.run_dir)
+        .arg("--workdir")
+        .arg(ws)
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["--", "sh", "-c", agent]);
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("commit=0"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let uid = std::fs::read_to_string(ws.join("uid.txt")).unwrap();
+    assert_eq!(uid.trim(), HOST_UID.to_string());
+    assert_eq!(
+        std::fs::metadata(ws.join("new.txt")).unwrap().uid(),
+        HOST_UID
+    );
+    let log = run_git(&git_dir, &["log", "--format=%s", "-1"]);
+    assert_eq!(log, "agent");
+    // Everything in the repository is still the user's: host git keeps working.
+    let foreign = std::process::Command::new("find")
+        .arg(&git_dir)
+        .args(["!", "-uid", &HOST_UID.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&foreign).trim(),
+        "",
+        "files in .git not owned by the user"
+    );
+}
