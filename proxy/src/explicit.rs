@@ -346,7 +346,6 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         Kind::Connect
     };
     let mut rec = record(&st, kind, &req);
-    let meter = Arc::new(Meter::new());
     let authority = req
         .uri()
         .authority()
@@ -395,91 +394,127 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
             Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
         }
     };
-    rec.event = Some("close");
-
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    let shared = Arc::clone(&st.shared);
-    let slot = Arc::clone(&st.slot);
-    let (peer, uid) = (st.peer, st.uid);
-    tokio::spawn(async move {
-        let _slot = Arc::clone(&slot); // the tunnel counts against the client's connection cap
-        let end = match on_upgrade.await {
-            Ok(upgraded) if intercept => {
-                let mut ctx = Ctx::new(Arc::clone(&shared), peer, uid, kind, slot);
-                ctx.service = service;
-                let route = Route::new(target, addrs, true, true);
-                let ctx = Arc::new(ctx);
-                match gate::upgraded_tcp(upgraded) {
-                    // The bare socket: no dynamic IO layers under the TLS.
-                    Ok(tcp) => {
-                        let client = Metered::both(tcp, Arc::clone(&meter), Dir::Up);
-                        intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
-                    }
-                    Err(upgraded) => {
-                        let client =
-                            Metered::both(TokioIo::new(upgraded), Arc::clone(&meter), Dir::Up);
-                        intercept::serve_tls(client, ctx, route, upstream, &mut rec).await
-                    }
-                }
-            }
-            Ok(upgraded) => {
-                let Some(upstream) = upstream else {
-                    // Only an intercepted connection goes without one.
-                    tracing::error!("CONNECT tunnel without an upstream connection");
-                    rec.event = Some(tunnel::End::Error.as_str());
-                    rec.emit().await;
-                    return;
-                };
-                let mut client = match gate::upgraded_tcp(upgraded) {
-                    Ok(tcp) => tcp,
-                    Err(_) => {
-                        tracing::error!("CONNECT tunnel not over the client socket");
-                        rec.event = Some(tunnel::End::Error.as_str());
-                        rec.emit().await;
-                        return;
-                    }
-                };
-                let mut up = upstream.stream;
-                match inspect_tunnel(
-                    &mut client,
-                    &mut up,
-                    &target,
-                    &meter,
-                    shared.limits.idle_timeout,
-                    shared.shutdown.subscribe(),
-                )
-                .await
-                {
-                    Ok(()) => {
-                        let (idle, phase) =
-                            (shared.limits.idle_timeout, shared.shutdown.subscribe());
-                        let meter = Arc::clone(&meter);
-                        // Prefix consumed (the usual case): socket to socket, spliced.
-                        match client.into_bare() {
-                            Ok(tcp) => tunnel::relay(tcp, up, meter, idle, phase).await,
-                            Err(client) => tunnel::relay(client, up, meter, idle, phase).await,
-                        }
-                    }
-                    Err(Inspect::Refused(reason)) => {
-                        rec.decision = Verdict::Deny;
-                        rec.reason = Some(reason.as_str());
-                        tunnel::End::Closed
-                    }
-                    Err(Inspect::Ended(end)) => end,
-                }
-            }
-            Err(e) => {
-                tracing::debug!("upgrade failed: {e}");
-                tunnel::End::Error
-            }
-        };
-        rec.event = Some(end.as_str());
-        rec.bytes_up = meter.up();
-        rec.bytes_down = meter.down();
-        rec.duration_ms = meter.elapsed_ms();
-        rec.emit().await;
-    });
+    let tunnel = Tunnel {
+        shared: Arc::clone(&st.shared),
+        peer: st.peer,
+        uid: st.uid,
+        kind,
+        slot: Arc::clone(&st.slot),
+        service,
+        intercept,
+        target,
+        addrs,
+        upstream,
+        meter: Arc::new(Meter::new()),
+    };
+    tokio::spawn(run_tunnel(tunnel, hyper::upgrade::on(&mut req), rec));
     Response::new(deny::full(bytes::Bytes::new()))
+}
+
+/// A granted `CONNECT`, waiting for hyper to hand its connection over.
+struct Tunnel {
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    uid: Option<u32>,
+    kind: Kind,
+    /// The client's connection slot: the tunnel counts against its cap.
+    slot: Arc<Slot>,
+    service: bool,
+    intercept: bool,
+    target: Target,
+    addrs: Vec<std::net::IpAddr>,
+    /// Made before the `200` (none for an intercepted target with a pooled connection).
+    upstream: Option<crate::upstream::Connected>,
+    meter: Arc<Meter>,
+}
+
+/// Serves the tunnel (intercepted request by request, or relayed after its first bytes are
+/// checked), then writes its closing line.
+async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: Pending) {
+    let _slot = Arc::clone(&t.slot);
+    rec.event = Some("close");
+    let meter = Arc::clone(&t.meter);
+    let end = match on_upgrade.await {
+        Ok(upgraded) if t.intercept => intercepted_tunnel(t, upgraded, &mut rec).await,
+        Ok(upgraded) => relayed_tunnel(t, upgraded, &mut rec).await,
+        Err(e) => {
+            tracing::debug!("upgrade failed: {e}");
+            tunnel::End::Error
+        }
+    };
+    rec.event = Some(end.as_str());
+    rec.bytes_up = meter.up();
+    rec.bytes_down = meter.down();
+    rec.duration_ms = meter.elapsed_ms();
+    rec.emit().await;
+}
+
+/// The agent's TLS terminated with a leaf of the appliance CA; each request judged.
+async fn intercepted_tunnel(
+    t: Tunnel,
+    upgraded: hyper::upgrade::Upgraded,
+    rec: &mut Pending,
+) -> tunnel::End {
+    let mut ctx = Ctx::new(Arc::clone(&t.shared), t.peer, t.uid, t.kind, t.slot);
+    ctx.service = t.service;
+    let route = Route::new(t.target, t.addrs, true, true);
+    let ctx = Arc::new(ctx);
+    match gate::upgraded_tcp(upgraded) {
+        // The bare socket: no dynamic IO layers under the TLS.
+        Ok(tcp) => {
+            let client = Metered::both(tcp, Arc::clone(&t.meter), Dir::Up);
+            intercept::serve_tls(client, ctx, route, t.upstream, rec).await
+        }
+        Err(upgraded) => {
+            let client = Metered::both(TokioIo::new(upgraded), Arc::clone(&t.meter), Dir::Up);
+            intercept::serve_tls(client, ctx, route, t.upstream, rec).await
+        }
+    }
+}
+
+/// Not intercepted: the first bytes must name the same host (no fronting, no ECH), then
+/// socket to socket.
+async fn relayed_tunnel(
+    t: Tunnel,
+    upgraded: hyper::upgrade::Upgraded,
+    rec: &mut Pending,
+) -> tunnel::End {
+    let Some(upstream) = t.upstream else {
+        // Only an intercepted connection goes without one.
+        tracing::error!("CONNECT tunnel without an upstream connection");
+        return tunnel::End::Error;
+    };
+    let Ok(mut client) = gate::upgraded_tcp(upgraded) else {
+        tracing::error!("CONNECT tunnel not over the client socket");
+        return tunnel::End::Error;
+    };
+    let mut up = upstream.stream;
+    let idle = t.shared.limits.idle_timeout;
+    let checked = inspect_tunnel(
+        &mut client,
+        &mut up,
+        &t.target,
+        &t.meter,
+        idle,
+        t.shared.shutdown.subscribe(),
+    )
+    .await;
+    match checked {
+        Ok(()) => {
+            let phase = t.shared.shutdown.subscribe();
+            // Prefix consumed (the usual case): socket to socket, spliced.
+            match client.into_bare() {
+                Ok(tcp) => tunnel::relay(tcp, up, t.meter, idle, phase).await,
+                Err(client) => tunnel::relay(client, up, t.meter, idle, phase).await,
+            }
+        }
+        Err(Inspect::Refused(reason)) => {
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(reason.as_str());
+            tunnel::End::Closed
+        }
+        Err(Inspect::Ended(end)) => end,
+    }
 }
 
 /// Plain HTTP from the transparent listener: the `Host` header names the target (it must
