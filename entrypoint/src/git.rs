@@ -25,15 +25,13 @@
 use crate::identity::{Identity, Users};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::status::{self, Expected};
-use airlock_wire::frame::{self, FrameKind};
-use airlock_wire::{Denied, Reason, SessionKey};
+use airlock_wire::SessionKey;
 use anyhow::{Context, Result, anyhow, bail};
 use nix::unistd::{Gid, Uid, chown};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -366,6 +364,8 @@ pub struct ApiSpec {
     /// The branch checked out at this start, fixed for every restart (else the agent could
     /// check out another sandbox's branch, kill the git API and have it allowed).
     pub start_branch: Option<String>,
+    /// This start's session id, on every line of the git API's log.
+    pub session: String,
 }
 
 impl ApiSpec {
@@ -376,6 +376,7 @@ impl ApiSpec {
         audit_dir: &Path,
         users: &Users,
         paths: (&Path, &Path, &Path, &Path),
+        session: &str,
     ) -> Result<ApiSpec> {
         let (git_dir, work_tree, key_file, policy) = paths;
         let git_user = nix::unistd::User::from_name(airlock_channels::GIT_USER)
@@ -436,11 +437,12 @@ impl ApiSpec {
             start_branch: std::fs::read_to_string(git_dir.join("HEAD"))
                 .ok()
                 .and_then(|h| head_branch(&h)),
+            session: session.to_owned(),
         })
     }
 
-    /// Spawn the git API, wait until it answers on its socket (and refuses us: root is not
-    /// the agent), and verify its identity from `/proc/<pid>/status`.
+    /// Spawn the git API, wait until it listens on its socket, and verify its identity from
+    /// `/proc/<pid>/status`.
     pub fn start(&self) -> Result<Child> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
@@ -468,6 +470,8 @@ impl ApiSpec {
             .arg(REAL_GIT)
             .arg("--start-branch")
             .arg(self.start_branch.as_deref().unwrap_or(""))
+            .arg("--session")
+            .arg(&self.session)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
@@ -496,10 +500,8 @@ impl ApiSpec {
                     last_line(&self.log_path)
                 );
             }
-            match probe(&self.socket) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => return Err(e),
+            if probe(&self.socket) {
+                break;
             }
             if Instant::now() > deadline {
                 bail!(
@@ -540,36 +542,14 @@ impl ApiSpec {
     }
 }
 
-/// One connection as root: a live server refuses it with `peer_not_agent`. `Ok(false)`: not
-/// listening yet. After set-up PID 1 has no DAC override and may not connect to the agent's
-/// 0600 socket; a restart is then judged by the kernel's list of listening sockets.
-fn probe(socket: &Path) -> Result<bool> {
-    let mut s = match UnixStream::connect(socket) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-            return Ok(listening(&table, socket));
-        }
-        Err(_) => return Ok(false),
-    };
-    s.set_read_timeout(Some(Duration::from_secs(2)))
-        .context("setting a timeout on the git API socket")?;
-    match frame::read_frame(&mut s, 64 * 1024) {
-        Ok(Some(f)) if f.kind == FrameKind::Denied => {
-            let d: Denied = frame::decode(&f.payload, "denied")
-                .map_err(|e| anyhow!("the git API answered garbage: {e}"))?;
-            if d.reason == Reason::PeerNotAgent.as_str() {
-                Ok(true)
-            } else {
-                bail!(
-                    "the git API answered root with {} instead of refusing it as not the agent",
-                    d.reason
-                )
-            }
-        }
-        Ok(other) => bail!("the git API answered root with {other:?} instead of refusing it"),
-        Err(_) => Ok(false),
-    }
+/// Whether the git API listens on its socket yet, read from the kernel's list of listening
+/// sockets. PID 1 never connects: the git API serves only the agent and would log PID 1's
+/// connection as a `peer_not_agent` denial at every start. Who listens is proved by the
+/// identity check that follows (`/proc/<pid>/status`), and nobody else can bind in the
+/// socket directory before the agent starts (`root:airlock-git 0771`).
+fn probe(socket: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    listening(&table, socket)
 }
 
 /// Whether `/proc/net/unix` lists a listening socket (`__SO_ACCEPTCON`) bound to `path`.

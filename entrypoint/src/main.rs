@@ -283,6 +283,7 @@ fn start(cli: Cli) -> Result<i32> {
             &cli.audit_dir,
             &users,
             (&cli.git_dir, &cli.workdir, &key_file, &cli.policy),
+            &session.id,
         )?),
         None => None,
     };

@@ -157,68 +157,96 @@ fn run_git(dir: &std::path::Path, args: &[&str]) -> String {
     stdout(&out).trim().to_owned()
 }
 
+/// A workspace checkout with its `.git` hidden as the docker flags hide it, owned by
+/// `owner`, and the entrypoint (with the shims at the image's path) running `agent` there.
+struct GitCheckout {
+    world: airlock_tests::World,
+    airlock: Airlock,
+    git_dir: std::path::PathBuf,
+    shims: std::path::PathBuf,
+}
+
+impl GitCheckout {
+    fn new(owner: u32) -> GitCheckout {
+        use std::os::unix::fs::PermissionsExt;
+        let world = world();
+        let airlock = Airlock::new(&world, POLICY);
+        let ws = &airlock.workdir;
+        run_git(ws, &["init", "-q"]);
+        std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+        run_git(ws, &["add", "-A"]);
+        run_git(ws, &["commit", "-q", "-m", "seed"]);
+        // The image's layout: the hidden git dir under root:airlock-git 0710, the cover root's.
+        let parent = world.dir().join("airlock").join("git");
+        std::fs::create_dir(&parent).unwrap();
+        std::os::unix::fs::chown(&parent, Some(0), Some(world.users().git)).unwrap();
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o710)).unwrap();
+        let git_dir = parent.join("workspace.git");
+        std::fs::rename(ws.join(".git"), &git_dir).unwrap();
+        for p in [ws, &git_dir] {
+            let ok = std::process::Command::new("chown")
+                .args(["-R", &format!("{owner}:{owner}")])
+                .arg(p)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        std::os::unix::fs::chown(ws.join(".git"), Some(0), Some(0)).unwrap();
+        let shims = world.dir().join("shims");
+        std::fs::create_dir(&shims).unwrap();
+        for name in ["git", "git-credential-airlock"] {
+            std::fs::copy(bin(name), shims.join(name)).unwrap();
+        }
+        std::fs::create_dir_all("/usr/local/lib/airlock/bin").unwrap();
+        GitCheckout {
+            world,
+            airlock,
+            git_dir,
+            shims,
+        }
+    }
+
+    fn run(&self, agent: &str) -> std::process::Output {
+        let (airlock, ws) = (&self.airlock, &self.airlock.workdir);
+        let mut cmd = self.world.sandbox_command(std::path::Path::new("/bin/sh"));
+        cmd.arg("-c")
+            .arg(
+                "set -e; mount -t tmpfs -o ro,mode=0555 airlock-cover \"$1/.git\"; \
+                 mount --bind \"$2\" /usr/local/lib/airlock/bin; shift 2; exec \"$@\"",
+            )
+            .arg("wrap")
+            .arg(ws)
+            .arg(&self.shims)
+            .arg(bin("airlock-entrypoint"))
+            .arg("--policy")
+            .arg(&airlock.policy)
+            .arg("--audit-dir")
+            .arg(&airlock.audit_dir)
+            .arg("--run-dir")
+            .arg(&airlock.run_dir)
+            .arg("--workdir")
+            .arg(ws)
+            .arg("--git-dir")
+            .arg(&self.git_dir)
+            .args(["--", "sh", "-c", agent]);
+        cmd.output().unwrap()
+    }
+}
+
 /// Any workspace owner: the agent runs as the uid that owns the checkout, so what it writes
 /// stays the user's, and the git API (effective uid the owner's) commits into the hidden
 /// `.git` as that uid too (issue 15, item 4).
 #[test]
 fn the_agent_runs_as_the_workspace_owner() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let world = world();
-    let airlock = Airlock::new(&world, POLICY);
-    let ws = &airlock.workdir;
-    run_git(ws, &["init", "-q"]);
-    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
-    run_git(ws, &["add", "-A"]);
-    run_git(ws, &["commit", "-q", "-m", "seed"]);
-    // The image's layout: the hidden git dir under root:airlock-git 0710, the cover root's.
-    let parent = world.dir().join("airlock").join("git");
-    std::fs::create_dir(&parent).unwrap();
-    std::os::unix::fs::chown(&parent, Some(0), Some(world.users().git)).unwrap();
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o710)).unwrap();
-    let git_dir = parent.join("workspace.git");
-    std::fs::rename(ws.join(".git"), &git_dir).unwrap();
-    for p in [ws, &git_dir] {
-        let ok = std::process::Command::new("chown")
-            .args(["-R", &format!("{HOST_UID}:{HOST_UID}")])
-            .arg(p)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-    std::fs::create_dir(ws.join(".git")).unwrap();
-    std::os::unix::fs::chown(ws.join(".git"), Some(0), Some(0)).unwrap();
-    let shims = world.dir().join("shims");
-    std::fs::create_dir(&shims).unwrap();
-    for name in ["git", "git-credential-airlock"] {
-        std::fs::copy(bin(name), shims.join(name)).unwrap();
-    }
-    std::fs::create_dir_all("/usr/local/lib/airlock/bin").unwrap();
-
-    let agent = "id -u > uid.txt; echo new > new.txt; git add new.txt; \
-                 git -c user.name=a -c user.email=a@example.com commit -q -m agent; echo commit=$?";
-    let mut cmd = world.sandbox_command(std::path::Path::new("/bin/sh"));
-    cmd.arg("-c")
-        .arg(
-            "set -e; mount -t tmpfs -o ro,mode=0555 airlock-cover \"$1/.git\"; \
-             mount --bind \"$2\" /usr/local/lib/airlock/bin; shift 2; exec \"$@\"",
-        )
-        .arg("wrap")
-        .arg(ws)
-        .arg(&shims)
-        .arg(bin("airlock-entrypoint"))
-        .arg("--policy")
-        .arg(&airlock.policy)
-        .arg("--audit-dir")
-        .arg(&airlock.audit_dir)
-        .arg("--run-dir")
-        .arg(&airlock.run_dir)
-        .arg("--workdir")
-        .arg(ws)
-        .arg("--git-dir")
-        .arg(&git_dir)
-        .args(["--", "sh", "-c", agent]);
-    let out = cmd.output().unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let g = GitCheckout::new(HOST_UID);
+    let ws = &g.airlock.workdir;
+    let out = g.run(
+        "id -u > uid.txt; echo new > new.txt; git add new.txt; \
+         git -c user.name=a -c user.email=a@example.com commit -q -m agent; echo commit=$?",
+    );
     assert_ok(&out);
     assert!(
         stdout(&out).contains("commit=0"),
@@ -232,11 +260,11 @@ fn the_agent_runs_as_the_workspace_owner() {
         std::fs::metadata(ws.join("new.txt")).unwrap().uid(),
         HOST_UID
     );
-    let log = run_git(&git_dir, &["log", "--format=%s", "-1"]);
+    let log = run_git(&g.git_dir, &["log", "--format=%s", "-1"]);
     assert_eq!(log, "agent");
     // Everything in the repository is still the user's: host git keeps working.
     let foreign = std::process::Command::new("find")
-        .arg(&git_dir)
+        .arg(&g.git_dir)
         .args(["!", "-uid", &HOST_UID.to_string()])
         .output()
         .unwrap();
@@ -245,4 +273,31 @@ fn the_agent_runs_as_the_workspace_owner() {
         "",
         "files in .git not owned by the user"
     );
+}
+
+/// A start leaves no denial of its own in the git API's log (PID 1's readiness check is not
+/// a refused connection), and every line of that log carries this start's session
+/// (issue 15, item 8).
+#[test]
+fn the_git_log_has_no_self_inflicted_denial_and_carries_the_session() {
+    let g = GitCheckout::new(HOST_UID);
+    let out = g.run("git status --short >/dev/null; echo status=$?");
+    assert_ok(&out);
+    assert!(stdout(&out).contains("status=0"), "{}", stderr(&out));
+    let session = stderr(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("airlock: session "))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no session line:\n{}", stderr(&out)));
+    let text = std::fs::read_to_string(g.airlock.audit_dir.join("git-api.jsonl")).unwrap();
+    assert!(!text.contains("peer_not_agent"), "{text}");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["session"], session.as_str(), "{l}");
+    }
 }
