@@ -1,0 +1,242 @@
+//! The command line: every subcommand, its flags and its examples (`--help`).
+
+use crate::exit;
+use crate::flags::DEFAULT_IMAGE;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  airlock new fix-login --repo ~/src/app      # a sandbox on branch sandbox/fix-login
+  airlock list --json                         # every sandbox, machine-readable
+  airlock exec fix-login -- git log -1        # run a command in it
+  airlock fetch fix-login                     # its commits, as branch sandbox/fix-login
+  airlock destroy fix-login                   # refuses while it holds unfetched commits
+  airlock completions bash > /etc/bash_completion.d/airlock";
+
+/// Run AI coding agents in airlock sandboxes: one container per sandbox, each on its own
+/// branch of your repository, managed through the Docker Engine API.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, after_help = format!("{EXAMPLES}\n\n{}", exit::TABLE))]
+pub struct Cli {
+    /// Where the registry and the sandboxes' checkouts live
+    /// (default: $XDG_DATA_HOME/airlock, else ~/.local/share/airlock).
+    #[arg(long, env = "AIRLOCK_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// The appliance image.
+    #[arg(long, env = "AIRLOCK_IMAGE", global = true, default_value = DEFAULT_IMAGE)]
+    pub image: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a sandbox on its own branch of a repository and start it.
+    #[command(after_help = "\
+Examples:
+  airlock new fix-login                        # the repository in the current directory
+  airlock new fix-login --repo ~/src/app --branch agent/login
+  airlock new tests --repo . -- claude -p 'make the tests pass'")]
+    New(NewArgs),
+    /// List the sandboxes with their state as the engine reports it.
+    #[command(after_help = "\
+Examples:
+  airlock list
+  airlock list --json | jq -r '.[] | select(.state == \"missing\") | .name'
+
+JSON: an array of objects with the fields name, repository, branch, base, agent, image,
+image_digest, policy_hash, container_id, created, last_seen, ttl_seconds, state, sessions
+(times are Unix seconds; state is one of created, running, stopped, missing, destroyed).")]
+    List(ListArgs),
+    /// Show one sandbox: its registry row, its sessions and its engine state.
+    #[command(after_help = "\
+Examples:
+  airlock status fix-login
+  airlock status fix-login --json
+
+JSON: the fields of `list --json` plus session_list (id, started) and ahead (commits on the
+sandbox branch that the operator's repository does not have yet).")]
+    Status(NameJson),
+    /// Open a shell as the agent in a running sandbox.
+    #[command(after_help = "Examples:\n  airlock attach fix-login")]
+    Attach(NameArg),
+    /// Run a command as the agent in a running sandbox; exits with its status.
+    #[command(after_help = "\
+Examples:
+  airlock exec fix-login -- git status
+  airlock exec fix-login -- sh -c 'cd /workspace && cargo test'")]
+    Exec(ExecArgs),
+    /// Stop a sandbox's container (its checkout and branch stay); fetches its branch first.
+    #[command(after_help = "Examples:\n  airlock stop fix-login")]
+    Stop(NameArg),
+    /// Start a stopped sandbox again (a new session is recorded).
+    #[command(after_help = "Examples:\n  airlock start fix-login")]
+    Start(NameArg),
+    /// Remove a sandbox: container, checkout and registry row.
+    #[command(after_help = "\
+Examples:
+  airlock destroy fix-login            # refuses if it holds commits not fetched back
+  airlock destroy fix-login --force    # loses them")]
+    Destroy(DestroyArgs),
+    /// Print a sandbox's container output.
+    #[command(
+        after_help = "Examples:\n  airlock logs fix-login\n  airlock logs fix-login --tail 50"
+    )]
+    Logs(LogsArgs),
+    /// Bring a sandbox's commits back as the branch sandbox/<name> of your repository,
+    /// with the sandbox's hooks and config ignored.
+    #[command(after_help = "Examples:\n  airlock fetch fix-login && git log sandbox/fix-login")]
+    Fetch(NameArg),
+    /// Remove expired stopped sandboxes (never one holding unfetched commits) and forget
+    /// rows whose container and checkout are gone.
+    #[command(after_help = "Examples:\n  airlock gc\n  airlock gc --dry-run --json")]
+    Gc(GcArgs),
+    /// Print the run flags for another engine: compose, devcontainer, k8s, docker, engine.
+    #[command(after_help = "\
+Examples:
+  airlock render compose --repo ~/src/app > compose.yaml
+  airlock render devcontainer --repo . > .devcontainer/devcontainer.json
+  airlock render k8s --repo /srv/app | kubectl apply -f -")]
+    Render(RenderArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "\
+Examples:
+  airlock completions bash > /etc/bash_completion.d/airlock
+  airlock completions zsh > \"${fpath[1]}/_airlock\"")]
+    Completions(CompletionsArgs),
+}
+
+/// `new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The sandbox name: lowercase letters, digits and `-`, 1 to 32, starting with a letter.
+    pub name: String,
+    /// The operator's repository (a git checkout).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The sandbox's branch (default sandbox/<name>); created from the checkout's HEAD.
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// A label for the agent this sandbox runs (shown by `list`).
+    #[arg(long, default_value = "shell")]
+    pub agent: String,
+    /// Seconds a stopped sandbox is kept before `gc` may remove it.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub ttl: i64,
+    /// Host files given to the sandbox as /run/secrets/<NAME>, read-only (NAME=FILE).
+    #[arg(long = "secret", value_name = "NAME=FILE")]
+    pub secrets: Vec<String>,
+    /// A host policy file instead of the image's default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Print the new sandbox as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The agent command (default: the image's, a shell).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Machine-readable output (fields in `airlock list --help`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A sandbox name.
+#[derive(Debug, Args)]
+pub struct NameArg {
+    /// The sandbox.
+    pub name: String,
+}
+
+/// A sandbox name and `--json`.
+#[derive(Debug, Args)]
+pub struct NameJson {
+    /// The sandbox.
+    pub name: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The sandbox.
+    pub name: String,
+    /// The command.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `destroy`.
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// The sandbox.
+    pub name: String,
+    /// Destroy even if the sandbox holds commits not fetched back.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The sandbox.
+    pub name: String,
+    /// Only the last N lines.
+    #[arg(long)]
+    pub tail: Option<u32>,
+}
+
+/// `gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Machine-readable output: {removed, kept, forgotten} arrays of {name, reason}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `render` prints.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Target {
+    /// A `compose.yaml` service.
+    Compose,
+    /// A `devcontainer.json`.
+    Devcontainer,
+    /// A Kubernetes Pod (JSON, which kubectl reads as YAML).
+    K8s,
+    /// `docker run` flags, one per line.
+    Docker,
+    /// The Docker Engine API container-create body.
+    Engine,
+}
+
+/// `render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The format.
+    pub target: Target,
+    /// The repository to mount at /workspace.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The name of the service, container or pod.
+    #[arg(long, default_value = "airlock")]
+    pub name: String,
+}
+
+/// `completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}

@@ -1,0 +1,339 @@
+//! The one definition of how an airlock container is run (docs/docker.md, "The run command,
+//! line by line"): capabilities, read-only root, sized tmpfs mounts, limits, security options,
+//! mounts and environment, as a pure value ([`RunSpec`]).
+//!
+//! Every way of starting the appliance is a rendering of this value, so they cannot drift:
+//! [`RunSpec::docker_args`] (`docker run` flags, as `docker/run-flags.sh` spells them and as
+//! `devcontainer.json` carries them), [`RunSpec::engine_body`] (the Docker Engine API
+//! container-create body the CLI sends), [`compose`] (`compose.yaml` service text),
+//! [`devcontainer`] and [`k8s`] (a Pod manifest). The tests compare the renderings with each
+//! other and with the files the repository ships.
+
+pub mod compose;
+pub mod devcontainer;
+pub mod engine;
+pub mod k8s;
+
+use std::path::PathBuf;
+
+/// Where the repository is handed to the git service: the hidden git dir (design §5).
+pub const HIDDEN_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
+/// Where a sandbox's shared object store is mounted (read-only) for the git service: a
+/// sibling of [`HIDDEN_GIT_DIR`] under the same `root:airlock-git 0710` parent, so the agent
+/// cannot traverse to it. The sandbox's `objects/info/alternates` names it relatively.
+pub const SHARED_OBJECTS_DIR: &str = "/var/lib/airlock/git/shared.git/objects";
+/// The agent's work tree.
+pub const WORKSPACE: &str = "/workspace";
+/// The audit log directory.
+pub const AUDIT_DIR: &str = "/var/log/airlock";
+/// Where secrets are mounted, one read-only file each.
+pub const SECRETS_DIR: &str = "/run/secrets";
+/// The default image.
+pub const DEFAULT_IMAGE: &str = "airlock:latest";
+
+/// Capabilities PID 1 needs as root; everything else is dropped (docs/docker.md).
+pub const CAPS_ADD: [&str; 8] = [
+    "NET_ADMIN",
+    "SETUID",
+    "SETGID",
+    "SETPCAP",
+    "KILL",
+    "CHOWN",
+    "FOWNER",
+    "DAC_OVERRIDE",
+];
+
+/// One tmpfs mount: where, and its options as `docker run --tmpfs` spells them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmpfs {
+    /// Mount point in the container.
+    pub target: &'static str,
+    /// `rw,nosuid,nodev,size=512m`-style options.
+    pub options: &'static str,
+}
+
+impl Tmpfs {
+    /// The `size=` option in bytes, if any.
+    pub fn size_bytes(&self) -> Option<u64> {
+        self.options
+            .split(',')
+            .find_map(|o| o.strip_prefix("size="))
+            .and_then(parse_size)
+    }
+
+    /// Whether the agent (or anyone) can write into it.
+    pub fn writable(&self) -> bool {
+        !self.options.split(',').any(|o| o == "ro")
+    }
+}
+
+/// The writable scratch mounts, sized so that together with Docker's 64m `/dev` and
+/// `/dev/shm` and a 1 GiB reserve they fit [`MEMORY`] (docs/docker.md, "Memory").
+pub const TMPFS: [Tmpfs; 3] = [
+    Tmpfs {
+        target: "/tmp",
+        options: "rw,nosuid,nodev,size=512m",
+    },
+    Tmpfs {
+        target: "/run",
+        options: "rw,nosuid,nodev,noexec,size=64m",
+    },
+    Tmpfs {
+        target: "/home/agent",
+        options: "rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g",
+    },
+];
+/// The empty read-only cover over the work tree's `.git` (only for a git checkout).
+pub const GIT_COVER: Tmpfs = Tmpfs {
+    target: "/workspace/.git",
+    options: "ro,nosuid,nodev,noexec,mode=0555",
+};
+
+/// `--memory`, as written.
+pub const MEMORY: &str = "4g";
+/// `--pids-limit`.
+pub const PIDS_LIMIT: i64 = 512;
+/// `--cpus`.
+pub const CPUS: u32 = 2;
+
+/// The source of a bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A host path.
+    Host(PathBuf),
+    /// A named volume.
+    Volume(String),
+}
+
+impl Source {
+    /// As `docker run -v` spells it.
+    pub fn spelled(&self) -> String {
+        match self {
+            Source::Host(p) => p.display().to_string(),
+            Source::Volume(v) => v.clone(),
+        }
+    }
+}
+
+/// One mount of the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// What is mounted.
+    pub source: Source,
+    /// Where.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+impl Mount {
+    /// `SRC:DST[:ro]`, the `-v` / `Binds` / compose spelling.
+    pub fn bind_spec(&self) -> String {
+        let ro = if self.read_only { ":ro" } else { "" };
+        format!("{}:{}{ro}", self.source.spelled(), self.target)
+    }
+}
+
+/// What is mounted where: the host side of one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Host path of the work tree, mounted at [`WORKSPACE`].
+    pub work_tree: PathBuf,
+    /// Host path of the git dir handed to the git service, if the work tree is a checkout.
+    pub git_dir: Option<PathBuf>,
+    /// Host path of an object store the git dir borrows from (a `--shared` clone).
+    pub shared_objects: Option<PathBuf>,
+    /// The audit volume or directory.
+    pub audit: Source,
+    /// `(name, host file)`: mounted read-only at `/run/secrets/<name>`.
+    pub secrets: Vec<(String, PathBuf)>,
+    /// A host policy file mounted over the image's default.
+    pub policy: Option<PathBuf>,
+}
+
+impl Layout {
+    /// The layout of `scripts/docker-run` on a plain checkout (`REPO/.git` a directory).
+    pub fn checkout(repo: impl Into<PathBuf>, audit: Source, git: bool) -> Layout {
+        let work_tree = repo.into();
+        let git_dir = git.then(|| work_tree.join(".git"));
+        Layout {
+            work_tree,
+            git_dir,
+            shared_objects: None,
+            audit,
+            secrets: Vec::new(),
+            policy: None,
+        }
+    }
+}
+
+/// The whole definition of one container run. Pure data; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The image reference.
+    pub image: String,
+    /// Capabilities added after `--cap-drop ALL`.
+    pub cap_add: Vec<&'static str>,
+    /// `--security-opt no-new-privileges`.
+    pub no_new_privileges: bool,
+    /// `--read-only`.
+    pub read_only: bool,
+    /// Every tmpfs, the `.git` cover last when present.
+    pub tmpfs: Vec<Tmpfs>,
+    /// `--pids-limit`.
+    pub pids_limit: i64,
+    /// `--memory` as written (`4g`).
+    pub memory: &'static str,
+    /// `--cpus`.
+    pub cpus: u32,
+    /// Bind and volume mounts, in `docker/run-flags.sh` order.
+    pub mounts: Vec<Mount>,
+    /// Environment `NAME=value` pairs given to the container (never a secret: those are files).
+    pub env: Vec<(String, String)>,
+    /// Labels, so the CLI can find its containers.
+    pub labels: Vec<(String, String)>,
+    /// The command (empty: the image's `CMD`).
+    pub command: Vec<String>,
+    /// Allocate a TTY and keep stdin open.
+    pub tty: bool,
+}
+
+impl RunSpec {
+    /// The documented run of `image` on `layout` (docs/docker.md).
+    pub fn documented(image: &str, layout: &Layout) -> RunSpec {
+        let mut tmpfs: Vec<Tmpfs> = TMPFS.to_vec();
+        let mut mounts = vec![
+            Mount {
+                source: Source::Host(layout.work_tree.clone()),
+                target: WORKSPACE.into(),
+                read_only: false,
+            },
+            Mount {
+                source: layout.audit.clone(),
+                target: AUDIT_DIR.into(),
+                read_only: false,
+            },
+        ];
+        if let Some(git_dir) = &layout.git_dir {
+            mounts.push(Mount {
+                source: Source::Host(git_dir.clone()),
+                target: HIDDEN_GIT_DIR.into(),
+                read_only: false,
+            });
+            tmpfs.push(GIT_COVER);
+        }
+        if let Some(objects) = &layout.shared_objects {
+            mounts.push(Mount {
+                source: Source::Host(objects.clone()),
+                target: SHARED_OBJECTS_DIR.into(),
+                read_only: true,
+            });
+        }
+        for (name, file) in &layout.secrets {
+            mounts.push(Mount {
+                source: Source::Host(file.clone()),
+                target: format!("{SECRETS_DIR}/{name}"),
+                read_only: true,
+            });
+        }
+        if let Some(policy) = &layout.policy {
+            mounts.push(Mount {
+                source: Source::Host(policy.clone()),
+                target: "/etc/airlock/policy.toml".into(),
+                read_only: true,
+            });
+        }
+        // The host side of each mount, as labels for the entrypoint's refusals (it names the
+        // host file); never read as files (scripts/docker-run, compose.yaml).
+        let mut env = vec![(
+            "AIRLOCK_HOST_REPO".to_string(),
+            layout.work_tree.display().to_string(),
+        )];
+        if let Some(policy) = &layout.policy {
+            env.push(("AIRLOCK_HOST_POLICY".into(), policy.display().to_string()));
+        }
+        for (name, file) in &layout.secrets {
+            let var = format!("AIRLOCK_HOST_{}_FILE", name.to_ascii_uppercase());
+            env.push((var, file.display().to_string()));
+        }
+        RunSpec {
+            image: image.into(),
+            cap_add: CAPS_ADD.to_vec(),
+            no_new_privileges: true,
+            read_only: true,
+            tmpfs,
+            pids_limit: PIDS_LIMIT,
+            memory: MEMORY,
+            cpus: CPUS,
+            mounts,
+            env,
+            labels: Vec::new(),
+            command: Vec::new(),
+            tty: false,
+        }
+    }
+
+    /// `--memory` in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        parse_size(self.memory).unwrap_or(0)
+    }
+
+    /// The `docker run` flags (without `--rm`, `-it`, the image and the command), in the order
+    /// and spelling of `docker/run-flags.sh` (tmpfs mounts grouped after `--read-only`; the
+    /// `.git` hand-over and cover last).
+    pub fn docker_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = vec!["--cap-drop".into(), "ALL".into()];
+        for cap in &self.cap_add {
+            a.extend(["--cap-add".into(), (*cap).to_string()]);
+        }
+        if self.no_new_privileges {
+            a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+        }
+        if self.read_only {
+            a.push("--read-only".into());
+        }
+        let cover = |t: &Tmpfs| t.target == GIT_COVER.target;
+        for t in self.tmpfs.iter().filter(|t| !cover(t)) {
+            a.extend(["--tmpfs".into(), format!("{}:{}", t.target, t.options)]);
+        }
+        a.extend(["--pids-limit".into(), self.pids_limit.to_string()]);
+        a.extend(["--memory".into(), self.memory.into()]);
+        a.extend(["--cpus".into(), self.cpus.to_string()]);
+        for m in &self.mounts {
+            a.extend(["-v".into(), m.bind_spec()]);
+            if m.target == HIDDEN_GIT_DIR {
+                for t in self.tmpfs.iter().filter(|t| cover(t)) {
+                    a.extend(["--tmpfs".into(), format!("{}:{}", t.target, t.options)]);
+                }
+            }
+        }
+        for (k, v) in &self.env {
+            a.extend(["-e".into(), format!("{k}={v}")]);
+        }
+        for (k, v) in &self.labels {
+            a.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        a
+    }
+}
+
+/// `512m`, `1g`, `64k`, `4096` (bytes) as tmpfs and `docker run` spell sizes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "ki" => 10,
+        "m" | "mb" | "mi" => 20,
+        "g" | "gb" | "gi" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,19 @@
+//! `airlock`, the host CLI: its one job is to create, list and manage airlock sandboxes on the
+//! operator's machine, one container per sandbox, each on its own branch of a repository,
+//! through the Docker Engine API (bollard; `DOCKER_HOST` honoured).
+//!
+//! It does not enforce anything itself: the firewall, the proxy, the git API and the
+//! privilege drop all run inside the container (`entrypoint/`), and no in-container crate
+//! depends on this one. It never shells out to the `docker` CLI, never puts a secret in a host
+//! process's argv or environment (secrets are host files mounted read-only), and never runs
+//! anything a sandbox wrote (branches come back with hooks and the sandbox's config ignored).
+//!
+//! Modules: [`flags`] (the one definition of the run flags and its renderings), [`names`]
+//! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
+//! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes).
+
+pub mod cli;
+pub mod exit;
+pub mod flags;
+pub mod names;
+pub mod paths;
