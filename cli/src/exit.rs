@@ -72,11 +72,15 @@ impl std::error::Error for Failure {}
 
 /// The code of one error, if it has one.
 fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    use crate::registry::RegistryError;
     if let Some(f) = e.downcast_ref::<Failure>() {
         return Some(f.code);
     }
     if e.downcast_ref::<crate::names::NameError>().is_some() {
         return Some(Code::Usage);
+    }
+    if let Some(RegistryError::Taken { .. }) = e.downcast_ref::<RegistryError>() {
+        return Some(Code::Refused);
     }
     None
 }

@@ -17,3 +17,4 @@ pub mod exit;
 pub mod flags;
 pub mod names;
 pub mod paths;
+pub mod registry;
