@@ -20,4 +20,12 @@ tests/smoke/image.sh
 tests/smoke/egress.sh
 tests/smoke/git.sh
 tests/smoke/limits.sh
+# Agents (issue 16): the pinned CLIs fetched once into .cache/agents (scripts/fetch-agents),
+# each agent image built once, then its tests.
+ta=$SECONDS
+for agent in ${AIRLOCK_SMOKE_AGENTS:-claude}; do
+    AIRLOCK_NO_BUILD=1 scripts/build-agent-image "$agent" >/dev/null
+done
+tests/smoke/agent-image.sh
+echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
