@@ -27,5 +27,6 @@ for agent in ${AIRLOCK_SMOKE_AGENTS:-claude}; do
     AIRLOCK_NO_BUILD=1 scripts/build-agent-image "$agent" >/dev/null
 done
 tests/smoke/agent-image.sh
+tests/smoke/agent-claude.sh
 echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
