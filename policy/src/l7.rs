@@ -313,11 +313,14 @@ impl Policy {
     }
 
     /// Whether the proxy must intercept (TLS-terminate) connections to `host`: a
-    /// credential is bound to it or an L7 rule applies to it, and it is not passthrough.
+    /// credential is bound to it (the GitHub API host through the git credential included,
+    /// [`Policy::github_api_bound`]) or an L7 rule applies to it, and it is not passthrough.
     #[must_use]
     pub fn intercepts(&self, host: &Host) -> bool {
         !self.is_passthrough(host)
-            && (self.credentials_for(host).next().is_some() || self.l7.has_rules_for(host))
+            && (self.credentials_for(host).next().is_some()
+                || self.github_api_bound(host)
+                || self.l7.has_rules_for(host))
     }
 
     /// The L7 decision on a request head (see the module docs). A `Pass` is final unless

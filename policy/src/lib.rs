@@ -156,6 +156,7 @@ mod decide;
 mod error;
 mod git;
 pub mod github;
+pub mod github_api;
 pub mod glob;
 pub mod graphql;
 pub mod handoff;

@@ -28,6 +28,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use airlock_policy::github_api;
 use airlock_policy::handoff::{HANDOFF_VERSION, Handoff};
 use airlock_policy::{CredentialFormat, Host, HostRule, Policy};
 use base64::Engine as _;
@@ -59,13 +60,30 @@ pub struct Bound {
     header: HeaderName,
     value: HeaderValue,
     git_basic: bool,
+    /// For a git credential bound to github.com: `Bearer <token>`, its form on the REST
+    /// API host, injected only where [`GitScope::Api`] says so.
+    api: Option<HeaderValue>,
 }
 
 impl Bound {
-    /// Whether this credential is bound to `host`.
+    /// Whether this credential is bound to `host` (the GitHub API host of a git credential
+    /// for github.com included: the agent's own value of its header is never sent there).
     #[must_use]
     pub fn bound_to(&self, host: &Host) -> bool {
-        self.hosts.iter().any(|r| r.matches_host(host))
+        self.hosts.iter().any(|r| r.matches_host(host)) || self.on_api(host)
+    }
+
+    fn on_api(&self, host: &Host) -> bool {
+        self.api.is_some() && host.as_str() == github_api::API_HOST
+    }
+
+    /// The value injected on `host` for a request of scope `git`, if any.
+    fn value_for(&self, host: &Host, git: GitScope) -> Option<&HeaderValue> {
+        if self.on_api(host) {
+            return self.api.as_ref().filter(|_| git == GitScope::Api);
+        }
+        let applies = !self.git_basic || matches!(git, GitScope::Read | GitScope::Service);
+        applies.then_some(&self.value)
     }
 }
 
@@ -78,6 +96,9 @@ pub enum GitScope {
     Read,
     /// A smart-HTTP request of an authorized repository on the git service port.
     Service,
+    /// A GitHub REST request the token is lent for (`airlock_policy::github_api`): a read
+    /// or a pull-request write of an authorized repository.
+    Api,
 }
 
 /// Why a request was refused as a leak.
@@ -222,12 +243,26 @@ impl Credentials {
                 needles.push((b64.as_bytes().to_vec(), tag(Form::Injected)));
                 scrub.push((b64.into_bytes(), tag(Form::Injected)));
             }
+            let github = Host::parse(github_api::GITHUB_HOST).ok();
+            let api = if git_basic && github.is_some_and(|gh| pc.applies_to(&gh)) {
+                let mut v = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
+                    format!(
+                        "credential {:?}: the value cannot be sent in a header",
+                        pc.name
+                    )
+                })?;
+                v.set_sensitive(true);
+                Some(v)
+            } else {
+                None
+            };
             bound.push(Bound {
                 name: pc.name.clone(),
                 hosts: pc.hosts.clone(),
                 header,
                 value,
                 git_basic,
+                api,
             });
         }
         if let Some(g) = &h.git_placeholder {
@@ -350,7 +385,7 @@ impl Credentials {
         {
             headers.remove(header::AUTHORIZATION);
         }
-        let mut injected: Vec<(usize, &Bound)> = Vec::new();
+        let mut injected: Vec<(usize, &Bound, &HeaderValue)> = Vec::new();
         for (i, b) in self
             .bound
             .iter()
@@ -373,9 +408,8 @@ impl Credentials {
                 });
             }
             headers.remove(&b.header);
-            let applies = !b.git_basic || git != GitScope::None;
-            if inject && applies {
-                injected.push((i, b));
+            if inject && let Some(value) = b.value_for(host, git) {
+                injected.push((i, b, value));
             }
         }
         for (name, value) in headers.iter() {
@@ -395,17 +429,17 @@ impl Credentials {
                 }
             }
         }
-        for (_, b) in &injected {
-            headers.insert(b.header.clone(), b.value.clone());
+        for (_, b, value) in &injected {
+            headers.insert(b.header.clone(), (*value).clone());
         }
         if injected.is_empty() {
             return Ok(None);
         }
-        let names: Vec<&str> = injected.iter().map(|(_, b)| b.name.as_str()).collect();
+        let names: Vec<&str> = injected.iter().map(|(_, b, _)| b.name.as_str()).collect();
         Ok(Some(Injected {
             names: names.join(","),
             only: match injected.as_slice() {
-                [(i, _)] => Some(*i),
+                [(i, _, _)] => Some(*i),
                 _ => None,
             },
         }))
@@ -633,6 +667,28 @@ repositories = ["github.com/o/r"]
             .unwrap();
         assert_eq!(h["cookie"], "a=b");
         assert_eq!(h["authorization"], "Bearer own");
+    }
+
+    /// The git credential on the GitHub API host: its REST form (`Bearer`) where the policy
+    /// lends it (a pull request of an authorized repository), nothing elsewhere, and the
+    /// agent's own `authorization` (its placeholder, or an attacker's token) never.
+    #[test]
+    fn the_git_token_reaches_the_api_only_where_it_is_lent() {
+        let c = creds();
+        let api = host("api.github.com");
+        let mut h = hm(&[("authorization", "token airlock-placeholder-github-01")]);
+        let names = c.apply(&api, &mut h, GitScope::Api, true).unwrap().unwrap();
+        assert_eq!(names.names, "github");
+        assert_eq!(h["authorization"], "Bearer ghp_REALgithub");
+        for scope in [GitScope::None, GitScope::Read] {
+            let mut h = hm(&[("authorization", "Bearer attacker-token")]);
+            assert_eq!(c.apply(&api, &mut h, scope, true), Ok(None), "{scope:?}");
+            assert!(h.get("authorization").is_none(), "{scope:?}");
+        }
+        // Plain HTTP never carries it.
+        let mut h = hm(&[]);
+        assert_eq!(c.apply(&api, &mut h, GitScope::Api, false), Ok(None));
+        assert!(c.any_bound_to(&api));
     }
 
     #[test]

@@ -65,6 +65,7 @@ use crate::scan;
 use crate::shutdown::{Phase, reached};
 use crate::tunnel::{self, Dir, Meter, Metered};
 use crate::upstream::Connected;
+use airlock_policy::github_api::{self, ApiUse};
 use airlock_policy::l7::METHOD_OVERRIDE_HEADERS;
 use airlock_policy::{L7Verdict, RequestView};
 
@@ -546,8 +547,8 @@ async fn prepare(
     // A cheap clone (shared bytes) the path and query are borrowed from.
     let uri = req.uri().clone();
     let (path, query) = (uri.path(), uri.query());
-    let scope = git_scope(ctx, route, path, query, rec)?;
     let method = req.method().clone();
+    let scope = git_scope(ctx, route, method.as_str(), path, query, rec)?;
     let view = RequestView {
         host: &route.target.host,
         method: method.as_str(),
@@ -614,15 +615,28 @@ fn check_head(ctx: &Ctx, req: &Request<Incoming>, route: &Route) -> Result<(), R
 }
 
 /// What the git credential may do for this request: on the service port only smart-HTTP
-/// of authorized repositories passes; on the agent's ports a push is refused and a read of
-/// an authorized repository may carry the token.
+/// of authorized repositories passes; on the agent's ports a push is refused, a read of an
+/// authorized repository may carry the token, and on the GitHub API host the token opens
+/// pull requests of authorized repositories (`airlock_policy::github_api`).
 fn git_scope(
     ctx: &Ctx,
     route: &Route,
+    method: &str,
     path: &str,
     query: Option<&str>,
     rec: &mut Pending,
 ) -> Result<GitScope, Reason> {
+    let policy = &ctx.shared.policy;
+    if !ctx.service && policy.github_api_bound(&route.target.host) {
+        return match policy.github_api_use(method, path) {
+            ApiUse::Token => Ok(GitScope::Api),
+            ApiUse::Anonymous => Ok(GitScope::None),
+            ApiUse::Refused => {
+                rec.rule = Some(github_api::REFUSED_RULE.into());
+                Err(Reason::RequestDeniedByRule)
+            }
+        };
+    }
     let git = gitpath::parse(path, query);
     let authorized = git.as_ref().is_some_and(|g| {
         let repo = g.repository(route.target.host.as_str());
