@@ -60,7 +60,8 @@ Examples:
 JSON: the fields of `list --json` plus session_list (id, started) and ahead (commits on the
 sandbox branch that the operator's repository does not have yet).")]
     Status(NameJson),
-    /// Open a shell as the agent in a running sandbox.
+    /// Attach to the agent's terminal (not implemented yet: it names the engine command that
+    /// does it and exits 1).
     #[command(after_help = "Examples:\n  airlock attach fix-login")]
     Attach(NameArg),
     /// Run a command as the agent in a running sandbox; exits with its status.

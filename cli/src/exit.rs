@@ -72,6 +72,8 @@ impl std::error::Error for Failure {}
 
 /// The code of one error, if it has one.
 fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    use crate::checkout::CheckoutError;
+    use crate::engine::EngineError;
     use crate::registry::RegistryError;
     if let Some(f) = e.downcast_ref::<Failure>() {
         return Some(f.code);
@@ -79,10 +81,17 @@ fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     if e.downcast_ref::<crate::names::NameError>().is_some() {
         return Some(Code::Usage);
     }
+    if let Some(CheckoutError::NotARepository { .. }) = e.downcast_ref::<CheckoutError>() {
+        return Some(Code::Usage);
+    }
     if let Some(RegistryError::Taken { .. }) = e.downcast_ref::<RegistryError>() {
         return Some(Code::Refused);
     }
-    None
+    match e.downcast_ref::<EngineError>() {
+        Some(EngineError::Connect { .. }) => Some(Code::EngineDown),
+        Some(EngineError::ImageMissing { .. }) => Some(Code::ImageMissing),
+        _ => None,
+    }
 }
 
 /// The code of an error chain: the first error in it that has one, else [`Code::Failure`].

@@ -12,7 +12,9 @@
 //! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
 //! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes).
 
+pub mod checkout;
 pub mod cli;
+pub mod engine;
 pub mod exit;
 pub mod flags;
 pub mod names;

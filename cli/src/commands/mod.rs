@@ -1,10 +1,70 @@
 //! One function per subcommand; each returns the process exit code.
 
+mod gc;
+mod lifecycle;
+mod new;
 mod render;
+mod view;
 
+use airlock_cli::checkout::Checkout;
 use airlock_cli::cli::{Cli, Command};
+use airlock_cli::engine::Engine;
 use airlock_cli::exit::{Code, Failure};
-use anyhow::Result;
+use airlock_cli::paths::Paths;
+use airlock_cli::registry::{Registry, Sandbox};
+use anyhow::{Context, Result};
+
+/// What most commands need: the directories, the registry and the engine.
+pub struct Ctx {
+    pub paths: Paths,
+    pub registry: Registry,
+    pub engine: Engine,
+    pub image: String,
+}
+
+impl Ctx {
+    async fn open(cli: &Cli) -> Result<Ctx> {
+        let paths = Paths::resolve(cli.data_dir.as_deref())?;
+        let registry = Registry::open(&paths.registry())?;
+        let engine = Engine::connect().await?;
+        Ok(Ctx {
+            paths,
+            registry,
+            engine,
+            image: cli.image.clone(),
+        })
+    }
+
+    /// The registered sandbox `name`, or exit 3.
+    pub fn sandbox(&self, name: &str) -> Result<Sandbox> {
+        self.registry.get(name)?.ok_or_else(|| {
+            Failure::new(
+                Code::NotFound,
+                format!("no sandbox named {name:?}: `airlock list` shows the sandboxes"),
+            )
+            .into()
+        })
+    }
+
+    /// A sandbox's checkout.
+    pub fn checkout(&self, name: &str) -> Checkout {
+        Checkout {
+            dir: self.paths.sandbox(name),
+        }
+    }
+}
+
+/// The container name of a sandbox.
+pub fn container_name(name: &str) -> String {
+    format!("airlock-{name}")
+}
+
+/// Unix seconds now.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> Result<i32> {
@@ -17,5 +77,27 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Render(a) => return render::run(&cli, a),
         _ => {}
     }
-    Err(Failure::new(Code::Failure, "this command is not implemented yet").into())
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(dispatch(cli))
+}
+
+async fn dispatch(cli: Cli) -> Result<i32> {
+    let ctx = Ctx::open(&cli).await?;
+    match cli.command {
+        Command::New(a) => new::run(&ctx, &a).await,
+        Command::List(a) => view::list(&ctx, a.json).await,
+        Command::Status(a) => view::status(&ctx, &a.name, a.json).await,
+        Command::Logs(a) => view::logs(&ctx, &a.name, a.tail).await,
+        Command::Exec(a) => lifecycle::exec(&ctx, &a.name, &a.command).await,
+        Command::Attach(a) => lifecycle::attach(&ctx, &a.name).await,
+        Command::Stop(a) => lifecycle::stop(&ctx, &a.name).await,
+        Command::Start(a) => lifecycle::start(&ctx, &a.name).await,
+        Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
+        Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
+        Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
+        Command::Completions(_) | Command::Render(_) => Ok(0),
+    }
 }

@@ -1,0 +1,167 @@
+//! `exec`, `attach`, `stop`, `start`, `destroy`, `fetch`.
+
+use super::view::reconcile;
+use super::{Ctx, now};
+use airlock_cli::checkout;
+use airlock_cli::exit::{Code, Failure};
+use airlock_cli::registry::{Sandbox, State};
+use anyhow::Result;
+use std::path::Path;
+use std::time::Duration;
+
+/// The environment of a process `exec` starts as the agent: its tools, the proxy, its home.
+const AGENT_ENV: [&str; 5] = [
+    "HOME=/home/agent",
+    "USER=agent",
+    "PATH=/usr/local/lib/airlock/bin:/usr/local/bin:/usr/bin:/bin",
+    "HTTPS_PROXY=http://127.0.0.1:3128",
+    "HTTP_PROXY=http://127.0.0.1:3128",
+];
+
+async fn running(ctx: &Ctx, name: &str) -> Result<Sandbox> {
+    let row = reconcile(ctx, ctx.sandbox(name)?).await?;
+    if row.state != State::Running {
+        return Err(Failure::new(
+            Code::Failure,
+            format!(
+                "sandbox {name} is {}: `airlock start {name}` first",
+                row.state.as_str()
+            ),
+        )
+        .into());
+    }
+    Ok(row)
+}
+
+pub async fn exec(ctx: &Ctx, name: &str, cmd: &[String]) -> Result<i32> {
+    let row = running(ctx, name).await?;
+    let env: Vec<String> = AGENT_ENV.iter().map(|s| s.to_string()).collect();
+    let code = ctx
+        .engine
+        .exec(&row.container_id, "1000:1000", &env, cmd)
+        .await?;
+    Ok(i32::try_from(code).unwrap_or(1))
+}
+
+pub async fn attach(ctx: &Ctx, name: &str) -> Result<i32> {
+    let row = running(ctx, name).await?;
+    Err(Failure::new(
+        Code::Failure,
+        format!(
+            "interactive attach is not implemented yet: `docker attach {}` reaches the agent's terminal (detach with ctrl-p ctrl-q)",
+            row.container_id
+        ),
+    )
+    .into())
+}
+
+/// Fetch the sandbox's branch back as the same branch of the operator's repository; print
+/// what came back. A branch the operator changed is not overwritten (git's fast-forward rule).
+pub async fn fetch(ctx: &Ctx, name: &str) -> Result<i32> {
+    let row = ctx.sandbox(name)?;
+    let top = Path::new(&row.repository);
+    let ck = ctx.checkout(name);
+    let tip = checkout::fetch(top, &ck, name, &row.branch, Some(&row.branch))?;
+    let changed = checkout::changed_paths(top, &row.base, &tip).unwrap_or_default();
+    println!(
+        "{}: {} is at {} ({} path(s) changed since {})",
+        name,
+        row.branch,
+        short(&tip),
+        changed.len(),
+        short(&row.base)
+    );
+    let risky = checkout::risky(&changed);
+    if !risky.is_empty() {
+        println!("review these first: they can run on your machine without you typing a command:");
+        for p in risky {
+            println!("  {p}");
+        }
+    }
+    Ok(0)
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..12.min(sha.len())]
+}
+
+pub async fn stop(ctx: &Ctx, name: &str) -> Result<i32> {
+    let row = ctx.sandbox(name)?;
+    ctx.engine
+        .stop(&row.container_id, Duration::from_secs(10))
+        .await?;
+    ctx.registry.set_state(name, State::Stopped, now())?;
+    if let Err(e) = fetch(ctx, name).await {
+        eprintln!("airlock: warning: the branch was not fetched back: {e:#}");
+    }
+    println!("sandbox {name} stopped; its checkout and branch are kept");
+    Ok(0)
+}
+
+pub async fn start(ctx: &Ctx, name: &str) -> Result<i32> {
+    let row = ctx.sandbox(name)?;
+    if ctx.engine.inspect(&row.container_id).await?.is_none() {
+        return Err(Failure::new(
+            Code::Failure,
+            format!("the container of sandbox {name} is gone: `airlock destroy {name}` (the checkout holds its work until then)"),
+        )
+        .into());
+    }
+    let before = ctx.engine.ready_count(&row.container_id).await?;
+    ctx.engine.start(&row.container_id).await?;
+    let ready = ctx
+        .engine
+        .wait_ready(&row.container_id, before + 1, Duration::from_secs(90))
+        .await?;
+    reconcile(ctx, ctx.sandbox(name)?).await?;
+    let sessions = ctx.registry.sessions(name)?.len();
+    println!(
+        "sandbox {name} ready in {} ms (session {sessions})",
+        ready.as_millis()
+    );
+    Ok(0)
+}
+
+/// How many commits only the sandbox has; `None` when its branch cannot be read.
+pub fn unfetched(row: &Sandbox, ctx: &Ctx) -> Option<u64> {
+    let top = Path::new(&row.repository);
+    let tip = checkout::fetch(top, &ctx.checkout(&row.name), &row.name, &row.branch, None).ok()?;
+    checkout::ahead(top, &tip).ok()
+}
+
+/// Remove container, checkout, hidden ref and row.
+pub async fn remove_all(ctx: &Ctx, row: &Sandbox) -> Result<()> {
+    if !row.container_id.is_empty() {
+        ctx.engine.remove(&row.container_id).await?;
+    }
+    ctx.engine.remove(&super::container_name(&row.name)).await?;
+    ctx.checkout(&row.name).remove()?;
+    let _ = checkout::drop_tip(Path::new(&row.repository), &row.name);
+    ctx.registry.remove(&row.name)?;
+    Ok(())
+}
+
+pub async fn destroy(ctx: &Ctx, name: &str, force: bool) -> Result<i32> {
+    let row = ctx.sandbox(name)?;
+    if !force {
+        let refuse = |why: String| -> anyhow::Error {
+            Failure::new(Code::Refused, format!("sandbox {name} {why}: `airlock fetch {name}` brings it back, or `airlock destroy {name} --force` loses it")).into()
+        };
+        match unfetched(&row, ctx) {
+            Some(0) => {}
+            Some(n) => {
+                return Err(refuse(format!(
+                    "holds {n} commit(s) your repository does not have"
+                )));
+            }
+            None => {
+                return Err(refuse(
+                    "has a branch that cannot be read, so its work cannot be checked".into(),
+                ));
+            }
+        }
+    }
+    remove_all(ctx, &row).await?;
+    println!("sandbox {name} destroyed");
+    Ok(0)
+}

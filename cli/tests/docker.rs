@@ -1,0 +1,462 @@
+//! The CLI against the real engine and the real image (`scripts/build-image` builds
+//! `airlock:latest` once). Every test has its own data directory and repository; a guard
+//! removes every container labelled with that data directory, even when the test fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const POLICY: &str =
+    "[sandbox]\nname = \"clitest\"\nmode = \"enforce\"\n\n[network]\nallow = [\"allowed.test\"]\n";
+
+/// One test's world: a data directory, an operator repository, a policy, a name prefix.
+struct World {
+    dir: tempfile::TempDir,
+    prefix: String,
+}
+
+impl World {
+    fn new(tag: &str) -> World {
+        let image = Command::new("docker")
+            .args(["image", "inspect", "airlock:latest"])
+            .output();
+        let ok = image.map(|o| o.status.success()).unwrap_or(false);
+        assert!(
+            ok,
+            "the image airlock:latest is missing: run scripts/build-image first"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        sh(
+            &repo,
+            "git init -q -b main . && git config user.email o@x && git config user.name o && echo one > a && git add a && git commit -qm one",
+        );
+        std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        let prefix = format!("{tag}{}", std::process::id() % 100_000);
+        World { dir, prefix }
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn name(&self, n: &str) -> String {
+        format!("{}-{n}", self.prefix)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        c.args(args)
+            .env("AIRLOCK_DATA_DIR", self.data())
+            .env("AIRLOCK_GC_CREATING_GRACE", "0");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "airlock {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `airlock new NAME --repo R --policy P [-- sh -c SCRIPT]`.
+    fn new_args(&self, name: &str, script: Option<&str>) -> Vec<String> {
+        let mut a: Vec<String> = vec!["new".into(), name.into()];
+        a.extend(["--repo".into(), self.repo().display().to_string()]);
+        let policy = self.dir.path().join("policy.toml");
+        a.extend(["--policy".into(), policy.display().to_string()]);
+        if let Some(s) = script {
+            a.extend(["--".into(), "sh".into(), "-c".into(), s.into()]);
+        }
+        a
+    }
+
+    fn list(&self) -> Vec<Value> {
+        serde_json::from_str::<Value>(&self.ok(&["list", "--json"]))
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap()
+    }
+
+    fn row(&self, name: &str) -> Value {
+        self.list()
+            .into_iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Wait until the sandbox's output contains `text`.
+    fn wait_log(&self, name: &str, text: &str) {
+        let start = Instant::now();
+        loop {
+            let logs = self.ok(&["logs", name]);
+            if logs.contains(text) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{name} never logged {text:?}: {logs}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let label = format!("label=dev.airlock.data={}", self.data().display());
+        let ids = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output();
+        if let Ok(ids) = ids {
+            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+            }
+        }
+    }
+}
+
+fn sh(dir: &Path, script: &str) -> String {
+    let o = Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The agent commits a file named after its sandbox and lists the branches it can see.
+fn commit_script(file: &str) -> String {
+    format!(
+        "git config user.name agent; git config user.email agent@x; echo {file} > {file}; \
+         git add {file}; git commit -qm {file}; echo BRANCHES; git branch --list; echo COMMITTED; \
+         exec sleep 600"
+    )
+}
+
+#[test]
+fn two_sandboxes_on_one_repository_work_in_parallel_on_their_own_branches() {
+    let w = World::new("par");
+    let (a, b) = (w.name("a"), w.name("b"));
+    let children: Vec<_> = [&a, &b]
+        .iter()
+        .map(|n| {
+            let args = w.new_args(n, Some(&commit_script(n)));
+            w.cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+                .stdin(Stdio::null())
+                .output()
+        })
+        .collect();
+    for c in children {
+        let c = c.unwrap();
+        assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    }
+    for (me, other) in [(&a, &b), (&b, &a)] {
+        w.wait_log(me, "COMMITTED");
+        let logs = w.ok(&["logs", me]);
+        assert!(
+            logs.contains(&format!("sandbox/{me}")),
+            "{me} sees its branch: {logs}"
+        );
+        assert!(
+            !logs.contains(&format!("sandbox/{other}")),
+            "{me} never sees {other}'s: {logs}"
+        );
+        assert!(
+            !logs.contains("main"),
+            "{me} does not see the operator's main: {logs}"
+        );
+    }
+    let rows = w.list();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["state"] == "running" && r["sessions"] == 1),
+        "{rows:?}"
+    );
+    for n in [&a, &b] {
+        let status: Value = serde_json::from_str(&w.ok(&["status", n, "--json"])).unwrap();
+        assert_eq!(status["ahead"], 1, "{status}");
+        w.ok(&["fetch", n]);
+        let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{n}"));
+        assert_eq!(&subject, n);
+    }
+    // The operator's checkout is untouched: still on main, clean.
+    assert_eq!(sh(&w.repo(), "git symbolic-ref --short HEAD"), "main");
+    assert_eq!(sh(&w.repo(), "git status --porcelain"), "");
+    for n in [&a, &b] {
+        w.ok(&["destroy", n]);
+    }
+    assert!(w.list().is_empty());
+}
+
+#[test]
+fn stop_start_restart_missing_destroy_and_gc() {
+    let w = World::new("life");
+    let s = w.name("s");
+    let args = w.new_args(&s, None);
+    w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    w.ok(&["stop", &s]);
+    assert_eq!(w.row(&s)["state"], "stopped");
+    w.ok(&["start", &s]);
+    let row = w.row(&s);
+    assert_eq!(
+        (row["state"].as_str(), row["sessions"].as_u64()),
+        (Some("running"), Some(2))
+    );
+    // A restart by the engine, behind the CLI's back, is a third session.
+    sh(
+        &w.repo(),
+        &format!("docker restart -t 1 airlock-{s} >/dev/null"),
+    );
+    assert_eq!(w.row(&s)["sessions"], 3);
+    // A container removed by hand shows as missing, never a crash.
+    sh(&w.repo(), &format!("docker rm -f airlock-{s} >/dev/null"));
+    assert_eq!(w.row(&s)["state"], "missing");
+    let o = w.run(&["exec", &s, "--", "true"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    w.ok(&["destroy", &s]);
+
+    // Unfetched work: destroy refuses (exit 4) until --force.
+    let d = w.name("d");
+    let args = w.new_args(&d, Some(&commit_script("work")));
+    w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    w.wait_log(&d, "COMMITTED");
+    let o = w.run(&["destroy", &d]);
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("holds 1 commit") && err.contains("--force"),
+        "{err}"
+    );
+    w.ok(&["destroy", &d, "--force"]);
+
+    // gc: a stopped sandbox past its TTL goes, one with unfetched work stays.
+    let (e, k) = (w.name("e"), w.name("k"));
+    for (n, script) in [(&e, None), (&k, Some(commit_script("keep")))] {
+        let mut args = w.new_args(n, script.as_deref());
+        args.splice(2..2, ["--ttl".to_string(), "0".to_string()]);
+        w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    w.wait_log(&k, "COMMITTED");
+    // Stopped by the engine (not `airlock stop`, which would fetch the branch back).
+    sh(
+        &w.repo(),
+        &format!("docker stop -t 1 airlock-{e} airlock-{k} >/dev/null"),
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let gc: Value = serde_json::from_str(&w.ok(&["gc", "--json"])).unwrap();
+    assert_eq!(gc["removed"][0]["name"], e.as_str(), "{gc}");
+    assert_eq!(gc["kept"][0]["name"], k.as_str(), "{gc}");
+    assert!(
+        gc["kept"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("unfetched"),
+        "{gc}"
+    );
+    assert_eq!(w.list().len(), 1);
+    w.ok(&["destroy", &k, "--force"]);
+}
+
+#[test]
+fn two_concurrent_new_with_one_name_exactly_one_wins_and_a_killed_new_is_collected() {
+    let w = World::new("race");
+    let n = w.name("x");
+    let args = w.new_args(&n, None);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let kids: Vec<_> = (0..2)
+        .map(|_| {
+            w.cmd(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect();
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+    assert!(
+        codes.contains(&Some(0)) && codes.contains(&Some(4)),
+        "{codes:?}"
+    );
+    let loser = outs.iter().find(|o| o.status.code() == Some(4)).unwrap();
+    assert!(String::from_utf8_lossy(&loser.stderr).contains("exists already"));
+    assert_eq!(w.list().len(), 1);
+    w.ok(&["destroy", &n]);
+
+    // Kill `new` part-way, at several points; `gc` must leave nothing behind.
+    for delay in [20, 80, 200] {
+        let k = w.name(&format!("k{delay}"));
+        let args = w.new_args(&k, None);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = w
+            .cmd(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        // The engine finishes a create whose client was killed: a container may appear just
+        // after the first gc; the second one removes it.
+        let mut gc = w.ok(&["gc"]);
+        std::thread::sleep(Duration::from_millis(500));
+        gc += &w.ok(&["gc"]);
+        // Finished anyway (fast machine): then it is a normal sandbox.
+        if w.list().iter().any(|r| r["name"] == k.as_str()) {
+            assert_eq!(w.row(&k)["state"], "running", "{gc}");
+            w.ok(&["destroy", &k, "--force"]);
+        }
+        assert!(w.list().is_empty(), "after gc: {gc}");
+        assert!(
+            !w.data().join("sandboxes").join(&k).exists(),
+            "checkout left: {gc}"
+        );
+        let c = Command::new("docker")
+            .args(["inspect", &format!("airlock-{k}")])
+            .output()
+            .unwrap();
+        assert!(
+            !c.status.success(),
+            "container left after kill at {delay} ms: {gc}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_gets_one_line_and_leaves_nothing() {
+    let w = World::new("bad");
+    let one_line = |o: &Output, code: i32, what: &str| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(what), "{err}");
+    };
+    let o = w.run(&["new", "Bad_Name", "--repo", w.repo().to_str().unwrap()]);
+    one_line(&o, 2, "not allowed");
+    let plain = w.dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let o = w.run(&["new", &w.name("p"), "--repo", plain.to_str().unwrap()]);
+    one_line(&o, 2, "is not a git checkout");
+    let args = w.new_args(&w.name("i"), None);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend(["--image", "airlock:does-not-exist"]);
+    one_line(&w.run(&args), 6, "airlock build");
+    let o = w
+        .cmd(&["list"])
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .output()
+        .unwrap();
+    one_line(&o, 5, "DOCKER_HOST");
+    let o = w.run(&["status", "nothing-here"]);
+    one_line(&o, 3, "airlock list");
+    assert!(w.list().is_empty());
+    assert!(
+        !w.data().join("sandboxes").exists()
+            || std::fs::read_dir(w.data().join("sandboxes"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+    // A corrupt registry: one line, what to do.
+    std::fs::write(w.data().join("registry.sqlite"), vec![b'x'; 4096]).unwrap();
+    let _ = std::fs::remove_file(w.data().join("registry.sqlite-wal"));
+    let _ = std::fs::remove_file(w.data().join("registry.sqlite-shm"));
+    one_line(&w.run(&["list"]), 1, "move it aside");
+}
+
+#[test]
+fn secrets_are_mounted_files_never_in_a_host_process_or_the_container_config() {
+    let w = World::new("sec");
+    let value = format!("sekrit-{}-{}", std::process::id(), w.prefix);
+    let file = w.dir.path().join("token");
+    std::fs::write(&file, &value).unwrap();
+    let s = w.name("s");
+    let args = w.new_args(&s, Some("exec sleep 600"));
+    let mut args: Vec<String> = args;
+    args.splice(
+        2..2,
+        [
+            "--secret".to_string(),
+            format!("github_token={}", file.display()),
+        ],
+    );
+    let mut child = w
+        .cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While `new` runs and after: no process's argv or environment holds the value.
+    let mut scans = 0;
+    while child.try_wait().unwrap().is_none() || scans == 0 {
+        assert_eq!(processes_holding(&value), Vec::<String>::new());
+        scans += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(processes_holding(&value), Vec::<String>::new());
+    let inspect = sh(&w.repo(), &format!("docker inspect airlock-{s}"));
+    assert!(
+        !inspect.contains(&value),
+        "the container config holds the secret"
+    );
+    assert!(
+        inspect.contains("/run/secrets/github_token:ro"),
+        "mounted read-only"
+    );
+    w.ok(&["destroy", &s]);
+}
+
+/// Every process (pid: comm) whose argv or environment contains `needle`.
+fn processes_holding(needle: &str) -> Vec<String> {
+    let mut hits = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        for f in ["cmdline", "environ"] {
+            if let Ok(bytes) = std::fs::read(entry.path().join(f))
+                && String::from_utf8_lossy(&bytes).contains(needle)
+            {
+                hits.push(format!("{pid} {f}"));
+            }
+        }
+    }
+    hits
+}
