@@ -28,5 +28,6 @@ for agent in ${AIRLOCK_SMOKE_AGENTS:-claude}; do
 done
 tests/smoke/agent-image.sh
 tests/smoke/agent-claude.sh
+tests/smoke/agent-claude-injection.sh
 echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
