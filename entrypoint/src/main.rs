@@ -96,6 +96,8 @@ struct Checked {
     creds: credentials::Resolved,
     operator_ca: Option<trust::OperatorCa>,
     agent_env: agent_env::AgentEnv,
+    /// Held until PID 1 exits: no second sandbox on this checkout meanwhile.
+    workspace: setup::WorkspaceLock,
 }
 
 /// Run every check that needs nothing started, collect every problem, and refuse with all of
@@ -117,6 +119,7 @@ fn check_all(cli: &Cli) -> Result<Checked> {
     if let Some(users) = &users {
         problems.take(setup::require_protected(&cli.policy, users, &knobs));
     }
+    let workspace = problems.take(setup::claim_workspace(&cli.workdir, knobs.repo.as_deref()));
     let proxy_bin = problems.take(proxy_binary(cli));
     let git_plan = users
         .as_ref()
@@ -168,6 +171,7 @@ fn check_all(cli: &Cli) -> Result<Checked> {
         creds,
         operator_ca,
         agent_env,
+        workspace,
     ) {
         (
             Some(policy),
@@ -178,6 +182,7 @@ fn check_all(cli: &Cli) -> Result<Checked> {
             Some(creds),
             Some(operator_ca),
             Some(agent_env),
+            Some(workspace),
         ) => Ok(Checked {
             policy,
             users,
@@ -189,6 +194,7 @@ fn check_all(cli: &Cli) -> Result<Checked> {
             creds,
             operator_ca,
             agent_env,
+            workspace,
         }),
         _ => Err(anyhow!("a start-up check failed without saying why")),
     }
@@ -239,6 +245,7 @@ fn start(cli: Cli) -> Result<i32> {
                 vars: mut agent_env,
                 forced,
             },
+        workspace: _workspace,
     } = check_all(&cli)?;
     setup::give_home(&users.agent)?;
     creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(

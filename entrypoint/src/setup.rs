@@ -121,6 +121,29 @@ pub fn require_protected(path: &Path, users: &Users, knobs: &crate::problems::Kn
     Ok(())
 }
 
+/// This container's claim on its workspace: an exclusive `flock` on the workspace directory
+/// (the same inode in every container that mounts the checkout), held by PID 1 for the
+/// container's life. Nothing is written into the checkout.
+#[derive(Debug)]
+pub struct WorkspaceLock(#[allow(dead_code)] Option<nix::fcntl::Flock<std::fs::File>>);
+
+/// Claim the workspace, or refuse: two sandboxes on one checkout would see and overwrite each
+/// other's work and branches. No workspace, no claim.
+pub fn claim_workspace(workdir: &Path, host_repo: Option<&str>) -> Result<WorkspaceLock> {
+    use nix::fcntl::{Flock, FlockArg};
+    let Ok(dir) = std::fs::File::open(workdir) else {
+        return Ok(WorkspaceLock(None));
+    };
+    match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(WorkspaceLock(Some(lock))),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => bail!(
+            "the workspace {} is in use by another airlock container: stop that one first (docker ps), or give each sandbox its own checkout (a second clone, or `airlock new`, which makes one per sandbox)",
+            host_repo.unwrap_or(&workdir.display().to_string())
+        ),
+        Err((_, e)) => Err(e).with_context(|| format!("cannot lock {}", workdir.display())),
+    }
+}
+
 /// The agent's home belongs to the ids it runs as (the image's tmpfs is mounted for the
 /// image's agent user; `--agent-uid` may have chosen the workspace owner's instead).
 pub fn give_home(agent: &crate::identity::Identity) -> Result<()> {

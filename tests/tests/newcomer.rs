@@ -301,3 +301,29 @@ fn the_git_log_has_no_self_inflicted_denial_and_carries_the_session() {
         assert_eq!(l["session"], session.as_str(), "{l}");
     }
 }
+
+/// Two sandboxes on one checkout would see and overwrite each other's work: the second start
+/// is refused with one line saying so, and the first keeps running (issue 15, item 6).
+#[test]
+fn a_second_sandbox_on_a_checkout_in_use_is_refused() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let mut first = airlock.spawn(
+        &world,
+        "touch first-up; while [ ! -e stop ]; do sleep 0.05; done",
+    );
+    airlock.wait_for_agent_file("first-up");
+    let out = airlock.run(&world, "touch second-ran");
+    std::fs::write(airlock.workdir.join("stop"), "").unwrap();
+    let first_status = first.wait().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("airlock:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("in use by another airlock"), "{err}");
+    assert!(!airlock.workdir.join("second-ran").exists());
+    assert!(first_status.success(), "the first sandbox was disturbed");
+    // Once the first is gone, the checkout can be used again.
+    let out = airlock.run(&world, "touch third-ran");
+    assert_ok(&out);
+}
