@@ -13,6 +13,12 @@ done
 docker info >/dev/null 2>&1 || { echo "tests/smoke/run.sh: the Docker daemon is not reachable" >&2; exit 1; }
 t0=$SECONDS
 echo "== docker smoke tests"
+# A run killed before its traps ran leaves its containers and networks behind, and the next
+# run's fixed test subnets would then overlap them: remove them, saying what went.
+stale_c=$(docker ps -aq --filter name=airlock-smoke-)
+[ -z "$stale_c" ] || { echo "removing stale smoke containers: $(echo $stale_c)"; docker rm -f $stale_c >/dev/null; }
+stale_n=$(docker network ls -q --filter name=airlock-smoke-)
+[ -z "$stale_n" ] || { echo "removing stale smoke networks: $(echo $stale_n)"; docker network rm $stale_n >/dev/null; }
 scripts/build-image "${AIRLOCK_IMAGE:-airlock:latest}" >/dev/null
 export AIRLOCK_SMOKE_SKIP_BUILD=1
 tests/smoke/wire_check_selftest.sh
