@@ -72,11 +72,14 @@ pub enum Reason {
     /// A TLS ClientHello carrying Encrypted ClientHello on a connection the proxy does not
     /// decrypt: the real destination would be hidden behind the allowed outer name.
     EchRefused,
+    /// A credential of a known format (a secret detector's match) on its way to a host
+    /// that is not its provider's.
+    ForeignSecret,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 26] = [
+    pub const ALL: [Reason; 27] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -103,6 +106,7 @@ impl Reason {
         Reason::CredentialMethodRefused,
         Reason::AuditUnavailable,
         Reason::EchRefused,
+        Reason::ForeignSecret,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -135,6 +139,7 @@ impl Reason {
             Reason::CredentialMethodRefused => "credential-method-refused",
             Reason::AuditUnavailable => "audit-unavailable",
             Reason::EchRefused => "ech-refused",
+            Reason::ForeignSecret => "foreign-secret",
         }
     }
 
@@ -243,6 +248,11 @@ impl Reason {
                  does not decrypt; turn ECH off in the client (Chromium: \
                  --disable-features=EncryptedClientHello) or ask the operator to intercept the host."
             }
+            Reason::ForeignSecret => {
+                "The request carries what looks like another service's credential (the rule \
+                 names the detector); it may only go to that service's hosts. Remove it from \
+                 the request."
+            }
         }
     }
 
@@ -333,6 +343,7 @@ mod tests {
             (Reason::CredentialMethodRefused, "credential-method-refused"),
             (Reason::AuditUnavailable, "audit-unavailable"),
             (Reason::EchRefused, "ech-refused"),
+            (Reason::ForeignSecret, "foreign-secret"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

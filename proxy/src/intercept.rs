@@ -55,6 +55,7 @@ use crate::ca::Ca;
 use crate::credentials::{Credentials, GitScope, Injected};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
+use crate::detect::{self, Detectors};
 use crate::gate::{Gate, GateShared, MessageEnd};
 use crate::gitpath::{self, Service};
 use crate::hop;
@@ -100,6 +101,7 @@ pub struct Interception {
     leaves: Leaves,
     client: Arc<ClientConfig>,
     credentials: Credentials,
+    detectors: Detectors,
 }
 
 impl std::fmt::Debug for Interception {
@@ -139,6 +141,8 @@ impl Interception {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
             credentials,
+            detectors: Detectors::builtin()
+                .map_err(|e| InterceptionError::Config(e.to_string()))?,
         })
     }
 
@@ -174,6 +178,12 @@ impl Interception {
     #[must_use]
     pub const fn credentials(&self) -> &Credentials {
         &self.credentials
+    }
+
+    /// The secret detectors.
+    #[must_use]
+    pub const fn detectors(&self) -> &Detectors {
+        &self.detectors
     }
 }
 
@@ -565,6 +575,7 @@ async fn prepare(
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
     hop::strip_claims(&mut parts.headers);
+    check_foreign_secrets(ctx, route, &parts, rec)?;
     let injected = inject(ctx, route, &mut parts.headers, scope, rec)?;
     let tally = Tally::default();
     let up_body = prepare_body(
@@ -721,6 +732,58 @@ fn check_credential_use(
     Ok(upgrade)
 }
 
+/// Secrets of known formats in the URL (as sent and percent-decoded) and the agent's
+/// headers, on their way to a host that is not their provider's: `foreign-secret`, the
+/// detector named in the record's rule.
+fn check_foreign_secrets(
+    ctx: &Ctx,
+    route: &Route,
+    parts: &http::request::Parts,
+    rec: &mut Pending,
+) -> Result<(), Reason> {
+    let detectors = ctx.shared.interception.detectors();
+    let host = &route.target.host;
+    let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
+    let decoded = airlock_policy::path::percent_decode(pq.as_bytes());
+    let found = std::iter::once(pq.as_bytes())
+        .chain(std::iter::once(decoded.as_slice()))
+        .chain(parts.headers.values().map(HeaderValue::as_bytes))
+        .find_map(|bytes| detectors.foreign(bytes, host));
+    match found {
+        Some(d) => {
+            rec.rule = Some(format!("secret detector {}", d.name));
+            Err(Reason::ForeignSecret)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A body read whole: a foreign secret in it is refused, or on an LLM API host (where file
+/// contents legitimately go) overwritten in place (same length) and the request goes on.
+fn check_body_secrets(
+    ctx: &Ctx,
+    host: &Host,
+    bytes: Bytes,
+    rec: &mut Pending,
+) -> Result<Bytes, Reason> {
+    let detectors = ctx.shared.interception.detectors();
+    let Some(d) = detectors.foreign(&bytes, host) else {
+        return Ok(bytes);
+    };
+    if !detect::llm_host(host) {
+        rec.rule = Some(format!("secret detector {}", d.name));
+        return Err(Reason::ForeignSecret);
+    }
+    let mut body = bytes.to_vec();
+    let names = detect::redact(detectors, &mut body, host);
+    rec.event = Some(EVENT_SECRET_REDACTED);
+    rec.rule = Some(format!("secret detector {}", names.join(",")));
+    Ok(Bytes::from(body))
+}
+
+/// The `event` of a request whose body had a foreign secret redacted on an LLM API host.
+pub const EVENT_SECRET_REDACTED: &str = "secret-redacted";
+
 /// The credentials on the headers (`Credentials::apply`); the record names what was
 /// injected, or the credential a leak belongs to.
 fn inject(
@@ -773,22 +836,27 @@ async fn prepare_body(
     if body.is_end_stream() {
         return Ok(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
     }
+    let host = view.host;
     if let Some(cap) = body_cap {
         let bytes = judged_body(ctx, body, headers, cap, view, rec).await?;
         if scan_body && let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
             return Err(Reason::CredentialLeak);
         }
+        let bytes = check_body_secrets(ctx, host, bytes, rec)?;
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
-    if scan_body && announced.is_some_and(|n| n <= SMALL_BODY as u64) {
+    // A small announced body is read and searched before anything is sent: for the
+    // credentials' needles and for secrets of known formats.
+    if announced.is_some_and(|n| n <= SMALL_BODY as u64) {
         let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(SMALL_BODY);
         let bytes = read_capped(body, cap, shared.limits.idle_timeout).await?;
         if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
             return Err(Reason::CredentialLeak);
         }
+        let bytes = check_body_secrets(ctx, host, bytes, rec)?;
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }

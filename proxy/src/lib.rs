@@ -30,6 +30,7 @@ pub mod config;
 pub mod credentials;
 pub mod crypto;
 pub mod decide;
+pub mod detect;
 pub mod deny;
 pub mod dns;
 mod explicit;

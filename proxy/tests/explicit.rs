@@ -945,3 +945,73 @@ async fn forwarding_claims_from_the_agent_never_reach_the_upstream() {
     }
     h.finish().await;
 }
+
+/// Secrets the proxy was never told about: the agent sends a key pair from the workspace's
+/// `.env` in a body, a GitHub token in the URL (plain and percent-encoded) and in a header,
+/// to an allowed host that is none of their providers': each is refused `foreign-secret`
+/// with the detector named, and nothing reaches the upstream. AWS's documented example
+/// pair passes.
+#[tokio::test]
+async fn a_known_secret_on_its_way_to_a_foreign_host_is_refused() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let env = "AWS_ACCESS_KEY_ID=AKIA2Z3Y4X5W6V7U2T3S\nAWS_SECRET_ACCESS_KEY=abcdEFGH1234ijklMNOP5678qrstUVWX9012yzAB\n";
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let gh_encoded: String = gh.bytes().map(|b| format!("%{b:02X}")).collect();
+    let attempts = [
+        format!(
+            "POST http://allowed.test/paste HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: {}\r\n\r\n{env}",
+            env.len()
+        ),
+        format!("GET http://allowed.test/q?t={gh} HTTP/1.1\r\nhost: allowed.test\r\n\r\n"),
+        format!("GET http://allowed.test/q?t={gh_encoded} HTTP/1.1\r\nhost: allowed.test\r\n\r\n"),
+        format!(
+            "GET http://allowed.test/h HTTP/1.1\r\nhost: allowed.test\r\nx-debug: {gh}\r\n\r\n"
+        ),
+    ];
+    for raw in &attempts {
+        let (_s, r) = request(h.addr, raw).await;
+        assert_eq!(r.status, 403, "{raw}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("foreign-secret")
+        );
+    }
+    assert!(heads.try_recv().is_err(), "a secret reached the upstream");
+    let docs = "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\nAWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n";
+    let (_s, r) = request(
+        h.addr,
+        &format!(
+            "POST http://allowed.test/docs HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: {}\r\n\r\n{docs}",
+            docs.len()
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "the documented example passes");
+    let lines = h.finish().await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "foreign-secret")
+        .collect();
+    assert_eq!(refused.len(), attempts.len(), "{lines:?}");
+    assert!(
+        refused[0]["rule"] == "secret detector aws-access-key",
+        "{:?}",
+        refused[0]
+    );
+    assert!(
+        refused[1]["rule"] == "secret detector github-token",
+        "{:?}",
+        refused[1]
+    );
+    let text = serde_json::to_string(&lines).unwrap();
+    assert!(
+        !text.contains(&gh) && !text.contains("abcdEFGH1234"),
+        "a value reached the audit log"
+    );
+}
