@@ -74,6 +74,10 @@ use airlock_policy::{L7Verdict, RequestView};
 /// searched before anything is sent upstream.
 pub const SMALL_BODY: usize = 64 * 1024;
 
+/// A body announced as at most this many bytes to an LLM API host is read whole, so that a
+/// secret in it can be redacted before anything is sent.
+pub const LLM_BODY: usize = 16 * 1024 * 1024;
+
 /// How long a finished client connection's upstream connection may take to become idle
 /// and be pooled (its last response is normally over already).
 const POOL_SETTLE: Duration = Duration::from_secs(1);
@@ -848,9 +852,16 @@ async fn prepare_body(
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
     // A small announced body is read and searched before anything is sent: for the
-    // credentials' needles and for secrets of known formats.
-    if announced.is_some_and(|n| n <= SMALL_BODY as u64) {
-        let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(SMALL_BODY);
+    // credentials' needles and for secrets of known formats. To an LLM API host, where a
+    // found secret is redacted rather than refused, a body up to `LLM_BODY` is read whole
+    // (agents send whole files as context).
+    let whole = if detect::llm_host(host) {
+        LLM_BODY
+    } else {
+        SMALL_BODY
+    };
+    if announced.is_some_and(|n| n <= whole as u64) {
+        let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(whole);
         let bytes = read_capped(body, cap, shared.limits.idle_timeout).await?;
         if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
             rec.credential = Some(creds.name_of(tag).to_owned());

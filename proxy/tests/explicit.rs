@@ -1015,3 +1015,75 @@ async fn a_known_secret_on_its_way_to_a_foreign_host_is_refused() {
         "a value reached the audit log"
     );
 }
+
+/// On an LLM API host the agent legitimately sends file contents, secrets included: a
+/// 200 KiB prompt carrying a GitHub token and a private key reaches the provider with both
+/// overwritten (same length, so the framing holds) and the request is audited
+/// `secret-redacted`.
+#[tokio::test]
+async fn a_known_secret_in_a_prompt_reaches_the_llm_api_redacted() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 65536];
+        let body_start = loop {
+            let n = s.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..body_start]).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        while buf.len() < body_start + len {
+            let n = s.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let _ = tx.send(buf[body_start..].to_vec());
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("api.anthropic.com", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let pem = "-----BEGIN RSA PRIVATE KEY-----";
+    let body = format!(
+        "{{\"messages\":[{{\"role\":\"user\",\"content\":\"{} TOKEN={gh} {pem} {}\"}}]}}",
+        "a".repeat(100_000),
+        "b".repeat(100_000)
+    );
+    let (_s, r) = request(
+        h.addr,
+        &format!(
+            "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let got = String::from_utf8(rx.recv().await.unwrap()).unwrap();
+    assert_eq!(got.len(), body.len(), "same length");
+    assert!(
+        !got.contains(&gh) && !got.contains(pem),
+        "a secret reached the provider"
+    );
+    assert!(got.contains("TOKEN=*****"), "redacted in place");
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "api.anthropic.com");
+    assert_eq!(l[0]["event"], "secret-redacted", "{l:?}");
+    assert_eq!(l[0]["decision"], "allow");
+}
