@@ -25,6 +25,10 @@ pub struct Cli {
     /// the cap the oldest rotated file is deleted, while a full volume refuses every request.
     #[arg(long, env = "AIRLOCK_AUDIT_CAP")]
     pub audit_cap: Option<u64>,
+    /// The sandbox's name for this start (its branches are `sandbox/<name>/…`), instead of
+    /// the policy's `[sandbox] name`: one policy file for many sandboxes.
+    #[arg(long, env = "AIRLOCK_SANDBOX")]
+    pub sandbox: Option<String>,
     /// User that runs the agent.
     #[arg(long, env = "AIRLOCK_AGENT_USER", default_value = ch::AGENT_USER)]
     pub agent_user: String,

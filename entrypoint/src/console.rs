@@ -7,9 +7,10 @@
 //! stderr) and the entrypoint's informational lines go to [`LOG_FILE`] in the audit
 //! directory instead, and the proxy logs at `warn` unless `AIRLOCK_LOG` says otherwise (every
 //! decision is in the audit log anyway; an uncapped `info` stream in the audit volume would
-//! let the agent fill it with allowed requests). Refusals to start and warnings about the
-//! start itself still go to the terminal: they come before the agent, and the user must see
-//! them. Without a terminal (`docker run -d`, compose `up`, CI) everything goes to stderr as
+//! let the agent fill it with allowed requests). Refusals to start, warnings about the start
+//! itself and the one `session … ready in N ms` line ([`banner`]) still go to the terminal:
+//! they come before the agent starts, the user must see them, and `docker logs` (the
+//! terminal's replay) is where the host CLI waits for the ready line. Without a terminal (`docker run -d`, compose `up`, CI) everything goes to stderr as
 //! before, where `docker logs` has it, at the proxy's default level (`info`).
 
 use anyhow::{Context, Result};
@@ -102,6 +103,12 @@ pub fn info(line: &str) {
         }
         None => eprintln!("airlock: {line}"),
     }
+}
+
+/// The start's one line on stderr even on a terminal (`session … ready in N ms`), printed
+/// before the agent starts so that it never lands inside the agent's screen; also in the log.
+pub fn banner(line: &str) {
+    fatal(line);
 }
 
 /// A line that stops the container: on stderr (the user's terminal) and in the log.

@@ -16,6 +16,7 @@ mod agent_env;
 mod config;
 mod console;
 mod credentials;
+mod effective;
 mod git;
 mod identity;
 mod netinfo;
@@ -112,6 +113,11 @@ fn check_all(cli: &Cli) -> Result<Checked> {
             .map_err(|e| anyhow!("invalid policy {}: {e}", knobs.policy_file(&cli.policy))),
     );
     problems.take(preflight::check(cli));
+    if let Some(name) = cli.sandbox.as_deref().filter(|n| !effective::valid_name(n)) {
+        problems.push(&format!(
+            "AIRLOCK_SANDBOX={name:?} is not a sandbox name: 1-40 characters of a-z, 0-9 and -, not starting or ending with -"
+        ));
+    }
     problems.take(setup::require_tools());
     let users = problems
         .take(Users::lookup(ch::PROXY_USER, ch::GIT_USER, &cli.agent_user))
@@ -280,6 +286,14 @@ fn start(cli: Cli) -> Result<i32> {
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
+    let overrides = effective::Overrides {
+        name: cli.sandbox.clone(),
+        origin: match git_plan {
+            git::Decision::Enabled => effective::workspace_origin(&cli.git_dir),
+            git::Decision::Unavailable(_) => None,
+        },
+    };
+    let policy_file = effective::install(&cli.policy, &cli.run_dir, &policy, &overrides)?;
     let route = console::Route::detect();
     console::open(&route, &cli.audit_dir)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
@@ -289,7 +303,7 @@ fn start(cli: Cli) -> Result<i32> {
             &cli.run_dir,
             &cli.audit_dir,
             &users,
-            (&cli.git_dir, &cli.workdir, &key_file, &cli.policy),
+            (&cli.git_dir, &cli.workdir, &key_file, &policy_file),
             &session.id,
         )?),
         None => None,
@@ -299,7 +313,7 @@ fn start(cli: Cli) -> Result<i32> {
     supervise::block_signals()?;
     let proxy_spec = ProxySpec {
         bin: proxy_bin,
-        policy: cli.policy.clone(),
+        policy: policy_file.clone(),
         audit_file,
         session: session.id.clone(),
         state_dir,
@@ -355,6 +369,17 @@ fn start(cli: Cli) -> Result<i32> {
         users.agent.home.clone()
     };
     let (program, args) = command.split_first().context("empty agent command")?;
+    // Before the agent's first byte: on a terminal it is the one line above the agent's own
+    // output (and what `docker logs` waits for: the CLI's readiness signal).
+    console::banner(&format!(
+        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
+        session.id,
+        t0.elapsed().as_millis(),
+        t_validate.as_millis(),
+        (t_proxy - t_validate).as_millis(),
+        (t_firewall - t_proxy).as_millis(),
+        (t_selftest - t_firewall).as_millis(),
+    ));
     let child = agent
         .command(Path::new(program), &agent_env, &cwd)
         .args(args)
@@ -365,15 +390,6 @@ fn start(cli: Cli) -> Result<i32> {
                 program, users.agent.name
             )
         })?;
-    console::info(&format!(
-        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
-        session.id,
-        t0.elapsed().as_millis(),
-        t_validate.as_millis(),
-        (t_proxy - t_validate).as_millis(),
-        (t_firewall - t_proxy).as_millis(),
-        (t_selftest - t_firewall).as_millis(),
-    ));
     let proxy_pid = Pid::from_raw(
         proxy
             .0

@@ -212,11 +212,12 @@ source "$SMOKE_ROOT/docker/run-flags.sh"
 ttyflags=("${AIRLOCK_RUN_FLAGS[@]}")
 screen=$(script -qefc "docker run --rm -it $(printf '%q ' "${ttyflags[@]}" "${policy[@]}") $img sh -c 'echo AGENT-ONLY'" /dev/null </dev/null 2>&1 | tr -d '\r\0' | sed 's/^\^@//' || true)
 # (script(1) writes a NUL to the terminal at its stdin's end, which the terminal echoes as ^@.)
-only_agent() {
-    grep -q '^AGENT-ONLY$' <<<"$screen" && ! grep -v -e '^AGENT-ONLY$' -e '^$' <<<"$screen" >/dev/null ||
+only_agent() {  # the one "airlock: session ... ready" line before the agent, then the agent's
+    grep -q '^AGENT-ONLY$' <<<"$screen" && [ "$(grep -v '^$' <<<"$screen" | head -1 | grep -c '^airlock: session .* ready in ')" = 1 ] &&
+        ! grep -v -e '^AGENT-ONLY$' -e '^$' -e '^airlock: session .* ready in ' <<<"$screen" >/dev/null ||
         { echo "    the terminal showed:" >&2; sed 's/^/    | /' <<<"$screen" | head -8 >&2; return 1; }
 }
-check "a terminal shows only the agent's output" only_agent
+check "a terminal shows only the ready line and the agent's output" only_agent
 check "airlock's lines are in airlock.log" grep -q 'ready in' "$(volume_path "$AUDIT")/airlock.log"
 
 size=$(docker image inspect -f '{{.Size}}' "$img" | awk '{printf "%.0f MB", $1/1e6}')

@@ -85,7 +85,8 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// On a terminal the agent's screen carries only the agent's output: the proxy's lines and
+/// On a terminal the agent's screen carries only the agent's output, below the one
+/// `airlock: session … ready` line printed before the agent starts: the proxy's lines and
 /// the entrypoint's own go to `airlock.log` in the audit directory (`AIRLOCK_LOG` still sets
 /// the proxy's level), and every decision is in the audit log.
 #[test]
@@ -101,9 +102,16 @@ fn an_interactive_terminal_carries_only_the_agents_output() {
         screen.contains("allowed=200") && screen.contains("AGENT-DONE"),
         "{screen}"
     );
-    let foreign: Vec<&str> = screen
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.contains("allowed=200") && !l.contains("AGENT-DONE"))
+    let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("airlock: session ") && l.contains(" ready in ")),
+        "the ready line comes first: {lines:#?}"
+    );
+    let foreign: Vec<&&str> = lines[1..]
+        .iter()
+        .filter(|l| !l.contains("allowed=200") && !l.contains("AGENT-DONE"))
         .collect();
     assert!(
         foreign.is_empty(),
@@ -209,6 +217,10 @@ impl GitCheckout {
     }
 
     fn run(&self, agent: &str) -> std::process::Output {
+        self.run_with_env(agent, &[])
+    }
+
+    fn run_with_env(&self, agent: &str, env: &[(&str, &str)]) -> std::process::Output {
         let (airlock, ws) = (&self.airlock, &self.airlock.workdir);
         let mut cmd = self.world.sandbox_command(std::path::Path::new("/bin/sh"));
         cmd.arg("-c")
@@ -231,6 +243,9 @@ impl GitCheckout {
             .arg("--git-dir")
             .arg(&self.git_dir)
             .args(["--", "sh", "-c", agent]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         cmd.output().unwrap()
     }
 }
@@ -326,4 +341,26 @@ fn a_second_sandbox_on_a_checkout_in_use_is_refused() {
     // Once the first is gone, the checkout can be used again.
     let out = airlock.run(&world, "touch third-ran");
     assert_ok(&out);
+}
+
+/// Useful without writing a policy (issue 15, item 6): the sandbox name comes from
+/// `AIRLOCK_SANDBOX` and, as the policy lists no repository, the workspace's own origin is
+/// the authorized one: a push to `main` is refused as outside the sandbox's namespace (with
+/// the command that works), not as an unauthorized repository.
+#[test]
+fn the_sandbox_name_comes_from_the_environment_and_origin_is_authorized() {
+    let g = GitCheckout::new(HOST_UID);
+    run_git(
+        &g.git_dir,
+        &["config", "remote.origin.url", "git@github.com:Acme/App.git"],
+    );
+    let out = g.run_with_env(
+        "git push origin HEAD:main 2>&1; echo push=$?",
+        &[("AIRLOCK_SANDBOX", "fix-login")],
+    );
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(!text.contains("repository_not_authorized"), "{text}");
+    assert!(text.contains("HEAD:sandbox/fix-login/"), "{text}");
+    assert!(!text.contains("push=0"), "{text}");
 }
