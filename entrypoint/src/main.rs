@@ -321,12 +321,7 @@ fn start(cli: Cli) -> Result<i32> {
         upstream_ca,
         audit_cap: cli.audit_cap,
         log_filter: route.proxy_filter.clone(),
-        run_as: RunAs {
-            identity: users.proxy.clone(),
-            filters: None,
-            session: TtySession::Detached,
-            real_uid: None,
-        },
+        run_as: RunAs::detached(users.proxy.clone()),
     };
     let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
     trust::write_bundle(&cli.run_dir, &proxy_spec.ca_export)?;
@@ -344,14 +339,45 @@ fn start(cli: Cli) -> Result<i32> {
         session: TtySession::Inherit,
         real_uid: None,
     };
-    let mode = match policy.sandbox.mode {
-        airlock_policy::Mode::Report => selftest::Mode::Report,
-        airlock_policy::Mode::Enforce => selftest::Mode::Enforce,
-    };
-    run_self_test(&self_test, mode)?;
+    run_self_test(&self_test, selftest::Mode::of(policy.sandbox.mode))?;
     let t_selftest = t0.elapsed();
 
     setup::reduce_pid1_caps()?;
+    let ready = format!(
+        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
+        session.id,
+        t0.elapsed().as_millis(),
+        t_validate.as_millis(),
+        (t_proxy - t_validate).as_millis(),
+        (t_firewall - t_proxy).as_millis(),
+        (t_selftest - t_firewall).as_millis(),
+    );
+    let child = spawn_agent(&cli, &users, filters, &agent_env, &ready)?;
+    let proxy_pid = Pid::from_raw(
+        proxy
+            .0
+            .take()
+            .map(|c| c.id())
+            .context("proxy handle lost")? as i32,
+    );
+    let mut supervisor =
+        supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec);
+    if let (Some(api), Some(spec)) = (git_api.0.take(), git_spec) {
+        supervisor = supervisor.with_git(Pid::from_raw(api.id() as i32), spec);
+    }
+    supervisor.run()
+}
+
+/// Start the agent command as the agent (full confinement) in the workspace, after the one
+/// ready line: before the agent's first byte, so on a terminal it is the line above the
+/// agent's own output (and what `docker logs` shows the host CLI).
+fn spawn_agent(
+    cli: &Cli,
+    users: &Users,
+    filters: Arc<Vec<seccompiler::BpfProgram>>,
+    env: &std::collections::BTreeMap<String, String>,
+    ready: &str,
+) -> Result<Child> {
     let agent = RunAs {
         identity: users.agent.clone(),
         filters: Some(filters),
@@ -369,19 +395,9 @@ fn start(cli: Cli) -> Result<i32> {
         users.agent.home.clone()
     };
     let (program, args) = command.split_first().context("empty agent command")?;
-    // Before the agent's first byte: on a terminal it is the one line above the agent's own
-    // output (and what `docker logs` waits for: the CLI's readiness signal).
-    console::banner(&format!(
-        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
-        session.id,
-        t0.elapsed().as_millis(),
-        t_validate.as_millis(),
-        (t_proxy - t_validate).as_millis(),
-        (t_firewall - t_proxy).as_millis(),
-        (t_selftest - t_firewall).as_millis(),
-    ));
-    let child = agent
-        .command(Path::new(program), &agent_env, &cwd)
+    console::banner(ready);
+    agent
+        .command(Path::new(program), env, &cwd)
         .args(args)
         .spawn()
         .with_context(|| {
@@ -389,20 +405,7 @@ fn start(cli: Cli) -> Result<i32> {
                 "cannot start the agent command {:?} as {}",
                 program, users.agent.name
             )
-        })?;
-    let proxy_pid = Pid::from_raw(
-        proxy
-            .0
-            .take()
-            .map(|c| c.id())
-            .context("proxy handle lost")? as i32,
-    );
-    let mut supervisor =
-        supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec);
-    if let (Some(api), Some(spec)) = (git_api.0.take(), git_spec) {
-        supervisor = supervisor.with_git(Pid::from_raw(api.id() as i32), spec);
-    }
-    supervisor.run()
+        })
 }
 
 fn proxy_binary(cli: &Cli) -> Result<PathBuf> {

@@ -65,6 +65,14 @@ impl Mode {
         }
     }
 
+    /// The policy's mode.
+    pub fn of(mode: airlock_policy::Mode) -> Mode {
+        match mode {
+            airlock_policy::Mode::Report => Mode::Report,
+            airlock_policy::Mode::Enforce => Mode::Enforce,
+        }
+    }
+
     /// Parses [`Mode::as_arg`]; anything else is enforce (the stricter test).
     pub fn from_arg(arg: Option<&str>) -> Mode {
         match arg {

@@ -46,6 +46,16 @@ pub struct RunAs {
 }
 
 impl RunAs {
+    /// `identity` in a session of its own, no seccomp filter, no split uid (the proxy).
+    pub fn detached(identity: Identity) -> RunAs {
+        RunAs {
+            identity,
+            filters: None,
+            session: Session::Detached,
+            real_uid: None,
+        }
+    }
+
     /// A command for `program` that runs as `self.identity` with exactly `env`.
     /// `cwd` is entered after the drop, so the target user must be able to reach it.
     pub fn command(&self, program: &Path, env: &BTreeMap<String, String>, cwd: &Path) -> Command {
