@@ -25,6 +25,7 @@ mod problems;
 mod proxy_ctl;
 mod proxy_state;
 mod seccomp;
+mod second;
 mod selftest;
 mod session;
 mod setup;
@@ -59,6 +60,21 @@ const EXIT_REFUSED: u8 = 78;
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(SELF_TEST_ARG)) {
         return self_test_main();
+    }
+    let argv0 = std::env::args_os().next().map(PathBuf::from);
+    let as_session = argv0
+        .as_deref()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == second::PROGRAM);
+    if as_session || std::env::args_os().nth(1).as_deref() == Some(OsStr::new(second::ARG)) {
+        let skip = if as_session { 1 } else { 2 };
+        let args: Vec<OsString> = std::env::args_os().skip(skip).collect();
+        let err = second::main(&args).err();
+        eprintln!(
+            "airlock: {:#}",
+            err.unwrap_or_else(|| anyhow!("the session did not start"))
+        );
+        return ExitCode::from(EXIT_REFUSED);
     }
     let cli = Cli::parse();
     match start(cli) {
@@ -395,6 +411,7 @@ fn spawn_agent(
         users.agent.home.clone()
     };
     let (program, args) = command.split_first().context("empty agent command")?;
+    second::save(&cli.run_dir, &users.agent, &cwd, env)?;
     console::banner(ready);
     agent
         .command(Path::new(program), env, &cwd)

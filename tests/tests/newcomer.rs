@@ -364,3 +364,67 @@ fn the_sandbox_name_comes_from_the_environment_and_origin_is_authorized() {
     assert!(text.contains("HEAD:sandbox/fix-login/"), "{text}");
     assert!(!text.contains("push=0"), "{text}");
 }
+
+/// A supported second session (issue 15, item 9): `airlock-entrypoint __session` (what
+/// `docker exec -it NAME airlock-entrypoint __session` runs) is the agent with the full
+/// confinement of the first one: its uid, no capabilities, `no_new_privs`, seccomp, the
+/// proxy settings; its traffic is audited as the agent's, and the firewall stays out of reach.
+#[test]
+fn a_second_session_is_the_agent_with_the_same_confinement() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let mut first = airlock.spawn(
+        &world,
+        "touch first-up; while [ ! -e stop ]; do sleep 0.05; done",
+    );
+    airlock.wait_for_agent_file("first-up");
+    let script = format!(
+        "echo uid=$(id -u); grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; \
+         echo pwd=$(pwd); {}; iptables -F 2>/dev/null; echo flush=$?",
+        probe(&world, "allowed", "https://allowed.test/")
+    );
+    let out = world
+        .sandbox_command(&bin("airlock-entrypoint"))
+        .args(["__session", "--", "sh", "-c", &script])
+        .env("AIRLOCK_RUN_DIR", &airlock.run_dir)
+        .output()
+        .unwrap();
+    // The same under the name `airlock-session` (a link to the entrypoint).
+    let link = world.dir().join("airlock-session");
+    std::os::unix::fs::symlink(bin("airlock-entrypoint"), &link).unwrap();
+    let linked = world
+        .sandbox_command(&link)
+        .args(["--", "sh", "-c", "echo linked-uid=$(id -u)"])
+        .env("AIRLOCK_RUN_DIR", &airlock.run_dir)
+        .output()
+        .unwrap();
+    std::fs::write(airlock.workdir.join("stop"), "").unwrap();
+    assert!(first.wait().unwrap().success());
+    assert_ok(&out);
+    let text = stdout(&out);
+    let agent = world.users().agent;
+    assert!(
+        stdout(&linked).contains(&format!("linked-uid={agent}")),
+        "{}",
+        stderr(&linked)
+    );
+    for want in [
+        format!("uid={agent}"),
+        "CapEff:\t0000000000000000".to_owned(),
+        "CapBnd:\t0000000000000000".to_owned(),
+        "NoNewPrivs:\t1".to_owned(),
+        "Seccomp:\t2".to_owned(),
+        format!("pwd={}", airlock.workdir.display()),
+        "allowed=200".to_owned(),
+    ] {
+        assert!(text.contains(&want), "{want:?} not in:\n{text}");
+    }
+    assert!(!text.contains("flush=0"), "{text}");
+    assert!(
+        airlock
+            .audit()
+            .iter()
+            .any(|l| l["host"] == "allowed.test" && l["uid"] == agent),
+        "the session's request is audited as the agent's"
+    );
+}
