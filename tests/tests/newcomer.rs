@@ -428,3 +428,47 @@ fn a_second_session_is_the_agent_with_the_same_confinement() {
         "the session's request is audited as the agent's"
     );
 }
+
+/// The packets count of the IPv4 OUTPUT rule whose target and protocol match, read in the
+/// sandbox's network namespace the way the README tells the operator to.
+fn reject_count(world: &airlock_tests::World, proto: &str) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            world.sandbox_ns(),
+            "iptables",
+            "-vnxL",
+            "OUTPUT",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[2] == "REJECT" && f[3] == proto)
+        .and_then(|f| f[0].parse().ok())
+        .unwrap_or_else(|| panic!("no REJECT {proto} rule:\n{}", stdout(&out)))
+}
+
+/// UDP attempts the kernel rejects leave a trace the operator can read (issue 15, item 8):
+/// the firewall's REJECT counter, read in the container's network namespace from the host,
+/// as the README says.
+#[test]
+fn udp_attempts_show_in_the_firewalls_counters() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    assert_ok(&airlock.run(&world, "true"));
+    let udp0 = reject_count(&world, "17");
+    let out = airlock.run(
+        &world,
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+         s.sendto(b'x', ('203.0.113.10', 9))\" 2>/dev/null; true",
+    );
+    assert_ok(&out);
+    assert!(
+        reject_count(&world, "17") > udp0,
+        "the UDP attempt is counted"
+    );
+}
