@@ -126,14 +126,47 @@ where
     }
 }
 
+/// Why a streamed request body was cut on its way upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    /// A credential's placeholder or real value (its name).
+    Credential(String),
+    /// A secret of a known format going to a host that is not its provider's (the
+    /// detector's name).
+    Secret(&'static str),
+}
+
+impl Cut {
+    /// The denial it is reported as.
+    #[must_use]
+    pub const fn reason(&self) -> airlock_policy::Reason {
+        match self {
+            Self::Credential(_) => airlock_policy::Reason::CredentialLeak,
+            Self::Secret(_) => airlock_policy::Reason::ForeignSecret,
+        }
+    }
+
+    /// Names what was found on the record (`credential` or `rule`) and returns the reason.
+    pub fn describe(&self, rec: &mut Record) -> airlock_policy::Reason {
+        match self {
+            Self::Credential(name) => rec.credential = Some(name.clone()),
+            Self::Secret(name) => rec.rule = Some(format!("secret detector {name}")),
+        }
+        self.reason()
+    }
+}
+
+/// Set by a body checker when it cuts a request body (first cut wins).
+pub type CutFlag = Arc<std::sync::OnceLock<Cut>>;
+
 /// Emits its record, completed with the meter's bytes and duration, when dropped.
 #[derive(Debug)]
 pub struct AuditOnDrop {
     record: Option<Record>,
     meter: Arc<Meter>,
     audit: Audit,
-    /// Set when the request body was cut for a leak after the response had started.
-    leak: Option<Arc<std::sync::OnceLock<String>>>,
+    /// Set when the request body was cut after the response had started.
+    leak: Option<CutFlag>,
 }
 
 impl AuditOnDrop {
@@ -148,9 +181,10 @@ impl AuditOnDrop {
         }
     }
 
-    /// Marks the record as a `credential-leak` denial if `flag` is set by then.
+    /// Marks the record as a denial (`credential-leak`, `foreign-secret`) if `flag` is set
+    /// by then.
     #[must_use]
-    pub fn with_leak_flag(mut self, flag: Arc<std::sync::OnceLock<String>>) -> Self {
+    pub fn with_leak_flag(mut self, flag: CutFlag) -> Self {
         self.leak = Some(flag);
         self
     }
@@ -162,11 +196,11 @@ impl Drop for AuditOnDrop {
             rec.bytes_up = self.meter.up();
             rec.bytes_down = self.meter.down();
             rec.duration_ms = self.meter.elapsed_ms();
-            if let Some(name) = self.leak.as_ref().and_then(|f| f.get()) {
+            if let Some(cut) = self.leak.as_ref().and_then(|f| f.get()) {
                 rec.decision = crate::audit::Verdict::Deny;
-                rec.reason = Some(airlock_policy::Reason::CredentialLeak.as_str());
+                rec.reason = Some(cut.describe(&mut rec).as_str());
                 rec.event = Some("leak-in-body");
-                tracing::warn!("credential {name}: seen in a request body, upstream cut");
+                tracing::warn!("{cut:?}: seen in a request body, upstream cut");
             }
             self.audit.emit_detached(rec);
         }

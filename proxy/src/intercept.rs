@@ -50,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::Shared;
 use crate::audit::{Kind, Pending, Record, Verdict};
-use crate::body::{AuditOnDrop, BoxError, Counted, Framed};
+use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed};
 use crate::ca::Ca;
 use crate::credentials::{Credentials, GitScope, Injected};
 use crate::decide::Target;
@@ -543,7 +543,7 @@ struct Prepared {
     /// Byte counts (and activity) of this request's body both ways.
     meter: Arc<Meter>,
     /// Set when a streamed body was cut at a secret (the credential's name).
-    leak_flag: Arc<OnceLock<String>>,
+    leak_flag: CutFlag,
     /// Whether a credential was injected (the response is then scrubbed).
     injected: bool,
 }
@@ -815,7 +815,7 @@ fn inject(
 #[derive(Default)]
 struct Tally {
     meter: Arc<Meter>,
-    leak_flag: Arc<OnceLock<String>>,
+    leak_flag: CutFlag,
 }
 
 /// The body as it will be sent: judged (read up to the rule's cap), searched before
@@ -871,7 +871,17 @@ async fn prepare_body(
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
-    let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
+    // Streamed: secrets of known formats checked (or, to an LLM API host, redacted) as it
+    // goes, holding back enough to see a secret whole before any of it is sent.
+    let counted = SecretChecked {
+        inner: Counted::new(body, Arc::clone(&tally.meter), Dir::Up),
+        shared: Arc::clone(shared),
+        host: host.clone(),
+        redact: detect::llm_host(host),
+        held: Vec::new(),
+        flag: Arc::clone(&tally.leak_flag),
+        done: false,
+    };
     if scan_body {
         let which = match injected {
             Some(Injected { only: Some(i), .. }) => Which::Except(*i),
@@ -1008,13 +1018,13 @@ async fn send_failed(
     ctx: &Ctx,
     e: &hyper::Error,
     addr: SocketAddr,
-    leak_flag: &OnceLock<String>,
+    leak_flag: &OnceLock<Cut>,
     route: &Route,
     mut rec: Pending,
 ) -> Response<ProxyBody> {
-    if let Some(name) = leak_flag.get() {
-        rec.credential = Some(name.clone());
-        return ctx.deny(rec, Reason::CredentialLeak, route).await;
+    if let Some(cut) = leak_flag.get() {
+        let reason = cut.describe(&mut rec);
+        return ctx.deny(rec, reason, route).await;
     }
     if e.is_user() {
         // Our request body failed: the agent's body broke off (it hung up mid-body, or
@@ -1131,6 +1141,102 @@ where
     }
 }
 
+/// A streamed request body searched for secrets of known formats on the way: the last
+/// [`SECRET_HOLD`] bytes are held back until more arrive (or the body ends), so a secret is
+/// always seen whole before any byte of it is sent. A foreign secret cuts the body (the
+/// request is refused `foreign-secret`, [`Cut::Secret`]); with `redact` (an LLM API host)
+/// it is overwritten in place instead.
+struct SecretChecked<B> {
+    inner: B,
+    shared: Arc<Shared>,
+    host: Host,
+    redact: bool,
+    held: Vec<u8>,
+    flag: CutFlag,
+    done: bool,
+}
+
+/// Longer than the longest prefix any detector needs to match.
+const SECRET_HOLD: usize = 1024;
+
+impl<B> SecretChecked<B> {
+    /// Checks `window` (what was held plus a new chunk); returns what may go now, keeping
+    /// the tail unless `last`.
+    fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, BoxError> {
+        let detectors = self.shared.interception.detectors();
+        if self.redact {
+            let _ = detect::redact(detectors, &mut window, &self.host);
+        } else if let Some(d) = detectors.foreign(&window, &self.host) {
+            let _ = self.flag.set(Cut::Secret(d.name));
+            self.done = true;
+            return Err("a secret of a known format in the body".into());
+        }
+        let keep = if last {
+            0
+        } else {
+            SECRET_HOLD.min(window.len())
+        };
+        self.held = window.split_off(window.len() - keep);
+        Ok(Bytes::from(window))
+    }
+}
+
+impl<B> Body for SecretChecked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    let held = std::mem::take(&mut this.held);
+                    let out = this.pass(held, true);
+                    this.done = true;
+                    return match out {
+                        Ok(b) if b.is_empty() => Poll::Ready(None),
+                        Ok(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                        Err(e) => Poll::Ready(Some(Err(e))),
+                    };
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers: dropped
+                    };
+                    let mut window = std::mem::take(&mut this.held);
+                    window.extend_from_slice(&data);
+                    match this.pass(window, false) {
+                        Ok(b) if b.is_empty() => {}
+                        Ok(b) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    /// Redaction keeps lengths and a cut ends the request: the announced length holds.
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Which needle set a streamed request body is searched with.
 #[derive(Clone, Copy)]
 enum Which {
@@ -1147,7 +1253,7 @@ struct LeakChecked<B> {
     inner: B,
     stream: scan::Stream,
     shared: Arc<Shared>,
-    flag: Arc<OnceLock<String>>,
+    flag: CutFlag,
     done: bool,
 }
 
@@ -1199,7 +1305,7 @@ where
                         Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
                         Err(tag) => {
                             let name = this.shared.interception.credentials.name_of(tag);
-                            let _ = this.flag.set(name.to_owned());
+                            let _ = this.flag.set(Cut::Credential(name.to_owned()));
                             this.done = true;
                             return Poll::Ready(Some(Err("credential leak in the body".into())));
                         }

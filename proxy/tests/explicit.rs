@@ -1087,3 +1087,77 @@ async fn a_known_secret_in_a_prompt_reaches_the_llm_api_redacted() {
     assert_eq!(l[0]["event"], "secret-redacted", "{l:?}");
     assert_eq!(l[0]["decision"], "allow");
 }
+
+/// A secret in a streamed upload (chunked, past what is read whole), split across chunks
+/// sent with pauses between them, to a host that is not its provider's: the upload is cut
+/// before any byte of the secret is sent, and refused `foreign-secret`.
+#[tokio::test]
+async fn a_known_secret_split_across_chunks_of_a_streamed_upload_never_leaves() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    all.extend_from_slice(&chunk[..n]);
+                }
+                let _ = tx.send(all);
+            });
+        }
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(
+        b"POST http://allowed.test/upload HTTP/1.1\r\nhost: allowed.test\r\ntransfer-encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let filler = format!("{}\nTOKEN=", "f".repeat(70_000));
+    let (a, b) = gh.split_at(10);
+    // Once the secret is seen the proxy answers and may close: later writes can fail.
+    for part in [filler.as_str(), a, b, "tail"] {
+        let _ = s
+            .write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let r = tokio::time::timeout(Duration::from_secs(10), read_resp(&mut s))
+        .await
+        .expect("the proxy answers at once");
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("foreign-secret")
+    );
+    drop(s);
+    let lines = h.finish().await;
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        !got.contains(a),
+        "a piece of the secret reached the upstream"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["reason"] == "foreign-secret" && l["rule"] == "secret detector github-token"),
+        "{lines:?}"
+    );
+}
