@@ -71,10 +71,11 @@ const BUILTIN: &[(&str, &str, &[&str])] = &[
         &["github.com", "api.github.com", "uploads.github.com"],
     ),
     (
-        // An access key id with a 40-character secret after it (as in a credentials file
-        // or an environment dump): the id alone is not a secret.
+        // An access key id with a 40-character secret at most 100 bytes after it (as in a
+        // credentials file, an environment dump or a JSON object): the id alone is not a
+        // secret.
         "aws-access-key",
-        r"(?s)\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b.{0,200}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)",
+        r"(?s)\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b.{0,100}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)",
         &["amazonaws.com", "*.amazonaws.com"],
     ),
     (
@@ -151,9 +152,12 @@ impl Detectors {
             name: name.to_owned(),
             detail,
         };
+        // ASCII-only classes and word boundaries (`(?-u)`): every format is ASCII, and the
+        // Unicode tables would cost resident memory for nothing.
+        let ascii = |p: &str| format!("(?-u){p}");
         let mut detectors = Vec::new();
         for (name, pattern, hosts) in BUILTIN {
-            let regex = Regex::new(pattern).map_err(|e| err(name, e.to_string()))?;
+            let regex = Regex::new(&ascii(pattern)).map_err(|e| err(name, e.to_string()))?;
             let providers = hosts
                 .iter()
                 .map(|h| HostRule::parse(h).map_err(|e| err(name, e.to_string())))
@@ -164,7 +168,7 @@ impl Detectors {
                 providers,
             });
         }
-        let set = RegexSet::new(BUILTIN.iter().map(|(_, p, _)| *p))
+        let set = RegexSet::new(BUILTIN.iter().map(|(_, p, _)| ascii(p)))
             .map_err(|e| err("set", e.to_string()))?;
         Ok(Self {
             set,
