@@ -336,6 +336,9 @@ fn start(cli: Cli) -> Result<i32> {
         ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
         upstream_ca,
         audit_cap: cli.audit_cap,
+        container: std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|m| proxy_ctl::container_id(&m)),
         log_filter: route.proxy_filter.clone(),
         run_as: RunAs::detached(users.proxy.clone()),
     };

@@ -43,6 +43,8 @@ pub struct ProxySpec {
     pub upstream_ca: Vec<PathBuf>,
     /// The audit log's cap in bytes (`None`: the proxy's default).
     pub audit_cap: Option<u64>,
+    /// The container's id, for every audit line ([`container_id`]).
+    pub container: Option<String>,
     /// The proxy's log filter (`AIRLOCK_PROXY_LOG`; see [`crate::console::Route`]).
     pub log_filter: Option<String>,
     pub run_as: RunAs,
@@ -88,6 +90,9 @@ impl ProxySpec {
         }
         if let Some(cap) = self.audit_cap {
             cmd.arg("--audit-cap").arg(cap.to_string());
+        }
+        if let Some(id) = &self.container {
+            cmd.arg("--container").arg(id);
         }
         let mut child = cmd.spawn().with_context(|| {
             format!(
@@ -155,8 +160,40 @@ pub fn health_ok() -> bool {
     buf[..got].starts_with(b"HTTP/1.1 200")
 }
 
+/// The id of the container we run in, from the engine's bind mount of its per-container
+/// files (`/var/lib/docker/containers/<id>/hostname` on Docker, `.../containers/<id>/userdata/`
+/// on Podman) in `mountinfo`; `None` outside a container engine.
+#[must_use]
+pub fn container_id(mountinfo: &str) -> Option<String> {
+    let is_id = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    mountinfo.lines().find_map(|line| {
+        let root = line.split(' ').nth(3)?;
+        let segments: Vec<&str> = root.split('/').collect();
+        segments
+            .windows(2)
+            .find(|w| w[0].ends_with("containers") && is_id(w[1]))
+            .map(|w| w[1].to_owned())
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_container_id_is_read_from_the_engines_bind_mounts() {
+        let docker = "1102 1100 8:1 /var/lib/docker/containers/4f2e0c8d2a1b6e7f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f/hostname /etc/hostname rw,relatime - ext4 /dev/sda1 rw\n";
+        assert_eq!(
+            container_id(docker).as_deref(),
+            Some("4f2e0c8d2a1b6e7f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f")
+        );
+        let podman = "99 98 0:50 /containers/storage/overlay-containers/aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44/userdata/hostname /etc/hostname rw - tmpfs tmpfs rw\n";
+        assert!(container_id(podman).is_some());
+        let plain = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n";
+        assert_eq!(container_id(plain), None);
+        let short =
+            "1 1 8:1 /var/lib/docker/containers/abc/hostname /etc/hostname rw - ext4 x rw\n";
+        assert_eq!(container_id(short), None);
+    }
+
     use super::*;
 
     /// The tuning reaches the proxy, and this glibc (the image's base is the same Debian

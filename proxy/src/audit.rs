@@ -26,7 +26,8 @@
 //! `info` level of `AIRLOCK_PROXY_LOG`), one `write(2)` per batch.
 //!
 //! Schema (every field is always present; unknown values are `null`):
-//! `ts` (RFC 3339 UTC, ms, when the request arrived), `session`, `uid` (client uid, `null`
+//! `ts` (RFC 3339 UTC, ms, when the request arrived), `session`, `sandbox`, `container`
+//! (the container's id, `null` when unknown), `uid` (client uid, `null`
 //! until identity lands), `client` (peer `ip:port`), `kind` (`connect`|`http`|`transparent`|
 //! `dns`|`git-service`), `event` (`open` for the line written before anything went upstream,
 //! `close` (or `close-*`) for a tunnel's final line, `null` for a request's final line or a
@@ -38,7 +39,8 @@
 //! the request, comma-separated), `status` (the upstream's response status, when the
 //! proxy read it), `bytes_up`, `bytes_down`, `duration_ms`.
 //!
-//! The outage line: `ts` (when writing worked again), `session`, `kind: audit`,
+//! The outage line: `ts` (when writing worked again), `session`, `sandbox`, `container`,
+//! `kind: audit`,
 //! `event: outage`, `decision: deny`, `reason: audit-unavailable`, `since` (the first failed
 //! write), `error`, `refused` (requests refused meanwhile), `lost` (final lines dropped).
 
@@ -136,6 +138,12 @@ pub struct Record {
     pub ts: SystemTime,
     #[serde(serialize_with = "ser_arc_str")]
     pub session: Arc<str>,
+    /// The sandbox's name (`[sandbox] name`).
+    #[serde(serialize_with = "ser_arc_str")]
+    pub sandbox: Arc<str>,
+    /// The container's id, when the entrypoint found it.
+    #[serde(serialize_with = "ser_opt_arc_str")]
+    pub container: Option<Arc<str>>,
     pub uid: Option<u32>,
     pub client: Option<SocketAddr>,
     pub kind: Kind,
@@ -165,18 +173,45 @@ fn ser_arc_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Err
     s.serialize_str(v)
 }
 
+fn ser_opt_arc_str<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// Who every line of this proxy speaks for: the session, the sandbox and the container.
+#[derive(Debug, Clone)]
+pub struct Who {
+    /// The per-start session id.
+    pub session: Arc<str>,
+    /// `[sandbox] name`.
+    pub sandbox: Arc<str>,
+    /// The container's id, when known.
+    pub container: Option<Arc<str>>,
+}
+
+impl Who {
+    /// `session` of `sandbox`, in `container` if known.
+    #[must_use]
+    pub fn new(session: &str, sandbox: &str, container: Option<&str>) -> Self {
+        Self {
+            session: Arc::from(session),
+            sandbox: Arc::from(sandbox),
+            container: container.map(Arc::from),
+        }
+    }
+}
+
 impl Record {
     /// A record stamped with `started` (when the request arrived), everything else empty.
     #[must_use]
-    pub fn new(
-        session: Arc<str>,
-        started: SystemTime,
-        kind: Kind,
-        client: Option<SocketAddr>,
-    ) -> Self {
+    pub fn new(who: &Who, started: SystemTime, kind: Kind, client: Option<SocketAddr>) -> Self {
         Self {
             ts: started,
-            session,
+            session: Arc::clone(&who.session),
+            sandbox: Arc::clone(&who.sandbox),
+            container: who.container.clone(),
             uid: None,
             client,
             kind,
@@ -357,6 +392,8 @@ struct FoldLine<'a> {
     #[serde(serialize_with = "ser_ts")]
     ts: SystemTime,
     session: &'a str,
+    sandbox: &'a str,
+    container: Option<&'a str>,
     kind: Kind,
     event: &'static str,
     decision: &'static str,
@@ -388,8 +425,8 @@ struct State {
     bounds: Bounds,
     /// Denials folded per (listener, reason).
     folds: std::collections::HashMap<(Kind, &'static str), Fold>,
-    /// The proxy's session (for lines that describe no one request).
-    session: Arc<str>,
+    /// Who the lines that describe no one request speak for.
+    who: Who,
 }
 
 /// A window in which the log could not be written.
@@ -405,6 +442,8 @@ struct OutageLine<'a> {
     #[serde(serialize_with = "ser_ts")]
     ts: SystemTime,
     session: &'a str,
+    sandbox: &'a str,
+    container: Option<&'a str>,
     kind: &'static str,
     event: &'static str,
     decision: &'static str,
@@ -435,7 +474,7 @@ impl Sink {
 
     /// Writes everything queued, then `st.line` when `with_line`, in one go; on failure cuts
     /// the file back to its last whole line and enters (or stays in) the outage.
-    fn write_out(&self, st: &mut State, with_line: bool, session: &str) -> Result<(), Unavailable> {
+    fn write_out(&self, st: &mut State, with_line: bool, who: &Who) -> Result<(), Unavailable> {
         let incoming = st.queued.len() as u64 + if with_line { st.line.len() as u64 } else { 0 };
         if st.len > 0 && st.len + incoming > st.bounds.file_max() {
             match st.file.rotate() {
@@ -448,7 +487,9 @@ impl Sink {
             let mut buf = Vec::new();
             let line = OutageLine {
                 ts: SystemTime::now(),
-                session,
+                session: &who.session,
+                sandbox: &who.sandbox,
+                container: who.container.as_deref(),
                 kind: "audit",
                 event: "outage",
                 decision: Verdict::Deny.as_str(),
@@ -608,7 +649,8 @@ impl Sink {
         if rec.event != Some(EVENT_OPEN) {
             add_human(&mut st.human, rec);
         }
-        let r = self.write_out(st, true, &rec.session);
+        let who = st.who.clone();
+        let r = self.write_out(st, true, &who);
         if r.is_err()
             && let Some(o) = &mut st.outage
         {
@@ -646,8 +688,8 @@ impl Sink {
         if st.queued.is_empty() {
             return Ok(());
         }
-        let session = Arc::clone(&st.session);
-        self.write_out(&mut st, false, &session)
+        let who = st.who.clone();
+        self.write_out(&mut st, false, &who)
     }
 }
 
@@ -662,7 +704,9 @@ fn queue_fold(
 ) {
     let line = FoldLine {
         ts: SystemTime::now(),
-        session: &st.session,
+        session: &st.who.session,
+        sandbox: &st.who.sandbox,
+        container: st.who.container.as_deref(),
         kind,
         event: "suppressed",
         decision: Verdict::Deny.as_str(),
@@ -867,11 +911,7 @@ pub struct AuditWriter {
 /// # Errors
 /// [`AuditError::Open`] when the file cannot be opened, [`AuditError::Spawn`] when the
 /// thread cannot be started.
-pub fn open(
-    path: &Path,
-    session: Arc<str>,
-    bounds: Bounds,
-) -> Result<(Audit, AuditWriter), AuditError> {
+pub fn open(path: &Path, who: Who, bounds: Bounds) -> Result<(Audit, AuditWriter), AuditError> {
     let open_err = |source| AuditError::Open {
         path: path.to_owned(),
         source,
@@ -883,7 +923,7 @@ pub fn open(
         file,
         keep: bounds.keep.max(1),
     };
-    start(path, Box::new(file), len, session, bounds)
+    start(path, Box::new(file), len, who, bounds)
 }
 
 /// The log on `file` (already `len` bytes long), reported as `path`.
@@ -894,7 +934,7 @@ pub fn start(
     path: &Path,
     file: Box<dyn LogFile>,
     len: u64,
-    session: Arc<str>,
+    who: Who,
     bounds: Bounds,
 ) -> Result<(Audit, AuditWriter), AuditError> {
     let sink = Arc::new(Sink {
@@ -910,7 +950,7 @@ pub fn start(
             closed: false,
             bounds,
             folds: std::collections::HashMap::new(),
-            session,
+            who,
         }),
         wake: Condvar::new(),
         available: AtomicBool::new(true),
@@ -1036,10 +1076,14 @@ fn write_human(out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn who() -> Who {
+        Who::new("s1", "demo", Some("c0ffee"))
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn rec(i: u64) -> Record {
-        let mut r = Record::new(Arc::from("s1"), SystemTime::now(), Kind::Connect, None);
+        let mut r = Record::new(&who(), SystemTime::now(), Kind::Connect, None);
         r.bytes_up = i;
         r
     }
@@ -1048,7 +1092,7 @@ mod tests {
     async fn nothing_is_lost_from_many_producers() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (audit, writer) = open(&path, Arc::from("s1"), Bounds::default()).unwrap();
+        let (audit, writer) = open(&path, who(), Bounds::default()).unwrap();
         let mut tasks = Vec::new();
         for t in 0..8u64 {
             let a = audit.clone();
@@ -1084,7 +1128,7 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         std::fs::write(&path, "old\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let (audit, writer) = open(&path, Arc::from("s1"), Bounds::default()).unwrap();
+        let (audit, writer) = open(&path, who(), Bounds::default()).unwrap();
         audit.emit(rec(1)).await;
         audit.flush().await;
         let text = std::fs::read_to_string(&path).unwrap();
@@ -1093,7 +1137,7 @@ mod tests {
         writer.finish().await.unwrap();
 
         let fresh = dir.path().join("new.jsonl");
-        let (_a, w) = open(&fresh, Arc::from("s1"), Bounds::default()).unwrap();
+        let (_a, w) = open(&fresh, who(), Bounds::default()).unwrap();
         w.finish().await.unwrap();
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -1107,7 +1151,7 @@ mod tests {
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(matches!(
-            open(&link, Arc::from("s1"), Bounds::default()),
+            open(&link, who(), Bounds::default()),
             Err(AuditError::Open { .. })
         ));
     }
@@ -1179,7 +1223,7 @@ mod tests {
             Path::new("/fake/audit.jsonl"),
             Box::new(v.clone()),
             0,
-            Arc::from("s1"),
+            who(),
             bounds,
         )
         .unwrap()
@@ -1220,6 +1264,7 @@ mod tests {
         assert_eq!(folded[0]["reason"], "blocked-by-policy");
         assert_eq!(folded[0]["kind"], "connect");
         assert_eq!(folded[0]["host"], "h99.example");
+        assert_eq!(folded[0]["sandbox"], "demo");
         assert!(
             lines
                 .iter()
@@ -1238,7 +1283,7 @@ mod tests {
             keep: 2,
             ..Bounds::default()
         };
-        let (audit, writer) = open(&path, Arc::from("s1"), bounds).unwrap();
+        let (audit, writer) = open(&path, who(), bounds).unwrap();
         let mut last = 0;
         for i in 0..400 {
             let mut r = rec(i);
@@ -1307,6 +1352,8 @@ mod tests {
             "the first refusal and seven more: {outage}"
         );
         assert_eq!(outage["session"], "s1");
+        assert_eq!(outage["sandbox"], "demo");
+        assert_eq!(outage["container"], "c0ffee");
         assert!(
             outage["error"].as_str().unwrap().contains("No space"),
             "{outage}"
@@ -1377,6 +1424,8 @@ mod tests {
         for f in [
             "ts",
             "session",
+            "sandbox",
+            "container",
             "uid",
             "client",
             "kind",

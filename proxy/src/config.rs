@@ -34,6 +34,9 @@ pub struct Args {
     /// Extra trusted roots for verifying upstreams (test or corporate CAs), PEM; repeatable.
     #[arg(long)]
     pub upstream_ca: Vec<PathBuf>,
+    /// The container's id, written on every audit line (the entrypoint finds it).
+    #[arg(long)]
+    pub container: Option<String>,
     /// Bytes the audit log's files may take together (the current one and the rotated
     /// ones); keep it well under the audit volume's free space.
     #[arg(long, default_value_t = crate::audit::Bounds::default().cap)]

@@ -194,12 +194,7 @@ pub(crate) async fn handle(
     uid: Option<u32>,
     max_len: usize,
 ) -> Option<Vec<u8>> {
-    let mut rec = Record::new(
-        Arc::clone(&shared.session),
-        SystemTime::now(),
-        Kind::Dns,
-        Some(client),
-    );
+    let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(client));
     rec.uid = uid;
     let started = tokio::time::Instant::now();
     let msg = match Message::from_vec(bytes) {
@@ -312,12 +307,7 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
         };
         let Ok(permit) = Arc::clone(&inflight).try_acquire_owned() else {
             // Dropped unanswered (the client retries), but still a decision: audited.
-            let mut rec = Record::new(
-                Arc::clone(&shared.session),
-                SystemTime::now(),
-                Kind::Dns,
-                Some(peer),
-            );
+            let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
             rec.reason = Some(Reason::TooManyConnections.as_str());
             rec.event = Some("dropped-overload");
             rec.bytes_up = n as u64;
@@ -377,12 +367,7 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
             Ok(slot) => slot,
             Err(reason) => {
                 // Over the connection cap: close, audited.
-                let mut rec = Record::new(
-                    Arc::clone(&shared.session),
-                    SystemTime::now(),
-                    Kind::Dns,
-                    Some(peer),
-                );
+                let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
                 rec.uid = uid;
                 rec.reason = Some(reason.as_str());
                 let _ = shared.audit.commit(&rec);
@@ -408,12 +393,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, sha
         }
         let n = usize::from(u16::from_be_bytes(len));
         if n == 0 || n > MAX_TCP_MESSAGE {
-            let mut rec = Record::new(
-                Arc::clone(&shared.session),
-                SystemTime::now(),
-                Kind::Dns,
-                Some(peer),
-            );
+            let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
             rec.uid = uid;
             rec.reason = Some(Reason::MalformedRequest.as_str());
             let _ = shared.audit.commit(&rec);

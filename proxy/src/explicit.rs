@@ -83,12 +83,7 @@ async fn refuse(
     kind: Kind,
     reason: Reason,
 ) {
-    let mut rec = Record::new(
-        Arc::clone(&shared.session),
-        SystemTime::now(),
-        kind,
-        Some(peer),
-    );
+    let mut rec = Record::new(&shared.who, SystemTime::now(), kind, Some(peer));
     rec.uid = uid;
     rec.reason = Some(reason.as_str());
     let reason = match shared.audit.commit(&rec) {
@@ -231,7 +226,7 @@ pub(crate) async fn serve_conn(
             None
         };
         if let Some(reason) = reason {
-            let mut rec = Record::new(Arc::clone(&shared.session), started, conn_kind, Some(peer));
+            let mut rec = Record::new(&shared.who, started, conn_kind, Some(peer));
             rec.uid = uid;
             rec.reason = Some(reason.as_str());
             rec.event = Some(if e.is_timeout() {
@@ -256,12 +251,7 @@ pub(crate) fn upgrades(connect: bool, status: http::StatusCode) -> bool {
 /// The gate refused a request head: the uniform denial, the connection closes after it,
 /// and the connection's one `parse-error` line.
 async fn refuse_head(st: &ConnState, reason: Reason) -> Response<ProxyBody> {
-    let mut rec = Record::new(
-        Arc::clone(&st.shared.session),
-        st.started,
-        st.kind,
-        Some(st.peer),
-    );
+    let mut rec = Record::new(&st.shared.who, st.started, st.kind, Some(st.peer));
     rec.uid = st.uid;
     rec.reason = Some(reason.as_str());
     rec.event = Some("parse-error");
@@ -294,7 +284,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
     }
     if req.uri().authority().is_none() {
         if req.method() == Method::GET && req.uri().path() == HEALTH_PATH {
-            return deny::health(&st.shared.session, st.shared.audit.available());
+            return deny::health(&st.shared.who.session, st.shared.audit.available());
         }
         if req.uri().path().starts_with(BASE_URL_PREFIX) {
             return base_url(st, req).await;
@@ -308,12 +298,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
 
 /// A request's record, written even if the client hangs up before its outcome ([`Pending`]).
 fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
-    let mut rec = Record::new(
-        Arc::clone(&st.shared.session),
-        SystemTime::now(),
-        kind,
-        Some(st.peer),
-    );
+    let mut rec = Record::new(&st.shared.who, SystemTime::now(), kind, Some(st.peer));
     rec.uid = st.uid;
     rec.method = Some(req.method().as_str().chars().take(32).collect());
     st.shared.audit.pending(rec)

@@ -306,7 +306,7 @@ impl Ctx {
     /// up before the request's outcome ([`Pending`]).
     pub fn record(&self, method: &http::Method) -> Pending {
         let mut rec = Record::new(
-            Arc::clone(&self.shared.session),
+            &self.shared.who,
             SystemTime::now(),
             self.kind,
             Some(self.peer),

@@ -30,8 +30,8 @@ pub mod config;
 pub mod credentials;
 pub mod crypto;
 pub mod decide;
-pub mod detect;
 pub mod deny;
+pub mod detect;
 pub mod dns;
 mod explicit;
 pub mod gate;
@@ -68,7 +68,8 @@ pub(crate) struct Shared {
     pub policy: Policy,
     pub upstreams: Upstreams,
     pub audit: Audit,
-    pub session: Arc<str>,
+    /// The session, sandbox and container every audit line names.
+    pub who: crate::audit::Who,
     pub limits: Limits,
     pub shutdown: Shutdown,
     pub slots: Arc<Slots>,
@@ -89,8 +90,8 @@ pub(crate) struct Shared {
 pub struct Proxy {
     /// The loaded policy.
     pub policy: Policy,
-    /// Session id (audit lines, health answer).
-    pub session: String,
+    /// Session id, sandbox and container (every audit line, the health answer).
+    pub who: crate::audit::Who,
     /// Resolver, connector, connect timeout.
     pub upstreams: Upstreams,
     /// Audit producer handle.
@@ -162,7 +163,7 @@ impl Proxy {
             policy: self.policy,
             upstreams: self.upstreams.with_phase(shutdown.subscribe()),
             audit: self.audit,
-            session: Arc::from(self.session),
+            who: self.who,
             limits: self.limits,
             shutdown,
             dns_inflight: Arc::new(tokio::sync::Semaphore::new(dns::MAX_UDP_INFLIGHT)),

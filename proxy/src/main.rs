@@ -84,7 +84,12 @@ async fn run(
         Arc::new(TcpConnect),
         limits.connect_timeout,
     );
-    let (audit, writer) = audit::open(&args.audit, Arc::from(args.session.as_str()), args.audit_bounds())
+    let who = audit::Who::new(
+        &args.session,
+        &policy.sandbox.name,
+        args.container.as_deref(),
+    );
+    let (audit, writer) = audit::open(&args.audit, who.clone(), args.audit_bounds())
         .with_context(|| format!("opening audit log {}", args.audit.display()))?;
     let identity: Arc<dyn PeerIdentity> = match SockDiag::open() {
         Ok(d) => Arc::new(d),
@@ -97,7 +102,7 @@ async fn run(
     };
     let proxy = Proxy {
         policy,
-        session: args.session,
+        who,
         upstreams,
         audit,
         limits,

@@ -96,7 +96,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             }
             Err(reason) => {
                 let mut rec = Record::new(
-                    Arc::clone(&shared.session),
+                    &shared.who,
                     SystemTime::now(),
                     Kind::Transparent,
                     Some(peer),
@@ -153,7 +153,7 @@ async fn handle(
 ) {
     let meter = Arc::new(Meter::new());
     let mut rec = Record::new(
-        Arc::clone(&shared.session),
+        &shared.who,
         SystemTime::now(),
         Kind::Transparent,
         Some(peer),

@@ -1161,3 +1161,23 @@ async fn a_known_secret_split_across_chunks_of_a_streamed_upload_never_leaves() 
         "{lines:?}"
     );
 }
+
+/// Attribution: every line names the sandbox and the container beside the session, so the
+/// operator of many sandboxes knows whose decision it was.
+#[tokio::test]
+async fn every_line_names_its_sandbox_and_container() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let (_s, r) = request(
+        h.addr,
+        "GET http://evil.test/ HTTP/1.1\r\nhost: evil.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let lines = h.finish().await;
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert_eq!(l["session"], "sess-1", "{l}");
+        assert_eq!(l["sandbox"], "t", "{l}");
+        assert_eq!(l["container"], "c0ffee00", "{l}");
+    }
+}

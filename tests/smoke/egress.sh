@@ -182,6 +182,11 @@ check "upstream saw no UDP datagram" bash -c "! grep -q '\"kind\":\"udp\"' '$ulo
 check "upstream saw nothing about blocked.test" bash -c "! grep -q 'blocked' '$ulog'"
 audit="$(volume_path "$AUDIT")/audit.jsonl"
 check "audit log has the denials with reasons" grep -q '"reason":"blocked-by-policy"' "$audit"
+check "every audit line names the sandbox and this container" python3 -c '
+import json, re, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ok = lines and all(l.get("sandbox") and re.fullmatch("[0-9a-f]{64}", l.get("container") or "") for l in lines)
+sys.exit(0 if ok and len({l["container"] for l in lines}) == 1 else 1)' "$audit"
 proxy_uid=$(docker run --rm --network none --entrypoint id "$SMOKE_IMAGE" -u airlock)
 check "audit log is the proxy's (uid $proxy_uid), 0600" [ "$(stat -c '%u %a' "$audit")" = "$proxy_uid 600" ]
 

@@ -80,6 +80,11 @@ pub struct Extra {
     pub credentials: Vec<(&'static str, &'static str, &'static str)>,
 }
 
+/// The harness's session, sandbox and container.
+pub fn who() -> audit::Who {
+    audit::Who::new("sess-1", "t", Some("c0ffee00"))
+}
+
 pub struct Harness {
     pub addr: SocketAddr,
     /// The git service port.
@@ -179,13 +184,12 @@ impl Harness {
         );
         let orig_dst = Arc::new(FakeOrigDst::default());
         let audit_path = dir.path().join("audit.jsonl");
-        let (audit, writer) =
-            audit::open(&audit_path, Arc::from("sess-1"), audit::Bounds::default()).unwrap();
+        let (audit, writer) = audit::open(&audit_path, who(), audit::Bounds::default()).unwrap();
         let ca = airlock_proxy::ca::Ca::generate().unwrap();
         let ca_pem = ca.cert_pem().to_owned();
         let proxy = Proxy {
             policy,
-            session: "sess-1".into(),
+            who: who(),
             upstreams,
             audit,
             limits,
