@@ -263,5 +263,9 @@ fn a_read_only_policy_owned_by_the_agents_uid_is_accepted() {
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(airlock.workdir.join("agent-ran").exists(), "{}", stderr(&out));
+    assert!(
+        airlock.workdir.join("agent-ran").exists(),
+        "{}",
+        stderr(&out)
+    );
 }
