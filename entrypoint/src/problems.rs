@@ -4,7 +4,7 @@
 //! start is then refused (exit 78) with one `airlock:` line per problem ([`Problems`]), so a
 //! newcomer fixes everything in one round instead of one problem per attempt. A check that
 //! depends on another's result (the credentials on the policy, the workspace on the users) is
-//! skipped when that one failed: its line would only repeat the first.
+//! not run when that one failed: its line would only repeat the first.
 //!
 //! The lines speak of what the user set on the host, not only of paths inside the container:
 //! [`Knobs`] maps the image's mount points to the `scripts/docker-run` / compose variables

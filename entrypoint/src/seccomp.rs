@@ -282,7 +282,7 @@ mod tests {
         );
         assert_eq!(syscall_under(&filters, libc::SYS_clone3), Err(libc::ENOSYS));
         // ... and refuse the x32 spellings of what the deny list covers and of what it
-        // allows: with x32 enabled in the host kernel these would run, every rule skipped.
+        // allows: with x32 enabled in the host kernel these would run, no rule matching them.
         for nr in [
             libc::SYS_io_uring_setup,
             libc::SYS_ptrace,

@@ -246,7 +246,7 @@ fn method_like(token: &[u8]) -> bool {
 /// the tunnel check sees the head an HTTP server sees.
 ///
 /// A start that reads as a request line (a known method in any case, or a registry-like
-/// one whose first line ends in ` HTTP/...`, then a space; leading empty lines skipped as
+/// one whose first line ends in ` HTTP/...`, then a space; leading empty lines ignored as
 /// servers do) is HTTP:
 /// it is parsed, and a head the parser refuses is [`Sniff::Invalid`] (a tunnel then fails
 /// closed, never passes it unjudged). The name judged is the request target's authority
