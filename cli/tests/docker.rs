@@ -309,7 +309,11 @@ fn two_concurrent_new_with_one_name_exactly_one_wins_and_a_killed_new_is_collect
     let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
     assert!(
         codes.contains(&Some(0)) && codes.contains(&Some(4)),
-        "{codes:?}"
+        "{codes:?}: {}",
+        outs.iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
     );
     let loser = outs.iter().find(|o| o.status.code() == Some(4)).unwrap();
     assert!(String::from_utf8_lossy(&loser.stderr).contains("exists already"));

@@ -205,6 +205,24 @@ fn row_to_sandbox(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sandbox> {
     })
 }
 
+/// Runs `op` again while the database is busy or locked, for at most [`BUSY_TIMEOUT`].
+fn retry_busy<T>(mut op: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match op() {
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Registry {
     /// Open (creating the file and its directory) and migrate to the current schema.
     pub fn open(path: &Path) -> Result<Registry, RegistryError> {
@@ -220,8 +238,10 @@ impl Registry {
         };
         let conn = rusqlite::Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_err)?;
+        // Switching a new file to WAL takes an exclusive lock that SQLite does not wait
+        // for (the busy handler is not called there): two invocations creating the registry
+        // at once must retry, within the same patience as any other write.
+        retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(open_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
         let mut reg = Registry {
@@ -234,13 +254,14 @@ impl Registry {
 
     fn migrate(&mut self) -> Result<(), RegistryError> {
         let path = self.path.clone();
-        let found: i64 = self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|source| RegistryError::Open {
-                path: path.clone(),
-                source,
-            })?;
+        let found: i64 = retry_busy(|| {
+            self.conn
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+        })
+        .map_err(|source| RegistryError::Open {
+            path: path.clone(),
+            source,
+        })?;
         if found > MIGRATIONS.len() as i64 {
             return Err(RegistryError::TooNew {
                 path,
