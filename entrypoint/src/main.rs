@@ -241,16 +241,61 @@ fn agent_as_owner(users: Users, cli: &Cli) -> Result<Users> {
     })
 }
 
+/// `--check`: validate the policy and say so.
+fn check_only(cli: &Cli) -> Result<i32> {
+    let policy = Policy::load(&cli.policy).map_err(|e| anyhow!("invalid policy: {e}"))?;
+    println!(
+        "policy {} is valid (sandbox {:?})",
+        cli.policy.display(),
+        policy.sandbox.name
+    );
+    Ok(0)
+}
+
+/// One warning per forced variable: the agent can read it and send it anywhere allowed.
+fn warn_forced(forced: &[String]) {
+    for name in forced {
+        eprintln!(
+            "airlock: warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",
+            agent_env::FORCE_VAR
+        );
+    }
+}
+
+/// The one ready line, with the time each start-up step took.
+fn ready_line(session_id: &str, t0: Instant, steps: [std::time::Duration; 4]) -> String {
+    let [validate, proxy, firewall, selftest] = steps;
+    format!(
+        "session {session_id} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
+        t0.elapsed().as_millis(),
+        validate.as_millis(),
+        (proxy - validate).as_millis(),
+        (firewall - proxy).as_millis(),
+        (selftest - firewall).as_millis(),
+    )
+}
+
+/// The policy the proxy and the git API read: the operator's, with the sandbox name and
+/// (when the policy lists no repository) the workspace's origin filled in.
+fn effective_policy(
+    cli: &Cli,
+    policy: &Policy,
+    git_plan: &git::Decision,
+) -> Result<std::path::PathBuf> {
+    let overrides = effective::Overrides {
+        name: cli.sandbox.clone(),
+        origin: match git_plan {
+            git::Decision::Enabled => effective::workspace_origin(&cli.git_dir),
+            git::Decision::Unavailable(_) => None,
+        },
+    };
+    effective::install(&cli.policy, &cli.run_dir, policy, &overrides)
+}
+
 fn start(cli: Cli) -> Result<i32> {
     let t0 = Instant::now();
     if cli.check {
-        let policy = Policy::load(&cli.policy).map_err(|e| anyhow!("invalid policy: {e}"))?;
-        println!(
-            "policy {} is valid (sandbox {:?})",
-            cli.policy.display(),
-            policy.sandbox.name
-        );
-        return Ok(0);
+        return check_only(&cli);
     }
     let Checked {
         policy,
@@ -274,12 +319,7 @@ fn start(cli: Cli) -> Result<i32> {
         &session_key,
         &session.id,
     ));
-    for name in &forced {
-        eprintln!(
-            "airlock: warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",
-            agent_env::FORCE_VAR
-        );
-    }
+    warn_forced(&forced);
     let key_file = cli.run_dir.join(git::KEY_FILE);
     let git_socket = cli.run_dir.join(git::SOCKET_SUBDIR).join(git::SOCKET_FILE);
     agent_env.extend(git::agent_vars(
@@ -302,14 +342,7 @@ fn start(cli: Cli) -> Result<i32> {
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
-    let overrides = effective::Overrides {
-        name: cli.sandbox.clone(),
-        origin: match git_plan {
-            git::Decision::Enabled => effective::workspace_origin(&cli.git_dir),
-            git::Decision::Unavailable(_) => None,
-        },
-    };
-    let policy_file = effective::install(&cli.policy, &cli.run_dir, &policy, &overrides)?;
+    let policy_file = effective_policy(&cli, &policy, &git_plan)?;
     let route = console::Route::detect();
     console::open(&route, &cli.audit_dir)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
@@ -336,9 +369,7 @@ fn start(cli: Cli) -> Result<i32> {
         ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
         upstream_ca,
         audit_cap: cli.audit_cap,
-        container: std::fs::read_to_string("/proc/self/mountinfo")
-            .ok()
-            .and_then(|m| proxy_ctl::container_id(&m)),
+        container: proxy_ctl::own_container(),
         log_filter: route.proxy_filter.clone(),
         run_as: RunAs::detached(users.proxy.clone()),
     };
@@ -352,24 +383,14 @@ fn start(cli: Cli) -> Result<i32> {
     let t_firewall = t0.elapsed();
 
     let filters = Arc::new(seccomp::agent_filters()?);
-    let self_test = RunAs {
-        identity: users.agent.clone(),
-        filters: Some(filters.clone()),
-        session: TtySession::Inherit,
-        real_uid: None,
-    };
-    run_self_test(&self_test, selftest::Mode::of(policy.sandbox.mode))?;
+    self_test_as_agent(&users, &filters, selftest::Mode::of(policy.sandbox.mode))?;
     let t_selftest = t0.elapsed();
 
     setup::reduce_pid1_caps()?;
-    let ready = format!(
-        "session {} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
-        session.id,
-        t0.elapsed().as_millis(),
-        t_validate.as_millis(),
-        (t_proxy - t_validate).as_millis(),
-        (t_firewall - t_proxy).as_millis(),
-        (t_selftest - t_firewall).as_millis(),
+    let ready = ready_line(
+        &session.id,
+        t0,
+        [t_validate, t_proxy, t_firewall, t_selftest],
     );
     let child = spawn_agent(&cli, &users, filters, &agent_env, &ready)?;
     let proxy_pid = Pid::from_raw(
@@ -442,6 +463,21 @@ fn proxy_binary(cli: &Cli) -> Result<PathBuf> {
         ));
     }
     Ok(bin)
+}
+
+/// The self-test, run as the agent under the agent's own seccomp filter.
+fn self_test_as_agent(
+    users: &Users,
+    filters: &Arc<Vec<seccompiler::BpfProgram>>,
+    mode: selftest::Mode,
+) -> Result<()> {
+    let run_as = RunAs {
+        identity: users.agent.clone(),
+        filters: Some(Arc::clone(filters)),
+        session: TtySession::Inherit,
+        real_uid: None,
+    };
+    run_self_test(&run_as, mode)
 }
 
 fn run_self_test(run_as: &RunAs, mode: selftest::Mode) -> Result<()> {

@@ -160,6 +160,14 @@ pub fn health_ok() -> bool {
     buf[..got].starts_with(b"HTTP/1.1 200")
 }
 
+/// The id of the container this process runs in ([`container_id`] of its own mountinfo).
+#[must_use]
+pub fn own_container() -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|m| container_id(&m))
+}
+
 /// The id of the container we run in, from the engine's bind mount of its per-container
 /// files (`/var/lib/docker/containers/<id>/hostname` on Docker, `.../containers/<id>/userdata/`
 /// on Podman) in `mountinfo`; `None` outside a container engine.
