@@ -1792,8 +1792,52 @@ fn find_sub(name: &str) -> Option<&'static Sub> {
     SUBS.iter().find(|s| s.name == name)
 }
 
-/// Check an invocation's argv (everything after `git`).
-pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
+/// What each subcommand's own rules say about its options and operands. Returns whether git
+/// may take its prepared message as is (`GIT_EDITOR=true`) and whether a `config` writes.
+fn check_sub(
+    sub: &Sub,
+    args: &[Arg],
+    operands: &[String],
+    mut editor_true: bool,
+) -> Result<(bool, bool), Refusal> {
+    let mut config_writes = false;
+    match sub.name {
+        "config" => config_writes = config(args, operands)?,
+        "commit" => {
+            commit(args, editor_true)?;
+            // `--no-edit` keeps the message git prepared (a merge's, a squash's).
+            editor_true |= has(args, &["no-edit"]);
+        }
+        "tag" => tag(args)?,
+        "remote" => remote(operands)?,
+        "stash" => stash(operands)?,
+        "merge" | "cherry-pick" | "revert" | "rebase" | "pull" => {
+            // After a conflict, `--continue` commits with the message git prepared: the
+            // meaning of GIT_EDITOR=true, without an editor.
+            editor_true |= has(args, &["continue"]);
+            file_is_stdin(sub.name, args)?;
+            strategy(sub.name, args)?;
+            if sub.name == "pull" {
+                pull_rebase(args)?;
+            }
+        }
+        "reflog" => reflog(operands)?,
+        "symbolic-ref" | "worktree" | "gc" => {
+            crate::plumbing::check(sub.name, args, operands)?;
+        }
+        "apply" | "am" | "format-patch" => {
+            crate::patch::check(sub.name, args, operands)?;
+            editor_true |= sub.name == "am" && has(args, &["continue", "r", "resolved"]);
+        }
+        _ => {}
+    }
+    Ok((editor_true, config_writes))
+}
+
+/// The global options before the subcommand: each allowed, a `-c` key from the allowlist,
+/// or refused by name. Returns them (as sent on), the `-c` pairs, and where the
+/// subcommand starts.
+fn check_globals(argv: &[String]) -> Result<(Vec<String>, Vec<&str>, usize), Refusal> {
     let mut i = 0;
     let mut global = Vec::new();
     let mut dash_c: Vec<&str> = Vec::new();
@@ -1846,6 +1890,12 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
             format!("global option {name} is not allowed by the git API"),
         ));
     }
+    Ok((global, dash_c, i))
+}
+
+/// Check an invocation's argv (everything after `git`).
+pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
+    let (global, dash_c, i) = check_globals(argv)?;
     let Some(sub_name) = argv.get(i) else {
         if global
             .iter()
@@ -1880,38 +1930,8 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     let rest = &argv[i + 1..];
     crate::plumbing::check_verb(sub.name, rest)?;
     let (args, operands, positions) = check_args(sub, rest)?;
-    let mut editor_true = crate::dashc::editor_is_true(&dash_c);
-    let mut config_writes = false;
-    match sub.name {
-        "config" => config_writes = config(&args, &operands)?,
-        "commit" => {
-            commit(&args, editor_true)?;
-            // `--no-edit` keeps the message git prepared (a merge's, a squash's).
-            editor_true |= has(&args, &["no-edit"]);
-        }
-        "tag" => tag(&args)?,
-        "remote" => remote(&operands)?,
-        "stash" => stash(&operands)?,
-        "merge" | "cherry-pick" | "revert" | "rebase" | "pull" => {
-            // After a conflict, `--continue` commits with the message git prepared: the
-            // meaning of GIT_EDITOR=true, without an editor.
-            editor_true |= has(&args, &["continue"]);
-            file_is_stdin(sub.name, &args)?;
-            strategy(sub.name, &args)?;
-            if sub.name == "pull" {
-                pull_rebase(&args)?;
-            }
-        }
-        "reflog" => reflog(&operands)?,
-        "symbolic-ref" | "worktree" | "gc" => {
-            crate::plumbing::check(sub.name, &args, &operands)?;
-        }
-        "apply" | "am" | "format-patch" => {
-            crate::patch::check(sub.name, &args, &operands)?;
-            editor_true |= sub.name == "am" && has(&args, &["continue", "r", "resolved"]);
-        }
-        _ => {}
-    }
+    let (editor_true, config_writes) =
+        check_sub(sub, &args, &operands, crate::dashc::editor_is_true(&dash_c))?;
     let mut out = global;
     let sub_index = out.len();
     out.push(sub.name.to_owned());
@@ -2130,43 +2150,7 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>, Vec<
             continue;
         }
         if let Some(long) = arg.strip_prefix("--") {
-            let (name, attached) = match long.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_owned())),
-                None => (long, None),
-            };
-            match sub.long(name) {
-                Some(Value::None) if attached.is_some() => {
-                    return Err(Refusal::new(
-                        Reason::OptionNotAllowed,
-                        format!("git {} --{name} takes no value", sub.name),
-                    ));
-                }
-                Some(Value::None) | Some(Value::Optional) => args.push(Arg {
-                    name: name.to_owned(),
-                    value: attached,
-                }),
-                Some(Value::Required) => {
-                    let value = match attached {
-                        Some(v) => v,
-                        None => {
-                            let v = rest.get(i).cloned().ok_or_else(|| {
-                                Refusal::new(
-                                    Reason::OptionNotAllowed,
-                                    format!("git {} --{name} needs a value", sub.name),
-                                )
-                            })?;
-                            i += 1;
-                            separate_value(name, &v)?;
-                            v
-                        }
-                    };
-                    args.push(Arg {
-                        name: name.to_owned(),
-                        value: Some(value),
-                    });
-                }
-                None => return Err(unknown_long(sub, name)),
-            }
+            args.push(long_option(sub, long, rest, &mut i)?);
             continue;
         }
         // Short options, possibly clustered (`-am msg`, `-n5`, `-M50%`).
@@ -2178,69 +2162,123 @@ fn check_args(sub: &Sub, rest: &[String]) -> Result<(Vec<Arg>, Vec<String>, Vec<
             });
             continue;
         }
-        let mut j = 0;
-        while let Some(&c) = cluster.get(j) {
-            j += 1;
-            if let Some((_, why)) = sub.refused_short.iter().find(|(r, _)| *r == c) {
-                let reason = if *why == INTERACTIVE {
-                    Reason::InteractiveRefused
-                } else {
-                    Reason::OptionRefused
-                };
-                return Err(Refusal::new(
-                    reason,
-                    format!("git {} -{c} is refused by the git API: {why}", sub.name),
-                ));
-            }
-            match sub.short(c) {
-                Some(Value::None) => args.push(Arg {
+        short_cluster(sub, &cluster, rest, &mut i, &mut args)?;
+    }
+    Ok((args, operands, positions))
+}
+
+/// The value of an option that requires one: `attached`, else the next argument (which
+/// `i` then steps over).
+fn required_value(
+    sub: &Sub,
+    name: &str,
+    shown: &str,
+    attached: Option<String>,
+    rest: &[String],
+    i: &mut usize,
+) -> Result<String, Refusal> {
+    if let Some(v) = attached {
+        return Ok(v);
+    }
+    let v = rest.get(*i).cloned().ok_or_else(|| {
+        Refusal::new(
+            Reason::OptionNotAllowed,
+            format!("git {} {shown} needs a value", sub.name),
+        )
+    })?;
+    *i += 1;
+    separate_value(name, &v)?;
+    Ok(v)
+}
+
+/// `--name[=value]` against the subcommand's allowlist.
+fn long_option(sub: &Sub, long: &str, rest: &[String], i: &mut usize) -> Result<Arg, Refusal> {
+    let (name, attached) = match long.split_once('=') {
+        Some((n, v)) => (n, Some(v.to_owned())),
+        None => (long, None),
+    };
+    match sub.long(name) {
+        Some(Value::None) if attached.is_some() => Err(Refusal::new(
+            Reason::OptionNotAllowed,
+            format!("git {} --{name} takes no value", sub.name),
+        )),
+        Some(Value::None | Value::Optional) => Ok(Arg {
+            name: name.to_owned(),
+            value: attached,
+        }),
+        Some(Value::Required) => Ok(Arg {
+            name: name.to_owned(),
+            value: Some(required_value(
+                sub,
+                name,
+                &format!("--{name}"),
+                attached,
+                rest,
+                i,
+            )?),
+        }),
+        None => Err(unknown_long(sub, name)),
+    }
+}
+
+/// A cluster of short options (`-am msg`): each against the allowlist; an option taking a
+/// value ends the cluster (the rest of it, or the next argument, is the value).
+fn short_cluster(
+    sub: &Sub,
+    cluster: &[char],
+    rest: &[String],
+    i: &mut usize,
+    args: &mut Vec<Arg>,
+) -> Result<(), Refusal> {
+    for (j, &c) in cluster.iter().enumerate() {
+        if let Some((_, why)) = sub.refused_short.iter().find(|(r, _)| *r == c) {
+            let reason = if *why == INTERACTIVE {
+                Reason::InteractiveRefused
+            } else {
+                Reason::OptionRefused
+            };
+            return Err(Refusal::new(
+                reason,
+                format!("git {} -{c} is refused by the git API: {why}", sub.name),
+            ));
+        }
+        let attached: String = cluster[j + 1..].iter().collect();
+        let attached = (!attached.is_empty()).then_some(attached);
+        match sub.short(c) {
+            Some(Value::None) => args.push(Arg {
+                name: c.to_string(),
+                value: None,
+            }),
+            Some(Value::Optional) => {
+                args.push(Arg {
                     name: c.to_string(),
-                    value: None,
-                }),
-                Some(Value::Optional) => {
-                    let attached: String = cluster[j..].iter().collect();
-                    args.push(Arg {
-                        name: c.to_string(),
-                        value: (!attached.is_empty()).then_some(attached),
-                    });
-                    break;
-                }
-                Some(Value::Required) => {
-                    let attached: String = cluster[j..].iter().collect();
-                    let value = if attached.is_empty() {
-                        let v = rest.get(i).cloned().ok_or_else(|| {
-                            Refusal::new(
-                                Reason::OptionNotAllowed,
-                                format!("git {} -{c} needs a value", sub.name),
-                            )
-                        })?;
-                        i += 1;
-                        separate_value(&c.to_string(), &v)?;
-                        v
-                    } else {
-                        attached
-                    };
-                    args.push(Arg {
-                        name: c.to_string(),
-                        value: Some(value),
-                    });
-                    break;
-                }
-                None => {
-                    return Err(Refusal::new(
-                        Reason::OptionNotAllowed,
-                        format!(
-                            "git {} -{c} is not on the git API's allowlist (only options known \
-                             to run nothing and stay in the workspace are); run git {} without \
-                             it, or git {} -h for its usage",
-                            sub.name, sub.name, sub.name
-                        ),
-                    ));
-                }
+                    value: attached,
+                });
+                return Ok(());
+            }
+            Some(Value::Required) => {
+                let name = c.to_string();
+                let value = required_value(sub, &name, &format!("-{c}"), attached, rest, i)?;
+                args.push(Arg {
+                    name,
+                    value: Some(value),
+                });
+                return Ok(());
+            }
+            None => {
+                return Err(Refusal::new(
+                    Reason::OptionNotAllowed,
+                    format!(
+                        "git {} -{c} is not on the git API's allowlist (only options known \
+                         to run nothing and stay in the workspace are); run git {} without \
+                         it, or git {} -h for its usage",
+                        sub.name, sub.name, sub.name
+                    ),
+                ));
             }
         }
     }
-    Ok((args, operands, positions))
+    Ok(())
 }
 
 /// Options whose separate value git always takes as the value, whatever it looks like.
