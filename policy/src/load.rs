@@ -95,7 +95,27 @@ struct RawCredential {
 }
 
 /// What a credential preset fills in: `(preset, hosts, header, format)`.
-const CREDENTIAL_PRESETS: [(&str, &[&str], &str, &str); 3] = [
+/// A credential preset: name, default hosts, header, format.
+type CredentialPreset = (
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+    &'static str,
+);
+
+/// Where a `[[credentials]]` table is, for its errors.
+struct CredAt {
+    i: usize,
+    table: std::ops::Range<usize>,
+}
+
+impl CredAt {
+    fn key(&self, field: &str) -> String {
+        format!("credentials[{}].{field}", self.i)
+    }
+}
+
+const CREDENTIAL_PRESETS: [CredentialPreset; 3] = [
     ("anthropic", &["api.anthropic.com"], "x-api-key", "{}"),
     ("openai", &["api.openai.com"], "authorization", "Bearer {}"),
     (
@@ -258,135 +278,14 @@ impl Validator<'_> {
         let mut first_seen: HashMap<String, usize> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for (i, c) in raw.into_iter().enumerate() {
-            let key = |field: &str| format!("credentials[{i}].{field}");
             let table = c.span();
             let c = c.into_inner();
-            let missing = |field: &str| {
-                self.fail(
-                    table.clone(),
-                    &format!("credentials[{i}]"),
-                    &format!("missing field `{field}` (or set `preset`)"),
-                )
-            };
-
-            let preset = match &c.preset {
-                None => None,
-                Some(p) => Some(
-                    CREDENTIAL_PRESETS
-                        .iter()
-                        .find(|(n, ..)| n == p.get_ref())
-                        .ok_or_else(|| {
-                            self.bad(
-                                p,
-                                &key("preset"),
-                                "unknown credential preset (known: anthropic, openai, github)",
-                            )
-                        })?,
-                ),
-            };
-
-            // The name: as written, else the preset's.
-            let (name, name_at) = match (&c.name, preset) {
-                (Some(n), _) => (n.get_ref().clone(), n.clone()),
-                (None, Some((p, ..))) => {
-                    let at = c.preset.clone().ok_or_else(|| missing("name"))?;
-                    ((*p).to_owned(), at)
-                }
-                (None, None) => return Err(missing("name")),
-            };
-            let name_ok = (1..=MAX_CREDENTIAL_NAME_LEN).contains(&name.len())
-                && name.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
-                });
-            if !name_ok {
-                return Err(self.bad(
-                    &name_at,
-                    &key("name"),
-                    "must be 1-64 characters of [a-z0-9_-]",
-                ));
-            }
-            if let Some(first) = first_seen.get(&name) {
-                let line = self.src.line_of(*first);
-                return Err(self.fail(
-                    name_at.span(),
-                    &key("name"),
-                    &format!("{name:?}: duplicate credential name (first defined on line {line})"),
-                ));
-            }
-            first_seen.insert(name.clone(), name_at.span().start);
-
-            let source = self.credential_source(&c.source, &key("source"))?;
-
-            let hosts = match (&c.hosts, preset) {
-                (Some(hosts), _) => {
-                    if hosts.get_ref().is_empty() {
-                        return Err(self.fail(
-                            hosts.span(),
-                            &key("hosts"),
-                            "needs at least one host pattern",
-                        ));
-                    }
-                    self.rules(hosts.get_ref(), &key("hosts"), false)?
-                }
-                (None, Some((_, defaults, ..))) => defaults
-                    .iter()
-                    .map(|h| HostRule::parse(h))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| missing(&format!("hosts` ({e})")))?,
-                (None, None) => return Err(missing("hosts")),
-            };
-            if hosts
-                .iter()
-                .all(|h| covering(passthrough, &h.pattern).is_some())
-            {
-                let at = c
-                    .hosts
-                    .as_ref()
-                    .map(Spanned::span)
-                    .or_else(|| c.preset.as_ref().map(Spanned::span))
-                    .unwrap_or(table.clone());
-                return Err(self.fail(
-                    at,
-                    &key("hosts"),
-                    "every host is in network.passthrough (never intercepted), so this credential could never be injected",
-                ));
-            }
-
-            let (header, header_at) = match (&c.header, preset) {
-                (Some(h), _) => {
-                    if let Err(reason) = check_header(h.get_ref()) {
-                        return Err(self.bad(h, &key("header"), reason));
-                    }
-                    (h.get_ref().to_ascii_lowercase(), h.span())
-                }
-                (None, Some((_, _, h, _))) => ((*h).to_owned(), table.clone()),
-                (None, None) => return Err(missing("header")),
-            };
-
-            let format_text = match (&c.format, preset) {
-                (Some(f), _) => f.clone(),
-                (None, Some((.., f))) => Spanned::new(table.clone(), (*f).to_owned()),
-                (None, None) => return Err(missing("format")),
-            };
-            let format = match format_text.get_ref().as_str() {
-                GIT_BASIC => CredentialFormat::GitBasic,
-                template => {
-                    if let Err(reason) = check_template(template) {
-                        return Err(self.bad(&format_text, &key("format"), &reason));
-                    }
-                    CredentialFormat::Template(template.to_owned())
-                }
-            };
-            if format == CredentialFormat::GitBasic && header != "authorization" {
-                return Err(self.fail(
-                    header_at,
-                    &key("header"),
-                    &format!(
-                        "{header:?}: format \"git-basic\" goes in the \"authorization\" header"
-                    ),
-                ));
-            }
-
+            let at = CredAt { i, table };
+            let preset = self.credential_preset(&c, &at)?;
+            let name = self.credential_name(&c, preset, &at, &mut first_seen)?;
+            let source = self.credential_source(&c.source, &at.key("source"))?;
+            let hosts = self.credential_hosts(&c, preset, &at, passthrough)?;
+            let (header, format) = self.credential_header_format(&c, preset, &at)?;
             out.push(Credential {
                 name,
                 source,
@@ -396,6 +295,165 @@ impl Validator<'_> {
             });
         }
         Ok(out)
+    }
+
+    /// The `missing field` error of credential `at`.
+    fn cred_missing(&self, at: &CredAt, field: &str) -> PolicyError {
+        self.fail(
+            at.table.clone(),
+            &format!("credentials[{}]", at.i),
+            &format!("missing field `{field}` (or set `preset`)"),
+        )
+    }
+
+    fn credential_preset(
+        &self,
+        c: &RawCredential,
+        at: &CredAt,
+    ) -> Result<Option<&'static CredentialPreset>, PolicyError> {
+        let Some(p) = &c.preset else {
+            return Ok(None);
+        };
+        CREDENTIAL_PRESETS
+            .iter()
+            .find(|(n, ..)| n == p.get_ref())
+            .map(Some)
+            .ok_or_else(|| {
+                self.bad(
+                    p,
+                    &at.key("preset"),
+                    "unknown credential preset (known: anthropic, openai, github)",
+                )
+            })
+    }
+
+    /// The name: as written, else the preset's; `[a-z0-9_-]`, unique.
+    fn credential_name(
+        &self,
+        c: &RawCredential,
+        preset: Option<&CredentialPreset>,
+        at: &CredAt,
+        first_seen: &mut HashMap<String, usize>,
+    ) -> Result<String, PolicyError> {
+        let (name, name_at) = match (&c.name, preset) {
+            (Some(n), _) => (n.get_ref().clone(), n.clone()),
+            (None, Some((p, ..))) => {
+                let name_at = c
+                    .preset
+                    .clone()
+                    .ok_or_else(|| self.cred_missing(at, "name"))?;
+                ((*p).to_owned(), name_at)
+            }
+            (None, None) => return Err(self.cred_missing(at, "name")),
+        };
+        let name_ok = (1..=MAX_CREDENTIAL_NAME_LEN).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(self.bad(
+                &name_at,
+                &at.key("name"),
+                "must be 1-64 characters of [a-z0-9_-]",
+            ));
+        }
+        if let Some(first) = first_seen.get(&name) {
+            let line = self.src.line_of(*first);
+            return Err(self.fail(
+                name_at.span(),
+                &at.key("name"),
+                &format!("{name:?}: duplicate credential name (first defined on line {line})"),
+            ));
+        }
+        first_seen.insert(name.clone(), name_at.span().start);
+        Ok(name)
+    }
+
+    /// The hosts: as written (at least one), else the preset's; not all passthrough.
+    fn credential_hosts(
+        &self,
+        c: &RawCredential,
+        preset: Option<&CredentialPreset>,
+        at: &CredAt,
+        passthrough: &[HostRule],
+    ) -> Result<Vec<HostRule>, PolicyError> {
+        let hosts = match (&c.hosts, preset) {
+            (Some(hosts), _) => {
+                if hosts.get_ref().is_empty() {
+                    return Err(self.fail(
+                        hosts.span(),
+                        &at.key("hosts"),
+                        "needs at least one host pattern",
+                    ));
+                }
+                self.rules(hosts.get_ref(), &at.key("hosts"), false)?
+            }
+            (None, Some((_, defaults, ..))) => defaults
+                .iter()
+                .map(|h| HostRule::parse(h))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.cred_missing(at, &format!("hosts` ({e})")))?,
+            (None, None) => return Err(self.cred_missing(at, "hosts")),
+        };
+        if hosts
+            .iter()
+            .all(|h| covering(passthrough, &h.pattern).is_some())
+        {
+            let span = c
+                .hosts
+                .as_ref()
+                .map(Spanned::span)
+                .or_else(|| c.preset.as_ref().map(Spanned::span))
+                .unwrap_or(at.table.clone());
+            return Err(self.fail(
+                span,
+                &at.key("hosts"),
+                "every host is in network.passthrough (never intercepted), so this credential could never be injected",
+            ));
+        }
+        Ok(hosts)
+    }
+
+    /// The header (a valid name, lowercased) and the format (`git-basic` only in
+    /// `authorization`, else a template with one `{}`), as written or the preset's.
+    fn credential_header_format(
+        &self,
+        c: &RawCredential,
+        preset: Option<&CredentialPreset>,
+        at: &CredAt,
+    ) -> Result<(String, CredentialFormat), PolicyError> {
+        let (header, header_at) = match (&c.header, preset) {
+            (Some(h), _) => {
+                if let Err(reason) = check_header(h.get_ref()) {
+                    return Err(self.bad(h, &at.key("header"), reason));
+                }
+                (h.get_ref().to_ascii_lowercase(), h.span())
+            }
+            (None, Some((_, _, h, _))) => ((*h).to_owned(), at.table.clone()),
+            (None, None) => return Err(self.cred_missing(at, "header")),
+        };
+        let format_text = match (&c.format, preset) {
+            (Some(f), _) => f.clone(),
+            (None, Some((.., f))) => Spanned::new(at.table.clone(), (*f).to_owned()),
+            (None, None) => return Err(self.cred_missing(at, "format")),
+        };
+        let format = match format_text.get_ref().as_str() {
+            GIT_BASIC => CredentialFormat::GitBasic,
+            template => {
+                if let Err(reason) = check_template(template) {
+                    return Err(self.bad(&format_text, &at.key("format"), &reason));
+                }
+                CredentialFormat::Template(template.to_owned())
+            }
+        };
+        if format == CredentialFormat::GitBasic && header != "authorization" {
+            return Err(self.fail(
+                header_at,
+                &at.key("header"),
+                &format!("{header:?}: format \"git-basic\" goes in the \"authorization\" header"),
+            ));
+        }
+        Ok((header, format))
     }
 
     fn l7_rules(
