@@ -873,31 +873,27 @@ async fn prepare_body(
     }
     // Streamed: secrets of known formats checked (or, to an LLM API host, redacted) as it
     // goes, holding back enough to see a secret whole before any of it is sent.
-    let counted = SecretChecked {
-        inner: Counted::new(body, Arc::clone(&tally.meter), Dir::Up),
+    let secrets = SecretScan {
         shared: Arc::clone(shared),
         host: host.clone(),
         redact: detect::llm_host(host),
         held: Vec::new(),
-        flag: Arc::clone(&tally.leak_flag),
-        done: false,
     };
+    let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
+    let checked = CheckedBody::new(counted, secrets, &tally.leak_flag);
     if scan_body {
         let which = match injected {
             Some(Injected { only: Some(i), .. }) => Which::Except(*i),
             _ => Which::All,
         };
-        return Ok(LeakChecked {
+        let needles = NeedleScan {
             which,
-            inner: counted,
             stream: scan::Stream::new(),
             shared: Arc::clone(shared),
-            flag: Arc::clone(&tally.leak_flag),
-            done: false,
-        }
-        .boxed());
+        };
+        return Ok(CheckedBody::new(checked, needles, &tally.leak_flag).boxed());
     }
-    Ok(counted.map_err(BoxError::from).boxed())
+    Ok(checked.boxed())
 }
 
 /// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
@@ -1141,35 +1137,129 @@ where
     }
 }
 
-/// A streamed request body searched for secrets of known formats on the way: the last
-/// [`SECRET_HOLD`] bytes are held back until more arrive (or the body ends), so a secret is
-/// always seen whole before any byte of it is sent. A foreign secret cuts the body (the
-/// request is refused `foreign-secret`, [`Cut::Secret`]); with `redact` (an LLM API host)
-/// it is overwritten in place instead.
-struct SecretChecked<B> {
+/// One way of searching a streamed request body ([`CheckedBody`]).
+trait RequestCheck: Unpin {
+    /// What of `data` may go now (a tail that could start a secret is held back), or why
+    /// the body must be cut.
+    ///
+    /// # Errors
+    /// The [`Cut`].
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut>;
+    /// What was held back, at the end of the body.
+    ///
+    /// # Errors
+    /// The [`Cut`].
+    fn finish(&mut self) -> Result<Bytes, Cut>;
+}
+
+/// A request body searched as it streams by a [`RequestCheck`]: bytes go on as the check
+/// releases them; at a cut the body fails (hyper then abandons the upstream request) and
+/// the reason is left in the flag. Request trailers are dropped (never searched, never
+/// sent). The announced length holds: a check keeps lengths (redaction) or ends the body.
+struct CheckedBody<B, C> {
     inner: B,
+    check: C,
+    flag: CutFlag,
+    done: bool,
+}
+
+impl<B, C> CheckedBody<B, C> {
+    fn new(inner: B, check: C, flag: &CutFlag) -> Self {
+        Self {
+            inner,
+            check,
+            flag: Arc::clone(flag),
+            done: false,
+        }
+    }
+
+    /// Data that may go (`None`: nothing yet), or the body's error at a cut.
+    fn release(&mut self, checked: Result<Bytes, Cut>) -> Option<Result<Frame<Bytes>, BoxError>> {
+        match checked {
+            Ok(b) if b.is_empty() => None,
+            Ok(b) => Some(Ok(Frame::data(b))),
+            Err(cut) => {
+                let why = cut.reason().as_str();
+                let _ = self.flag.set(cut);
+                self.done = true;
+                Some(Err(format!("request body cut: {why}").into()))
+            }
+        }
+    }
+}
+
+impl<B, C> Body for CheckedBody<B, C>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+    C: RequestCheck,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    let rest = this.check.finish();
+                    this.done = true;
+                    return Poll::Ready(this.release(rest));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers: dropped
+                    };
+                    let checked = this.check.chunk(data);
+                    if let Some(out) = this.release(checked) {
+                        return Poll::Ready(Some(out));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Secrets of known formats in a streamed request body: the last [`SECRET_HOLD`] bytes
+/// are held back until more arrive (or the body ends), so a secret is always seen whole
+/// before any byte of it is sent. A foreign secret cuts the body ([`Cut::Secret`]: the
+/// request is refused `foreign-secret`); with `redact` (an LLM API host) it is overwritten
+/// in place instead.
+struct SecretScan {
     shared: Arc<Shared>,
     host: Host,
     redact: bool,
     held: Vec<u8>,
-    flag: CutFlag,
-    done: bool,
 }
 
 /// Longer than the longest prefix any detector needs to match.
 const SECRET_HOLD: usize = 1024;
 
-impl<B> SecretChecked<B> {
+impl SecretScan {
     /// Checks `window` (what was held plus a new chunk); returns what may go now, keeping
     /// the tail unless `last`.
-    fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, BoxError> {
+    fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, Cut> {
         let detectors = self.shared.interception.detectors();
         if self.redact {
             let _ = detect::redact(detectors, &mut window, &self.host);
         } else if let Some(d) = detectors.foreign(&window, &self.host) {
-            let _ = self.flag.set(Cut::Secret(d.name));
-            self.done = true;
-            return Err("a secret of a known format in the body".into());
+            return Err(Cut::Secret(d.name));
         }
         let keep = if last {
             0
@@ -1181,59 +1271,16 @@ impl<B> SecretChecked<B> {
     }
 }
 
-impl<B> Body for SecretChecked<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    let held = std::mem::take(&mut this.held);
-                    let out = this.pass(held, true);
-                    this.done = true;
-                    return match out {
-                        Ok(b) if b.is_empty() => Poll::Ready(None),
-                        Ok(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
-                        Err(e) => Poll::Ready(Some(Err(e))),
-                    };
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue; // trailers: dropped
-                    };
-                    let mut window = std::mem::take(&mut this.held);
-                    window.extend_from_slice(&data);
-                    match this.pass(window, false) {
-                        Ok(b) if b.is_empty() => {}
-                        Ok(b) => return Poll::Ready(Some(Ok(Frame::data(b)))),
-                        Err(e) => return Poll::Ready(Some(Err(e))),
-                    }
-                }
-            }
-        }
+impl RequestCheck for SecretScan {
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
+        let mut window = std::mem::take(&mut self.held);
+        window.extend_from_slice(&data);
+        self.pass(window, false)
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-
-    /// Redaction keeps lengths and a cut ends the request: the announced length holds.
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn finish(&mut self) -> Result<Bytes, Cut> {
+        let held = std::mem::take(&mut self.held);
+        self.pass(held, true)
     }
 }
 
@@ -1244,83 +1291,32 @@ enum Which {
     Except(usize),
 }
 
-/// A request body searched as it streams: bytes are released as soon as they cannot be
-/// the start of a secret; at a secret the body fails (hyper then abandons the upstream
-/// request) and the name is left in `flag`. Request trailers are dropped (never searched,
-/// never sent).
-struct LeakChecked<B> {
+/// The credentials' placeholders and real values in a streamed request body: bytes are
+/// released as soon as they cannot be the start of one ([`scan::Stream`]); one found cuts
+/// the body ([`Cut::Credential`]).
+struct NeedleScan {
     which: Which,
-    inner: B,
     stream: scan::Stream,
     shared: Arc<Shared>,
-    flag: CutFlag,
-    done: bool,
 }
 
-impl<B> Body for LeakChecked<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            let creds = &this.shared.interception.credentials;
-            let needles = match this.which {
-                Which::All => creds.leak_needles(),
-                Which::Except(i) => creds.leak_needles_except(i),
-            };
-            let Some(needles) = needles else {
-                // Nothing to look for: pass through.
-                return Pin::new(&mut this.inner)
-                    .poll_frame(cx)
-                    .map(|o| o.map(|r| r.map_err(Into::into)));
-            };
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    this.done = true;
-                    let rest = this.stream.finish();
-                    if rest.is_empty() {
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(rest))));
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue; // trailers: dropped
-                    };
-                    match this.stream.check(needles, data) {
-                        Ok(out) if out.is_empty() => {}
-                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Err(tag) => {
-                            let name = this.shared.interception.credentials.name_of(tag);
-                            let _ = this.flag.set(Cut::Credential(name.to_owned()));
-                            this.done = true;
-                            return Poll::Ready(Some(Err("credential leak in the body".into())));
-                        }
-                    }
-                }
-            }
-        }
+impl RequestCheck for NeedleScan {
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
+        let creds = &self.shared.interception.credentials;
+        let needles = match self.which {
+            Which::All => creds.leak_needles(),
+            Which::Except(i) => creds.leak_needles_except(i),
+        };
+        let Some(needles) = needles else {
+            return Ok(data); // nothing to look for
+        };
+        self.stream
+            .check(needles, data)
+            .map_err(|tag| Cut::Credential(creds.name_of(tag).to_owned()))
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn finish(&mut self) -> Result<Bytes, Cut> {
+        Ok(self.stream.finish())
     }
 }
 

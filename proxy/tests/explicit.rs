@@ -1181,3 +1181,65 @@ async fn every_line_names_its_sandbox_and_container() {
         assert_eq!(l["container"], "c0ffee00", "{l}");
     }
 }
+
+/// A streamed (chunked) prompt to an LLM API host with a secret split across two chunks:
+/// the provider receives it overwritten, every byte of it, and the request is served.
+#[tokio::test]
+async fn a_known_secret_split_across_chunks_to_the_llm_api_is_redacted() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut all = Vec::new();
+        let mut chunk = vec![0u8; 65536];
+        while !all.ends_with(b"0\r\n\r\n") {
+            let n = s.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&chunk[..n]);
+        }
+        let _ = tx.send(all);
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+    });
+    let mut h = Harness::start(
+        "enforce",
+        &[("api.anthropic.com", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let (a, b) = gh.split_at(12);
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(
+        b"POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\ntransfer-encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let head = format!("{}\nTOKEN=", "c".repeat(5_000));
+    for part in [head.as_str(), a, b, " and the rest"] {
+        s.write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), read_resp(&mut s))
+        .await
+        .expect("answered");
+    assert_eq!(r.status, 200);
+    let got = String::from_utf8_lossy(&rx.recv().await.unwrap()).into_owned();
+    assert!(
+        !got.contains(a) && !got.contains(b),
+        "a piece of the secret reached the provider"
+    );
+    assert!(
+        got.contains("TOKEN=") && got.contains(" and the rest"),
+        "{got:.200}"
+    );
+    drop(s);
+    h.finish().await;
+}

@@ -225,10 +225,12 @@ fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
         .unwrap();
     assert!(st.success());
     let script = format!(
-        "{}\n: > ready\nwhile [ ! -e go ]; do sleep 0.05; done\n\
-         echo after=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-room)\n",
+        "{}\necho health-down=$({health})\n: > ready\nwhile [ ! -e go ]; do sleep 0.05; done\n\
+         echo after=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-room)\n\
+         echo health-up=$({health})\n",
         flood("fill", "http://allowed.test", 200, 1500),
         curl(&world, ""),
+        health = "curl -s --noproxy '*' -w ':%{http_code}' http://127.0.0.1:3128/__airlock/health",
     );
     // stderr to a file: a pipe nobody reads while the test waits would fill up.
     let err_path = world.dir().join("entrypoint.stderr");
@@ -254,6 +256,17 @@ fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
     assert!(refused > 0, "the volume never filled: {fill}\n{err}");
     assert!(!fill.contains("500") && !fill.contains("502"), "{fill}");
     assert_eq!(line(&text, "after"), "200", "{text}\n{err}");
+    // The health answer says so while the log cannot be written, and stops saying so.
+    let down = line(&text, "health-down");
+    assert!(
+        down.ends_with(":503") && down.contains("\"audit\":\"unavailable\""),
+        "{down}"
+    );
+    let up = line(&text, "health-up");
+    assert!(
+        up.ends_with(":200") && up.contains("\"audit\":\"ok\""),
+        "{up}"
+    );
 
     // What was refused never crossed the wire; what was served was audited first.
     let lines = volume.all_lines();
