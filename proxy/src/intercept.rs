@@ -748,9 +748,12 @@ fn check_foreign_secrets(
     let detectors = ctx.shared.interception.detectors();
     let host = &route.target.host;
     let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
-    let decoded = airlock_policy::path::percent_decode(pq.as_bytes());
+    // The decoded form only when there is something to decode (no copy per request).
+    let decoded = pq
+        .contains('%')
+        .then(|| airlock_policy::path::percent_decode(pq.as_bytes()));
     let found = std::iter::once(pq.as_bytes())
-        .chain(std::iter::once(decoded.as_slice()))
+        .chain(decoded.as_deref())
         .chain(parts.headers.values().map(HeaderValue::as_bytes))
         .find_map(|bytes| detectors.foreign(bytes, host));
     match found {
