@@ -446,6 +446,12 @@ impl ApiSpec {
     pub fn start(&self) -> Result<Child> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
+        // The operator's default commit identity (scripts/docker-run), read by the git API.
+        for var in ["AIRLOCK_GIT_USER_NAME", "AIRLOCK_GIT_USER_EMAIL"] {
+            if let Ok(v) = std::env::var(var) {
+                env.insert(var.to_owned(), v);
+            }
+        }
         let stderr = self
             .log
             .try_clone()

@@ -3,7 +3,8 @@
 //! identity keys; the read-only forms of plumbing in [`plumbing`]; patches as bytes in
 //! [`patch`]), push policy ([`push`]: SSH origins are their https repository; a refused
 //! branch names the command that works) and branch visibility ([`visible`]: `ls-remote`,
-//! `fetch` and `pull` never show another sandbox's branches).
+//! `fetch` and `pull` never show another sandbox's branches), and the operator's default
+//! commit identity as git's system layer ([`identity`]).
 //!
 //! It authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC), decides,
 //! runs git with a cleared environment and protected configuration ([`run`]), and streams
@@ -14,6 +15,7 @@
 pub mod argv;
 pub mod dashc;
 pub mod glob;
+pub mod identity;
 pub mod log;
 pub mod patch;
 pub mod plumbing;

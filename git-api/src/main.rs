@@ -12,6 +12,7 @@
 //!
 //! Its stderr is its log (`git-api.jsonl`): JSON lines only ([`airlock_git_api::log`]).
 
+use airlock_git_api::identity::DefaultIdentity;
 use airlock_git_api::log::Log;
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
@@ -68,6 +69,13 @@ struct Cli {
     /// The per-start session id, carried on every log record (`session`).
     #[arg(long)]
     session: Option<String>,
+    /// The operator's name: the default commit identity (the repository's and the agent's
+    /// own `user.name` win). scripts/docker-run passes the host user's.
+    #[arg(long, env = "AIRLOCK_GIT_USER_NAME")]
+    default_name: Option<String>,
+    /// The operator's email: the default commit identity, as `--default-name`.
+    #[arg(long, env = "AIRLOCK_GIT_USER_EMAIL")]
+    default_email: Option<String>,
     /// TEST ONLY, absent from release builds: `host/owner/repo=/path/to/bare.git` serves
     /// that repository from a local bare repository (file://, otherwise refused).
     #[cfg(debug_assertions)]
@@ -127,6 +135,9 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     #[cfg(not(debug_assertions))]
     let test_upstreams = Vec::new();
+    // Lives as long as the server: its descriptor is the layer every git child reads.
+    let identity = DefaultIdentity::new(cli.default_name.as_deref(), cli.default_email.as_deref())
+        .map_err(|e| anyhow::anyhow!("the default commit identity: {e}"))?;
     let env = GitEnv {
         git: cli.git.clone(),
         git_dir: cli.git_dir.clone(),
@@ -139,6 +150,7 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
         ),
         ca_file: cli.ca_file.clone(),
         test_upstreams,
+        system_config: identity.as_ref().map(DefaultIdentity::path),
     };
     let start_branch = match cli.start_branch.clone() {
         Some(b) if b.is_empty() => None,
@@ -175,6 +187,7 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
     fields.insert("max_connections".into(), json!(cli.max_connections));
     fields.insert("rate_per_second".into(), json!(verifier.rate().per_second));
     fields.insert("rate_burst".into(), json!(verifier.rate().burst));
+    fields.insert("default_identity".into(), json!(identity.is_some()));
     log.write("start", fields);
     let server = Arc::new(
         Server::new(

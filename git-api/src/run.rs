@@ -25,6 +25,9 @@ pub struct GitEnv {
     /// Test only (debug builds): repository id → local bare repository used instead of
     /// the https URL. Always empty in release builds.
     pub test_upstreams: Vec<(String, PathBuf)>,
+    /// git's system configuration layer: the operator's default commit identity
+    /// ([`crate::identity`]); `None` reads no system configuration at all.
+    pub system_config: Option<PathBuf>,
 }
 
 /// Configuration every git the server runs gets on its command line (which wins over the
@@ -61,7 +64,10 @@ fn base_env(env: &GitEnv) -> BTreeMap<&'static str, OsString> {
     let mut m = BTreeMap::new();
     m.insert("PATH", OsString::from("/usr/bin:/bin"));
     m.insert("HOME", env.home.clone().into_os_string());
-    m.insert("GIT_CONFIG_NOSYSTEM", "1".into());
+    match &env.system_config {
+        Some(path) => m.insert("GIT_CONFIG_SYSTEM", path.clone().into_os_string()),
+        None => m.insert("GIT_CONFIG_NOSYSTEM", "1".into()),
+    };
     m.insert("GIT_CONFIG_GLOBAL", "/dev/null".into());
     m.insert("GIT_TERMINAL_PROMPT", "0".into());
     m.insert("GIT_EDITOR", "false".into());

@@ -75,6 +75,7 @@ fn start(verifier: Verifier) -> Api {
         proxy_url: "http://127.0.0.1:9".into(),
         ca_file: None,
         test_upstreams: Vec::new(),
+        system_config: None,
     };
     let socket = root.join("git.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();

@@ -49,6 +49,11 @@ fn plain_git(cwd: &Path, args: &[&str]) -> String {
 
 impl World {
     fn new() -> World {
+        World::with_system_config(None)
+    }
+
+    /// A world whose git API reads `system_config` as git's system layer.
+    fn with_system_config(system_config: Option<PathBuf>) -> World {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let upstream = root.join("upstream.git");
@@ -116,6 +121,7 @@ impl World {
             proxy_url: "http://127.0.0.1:9".into(),
             ca_file: None,
             test_upstreams: vec![("github.com/acme/app".into(), upstream.clone())],
+            system_config,
         };
         let socket = root.join("git.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
@@ -136,6 +142,20 @@ impl World {
             upstream,
             socket,
         }
+    }
+
+    /// The shim, as an agent with no identity of its own runs it, in the workspace.
+    fn anonymous(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_git"))
+            .current_dir(&self.ws)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AIRLOCK_WORKSPACE", &self.ws)
+            .env("AIRLOCK_GIT_SOCKET", &self.socket)
+            .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     /// The shim, as the agent runs it, in `sub` of the workspace.
@@ -1047,4 +1067,64 @@ fn bisect_run_runs_the_agents_command_as_the_agent_in_the_shim() {
         panic!("bisect run accepted by the git API")
     };
     assert_eq!(d.reason, "subcommand_not_allowed");
+}
+
+/// Issue 17 item 3: the operator's identity is the default (git's system layer), so the
+/// first commit works; the repository's config, `-c` and the agent's environment win.
+#[test]
+fn the_operators_identity_is_the_default_commit_identity_and_the_agents_own_wins() {
+    let id = airlock_git_api::identity::DefaultIdentity::new(
+        Some("Op \"the\" Erator"),
+        Some("op@example.org"),
+    )
+    .unwrap()
+    .unwrap();
+    let w = World::with_system_config(Some(id.path()));
+    let last = |w: &World| {
+        let o = w.anonymous(&["log", "-1", "--format=%an <%ae> | %cn <%ce>"]);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let o = w.anonymous(&["commit", "--allow-empty", "-m", "first"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        last(&w),
+        "Op \"the\" Erator <op@example.org> | Op \"the\" Erator <op@example.org>\n"
+    );
+    let o = w.anonymous(&["config", "user.name"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Op \"the\" Erator\n");
+    // The agent's own identity in the repository's config wins over the default.
+    assert!(
+        w.anonymous(&["config", "user.name", "Agent Smith"])
+            .status
+            .success()
+    );
+    assert!(
+        w.anonymous(&["commit", "--allow-empty", "-m", "second"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        last(&w),
+        "Agent Smith <op@example.org> | Agent Smith <op@example.org>\n"
+    );
+    // So do -c and the environment.
+    let o = w.anonymous(&[
+        "-c",
+        "user.email=c@example.org",
+        "commit",
+        "--allow-empty",
+        "-m",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        last(&w),
+        "Agent Smith <c@example.org> | Agent Smith <c@example.org>\n"
+    );
+    w.ok(&["commit", "--allow-empty", "-m", "4"]);
+    assert_eq!(
+        last(&w),
+        "Agent <agent@example.invalid> | Agent <agent@example.invalid>\n"
+    );
+    drop(id);
 }
