@@ -34,6 +34,17 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// One session on a new sandbox: a new branch, your terminal attached, the branch fetched
+    /// back and the sandbox removed at the end (kept if that would lose work).
+    #[command(after_help = "\
+Examples:
+  airlock run                                   # a shell on the repository here
+  airlock run ~/src/app --agent claude          # Claude Code in airlock:claude
+  airlock run . -- sh -c 'make test'            # exits with the command's status
+
+The sandbox's branch (sandbox/<name>) is fetched back into the repository when the session
+ends; with no terminal the command's stdin is empty. Ctrl-C without a terminal stops it.")]
+    Run(RunArgs),
     /// Create a sandbox on its own branch of a repository and start it.
     #[command(after_help = "\
 Examples:
@@ -60,14 +71,19 @@ Examples:
 JSON: the fields of `list --json` plus session_list (id, started) and ahead (commits on the
 sandbox branch that the operator's repository does not have yet).")]
     Status(NameJson),
-    /// Attach to the agent's terminal (not implemented yet: it names the engine command that
-    /// does it and exits 1).
-    #[command(after_help = "Examples:\n  airlock attach fix-login")]
+    /// Attach to the agent's terminal; detach with ctrl-p ctrl-q. Exits with the agent's
+    /// status if it ends, 0 on a detach.
+    #[command(after_help = "\
+Examples:
+  airlock attach fix-login
+  printf 'make test\\nexit\\n' | airlock attach fix-login   # without a terminal: stdin is sent")]
     Attach(NameArg),
-    /// Run a command as the agent in a running sandbox; exits with its status.
+    /// Run a command as the agent in a running sandbox, confined as the agent is (its uid, no
+    /// capabilities, seccomp, the proxy: the entrypoint's session mode); exits with its status.
     #[command(after_help = "\
 Examples:
   airlock exec fix-login -- git status
+  airlock exec fix-login -- bash               # a second shell (a terminal if you have one)
   airlock exec fix-login -- sh -c 'cd /workspace && cargo test'")]
     Exec(ExecArgs),
     /// Stop a sandbox's container (its checkout and branch stay); fetches its branch first.
@@ -121,14 +137,16 @@ pub struct NewArgs {
     /// The sandbox's branch (default sandbox/<name>); created from the checkout's HEAD.
     #[arg(long)]
     pub branch: Option<String>,
-    /// A label for the agent this sandbox runs (shown by `list`).
+    /// The agent: one with a profile in agents/ (claude) runs in its image airlock:<agent>
+    /// and is the default command; `shell` is the base image's shell.
     #[arg(long, default_value = "shell")]
     pub agent: String,
     /// Seconds a stopped sandbox is kept before `gc` may remove it.
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     pub ttl: i64,
-    /// Host files given to the sandbox as /run/secrets/<NAME>, read-only (NAME=FILE).
-    #[arg(long = "secret", value_name = "NAME=FILE")]
+    /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE), mounted
+    /// read-only at /run/secrets/<NAME>.
+    #[arg(long = "secret", value_name = "NAME[=FILE]")]
     pub secrets: Vec<String>,
     /// A host policy file instead of the image's default.
     #[arg(long)]
@@ -137,6 +155,34 @@ pub struct NewArgs {
     #[arg(long)]
     pub json: bool,
     /// The agent command (default: the image's, a shell).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The repository (a git checkout).
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// The agent: one with a profile in agents/ (claude) runs in its image airlock:<agent>
+    /// and is the default command; `shell` is the base image's shell.
+    #[arg(long, default_value = "shell")]
+    pub agent: String,
+    /// The sandbox name (default <agent>-<6 hex digits>); its branch is sandbox/<name>.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE), mounted
+    /// read-only at /run/secrets/<NAME>.
+    #[arg(long = "secret", value_name = "NAME[=FILE]")]
+    pub secrets: Vec<String>,
+    /// A host policy file instead of the image's default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Seconds a kept (stopped) sandbox stays before `gc` may remove it.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub ttl: i64,
+    /// The command (default: the agent's, or the image's shell).
     #[arg(last = true)]
     pub command: Vec<String>,
 }

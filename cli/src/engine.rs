@@ -4,17 +4,17 @@
 
 use crate::flags::RunSpec;
 use bollard::Docker;
-use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
     RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
 };
 use futures_util::StreamExt;
-use std::io::Write;
 use std::time::{Duration, Instant};
 use thiserror::Error;
+
+mod io;
+pub use io::{Attached, DETACH_KEYS, Link, SESSION};
 
 /// The label every container the CLI creates carries: its sandbox name.
 pub const LABEL_SANDBOX: &str = "dev.airlock.sandbox";
@@ -61,6 +61,9 @@ pub enum EngineError {
         /// Why.
         source: serde_json::Error,
     },
+    /// The operator's terminal could not be switched to raw mode.
+    #[error("{0}")]
+    Terminal(crate::term::TermError),
     /// The container stopped before the entrypoint said it was ready.
     #[error(
         "sandbox container {name} did not become ready (exit {code:?}); its last output:\n{tail}"
@@ -339,55 +342,6 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-    }
-
-    /// Run `cmd` in the container as `user` with `env`, copying its output to ours; returns
-    /// its exit code.
-    pub async fn exec(
-        &self,
-        id: &str,
-        user: &str,
-        env: &[String],
-        cmd: &[String],
-    ) -> Result<i64, EngineError> {
-        let opts = CreateExecOptions {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            user: Some(user.to_string()),
-            working_dir: Some(crate::flags::WORKSPACE.to_string()),
-            env: Some(env.to_vec()),
-            cmd: Some(cmd.to_vec()),
-            ..Default::default()
-        };
-        let created = self
-            .docker
-            .create_exec(id, opts)
-            .await
-            .map_err(call("exec in", id))?;
-        let started = self
-            .docker
-            .start_exec(&created.id, None)
-            .await
-            .map_err(call("exec in", id))?;
-        if let StartExecResults::Attached { mut output, .. } = started {
-            while let Some(item) = output.next().await {
-                match item.map_err(call("read the exec output of", id))? {
-                    LogOutput::StdErr { message } => {
-                        let _ = std::io::stderr().write_all(&message);
-                    }
-                    other => {
-                        let _ = std::io::stdout().write_all(&other.into_bytes());
-                    }
-                }
-            }
-        }
-        let _ = std::io::stdout().flush();
-        let done = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .map_err(call("inspect an exec in", id))?;
-        Ok(done.exit_code.unwrap_or(-1))
     }
 }
 

@@ -5,7 +5,7 @@
 //! | 0 | success |
 //! | 1 | any other failure (one line on stderr says what and what to do) |
 //! | 2 | bad usage (clap) or bad input: a bad name, a path that is not a repository |
-//! | 3 | no such sandbox |
+//! | 3 | no such sandbox (or secret) |
 //! | 4 | refused: the name is taken, or the action would lose work (`--force`) |
 //! | 5 | the container engine is unreachable |
 //! | 6 | the image is missing (`airlock build` / `scripts/build-image`) |
@@ -37,7 +37,7 @@ Exit codes:
   0  success
   1  any other failure (one line on stderr says what is wrong and what to do)
   2  bad usage or bad input (a bad name, a path that is not a repository)
-  3  no such sandbox
+  3  no such sandbox (or secret)
   4  refused: the name is taken, or the action would lose work (see --force)
   5  the container engine is unreachable (DOCKER_HOST)
   6  the image is missing (run `airlock build`)
@@ -75,6 +75,7 @@ fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     use crate::checkout::CheckoutError;
     use crate::engine::EngineError;
     use crate::registry::RegistryError;
+    use crate::secrets::SecretError;
     if let Some(f) = e.downcast_ref::<Failure>() {
         return Some(f.code);
     }
@@ -83,6 +84,11 @@ fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     }
     if let Some(CheckoutError::NotARepository { .. }) = e.downcast_ref::<CheckoutError>() {
         return Some(Code::Usage);
+    }
+    match e.downcast_ref::<crate::secrets::SecretError>() {
+        Some(SecretError::BadName { .. } | SecretError::Empty { .. }) => return Some(Code::Usage),
+        Some(SecretError::Missing { .. }) => return Some(Code::NotFound),
+        _ => {}
     }
     if let Some(RegistryError::Taken { .. }) = e.downcast_ref::<RegistryError>() {
         return Some(Code::Refused);

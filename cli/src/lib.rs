@@ -20,3 +20,5 @@ pub mod flags;
 pub mod names;
 pub mod paths;
 pub mod registry;
+pub mod secrets;
+pub mod term;

@@ -7,6 +7,9 @@
 //! <data>/sandboxes/<name>/work/      its work tree (mounted at /workspace)
 //! <data>/sandboxes/<name>/audit/     its audit log
 //! ```
+//!
+//! Configuration (the secret store, [`crate::secrets`]) lives in the XDG config directory:
+//! `$XDG_CONFIG_HOME/airlock`, else `~/.config/airlock`, or `AIRLOCK_CONFIG_DIR`.
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -17,6 +20,11 @@ pub enum PathsError {
     /// Neither `--data-dir`, `XDG_DATA_HOME` nor `HOME` is set.
     #[error("no data directory: set --data-dir, AIRLOCK_DATA_DIR, XDG_DATA_HOME or HOME")]
     NoDataDir,
+    /// Neither `AIRLOCK_CONFIG_DIR`, `XDG_CONFIG_HOME` nor `HOME` is set.
+    #[error(
+        "no config directory for the secret store: set AIRLOCK_CONFIG_DIR, XDG_CONFIG_HOME or HOME"
+    )]
+    NoConfigDir,
 }
 
 /// The resolved directories.
@@ -24,6 +32,9 @@ pub enum PathsError {
 pub struct Paths {
     /// The data directory.
     pub data: PathBuf,
+    /// The config directory (`None` when neither it nor `HOME` can be found: only the
+    /// secret commands need it, and they say so).
+    pub config: Option<PathBuf>,
 }
 
 impl Paths {
@@ -39,7 +50,24 @@ impl Paths {
                     .ok_or(PathsError::NoDataDir)?,
             },
         };
-        Ok(Paths { data })
+        let config = match std::env::var_os("AIRLOCK_CONFIG_DIR").filter(|v| !v.is_empty()) {
+            Some(c) => Some(PathBuf::from(c)),
+            None => match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+                Some(x) => Some(PathBuf::from(x).join("airlock")),
+                None => std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|h| PathBuf::from(h).join(".config/airlock")),
+            },
+        };
+        Ok(Paths { data, config })
+    }
+
+    /// The secret store, or [`PathsError::NoConfigDir`].
+    pub fn secrets(&self) -> Result<crate::secrets::Store, PathsError> {
+        self.config
+            .as_deref()
+            .map(crate::secrets::Store::new)
+            .ok_or(PathsError::NoConfigDir)
     }
 
     /// The registry file.

@@ -248,6 +248,22 @@ impl Checkout {
         chown_tree(&work, AGENT_ID)
     }
 
+    /// Whether the work tree holds changes not committed to its branch (tracked files
+    /// changed, or new files not ignored). Hooks and fsmonitor off, as everywhere here.
+    pub fn uncommitted(&self) -> Result<bool, CheckoutError> {
+        let gd = self.git_dir();
+        let mut c = git();
+        c.arg("-c")
+            .arg(format!("safe.directory={}", gd.display()))
+            .arg("--git-dir")
+            .arg(&gd)
+            .arg("--work-tree")
+            .arg(self.work_tree())
+            .args(["--no-optional-locks", "status", "--porcelain"]);
+        let out = run("status", &self.work_tree(), &mut c)?;
+        Ok(!out.stdout.is_empty())
+    }
+
     /// Remove the whole sandbox directory (never the operator's objects: the link only).
     pub fn remove(&self) -> Result<(), CheckoutError> {
         match std::fs::remove_dir_all(&self.dir) {

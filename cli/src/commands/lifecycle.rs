@@ -3,20 +3,12 @@
 use super::view::reconcile;
 use super::{Ctx, now};
 use airlock_cli::checkout;
+use airlock_cli::engine::Link;
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::registry::{Sandbox, State};
 use anyhow::Result;
 use std::path::Path;
 use std::time::Duration;
-
-/// The environment of a process `exec` starts as the agent: its tools, the proxy, its home.
-const AGENT_ENV: [&str; 5] = [
-    "HOME=/home/agent",
-    "USER=agent",
-    "PATH=/usr/local/lib/airlock/bin:/usr/local/bin:/usr/bin:/bin",
-    "HTTPS_PROXY=http://127.0.0.1:3128",
-    "HTTP_PROXY=http://127.0.0.1:3128",
-];
 
 async fn running(ctx: &Ctx, name: &str) -> Result<Sandbox> {
     let row = reconcile(ctx, ctx.sandbox(name)?).await?;
@@ -33,52 +25,74 @@ async fn running(ctx: &Ctx, name: &str) -> Result<Sandbox> {
     Ok(row)
 }
 
+/// `exec`: a confined session of the agent (`airlock-entrypoint __session`), never a plain
+/// engine exec (that would be root with `NET_ADMIN`).
 pub async fn exec(ctx: &Ctx, name: &str, cmd: &[String]) -> Result<i32> {
     let row = running(ctx, name).await?;
-    let env: Vec<String> = AGENT_ENV.iter().map(|s| s.to_string()).collect();
     let code = ctx
         .engine
-        .exec(&row.container_id, "1000:1000", &env, cmd)
+        .session(&row.container_id, cmd, Link::detect())
         .await?;
     Ok(i32::try_from(code).unwrap_or(1))
 }
 
+/// `attach`: the agent's terminal until it exits or the operator detaches (ctrl-p ctrl-q);
+/// exits with the agent's status when it ended, 0 on a detach.
 pub async fn attach(ctx: &Ctx, name: &str) -> Result<i32> {
     let row = running(ctx, name).await?;
-    Err(Failure::new(
-        Code::Failure,
-        format!(
-            "interactive attach is not implemented yet: `docker attach {}` reaches the agent's terminal (detach with ctrl-p ctrl-q)",
-            row.container_id
-        ),
+    let link = Link::detect();
+    if link.tty.is_some() {
+        eprintln!("airlock: attached to {name}; detach with ctrl-p ctrl-q\r");
+    }
+    ctx.engine.attach(&row.container_id, link).await?;
+    // The output ends when the agent exits (the container stops a moment later) or on a
+    // detach (it keeps running).
+    let waited = tokio::time::timeout(
+        Duration::from_secs(3),
+        ctx.engine.wait_exit(&row.container_id),
     )
-    .into())
+    .await;
+    let code = match waited {
+        Ok(code) => code?,
+        Err(_) => 0,
+    };
+    reconcile(ctx, ctx.sandbox(name)?).await?;
+    Ok(i32::try_from(code).unwrap_or(1))
 }
 
 /// Fetch the sandbox's branch back as the same branch of the operator's repository; print
 /// what came back. A branch the operator changed is not overwritten (git's fast-forward rule).
 pub async fn fetch(ctx: &Ctx, name: &str) -> Result<i32> {
+    for line in fetch_summary(ctx, name)? {
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+/// Fetch the branch back; the lines saying where it is and which changed paths can run
+/// something on the host.
+pub fn fetch_summary(ctx: &Ctx, name: &str) -> Result<Vec<String>> {
     let row = ctx.sandbox(name)?;
     let top = Path::new(&row.repository);
     let ck = ctx.checkout(name);
     let tip = checkout::fetch(top, &ck, name, &row.branch, Some(&row.branch))?;
     let changed = checkout::changed_paths(top, &row.base, &tip).unwrap_or_default();
-    println!(
+    let mut lines = vec![format!(
         "{}: {} is at {} ({} path(s) changed since {})",
         name,
         row.branch,
         short(&tip),
         changed.len(),
         short(&row.base)
-    );
+    )];
     let risky = checkout::risky(&changed);
     if !risky.is_empty() {
-        println!("review these first: they can run on your machine without you typing a command:");
-        for p in risky {
-            println!("  {p}");
-        }
+        lines.push(
+            "review these first: they can run on your machine without you typing a command:".into(),
+        );
+        lines.extend(risky.into_iter().map(|p| format!("  {p}")));
     }
-    Ok(0)
+    Ok(lines)
 }
 
 fn short(sha: &str) -> &str {

@@ -4,6 +4,7 @@ mod gc;
 mod lifecycle;
 mod new;
 mod render;
+mod run;
 mod view;
 
 use airlock_cli::checkout::Checkout;
@@ -87,6 +88,7 @@ pub fn run(cli: Cli) -> Result<i32> {
 async fn dispatch(cli: Cli) -> Result<i32> {
     let ctx = Ctx::open(&cli).await?;
     match cli.command {
+        Command::Run(a) => run::run(&ctx, &a).await,
         Command::New(a) => new::run(&ctx, &a).await,
         Command::List(a) => view::list(&ctx, a.json).await,
         Command::Status(a) => view::status(&ctx, &a.name, a.json).await,

@@ -1,48 +1,164 @@
 //! `airlock new`: claim the name, make the checkout, create and start the container, wait
 //! for the entrypoint to say it is ready. Anything that fails after the claim is undone
 //! (container, checkout, row), so nothing half-made is left behind; a killed `new` leaves a
-//! `creating` row that `gc` removes.
+//! `creating` row that `gc` removes. `run` shares the steps up to the container's creation
+//! ([`Plan`], [`claim`], [`create`], [`undo`]).
 
 use super::{Ctx, container_name, now};
 use airlock_cli::checkout::{self, Checkout, Operator};
 use airlock_cli::cli::NewArgs;
 use airlock_cli::engine::{LABEL_DATA, LABEL_SANDBOX};
-use airlock_cli::flags::{Layout, RunSpec, Source};
+use airlock_cli::flags::{DEFAULT_IMAGE, Layout, RunSpec, Source};
 use airlock_cli::names;
 use airlock_cli::registry::{Sandbox, State};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the entrypoint may take to say `ready in`.
 const READY_LIMIT: Duration = Duration::from_secs(90);
 
-pub async fn run(ctx: &Ctx, a: &NewArgs) -> Result<i32> {
-    names::validate_name(&a.name)?;
-    let branch = a
-        .branch
-        .clone()
-        .unwrap_or_else(|| names::default_branch(&a.name));
-    names::validate_branch(&branch)?;
-    let secrets = parse_secrets(&a.secrets)?;
-    let policy = a
-        .policy
-        .as_ref()
-        .map(|p| {
-            std::fs::canonicalize(p)
-                .with_context(|| format!("cannot read the policy {}", p.display()))
+/// Everything a new sandbox is made from, checked before anything is made.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub repo: PathBuf,
+    pub branch: String,
+    pub agent: String,
+    pub image: String,
+    pub ttl: i64,
+    pub secrets: Vec<(String, PathBuf)>,
+    pub policy: Option<PathBuf>,
+    pub policy_hash: String,
+    pub command: Vec<String>,
+    pub tty: bool,
+}
+
+/// The parts of `new` and `run` a [`Plan`] is made from.
+#[derive(Debug)]
+pub struct Wants<'a> {
+    pub name: &'a str,
+    pub repo: &'a Path,
+    pub branch: Option<&'a str>,
+    pub agent: &'a str,
+    pub ttl: i64,
+    pub secrets: &'a [String],
+    pub policy: Option<&'a Path>,
+    pub command: &'a [String],
+    pub tty: bool,
+}
+
+impl Plan {
+    /// Check every input; nothing is made yet.
+    pub fn check(ctx: &Ctx, w: &Wants) -> Result<Plan> {
+        names::validate_name(w.name)?;
+        let branch = w
+            .branch
+            .map_or_else(|| names::default_branch(w.name), str::to_string);
+        names::validate_branch(&branch)?;
+        let (image, command) = agent_image(ctx, w.agent, w.command)?;
+        let secrets = parse_secrets(ctx, w.secrets)?;
+        let policy = w
+            .policy
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .with_context(|| format!("cannot read the policy {}", p.display()))
+            })
+            .transpose()?;
+        let policy_hash = match &policy {
+            Some(p) => {
+                hex::encode(Sha256::digest(std::fs::read(p).with_context(|| {
+                    format!("cannot read the policy {}", p.display())
+                })?))
+            }
+            None => String::new(),
+        };
+        Ok(Plan {
+            name: w.name.into(),
+            repo: w.repo.into(),
+            branch,
+            agent: w.agent.into(),
+            image,
+            ttl: w.ttl,
+            secrets,
+            policy,
+            policy_hash,
+            command: command.to_vec(),
+            tty: w.tty,
         })
-        .transpose()?;
-    let policy_hash = match &policy {
-        Some(p) => {
-            hex::encode(Sha256::digest(std::fs::read(p).with_context(|| {
-                format!("cannot read the policy {}", p.display())
-            })?))
-        }
-        None => String::new(),
+    }
+}
+
+/// An agent with a profile (`agents/<agent>.toml`, e.g. claude) runs in its own image,
+/// `airlock:<agent>` (`airlock build --agent <agent>`), and is the default command, as in
+/// `scripts/docker-run`; `shell` is the base image's shell. An explicit `--image` wins.
+fn agent_image(ctx: &Ctx, agent: &str, command: &[String]) -> Result<(String, Vec<String>)> {
+    let ok = !agent.is_empty()
+        && agent.len() <= 32
+        && agent
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        return Err(airlock_cli::exit::Failure::new(
+            airlock_cli::exit::Code::Usage,
+            format!("--agent {agent:?} is not an agent name: use lowercase letters, digits and '-' (e.g. claude, or shell)"),
+        )
+        .into());
+    }
+    if agent == "shell" {
+        return Ok((ctx.image.clone(), command.to_vec()));
+    }
+    let image = if ctx.image == DEFAULT_IMAGE {
+        format!("airlock:{agent}")
+    } else {
+        ctx.image.clone()
     };
-    let op = checkout::operator(&a.repo)?;
+    let command = if command.is_empty() {
+        vec![agent.to_string()]
+    } else {
+        command.to_vec()
+    };
+    Ok((image, command))
+}
+
+pub async fn run(ctx: &Ctx, a: &NewArgs) -> Result<i32> {
+    let plan = Plan::check(
+        ctx,
+        &Wants {
+            name: &a.name,
+            repo: &a.repo,
+            branch: a.branch.as_deref(),
+            agent: &a.agent,
+            ttl: a.ttl,
+            secrets: &a.secrets,
+            policy: a.policy.as_deref(),
+            command: &a.command,
+            // A detached sandbox keeps a TTY and open stdin so an interactive agent (a
+            // shell) waits for `attach` instead of reading end-of-file.
+            tty: true,
+        },
+    )?;
+    let (op, row) = claim(ctx, &plan).await?;
+    let made = async {
+        let id = create(ctx, &plan, &op, &row).await?;
+        start_ready(ctx, &plan.name, &id).await
+    };
+    match made.await {
+        Ok(ready) => {
+            report(ctx, &a.name, a.json, ready)?;
+            Ok(0)
+        }
+        Err(e) => {
+            undo(ctx, &a.name).await;
+            Err(e)
+        }
+    }
+}
+
+/// Read the operator's repository and the image, then register the name (`creating`).
+pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<(Operator, Sandbox)> {
+    let op = checkout::operator(&plan.repo)?;
     if op.dirty {
         eprintln!(
             "airlock: warning: {} has uncommitted changes; the sandbox starts from the last commit ({}), commit first to include them",
@@ -50,46 +166,30 @@ pub async fn run(ctx: &Ctx, a: &NewArgs) -> Result<i32> {
             &op.head[..12.min(op.head.len())]
         );
     }
-    let digest = ctx.engine.image_id(&ctx.image).await?;
+    let digest = ctx.engine.image_id(&plan.image).await?;
     let t = now();
     let row = Sandbox {
-        name: a.name.clone(),
+        name: plan.name.clone(),
         repository: op.top.display().to_string(),
-        branch: branch.clone(),
+        branch: plan.branch.clone(),
         base: op.head.clone(),
-        agent: a.agent.clone(),
-        image: ctx.image.clone(),
-        image_digest: digest.clone(),
-        policy_hash,
+        agent: plan.agent.clone(),
+        image: plan.image.clone(),
+        image_digest: digest,
+        policy_hash: plan.policy_hash.clone(),
         container_id: String::new(),
         created: t,
         last_seen: t,
-        ttl_seconds: a.ttl,
+        ttl_seconds: plan.ttl,
         state: State::Creating,
     };
     ctx.registry.claim(&row)?;
-    let ck = ctx.checkout(&a.name);
-    match make(ctx, a, &op, &ck, &row, secrets, policy).await {
-        Ok(ready) => {
-            report(ctx, &a.name, a.json, ready)?;
-            Ok(0)
-        }
-        Err(e) => {
-            undo(ctx, &a.name, &ck).await;
-            Err(e)
-        }
-    }
+    Ok((op, row))
 }
 
-async fn make(
-    ctx: &Ctx,
-    a: &NewArgs,
-    op: &Operator,
-    ck: &Checkout,
-    row: &Sandbox,
-    secrets: Vec<(String, PathBuf)>,
-    policy: Option<PathBuf>,
-) -> Result<Duration> {
+/// Make the checkout and create (not start) the container; returns its id.
+pub async fn create(ctx: &Ctx, plan: &Plan, op: &Operator, row: &Sandbox) -> Result<String> {
+    let ck = ctx.checkout(&plan.name);
     if ck.dir.exists() {
         bail!(
             "{} exists without a registered sandbox (left by an interrupted run): `airlock gc` removes it",
@@ -97,38 +197,56 @@ async fn make(
         );
     }
     ck.create(op, &row.branch, &row.base)?;
+    let spec = spec_of(ctx, plan, op, &ck);
+    let id = ctx
+        .engine
+        .create(&container_name(&plan.name), &spec)
+        .await?;
+    ctx.registry
+        .set_container(&plan.name, &id, &row.image_digest)?;
+    Ok(id)
+}
+
+/// The run flags of this sandbox: the one definition on its layout, with its labels.
+pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout) -> RunSpec {
     let layout = Layout {
         work_tree: ck.work_tree(),
         git_dir: Some(ck.git_dir()),
         shared_objects: Some(op.git_dir.join("objects")),
         audit: Source::Host(ck.audit()),
-        secrets,
-        policy,
+        secrets: plan.secrets.clone(),
+        policy: plan.policy.clone(),
     };
-    let mut spec = RunSpec::documented(&ctx.image, &layout);
-    spec.labels.push((LABEL_SANDBOX.into(), a.name.clone()));
+    let mut spec = RunSpec::documented(&plan.image, &layout);
+    spec.labels.push((LABEL_SANDBOX.into(), plan.name.clone()));
     spec.labels
         .push((LABEL_DATA.into(), ctx.paths.data.display().to_string()));
-    spec.command = a.command.clone();
-    // A detached sandbox keeps a TTY and open stdin so an interactive agent (a shell) waits
-    // for `attach` instead of reading end-of-file.
-    spec.tty = true;
-    let id = ctx.engine.create(&container_name(&a.name), &spec).await?;
-    ctx.registry
-        .set_container(&a.name, &id, &row.image_digest)?;
-    ctx.engine.start(&id).await?;
-    let ready = ctx.engine.wait_ready(&id, 1, READY_LIMIT).await?;
-    if let Some(seen) = ctx.engine.inspect(&id).await? {
-        ctx.registry.add_session(&a.name, &seen.started_at, now())?;
-    }
-    ctx.registry.set_state(&a.name, State::Running, now())?;
+    spec.command = plan.command.clone();
+    spec.tty = plan.tty;
+    spec
+}
+
+/// Start the container and wait for the entrypoint's `ready`; record the session.
+async fn start_ready(ctx: &Ctx, name: &str, id: &str) -> Result<Duration> {
+    ctx.engine.start(id).await?;
+    let ready = ctx.engine.wait_ready(id, 1, READY_LIMIT).await?;
+    record_start(ctx, name, id).await?;
     Ok(ready)
 }
 
+/// The container runs: its session and the `running` state.
+pub async fn record_start(ctx: &Ctx, name: &str, id: &str) -> Result<()> {
+    if let Some(seen) = ctx.engine.inspect(id).await? {
+        ctx.registry.add_session(name, &seen.started_at, now())?;
+    }
+    ctx.registry.set_state(name, State::Running, now())?;
+    Ok(())
+}
+
 /// Undo a failed `new`; each step is best effort, the first failure is already reported.
-async fn undo(ctx: &Ctx, name: &str, ck: &Checkout) {
+pub async fn undo(ctx: &Ctx, name: &str) {
     let _ = ctx.engine.remove(&container_name(name)).await;
-    if let Err(e) = ck.remove() {
+    if let Err(e) = ctx.checkout(name).remove() {
         eprintln!("airlock: warning: {e}");
     }
     let _ = ctx.registry.remove(name);
@@ -149,28 +267,28 @@ fn report(ctx: &Ctx, name: &str, json: bool, ready: Duration) -> Result<()> {
     Ok(())
 }
 
-/// `NAME=FILE` pairs: a lowercase name, an existing regular file (never a value).
-fn parse_secrets(specs: &[String]) -> Result<Vec<(String, PathBuf)>> {
+/// `--secret` values: `NAME` (from the secret store, `airlock secret set NAME`) or
+/// `NAME=FILE` (a host file holding the value); never the value itself.
+fn parse_secrets(ctx: &Ctx, specs: &[String]) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     for s in specs {
-        let Some((name, file)) = s.split_once('=') else {
-            bail!(
-                "--secret {s:?} is not NAME=FILE: give the name and a host file holding the value (never the value itself)"
-            );
+        let (name, path) = match s.split_once('=') {
+            None => {
+                let store = ctx.paths.secrets()?;
+                (s.as_str(), store.existing(s)?)
+            }
+            Some((name, file)) => {
+                airlock_cli::secrets::validate(name)?;
+                let path = std::fs::canonicalize(file)
+                    .with_context(|| format!("--secret {name}: cannot read the file {file}"))?;
+                if !path.is_file() {
+                    bail!("--secret {name}: {} is not a regular file", path.display());
+                }
+                (name, path)
+            }
         };
-        let ok = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !ok {
-            bail!(
-                "--secret name {name:?} is not allowed: use lowercase letters, digits and '_' (e.g. github_token)"
-            );
-        }
-        let path = std::fs::canonicalize(file)
-            .with_context(|| format!("--secret {name}: cannot read the file {file}"))?;
-        if !path.is_file() {
-            bail!("--secret {name}: {} is not a regular file", path.display());
+        if out.iter().any(|(n, _): &(String, PathBuf)| n == name) {
+            bail!("--secret {name} is given twice: give each secret once");
         }
         out.push((name.to_string(), path));
     }

@@ -1,0 +1,166 @@
+//! Sessions against the real engine and image: `run` (one shot, branch back, nothing left),
+//! `exec` (a confined session through the entrypoint, never root) and `attach` (the agent's
+//! terminal), with and without a terminal on our side (`script` gives us a real one).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{World, sh};
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+/// `airlock ARGS` with `input` on stdin (a pipe, not a terminal).
+fn piped(w: &World, args: &[&str], input: &[u8]) -> Output {
+    let mut child = w
+        .cmd(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `airlock ARGS` on a pseudo-terminal (`script`); its status is the CLI's.
+fn on_terminal(w: &World, args: &[&str]) -> Output {
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_airlock"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let o = Command::new("script")
+        .args(["-qec", &quoted.join(" "), "/dev/null"])
+        .env("AIRLOCK_DATA_DIR", w.data())
+        .env("AIRLOCK_CONFIG_DIR", w.config())
+        .stdin(Stdio::null())
+        .output();
+    o.expect("`script` (util-linux) runs the CLI on a pseudo-terminal; install util-linux")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).replace('\r', "")
+}
+
+fn run_args(w: &World, name: &str, script: &str) -> Vec<String> {
+    let policy = w.dir.path().join("policy.toml");
+    [
+        "run",
+        w.repo().to_str().unwrap(),
+        "--name",
+        name,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn run_is_one_session_whose_branch_comes_back_and_leaves_nothing() {
+    let w = World::new("run");
+    let n = w.name("one");
+    let script = "git config user.name agent; git config user.email a@x; echo two > b; \
+                  git add b; git commit -qm from-run; echo OUT-$(id -u); exit 7";
+    let o = w.run(&strs(&run_args(&w, &n, script)));
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(7), "the agent's status: {err}");
+    assert!(
+        out.contains("OUT-1000"),
+        "the agent's output, as the agent: {out}"
+    );
+    assert!(err.contains(&format!("sandbox/{n} is at")), "{err}");
+    let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{n}"));
+    assert_eq!(subject, "from-run", "the branch is kept in the repository");
+    assert!(w.list().is_empty(), "no registry row left");
+    assert!(
+        !w.data().join("sandboxes").join(&n).exists(),
+        "no checkout left"
+    );
+    let c = Command::new("docker")
+        .args(["inspect", &format!("airlock-{n}")])
+        .output()
+        .unwrap();
+    assert!(!c.status.success(), "the container is removed");
+    assert_eq!(sh(&w.repo(), "git symbolic-ref --short HEAD"), "main");
+}
+
+#[test]
+fn run_attaches_a_terminal_when_there_is_one() {
+    let w = World::new("rtty");
+    let n = w.name("t");
+    let o = on_terminal(&w, &strs(&run_args(&w, &n, "tty; stty size; exit 3")));
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("/dev/pts/"), "the agent has a terminal: {out}");
+    assert!(w.list().is_empty(), "{out}");
+    // Without one, it has none.
+    let o = w.run(&strs(&run_args(&w, &w.name("p"), "tty || echo NO-TTY")));
+    assert!(text(&o.stdout).contains("NO-TTY"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn run_keeps_a_sandbox_whose_work_is_not_committed() {
+    let w = World::new("rkeep");
+    let n = w.name("k");
+    let o = w.run(&strs(&run_args(&w, &n, "echo draft > notes.txt")));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("is kept") && err.contains("did not commit"),
+        "{err}"
+    );
+    assert_eq!(w.row(&n)["state"], "stopped", "{err}");
+    let kept = w.data().join("sandboxes").join(&n).join("work/notes.txt");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "draft\n");
+    w.ok(&["destroy", &n, "--force"]);
+}
+
+#[test]
+fn exec_is_a_confined_session_and_attach_reaches_the_agent() {
+    let w = World::new("sess");
+    let s = w.name("s");
+    w.ok(&strs(&w.new_args(&s, None)));
+    // A pipe: stdin reaches the command up to its end; the command is the agent, confined.
+    let probe = "cat; id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; \
+                 echo proxy=$HTTPS_PROXY; pwd; exit 5";
+    let o = piped(&w, &["exec", &s, "--", "sh", "-c", probe], b"piped-in\n");
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(5), "{out}{}", text(&o.stderr));
+    for want in [
+        "piped-in\n1000\n",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "proxy=http://127.0.0.1:3128",
+        "/workspace",
+    ] {
+        assert!(out.contains(want), "{want:?} in {out}");
+    }
+    // A terminal: the session gets one too.
+    let o = on_terminal(&w, &["exec", &s, "--", "sh", "-c", "tty; exit 4"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("/dev/pts/"), "{}", text(&o.stdout));
+
+    // attach: the agent (bash on the container's terminal) reads what we send.
+    let o = piped(&w, &["attach", &s], b"echo hello-$((6*7))\nexit 3\n");
+    assert!(text(&o.stdout).contains("hello-42"), "{}", text(&o.stdout));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert_eq!(w.row(&s)["state"], "stopped");
+    // Detaching (ctrl-p ctrl-q) leaves it running and exits 0.
+    w.ok(&["start", &s]);
+    let o = piped(&w, &["attach", &s], b"\x10\x11");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(w.row(&s)["state"], "running");
+    w.ok(&["destroy", &s]);
+}
