@@ -272,7 +272,8 @@ pub(crate) fn escape_glob(name: &str) -> String {
     out
 }
 
-/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo` (lowercase); the
+/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo`, read by
+/// [`airlock_policy::repo::repository_id`] as the policy and the proxy read theirs; the
 /// SSH spellings of the same repository, `[user@]host:owner/repo[.git]` and
 /// `ssh://[user@]host[:22]/owner/repo[.git]`, give the same id (the git API talks HTTPS to
 /// it: the sandbox has no SSH).
@@ -289,31 +290,12 @@ pub fn repository_id(url: &str) -> Option<String> {
     } else {
         scp_like(url)?
     };
-    if host.is_empty()
-        || host.contains([':', '[', ']', '/', '@'])
-        || !host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
-    {
-        return None;
-    }
     let path = path.trim_end_matches('/');
-    let path = path.strip_suffix(".git").unwrap_or(path);
     let parts: Vec<&str> = path.split('/').collect();
     let [owner, repo] = parts.as_slice() else {
         return None;
     };
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s != "."
-            && s != ".."
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    };
-    if !ok(owner) || !ok(repo) {
-        return None;
-    }
-    Some(format!("{host}/{owner}/{repo}").to_ascii_lowercase())
+    airlock_policy::repo::repository_id(host, owner, repo).ok()
 }
 
 /// git's scp-like SSH syntax: `[user@]host:path`, where no `/` comes before the `:` (else
@@ -393,6 +375,36 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// The workspace's remote spells the authorized host with a trailing dot, in capitals
+    /// or in an IDN form: the git API reads it as the policy and the proxy do
+    /// (`airlock_policy::repo::repository_id`), so the three never drift apart.
+    #[test]
+    fn repository_ids_read_hosts_as_the_policy_does() {
+        for url in [
+            "https://GitHub.com./acme/app.git",
+            "https://ｇｉｔｈｕｂ.com/acme/app",
+            "git@GITHUB.COM.:acme/app.GIT",
+            "ssh://git@github\u{ff0e}com/acme/app",
+        ] {
+            assert_eq!(
+                repository_id(url).as_deref(),
+                Some("github.com/acme/app"),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            repository_id("https://bücher.example/o/r").as_deref(),
+            Some("xn--bcher-kva.example/o/r")
+        );
+        for url in [
+            "https://203.0.113.7/acme/app",
+            "https://0x7f.1/acme/app",
+            "https://xn--a.com/acme/app",
+        ] {
+            assert_eq!(repository_id(url), None, "{url}");
+        }
+    }
 
     #[test]
     fn repository_ids() {

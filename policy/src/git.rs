@@ -3,10 +3,10 @@
 //! Only the shape is checked here; what a push may do is decided by the git API. Each
 //! check returns the canonical string or a one-line reason.
 
-use crate::host::Host;
 use crate::model::SANDBOX_PLACEHOLDER;
 
-/// `host/owner/repo`: no scheme, no `.git` suffix; returned lowercase.
+/// `host/owner/repo`: no scheme, no `.git` suffix; returned as [`crate::repo::repository_id`]
+/// reads it (the git API and the proxy read theirs with the same function).
 pub(crate) fn repository(text: &str) -> Result<String, String> {
     if text.contains("://") {
         return Err("write host/owner/repo without a scheme".into());
@@ -18,24 +18,7 @@ pub(crate) fn repository(text: &str) -> Result<String, String> {
     let [host, owner, repo] = parts.as_slice() else {
         return Err("must be host/owner/repo, e.g. \"github.com/owner/repo\"".into());
     };
-    let host = Host::parse(host).map_err(|e| format!("{e} in host"))?;
-    if host.ip().is_some() {
-        return Err("the host must be a name, not an IP address".into());
-    }
-    for part in [owner, repo] {
-        let ok = !part.is_empty()
-            && *part != "."
-            && *part != ".."
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !ok {
-            return Err(format!(
-                "{part:?} is not a valid owner or repository name ([A-Za-z0-9._-])"
-            ));
-        }
-    }
-    Ok(format!("{host}/{owner}/{repo}").to_ascii_lowercase())
+    crate::repo::repository_id(host, owner, repo).map_err(|e| e.to_string())
 }
 
 /// A branch name glob (`*` allowed; `{sandbox}` too when `placeholder`), following
@@ -127,6 +110,28 @@ mod tests {
         ] {
             assert!(repository(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A policy names the repository with a trailing dot or an IDN spelling of its host: it
+    /// is the repository the git API and the proxy read from the same names
+    /// (`crate::repo::repository_id`), not one that never matches.
+    #[test]
+    fn repository_host_spellings_read_one_way() {
+        for text in [
+            "GitHub.com./Owner/Repo",
+            "ｇｉｔｈｕｂ.com/owner/repo",
+            "github\u{ff0e}com/owner/repo",
+        ] {
+            assert_eq!(
+                repository(text).unwrap(),
+                "github.com/owner/repo",
+                "{text:?}"
+            );
+        }
+        assert_eq!(
+            repository("bücher.example/o/r").unwrap(),
+            "xn--bcher-kva.example/o/r"
+        );
     }
 
     #[test]

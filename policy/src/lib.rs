@@ -13,7 +13,8 @@
 //! Modules: [`host`] (normalisation), [`rule`] (host rules), [`address`] (hard-deny
 //! ranges), [`reason`] (denial codes), [`l7`] (request rules and the verdict), [`path`]
 //! (the readings of a request path), [`glob`] (path globs), [`github`] (the GitHub
-//! preset), [`graphql`] (mutations of a GraphQL document), [`json`] (strict JSON bodies).
+//! preset), [`graphql`] (mutations of a GraphQL document), [`json`] (strict JSON bodies),
+//! [`repo`] (`host/owner/repo`, read one way by the policy, the git API and the proxy).
 //!
 //! # The policy file
 //!
@@ -167,6 +168,7 @@ mod load;
 mod model;
 pub mod path;
 pub mod reason;
+pub mod repo;
 pub mod rule;
 
 pub use error::PolicyError;

@@ -2,7 +2,8 @@
 //!
 //! Recognised (and nothing else): `/<owner>/<repo>[.git]/info/refs?service=git-upload-pack`
 //! (or `git-receive-pack`) and `/<owner>/<repo>[.git]/git-upload-pack` (or
-//! `git-receive-pack`). Owner and repository are compared lowercase, without `.git`.
+//! `git-receive-pack`). Owner and repository are read as the policy reads them
+//! ([`airlock_policy::repo`]): lowercase, without `.git` in any case.
 //! [`is_push`] is deliberately broader: any request whose decoded path or query mentions
 //! `git-receive-pack` counts as a push attempt, whatever its shape.
 
@@ -27,10 +28,12 @@ pub struct GitRequest {
 }
 
 impl GitRequest {
-    /// `host/owner/repo` as written in `[git] repositories`.
+    /// `host/owner/repo` as [`airlock_policy::repo::repository_id`] reads it, the reading of
+    /// `[git] repositories` and of the git API's remotes; empty (matching no listed
+    /// repository) when `host` is an address or no host at all.
     #[must_use]
     pub fn repository(&self, host: &str) -> String {
-        format!("{host}/{}/{}", self.owner, self.repo)
+        airlock_policy::repo::repository_id(host, &self.owner, &self.repo).unwrap_or_default()
     }
 }
 
@@ -40,14 +43,6 @@ fn service(name: &str) -> Option<Service> {
         "git-receive-pack" => Some(Service::ReceivePack),
         _ => None,
     }
-}
-
-fn segment_ok(s: &str) -> bool {
-    !s.is_empty()
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Parses a request's raw path and query. `None` for anything but the four smart-HTTP
@@ -64,11 +59,8 @@ pub fn parse(path: &str, query: Option<&str>) -> Option<GitRequest> {
         ([name], None) => service(name)?,
         _ => return None,
     };
-    let repo = repo
-        .strip_suffix(".git")
-        .or_else(|| repo.strip_suffix(".GIT"))
-        .unwrap_or(repo);
-    if !segment_ok(owner) || !segment_ok(repo) {
+    let repo = airlock_policy::repo::without_git_suffix(repo);
+    if !airlock_policy::repo::name_ok(owner) || !airlock_policy::repo::name_ok(repo) {
         return None;
     }
     Some(GitRequest {
@@ -133,6 +125,27 @@ mod tests {
                 .repository("github.com"),
             "github.com/o/r"
         );
+    }
+
+    /// The agent reaches the authorized repository through another spelling of its host
+    /// (trailing dot, capitals, IDN) or of its `.git` suffix: the proxy reads it as the policy
+    /// and the git API do (`airlock_policy::repo::repository_id`), one repository.
+    #[test]
+    fn host_and_suffix_spellings_read_as_the_policy_does() {
+        let g = parse("/Acme/App.Git/git-upload-pack", None).unwrap();
+        for host in [
+            "github.com",
+            "GitHub.com.",
+            "ｇｉｔｈｕｂ.com",
+            "github\u{ff0e}com",
+        ] {
+            assert_eq!(g.repository(host), "github.com/acme/app", "{host:?}");
+        }
+        let g = parse("/o/r/git-upload-pack", None).unwrap();
+        assert_eq!(g.repository("bücher.example"), "xn--bcher-kva.example/o/r");
+        // An address or a broken name is no repository a policy can list: it matches none.
+        assert_eq!(g.repository("203.0.113.7"), "");
+        assert_eq!(g.repository("xn--a.com"), "");
     }
 
     #[test]
