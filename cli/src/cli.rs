@@ -111,6 +111,19 @@ Examples:
     /// rows whose container and checkout are gone.
     #[command(after_help = "Examples:\n  airlock gc\n  airlock gc --dry-run --json")]
     Gc(GcArgs),
+    /// Check this machine for sandboxes: engine and version, image, cgroup v2, iptables
+    /// backend, IPv6, seccomp, free disk; one line each, with the fix when something is wrong.
+    #[command(after_help = "\
+Examples:
+  airlock doctor
+  airlock doctor --json | jq -r '.[] | select(.level != \"ok\") | .fix'
+
+Each line is `ok`, `warn` or `FAIL`, the check, what was found and, when it is not ok, the
+fix. The iptables and IPv6 lines come from a throwaway container of the image (root with
+NET_ADMIN only, removed at once): the firewall's tools on the engine's kernel.
+JSON: an array of objects with the fields check, level (ok, warn, fail), detail, fix (null
+when ok). Exits 0 when nothing fails (warnings allowed), 1 otherwise.")]
+    Doctor(DoctorArgs),
     /// Print the run flags for another engine: compose, devcontainer, k8s, docker, engine.
     #[command(after_help = "\
 Examples:
@@ -240,6 +253,14 @@ pub struct LogsArgs {
     /// Only the last N lines.
     #[arg(long)]
     pub tail: Option<u32>,
+}
+
+/// `doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Machine-readable output (fields in `airlock doctor --help`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `gc`.

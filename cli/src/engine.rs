@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 mod io;
+mod probe;
 pub use io::{Attached, DETACH_KEYS, Link, SESSION};
+pub use probe::Facts;
 
 /// The label every container the CLI creates carries: its sandbox name.
 pub const LABEL_SANDBOX: &str = "dev.airlock.sandbox";

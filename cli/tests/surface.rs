@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 15] = [
+const SUBCOMMANDS: [&str; 16] = [
     "run",
     "new",
     "list",
@@ -28,6 +28,7 @@ const SUBCOMMANDS: [&str; 15] = [
     "logs",
     "fetch",
     "gc",
+    "doctor",
     "render",
     "completions",
     "help",
@@ -51,7 +52,7 @@ fn every_subcommand_has_help_with_examples() {
             "{sub} --help has examples"
         );
     }
-    for sub in ["list", "status", "gc", "new"] {
+    for sub in ["list", "status", "gc", "new", "doctor"] {
         assert!(
             stdout(&airlock(&[sub, "--help"])).contains("--json"),
             "{sub} has --json"

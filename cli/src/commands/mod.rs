@@ -1,5 +1,6 @@
 //! One function per subcommand; each returns the process exit code.
 
+mod doctor;
 mod gc;
 mod lifecycle;
 mod new;
@@ -82,6 +83,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    if let Command::Doctor(a) = &cli.command {
+        return rt.block_on(doctor::run(&cli, a.json));
+    }
     rt.block_on(dispatch(cli))
 }
 
@@ -100,6 +104,6 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
-        Command::Completions(_) | Command::Render(_) => Ok(0),
+        Command::Completions(_) | Command::Render(_) | Command::Doctor(_) => Ok(0),
     }
 }
