@@ -243,7 +243,7 @@ fn disk(check: &'static str, path: &Path, what: &str) -> Check {
     }
     match nix::sys::statvfs::statvfs(&at) {
         Ok(s) => {
-            let free = u64::from(s.blocks_available()) * u64::from(s.fragment_size());
+            let free = s.blocks_available() * s.fragment_size();
             let detail = format!(
                 "{:.1} GiB free at {} ({what})",
                 free as f64 / f64::from(1u32 << 30),
