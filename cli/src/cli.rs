@@ -111,6 +111,20 @@ Examples:
     /// rows whose container and checkout are gone.
     #[command(after_help = "Examples:\n  airlock gc\n  airlock gc --dry-run --json")]
     Gc(GcArgs),
+    /// Keep secrets on this machine (0600 files under the XDG config directory) for
+    /// `--secret NAME`; a sandbox gets each as a read-only file /run/secrets/<NAME>.
+    #[command(after_help = "\
+Examples:
+  airlock secret set github_token              # prompts; the value is not echoed
+  gh auth token | airlock secret set github_token
+  airlock secret ls
+  airlock new fix-login --secret github_token
+  airlock secret rm github_token
+
+The value never goes through an argument or an environment variable. Files live in
+$XDG_CONFIG_HOME/airlock/secrets (else ~/.config/airlock/secrets, or
+$AIRLOCK_CONFIG_DIR/secrets). `ls --json` gives an array of {name, file}.")]
+    Secret(SecretArgs),
     /// Check this machine for sandboxes: engine and version, image, cgroup v2, iptables
     /// backend, IPv6, seccomp, free disk; one line each, with the fix when something is wrong.
     #[command(after_help = "\
@@ -253,6 +267,40 @@ pub struct LogsArgs {
     /// Only the last N lines.
     #[arg(long)]
     pub tail: Option<u32>,
+}
+
+/// `secret`.
+#[derive(Debug, Args)]
+pub struct SecretArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: SecretCmd,
+}
+
+/// `secret set|ls|rm`.
+#[derive(Debug, Subcommand)]
+pub enum SecretCmd {
+    /// Store a secret: its value from stdin, or a prompt on a terminal.
+    #[command(
+        after_help = "Examples:\n  airlock secret set github_token\n  airlock secret set anthropic_api_key < ~/key.txt"
+    )]
+    Set {
+        /// Lowercase letters, digits and '_', starting with a letter (e.g. github_token).
+        name: String,
+    },
+    /// List the stored secrets' names (never their values).
+    #[command(after_help = "Examples:\n  airlock secret ls\n  airlock secret ls --json")]
+    Ls {
+        /// Machine-readable output: an array of {name, file}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a stored secret.
+    #[command(after_help = "Examples:\n  airlock secret rm github_token")]
+    Rm {
+        /// The secret.
+        name: String,
+    },
 }
 
 /// `doctor`.

@@ -82,3 +82,98 @@ fn doctor_reports_each_check_on_one_line_with_the_fix_when_wrong() {
         "{v}"
     );
 }
+
+/// `airlock ARGS` with `input` on stdin (a pipe).
+fn piped(w: &World, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = w
+        .cmd(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn secrets_are_stored_0600_and_reach_a_sandbox_only_as_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new("sst");
+    let value = format!("stored-sekrit-{}-{}", std::process::id(), w.prefix);
+    let o = piped(
+        &w,
+        &["secret", "set", "api_token"],
+        format!("{value}\n").as_bytes(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = w.config().join("secrets/api_token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), value);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&w.config().join("secrets")), 0o700);
+    assert_eq!(w.ok(&["secret", "ls"]), "api_token\n");
+    let ls: Value = serde_json::from_str(&w.ok(&["secret", "ls", "--json"])).unwrap();
+    assert_eq!(ls[0]["name"], "api_token");
+    assert!(!ls.to_string().contains(&value), "ls never shows a value");
+
+    // A prompt on a terminal does not echo the value.
+    let cmd = format!("{} secret set typed", env!("CARGO_BIN_EXE_airlock"));
+    let o = common::sh(
+        &w.repo(),
+        &format!(
+            "(sleep 1; printf 'typed-{v}\\n') | AIRLOCK_CONFIG_DIR='{c}' script -qec '{cmd}' /dev/null",
+            v = w.prefix,
+            c = w.config().display()
+        ),
+    );
+    assert!(o.contains("not echoed") && !o.contains("typed-"), "{o}");
+    let typed = std::fs::read_to_string(w.config().join("secrets/typed")).unwrap();
+    assert_eq!(typed, format!("typed-{}", w.prefix));
+
+    // A sandbox gets it as a read-only file; no host process has it in argv or environment.
+    let s = w.name("s");
+    let mut args = w.new_args(&s, Some("exec sleep 600"));
+    args.splice(2..2, ["--secret".to_string(), "api_token".to_string()]);
+    let mut child = w
+        .cmd(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut scans = 0;
+    while child.try_wait().unwrap().is_none() || scans == 0 {
+        assert_eq!(common::processes_holding(&value), Vec::<String>::new());
+        scans += 1;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(common::processes_holding(&value), Vec::<String>::new());
+    let seen = common::sh(
+        &w.repo(),
+        &format!("docker exec airlock-{s} cat /run/secrets/api_token"),
+    );
+    assert_eq!(seen, value, "mounted at /run/secrets/api_token");
+    let inspect = common::sh(&w.repo(), &format!("docker inspect airlock-{s}"));
+    assert!(
+        !inspect.contains(&value),
+        "never in the container's configuration"
+    );
+    assert!(inspect.contains(&format!("{}:/run/secrets/api_token:ro", file.display())));
+    w.ok(&["destroy", &s]);
+
+    // Removed: gone from the list, and a sandbox asking for it is refused before anything.
+    w.ok(&["secret", "rm", "api_token"]);
+    assert!(!file.exists());
+    let o = w.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("airlock secret set api_token"));
+    assert!(w.list().is_empty());
+}

@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 16] = [
+const SUBCOMMANDS: [&str; 17] = [
     "run",
     "new",
     "list",
@@ -29,6 +29,7 @@ const SUBCOMMANDS: [&str; 16] = [
     "fetch",
     "gc",
     "doctor",
+    "secret",
     "render",
     "completions",
     "help",

@@ -6,6 +6,7 @@ mod lifecycle;
 mod new;
 mod render;
 mod run;
+mod secret;
 mod view;
 
 use airlock_cli::checkout::Checkout;
@@ -77,6 +78,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Command::Render(a) => return render::run(&cli, a),
+        Command::Secret(a) => return secret::run(&cli, a),
         _ => {}
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -104,6 +106,8 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
-        Command::Completions(_) | Command::Render(_) | Command::Doctor(_) => Ok(0),
+        Command::Completions(_) | Command::Render(_) | Command::Doctor(_) | Command::Secret(_) => {
+            Ok(0)
+        }
     }
 }
