@@ -19,6 +19,9 @@
 #                 upstream, the other proxies (default: the proxy's value, so that no row
 #                 pays for AMD Zen 3/4's slow rep movsb, see entrypoint/src/proxy_ctl.rs, and
 #                 direct is measured at its fastest; empty: glibc's defaults)
+#   env SCALE_TUNNELS / SCALE_INTERCEPT  steps of the scale curve (default 1,10,100,1000 tunnels;
+#                 1,10,100,200 intercepted connections)
+#   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json)
 #   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy
 #                 intercept); "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
@@ -41,6 +44,11 @@ export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
+# The scale curve (issue 22): tunnels held open at once, and intercepted connections.
+export SCALE_TUNNELS=${SCALE_TUNNELS:-1,10,100,1000}
+export SCALE_INTERCEPT=${SCALE_INTERCEPT:-1,10,100,200}
+# Where the results go as JSON for tools.
+export BENCH_JSON=${BENCH_JSON:-$TARGET_DIR/bench/proxy.json}
 # The proxy's glibc tuning, exactly as the entrypoint starts it (unless PROXY_TUNABLES is set).
 PROXY_TUNABLES=$("$ROOT/bench/proxy-tunables")
 export PROXY_TUNABLES
@@ -81,6 +89,11 @@ if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
 fi
 
 # ---- inside the private network namespace ----
+# The scale curve holds 1,000 tunnels: 2,000 descriptors in the proxy, 1,000 in the client
+# and in the upstream each: raise the soft limit to the hard one.
+ulimit -n "$(ulimit -Hn)"
+[ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge 4096 ] ||
+  { echo "bench: open-file limit $(ulimit -n) < 4096: raise it (ulimit -Hn) for the scale curve" >&2; exit 1; }
 export GLIBC_TUNABLES=${BENCH_TUNABLES-$PROXY_TUNABLES}
 work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
 chmod 755 "$work"
@@ -89,7 +102,7 @@ mkdir -m 1777 "$work/logs"
 results=$work/results.txt
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -KILL $(tree "$p") 2>/dev/null || true; done
   kill $(jobs -p) 2>/dev/null || true
   rm -rf "$work"
 }
@@ -122,20 +135,44 @@ cells() { # row via proxy pid [target ca]
     echo "$row|newhost|$(client load --via $via --proxy "$proxy" --target $target --mode new-host --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
   fi
 }
-stop() {
-  kill -TERM "$1" 2>/dev/null || true
+# A process and all its descendants (squid and tinyproxy fork workers that hold the port).
+tree() {
+  local p=$1 c
+  echo "$p"
+  for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
+}
+alive() { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; }
+# Stops a proxy by pid with its whole tree (TERM, 5 s, KILL) and waits until its port is
+# free, so the next row can bind it.
+stop() { # pid port
+  local all p
+  all=$(tree "$1")
+  kill -TERM $all 2>/dev/null || true
+  local any
   for _ in $(seq 100); do
-    { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; } || return 0
+    any=0
+    for p in $all; do alive "$p" && any=1; done
+    [ $any = 0 ] && break
     sleep 0.05
   done
-  kill -KILL "$1" 2>/dev/null || true
+  for p in $all; do alive "$p" && kill -KILL "$p" 2>/dev/null; done
+  for _ in $(seq 100); do
+    ss -Htln "sport = :$2" | grep -q . || return 0
+    sleep 0.05
+  done
+  echo "bench: port $2 still bound after stopping pid $1 ($(ss -Htlnp "sport = :$2" | head -1))" >&2
+  exit 1
 }
 # row via proxy-addr command...: launch pinned to core 1, time to first request, idle RSS,
 # the cells, peak RSS, stop.
 proxy_row() { # row via addr [--tls ca] command...
   local row=$1 via=$2 addr=$3 target=$T ca="" c=(); shift 3
   if [ "$1" = --tls ]; then target=$TS; ca=$2; c=(--ca "$ca"); shift 2; fi
-  local out
+  local out port=${addr##*:}
+  if ss -Htln "sport = :$port" | grep -q .; then
+    echo "bench: $row: port $port is already bound before the launch ($(ss -Htlnp "sport = :$port" | head -1))" >&2
+    exit 1
+  fi
   if ! out=$(RUST_BACKTRACE=0 "$BENCH_BIN" launch --via $via --proxy "$addr" --target $target "${c[@]}" \
       --log "$work/logs/$row.log" -- taskset -c 1 "$@" 2>&1); then
     local why="failed to start: $(echo "$out" | head -1 | tr '|' '/'); log: $(tail -n 2 "$work/logs/$row.log" 2>/dev/null | tr '|\n' '/ ' | cut -c1-300)"
@@ -151,8 +188,13 @@ proxy_row() { # row via addr [--tls ca] command...
   sleep 0.3
   echo "$row|idle|$("$BENCH_BIN" rss "$pid")" >>"$results"
   cells "$row" $via "$addr" "$pid" $target "$ca"
+  if [ -n "${SCALE:-}" ]; then
+    echo "  $row: scale curve ($SCALE connections)" >&2
+    client scale --via $via --proxy "$addr" --target $target "${c[@]}" --pid "$pid" \
+      --row "$row" --steps "$SCALE" >>"$results" || { echo "bench: $row: scale curve failed" >&2; exit 1; }
+  fi
   echo "$row|peak|$("$BENCH_BIN" rss "$pid")" >>"$results"
-  stop "$pid"
+  stop "$pid" "$port"
 }
 wants() { [[ " $ONLY " == *" $1 "* ]]; }
 absent() { grep -q "^$1|" "$ABSENT" && grep "^$1|" "$ABSENT" >>"$results"; }
@@ -172,7 +214,8 @@ if wants airlock; then
   [[ $help == *--ca-export* ]] && extra+=(--ca-export "$work/ca.pem")
   for via in connect plain; do
     rm -f "$work/audit.jsonl"
-    proxy_row "airlock $via" $via 127.0.0.1:3128 env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml" \
+    scale=""; [ $via = connect ] && scale=$SCALE_TUNNELS
+    SCALE=$scale proxy_row "airlock $via" $via 127.0.0.1:3128 env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml" \
       --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
   done
 fi
@@ -236,7 +279,7 @@ if wants intercept; then
     printf '{"version":%s,"session":"bench","credentials":[{"name":"bench","value":"bench-real-token-0123456789","placeholder":"airlock-placeholder-bench-00"}],"git_placeholder":null}\n' \
       "$HANDOFF_VERSION" >"$work/state-tls/credentials.json"
     chmod 400 "$work/state-tls/credentials.json"
-    proxy_row "airlock intercept (credential injected)" intercept 127.0.0.1:3128 --tls "$work/ca-tls.pem" \
+    SCALE=$SCALE_INTERCEPT proxy_row "airlock intercept (credential injected)" intercept 127.0.0.1:3128 --tls "$work/ca-tls.pem" \
       env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy-tls.toml" --audit "$work/audit-tls.jsonl" --session bench \
       --resolv-conf "$work/resolv.conf" --state-dir "$work/state-tls" --ca-export "$work/ca-tls.pem" \
       --upstream-ca "$work/tls/ca.pem"
@@ -253,6 +296,8 @@ fi
 echo
 echo "proxy benchmark, $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1; GLIBC_TUNABLES: our proxy ${PROXY_TUNABLES:-none}, everything else ${GLIBC_TUNABLES:-none}"
 echo
-"$BENCH_BIN" table "$results"
+mkdir -p "$(dirname "$BENCH_JSON")"
+"$BENCH_BIN" table "$results" --json "$BENCH_JSON"
 echo
 echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close; latency: 1 connection, keep-alive, minus direct; 1 MiB: one keep-alive connection; RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."
+echo "JSON: $BENCH_JSON"

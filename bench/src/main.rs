@@ -6,7 +6,9 @@
 //! - `load`: one cell (keep-alive, new connection per request, or 1 MiB bulk) with the
 //!   proxy's CPU over exactly the timed window.
 //! - `rss`: a proxy's resident memory now and at its peak.
-//! - `table`: the collected cells as one markdown table.
+//! - `scale`: the scale curve (RSS, CPU per request and descriptors at 1…1,000 open
+//!   connections, and no descriptor left after they close).
+//! - `table`: the collected cells as markdown tables (and JSON for tools).
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
 //! address the caller did not give it.
@@ -14,6 +16,7 @@
 mod http;
 mod load;
 mod procfs;
+mod scale;
 mod server;
 mod table;
 mod tls;
@@ -90,8 +93,36 @@ enum Cmd {
     },
     /// Print `rss_kib=… hwm_kib=…` of a process tree.
     Rss { pid: u32 },
-    /// Print the results file as one markdown table.
-    Table { results: PathBuf },
+    /// Hold more and more connections open through the proxy; print one line per step.
+    Scale {
+        #[arg(long, value_enum)]
+        via: Via,
+        #[arg(long)]
+        proxy: String,
+        #[arg(long)]
+        target: String,
+        /// Connection counts, ascending.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+        steps: Vec<usize>,
+        /// Requests per connection per step.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// The proxy's pid.
+        #[arg(long)]
+        pid: u32,
+        /// Row name for the results file.
+        #[arg(long)]
+        row: String,
+        /// CA the client trusts for the TLS vias.
+        #[arg(long)]
+        ca: Option<PathBuf>,
+    },
+    /// Print the results file as markdown tables; `--json FILE` also writes it as JSON.
+    Table {
+        results: PathBuf,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -159,13 +190,54 @@ fn main() -> anyhow::Result<()> {
             println!("rss_kib={rss} hwm_kib={hwm}");
             Ok(())
         }
-        Cmd::Table { results } => {
-            let text = std::fs::read_to_string(&results)
-                .with_context(|| format!("reading {}", results.display()))?;
-            print!("{}", table::render(&text));
-            Ok(())
-        }
+        Cmd::Scale {
+            via,
+            proxy,
+            target,
+            steps,
+            rounds,
+            pid,
+            row,
+            ca,
+        } => rt.block_on(scale::run(scale::Spec {
+            route: http::Route {
+                via,
+                proxy,
+                target,
+                tls: match ca {
+                    Some(ca) => Some(tls::client(&ca)?),
+                    None => None,
+                },
+            },
+            steps,
+            rounds,
+            pid,
+            row,
+        })),
+        Cmd::Table { results, json } => tables(&results, json.as_deref()),
     }
+}
+
+/// The results file as the main table, the peers' ratios and the scale curve; and as JSON.
+fn tables(results: &std::path::Path, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(results)
+        .with_context(|| format!("reading {}", results.display()))?;
+    print!("{}", table::render(&text));
+    let peers = table::render_peers(&text);
+    if !peers.is_empty() {
+        println!("\nagainst each peer (same mode, same run):\n\n{peers}");
+    }
+    let scale = table::render_scale(&text);
+    if !scale.is_empty() {
+        println!(
+            "\nscale curve (connections held open at once, several rounds of one request on every one):\n\n{scale}"
+        );
+    }
+    if let Some(path) = json {
+        let body = serde_json::to_string_pretty(&table::to_json(&text))?;
+        std::fs::write(path, body + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Spawns `command` (detached: it outlives us; the caller kills it by pid) and polls with

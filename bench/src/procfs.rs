@@ -81,3 +81,15 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
     }
     (rss, hwm)
 }
+
+/// Open file descriptors of the tree (entries of /proc/<pid>/fd).
+pub fn fds(pid: u32) -> anyhow::Result<usize> {
+    let mut total = 0;
+    for p in tree(pid) {
+        let dir = format!("/proc/{p}/fd");
+        total += fs::read_dir(&dir)
+            .with_context(|| format!("listing {dir}"))?
+            .count();
+    }
+    Ok(total)
+}

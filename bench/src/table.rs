@@ -159,6 +159,138 @@ pub fn render(text: &str) -> String {
     out
 }
 
+/// The scale curve rows (`scale-N` cells, written by `airlock-bench scale`) as a second
+/// table: per row and step, CPU per request, RSS and descriptors; then whether every
+/// descriptor was closed after the last step.
+pub fn render_scale(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let mut out = String::new();
+    for name in &order {
+        let c = &rows[name];
+        let mut steps: Vec<(usize, &HashMap<String, String>)> = c
+            .iter()
+            .filter_map(|(cell, kv)| Some((cell.strip_prefix("scale-")?.parse().ok()?, kv)))
+            .collect();
+        if steps.is_empty() {
+            continue;
+        }
+        steps.sort_by_key(|(n, _)| *n);
+        if out.is_empty() {
+            out.push_str(
+                "| target | open connections | req/s | proxy CPU µs/req | RSS MiB | proxy fds |\n",
+            );
+            out.push_str("|---|---:|---:|---:|---:|---:|\n");
+        }
+        for (n, kv) in steps {
+            let get = |k: &str| kv.get(k).map_or("—", String::as_str);
+            let rss = kv
+                .get("rss_kib")
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or_else(|| "—".into(), |k| format!("{:.1}", k / 1024.0));
+            let _ = writeln!(
+                out,
+                "| {name} | {n} | {} | {} | {rss} | {} |",
+                get("rps"),
+                get("cpu_us_per_req"),
+                get("fds")
+            );
+        }
+        if let Some(kv) = c.get("scale-close") {
+            let get = |k: &str| kv.get(k).map_or("—", String::as_str);
+            let _ = writeln!(
+                out,
+                "| {name} | 0 (all closed) | | | | {} (before: {}) |",
+                get("fds_after"),
+                get("fds_before")
+            );
+        }
+    }
+    out
+}
+
+/// The mode word of a row name ("airlock connect" → "connect"; "mitmproxy intercept
+/// (credential injected)" → "intercept").
+fn mode_of(row: &str) -> Option<&str> {
+    row.split_whitespace().nth(1)
+}
+
+/// Our rows against each peer's row of the same mode: ratios of keep-alive throughput,
+/// CPU per request (lower is better: peer ÷ ours, so > 1 means ours is cheaper) and 1 MiB
+/// throughput.
+pub fn render_peers(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let mut out = String::new();
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "—".into(),
+    };
+    for ours in order.iter().filter(|r| r.starts_with("airlock ")) {
+        let o = &rows[ours];
+        for peer in order
+            .iter()
+            .filter(|r| !r.starts_with("airlock ") && !r.starts_with("direct"))
+        {
+            let p = &rows[peer];
+            if mode_of(peer) != mode_of(ours) || p.contains_key("absent") {
+                continue;
+            }
+            if out.is_empty() {
+                out.push_str("| ours | peer | req/s keep-alive (ours ÷ peer) | CPU µs/req keep-alive (peer ÷ ours) | CPU µs/req new conn (peer ÷ ours) | 1 MiB MiB/s (ours ÷ peer) |\n");
+                out.push_str("|---|---|---:|---:|---:|---:|\n");
+            }
+            let _ = writeln!(
+                out,
+                "| {ours} | {peer} | {} | {} | {} | {} |",
+                ratio(num(o, "ka", "rps"), num(p, "ka", "rps")),
+                ratio(
+                    num(p, "ka", "cpu_us_per_req"),
+                    num(o, "ka", "cpu_us_per_req")
+                ),
+                ratio(
+                    num(p, "new", "cpu_us_per_req"),
+                    num(o, "new", "cpu_us_per_req")
+                ),
+                ratio(num(o, "bulk", "mib_s"), num(p, "bulk", "mib_s")),
+            );
+        }
+    }
+    out
+}
+
+/// Every row, cell and value as JSON (`{"rows": {row: {cell: {key: value}}}}`, numbers as
+/// numbers), in run order, for tools.
+pub fn to_json(text: &str) -> serde_json::Value {
+    let (order, rows) = parse(text);
+    let mut out = serde_json::Map::new();
+    for name in &order {
+        let mut cells = serde_json::Map::new();
+        let mut names: Vec<&String> = rows[name].keys().collect();
+        names.sort();
+        for cell in names {
+            let kv = &rows[name][cell];
+            let mut obj = serde_json::Map::new();
+            let mut keys: Vec<&String> = kv.keys().collect();
+            keys.sort();
+            for k in keys {
+                let v = &kv[k];
+                let val = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or_else(
+                        || serde_json::Value::String(v.clone()),
+                        serde_json::Value::Number,
+                    );
+                obj.insert(k.clone(), val);
+            }
+            cells.insert(cell.clone(), serde_json::Value::Object(obj));
+        }
+        out.insert(name.clone(), serde_json::Value::Object(cells));
+    }
+    serde_json::json!({ "rows": out })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -189,6 +321,46 @@ mod tests {
         assert!(
             t.contains("| i intercept | — | — | — | 250.0 (new host, leaf minted: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn scale_peers_and_json() {
+        let text = "airlock connect|ka|rps=100 cpu_us_per_req=10.0\n\
+                    airlock connect|bulk|mib_s=900\n\
+                    airlock connect|scale-10|conns=10 rps=5000 cpu_us_per_req=12.0 rss_kib=10240 fds=40\n\
+                    airlock connect|scale-1|conns=1 rps=900 cpu_us_per_req=20.0 rss_kib=9216 fds=22\n\
+                    airlock connect|scale-close|fds_before=20 fds_after=20 rss_kib=9000\n\
+                    squid connect|ka|rps=50 cpu_us_per_req=30.0\n\
+                    squid connect|bulk|mib_s=300\n\
+                    squid plain|ka|rps=60\n\
+                    tinyproxy connect|absent|not installed\n";
+        let s = render_scale(text);
+        let one = s
+            .find("| airlock connect | 1 | 900 | 20.0 | 9.0 | 22 |")
+            .unwrap();
+        let ten = s
+            .find("| airlock connect | 10 | 5000 | 12.0 | 10.0 | 40 |")
+            .unwrap();
+        assert!(one < ten, "{s}");
+        assert!(
+            s.contains("| 0 (all closed) | | | | 20 (before: 20) |"),
+            "{s}"
+        );
+        let p = render_peers(text);
+        assert!(
+            p.contains("| airlock connect | squid connect | 2.00× | 3.00× | — | 3.00× |"),
+            "{p}"
+        );
+        assert!(
+            !p.contains("squid plain") && !p.contains("tinyproxy"),
+            "{p}"
+        );
+        let j = to_json(text);
+        assert_eq!(j["rows"]["airlock connect"]["scale-10"]["fds"], 40.0);
+        assert_eq!(
+            j["rows"]["tinyproxy connect"]["absent"]["why"],
+            "not installed"
         );
     }
 }
