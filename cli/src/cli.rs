@@ -145,6 +145,22 @@ Examples:
   airlock render devcontainer --repo . > .devcontainer/devcontainer.json
   airlock render k8s --repo /srv/app | kubectl apply -f -")]
     Render(RenderArgs),
+    /// Write PATH/.devcontainer/devcontainer.json: the same run flags, for VS Code and the
+    /// devcontainer CLI (the image's entrypoint stays PID 1).
+    #[command(after_help = "\
+Examples:
+  airlock devcontainer .                        # .devcontainer/devcontainer.json here
+  airlock devcontainer ~/src/app --secret github_token --policy ./policy.toml
+  airlock devcontainer . --force                # replace an existing one")]
+    Devcontainer(DevcontainerArgs),
+    /// Kubernetes: a Pod and its Secret from the same run flags.
+    #[command(after_help = "\
+Examples:
+  airlock k8s render fix-login --repo /srv/app | kubectl apply -f -
+  airlock k8s render fix-login --secret github_token > /dev/stdout   # the Secret holds the value
+
+See the README, \"Running on Kubernetes\", for what differs from Docker.")]
+    K8s(K8sArgs),
     /// Print a shell completion script.
     #[command(after_help = "\
 Examples:
@@ -348,6 +364,57 @@ pub struct RenderArgs {
     /// The name of the service, container or pod.
     #[arg(long, default_value = "airlock")]
     pub name: String,
+}
+
+/// `devcontainer`.
+#[derive(Debug, Args)]
+pub struct DevcontainerArgs {
+    /// The project directory (its .git, if any, is handed to the git service).
+    pub path: PathBuf,
+    /// The devcontainer's name.
+    #[arg(long, default_value = "airlock")]
+    pub name: String,
+    /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE).
+    #[arg(long = "secret", value_name = "NAME[=FILE]")]
+    pub secrets: Vec<String>,
+    /// A host policy file instead of the image's default.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Replace an existing .devcontainer/devcontainer.json.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `k8s`.
+#[derive(Debug, Args)]
+pub struct K8sArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: K8sCmd,
+}
+
+/// `k8s render`.
+#[derive(Debug, Subcommand)]
+pub enum K8sCmd {
+    /// Print a Secret (NAME-secrets) and a Pod (NAME) as one YAML stream for kubectl.
+    #[command(after_help = "\
+Examples:
+  airlock k8s render fix-login --repo /srv/app | kubectl apply -f -
+  airlock k8s render fix-login --repo /srv/app --secret github_token")]
+    Render {
+        /// The Pod's name (a DNS label: lowercase letters, digits, '-').
+        name: String,
+        /// The repository on the node, mounted at /workspace (a hostPath).
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE): its value
+        /// goes into the Secret, mounted at /run/secrets/<NAME>.
+        #[arg(long = "secret", value_name = "NAME[=FILE]")]
+        secrets: Vec<String>,
+        /// A policy file on the node instead of the image's default.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
 }
 
 /// `completions`.

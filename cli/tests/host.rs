@@ -177,3 +177,149 @@ fn secrets_are_stored_0600_and_reach_a_sandbox_only_as_files() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("airlock secret set api_token"));
     assert!(w.list().is_empty());
 }
+
+fn json_lines(text: &str) -> Vec<Value> {
+    // The k8s stream: JSON documents after `---` lines.
+    text.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[test]
+fn devcontainer_and_k8s_render_the_one_definition_alike_and_the_pod_is_valid() {
+    let w = World::new("rend");
+    let repo = w.repo();
+    let r = repo.to_str().unwrap();
+    piped(&w, &["secret", "set", "gh_token"], b"tok-value\n");
+    let policy = w.dir.path().join("policy.toml");
+    let p = policy.to_str().unwrap();
+
+    // devcontainer PATH writes what `render devcontainer` prints; never over a file.
+    w.ok(&["devcontainer", r]);
+    let file = repo.join(".devcontainer/devcontainer.json");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let printed: Value =
+        serde_json::from_str(&w.ok(&["render", "devcontainer", "--repo", r])).unwrap();
+    assert_eq!(written, printed);
+    let o = w.run(&["devcontainer", r]);
+    assert_eq!(o.status.code(), Some(4), "an existing file is kept");
+    // Its runArgs are the `docker run` flags but the workspace bind (its workspaceMount).
+    let docker: Vec<String> = w
+        .ok(&["render", "docker", "--repo", r])
+        .lines()
+        .map(String::from)
+        .collect();
+    let run_args: Vec<String> = serde_json::from_value(written["runArgs"].clone()).unwrap();
+    let ws = format!("{r}:/workspace");
+    let i = docker.iter().position(|a| *a == ws).unwrap();
+    let mut expected = docker.clone();
+    expected.drain(i - 1..=i);
+    assert_eq!(run_args, expected);
+    assert_eq!(
+        written["workspaceMount"],
+        format!("source={r},target=/workspace,type=bind")
+    );
+
+    // k8s render: the Pod is `render k8s`'s; with a secret and a policy, the Secret holds the
+    // value under the key the Pod mounts, and devcontainer mounts the same file at the same path.
+    let plain = json_lines(&w.ok(&["k8s", "render", "agent-one", "--repo", r]));
+    let pod: Value =
+        serde_json::from_str(&w.ok(&["render", "k8s", "--name", "agent-one", "--repo", r]))
+            .unwrap();
+    assert_eq!(plain[1], pod);
+    let text = w.ok(&[
+        "k8s",
+        "render",
+        "agent-one",
+        "--repo",
+        r,
+        "--secret",
+        "gh_token",
+        "--policy",
+        p,
+    ]);
+    let docs = json_lines(&text);
+    let (secret, pod) = (&docs[0], &docs[1]);
+    assert_eq!(secret["kind"], "Secret");
+    assert_eq!(
+        secret["data"]["gh_token"], "dG9rLXZhbHVl",
+        "base64 of tok-value"
+    );
+    let vols = pod["spec"]["volumes"].as_array().unwrap();
+    let sv = vols.iter().find(|v| v["secret"].is_object()).unwrap();
+    assert_eq!(sv["secret"]["secretName"], secret["metadata"]["name"]);
+    assert_eq!(sv["secret"]["items"][0]["key"], "gh_token");
+    w.ok(&[
+        "devcontainer",
+        r,
+        "--force",
+        "--secret",
+        "gh_token",
+        "--policy",
+        p,
+    ]);
+    let dc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let args = dc["runArgs"].to_string();
+    let store = w.config().join("secrets/gh_token");
+    assert!(
+        args.contains(&format!("{}:/run/secrets/gh_token:ro", store.display())),
+        "{args}"
+    );
+    assert!(!args.contains("tok-value"), "a path, never the value");
+    // The Pod's container agrees with the engine body the CLI sends.
+    let engine: Value = serde_json::from_str(&w.ok(&["render", "engine", "--repo", r])).unwrap();
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        engine["HostConfig"]["CapAdd"]
+    );
+    assert_eq!(
+        c["securityContext"]["readOnlyRootFilesystem"],
+        engine["HostConfig"]["ReadonlyRootfs"]
+    );
+    let mut pod_paths: Vec<String> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap().to_string())
+        .collect();
+    let mut engine_paths: Vec<String> = engine["HostConfig"]["Binds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap().split(':').nth(1).unwrap().to_string())
+        .chain(
+            engine["HostConfig"]["Tmpfs"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned(),
+        )
+        .chain([
+            "/run/secrets/gh_token".to_string(),
+            "/etc/airlock/policy.toml".to_string(),
+        ])
+        .collect();
+    pod_paths.sort();
+    engine_paths.sort();
+    assert_eq!(pod_paths, engine_paths);
+
+    // Offline validation against the official schemas (PyPI kubernetes-validate).
+    let manifest = w.dir.path().join("k8s.yaml");
+    std::fs::write(&manifest, &text).unwrap();
+    let v = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.31.0"])
+        .arg(&manifest)
+        .output()
+        .expect(
+            "kubernetes-validate validates the manifests offline: pip install kubernetes-validate",
+        );
+    let out = String::from_utf8_lossy(&v.stdout).into_owned() + &String::from_utf8_lossy(&v.stderr);
+    assert!(v.status.success(), "{out}");
+    assert!(
+        out.contains("resource pod/agent-one against")
+            && out.contains("resource secret/agent-one-secrets against"),
+        "{out}"
+    );
+}

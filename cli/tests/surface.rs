@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 17] = [
+const SUBCOMMANDS: [&str; 19] = [
     "run",
     "new",
     "list",
@@ -30,6 +30,8 @@ const SUBCOMMANDS: [&str; 17] = [
     "gc",
     "doctor",
     "secret",
+    "devcontainer",
+    "k8s",
     "render",
     "completions",
     "help",

@@ -79,6 +79,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Render(a) => return render::run(&cli, a),
         Command::Secret(a) => return secret::run(&cli, a),
+        Command::Devcontainer(a) => return render::devcontainer_file(&cli, a),
+        Command::K8s(a) => return render::k8s_cmd(&cli, a),
         _ => {}
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -106,8 +108,11 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
-        Command::Completions(_) | Command::Render(_) | Command::Doctor(_) | Command::Secret(_) => {
-            Ok(0)
-        }
+        Command::Completions(_)
+        | Command::Render(_)
+        | Command::Doctor(_)
+        | Command::Secret(_)
+        | Command::Devcontainer(_)
+        | Command::K8s(_) => Ok(0),
     }
 }

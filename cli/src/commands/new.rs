@@ -10,6 +10,7 @@ use airlock_cli::cli::NewArgs;
 use airlock_cli::engine::{LABEL_DATA, LABEL_SANDBOX};
 use airlock_cli::flags::{DEFAULT_IMAGE, Layout, RunSpec, Source};
 use airlock_cli::names;
+use airlock_cli::paths::Paths;
 use airlock_cli::registry::{Sandbox, State};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
@@ -58,7 +59,7 @@ impl Plan {
             .map_or_else(|| names::default_branch(w.name), str::to_string);
         names::validate_branch(&branch)?;
         let (image, command) = agent_image(ctx, w.agent, w.command)?;
-        let secrets = parse_secrets(ctx, w.secrets)?;
+        let secrets = parse_secrets(&ctx.paths, w.secrets)?;
         let policy = w
             .policy
             .map(|p| {
@@ -269,12 +270,12 @@ fn report(ctx: &Ctx, name: &str, json: bool, ready: Duration) -> Result<()> {
 
 /// `--secret` values: `NAME` (from the secret store, `airlock secret set NAME`) or
 /// `NAME=FILE` (a host file holding the value); never the value itself.
-fn parse_secrets(ctx: &Ctx, specs: &[String]) -> Result<Vec<(String, PathBuf)>> {
+pub fn parse_secrets(paths: &Paths, specs: &[String]) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     for s in specs {
         let (name, path) = match s.split_once('=') {
             None => {
-                let store = ctx.paths.secrets()?;
+                let store = paths.secrets()?;
                 (s.as_str(), store.existing(s)?)
             }
             Some((name, file)) => {

@@ -1,16 +1,45 @@
-//! `airlock render`: the run flags for another engine, from the one definition.
+//! The run flags for another engine, from the one definition: `airlock render` (any
+//! format, on stdout), `airlock devcontainer PATH` (writes `.devcontainer/devcontainer.json`)
+//! and `airlock k8s render NAME` (a Secret and a Pod).
 
-use airlock_cli::cli::{Cli, RenderArgs, Target};
+use super::new::parse_secrets;
+use airlock_cli::cli::{Cli, DevcontainerArgs, K8sArgs, K8sCmd, RenderArgs, Target};
 use airlock_cli::flags::{Layout, RunSpec, Source, compose, devcontainer, k8s};
-use anyhow::{Context, Result};
+use airlock_cli::paths::Paths;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// The documented run on the checkout at `repo` (the audit log in the `airlock-audit`
+/// volume), with `secrets` (`NAME` or `NAME=FILE`) and a host `policy`.
+fn spec_for(
+    cli: &Cli,
+    repo: &Path,
+    secrets: &[(String, PathBuf)],
+    policy: Option<&Path>,
+) -> Result<RunSpec> {
+    let repo = std::fs::canonicalize(repo)
+        .with_context(|| format!("cannot read the repository {}", repo.display()))?;
+    if !repo.is_dir() {
+        bail!(
+            "{} is not a directory: give the top directory of your project",
+            repo.display()
+        );
+    }
+    let git = repo.join(".git").is_dir();
+    let mut layout = Layout::checkout(repo, Source::Volume("airlock-audit".into()), git);
+    layout.secrets = secrets.to_vec();
+    layout.policy = policy
+        .map(|p| {
+            std::fs::canonicalize(p)
+                .with_context(|| format!("cannot read the policy {}", p.display()))
+        })
+        .transpose()?;
+    Ok(RunSpec::documented(&cli.image, &layout))
+}
 
 pub fn run(cli: &Cli, a: &RenderArgs) -> Result<i32> {
     airlock_cli::names::validate_name(&a.name)?;
-    let repo = std::fs::canonicalize(&a.repo)
-        .with_context(|| format!("cannot read the repository {}", a.repo.display()))?;
-    let git = repo.join(".git").is_dir();
-    let layout = Layout::checkout(repo, Source::Volume("airlock-audit".into()), git);
-    let spec = RunSpec::documented(&cli.image, &layout);
+    let spec = spec_for(cli, &a.repo, &[], None)?;
     let text = match a.target {
         Target::Compose => compose::render(&spec, &a.name),
         Target::Devcontainer => pretty(&devcontainer::render(&spec, &a.name))?,
@@ -19,6 +48,62 @@ pub fn run(cli: &Cli, a: &RenderArgs) -> Result<i32> {
         Target::Docker => spec.docker_args().join("\n") + "\n",
     };
     print!("{text}");
+    Ok(0)
+}
+
+/// `airlock devcontainer PATH`: write `PATH/.devcontainer/devcontainer.json`; an existing
+/// one is kept unless `--force`.
+pub fn devcontainer_file(cli: &Cli, a: &DevcontainerArgs) -> Result<i32> {
+    airlock_cli::names::validate_name(&a.name)?;
+    let paths = Paths::resolve(cli.data_dir.as_deref())?;
+    let secrets = parse_secrets(&paths, &a.secrets)?;
+    let spec = spec_for(cli, &a.path, &secrets, a.policy.as_deref())?;
+    let dir = a.path.join(".devcontainer");
+    let file = dir.join("devcontainer.json");
+    if file.exists() && !a.force {
+        return Err(airlock_cli::exit::Failure::new(
+            airlock_cli::exit::Code::Refused,
+            format!(
+                "{} exists already: `airlock devcontainer {} --force` replaces it",
+                file.display(),
+                a.path.display()
+            ),
+        )
+        .into());
+    }
+    let text = pretty(&devcontainer::render(&spec, &a.name))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    println!("{}", file.display());
+    Ok(0)
+}
+
+/// `airlock k8s render NAME`: the Secret (the named secrets' values) and the Pod.
+pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
+    let K8sCmd::Render {
+        name,
+        repo,
+        secrets,
+        policy,
+    } = &a.command;
+    airlock_cli::names::validate_name(name)?;
+    let paths = Paths::resolve(cli.data_dir.as_deref())?;
+    let secrets = parse_secrets(&paths, secrets)?;
+    let spec = spec_for(cli, repo, &secrets, policy.as_deref())?;
+    let mut values = Vec::new();
+    for (n, file) in &secrets {
+        let v = std::fs::read(file)
+            .with_context(|| format!("cannot read secret {n} from {}", file.display()))?;
+        values.push((n.clone(), v));
+    }
+    if !values.is_empty() {
+        eprintln!(
+            "airlock: the Secret {} holds the values of {} secret(s): pipe it to kubectl, do not commit it",
+            k8s::secret_name(name),
+            values.len()
+        );
+    }
+    print!("{}", k8s::manifests(&spec, name, &values));
     Ok(0)
 }
 

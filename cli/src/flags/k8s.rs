@@ -3,7 +3,8 @@
 //! What maps one to one: capabilities (`drop: [ALL]` and the same `add`), `no_new_privs`
 //! (`allowPrivilegeEscalation: false`), the read-only root, the memory and CPU limits, every
 //! tmpfs as a memory-backed `emptyDir` with the same `sizeLimit`, every mount at the same
-//! path with the same read-only flag, secrets as a Secret volume. What differs (README,
+//! path with the same read-only flag, secrets as a Secret volume, the engine's default
+//! seccomp profile (`RuntimeDefault`, which Kubernetes does not apply unless asked). What differs (README,
 //! "Running on Kubernetes"): the pids limit is the kubelet's `podPidsLimit`, not a pod field
 //! (kept as an annotation); tmpfs options other than the size (`nosuid`, `noexec`, `uid`,
 //! `mode`) have no `emptyDir` spelling; host paths become `hostPath` volumes, which only make
@@ -11,6 +12,43 @@
 
 use super::{RunSpec, Source};
 use serde_json::{Value, json};
+
+/// The Secret the Pod of [`pod`] named `name` mounts: `<name>-secrets`, one key per secret
+/// (`values`: name and value), base64 as the API wants it.
+pub fn secret(name: &str, values: &[(String, Vec<u8>)]) -> Value {
+    use base64::Engine as _;
+    let data: serde_json::Map<String, Value> = values
+        .iter()
+        .map(|(k, v)| {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(v);
+            (k.clone(), Value::String(b64))
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": secret_name(name) },
+        "type": "Opaque",
+        "data": data,
+    })
+}
+
+/// The name of the Secret of the Pod `name`.
+pub fn secret_name(name: &str) -> String {
+    format!("{name}-secrets")
+}
+
+/// The Secret and the Pod as one YAML stream (`---` between JSON documents, which YAML
+/// reads as they are): what `kubectl apply -f -` takes.
+pub fn manifests(spec: &RunSpec, name: &str, values: &[(String, Vec<u8>)]) -> String {
+    let docs = [secret(name, values), pod(spec, name)];
+    docs.iter().fold(String::new(), |mut out, d| {
+        out.push_str("---\n");
+        out.push_str(&serde_json::to_string_pretty(d).unwrap_or_default());
+        out.push('\n');
+        out
+    })
+}
 
 /// `bytes` in the largest binary unit that divides it (`4Gi`, `512Mi`).
 pub fn quantity(bytes: u64) -> String {
@@ -60,7 +98,7 @@ pub fn pod(spec: &RunSpec, name: &str) -> Value {
     if !secret_items.is_empty() {
         volumes.push(json!({
             "name": "secrets",
-            "secret": { "secretName": format!("{name}-secrets"), "items": secret_items, "defaultMode": 0o400 },
+            "secret": { "secretName": secret_name(name), "items": secret_items, "defaultMode": 0o400 },
         }));
     }
     let env: Vec<Value> = spec
@@ -84,6 +122,9 @@ pub fn pod(spec: &RunSpec, name: &str) -> Value {
             "allowPrivilegeEscalation": !spec.no_new_privileges,
             "readOnlyRootFilesystem": spec.read_only,
             "runAsUser": 0,
+            // Docker applies its default seccomp profile to every container; Kubernetes
+            // runs a container unconfined unless asked.
+            "seccompProfile": { "type": "RuntimeDefault" },
         },
         "resources": { "limits": {
             "memory": quantity(spec.memory_bytes()),
