@@ -57,7 +57,10 @@ pub enum Plan {
     Resolve { target: Target, v6: bool },
     /// Answer NOERROR with no records (HTTPS/SVCB of an allowed name).
     NoData,
-    /// REFUSED with this reason.
+    /// Refused with this reason: NXDOMAIN for a name the policy denies (a resolver gives up
+    /// at once: "Name or service not known", never a retry, a timeout or SERVFAIL),
+    /// REFUSED for a type no policy answers under any name; both carry an Extended DNS
+    /// Error with the reason (RFC 8914).
     Refuse(Reason),
     /// FORMERR (several questions, a response, ...).
     FormErr,
@@ -113,6 +116,17 @@ pub fn plan(
         }
     };
     (plan, verdict, rule, reason)
+}
+
+/// The response code of a refusal: a denied name does not exist for the agent (NXDOMAIN);
+/// a query type refused under every name is REFUSED (NXDOMAIN would deny the name's other
+/// types to any cache that keeps negative answers, RFC 8020).
+#[must_use]
+pub const fn refusal_rcode(reason: Reason) -> ResponseCode {
+    match reason {
+        Reason::DnsQueryType => ResponseCode::Refused,
+        _ => ResponseCode::NXDomain,
+    }
 }
 
 /// The EDE info code for a refusal: "Blocked" for what an operator blocks by policy,
@@ -241,7 +255,7 @@ pub(crate) async fn handle(
         Plan::Refuse(reason) => {
             rec.decision = Verdict::Deny;
             rec.reason = Some(reason.as_str());
-            respond(&msg, ResponseCode::Refused, &[], Some(reason), max_len)
+            respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len)
         }
         Plan::NoData => respond(&msg, ResponseCode::NoError, &[], None, max_len),
         Plan::Resolve { .. } if shared.audit.commit_open(&mut rec).is_err() => {
@@ -267,7 +281,7 @@ pub(crate) async fn handle(
             Err(reason) => {
                 rec.decision = Verdict::Deny;
                 rec.reason = Some(reason.as_str());
-                respond(&msg, ResponseCode::Refused, &[], Some(reason), max_len)
+                respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len)
             }
         },
     };

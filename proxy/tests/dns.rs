@@ -85,15 +85,20 @@ async fn allowed_names_are_answered_with_our_own_resolution() {
 async fn denied_names_never_leave_and_say_so_with_an_extended_error() {
     let mut h = Harness::start("enforce", &[], &[]).await;
     let tunnel = "aGVsbG8gd29ybGQgdGhpcyBpcyBleGZpbHRyYXRlZCBkYXRhIGluIGEgbGFiZWw.evil.test.";
+    // A denied name does not exist for the agent: NXDOMAIN at once (a resolver neither
+    // retries nor waits), with the reason as an Extended DNS Error.
     let r = udp(&h, &query(tunnel, RecordType::TXT)).await.unwrap();
-    assert_eq!(r.response_code(), ResponseCode::Refused);
+    assert_eq!(r.response_code(), ResponseCode::NXDomain);
     assert_eq!(ede(&r), Some((15, "airlock: blocked-by-policy".into())));
     let r = udp(&h, &query("evil.test.", RecordType::A)).await.unwrap();
-    assert_eq!(r.response_code(), ResponseCode::Refused);
-    // Tunnel types are refused even under an allowed name.
+    assert_eq!(r.response_code(), ResponseCode::NXDomain);
+    assert_eq!(ede(&r), Some((15, "airlock: blocked-by-policy".into())));
+    // Tunnel types are refused even under an allowed name: REFUSED, so no cache takes the
+    // allowed name's addresses for non-existent.
     let r = udp(&h, &query("allowed.test.", RecordType::TXT))
         .await
         .unwrap();
+    assert_eq!(r.response_code(), ResponseCode::Refused);
     assert_eq!(ede(&r), Some((18, "airlock: dns-query-type".into())));
     assert!(
         h.lookups.lock().unwrap().is_empty(),
@@ -116,7 +121,7 @@ async fn names_resolving_to_private_or_metadata_addresses_are_refused() {
     let r = udp(&h, &query("rebind.test.", RecordType::A))
         .await
         .unwrap();
-    assert_eq!(r.response_code(), ResponseCode::Refused);
+    assert_eq!(r.response_code(), ResponseCode::NXDomain);
     assert!(r.answers().is_empty());
     assert_eq!(
         ede(&r),

@@ -157,10 +157,11 @@ done
 check "sudo is absent ($(get sudo))" [ "$(get sudo)" = 127 ]
 ran() { [ -n "$(get udp_sent)" ] && [ -n "$(get udp6_sent)" ]; }
 check "UDP datagrams attempted (v4 $(get udp_sent), v6 $(get udp6_sent); the wire check proves none left)" ran
-# The raw query is answered by airlock's DNS filter (REFUSED, rcode 5 in byte 4), never upstream.
+# The raw query is answered by airlock's DNS filter (the name is denied: NXDOMAIN, rcode 3
+# in byte 4), never upstream.
 ans=$(get foreign_dns_answer)
-refused() { [ "${ans:0:4}" = 1234 ] && [ "${ans:7:1}" = 5 ]; }
-check "foreign DNS answered by airlock's filter, REFUSED ($ans)" refused
+refused() { [ "${ans:0:4}" = 1234 ] && [ "${ans:7:1}" = 3 ]; }
+check "foreign DNS answered by airlock's filter, NXDOMAIN ($ans)" refused
 check "no setuid/setgid file in the image ($(get setuid))" [ "$(get setuid)" = 0 ]
 check "no sudo, wget, nc, socat ($(get forbidden_tools))" [ "$(get forbidden_tools)" = 0 ]
 writes() { [ "$(get workspace_write)" = 0 ] && [ "$(get home_write)" = 0 ]; }
