@@ -22,6 +22,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LIB = "/usr/local/lib/airlock/agents"
 SKEL = "/etc/airlock/agents"
+PROFILE_PATH = """# Written by agents/profile.py: a login shell's /etc/profile resets PATH; airlock's git
+# shim goes first again, as the entrypoint set it for the agent.
+case ":$PATH:" in
+*:/usr/local/lib/airlock/bin:*) ;;
+*) PATH="/usr/local/lib/airlock/bin:$PATH" ;;
+esac
+export PATH
+"""
 
 
 def die(msg):
@@ -50,7 +58,14 @@ def load(name):
     for key in ("bin", "exec", "unattended", "interactive"):
         if key not in p["command"]:
             die(f"agents/{name}.toml: [command] lacks {key}")
+    if p["package"].get("install", "extract") not in ("extract", "venv"):
+        die(f"agents/{name}.toml: [package] install = {p['package']['install']!r}, expected \"extract\" or \"venv\"")
     return p
+
+
+def norm(pkg):
+    """A package name as pip compares them (PEP 503)."""
+    return "".join("-" if c in "_." else c for c in pkg.lower())
 
 
 def lock_lines(name):
@@ -67,10 +82,13 @@ def lock_lines(name):
     p = load(name)
     out = []
     for pkg in p["package"].get("lock", []):
-        hit = [r for r in rows.get(name, []) if r[0] == pkg]
+        hit = [r for r in rows.get(name, []) if norm(r[0]) == norm(pkg)]
         if not hit:
             die(f"agents/agents.lock has no line for {name} {pkg}: add it (scripts/fetch-agents --relock {name})")
         out += hit
+    if p["package"].get("install") == "venv":
+        # A venv agent: its packages and every dependency, each pinned on its own line.
+        return rows.get(name, [])
     return out
 
 
@@ -146,14 +164,39 @@ def wrapper(name, p):
     return "\n".join(lines) + "\n"
 
 
+def stage_venv(name, wheels, ctx):
+    """A venv agent: its locked wheels in CTX/venv/wheels (hard links into the cache) and
+    CTX/venv/requirements.txt (every file pinned by hash), which scripts/build-agent-image
+    installs offline (pip --no-index --require-hashes) into LIB/NAME/venv."""
+    d = os.path.join(ctx, "venv", "wheels")
+    os.makedirs(d, exist_ok=True)
+    reqs = []
+    for pkg, version, fname, sha in lock_lines(name):
+        path = os.path.join(wheels, fname)
+        if not os.path.isfile(path):
+            die(f"{fname} is not in {wheels}: run scripts/fetch-agents {name}")
+        try:
+            os.link(path, os.path.join(d, fname))
+        except OSError:
+            import shutil
+            shutil.copyfile(path, os.path.join(d, fname))
+        reqs.append(f"{pkg}=={version} --hash=sha256:{sha}")
+    with open(os.path.join(ctx, "venv", "requirements.txt"), "w") as f:
+        f.write("\n".join(sorted(reqs)) + "\n")
+    with open(os.path.join(ctx, ".dockerignore"), "w") as f:
+        f.write("venv\n")
+
+
 def stage(name, wheels, ctx):
     p = load(name)
     payload = os.path.join(ctx, "payload")
     libdir = os.path.join(payload, LIB.lstrip("/"), name)
     os.makedirs(libdir, exist_ok=True)
+    if p["package"].get("install") == "venv":
+        stage_venv(name, wheels, ctx)
     members = p["package"].get("extract", {})
     found = set()
-    for pkg, version, fname, sha in lock_lines(name):
+    for pkg, version, fname, sha in lock_lines(name) if members else []:
         path = os.path.join(wheels, fname)
         if not os.path.isfile(path):
             die(f"{fname} is not in {wheels}: run scripts/fetch-agents {name}")
@@ -188,6 +231,13 @@ def stage(name, wheels, ctx):
         with open(target, "w") as f:
             f.write(text.lstrip("\n"))
         os.chmod(target, 0o644)
+    # Login shells (`bash -lc`, as Codex runs every command) read /etc/profile, which resets
+    # PATH: put airlock's git shim first again, as the entrypoint sets it for the agent.
+    profile_d = os.path.join(payload, "etc/profile.d")
+    os.makedirs(profile_d, exist_ok=True)
+    with open(os.path.join(profile_d, "airlock-path.sh"), "w") as f:
+        f.write(PROFILE_PATH)
+    os.chmod(os.path.join(profile_d, "airlock-path.sh"), 0o644)
     with open(os.path.join(payload, SKEL.lstrip("/"), f"{name}.toml"), "w") as f:
         f.write(open(os.path.join(HERE, f"{name}.toml")).read())
     with open(os.path.join(ctx, "policy.toml"), "w") as f:
