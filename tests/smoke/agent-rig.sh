@@ -1,11 +1,25 @@
-# The rig both agent tests share (sourced, after lib.sh): names, addresses, the smoke CA and
+# The rig the agent tests share (sourced, after lib.sh): names, addresses, the smoke CA and
 # leaves, the policy. Set before sourcing: RIG (a letter that keeps this test's Docker names
-# apart) and RIG_GIT_EXTRA (extra lines for the policy's [git] table, or empty).
+# apart), RIG_GIT_EXTRA (extra lines for the policy's [git] table, or empty) and RIG_AGENT
+# (claude, the default, codex or aider: the image, the provider's host, key and preset).
 smoke_sweep
 T0=$(date +%s%N)
 ms() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
-IMAGE=${AIRLOCK_CLAUDE_IMAGE:-airlock:claude}
+RIG_AGENT=${RIG_AGENT:-claude}
+case $RIG_AGENT in
+claude)
+    IMAGE=${AIRLOCK_CLAUDE_IMAGE:-airlock:claude}
+    API_HOST=api.anthropic.com PRESET=anthropic KEY_VAR=ANTHROPIC_API_KEY
+    KEY=sk-ant-api03-SMOKEKEY$RANDOM$RANDOM$RANDOM
+    ;;
+codex | aider)
+    IMAGE=airlock:$RIG_AGENT
+    API_HOST=api.openai.com PRESET=openai KEY_VAR=OPENAI_API_KEY
+    KEY=sk-proj-SMOKEKEY$RANDOM$RANDOM$RANDOM$RANDOM
+    ;;
+*) die "agent-rig: no rig for agent $RIG_AGENT" ;;
+esac
 NET=$SMOKE_ID-${RIG}net
 UP=$SMOKE_ID-${RIG}up
 API=$SMOKE_ID-${RIG}api
@@ -20,19 +34,18 @@ API6=2001:db8:192::20
 OWNER=acme
 NAME=app
 BRANCH=sandbox/smoke/work
-KEY=sk-ant-api03-SMOKEKEY$RANDOM$RANDOM$RANDOM
 TOKEN=ghp_SMOKETOKEN$RANDOM$RANDOM$RANDOM
 
-docker image inspect "$IMAGE" >/dev/null 2>&1 || die "$IMAGE is missing: run scripts/build-agent-image claude"
+docker image inspect "$IMAGE" >/dev/null 2>&1 || die "$IMAGE is missing: run scripts/build-agent-image $RIG_AGENT"
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"
-# The leaf the fake API serves: api.anthropic.com, signed by the test CA.
-openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=api.anthropic.com \
+# The leaf the fake API serves: the provider's host, signed by the test CA.
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$API_HOST" \
     -keyout "$SMOKE_DIR/api.key" -out "$SMOKE_DIR/api.csr" 2>/dev/null
-printf 'subjectAltName=DNS:api.anthropic.com\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$SMOKE_DIR/api.ext"
+printf 'subjectAltName=DNS:%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$API_HOST" >"$SMOKE_DIR/api.ext"
 openssl x509 -req -in "$SMOKE_DIR/api.csr" -CA "$SMOKE_DIR/ca.pem" -CAkey "$SMOKE_DIR/ca.key" \
     -CAcreateserial -days 2 -extfile "$SMOKE_DIR/api.ext" -out "$SMOKE_DIR/api.pem" 2>/dev/null ||
-    die "cannot sign the api.anthropic.com leaf"
+    die "cannot sign the $API_HOST leaf"
 chmod 0644 "$SMOKE_DIR/api.pem" "$SMOKE_DIR/api.key"
 
 # The forge (as tests/smoke/git.sh): github.com/acme/app with main; the hook logs ref updates.
@@ -69,11 +82,11 @@ cat >"$SMOKE_DIR/policy.toml" <<TOML
 name = "smoke"
 
 [network]
-allow = ["api.anthropic.com", "github.com"]
+allow = ["$API_HOST", "github.com"]
 
 [[credentials]]
-preset = "anthropic"
-source = { env = "ANTHROPIC_API_KEY" }
+preset = "$PRESET"
+source = { env = "$KEY_VAR" }
 
 [[credentials]]
 preset = "github"
@@ -84,3 +97,157 @@ repositories = ["github.com/$OWNER/$NAME"]
 $RIG_GIT_EXTRA
 TOML
 chmod 0644 "$SMOKE_DIR/policy.toml"
+
+# --- Shared steps of the OpenAI-API agent tests (agent-codex.sh, agent-aider.sh) ---------
+
+# rig_start FAKE.py: the private network, the fake forge and DNS (airlock-fakenet), the fake
+# provider API (FAKE.py SCRIPT, run in the agent image's python) under $API_HOST, tcpdump on
+# the bridge. The model's script must be in $SMOKE_DIR/script.json; the fake logs to $alog.
+rig_start() {
+    local fake=$1 c
+    python3 - "$SMOKE_DIR" "$TOKEN" "$API_HOST" "$UP4" "$UP6" "$API4" "$API6" <<'PY'
+import json, sys
+d, token, api, up4, up6, api4, api6 = sys.argv[1:]
+json.dump({
+    "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
+    "log": "/log/fakenet.jsonl",
+    "https": [{"ip": "::", "port": 443, "names": ["github.com"]}],
+    "dns": [{"ip": "::", "port": 53}],
+    "zone": {"github.com": [up4, up6], api: [api4, api6]},
+    "git": {"root": "/git", "host": "github.com", "token": token},
+}, open(f"{d}/fakenet.json", "w"))
+PY
+    chmod 0600 "$SMOKE_DIR/fakenet.json"
+    mkdir -p "$SMOKE_DIR/log" && chmod 0777 "$SMOKE_DIR/log"
+    chmod 0644 "$SMOKE_DIR/script.json"
+    alog=$SMOKE_DIR/log/api.jsonl
+    say "network $NET: github.com at $UP, $API_HOST at $API ($(basename "$fake"))"
+    track_network "$NET"
+    docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 \
+        --ipv6 --subnet 2001:db8:192::/64 "$NET" >/dev/null
+    track_container "$UP"
+    docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
+        -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR/fakenet.json:/cfg/fakenet.json:ro" \
+        -v "$SMOKE_DIR/log:/log" -v "$gitroot:/git" \
+        airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
+    track_container "$API"
+    docker run -d --name "$API" --network "$NET" --ip "$API4" --ip6 "$API6" --entrypoint python3 \
+        -v "$fake:/fake.py:ro" -v "$SMOKE_DIR:/d:ro" -v "$SMOKE_DIR/log:/log" \
+        "$IMAGE" -u /fake.py /d/api.pem /d/api.key /d/script.json /log/api.jsonl >/dev/null
+    for c in "$UP" "$API"; do
+        for _ in $(seq 50); do docker logs "$c" 2>/dev/null | grep -q ready && break; sleep 0.1; done
+        docker logs "$c" 2>/dev/null | grep -q ready || die "$c did not start: $(docker logs "$c" 2>&1 | tail -3)"
+    done
+    BR=$(bridge_of "$NET")
+    tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
+    tcpdump_pid=$!
+    track_pid "$tcpdump_pid"
+    for _ in $(seq 50); do grep -qs listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
+    grep -qs listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
+    say "set-up $(ms "$T0") ms"
+}
+
+# rig_run CMD...: the agent, started as the README says (scripts/docker-run REPO -- CMD),
+# on the rig's network with the real key in $KEY_VAR; stdout/stderr in agent.out/agent.err,
+# its status in $rc, the time in $session_ms (from $t0).
+rig_run() {
+    say "starting: scripts/docker-run REPO -- $*"
+    track_volume "$AUDIT"
+    track_container "$APP"
+    t0=$(date +%s%N)
+    rc=0
+    env "$KEY_VAR=$KEY" AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE="$IMAGE" AIRLOCK_POLICY="$SMOKE_DIR/policy.toml" \
+        AIRLOCK_AUDIT_VOLUME="$AUDIT" GITHUB_TOKEN_FILE="$SMOKE_DIR/github_token" \
+        AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -e $KEY_VAR -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
+        timeout 300 "$SMOKE_ROOT/scripts/docker-run" "$repo" -- "$@" \
+        >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || rc=$?
+    session_ms=$(ms "$t0")
+    sleep 0.5
+    kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+    touch "$alog"
+    audit="$(volume_path "$AUDIT")/audit.jsonl"
+    say "the agent (status $rc, $session_ms ms): $(tr '\n' ' ' <"$SMOKE_DIR/agent.out" | cut -c1-300)"
+}
+
+# rig_git_checks FILE CONTENT SUBJECT: the commit SUBJECT with FILE = CONTENT in the hidden
+# .git on the sandbox branch, pushed to the fake GitHub; main untouched.
+rig_git_checks() {
+    local file=$1 content=$2 subject=$3
+    head=$(hostgit --git-dir "$repo/.git" rev-parse -q --verify "refs/heads/$BRANCH" || true)
+    check "a commit '$subject' with $file in the hidden .git ($head)" eval \
+        '[ -n "$head" ] && [ "$head" != "$main" ] &&
+        hostgit --git-dir "$repo/.git" log --format=%s "$main..$head" | grep -qxF "$subject" &&
+        [ "$(hostgit --git-dir "$repo/.git" show "$head:$file")" = "$content" ]'
+    upref=$(git --git-dir "$upstream" rev-parse --verify -q "refs/heads/$BRANCH" || true)
+    check "the push landed on the fake GitHub ($upref)" eval '[ -n "$head" ] && [ "$upref" = "$head" ]'
+    check "upstream main unchanged" [ "$(git --git-dir "$upstream" rev-parse main)" = "$main" ]
+}
+
+# rig_key_checks PATH-RE PLACEHOLDER: the fake saw the real key on every request to PATH-RE,
+# never the placeholder; the real key is in no file, output or log the agent could reach.
+rig_key_checks() {
+    local path_re=$1 placeholder=$2
+    say "the key"
+    check "the agent's $KEY_VAR is a placeholder (${placeholder:0:24}...)" \
+        bash -c "[ -n '$placeholder' ] && [ '$placeholder' != '$KEY' ]"
+    n=$(grep -cE "\"path\": \"$path_re" "$alog" || true)
+    real=$(grep -E "\"path\": \"$path_re" "$alog" | grep -cF "\"authorization\": \"Bearer $KEY\"" || true)
+    check "the fake saw the real key on every model request ($real of $n)" eval '[ "$n" -gt 0 ] && [ "$real" = "$n" ]'
+    check "the fake never saw the placeholder" bash -c "[ -n '$placeholder' ] && ! grep -qF '$placeholder' '$alog'"
+    check "the real key is in no workspace file" bash -c "! grep -raqF '$KEY' '$repo' --exclude-dir=.git"
+    check "the real key is in the hidden .git nowhere" bash -c "! grep -raqF '$KEY' '$repo/.git'"
+    check "the real key is in none of the agent's output" bash -c "! grep -aqF '$KEY' '$SMOKE_DIR/agent.out'"
+    check "the real key is in no log (container stderr, audit)" bash -c "! grep -aqF '$KEY' '$SMOKE_DIR/agent.err' '$audit'"
+}
+
+# rig_net_checks: every destination besides $API_HOST and github.com was denied and audited,
+# tcpdump saw nothing leave that the proxy did not send; the timing benchmark; on failure
+# the agent's output, the container's stderr, the fake's log and the denials.
+rig_net_checks() {
+    say "other destinations"
+    others=$(python3 - "$audit" "$API_HOST" <<'PY'
+import json, sys
+seen = {}
+for l in open(sys.argv[1]):
+    if l.strip():
+        r = json.loads(l)
+        h = r.get("host")
+        if h and h not in (sys.argv[2], "github.com"):
+            seen.setdefault(f"{h}:{r.get('port')}", set()).add(f"{r.get('decision')}/{r.get('reason')}")
+print(" ".join(f"{h}={','.join(sorted(v))}" for h, v in sorted(seen.items())))
+PY
+)
+    say "destinations besides the two allowed (the entrypoint's self-test probes included): ${others:-none}"
+    all_denied() { for o in $others; do grep -q '=deny/' <<<"$o" && ! grep -q 'allow' <<<"$o" || return 1; done; }
+    check "every other destination the CLI tried was denied and audited" all_denied
+    paths=$(python3 -c 'import json,sys; print(" ".join(sorted({json.loads(l)["method"]+" "+json.loads(l)["path"].split("?")[0] for l in open(sys.argv[1]) if l.strip()})))' "$alog")
+    say "paths the CLI asked $API_HOST for: $paths"
+
+    say "wire (tcpdump on $BR)"
+    tcpdump -nn -r "$SMOKE_DIR/wire.pcap" 2>/dev/null >"$SMOKE_DIR/wire.txt"
+    if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" "$API_HOST,github.com" "$APP4" "$APP6" \
+        <"$SMOKE_DIR/wire.txt"; then
+        pass "every packet from the appliance is the proxy's, an allowed DNS query or housekeeping"
+    else
+        fail "a packet left the appliance that the proxy did not send"
+    fi
+    first=$(python3 - "$audit" "$t0" "$API_HOST" <<'PY'
+import json, sys, datetime
+t0 = int(sys.argv[2]) / 1e9
+for l in open(sys.argv[1]):
+    r = json.loads(l) if l.strip() else {}
+    if r.get("host") == sys.argv[3] and r.get("uid") == 1000:
+        ts = datetime.datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).timestamp()
+        print(int((ts - t0) * 1000)); break
+PY
+)
+    say "timing: docker run -> the agent's first request to $API_HOST ${first:-?} ms (benchmark, target <= 2000);" \
+        "session $session_ms ms; test total $(ms "$T0") ms"
+    if [ "$SMOKE_FAILS" -ne 0 ]; then
+        say "agent stdout:"; tail -30 "$SMOKE_DIR/agent.out" >&2
+        say "container stderr (last 30 lines):"; grep -v ' INFO ' "$SMOKE_DIR/agent.err" | tail -30 >&2
+        say "fake API log:"; cut -c1-400 "$alog" | tail -20 >&2
+        say "audit denials:"; grep '"decision":"deny"' "$audit" | tail -10 >&2
+        die "$SMOKE_FAILS check(s) failed"
+    fi
+}
