@@ -1,40 +1,49 @@
 //! Which mutation fields a GraphQL document would run: the input of the GitHub preset's
 //! GraphQL judge.
 //!
-//! [`mutation_fields`] tokenizes the document (GraphQL October 2021 lexical grammar:
-//! names, punctuators, numbers, strings and block strings with their escapes, `#`
-//! comments, commas as whitespace) and parses just enough of the executable grammar to
-//! list the **top-level fields of every `mutation` operation**, whatever hides them:
-//! aliases (`ok: mergePullRequest(...)`), fragment spreads (`...F` with
-//! `fragment F on Mutation { mergePullRequest ... }`, chained, in any order), inline
-//! fragments (`... on Mutation { ... }`, `... @include(if: true) { ... }`), directives,
-//! variable definitions with default object values, several operations in one document.
-//! Names inside strings, block strings and comments are never fields.
+//! The document is read by `apollo-parser` (a maintained parser of the GraphQL
+//! specification, its lexical grammar included: `1abc`, `1.2.3` and `--1` are errors, as
+//! the spec says), with a token limit ([`MAX_TOKENS`]) and a recursion limit
+//! ([`MAX_DEPTH`]). Any error it reports is an error here, and the caller denies. From its
+//! syntax tree [`mutation_fields`] lists the **top-level fields of every `mutation`
+//! operation**, whatever hides them: aliases (`ok: mergePullRequest(...)`), fragment spreads
+//! (`...F` with `fragment F on Mutation { mergePullRequest ... }`, chained, in any order),
+//! inline fragments (`... on Mutation { ... }`, `... @include(if: true) { ... }`),
+//! directives, variable definitions with default object values, several operations in one
+//! document. Names inside strings, block strings and comments are never fields.
 //!
-//! Anything it does not understand is an error, and the caller denies: an unknown
-//! definition keyword (`Mutation`, type-system definitions), an unknown fragment, a
-//! duplicate fragment name, unbalanced brackets, an unterminated string, a character
-//! outside the grammar, more than [`MAX_DEPTH`] nested selections or fragment spreads,
-//! more than [`MAX_TOKENS`] tokens. Query and subscription operations are parsed (so that
-//! a malformed one is still an error) but their fields are not reported: GitHub's
-//! mutations live on the `Mutation` type only.
+//! Beyond the grammar, a document is refused when it has a type-system definition or
+//! extension (`type Mutation { ... }`: GitHub executes none), spreads a fragment it does not
+//! define, defines a fragment twice, spreads fragments in a cycle, or nests selections or
+//! fragment spreads more than [`MAX_DEPTH`] deep. Query and subscription operations are
+//! parsed (so that a malformed one is still an error) but their fields are not reported:
+//! GitHub's mutations live on the `Mutation` type only.
 
 use std::collections::{HashMap, HashSet};
 
-/// Most nested selection sets / fragment spreads followed.
+use apollo_parser::cst::{self, CstNode};
+use apollo_parser::{Parser, SyntaxKind, SyntaxNode};
+
+/// Most nested selection sets (and values, list types) the parser enters, and most nested
+/// fragment spreads followed.
 pub const MAX_DEPTH: usize = 64;
-/// Most tokens in one document.
+/// Most lexical tokens in one document (whitespace, commas and comments included).
 pub const MAX_TOKENS: usize = 200_000;
 
 /// Why a document cannot be judged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GraphqlError {
-    /// A lexical error (bad character, unterminated string, bad escape).
-    #[error("GraphQL lexical error at byte {0}")]
-    Lex(usize),
-    /// The document is not an executable document this reader understands.
-    #[error("GraphQL syntax not understood: {0}")]
-    Syntax(&'static str),
+    /// Not GraphQL: the parser's first error (lexical or syntactic) and where it is.
+    #[error("GraphQL syntax error at byte {index}: {message}")]
+    Syntax {
+        /// Byte offset in the document.
+        index: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// GraphQL this judge does not accept (a type-system definition, a fragment cycle).
+    #[error("GraphQL not accepted: {0}")]
+    Unsupported(&'static str),
     /// A spread of a fragment the document does not define.
     #[error("GraphQL fragment {0:?} is not defined")]
     UnknownFragment(String),
@@ -49,9 +58,10 @@ pub enum GraphqlError {
 /// One lexical token. Strings carry their decoded value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
-    /// A name (`[_A-Za-z][_0-9A-Za-z]*`).
+    /// A name (`[_A-Za-z][_0-9A-Za-z]*`), keywords and `true`/`false`/`null` included.
     Name(String),
-    /// A string or block string value, escapes decoded.
+    /// A string or block string value, escapes decoded (block strings as the spec's
+    /// BlockStringValue: common indentation and blank first and last lines removed).
     Str(String),
     /// A number (its text).
     Num(String),
@@ -71,55 +81,85 @@ pub struct MutationField {
     pub args: Vec<Token>,
 }
 
+/// The document's syntax tree, or the first error the parser reported.
+fn parse(document: &str) -> Result<cst::Document, GraphqlError> {
+    let tree = Parser::new(document)
+        .token_limit(MAX_TOKENS)
+        .recursion_limit(MAX_DEPTH)
+        .parse();
+    if let Some(e) = tree.errors().next() {
+        return Err(if e.is_limit() {
+            GraphqlError::TooComplex
+        } else {
+            GraphqlError::Syntax {
+                index: e.index(),
+                message: e.message().to_owned(),
+            }
+        });
+    }
+    let doc = tree.document();
+    // The spec's StringCharacter excludes line terminators; apollo-parser lets them into a
+    // `"..."` string. Refused here, as GitHub's parser refuses them.
+    let broken = doc
+        .syntax()
+        .descendants_with_tokens()
+        .filter_map(|e| e.into_token())
+        .find(|t| {
+            t.kind() == SyntaxKind::STRING
+                && !t.text().starts_with("\"\"\"")
+                && t.text().contains(['\n', '\r'])
+        });
+    if let Some(t) = broken {
+        return Err(GraphqlError::Syntax {
+            index: usize::from(t.text_range().start()),
+            message: "a line terminator inside a string".into(),
+        });
+    }
+    Ok(doc)
+}
+
 /// The top-level fields of every mutation operation in `document`, fragments resolved.
 ///
 /// # Errors
 /// A [`GraphqlError`] when the document cannot be judged (the caller must deny).
 pub fn mutation_fields(document: &str) -> Result<Vec<MutationField>, GraphqlError> {
-    let tokens = tokenize(document)?;
-    let mut p = Parser { t: &tokens, i: 0 };
-    let mut operations: Vec<(bool, Vec<Item>)> = Vec::new();
+    let doc = parse(document)?;
+    let mut mutations: Vec<Vec<Item>> = Vec::new();
     let mut fragments: HashMap<String, Vec<Item>> = HashMap::new();
-    if tokens.is_empty() {
-        return Err(GraphqlError::Syntax("empty document"));
-    }
-    while p.i < tokens.len() {
-        match p.peek() {
-            Some(Token::Punct('{')) => operations.push((false, p.selection_set(0)?)),
-            Some(Token::Name(k)) if matches!(k.as_str(), "query" | "mutation" | "subscription") => {
-                let is_mutation = k == "mutation";
-                p.i += 1;
-                if let Some(Token::Name(_)) = p.peek() {
-                    p.i += 1;
+    let mut definitions = 0usize;
+    for definition in doc.definitions() {
+        definitions += 1;
+        match definition {
+            cst::Definition::OperationDefinition(op) => {
+                let items = selection_set(op.selection_set(), 0)?;
+                let is_mutation = op
+                    .operation_type()
+                    .is_some_and(|t| t.mutation_token().is_some());
+                if is_mutation {
+                    mutations.push(items);
                 }
-                p.skip_to_selection_set()?;
-                operations.push((is_mutation, p.selection_set(0)?));
             }
-            Some(Token::Name(k)) if k == "fragment" => {
-                p.i += 1;
-                let name = match p.next() {
-                    Some(Token::Name(n)) if n != "on" => n.clone(),
-                    _ => return Err(GraphqlError::Syntax("fragment name")),
-                };
-                if p.next() != Some(&Token::Name("on".into())) {
-                    return Err(GraphqlError::Syntax("fragment without `on`"));
-                }
-                match p.next() {
-                    Some(Token::Name(_)) => {}
-                    _ => return Err(GraphqlError::Syntax("fragment type condition")),
-                }
-                p.skip_to_selection_set()?;
-                let items = p.selection_set(0)?;
+            cst::Definition::FragmentDefinition(f) => {
+                let name = f
+                    .fragment_name()
+                    .and_then(|n| n.name())
+                    .ok_or(GraphqlError::Unsupported("fragment without a name"))?
+                    .text()
+                    .to_string();
+                let items = selection_set(f.selection_set(), 0)?;
                 if fragments.insert(name.clone(), items).is_some() {
                     return Err(GraphqlError::DuplicateFragment(name));
                 }
             }
-            _ => return Err(GraphqlError::Syntax("unknown definition")),
+            _ => return Err(GraphqlError::Unsupported("a type-system definition")),
         }
+    }
+    if definitions == 0 {
+        return Err(GraphqlError::Unsupported("an empty document"));
     }
     let mut out = Vec::new();
     let mut done = HashSet::new();
-    for (_, items) in operations.iter().filter(|(m, _)| *m) {
+    for items in &mutations {
         flatten(items, &fragments, &mut Vec::new(), &mut done, 0, &mut out)?;
     }
     Ok(out)
@@ -131,6 +171,52 @@ enum Item {
     Field(MutationField),
     Spread(String),
     Inline(Vec<Item>),
+}
+
+/// The selections of a selection set (sub-selections of fields are not kept: only the
+/// top level of a mutation runs mutations).
+fn selection_set(set: Option<cst::SelectionSet>, depth: usize) -> Result<Vec<Item>, GraphqlError> {
+    if depth > MAX_DEPTH {
+        return Err(GraphqlError::TooComplex);
+    }
+    let set = set.ok_or(GraphqlError::Unsupported("a missing selection set"))?;
+    let mut items = Vec::new();
+    for selection in set.selections() {
+        items.push(match selection {
+            cst::Selection::Field(field) => {
+                let name = field
+                    .name()
+                    .ok_or(GraphqlError::Unsupported("a field without a name"))?
+                    .text()
+                    .to_string();
+                let args = field.arguments().map_or_else(Vec::new, |a| {
+                    let mut t = tokens_of(a.syntax());
+                    // Between the parentheses.
+                    t.pop();
+                    if !t.is_empty() {
+                        t.remove(0);
+                    }
+                    t
+                });
+                Item::Field(MutationField { name, args })
+            }
+            cst::Selection::FragmentSpread(spread) => Item::Spread(
+                spread
+                    .fragment_name()
+                    .and_then(|n| n.name())
+                    .ok_or(GraphqlError::Unsupported("a spread without a name"))?
+                    .text()
+                    .to_string(),
+            ),
+            cst::Selection::InlineFragment(inline) => {
+                Item::Inline(selection_set(inline.selection_set(), depth + 1)?)
+            }
+        });
+    }
+    if items.is_empty() {
+        return Err(GraphqlError::Unsupported("an empty selection set"));
+    }
+    Ok(items)
 }
 
 /// Appends the fields of `items` to `out`, following spreads. Each fragment is expanded
@@ -157,7 +243,7 @@ fn flatten(
                     .ok_or_else(|| GraphqlError::UnknownFragment(name.clone()))?;
                 if stack.contains(name) {
                     // A cycle is invalid GraphQL; refusing it is the safe reading.
-                    return Err(GraphqlError::Syntax("fragment cycle"));
+                    return Err(GraphqlError::Unsupported("a fragment cycle"));
                 }
                 if done.contains(name) {
                     continue;
@@ -172,288 +258,38 @@ fn flatten(
     Ok(())
 }
 
-struct Parser<'t> {
-    t: &'t [Token],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn peek(&self) -> Option<&Token> {
-        self.t.get(self.i)
-    }
-
-    fn next(&mut self) -> Option<&Token> {
-        let t = self.t.get(self.i);
-        self.i += 1;
-        t
-    }
-
-    /// Skip variable definitions and directives (anything, brackets balanced) up to the
-    /// `{` of the selection set, which is left to read.
-    fn skip_to_selection_set(&mut self) -> Result<(), GraphqlError> {
-        let mut depth = 0usize;
-        loop {
-            match self.peek() {
-                None => return Err(GraphqlError::Syntax("missing selection set")),
-                Some(Token::Punct('{')) if depth == 0 => return Ok(()),
-                Some(Token::Punct('(' | '[' | '{')) => depth += 1,
-                Some(Token::Punct(')' | ']' | '}')) => {
-                    depth = depth
-                        .checked_sub(1)
-                        .ok_or(GraphqlError::Syntax("unbalanced brackets"))?;
-                }
-                Some(_) => {}
-            }
-            self.i += 1;
-        }
-    }
-
-    /// The tokens of a balanced `( ... )` group starting at the current `(` (excluded).
-    fn group(&mut self) -> Result<Vec<Token>, GraphqlError> {
-        let start = self.i + 1;
-        let mut depth = 0usize;
-        loop {
-            match self.next() {
-                None => return Err(GraphqlError::Syntax("unbalanced brackets")),
-                Some(Token::Punct('(' | '[' | '{')) => depth += 1,
-                Some(Token::Punct(')' | ']' | '}')) => {
-                    depth = depth
-                        .checked_sub(1)
-                        .ok_or(GraphqlError::Syntax("unbalanced brackets"))?;
-                    if depth == 0 {
-                        return Ok(self.t.get(start..self.i - 1).unwrap_or_default().to_vec());
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-    }
-
-    /// `@name(args)` repeated.
-    fn directives(&mut self) -> Result<(), GraphqlError> {
-        while self.peek() == Some(&Token::Punct('@')) {
-            self.i += 1;
-            match self.next() {
-                Some(Token::Name(_)) => {}
-                _ => return Err(GraphqlError::Syntax("directive name")),
-            }
-            if self.peek() == Some(&Token::Punct('(')) {
-                self.group()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// `{ selection+ }` at the current position.
-    fn selection_set(&mut self, depth: usize) -> Result<Vec<Item>, GraphqlError> {
-        if depth > MAX_DEPTH {
-            return Err(GraphqlError::TooComplex);
-        }
-        if self.next() != Some(&Token::Punct('{')) {
-            return Err(GraphqlError::Syntax("expected `{`"));
-        }
-        let mut items = Vec::new();
-        loop {
-            match self.next().cloned() {
-                Some(Token::Punct('}')) if !items.is_empty() => return Ok(items),
-                Some(Token::Spread) => match self.peek().cloned() {
-                    Some(Token::Name(n)) if n != "on" => {
-                        self.i += 1;
-                        self.directives()?;
-                        items.push(Item::Spread(n));
-                    }
-                    Some(Token::Name(_)) => {
-                        self.i += 1;
-                        match self.next() {
-                            Some(Token::Name(_)) => {}
-                            _ => return Err(GraphqlError::Syntax("inline fragment type")),
-                        }
-                        self.directives()?;
-                        items.push(Item::Inline(self.selection_set(depth + 1)?));
-                    }
-                    _ => {
-                        self.directives()?;
-                        items.push(Item::Inline(self.selection_set(depth + 1)?));
-                    }
-                },
-                Some(Token::Name(first)) => {
-                    let name = if self.peek() == Some(&Token::Punct(':')) {
-                        self.i += 1;
-                        match self.next() {
-                            Some(Token::Name(n)) => n.clone(),
-                            _ => return Err(GraphqlError::Syntax("field after alias")),
-                        }
-                    } else {
-                        first
-                    };
-                    let args = if self.peek() == Some(&Token::Punct('(')) {
-                        self.group()?
-                    } else {
-                        Vec::new()
-                    };
-                    self.directives()?;
-                    if self.peek() == Some(&Token::Punct('{')) {
-                        // Sub-selections are parsed (to find their end) and dropped.
-                        self.selection_set(depth + 1)?;
-                    }
-                    items.push(Item::Field(MutationField { name, args }));
-                }
-                _ => return Err(GraphqlError::Syntax("selection")),
-            }
-        }
-    }
-}
-
-/// The lexer. Commas, whitespace, line terminators, a BOM and comments are ignored.
+/// The tokens of a parsed document, as the parser read them. Whitespace, commas, a BOM and
+/// comments are left out.
+///
+/// # Errors
+/// A [`GraphqlError`] when the document is not GraphQL (as for [`mutation_fields`]).
 pub fn tokenize(src: &str) -> Result<Vec<Token>, GraphqlError> {
-    let b = src.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if out.len() > MAX_TOKENS {
-            return Err(GraphqlError::TooComplex);
-        }
-        let c = b[i];
-        match c {
-            b' ' | b'\t' | b'\n' | b'\r' | b',' => i += 1,
-            b'#' => {
-                while i < b.len() && b[i] != b'\n' && b[i] != b'\r' {
-                    i += 1;
-                }
-            }
-            b'!' | b'$' | b'&' | b'(' | b')' | b':' | b'=' | b'@' | b'[' | b']' | b'{' | b'}'
-            | b'|' => {
-                out.push(Token::Punct(char::from(c)));
-                i += 1;
-            }
-            b'.' => {
-                if b.get(i..i + 3) != Some(b"...") {
-                    return Err(GraphqlError::Lex(i));
-                }
-                out.push(Token::Spread);
-                i += 3;
-            }
-            b'_' | b'a'..=b'z' | b'A'..=b'Z' => {
-                let start = i;
-                while i < b.len() && (b[i] == b'_' || b[i].is_ascii_alphanumeric()) {
-                    i += 1;
-                }
-                out.push(Token::Name(src[start..i].to_owned()));
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                i += 1;
-                while i < b.len()
-                    && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'.' | b'+' | b'-'))
-                {
-                    i += 1;
-                }
-                out.push(Token::Num(src[start..i].to_owned()));
-            }
-            b'"' if b.get(i..i + 3) == Some(b"\"\"\"") => {
-                let (value, end) = block_string(src, i + 3)?;
-                out.push(Token::Str(value));
-                i = end;
-            }
-            b'"' => {
-                let (value, end) = string(src, i + 1)?;
-                out.push(Token::Str(value));
-                i = end;
-            }
-            0xEF if b.get(i..i + 3) == Some(&[0xEF, 0xBB, 0xBF]) => i += 3,
-            _ => return Err(GraphqlError::Lex(i)),
-        }
-    }
-    Ok(out)
+    Ok(tokens_of(parse(src)?.syntax()))
 }
 
-/// A `"..."` string from just after the opening quote; returns its value and the index
-/// after the closing quote.
-fn string(src: &str, mut i: usize) -> Result<(String, usize), GraphqlError> {
-    let b = src.as_bytes();
-    let mut out = String::new();
-    loop {
-        let Some(rest) = src.get(i..) else {
-            return Err(GraphqlError::Lex(i));
-        };
-        let Some(ch) = rest.chars().next() else {
-            return Err(GraphqlError::Lex(i));
-        };
-        match ch {
-            '"' => return Ok((out, i + 1)),
-            '\n' | '\r' => return Err(GraphqlError::Lex(i)),
-            '\\' => {
-                let esc = b.get(i + 1).copied().ok_or(GraphqlError::Lex(i))?;
-                i += 2;
-                match esc {
-                    b'"' => out.push('"'),
-                    b'\\' => out.push('\\'),
-                    b'/' => out.push('/'),
-                    b'b' => out.push('\u{8}'),
-                    b'f' => out.push('\u{c}'),
-                    b'n' => out.push('\n'),
-                    b'r' => out.push('\r'),
-                    b't' => out.push('\t'),
-                    b'u' => {
-                        let (c, next) = unicode_escape(src, i)?;
-                        out.push(c);
-                        i = next;
-                    }
-                    _ => return Err(GraphqlError::Lex(i)),
-                }
-            }
-            c => {
-                out.push(c);
-                i += c.len_utf8();
-            }
-        }
-    }
-}
-
-/// `\uXXXX`, `\u{X...}`, or a surrogate pair `\uD83D\uDE00`, from just after `\u`.
-fn unicode_escape(src: &str, i: usize) -> Result<(char, usize), GraphqlError> {
-    let hex = |s: &str| u32::from_str_radix(s, 16).map_err(|_| GraphqlError::Lex(i));
-    if src.get(i..i + 1) == Some("{") {
-        let close = src
-            .get(i..)
-            .and_then(|r| r.find('}'))
-            .ok_or(GraphqlError::Lex(i))?;
-        let v = hex(src.get(i + 1..i + close).ok_or(GraphqlError::Lex(i))?)?;
-        return Ok((
-            char::from_u32(v).ok_or(GraphqlError::Lex(i))?,
-            i + close + 1,
-        ));
-    }
-    let v = hex(src.get(i..i + 4).ok_or(GraphqlError::Lex(i))?)?;
-    if (0xD800..0xDC00).contains(&v) && src.get(i + 4..i + 6) == Some("\\u") {
-        let lo = hex(src.get(i + 6..i + 10).ok_or(GraphqlError::Lex(i))?)?;
-        if (0xDC00..0xE000).contains(&lo) {
-            let c = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
-            return Ok((char::from_u32(c).ok_or(GraphqlError::Lex(i))?, i + 10));
-        }
-    }
-    Ok((char::from_u32(v).ok_or(GraphqlError::Lex(i))?, i + 4))
-}
-
-/// A `"""..."""` block string from just after the opening quotes (only `\"""` is an
-/// escape; indentation is not stripped: the value is only searched, never executed).
-fn block_string(src: &str, start: usize) -> Result<(String, usize), GraphqlError> {
-    let mut i = start;
-    let mut out = String::new();
-    loop {
-        let rest = src.get(i..).ok_or(GraphqlError::Lex(i))?;
-        if rest.starts_with("\"\"\"") {
-            return Ok((out, i + 3));
-        }
-        if rest.starts_with("\\\"\"\"") {
-            out.push_str("\"\"\"");
-            i += 4;
-            continue;
-        }
-        let ch = rest.chars().next().ok_or(GraphqlError::Lex(start))?;
-        out.push(ch);
-        i += ch.len_utf8();
-    }
+/// The significant tokens under `node`, in order.
+fn tokens_of(node: &SyntaxNode) -> Vec<Token> {
+    node.descendants_with_tokens()
+        .filter_map(|e| e.into_token())
+        .filter_map(|t| {
+            let text = t.text();
+            Some(match t.kind() {
+                SyntaxKind::WHITESPACE | SyntaxKind::COMMENT | SyntaxKind::COMMA => return None,
+                SyntaxKind::STRING => Token::Str(
+                    t.parent()
+                        .and_then(cst::StringValue::cast)
+                        .map_or_else(|| text.to_owned(), |v| String::from(&v)),
+                ),
+                SyntaxKind::INT | SyntaxKind::FLOAT => Token::Num(text.to_owned()),
+                SyntaxKind::SPREAD => Token::Spread,
+                _ => match text.chars().next() {
+                    Some(c) if c == '_' || c.is_ascii_alphabetic() => Token::Name(text.to_owned()),
+                    Some(c) if text.len() == 1 => Token::Punct(c),
+                    _ => return None,
+                },
+            })
+        })
+        .collect()
 }
 
 /// The names of every variable referenced (`$name`) in `tokens`.
@@ -634,16 +470,78 @@ mod tests {
 
     #[test]
     fn string_escapes_decode() {
-        let t = tokenize(r#""\u0041PPROVE" "\u{41}B" "\uD83D\uDE00" """a\"""b""""#).unwrap();
+        let t =
+            tokenize(r#"{ a(x: "\u0041PPROVE" y: "\u{41}B" z: "\uD83D\uDE00" w: """a\"""b""") }"#)
+                .unwrap();
+        let strings: Vec<&Token> = t.iter().filter(|t| matches!(t, Token::Str(_))).collect();
         assert_eq!(
-            t,
+            strings,
             [
-                Token::Str("APPROVE".into()),
-                Token::Str("AB".into()),
-                Token::Str("😀".into()),
-                Token::Str("a\"\"\"b".into()),
+                &Token::Str("APPROVE".into()),
+                &Token::Str("AB".into()),
+                &Token::Str("😀".into()),
+                &Token::Str("a\"\"\"b".into()),
             ]
         );
+    }
+
+    /// Numbers as the spec's lexical grammar reads them: a name or a `.` right after a
+    /// number is an error, not part of it, and `--1` is no number. The hand-written lexer
+    /// this judge had took all three for numbers (issue 20): a document GitHub refuses was
+    /// judged as if it ran.
+    #[test]
+    fn attack_numbers_outside_the_grammar_are_errors() {
+        for bad in [
+            "mutation { a(x: 1abc) { x } }",
+            "mutation { a(x: 1.2.3) { x } }",
+            "mutation { a(x: --1) { x } }",
+            "mutation { a(x: 01) { x } }",
+            "mutation { a(x: 1.) { x } }",
+            "mutation { a(x: 1e) { x } }",
+            "mutation { a(x: -) { x } }",
+            "mutation { a(x: 1_0) { x } }",
+            // Not numbers, but the same kind of leniency: a line break inside "...".
+            "mutation { a(x: \"a\nb\") { x } }",
+            "mutation { a(x: \"a\rb\") { x } }",
+        ] {
+            assert!(
+                matches!(mutation_fields(bad), Err(GraphqlError::Syntax { .. })),
+                "{bad:?}"
+            );
+        }
+        let f = mutation_fields("mutation { a(x: -1, y: 1.5e-3, z: 0) { x } }").unwrap();
+        assert_eq!(
+            f[0].args
+                .iter()
+                .filter_map(|t| match t {
+                    Token::Num(n) => Some(n.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+            ["-1", "1.5e-3", "0"]
+        );
+    }
+
+    /// The agent sends valid GraphQL that is not an executable document, or hides a
+    /// mutation behind a schema definition: refused, never read as if it were a query.
+    #[test]
+    fn attack_type_system_definitions_are_refused() {
+        for bad in [
+            "type Mutation { mergePullRequest: Int }",
+            "schema { mutation: M } mutation { mergePullRequest { x } }",
+            "extend type Query { a: Int } { viewer { login } }",
+            "directive @d on FIELD { viewer { login } }",
+            "\"\"\"doc\"\"\" scalar S",
+        ] {
+            assert!(mutation_fields(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A document past the token limit is refused before it is read.
+    #[test]
+    fn attack_token_flood_is_too_complex() {
+        let doc = format!("{{ {} }}", "a ".repeat(MAX_TOKENS));
+        assert_eq!(mutation_fields(&doc), Err(GraphqlError::TooComplex));
     }
 
     #[test]
