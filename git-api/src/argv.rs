@@ -321,6 +321,51 @@ const DIFF: &[&str] = &[
     "follow",
 ];
 
+/// Options of diff-tree, diff-index and diff-files beyond [`DIFF`] (no `--stdin`: the
+/// commits are operands).
+const DIFF_PLUMBING: &[&str] = &[
+    "r",
+    "root",
+    "no-commit-id",
+    "m",
+    "c",
+    "cc",
+    "combined-all-paths",
+    "v",
+    "always",
+    "merge-base",
+    "pretty?",
+    "format=",
+    "abbrev?",
+    "no-abbrev",
+    "q",
+    "0",
+    "1",
+    "2",
+    "3",
+    "ours",
+    "theirs",
+    "base",
+];
+
+/// `git stash show`: a display command (its `-p` is `--patch`, not the interactive
+/// `stash push -p`), judged like `git show`'s diff options.
+const STASH_SHOW: Sub = Sub {
+    name: "stash",
+    class: Class::Read,
+    pages: true,
+    numeric: false,
+    refused_short: &[],
+    opts: &[
+        DIFF,
+        &[
+            "u|include-untracked",
+            "only-untracked",
+            "no-include-untracked",
+        ],
+    ],
+};
+
 const REVS: &[&str] = &[
     "n|max-count=",
     "skip=",
@@ -640,6 +685,32 @@ const SUBS: &[Sub] = &[
         numeric: true,
         refused_short: &[],
         opts: &[DIFF, REVS, &["q|quiet"]],
+    },
+    // The diff plumbing agents use to list what a commit or the work tree changed
+    // (`git diff-tree --no-commit-id --name-only -r HEAD`, `git diff-index --quiet HEAD --`).
+    Sub {
+        name: "diff-tree",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[DIFF, DIFF_PLUMBING],
+    },
+    Sub {
+        name: "diff-index",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[DIFF, DIFF_PLUMBING],
+    },
+    Sub {
+        name: "diff-files",
+        class: Class::Read,
+        pages: false,
+        numeric: false,
+        refused_short: &[],
+        opts: &[DIFF, DIFF_PLUMBING],
     },
     Sub {
         name: "shortlog",
@@ -1928,6 +1999,11 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         return Err(unknown_subcommand(sub_name));
     };
     let rest = &argv[i + 1..];
+    let sub = if sub.name == "stash" && rest.first().is_some_and(|a| a == "show") {
+        &STASH_SHOW
+    } else {
+        sub
+    };
     crate::plumbing::check_verb(sub.name, rest)?;
     let (args, operands, positions) = check_args(sub, rest)?;
     let (editor_true, config_writes) =
@@ -3290,5 +3366,51 @@ mod tests {
         assert!(ok("log").pages);
         assert!(!ok("status").pages);
         assert_eq!(ok("--no-pager log -3").argv, argv("--no-pager log -3"));
+    }
+
+    #[test]
+    fn stash_show_p_is_the_patch_display_and_stash_push_p_stays_interactive() {
+        let c = ok("stash show -p");
+        assert_eq!(c.class, Class::Read);
+        assert_eq!(c.argv, argv("stash show -p"));
+        ok("stash show --stat stash@{0}");
+        ok("stash show -p -u");
+        assert_eq!(refused("stash -p").reason, Reason::InteractiveRefused);
+        assert_eq!(refused("stash push -p").reason, Reason::InteractiveRefused);
+        assert_eq!(ok("stash push -m x").class, Class::Write);
+        assert_eq!(
+            refused("stash show --ext-diff").reason,
+            Reason::OptionRefused
+        );
+    }
+
+    #[test]
+    fn diff_plumbing_reads() {
+        for s in [
+            "diff-tree --no-commit-id --name-only -r HEAD",
+            "diff-tree -r --root --stat HEAD",
+            "diff-tree --pretty=oneline -p HEAD~1 HEAD",
+            "diff-index --quiet HEAD --",
+            "diff-index --cached --name-status HEAD",
+            "diff-files --name-only",
+        ] {
+            assert_eq!(ok(s).class, Class::Read, "{s}");
+        }
+        assert_eq!(
+            refused("diff-tree --ext-diff HEAD").reason,
+            Reason::OptionRefused
+        );
+        assert_eq!(
+            refused("diff-tree --textconv HEAD").reason,
+            Reason::OptionRefused
+        );
+        assert_eq!(
+            refused("diff-index --output=/tmp/x HEAD").reason,
+            Reason::OptionRefused
+        );
+        assert_eq!(
+            refused("diff-tree --stdin").reason,
+            Reason::OptionNotAllowed
+        );
     }
 }

@@ -43,6 +43,8 @@ pub struct Server {
     /// The decision log.
     pub log: Log,
     active: AtomicUsize,
+    /// Whether this git's `bisect` is the shell script of git < 2.40 (read once).
+    bisect_script: std::sync::OnceLock<bool>,
 }
 
 impl Server {
@@ -66,6 +68,7 @@ impl Server {
             max_connections,
             log: Log::stderr(None),
             active: AtomicUsize::new(0),
+            bisect_script: std::sync::OnceLock::new(),
         }
     }
 
@@ -249,6 +252,9 @@ impl Server {
         }
         let mut args = checked.argv.clone();
         harden_args(&checked, &mut args);
+        if checked.subcommand == "bisect" && self.bisect_is_script() {
+            bisect_helper(&checked, &mut args);
+        }
         if let Some(n) = &checked.notice {
             let _ = write_frame(stream, FrameKind::Stderr, n.as_bytes());
         }
@@ -279,6 +285,20 @@ impl Server {
                 self.stream_git(stream, inv, &cwd, &config, &args, false)
             }
         }
+    }
+
+    /// git < 2.40 (Debian bookworm's 2.39) runs `git bisect` as a shell script, and a shell
+    /// drops the split identity (design §5): every bisect step then fails on the hidden git
+    /// dir. Such a git ships the builtin `bisect--helper` the script calls.
+    fn bisect_is_script(&self) -> bool {
+        *self.bisect_script.get_or_init(|| {
+            let Some(dir) = self.env.query(&["--exec-path"]).ok().and_then(|q| q.line()) else {
+                return false;
+            };
+            let dir = Path::new(&dir);
+            let script = std::fs::read(dir.join("git-bisect")).unwrap_or_default();
+            script.starts_with(b"#!") && dir.join("git-bisect--helper").exists()
+        })
     }
 
     fn q(&self, args: &[&str]) -> Result<crate::run::Query, Refusal> {
@@ -1040,7 +1060,9 @@ fn harden_args(c: &Checked, args: &mut Vec<String>) {
         return;
     }
     let extra: &[&str] = match c.subcommand.as_str() {
-        "diff" | "log" | "show" => &["--no-ext-diff", "--no-textconv"],
+        "diff" | "log" | "show" | "diff-tree" | "diff-index" | "diff-files" => {
+            &["--no-ext-diff", "--no-textconv"]
+        }
         "grep" | "blame" => &["--no-textconv"],
         _ => &[],
     };
@@ -1048,6 +1070,20 @@ fn harden_args(c: &Checked, args: &mut Vec<String>) {
         for (i, e) in extra.iter().enumerate() {
             args.insert(c.sub_index + 1 + i, (*e).to_owned());
         }
+    }
+}
+
+/// `git bisect <step> ...` as git-bisect.sh (git < 2.40) runs it, without the shell:
+/// `bisect--helper state <verdict> ...` for bad, good, new and old (the policy admits no
+/// custom terms), `bisect--helper <step> ...` for the rest.
+fn bisect_helper(c: &Checked, args: &mut Vec<String>) {
+    let Some(step) = args.get(c.sub_index + 1) else {
+        return;
+    };
+    let verdict = ["bad", "good", "new", "old"].contains(&step.as_str());
+    args[c.sub_index] = "bisect--helper".to_owned();
+    if verdict {
+        args.insert(c.sub_index + 1, "state".to_owned());
     }
 }
 
@@ -1127,6 +1163,28 @@ mod tests {
         let c = checked("ls-remote --heads --sort=-refname origin sandbox/*");
         assert_eq!(c.class, Class::ListRemote);
         assert_eq!(split_operands(&c).1, ["origin", "sandbox/*"]);
+    }
+
+    #[test]
+    fn bisect_steps_run_as_the_helper_of_a_scripted_bisect() {
+        let run = |s: &str| {
+            let c = checked(s);
+            let mut args = c.argv.clone();
+            bisect_helper(&c, &mut args);
+            args.join(" ")
+        };
+        assert_eq!(
+            run("bisect start HEAD v1.0"),
+            "bisect--helper start HEAD v1.0"
+        );
+        assert_eq!(run("bisect bad"), "bisect--helper state bad");
+        assert_eq!(run("bisect good v1.0"), "bisect--helper state good v1.0");
+        assert_eq!(run("bisect reset"), "bisect--helper reset");
+        assert_eq!(run("bisect log"), "bisect--helper log");
+        assert_eq!(
+            run("-c color.ui=never bisect skip"),
+            "-c color.ui=never bisect--helper skip"
+        );
     }
 
     #[test]

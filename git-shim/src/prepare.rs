@@ -35,6 +35,24 @@ pub struct Prepared {
     pub paging: Paging,
 }
 
+/// The agent's editor says "keep git's prepared message" (`GIT_EDITOR=true`, or `:`; as
+/// git reads it, `GIT_EDITOR`, else `VISUAL`, else `EDITOR`): the git API runs no editor and
+/// does not take the agent's environment, so the same wish is sent as the allowed
+/// `-c core.editor=true` in front of the command.
+pub fn editor_from_env(argv: &mut Vec<String>, editor: Option<&str>) {
+    if matches!(editor.map(str::trim), Some("true" | ":")) {
+        argv.splice(0..0, ["-c".to_owned(), "core.editor=true".to_owned()]);
+    }
+}
+
+/// The editor git would run, from the environment.
+#[must_use]
+pub fn editor_env() -> Option<String> {
+    ["GIT_EDITOR", "VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+}
+
 /// Apply leading `-C` and paging options.
 pub fn globals(cwd: &Path, argv: &[String]) -> Prepared {
     let mut cwd = cwd.to_path_buf();
@@ -371,5 +389,19 @@ mod tests {
             Some("a")
         );
         assert_eq!(relative_to(&dir.path().join("a"), dir.path()), None);
+    }
+
+    #[test]
+    fn an_editor_that_keeps_the_message_is_sent_as_core_editor_true() {
+        for e in ["true", ":", " true "] {
+            let mut a = v("rebase --continue");
+            editor_from_env(&mut a, Some(e));
+            assert_eq!(a, v("-c core.editor=true rebase --continue"), "{e}");
+        }
+        for e in [None, Some("vim"), Some("true --wait"), Some("")] {
+            let mut a = v("commit --amend");
+            editor_from_env(&mut a, e);
+            assert_eq!(a, v("commit --amend"), "{e:?}");
+        }
     }
 }

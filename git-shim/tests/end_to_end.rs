@@ -158,6 +158,25 @@ impl World {
             .unwrap()
     }
 
+    /// The shim with one more variable in the agent's environment.
+    fn git_with(&self, var: (&str, &str), args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_git"))
+            .current_dir(&self.ws)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("AIRLOCK_WORKSPACE", &self.ws)
+            .env("AIRLOCK_GIT_SOCKET", &self.socket)
+            .env("AIRLOCK_SESSION_KEY", hex(&KEY))
+            .env("GIT_AUTHOR_NAME", "Agent")
+            .env("GIT_AUTHOR_EMAIL", "agent@example.invalid")
+            .env("GIT_COMMITTER_NAME", "Agent")
+            .env("GIT_COMMITTER_EMAIL", "agent@example.invalid")
+            .env(var.0, var.1)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
     /// The shim, as the agent runs it, in `sub` of the workspace.
     fn git_in(&self, cwd: &Path, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_git"))
@@ -1127,4 +1146,27 @@ fn the_operators_identity_is_the_default_commit_identity_and_the_agents_own_wins
         "Agent <agent@example.invalid> | Agent <agent@example.invalid>\n"
     );
     drop(id);
+}
+
+/// `GIT_EDITOR=true git commit --amend` (or EDITOR=:) keeps the message, as natively; an
+/// editor that would open something is still refused with what to pass instead.
+#[test]
+fn an_agent_editor_of_true_keeps_the_prepared_message() {
+    let w = World::new();
+    w.write("a.txt", "a\n");
+    w.ok(&["add", "a.txt"]);
+    w.ok(&["commit", "-q", "-m", "keep me"]);
+    w.write("a.txt", "b\n");
+    w.ok(&["add", "a.txt"]);
+    for var in [("GIT_EDITOR", "true"), ("EDITOR", ":")] {
+        let o = w.git_with(var, &["commit", "-q", "--amend"]);
+        assert!(
+            o.status.success(),
+            "{var:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(w.ok(&["log", "-1", "--format=%s"]), "keep me\n");
+    }
+    let o = w.git_with(("GIT_EDITOR", "vim"), &["commit", "-q", "--amend"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("airlock refused this (message_required)"));
 }

@@ -53,6 +53,7 @@ fn run() -> i32 {
             settings.real_git.display()
         ));
     }
+    prepare::editor_from_env(&mut p.argv, prepare::editor_env().as_deref());
     let archive_to = prepare::archive_output(&mut p.argv, &p.cwd);
     let sub_index = prepare::subcommand_index(&p.argv);
     let format_patch = sub_index.and_then(|i| patches::format_patch_plan(&mut p.argv, i, &p.cwd));
