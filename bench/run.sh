@@ -191,7 +191,7 @@ proxy_row() { # row via addr [--tls ca] command...
   if [ -n "${SCALE:-}" ]; then
     echo "  $row: scale curve ($SCALE connections)" >&2
     client scale --via $via --proxy "$addr" --target $target "${c[@]}" --pid "$pid" \
-      --row "$row" --steps "$SCALE" >>"$results" || { echo "bench: $row: scale curve failed" >&2; exit 1; }
+      --row "$row" --steps "$SCALE" --secs "$SECS" >>"$results" || { echo "bench: $row: scale curve failed" >&2; exit 1; }
   fi
   echo "$row|peak|$("$BENCH_BIN" rss "$pid")" >>"$results"
   stop "$pid" "$port"

@@ -104,9 +104,12 @@ enum Cmd {
         /// Connection counts, ascending.
         #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
         steps: Vec<usize>,
-        /// Requests per connection per step.
+        /// Rounds per step, at least.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Seconds per step, at least.
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
         /// The proxy's pid.
         #[arg(long)]
         pid: u32,
@@ -196,6 +199,7 @@ fn main() -> anyhow::Result<()> {
             target,
             steps,
             rounds,
+            secs,
             pid,
             row,
             ca,
@@ -211,6 +215,7 @@ fn main() -> anyhow::Result<()> {
             },
             steps,
             rounds,
+            secs,
             pid,
             row,
         })),

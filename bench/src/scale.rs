@@ -26,8 +26,11 @@ pub struct Spec {
     pub route: Route,
     /// Connection counts, ascending.
     pub steps: Vec<usize>,
-    /// Requests per connection per step.
+    /// Rounds (one request on every connection) per step, at least.
     pub rounds: usize,
+    /// Seconds of rounds per step, at least (CPU time is counted in 10 ms ticks: a short
+    /// step would read as zero).
+    pub secs: f64,
     pub pid: u32,
     /// Row name printed with each step.
     pub row: String,
@@ -83,15 +86,17 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
         }
         let cpu0 = procfs::cpu_ticks(spec.pid)?;
         let t0 = Instant::now();
-        for _ in 0..spec.rounds {
+        let mut rounds = 0;
+        while rounds < spec.rounds || t0.elapsed().as_secs_f64() < spec.secs {
             conns = round(conns, &req)
                 .await
                 .with_context(|| format!("a round with {n} connections open"))?;
+            rounds += 1;
         }
         let secs = t0.elapsed().as_secs_f64();
         let cpu_us =
             procfs::cpu_ticks(spec.pid)?.saturating_sub(cpu0) as f64 * 1e6 / procfs::clk_tck();
-        let requests = (n * spec.rounds) as f64;
+        let requests = (n * rounds) as f64;
         let (rss, _) = procfs::rss_kib(spec.pid);
         let fds = procfs::fds(spec.pid)?;
         println!(
