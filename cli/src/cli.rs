@@ -145,6 +145,16 @@ Examples:
   airlock render devcontainer --repo . > .devcontainer/devcontainer.json
   airlock render k8s --repo /srv/app | kubectl apply -f -")]
     Render(RenderArgs),
+    /// Build the images with the repository's scripts (scripts/build-image, and
+    /// scripts/build-agent-image for an agent); offline, cached after the first time.
+    #[command(after_help = "\
+Examples:
+  airlock build                                 # airlock:latest
+  airlock build --agent claude                  # airlock:claude, on airlock:latest
+  airlock build --tag airlock:dev --source ~/src/airlock
+
+Prints the tag built on stdout; exits with the script's status.")]
+    Build(BuildArgs),
     /// Write PATH/.devcontainer/devcontainer.json: the same run flags, for VS Code and the
     /// devcontainer CLI (the image's entrypoint stays PID 1).
     #[command(after_help = "\
@@ -364,6 +374,20 @@ pub struct RenderArgs {
     /// The name of the service, container or pod.
     #[arg(long, default_value = "airlock")]
     pub name: String,
+}
+
+/// `build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Build this agent's image (agents/<AGENT>.toml) instead of the base image.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The tag (default: --image for the base, airlock:<AGENT> for an agent).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// The airlock source tree (default: the one this binary was built from).
+    #[arg(long, env = "AIRLOCK_SOURCE")]
+    pub source: Option<PathBuf>,
 }
 
 /// `devcontainer`.

@@ -4,7 +4,8 @@
 //!
 //! It does not enforce anything itself: the firewall, the proxy, the git API and the
 //! privilege drop all run inside the container (`entrypoint/`), and no in-container crate
-//! depends on this one. It never shells out to the `docker` CLI, never puts a secret in a host
+//! depends on this one. It never shells out to the `docker` CLI (but for `airlock build`,
+//! which runs the repository's own `scripts/build-image`), never puts a secret in a host
 //! process's argv or environment (secrets are host files mounted read-only), and never runs
 //! anything a sandbox wrote (branches come back with hooks and the sandbox's config ignored).
 //!

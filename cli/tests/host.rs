@@ -323,3 +323,40 @@ fn devcontainer_and_k8s_render_the_one_definition_alike_and_the_pod_is_valid() {
         "{out}"
     );
 }
+
+#[test]
+fn build_makes_the_image_with_the_repository_scripts() {
+    let w = World::new("bld");
+    // A source tree without the scripts: one line, nothing built.
+    let o = w.run(&["build", "--source", w.repo().to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--source"), "{err}");
+    // The real build (cached base, release binaries, docker build) under a tag of its own.
+    let tag = format!("airlock:clitest-{}", w.prefix);
+    let o = w.run(&["build", "--tag", &tag]);
+    let guard = RemoveImage(tag.clone());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), tag);
+    let inspect = std::process::Command::new("docker")
+        .args(["image", "inspect", "-f", "{{.Config.Entrypoint}}", &tag])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&inspect.stdout).contains("airlock-entrypoint"),
+        "{inspect:?}"
+    );
+    drop(guard);
+}
+
+/// Removes an image tag when dropped (also when the test fails).
+struct RemoveImage(String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", &self.0])
+            .output();
+    }
+}

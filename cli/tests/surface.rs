@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 19] = [
+const SUBCOMMANDS: [&str; 20] = [
     "run",
     "new",
     "list",
@@ -32,6 +32,7 @@ const SUBCOMMANDS: [&str; 19] = [
     "secret",
     "devcontainer",
     "k8s",
+    "build",
     "render",
     "completions",
     "help",

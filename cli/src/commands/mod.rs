@@ -1,5 +1,6 @@
 //! One function per subcommand; each returns the process exit code.
 
+mod build;
 mod doctor;
 mod gc;
 mod lifecycle;
@@ -79,6 +80,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Render(a) => return render::run(&cli, a),
         Command::Secret(a) => return secret::run(&cli, a),
+        Command::Build(a) => return build::run(&cli, a),
         Command::Devcontainer(a) => return render::devcontainer_file(&cli, a),
         Command::K8s(a) => return render::k8s_cmd(&cli, a),
         _ => {}
@@ -113,6 +115,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         | Command::Doctor(_)
         | Command::Secret(_)
         | Command::Devcontainer(_)
-        | Command::K8s(_) => Ok(0),
+        | Command::K8s(_)
+        | Command::Build(_) => Ok(0),
     }
 }

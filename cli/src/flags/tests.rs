@@ -238,7 +238,10 @@ fn pod_agrees(pod: &Value, spec: &RunSpec) {
         Value::Bool(!spec.no_new_privileges)
     );
     assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(spec.read_only));
-    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "as Docker's default");
+    assert_eq!(
+        sc["seccompProfile"]["type"], "RuntimeDefault",
+        "as Docker's default"
+    );
     assert_eq!(c["resources"]["limits"]["memory"], "4Gi");
     assert_eq!(c["resources"]["limits"]["cpu"], spec.cpus.to_string());
     let volumes = pod["spec"]["volumes"]
