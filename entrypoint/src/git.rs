@@ -340,6 +340,13 @@ pub fn agent_vars(
     if let Some(w) = why {
         v.push(("AIRLOCK_GIT_UNAVAILABLE".to_owned(), w.to_owned()));
     }
+    // The operator's default commit identity, for the shim's native git outside the
+    // workspace (the git API gets the same two variables).
+    for var in ["AIRLOCK_GIT_USER_NAME", "AIRLOCK_GIT_USER_EMAIL"] {
+        if let Ok(value) = std::env::var(var) {
+            v.push((var.to_owned(), value));
+        }
+    }
     v
 }
 

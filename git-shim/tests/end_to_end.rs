@@ -1170,3 +1170,42 @@ fn an_agent_editor_of_true_keeps_the_prepared_message() {
     let o = w.git_with(("GIT_EDITOR", "vim"), &["commit", "-q", "--amend"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("airlock refused this (message_required)"));
 }
+
+/// Outside the workspace the native git gets the operator's default identity too (the
+/// entrypoint hands AIRLOCK_GIT_USER_NAME/EMAIL to the agent): a scratch repository's
+/// first commit works; its own user.name wins.
+#[test]
+fn a_native_git_outside_the_workspace_has_the_operators_default_identity() {
+    let w = World::new();
+    let scratch = w.root.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let git = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_git"))
+            .current_dir(&scratch)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &scratch)
+            .env("AIRLOCK_WORKSPACE", &w.ws)
+            .env("AIRLOCK_GIT_USER_NAME", "Op Erator")
+            .env("AIRLOCK_GIT_USER_EMAIL", "op@example.org")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(git(&["init", "-q", "-b", "main"]).status.success());
+    let o = git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = git(&["log", "-1", "--format=%an <%ae>"]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "Op Erator <op@example.org>\n"
+    );
+    assert!(git(&["config", "user.name", "Own"]).status.success());
+    assert!(
+        git(&["commit", "-q", "--allow-empty", "-m", "y"])
+            .status
+            .success()
+    );
+    let o = git(&["log", "-1", "--format=%an <%ae>"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Own <op@example.org>\n");
+}
