@@ -406,6 +406,34 @@ mod tests {
         }
     }
 
+    /// The operator writes the repository one way in the policy, the workspace's remote
+    /// spells it another: the push is judged for the same repository, and a look-alike
+    /// host or another repository stays refused.
+    #[test]
+    fn policy_and_remote_spellings_name_one_repository() {
+        let text = "[sandbox]\nname = \"demo\"\n[git]\n\
+                    repositories = [\"GitHub.com./Acme/App\", \"bücher.example/o/r\"]\n";
+        let policy = airlock_policy::Policy::parse(text, std::path::Path::new("t.toml")).unwrap();
+        let rules = PushRules::new(&policy.git, None).unwrap();
+        for url in [
+            "https://github.com/acme/app",
+            "git@ＧＩＴＨＵＢ.com:Acme/App.git",
+            "https://GitHub.com./acme/app",
+            "https://xn--bcher-kva.example/o/r.git",
+            "ssh://git@BÜCHER.example/o/r",
+        ] {
+            assert!(rules.check_repository("origin", url).is_ok(), "{url}");
+        }
+        for url in [
+            "https://g\u{456}thub.com/acme/app",
+            "https://github.com/acme/app2",
+            "https://github.com.evil/acme/app",
+            "https://bucher.example/o/r",
+        ] {
+            assert!(rules.check_repository("origin", url).is_err(), "{url}");
+        }
+    }
+
     #[test]
     fn repository_ids() {
         for (url, id) in [

@@ -148,6 +148,26 @@ mod tests {
         assert_eq!(g.repository("xn--a.com"), "");
     }
 
+    /// The policy writes the repository one way, the agent's request spells host and
+    /// repository another: the check the proxy makes before lending the token
+    /// (`[git] repositories` contains `repository(host)`) sees one repository, and a
+    /// look-alike host or another repository none.
+    #[test]
+    fn policy_and_request_spellings_name_one_repository() {
+        let text = "[sandbox]\nname = \"demo\"\n[git]\nrepositories = [\"GitHub.com./Acme/App\"]\n";
+        let policy = airlock_policy::Policy::parse(text, std::path::Path::new("t.toml")).unwrap();
+        let listed = |path: &str, host: &str| {
+            let g = parse(path, None).unwrap();
+            policy.git.repositories.contains(&g.repository(host))
+        };
+        assert!(listed("/acme/app/git-upload-pack", "github.com"));
+        assert!(listed("/Acme/App.GIT/git-upload-pack", "ＧＩＴＨＵＢ.com"));
+        assert!(listed("/acme/app.git/git-upload-pack", "GitHub.com."));
+        assert!(!listed("/acme/app/git-upload-pack", "g\u{456}thub.com"));
+        assert!(!listed("/acme/app2/git-upload-pack", "github.com"));
+        assert!(!listed("/acme/app/git-upload-pack", "github.com.evil"));
+    }
+
     #[test]
     fn everything_else_is_not_git() {
         for (p, q) in [
