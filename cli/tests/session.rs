@@ -164,3 +164,77 @@ fn exec_is_a_confined_session_and_attach_reaches_the_agent() {
     assert_eq!(w.row(&s)["state"], "running");
     w.ok(&["destroy", &s]);
 }
+
+#[test]
+fn bad_input_to_run_and_the_new_commands_gets_one_line_and_leaves_nothing() {
+    let w = World::new("rbad");
+    let one_line = |args: &[&str], env: Option<(&str, &str)>, code: i32, what: &str| {
+        let mut c = w.cmd(args);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let o = c.stdin(Stdio::null()).output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    };
+    let r = w.repo();
+    let r = r.to_str().unwrap();
+    let plain = w.dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let p = plain.to_str().unwrap();
+    one_line(&["run", p], None, 2, "is not a git checkout");
+    one_line(&["run", "/nonexistent/x"], None, 2, "is not a git checkout");
+    one_line(&["run", r, "--name", "Odd_Name"], None, 2, "not allowed");
+    one_line(&["run", r, "--agent", "a b"], None, 2, "not an agent name");
+    one_line(
+        &["run", r, "--image", "airlock:does-not-exist"],
+        None,
+        6,
+        "airlock build",
+    );
+    one_line(
+        &["run", r, "--secret", "absent"],
+        None,
+        3,
+        "airlock secret set absent",
+    );
+    one_line(
+        &["run", r],
+        Some(("DOCKER_HOST", "unix:///nonexistent.sock")),
+        5,
+        "DOCKER_HOST",
+    );
+    one_line(&["exec", "absent", "--", "true"], None, 3, "airlock list");
+    one_line(&["attach", "absent"], None, 3, "airlock list");
+    one_line(&["secret", "set", "../x"], None, 2, "not allowed");
+    one_line(&["secret", "rm", "absent"], None, 3, "airlock secret ls");
+    one_line(
+        &["devcontainer", "/nonexistent/x"],
+        None,
+        2,
+        "not a project directory",
+    );
+    one_line(&["k8s", "render", "Odd_Name"], None, 2, "not allowed");
+    // Nothing half-made: no row, no checkout, no container, no devcontainer file.
+    assert!(w.list().is_empty());
+    let dirs = std::fs::read_dir(w.data().join("sandboxes")).map_or(0, |d| d.count());
+    assert_eq!(dirs, 0, "no checkout left");
+    let label = format!("label=dev.airlock.data={}", w.data().display());
+    assert_eq!(
+        sh(
+            &w.repo(),
+            &format!("docker ps -aq --filter {label} | wc -l")
+        ),
+        "0"
+    );
+    assert!(!plain.join(".devcontainer").exists());
+    // A corrupt registry: one line saying what to do, for run as for every command.
+    std::fs::write(w.data().join("registry.sqlite"), vec![b'x'; 4096]).unwrap();
+    let _ = std::fs::remove_file(w.data().join("registry.sqlite-wal"));
+    let _ = std::fs::remove_file(w.data().join("registry.sqlite-shm"));
+    one_line(&["run", r], None, 1, "move it aside");
+    let after = std::fs::read_dir(w.data().join("sandboxes")).map_or(0, |d| d.count());
+    assert_eq!(after, 0, "no checkout left");
+}

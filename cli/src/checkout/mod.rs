@@ -38,7 +38,7 @@ pub const AGENT_ID: u32 = 1000;
 pub enum CheckoutError {
     /// The path is not the top of a git checkout with a `.git` directory.
     #[error(
-        "{path} is not a git checkout ({why}); give --repo the top directory of a repository (git init; git commit)"
+        "{path} is not a git checkout ({why}); give the top directory of a repository with a commit (git init; git commit)"
     )]
     NotARepository {
         /// The path.

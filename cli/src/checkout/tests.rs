@@ -158,7 +158,7 @@ fn not_a_repository_and_an_empty_one_are_refused_saying_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     let e = operator(tmp.path()).unwrap_err().to_string();
     assert!(
-        e.contains("is not a git checkout") && e.contains("--repo"),
+        e.contains("is not a git checkout") && e.contains("git init; git commit"),
         "{e}"
     );
     let e = operator(&tmp.path().join("nope")).unwrap_err().to_string();

@@ -6,7 +6,7 @@ use super::new::parse_secrets;
 use airlock_cli::cli::{Cli, DevcontainerArgs, K8sArgs, K8sCmd, RenderArgs, Target};
 use airlock_cli::flags::{Layout, RunSpec, Source, compose, devcontainer, k8s};
 use airlock_cli::paths::Paths;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The documented run on the checkout at `repo` (the audit log in the `airlock-audit`
@@ -17,13 +17,19 @@ fn spec_for(
     secrets: &[(String, PathBuf)],
     policy: Option<&Path>,
 ) -> Result<RunSpec> {
-    let repo = std::fs::canonicalize(repo)
-        .with_context(|| format!("cannot read the repository {}", repo.display()))?;
+    let not_dir = |why: String| -> anyhow::Error {
+        airlock_cli::exit::Failure::new(
+            airlock_cli::exit::Code::Usage,
+            format!(
+                "{} is not a project directory ({why}): give the top directory of your project",
+                repo.display()
+            ),
+        )
+        .into()
+    };
+    let repo = std::fs::canonicalize(repo).map_err(|e| not_dir(e.to_string()))?;
     if !repo.is_dir() {
-        bail!(
-            "{} is not a directory: give the top directory of your project",
-            repo.display()
-        );
+        return Err(not_dir("not a directory".into()));
     }
     let git = repo.join(".git").is_dir();
     let mut layout = Layout::checkout(repo, Source::Volume("airlock-audit".into()), git);
