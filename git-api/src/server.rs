@@ -265,6 +265,11 @@ impl Server {
                     .write_lock
                     .lock()
                     .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                if needs_fresh_index(&checked) {
+                    // What the agent's last `git status` would have written natively (the
+                    // git API's reads take no optional locks, so they never refresh it).
+                    let _ = self.q(&["update-index", "-q", "--refresh"]);
+                }
                 self.stream_git(stream, inv, &cwd, &config, &args, false)
             }
             Class::Fetch => {
@@ -1073,6 +1078,17 @@ fn harden_args(c: &Checked, args: &mut Vec<String>) {
     }
 }
 
+/// `git apply --index` / `--3way` compare the work tree with the index by its stat data:
+/// a file changed and changed back since the index was written looks changed ("does not
+/// match index") unless the index is refreshed first.
+fn needs_fresh_index(c: &Checked) -> bool {
+    c.subcommand == "apply"
+        && c.argv[c.sub_index + 1..]
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == "--index" || a == "--3way" || a == "-3")
+}
+
 /// `git bisect <step> ...` as git-bisect.sh (git < 2.40) runs it, without the shell:
 /// `bisect--helper state <verdict> ...` for bad, good, new and old (the policy admits no
 /// custom terms), `bisect--helper <step> ...` for the rest.
@@ -1185,6 +1201,16 @@ mod tests {
             run("-c color.ui=never bisect skip"),
             "-c color.ui=never bisect--helper skip"
         );
+    }
+
+    #[test]
+    fn apply_to_the_index_refreshes_it_first() {
+        // The shim sends the patch on standard input: no file operand reaches the API.
+        assert!(needs_fresh_index(&checked("apply --index")));
+        assert!(needs_fresh_index(&checked("apply -3")));
+        assert!(!needs_fresh_index(&checked("apply --cached")));
+        assert!(!needs_fresh_index(&checked("apply --check")));
+        assert!(!needs_fresh_index(&checked("status --short")));
     }
 
     #[test]

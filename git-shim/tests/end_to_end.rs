@@ -1209,3 +1209,21 @@ fn a_native_git_outside_the_workspace_has_the_operators_default_identity() {
     let o = git(&["log", "-1", "--format=%an <%ae>"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "Own <op@example.org>\n");
 }
+
+/// `git apply --index` after a file was changed and changed back: natively the agent's
+/// `git status` would have refreshed the index; the git API refreshes it before applying.
+#[test]
+fn apply_index_after_a_file_changed_back_works() {
+    let w = World::new();
+    w.write("f.txt", "a\n");
+    w.ok(&["add", "f.txt"]);
+    w.ok(&["commit", "-q", "-m", "f"]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    w.write("f.txt", "a\nb\n");
+    let patch = w.ok(&["diff"]);
+    w.write("f.txt", "a\n");
+    w.write("change.patch", &patch);
+    w.ok(&["status", "--short"]);
+    w.ok(&["apply", "--index", "change.patch"]);
+    assert_eq!(w.ok(&["diff", "--cached", "--name-only"]), "f.txt\n");
+}
