@@ -193,8 +193,15 @@ fn devcontainer_and_k8s_render_the_one_definition_alike_and_the_pod_is_valid() {
     let r = repo.to_str().unwrap();
     piped(&w, &["secret", "set", "gh_token"], b"tok-value\n");
     let policy = w.dir.path().join("policy.toml");
-    let p = policy.to_str().unwrap();
+    devcontainer_is_written_as_rendered(&w, r);
+    let text = k8s_secret_and_pod_agree_with_the_others(&w, r, policy.to_str().unwrap());
+    validate_offline(&w, &text);
+}
 
+/// `devcontainer PATH` writes what `render devcontainer` prints, its runArgs are the
+/// `docker run` flags but the workspace bind, and it never overwrites a file.
+fn devcontainer_is_written_as_rendered(w: &World, r: &str) {
+    let repo = w.repo();
     // devcontainer PATH writes what `render devcontainer` prints; never over a file.
     w.ok(&["devcontainer", r]);
     let file = repo.join(".devcontainer/devcontainer.json");
@@ -220,7 +227,12 @@ fn devcontainer_and_k8s_render_the_one_definition_alike_and_the_pod_is_valid() {
         written["workspaceMount"],
         format!("source={r},target=/workspace,type=bind")
     );
+}
 
+/// The Secret and Pod of `k8s render`; the Pod agrees with `render k8s`, the devcontainer
+/// and the engine body. Returns the manifests.
+fn k8s_secret_and_pod_agree_with_the_others(w: &World, r: &str, p: &str) -> String {
+    let file = w.repo().join(".devcontainer/devcontainer.json");
     // k8s render: the Pod is `render k8s`'s; with a secret and a policy, the Secret holds the
     // value under the key the Pod mounts, and devcontainer mounts the same file at the same path.
     let plain = json_lines(&w.ok(&["k8s", "render", "agent-one", "--repo", r]));
@@ -305,7 +317,11 @@ fn devcontainer_and_k8s_render_the_one_definition_alike_and_the_pod_is_valid() {
     engine_paths.sort();
     assert_eq!(pod_paths, engine_paths);
 
-    // Offline validation against the official schemas (PyPI kubernetes-validate).
+    text
+}
+
+/// Offline validation against the official schemas (PyPI kubernetes-validate).
+fn validate_offline(w: &World, text: &str) {
     let manifest = w.dir.path().join("k8s.yaml");
     std::fs::write(&manifest, &text).unwrap();
     let v = std::process::Command::new("kubernetes-validate")
