@@ -323,7 +323,7 @@ fn k8s_secret_and_pod_agree_with_the_others(w: &World, r: &str, p: &str) -> Stri
 /// Offline validation against the official schemas (PyPI kubernetes-validate).
 fn validate_offline(w: &World, text: &str) {
     let manifest = w.dir.path().join("k8s.yaml");
-    std::fs::write(&manifest, &text).unwrap();
+    std::fs::write(&manifest, text).unwrap();
     let v = std::process::Command::new("kubernetes-validate")
         .args(["--strict", "-k", "1.31.0"])
         .arg(&manifest)
