@@ -73,6 +73,9 @@ mkdir -p "$repo/.smoke"
 
 echo -n "$TOKEN" >"$SMOKE_DIR/github_token"
 chmod 0400 "$SMOKE_DIR/github_token"
+# The operator's git identity, where scripts/docker-run reads it (the host user's config).
+mkdir -p "$SMOKE_DIR/operator"
+printf '[user]\n\tname = Smoke Operator\n\temail = operator@example.invalid\n' >"$SMOKE_DIR/operator/.gitconfig"
 cat >"$SMOKE_DIR/policy.toml" <<TOML
 [sandbox]
 name = "smoke"
@@ -107,10 +110,13 @@ mkdir -p "$SMOKE_DIR/log"
 # The agent's session: `t NAME cmd...` prints NAME=<status> <output on one line>.
 cat >"$repo/agent.sh" <<'SH'
 echo "started=$(date +%s%N)"
-export GIT_AUTHOR_NAME=Agent GIT_AUTHOR_EMAIL=agent@example.invalid
-export GIT_COMMITTER_NAME=Agent GIT_COMMITTER_EMAIL=agent@example.invalid
 t() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf '%s=%s %s\n' "$n" "$r" "$(printf %s "$o" | tr '\n' ' ')"; }
 cd /workspace
+# No identity anywhere but the operator's default (issue 17 item 3): the first commit works.
+t ident_commit git commit -q --allow-empty -m "first, as the operator"
+t ident git log -1 --format=%an/%ae/%cn/%ce
+export GIT_AUTHOR_NAME=Agent GIT_AUTHOR_EMAIL=agent@example.invalid
+export GIT_COMMITTER_NAME=Agent GIT_COMMITTER_EMAIL=agent@example.invalid
 t which command -v git
 t start git rev-parse --abbrev-ref HEAD
 echo 'pub fn f() { g() }' >src/lib.rs
@@ -176,6 +182,7 @@ say "starting the appliance as docs/docker.md says (scripts/docker-run, GITHUB_T
 track_volume "$AUDIT"
 track_container "$APP"
 t0=$(date +%s%N)
+env -u SUDO_USER HOME="$SMOKE_DIR/operator" \
 AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.toml \
 AIRLOCK_AUDIT_VOLUME=$AUDIT GITHUB_TOKEN_FILE=$SMOKE_DIR/github_token \
 AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
@@ -199,6 +206,9 @@ head=$(said head | tr -d ' ')
 rewritten=$(said rewritten | tr -d ' ')
 check "the agent's git is the shim ($(said which))" [ "$(said which | tr -d ' ')" = /usr/local/lib/airlock/bin/git ]
 check "the workspace starts on $BRANCH" [ "$(said start | tr -d ' ')" = "$BRANCH" ]
+check "the first commit, with no identity configured, works ($(step ident_commit): $(said ident_commit))" [ "$(step ident_commit)" = 0 ]
+operator="Smoke Operator/operator@example.invalid/Smoke Operator/operator@example.invalid"
+check "its author and committer are the operator's git identity ($(said ident))" [ "$(said ident | sed 's/ $//')" = "$operator" ]
 check "commit in the workspace ($(step commit))" [ "$(step commit)" = 0 ]
 check "git push of the sandbox branch: exit 0 ($(said push))" [ "$(step push)" = 0 ]
 tracks() { [ -n "$head" ] && [ "$(said tracking | tr -d ' ')" = "$head" ]; }

@@ -25,6 +25,8 @@ tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
 tests/smoke/git.sh
+# The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
+tests/friction/run.sh
 tests/smoke/limits.sh
 # Agents (issue 16): the pinned CLIs fetched once into .cache/agents (scripts/fetch-agents),
 # each agent image built once, then its tests.
