@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Docker smoke test for the agent images (issue 16 items 1 and "bad input"), for each agent
-# named in $AIRLOCK_SMOKE_AGENTS (default: claude):
+# named in $AIRLOCK_SMOKE_AGENTS (default: claude codex aider):
 #   - bad input: an agent without a profile, a lock whose hash does not match, a package PyPI
 #     does not have: one line each, exit status 1, nothing cached, nothing tagged;
 #   - the image airlock:AGENT (built by tests/smoke/run.sh once per run): no setuid/setgid
@@ -13,7 +13,7 @@
 # Usage: sudo tests/smoke/agent-image.sh
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
-AGENTS=${AIRLOCK_SMOKE_AGENTS:-claude}
+AGENTS=${AIRLOCK_SMOKE_AGENTS:-claude codex aider}
 
 say "bad input"
 one_line_fail() { # NAME WANT CMD...: fails with exactly one error line (besides progress) containing WANT
@@ -42,7 +42,28 @@ AIRLOCK_AGENT_LOCK=$badlock AIRLOCK_AGENT_CACHE=$SMOKE_DIR/cache AIRLOCK_NO_BUIL
     "build-agent-image with that lock" "cannot be downloaded from PyPI" \
     "$SMOKE_ROOT/scripts/build-agent-image" claude "$SMOKE_ID-bad:claude"
 check "nothing half-built was tagged" bash -c "! docker image inspect '$SMOKE_ID-bad:claude' >/dev/null 2>&1"
+grep -v '^codex ' "$SMOKE_ROOT/agents/agents.lock" >"$badlock"
+AIRLOCK_AGENT_LOCK=$badlock AIRLOCK_AGENT_CACHE=$SMOKE_DIR/cache AIRLOCK_NO_BUILD=1 one_line_fail \
+    "a profile whose package has no lock line" "agents.lock has no line for codex openai-codex-cli-bin" \
+    "$SMOKE_ROOT/scripts/build-agent-image" codex "$SMOKE_ID-bad:codex"
+# A venv agent (aider): every dependency is a lock line, fetched in one batched download. Two
+# of them here (the real lock has 108): one hash wrong caches neither; a version PyPI does
+# not have is named; no image is tagged.
+zeros=$(printf '0%.0s' $(seq 64))
+{ grep -E '^aider +aider_chat ' "$SMOKE_ROOT/agents/agents.lock"
+  grep -E '^aider +six ' "$SMOKE_ROOT/agents/agents.lock" | sed -E "s/[0-9a-f]{64}\$/$zeros/"; } >"$badlock"
+AIRLOCK_AGENT_LOCK=$badlock AIRLOCK_AGENT_CACHE=$SMOKE_DIR/cache one_line_fail \
+    "a venv agent's dependency whose hash does not match" "does not match the lock" \
+    "$SMOKE_ROOT/scripts/fetch-agents" aider
+check "nothing was cached from that batch (not even the file that matched)" [ -z "$(ls -A "$SMOKE_DIR/cache/wheels")" ]
+{ grep -E '^aider +aider_chat ' "$SMOKE_ROOT/agents/agents.lock"
+  grep -E '^aider +six ' "$SMOKE_ROOT/agents/agents.lock" | sed -E 's/^(aider +six +)[^ ]+/\1999.0.0/'; } >"$badlock"
+AIRLOCK_AGENT_LOCK=$badlock AIRLOCK_AGENT_CACHE=$SMOKE_DIR/cache AIRLOCK_NO_BUILD=1 one_line_fail \
+    "a venv agent's dependency at a version PyPI does not have" "six==999.0.0" \
+    "$SMOKE_ROOT/scripts/build-agent-image" aider "$SMOKE_ID-bad:aider"
+check "no aider image was tagged" bash -c "! docker image inspect '$SMOKE_ID-bad:aider' >/dev/null 2>&1"
 
+nagent=0
 for agent in $AGENTS; do
     image=airlock:$agent
     say "image $image"
@@ -67,7 +88,8 @@ for agent in $AGENTS; do
     mkdir -p "$ws" && chown 1000:1000 "$ws"
     track_network "$net"
     track_volume "$vol"
-    docker network create --internal --subnet 198.51.100.0/24 "$net" >/dev/null
+    # A /26 of 198.51.100.0/24 per agent: the networks stay until the test ends.
+    docker network create --internal --subnet "198.51.100.$((nagent++ % 4 * 64))/26" "$net" >/dev/null
     echo -n "ghp_SMOKE$RANDOM" >"$SMOKE_DIR/gh-$agent" && chmod 0400 "$SMOKE_DIR/gh-$agent"
     mapfile -t version < <(python3 "$SMOKE_ROOT/agents/profile.py" command "$agent" version)
     t0=$(date +%s%N)

@@ -29,13 +29,20 @@ tests/smoke/git.sh
 tests/friction/run.sh
 tests/smoke/limits.sh
 # Agents (issue 16): the pinned CLIs fetched once into .cache/agents (scripts/fetch-agents),
-# each agent image built once, then its tests.
+# each agent image built once, then its tests (AIRLOCK_SMOKE_AGENTS picks the agents).
 ta=$SECONDS
-for agent in ${AIRLOCK_SMOKE_AGENTS:-claude}; do
+export AIRLOCK_SMOKE_AGENTS=${AIRLOCK_SMOKE_AGENTS:-claude codex aider}
+for agent in $AIRLOCK_SMOKE_AGENTS; do
+    tb=$SECONDS
     AIRLOCK_NO_BUILD=1 scripts/build-agent-image "$agent" >/dev/null
+    echo "== airlock:$agent built (or found up to date) in $((SECONDS - tb)) s"
 done
 tests/smoke/agent-image.sh
-tests/smoke/agent-claude.sh
-tests/smoke/agent-claude-injection.sh
+for agent in $AIRLOCK_SMOKE_AGENTS; do
+    tb=$SECONDS
+    "tests/smoke/agent-$agent.sh"
+    [ "$agent" != claude ] || tests/smoke/agent-claude-injection.sh
+    echo "== $agent end to end in $((SECONDS - tb)) s"
+done
 echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
