@@ -101,19 +101,19 @@ chmod 0644 "$SMOKE_DIR/policy.toml"
 # --- Shared steps of the OpenAI-API agent tests (agent-codex.sh, agent-aider.sh) ---------
 
 # rig_start FAKE.py: the private network, the fake forge and DNS (airlock-fakenet), the fake
-# provider API (FAKE.py SCRIPT, run in the agent image's python) under $API_HOST, tcpdump on
-# the bridge. The model's script must be in $SMOKE_DIR/script.json; the fake logs to $alog.
+# provider API (FAKE.py SCRIPT, run in the agent image's python) under $API_HOST (or the
+# names in $RIG_API_NAMES), tcpdump on the bridge. The model's script must be in $SMOKE_DIR/script.json; the fake logs to $alog.
 rig_start() {
     local fake=$1 c
-    python3 - "$SMOKE_DIR" "$TOKEN" "$API_HOST" "$UP4" "$UP6" "$API4" "$API6" <<'PY'
+    python3 - "$SMOKE_DIR" "$TOKEN" "${RIG_API_NAMES:-$API_HOST}" "$UP4" "$UP6" "$API4" "$API6" <<'PY'
 import json, sys
-d, token, api, up4, up6, api4, api6 = sys.argv[1:]
+d, token, names, up4, up6, api4, api6 = sys.argv[1:]
 json.dump({
     "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
     "log": "/log/fakenet.jsonl",
     "https": [{"ip": "::", "port": 443, "names": ["github.com"]}],
     "dns": [{"ip": "::", "port": 53}],
-    "zone": {"github.com": [up4, up6], api: [api4, api6]},
+    "zone": {"github.com": [up4, up6], **{n: [api4, api6] for n in names.split()}},
     "git": {"root": "/git", "host": "github.com", "token": token},
 }, open(f"{d}/fakenet.json", "w"))
 PY
@@ -205,27 +205,28 @@ rig_key_checks() {
 # the agent's output, the container's stderr, the fake's log and the denials.
 rig_net_checks() {
     say "other destinations"
-    others=$(python3 - "$audit" "$API_HOST" <<'PY'
+    local names=${RIG_API_NAMES:-$API_HOST}
+    others=$(python3 - "$audit" "$names" <<'PY'
 import json, sys
 seen = {}
 for l in open(sys.argv[1]):
     if l.strip():
         r = json.loads(l)
         h = r.get("host")
-        if h and h not in (sys.argv[2], "github.com"):
+        if h and h not in sys.argv[2].split() + ["github.com"]:
             seen.setdefault(f"{h}:{r.get('port')}", set()).add(f"{r.get('decision')}/{r.get('reason')}")
 print(" ".join(f"{h}={','.join(sorted(v))}" for h, v in sorted(seen.items())))
 PY
 )
-    say "destinations besides the two allowed (the entrypoint's self-test probes included): ${others:-none}"
+    say "destinations besides the allowed ones (the entrypoint's self-test probes included): ${others:-none}"
     all_denied() { for o in $others; do grep -q '=deny/' <<<"$o" && ! grep -q 'allow' <<<"$o" || return 1; done; }
     check "every other destination the CLI tried was denied and audited" all_denied
     paths=$(python3 -c 'import json,sys; print(" ".join(sorted({json.loads(l)["method"]+" "+json.loads(l)["path"].split("?")[0] for l in open(sys.argv[1]) if l.strip()})))' "$alog")
-    say "paths the CLI asked $API_HOST for: $paths"
+    say "paths asked of $names: $paths"
 
     say "wire (tcpdump on $BR)"
     tcpdump -nn -r "$SMOKE_DIR/wire.pcap" 2>/dev/null >"$SMOKE_DIR/wire.txt"
-    if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" "$API_HOST,github.com" "$APP4" "$APP6" \
+    if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" "${names// /,},github.com" "$APP4" "$APP6" \
         <"$SMOKE_DIR/wire.txt"; then
         pass "every packet from the appliance is the proxy's, an allowed DNS query or housekeeping"
     else

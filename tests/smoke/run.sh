@@ -44,5 +44,9 @@ for agent in $AIRLOCK_SMOKE_AGENTS; do
     [ "$agent" != claude ] || tests/smoke/agent-claude-injection.sh
     echo "== $agent end to end in $((SECONDS - tb)) s"
 done
+# pip and npm through the proxy to fake registries, in an agent image (airlock:codex).
+if grep -qw codex <<<"$AIRLOCK_SMOKE_AGENTS"; then
+    tests/smoke/agent-packages.sh
+fi
 echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
