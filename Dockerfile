@@ -46,7 +46,13 @@ RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy \
         /usr/local/bin/airlock-git-api /usr/local/lib/airlock/bin/git \
         /usr/local/lib/airlock/bin/git-credential-airlock && \
     chmod 0644 /etc/airlock/policy.toml && \
+    ln -s airlock-entrypoint /usr/local/bin/airlock-session && \
     /usr/local/bin/airlock-entrypoint --check
+# A login shell (`bash -l`, as some agents run every command) reads /etc/profile, which resets
+# PATH: airlock's git shim goes first again, as the entrypoint sets it for the agent.
+RUN printf '%s\n' 'case ":$PATH:" in' '*:/usr/local/lib/airlock/bin:*) ;;' \
+        '*) PATH="/usr/local/lib/airlock/bin:$PATH" ;;' 'esac' 'export PATH' \
+        >/etc/profile.d/airlock-path.sh && chmod 0644 /etc/profile.d/airlock-path.sh
 
 # The preflight checks the documented run command (read-only root, tmpfs, volumes, caps).
 # No VOLUME for /var/log/airlock on purpose: an anonymous volume would hide a forgotten

@@ -27,6 +27,10 @@ users_ok() {
     [ "$1" -lt 1000 ] && [ "$2" -lt 1000 ] && [ "$3" = "1000:1000:1000" ]
 }
 check "system uids for the services, 1000 for the agent with no extra group" users_ok
+check "airlock-session is the entrypoint (the supported second shell)" \
+    [ "$(inimg 'readlink /usr/local/bin/airlock-session')" = airlock-entrypoint ]
+check "a login shell keeps the git shim first on PATH" \
+    [ "$(inimg 'bash -lc "command -v git"')" = /usr/local/lib/airlock/bin/git ]
 check "entrypoint and command" [ "$(docker image inspect -f '{{json .Config.Entrypoint}} {{json .Config.Cmd}}' "$img")" = '["/usr/local/bin/airlock-entrypoint"] ["bash"]' ]
 check "default policy is examples/policy.toml, root-owned 0644" \
     [ "$(inimg 'stat -c "%U %a" /etc/airlock/policy.toml; sha256sum </etc/airlock/policy.toml' | tr '\n' ' ')" = \
