@@ -40,6 +40,7 @@ pub mod hop;
 pub mod identity;
 pub mod intercept;
 pub mod leaf;
+pub mod legible;
 pub mod limits;
 pub mod pool;
 pub mod scan;

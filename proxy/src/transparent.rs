@@ -202,15 +202,7 @@ async fn handle(
     let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
-            rec.decision = Verdict::Deny;
-            rec.reason = Some(reason.as_str());
-            if rec.host.is_none() {
-                rec.host = Some(orig.ip().to_string());
-            }
-            rec.duration_ms = meter.elapsed_ms();
-            if reason != Reason::AuditUnavailable {
-                let _ = shared.audit.commit(&rec);
-            }
+            refuse(stream, &shared, rec, reason, orig, tls, &meter).await;
             return;
         }
     };
@@ -257,6 +249,38 @@ async fn handle(
     rec.bytes_down = meter.down();
     rec.duration_ms = meter.elapsed_ms();
     shared.audit.emit(rec).await;
+}
+
+/// A refused connection: audited, then (for a refusal of the name a TLS client asked for)
+/// answered legibly inside TLS, else closed.
+async fn refuse(
+    stream: TcpStream,
+    shared: &Shared,
+    mut rec: Record,
+    reason: Reason,
+    orig: SocketAddr,
+    tls: bool,
+    meter: &Meter,
+) {
+    rec.decision = Verdict::Deny;
+    rec.reason = Some(reason.as_str());
+    // The name the ClientHello asked for, when the refusal is of that name.
+    let named = rec
+        .host
+        .clone()
+        .filter(|_| tls && crate::legible::speaks(reason));
+    if rec.host.is_none() {
+        rec.host = Some(orig.ip().to_string());
+    }
+    rec.duration_ms = meter.elapsed_ms();
+    if reason == Reason::AuditUnavailable || shared.audit.commit(&rec).is_err() {
+        return;
+    }
+    // Audited: now the client reads the refusal as an HTTP answer inside TLS.
+    if let Some(host) = named {
+        let (interception, limits) = (&shared.interception, &shared.limits);
+        crate::legible::tls_denial(stream, interception, limits, &host, orig.port(), reason).await;
+    }
 }
 
 async fn admit(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use airlock_proxy::sniff::test_client_hello;
 use common::*;
+use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -93,13 +94,14 @@ async fn sni_of_an_allowed_host_sent_to_another_address_is_refused() {
 #[tokio::test]
 async fn blocked_sni_no_sni_and_unknown_protocols_are_refused() {
     let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
+    // A blocked name gets a TLS answer (the legible refusal, below); nothing goes upstream.
     let mut s = transparent(
         &h,
         dst(ALLOWED_IP, 443),
         &test_client_hello(Some("evil.test")),
     )
     .await;
-    assert!(read_all(&mut s).await.is_empty());
+    let _ = read_all(&mut s).await;
     let mut s = transparent(&h, dst(ALLOWED_IP, 443), &test_client_hello(None)).await;
     assert!(read_all(&mut s).await.is_empty());
     let mut s = transparent(&h, dst(ALLOWED_IP, 22), b"SSH-2.0-OpenSSH_9.6\r\n").await;
@@ -194,7 +196,9 @@ async fn rebinding_through_the_transparent_path_is_refused() {
         &test_client_hello(Some("rebind.test")),
     )
     .await;
-    assert!(read_all(&mut s).await.is_empty());
+    // At most the legible refusal comes back (TLS from the proxy itself); nothing connects.
+    let _ = read_all(&mut s).await;
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0);
     let lines = h.finish().await;
     assert_eq!(lines[0]["reason"], "blocked-private-address");
 }
@@ -419,4 +423,95 @@ async fn an_encrypted_client_hello_never_leaves_through_a_tunnel() {
         refused.iter().any(|l| l["kind"] == "transparent"),
         "{refused:?}"
     );
+}
+
+/// A TLS client trusting the appliance CA, as every client in the sandbox does.
+fn trusting_client(h: &Harness) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    std::sync::Arc::new(config)
+}
+
+/// The agent's TLS client (trusting the appliance CA, as every client in the sandbox does)
+/// reaches a denied host through the redirect: it reads a real `403` with the reason and the
+/// hint from inside TLS, instead of a reset it would take for a broken network; nothing is
+/// forwarded, one audit line says so.
+#[tokio::test]
+async fn a_denied_https_destination_answers_a_readable_403_inside_tls() {
+    let (echo, mut peers) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("evil.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, echo)],
+    )
+    .await;
+    let config = trusting_client(&h);
+    *h.orig_dst.0.lock().unwrap() = dst(ALLOWED_IP, 443);
+    let s = TcpStream::connect(h.transparent).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(
+            rustls::pki_types::ServerName::try_from("evil.test").unwrap(),
+            s,
+        )
+        .await
+        .expect("the refusal's leaf verifies against the appliance CA");
+    tls.write_all(b"POST /upload HTTP/1.1\r\nhost: evil.test\r\ncontent-length: 6\r\n\r\nsecret")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), tls.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(
+        answer.contains("x-airlock-error: blocked-by-policy"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(r#""error":"blocked-by-policy""#),
+        "{answer}"
+    );
+    assert!(answer.contains(r#""host":"evil.test""#), "{answer}");
+    assert_eq!(
+        h.connects.load(Ordering::SeqCst),
+        0,
+        "nothing went upstream"
+    );
+    assert!(peers.try_recv().is_err(), "the upstream heard nothing");
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["decision"], "deny");
+    assert_eq!(lines[0]["reason"], "blocked-by-policy");
+    assert_eq!(lines[0]["host"], "evil.test");
+}
+
+/// The refusal's leaf is minted only for the name that was judged: a ClientHello naming a
+/// denied host gets no certificate for any other name.
+#[tokio::test]
+async fn the_refusal_never_mints_a_leaf_for_another_name() {
+    let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
+    let config = trusting_client(&h);
+    *h.orig_dst.0.lock().unwrap() = dst(ALLOWED_IP, 443);
+    let s = TcpStream::connect(h.transparent).await.unwrap();
+    // The SNI is judged (evil.test is denied): the connection carries no TLS for a name
+    // the client did not send; an IP-only hello (no SNI) gets nothing either.
+    let r = tokio_rustls::TlsConnector::from(config)
+        .connect(
+            rustls::pki_types::ServerName::try_from("198.51.100.10").unwrap(),
+            s,
+        )
+        .await;
+    assert!(r.is_err(), "no leaf without a judged name");
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0);
+    let lines = h.finish().await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["decision"], "deny");
 }
