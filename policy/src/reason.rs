@@ -75,11 +75,15 @@ pub enum Reason {
     /// A credential of a known format (a secret detector's match) on its way to a host
     /// that is not its provider's.
     ForeignSecret,
+    /// A DNS name under a wildcard allow whose labels below the wildcard zone look like an
+    /// encoded payload, or whose zone has carried more query-name bytes this session than
+    /// the budget: data leaving through the resolver.
+    DnsExfilSuspect,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -107,6 +111,7 @@ impl Reason {
         Reason::AuditUnavailable,
         Reason::EchRefused,
         Reason::ForeignSecret,
+        Reason::DnsExfilSuspect,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -139,6 +144,7 @@ impl Reason {
             Reason::CredentialMethodRefused => "credential-method-refused",
             Reason::AuditUnavailable => "audit-unavailable",
             Reason::EchRefused => "ech-refused",
+            Reason::DnsExfilSuspect => "dns-exfil-suspect",
             Reason::ForeignSecret => "foreign-secret",
         }
     }
@@ -253,6 +259,11 @@ impl Reason {
                  names the detector); it may only go to that service's hosts. Remove it from \
                  the request."
             }
+            Reason::DnsExfilSuspect => {
+                "The name's labels under a wildcard-allowed zone look like encoded data (long, \
+                 random-looking labels, or more name bytes to the zone than the session's \
+                 budget); resolve ordinary names, or ask the operator to list this exact name."
+            }
         }
     }
 
@@ -344,6 +355,7 @@ mod tests {
             (Reason::AuditUnavailable, "audit-unavailable"),
             (Reason::EchRefused, "ech-refused"),
             (Reason::ForeignSecret, "foreign-secret"),
+            (Reason::DnsExfilSuspect, "dns-exfil-suspect"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

@@ -22,6 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use airlock_policy::host::Host;
 use airlock_policy::reason::Reason;
+pub mod exfil;
+
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::EdnsOption;
 use hickory_proto::rr::rdata::{A, AAAA};
@@ -102,6 +104,17 @@ pub fn plan(
     if let (Verdict::Deny, Some(reason)) = (verdict, reason) {
         return (Plan::Refuse(reason), Verdict::Deny, rule, Some(reason));
     }
+    // Under a wildcard allow the agent chooses the labels: an encoded payload never leaves.
+    let (verdict, reason) = match exfil::wildcard_zone(policy, &target.host) {
+        Some(zone) if exfil::looks_encoded(exfil::below(&ascii, &zone)) => {
+            if !matches!(policy.sandbox.mode, airlock_policy::Mode::Report) {
+                let r = Reason::DnsExfilSuspect;
+                return (Plan::Refuse(r), Verdict::Deny, rule, Some(r));
+            }
+            (Verdict::Report, Some(Reason::DnsExfilSuspect))
+        }
+        _ => (verdict, reason),
+    };
     let plan = match q.query_type() {
         RecordType::A => Plan::Resolve { target, v6: false },
         RecordType::AAAA => Plan::Resolve { target, v6: true },
@@ -200,6 +213,30 @@ pub fn formerr_raw(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The zone budget ([`exfil::Budget`]) on a name about to be resolved under a wildcard
+/// allow: past it, a new name is refused (reported in report mode).
+fn budgeted(
+    shared: &Shared,
+    msg: &Message,
+    planned: (Plan, Verdict, Option<String>, Option<Reason>),
+) -> (Plan, Verdict, Option<String>, Option<Reason>) {
+    let (Plan::Resolve { target, .. }, Some(q)) = (&planned.0, msg.queries().first()) else {
+        return planned;
+    };
+    let Some(zone) = exfil::wildcard_zone(&shared.policy, &target.host) else {
+        return planned;
+    };
+    let ascii = q.name().to_ascii();
+    if shared.dns_budget.admit(&zone, exfil::below(&ascii, &zone)) {
+        return planned;
+    }
+    let r = Reason::DnsExfilSuspect;
+    if matches!(shared.policy.sandbox.mode, airlock_policy::Mode::Report) {
+        return (planned.0, Verdict::Report, planned.2, Some(r));
+    }
+    (Plan::Refuse(r), Verdict::Deny, planned.2, Some(r))
+}
+
 /// Handles one DNS message; returns the answer to send, if any. Audits exactly once.
 pub(crate) async fn handle(
     shared: &Shared,
@@ -237,7 +274,7 @@ pub(crate) async fn handle(
                 .collect(),
         );
     }
-    let (plan, verdict, rule, reason) = plan(&shared.policy, &msg);
+    let (plan, verdict, rule, reason) = budgeted(shared, &msg, plan(&shared.policy, &msg));
     let resolved = matches!(plan, Plan::Resolve { .. });
     rec.decision = verdict;
     rec.rule = rule;

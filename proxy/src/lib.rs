@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     pub interception: Arc<intercept::Interception>,
     /// Idle upstream connections for the next client connection to the same target.
     pub pool: pool::Pool<intercept::Live>,
+    /// Query-name bytes carried below each wildcard-allowed zone (`dns::exfil`).
+    pub dns_budget: dns::exfil::Budget,
 }
 
 /// Everything a proxy instance needs.
@@ -174,6 +176,7 @@ impl Proxy {
             identity: self.identity,
             interception: self.interception,
             pool: pool::Pool::default(),
+            dns_budget: dns::exfil::Budget::default(),
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,

@@ -211,3 +211,76 @@ async fn a_udp_flood_past_the_in_flight_cap_is_dropped_but_every_query_is_audite
             .all(|l| l["reason"] == "too-many-connections" && l["decision"] == "deny")
     );
 }
+
+/// The agent spells data into the labels under a wildcard-allowed zone (`*.allowed.test`):
+/// an encoded label is refused before any lookup, and once the zone has carried its budget
+/// of distinct names, new names are refused too; the zone's ordinary names, exact names
+/// and names already answered keep working.
+#[tokio::test]
+async fn data_spelled_into_names_under_a_wildcard_never_leaves() {
+    let mut h = Harness::start(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("cdn-eu-1.allowed.test", &[ALLOWED_IP]),
+        ],
+        &[],
+    )
+    .await;
+    for payload in [
+        "aGVsbG8gd29ybGQgdGhpcyBpcyBleGZpbHRyYXRlZCBkYXRhIGluIGEgbGFiZWw",
+        "nbswy3dpeb3w64tmmqqhi2ljomqgs4za",
+        "68656c6c6f20776f726c64207468697320697320.6578666c",
+    ] {
+        let r = udp(
+            &h,
+            &query(&format!("{payload}.allowed.test."), RecordType::A),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.response_code(), ResponseCode::NXDomain, "{payload}");
+        assert_eq!(ede(&r), Some((18, "airlock: dns-exfil-suspect".into())));
+    }
+    assert!(
+        h.lookups.lock().unwrap().is_empty(),
+        "no encoded name reached the resolver"
+    );
+    let r = udp(&h, &query("cdn-eu-1.allowed.test.", RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(r.response_code(), ResponseCode::NoError);
+    // Distinct ordinary-looking names until the zone's budget is spent.
+    let name = |n: usize| format!("name-{n:05}-{}.allowed.test.", "z".repeat(50));
+    let mut n = 0;
+    let refused = loop {
+        let r = udp(&h, &query(&name(n), RecordType::A)).await.unwrap();
+        if r.response_code() == ResponseCode::NXDomain {
+            break r;
+        }
+        n += 1;
+        assert!(n < 1000, "the budget never ran out");
+    };
+    assert!(n > 200, "the budget held {n} names");
+    assert_eq!(
+        ede(&refused),
+        Some((18, "airlock: dns-exfil-suspect".into()))
+    );
+    // What was answered still is; the exact name is never affected.
+    let again = udp(&h, &query("cdn-eu-1.allowed.test.", RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(again.response_code(), ResponseCode::NoError);
+    let exact = udp(&h, &query("allowed.test.", RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(exact.response_code(), ResponseCode::NoError);
+    let lines = h.finish().await;
+    let suspect = lines
+        .iter()
+        .filter(|l| l["reason"] == "dns-exfil-suspect" && l["decision"] == "deny")
+        .count();
+    assert_eq!(
+        suspect, 4,
+        "three encoded names and the one past the budget"
+    );
+}
