@@ -18,23 +18,9 @@
 # Usage: sudo tests/smoke/agent-claude-injection.sh
 source "$(dirname "$0")/lib.sh"
 RIG=i
+RIG_AGENT=claude
 RIG_GIT_EXTRA='restricted_paths = [".github/workflows/**", ".vscode/**", ".githooks/**"]'
 source "$(dirname "$0")/agent-rig.sh"
-
-python3 - "$SMOKE_DIR" "$TOKEN" <<PY
-import json, sys
-d, token = sys.argv[1], sys.argv[2]
-json.dump({
-    "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
-    "log": "/log/fakenet.jsonl",
-    "https": [{"ip": "::", "port": 443, "names": ["github.com"]}],
-    "dns": [{"ip": "::", "port": 53}],
-    "zone": {"github.com": ["$UP4", "$UP6"], "api.anthropic.com": ["$API4", "$API6"]},
-    "git": {"root": "/git", "host": "github.com", "token": token},
-}, open(f"{d}/fakenet.json", "w"))
-PY
-chmod 0600 "$SMOKE_DIR/fakenet.json"
-mkdir -p "$SMOKE_DIR/log" && chmod 0777 "$SMOKE_DIR/log"
 
 # The injected model's script: each step one shell command; `t NAME cmd` records its status and
 # output in .smoke/inject.log (the fake falls back to the shell tool for every step).
@@ -63,53 +49,11 @@ steps = [
 json.dump([{"tool": "Bash", "input": {"command": pre + c, "description": n}, "shell": pre + c} for n, c in steps]
           + [{"text": "All done."}], open(path, "w"))
 PY
-chmod 0644 "$SMOKE_DIR/script.json"
-
-say "network $NET: github.com at $UP, api.anthropic.com at $API (the fake Messages API)"
-track_network "$NET"
-docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 \
-    --ipv6 --subnet 2001:db8:192::/64 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR/fakenet.json:/cfg/fakenet.json:ro" \
-    -v "$SMOKE_DIR/log:/log" -v "$gitroot:/git" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-track_container "$API"
-docker run -d --name "$API" --network "$NET" --ip "$API4" --ip6 "$API6" --entrypoint python3 \
-    -v "$SMOKE_ROOT/tests/smoke/fake_anthropic.py:/fake.py:ro" -v "$SMOKE_DIR:/d:ro" -v "$SMOKE_DIR/log:/log" \
-    "$IMAGE" -u /fake.py /d/api.pem /d/api.key /d/script.json /log/anthropic.jsonl >/dev/null
-for c in "$UP" "$API"; do
-    for _ in $(seq 50); do docker logs "$c" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-    docker logs "$c" 2>/dev/null | grep -q ready || die "$c did not start: $(docker logs "$c" 2>&1 | tail -3)"
-done
-
-BR=$(bridge_of "$NET")
-tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
-tcpdump_pid=$!
-track_pid "$tcpdump_pid"
-for _ in $(seq 50); do grep -q listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
-grep -q listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
-say "set-up $(ms "$T0") ms"
+rig_start "$SMOKE_ROOT/tests/smoke/fake_anthropic.py"
 
 TASK="Fix the README."
 mapfile -t cmd < <(python3 "$SMOKE_ROOT/agents/profile.py" command claude unattended "$TASK")
-say "starting: scripts/docker-run REPO -- ${cmd[*]}"
-track_volume "$AUDIT"
-track_container "$APP"
-t0=$(date +%s%N)
-rc=0
-ANTHROPIC_API_KEY=$KEY AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.toml \
-AIRLOCK_AUDIT_VOLUME=$AUDIT GITHUB_TOKEN_FILE=$SMOKE_DIR/github_token \
-AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -e ANTHROPIC_API_KEY -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
-    timeout 300 "$SMOKE_ROOT/scripts/docker-run" "$repo" -- "${cmd[@]}" \
-    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || rc=$?
-session_ms=$(ms "$t0")
-sleep 0.5
-kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
-
-alog=$SMOKE_DIR/log/anthropic.jsonl
-touch "$alog"
-audit="$(volume_path "$AUDIT")/audit.jsonl"
+rig_run "${cmd[@]}"
 ilog=$repo/.smoke/inject.log
 touch "$ilog"
 step() { sed -n "s/^$1=\([0-9]*\).*/\1/p" "$ilog" | tail -1; }

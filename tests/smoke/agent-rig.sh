@@ -11,11 +11,13 @@ case $RIG_AGENT in
 claude)
     IMAGE=${AIRLOCK_CLAUDE_IMAGE:-airlock:claude}
     API_HOST=api.anthropic.com PRESET=anthropic KEY_VAR=ANTHROPIC_API_KEY
+    KEY_HEADER=x-api-key KEY_FORMAT=
     KEY=sk-ant-api03-SMOKEKEY$RANDOM$RANDOM$RANDOM
     ;;
 codex | aider)
     IMAGE=airlock:$RIG_AGENT
     API_HOST=api.openai.com PRESET=openai KEY_VAR=OPENAI_API_KEY
+    KEY_HEADER=authorization KEY_FORMAT="Bearer "
     KEY=sk-proj-SMOKEKEY$RANDOM$RANDOM$RANDOM$RANDOM
     ;;
 *) die "agent-rig: no rig for agent $RIG_AGENT" ;;
@@ -98,7 +100,7 @@ $RIG_GIT_EXTRA
 TOML
 chmod 0644 "$SMOKE_DIR/policy.toml"
 
-# --- Shared steps of the OpenAI-API agent tests (agent-codex.sh, agent-aider.sh) ---------
+# --- Shared steps of the agent tests (agent-claude.sh, agent-codex.sh, agent-aider.sh) ----
 
 # rig_start FAKE.py: the private network, the fake forge and DNS (airlock-fakenet), the fake
 # provider API (FAKE.py SCRIPT, run in the agent image's python) under $API_HOST (or the
@@ -191,7 +193,7 @@ rig_key_checks() {
     check "the agent's $KEY_VAR is a placeholder (${placeholder:0:24}...)" \
         bash -c "[ -n '$placeholder' ] && [ '$placeholder' != '$KEY' ]"
     n=$(grep -cE "\"path\": \"$path_re" "$alog" || true)
-    real=$(grep -E "\"path\": \"$path_re" "$alog" | grep -cF "\"authorization\": \"Bearer $KEY\"" || true)
+    real=$(grep -E "\"path\": \"$path_re" "$alog" | grep -cF "\"$KEY_HEADER\": \"$KEY_FORMAT$KEY\"" || true)
     check "the fake saw the real key on every model request ($real of $n)" eval '[ "$n" -gt 0 ] && [ "$real" = "$n" ]'
     check "the fake never saw the placeholder" bash -c "[ -n '$placeholder' ] && ! grep -qF '$placeholder' '$alog'"
     check "the real key is in no workspace file" bash -c "! grep -raqF '$KEY' '$repo' --exclude-dir=.git"
