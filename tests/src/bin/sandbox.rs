@@ -52,7 +52,7 @@ fn run() -> Result<i32> {
         bail!("cannot set ping_group_range in the sandbox namespace");
     }
     eprintln!(
-        "airlock-sandbox: fake internet up (allowed.test, blocked.test, resolver 203.0.113.53); CA for curl: {}",
+        "airlock-sandbox: fake internet up (allowed.test, blocked.test, resolver 203.0.113.53); upstream CA: {}",
         world.ca_pem_path().display()
     );
     let mut cmd = world.sandbox_command(&workspace_binary("airlock-entrypoint")?);
@@ -64,8 +64,9 @@ fn run() -> Result<i32> {
         .arg(dir.join("run"))
         .arg("--workdir")
         .arg(&work)
-        .env("CURL_CA_BUNDLE", world.ca_pem_path())
-        .env("AIRLOCK_PASS_ENV", "CURL_CA_BUNDLE");
+        // The fake internet's CA as an extra upstream root: the proxy verifies it (the
+        // entrypoint refuses AIRLOCK_PASS_ENV of a CA variable it sets itself).
+        .env("AIRLOCK_UPSTREAM_CA", world.ca_pem_path());
     if !command.is_empty() {
         cmd.arg("--").args(&command);
     }
