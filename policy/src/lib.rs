@@ -178,9 +178,9 @@ pub use l7::{
 };
 pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_RULE_NAME_LEN, MAX_SANDBOX_NAME_LEN};
 pub use model::{
-    Credential, CredentialFormat, CredentialSource, DEFAULT_PROTECTED_BRANCHES,
-    DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy, HostDecision, Mode, Network,
-    Policy, SANDBOX_PLACEHOLDER, Sandbox,
+    Credential, CredentialFormat, CredentialSource, DEFAULT_DNS_NAME_BUDGET,
+    DEFAULT_PROTECTED_BRANCHES, DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy,
+    HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox,
 };
 pub use reason::Reason;
 pub use rule::{HostPattern, HostRule, RuleError};

@@ -81,6 +81,7 @@ struct RawNetwork {
     deny: Vec<Spanned<String>>,
     #[serde(default)]
     passthrough: Vec<Spanned<String>>,
+    dns_name_budget: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -190,6 +191,7 @@ impl Policy {
             allow: v.rules(&raw.network.allow, "network.allow", true)?,
             deny: v.rules(&raw.network.deny, "network.deny", true)?,
             passthrough: v.rules(&raw.network.passthrough, "network.passthrough", false)?,
+            dns_name_budget: v.dns_name_budget(raw.network.dns_name_budget.as_ref())?,
         };
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
         let git = v.git(raw.git, &sandbox.name)?;
@@ -216,6 +218,28 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// `network.dns_name_budget`: bytes, 0 to [`MAX_DNS_NAME_BUDGET`].
+    fn dns_name_budget(&self, raw: Option<&Spanned<i64>>) -> Result<Option<u32>, PolicyError> {
+        let Some(v) = raw else {
+            return Ok(None);
+        };
+        u32::try_from(*v.get_ref())
+            .ok()
+            .filter(|b| *b <= crate::model::MAX_DNS_NAME_BUDGET)
+            .map(Some)
+            .ok_or_else(|| {
+                self.fail(
+                    v.span(),
+                    "network.dns_name_budget",
+                    &format!(
+                        "{} is not a byte count from 0 to {}",
+                        v.get_ref(),
+                        crate::model::MAX_DNS_NAME_BUDGET
+                    ),
+                )
+            })
+    }
+
     fn fail(&self, span: Range<usize>, key: &str, reason: &str) -> PolicyError {
         self.src.validate_error(span, &format!("{key}: {reason}"))
     }
@@ -782,6 +806,22 @@ mod tests {
         assert_eq!(p.git.protected_branches, ["main", "master", "release/*"]);
         assert_eq!(p.git.restricted_paths, [".github/workflows/**"]);
         assert!(!p.git.allow_tags);
+    }
+
+    #[test]
+    fn dns_name_budget_is_a_bounded_byte_count() {
+        assert_eq!(parse(MINIMAL).unwrap().network.dns_name_budget(), 16 * 1024);
+        let p = parse("[sandbox]\nname = \"demo\"\n[network]\ndns_name_budget = 0\n").unwrap();
+        assert_eq!(p.network.dns_name_budget(), 0);
+        for bad in ["-1", "1048577", "\"big\""] {
+            let text = format!("[sandbox]\nname = \"demo\"\n[network]\ndns_name_budget = {bad}\n");
+            let needle = if bad.starts_with('"') {
+                "invalid type"
+            } else {
+                "dns_name_budget"
+            };
+            refused(&text, 4, needle);
+        }
     }
 
     #[test]

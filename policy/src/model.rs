@@ -73,6 +73,22 @@ pub struct Network {
     /// Hosts never intercepted (rules without ports): tunnelled untouched even when a
     /// credential or an L7 rule would otherwise apply. Not an allow: `allow` still decides.
     pub passthrough: Vec<HostRule>,
+    /// Bytes of distinct query names the agent may resolve below one wildcard-allowed zone
+    /// per session (`dns_name_budget`); `None`: [`DEFAULT_DNS_NAME_BUDGET`].
+    pub dns_name_budget: Option<u32>,
+}
+
+/// The default `network.dns_name_budget`: 16 KiB of distinct names below each `*.` zone.
+pub const DEFAULT_DNS_NAME_BUDGET: u32 = 16 * 1024;
+/// The largest `network.dns_name_budget` a policy may set (1 MiB).
+pub const MAX_DNS_NAME_BUDGET: u32 = 1 << 20;
+
+impl Network {
+    /// The DNS name budget in force.
+    #[must_use]
+    pub fn dns_name_budget(&self) -> usize {
+        self.dns_name_budget.unwrap_or(DEFAULT_DNS_NAME_BUDGET) as usize
+    }
 }
 
 /// `[[credentials]]`: one real secret, bound to hosts and one header.

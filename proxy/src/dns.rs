@@ -227,7 +227,11 @@ fn budgeted(
         return planned;
     };
     let ascii = q.name().to_ascii();
-    if shared.dns_budget.admit(&zone, exfil::below(&ascii, &zone)) {
+    let budget = shared.policy.network.dns_name_budget();
+    if shared
+        .dns_budget
+        .admit(&zone, exfil::below(&ascii, &zone), budget)
+    {
         return planned;
     }
     let r = Reason::DnsExfilSuspect;

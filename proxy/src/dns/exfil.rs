@@ -8,9 +8,9 @@
 //!   [`MAX_PAYLOAD`] bytes in all, or one hyphen-free run of at least [`RUN`] characters
 //!   that is all hex, or that mixes digits or letter case the way base32/base64 do (names
 //!   people choose are words joined by hyphens: `github-production-release-asset-2e65be`).
-//! - **Budget**: distinct names below one zone may carry [`ZONE_BUDGET`] bytes per proxy
-//!   lifetime (the sandbox's session); past it, new names under that zone are refused and
-//!   names already answered still resolve.
+//! - **Budget**: distinct names below one zone may carry `network.dns_name_budget` bytes
+//!   (default 16 KiB) per proxy lifetime (the sandbox's session); past it, new names under
+//!   that zone are refused and names already answered still resolve.
 //!
 //! Both refuse with `dns-exfil-suspect`. A legitimate name that trips them is listed
 //! exactly in the policy by the operator.
@@ -26,8 +26,6 @@ use airlock_policy::rule::HostPattern;
 pub const MAX_PAYLOAD: usize = 100;
 /// A hyphen-free run this long that looks encoded marks a payload.
 pub const RUN: usize = 20;
-/// Bytes of distinct names below one zone per session.
-pub const ZONE_BUDGET: usize = 16 * 1024;
 
 /// The widest wildcard zone `host` is allowed under, when no exact allow rule names it.
 #[must_use]
@@ -84,8 +82,8 @@ struct Zone {
 }
 
 impl Budget {
-    /// Counts `prefix` under `zone`; `false` when a new name would pass the budget.
-    pub fn admit(&self, zone: &Host, prefix: &str) -> bool {
+    /// Counts `prefix` under `zone`; `false` when a new name would pass `budget` bytes.
+    pub fn admit(&self, zone: &Host, prefix: &str, budget: usize) -> bool {
         let Ok(mut zones) = self.zones.lock() else {
             return false;
         };
@@ -94,7 +92,7 @@ impl Budget {
         if z.names.contains(&prefix) {
             return true;
         }
-        if z.bytes + prefix.len() > ZONE_BUDGET {
+        if z.bytes + prefix.len() > budget {
             return false;
         }
         z.bytes += prefix.len();
@@ -150,6 +148,7 @@ mod tests {
 
     #[test]
     fn the_budget_counts_distinct_names_per_zone() {
+        const ZONE_BUDGET: usize = 16 * 1024;
         let b = Budget::default();
         let zone = Host::parse("evil.test").unwrap();
         let other = Host::parse("other.test").unwrap();
@@ -157,7 +156,7 @@ mod tests {
         let (mut n, mut bytes) = (0, 0);
         loop {
             let name = format!("{label}{n}");
-            if !b.admit(&zone, &name) {
+            if !b.admit(&zone, &name, ZONE_BUDGET) {
                 // Refused exactly when this new name would pass the budget.
                 assert!(bytes + name.len() > ZONE_BUDGET, "{n} {bytes}");
                 break;
@@ -167,8 +166,10 @@ mod tests {
         }
         assert!(bytes <= ZONE_BUDGET && n > 200, "{n} {bytes}");
         // Names already answered still resolve; another zone has its own budget.
-        assert!(b.admit(&zone, &format!("{label}0")));
-        assert!(b.admit(&zone, &format!("{}0", label.to_uppercase())));
-        assert!(b.admit(&other, "x"));
+        assert!(b.admit(&zone, &format!("{label}0"), ZONE_BUDGET));
+        assert!(b.admit(&zone, &format!("{}0", label.to_uppercase()), ZONE_BUDGET));
+        assert!(b.admit(&other, "x", ZONE_BUDGET));
+        // A budget of 0: no new name under a wildcard zone resolves.
+        assert!(!b.admit(&other, "y", 0));
     }
 }
