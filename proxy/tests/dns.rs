@@ -284,3 +284,33 @@ async fn data_spelled_into_names_under_a_wildcard_never_leaves() {
         "three encoded names and the one past the budget"
     );
 }
+
+/// Report mode (for writing a policy) lets an encoded name through and says so: the answer
+/// is the lookup's, the audit line carries `dns-exfil-suspect` as what enforce would do.
+#[tokio::test]
+async fn report_mode_logs_a_suspect_name_it_lets_through() {
+    let name = "nbswy3dpeb3w64tmmqqhi2ljomqgs4za.allowed.test";
+    let mut h = Harness::start("report", &[(name, &[ALLOWED_IP])], &[]).await;
+    let payload = format!("{name}.");
+    let r = udp(&h, &query(&payload, RecordType::A)).await.unwrap();
+    assert_eq!(
+        r.response_code(),
+        ResponseCode::NoError,
+        "not refused in report mode"
+    );
+    assert_eq!(
+        h.lookups.lock().unwrap().len(),
+        1,
+        "looked up, as enforce would not"
+    );
+    let lines = h.finish().await;
+    let suspect: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "dns-exfil-suspect")
+        .collect();
+    assert!(!suspect.is_empty(), "{lines:?}");
+    assert!(
+        suspect.iter().all(|l| l["decision"] == "report"),
+        "{lines:?}"
+    );
+}

@@ -4,11 +4,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
 use rustls::pki_types::ServerName;
-use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -56,18 +53,7 @@ async fn the_service_port_serves_only_git_smart_http_of_authorized_repositories(
         .await
         .unwrap();
     assert!(read_head(&mut s).await.starts_with("HTTP/1.1 200"));
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let mut tls = tokio_rustls::TlsConnector::from(h.trusting_client())
         .connect(ServerName::try_from("allowed.test").unwrap(), s)
         .await
         .expect("the leaf verifies against the appliance CA");

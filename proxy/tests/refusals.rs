@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::*;
 use rustls::pki_types::ServerName;
-use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -250,19 +249,7 @@ async fn broken_heads_inside_intercepted_tls_get_the_uniform_denial() {
         &[route(ALLOWED_IP, 443, up)],
     )
     .await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let config = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth(),
-    );
+    let config = h.trusting_client();
     let attacks = attacks();
     // The service port always intercepts: the head is judged inside the TLS.
     for (name, bytes, status, reason) in &attacks {

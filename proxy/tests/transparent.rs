@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use airlock_proxy::sniff::test_client_hello;
 use common::*;
-use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -425,22 +424,6 @@ async fn an_encrypted_client_hello_never_leaves_through_a_tunnel() {
     );
 }
 
-/// A TLS client trusting the appliance CA, as every client in the sandbox does.
-fn trusting_client(h: &Harness) -> std::sync::Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_slice(h.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    std::sync::Arc::new(config)
-}
-
 /// The agent's TLS client (trusting the appliance CA, as every client in the sandbox does)
 /// reaches a denied host through the redirect: it reads a real `403` with the reason and the
 /// hint from inside TLS, instead of a reset it would take for a broken network; nothing is
@@ -454,7 +437,7 @@ async fn a_denied_https_destination_answers_a_readable_403_inside_tls() {
         &[route(ALLOWED_IP, 443, echo)],
     )
     .await;
-    let config = trusting_client(&h);
+    let config = h.trusting_client();
     *h.orig_dst.0.lock().unwrap() = dst(ALLOWED_IP, 443);
     let s = TcpStream::connect(h.transparent).await.unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(config)
@@ -498,7 +481,7 @@ async fn a_denied_https_destination_answers_a_readable_403_inside_tls() {
 #[tokio::test]
 async fn the_refusal_never_mints_a_leaf_for_another_name() {
     let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
-    let config = trusting_client(&h);
+    let config = h.trusting_client();
     *h.orig_dst.0.lock().unwrap() = dst(ALLOWED_IP, 443);
     let s = TcpStream::connect(h.transparent).await.unwrap();
     // The SNI is judged (evil.test is denied): the connection carries no TLS for a name

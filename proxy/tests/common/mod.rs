@@ -225,6 +225,23 @@ impl Harness {
     /// the `open` lines written before anything went upstream are checked, not returned.
     /// Every `open` line must come before a final line of the same request, and every
     /// final line of an allowed request must have one.
+    /// A TLS client trusting the appliance CA, as every client in the sandbox does.
+    pub fn trusting_client(&self) -> Arc<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Arc::new(config)
+    }
+
     pub async fn finish(&mut self) -> Vec<Value> {
         let all = self.finish_all().await;
         check_open_lines(&all);
