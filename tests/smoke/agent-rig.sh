@@ -171,6 +171,14 @@ rig_run() {
     say "the agent (status $rc, $session_ms ms): $(tr '\n' ' ' <"$SMOKE_DIR/agent.out" | cut -c1-300)"
 }
 
+# rig_task_checks: the scripted task of the claude and codex tests was done: hello.py as the
+# model wrote it, the agent ran it, its shell step (commit and push) finished.
+rig_task_checks() {
+    check "hello.py as the model wrote it" [ "$(cat "$repo/hello.py" 2>/dev/null)" = 'print("hello from the agent")' ]
+    check "the agent ran it ($(cat "$repo/.smoke/run.out" 2>/dev/null))" [ "$(cat "$repo/.smoke/run.out" 2>/dev/null)" = "hello from the agent" ]
+    check "the shell step finished ($(cat "$repo/.smoke/bash.status" 2>/dev/null))" [ "$(cat "$repo/.smoke/bash.status" 2>/dev/null)" = status=0 ]
+}
+
 # rig_git_checks FILE CONTENT SUBJECT: the commit SUBJECT with FILE = CONTENT in the hidden
 # .git on the sandbox branch, pushed to the fake GitHub; main untouched.
 rig_git_checks() {
