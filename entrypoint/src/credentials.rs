@@ -40,6 +40,7 @@ pub fn resolve(
             session: session.to_owned(),
             credentials: Vec::new(),
             git_placeholder: None,
+            workspace_secrets: Vec::new(),
         },
         agent_vars: Vec::new(),
         secret_env_names: Vec::new(),

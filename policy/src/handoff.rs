@@ -26,6 +26,11 @@ pub struct Handoff {
     /// credential on read operations of authorized repositories only. `None` without git.
     #[serde(default)]
     pub git_placeholder: Option<String>,
+    /// Exact needles from the workspace's obvious secret files (`.env*`, `*.pem`, ...),
+    /// read by the entrypoint at start: the proxy refuses each value on its way to any host
+    /// (`foreign-secret`, detector `workspace:<file>`), or redacts it on an LLM API host.
+    #[serde(default)]
+    pub workspace_secrets: Vec<WorkspaceSecret>,
 }
 
 /// One credential of the policy with its real value and the agent's placeholder.
@@ -38,6 +43,23 @@ pub struct ResolvedCredential {
     pub value: Secret,
     /// What the agent holds instead (same variable name, worthless elsewhere).
     pub placeholder: String,
+}
+
+/// A value found in one of the workspace's secret files (never printed: [`Secret`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSecret {
+    /// The file, relative to the workspace (`.env`, `deploy/id.pem`).
+    pub file: String,
+    /// What the value is called there (`DB_PASSWORD`, `private key`): names, never values,
+    /// are reported.
+    pub name: String,
+    /// The built-in detector that recognised the value, if one did: it may then go to that
+    /// detector's provider hosts. `None`: to no host.
+    #[serde(default)]
+    pub detector: Option<String>,
+    /// The value itself, matched exactly.
+    pub value: Secret,
 }
 
 /// A real secret: never printed.
@@ -83,9 +105,16 @@ mod tests {
                 placeholder: placeholder("anthropic", "00ff"),
             }],
             git_placeholder: None,
+            workspace_secrets: vec![WorkspaceSecret {
+                file: ".env".into(),
+                name: "DB_PASSWORD".into(),
+                detector: None,
+                value: Secret::new("hunter2-correct-horse".into()),
+            }],
         };
         let shown = format!("{h:?}");
         assert!(!shown.contains("sk-ant-real") && shown.contains("REDACTED"));
+        assert!(!shown.contains("hunter2") && shown.contains("DB_PASSWORD"));
         assert_eq!(h.credentials[0].value.expose(), "sk-ant-real");
     }
 
@@ -96,6 +125,7 @@ mod tests {
             session: "s".into(),
             credentials: vec![],
             git_placeholder: Some("airlock-git.s.00".into()),
+            workspace_secrets: vec![],
         };
         let json = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<Handoff>(&json).unwrap(), h);

@@ -566,6 +566,7 @@ repositories = ["github.com/o/r"]
                 },
             ],
             git_placeholder: Some("airlock-git.s.01".into()),
+            workspace_secrets: Vec::new(),
         };
         Credentials::from_handoff(h, &policy).unwrap()
     }
@@ -798,6 +799,7 @@ repositories = ["github.com/o/r"]
             session: "s".into(),
             credentials: vec![],
             git_placeholder: None,
+            workspace_secrets: Vec::new(),
         };
         assert!(Credentials::from_handoff(h, &policy).is_err());
         let dir = tempfile::tempdir().unwrap();

@@ -159,6 +159,7 @@ impl Harness {
                     )
                     .collect(),
                 git_placeholder: None,
+                workspace_secrets: Vec::new(),
             };
             airlock_proxy::credentials::Credentials::from_handoff(handoff, &policy).unwrap()
         };
