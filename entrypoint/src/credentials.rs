@@ -41,6 +41,7 @@ pub fn resolve(
             credentials: Vec::new(),
             git_placeholder: None,
             workspace_secrets: Vec::new(),
+            missing: Vec::new(),
         },
         agent_vars: Vec::new(),
         secret_env_names: Vec::new(),

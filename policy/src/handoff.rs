@@ -7,6 +7,12 @@
 //! restarted proxy gets the same secrets without PID 1 holding them and without any argv or
 //! environment carrying them. The real values never reach the agent: it only ever sees the
 //! placeholders, which are worthless anywhere but through this proxy.
+//!
+//! A credential the operator did not configure (its environment variable unset or empty,
+//! its secret file absent) is handed over in [`Handoff::missing`] instead: no value, the
+//! agent's placeholder, and the fix in the operator's terms. The sandbox starts without it
+//! and the proxy refuses what it would have authenticated (`credential-missing`, naming it
+//! and the fix).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -15,7 +21,7 @@ use std::fmt;
 pub const HANDOFF_VERSION: u32 = 1;
 
 /// What the proxy receives.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Handoff {
     pub version: u32,
@@ -31,6 +37,24 @@ pub struct Handoff {
     /// (`foreign-secret`, detector `workspace:<file>`), or redacts it on an LLM API host.
     #[serde(default)]
     pub workspace_secrets: Vec<WorkspaceSecret>,
+    /// The policy's credentials that were not configured at this start: every credential
+    /// of the policy is in exactly one of `credentials` and `missing`.
+    #[serde(default)]
+    pub missing: Vec<MissingCredential>,
+}
+
+/// A credential of the policy that was not configured at start (no value).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MissingCredential {
+    /// The policy's credential name.
+    pub name: String,
+    /// What the agent holds all the same (its CLI starts; the value is worthless).
+    pub placeholder: String,
+    /// How the operator provides it, in the terms they start the sandbox with (one
+    /// sentence, e.g. "set ANTHROPIC_API_KEY for scripts/docker-run ..."): the refusal
+    /// of every request it would have authenticated says it.
+    pub fix: String,
 }
 
 /// One credential of the policy with its real value and the agent's placeholder.
@@ -111,6 +135,7 @@ mod tests {
                 detector: None,
                 value: Secret::new("hunter2-correct-horse".into()),
             }],
+            missing: vec![],
         };
         let shown = format!("{h:?}");
         assert!(!shown.contains("sk-ant-real") && shown.contains("REDACTED"));
@@ -126,9 +151,18 @@ mod tests {
             credentials: vec![],
             git_placeholder: Some("airlock-git.s.00".into()),
             workspace_secrets: vec![],
+            missing: vec![MissingCredential {
+                name: "github".into(),
+                placeholder: placeholder("github", "00"),
+                fix: "set GITHUB_TOKEN_FILE".into(),
+            }],
         };
         let json = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<Handoff>(&json).unwrap(), h);
+        // A hand-off written without the field reads as "nothing missing".
+        let old: Handoff =
+            serde_json::from_str(r#"{"version":1,"session":"s","credentials":[]}"#).unwrap();
+        assert!(old.missing.is_empty());
         assert!(
             serde_json::from_str::<Handoff>(
                 r#"{"version":1,"session":"s","credentials":[],"x":1}"#

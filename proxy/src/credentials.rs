@@ -567,6 +567,7 @@ repositories = ["github.com/o/r"]
             ],
             git_placeholder: Some("airlock-git.s.01".into()),
             workspace_secrets: Vec::new(),
+            missing: vec![],
         };
         Credentials::from_handoff(h, &policy).unwrap()
     }
@@ -800,6 +801,7 @@ repositories = ["github.com/o/r"]
             credentials: vec![],
             git_placeholder: None,
             workspace_secrets: Vec::new(),
+            missing: vec![],
         };
         assert!(Credentials::from_handoff(h, &policy).is_err());
         let dir = tempfile::tempdir().unwrap();

@@ -160,6 +160,7 @@ impl Harness {
                     .collect(),
                 git_placeholder: None,
                 workspace_secrets: Vec::new(),
+                missing: vec![],
             };
             airlock_proxy::credentials::Credentials::from_handoff(handoff, &policy).unwrap()
         };
