@@ -154,6 +154,7 @@
 
 pub mod address;
 mod decide;
+pub mod detect;
 mod error;
 mod git;
 pub mod github;

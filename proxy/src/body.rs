@@ -133,7 +133,7 @@ pub enum Cut {
     Credential(String),
     /// A secret of a known format going to a host that is not its provider's (the
     /// detector's name).
-    Secret(&'static str),
+    Secret(std::borrow::Cow<'static, str>),
 }
 
 impl Cut {

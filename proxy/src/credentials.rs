@@ -29,7 +29,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use airlock_policy::github_api;
-use airlock_policy::handoff::{HANDOFF_VERSION, Handoff};
+use airlock_policy::handoff::{HANDOFF_VERSION, Handoff, WorkspaceSecret};
 use airlock_policy::{CredentialFormat, Host, HostRule, Policy};
 use base64::Engine as _;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -121,6 +121,8 @@ pub struct Credentials {
     /// received credential `i` may hold that one's own values, never another's).
     leak_except: Vec<Option<Needles>>,
     scrub: Option<Needles>,
+    /// The workspace's secret values (the detectors' exact needles, `detect`).
+    workspace: Vec<WorkspaceSecret>,
 }
 
 /// What [`Credentials::apply`] injected.
@@ -294,7 +296,14 @@ impl Credentials {
             leak: Needles::new(needles),
             leak_except,
             scrub: Needles::new(scrub),
+            workspace: h.workspace_secrets,
         })
+    }
+
+    /// The values found in the workspace's secret files at start.
+    #[must_use]
+    pub fn workspace_secrets(&self) -> &[WorkspaceSecret] {
+        &self.workspace
     }
 
     /// Whether there is anything to look for at all.

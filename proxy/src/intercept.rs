@@ -144,9 +144,9 @@ impl Interception {
         Ok(Self {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
-            credentials,
-            detectors: Detectors::builtin()
+            detectors: Detectors::with_workspace(credentials.workspace_secrets())
                 .map_err(|e| InterceptionError::Config(e.to_string()))?,
+            credentials,
         })
     }
 
@@ -1262,7 +1262,7 @@ impl SecretScan {
         if self.redact {
             let _ = detect::redact(detectors, &mut window, &self.host);
         } else if let Some(d) = detectors.foreign(&window, &self.host) {
-            return Err(Cut::Secret(d.name));
+            return Err(Cut::Secret(d.name.clone()));
         }
         let keep = if last {
             0

@@ -1,0 +1,441 @@
+//! Well-known credential formats, each bound to its provider's hosts (the only places it
+//! may legitimately go), and the rule for which values become exact needles.
+//!
+//! [`Formats::builtin`] is a versioned set ([`BUILTIN_VERSION`]) written from the
+//! providers' documented formats. All patterns run as one [`RegexSet`] (the `regex` crate:
+//! linear time, no backtracking); a hit is then located by its own pattern and checked
+//! against the allowlist of documented example values (AWS's documentation key, ...).
+//!
+//! Two readers: the proxy (`airlock_proxy::detect`) searches every inspected request with
+//! them, and the entrypoint classifies the values it finds in the workspace's secret files
+//! with them (which detector a value is, and so where it may go). Both go through here so
+//! they agree.
+//!
+//! **Exact needles** ([`needle_refusal`]): a value from the workspace becomes a needle only
+//! if it is at least [`MIN_NEEDLE`] bytes long, is not one of [`COMMON_VALUES`] (compared
+//! without case), is not a reference to something else (`${VAR}`, `$VAR`, `<...>`), does
+//! not repeat one character, and is not a documented example. A shorter or common value
+//! would refuse honest requests that merely contain the same word.
+
+use crate::Host;
+use crate::rule::HostRule;
+use regex::bytes::{Regex, RegexSet};
+
+/// Version of the built-in set; bump when a detector is added or changed.
+pub const BUILTIN_VERSION: u32 = 1;
+
+/// One known credential format.
+#[derive(Debug)]
+pub struct Format {
+    /// Stable name (audit `rule`, the 403 body).
+    pub name: &'static str,
+    pattern: Regex,
+    /// Hosts the secret may go to (its provider's); empty: nowhere.
+    providers: Vec<HostRule>,
+}
+
+impl Format {
+    /// Whether `host` is one of the format's provider hosts.
+    #[must_use]
+    pub fn provider(&self, host: &Host) -> bool {
+        self.providers.iter().any(|r| r.matches_host(host))
+    }
+
+    /// The provider host rules (empty: the secret may go nowhere).
+    #[must_use]
+    pub fn providers(&self) -> &[HostRule] {
+        &self.providers
+    }
+}
+
+/// A secret found: which format, and where in the scanned bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Index into [`Formats::get`].
+    pub format: usize,
+    /// Byte range of the secret.
+    pub range: std::ops::Range<usize>,
+}
+
+/// The compiled set.
+#[derive(Debug)]
+pub struct Formats {
+    set: RegexSet,
+    formats: Vec<Format>,
+    /// Documented example values that are never secrets.
+    allowed: Vec<&'static [u8]>,
+}
+
+/// `(name, pattern, provider host rules)`: the built-in formats.
+const BUILTIN: &[(&str, &str, &[&str])] = &[
+    (
+        "github-token",
+        r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b",
+        &["github.com", "api.github.com", "uploads.github.com"],
+    ),
+    (
+        "github-fine-grained-token",
+        r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b",
+        &["github.com", "api.github.com", "uploads.github.com"],
+    ),
+    (
+        // An access key id with a 40-character secret at most 100 bytes after it (as in a
+        // credentials file, an environment dump or a JSON object): the id alone is not a
+        // secret.
+        "aws-access-key",
+        r"(?s)\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b.{0,100}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)",
+        &["amazonaws.com", "*.amazonaws.com"],
+    ),
+    (
+        "aws-secret-key",
+        r#"(?i)aws_?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}\b"#,
+        &["amazonaws.com", "*.amazonaws.com"],
+    ),
+    (
+        "private-key",
+        r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY(?: BLOCK)?-----",
+        &[],
+    ),
+    (
+        "gcp-service-account",
+        r#""private_key_id"\s*:\s*"[a-f0-9]{40}""#,
+        &["googleapis.com", "*.googleapis.com"],
+    ),
+    (
+        "slack-token",
+        r"\bxox[baprs]-[A-Za-z0-9]{10,}-[A-Za-z0-9-]{10,}",
+        &["slack.com", "*.slack.com"],
+    ),
+    (
+        "stripe-live-key",
+        r"\b(?:sk|rk)_live_[A-Za-z0-9]{24,}\b",
+        &["api.stripe.com"],
+    ),
+    (
+        // Project, service-account and admin keys carry "OpenAI" in base64 (T3BlbkFJ).
+        "openai-key",
+        r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{16,}T3BlbkFJ[A-Za-z0-9_-]{16,}",
+        &["api.openai.com"],
+    ),
+    (
+        "anthropic-key",
+        r"\bsk-ant-(?:api|admin|oat)\d{2}-[A-Za-z0-9_-]{80,}",
+        &["api.anthropic.com"],
+    ),
+    (
+        "npm-token",
+        r"\bnpm_[A-Za-z0-9]{36}\b",
+        &["registry.npmjs.org"],
+    ),
+    (
+        // A PyPI API token is a macaroon whose location is "pypi.org".
+        "pypi-token",
+        r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
+        &["upload.pypi.org", "pypi.org", "test.pypi.org"],
+    ),
+];
+
+/// Example values the providers publish in their documentation.
+const DOCUMENTED_EXAMPLES: &[&[u8]] = &[
+    b"AKIAIOSFODNN7EXAMPLE",
+    b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+];
+
+/// Setting up the detectors failed (a built-in pattern or host rule that does not compile:
+/// a bug, caught by the unit tests).
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    /// A pattern did not compile.
+    #[error("secret detector {name}: {detail}")]
+    Compile { name: String, detail: String },
+}
+
+impl Formats {
+    /// The built-in set.
+    ///
+    /// # Errors
+    /// [`DetectError::Compile`].
+    pub fn builtin() -> Result<Self, DetectError> {
+        let err = |name: &str, detail: String| DetectError::Compile {
+            name: name.to_owned(),
+            detail,
+        };
+        // ASCII-only classes and word boundaries (`(?-u)`): every format is ASCII, and the
+        // Unicode tables would cost resident memory for nothing.
+        let ascii = |p: &str| format!("(?-u){p}");
+        let mut formats = Vec::new();
+        for (name, pattern, hosts) in BUILTIN {
+            let regex = Regex::new(&ascii(pattern)).map_err(|e| err(name, e.to_string()))?;
+            let providers = hosts
+                .iter()
+                .map(|h| HostRule::parse(h).map_err(|e| err(name, e.to_string())))
+                .collect::<Result<Vec<_>, _>>()?;
+            formats.push(Format {
+                name,
+                pattern: regex,
+                providers,
+            });
+        }
+        let set = RegexSet::new(BUILTIN.iter().map(|(_, p, _)| ascii(p)))
+            .map_err(|e| err("set", e.to_string()))?;
+        Ok(Self {
+            set,
+            formats,
+            allowed: DOCUMENTED_EXAMPLES.to_vec(),
+        })
+    }
+
+    /// The format at `i`.
+    #[must_use]
+    pub fn get(&self, i: usize) -> &Format {
+        &self.formats[i]
+    }
+
+    /// Every format, in order (a [`Hit::format`] indexes this).
+    #[must_use]
+    pub fn all(&self) -> &[Format] {
+        &self.formats
+    }
+
+    /// The format named `name`.
+    #[must_use]
+    pub fn named(&self, name: &str) -> Option<&Format> {
+        self.formats.iter().find(|f| f.name == name)
+    }
+
+    /// Every secret in `bytes` (documented examples excluded), in format order.
+    #[must_use]
+    pub fn find(&self, bytes: &[u8]) -> Vec<Hit> {
+        let matched = self.set.matches(bytes);
+        if !matched.matched_any() {
+            return Vec::new();
+        }
+        let mut hits = Vec::new();
+        for i in matched.iter() {
+            for m in self.formats[i].pattern.find_iter(bytes) {
+                if !self.is_example(m.as_bytes()) {
+                    hits.push(Hit {
+                        format: i,
+                        range: m.range(),
+                    });
+                }
+            }
+        }
+        hits
+    }
+
+    /// Whether `bytes` holds one of the documented example values.
+    #[must_use]
+    pub fn is_example(&self, bytes: &[u8]) -> bool {
+        self.allowed
+            .iter()
+            .any(|ex| bytes.windows(ex.len()).any(|w| w == *ex))
+    }
+}
+
+/// The shortest value that becomes an exact needle, in bytes.
+pub const MIN_NEEDLE: usize = 8;
+
+/// Values that are never needles, whatever their name (compared without case): settings,
+/// not secrets, and words an honest request carries all the time.
+pub const COMMON_VALUES: &[&str] = &[
+    "true",
+    "false",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "null",
+    "none",
+    "undefined",
+    "localhost",
+    "127.0.0.1",
+    "0.0.0.0",
+    "changeme",
+    "change-me",
+    "changeit",
+    "password",
+    "passw0rd",
+    "secret",
+    "example",
+    "12345678",
+    "123456789",
+    "development",
+    "production",
+    "staging",
+    "disabled",
+    "enabled",
+    "required",
+    "optional",
+    "your-api-key",
+    "your_api_key",
+    "your-secret",
+    "your_secret",
+    "placeholder",
+];
+
+/// Why `value` may not be an exact needle (`None`: it may). See the module docs.
+#[must_use]
+pub fn needle_refusal(value: &str) -> Option<&'static str> {
+    let v = value.trim();
+    if v.len() < MIN_NEEDLE {
+        return Some("shorter than 8 bytes");
+    }
+    if COMMON_VALUES.iter().any(|c| c.eq_ignore_ascii_case(v)) {
+        return Some("a common value");
+    }
+    let reference = (v.starts_with("${") && v.ends_with('}'))
+        || (v.starts_with('$') && v[1..].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        || (v.starts_with('<') && v.ends_with('>'));
+    if reference {
+        return Some("a reference, not a value");
+    }
+    let first = v.as_bytes()[0];
+    if v.bytes().all(|b| b == first) {
+        return Some("one repeated character");
+    }
+    if DOCUMENTED_EXAMPLES
+        .iter()
+        .any(|ex| v.as_bytes().windows(ex.len()).any(|w| w == *ex))
+    {
+        return Some("a documented example value");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> Formats {
+        Formats::builtin().unwrap()
+    }
+
+    fn names(f: &Formats, text: &str) -> Vec<&'static str> {
+        f.find(text.as_bytes())
+            .iter()
+            .map(|h| f.get(h.format).name)
+            .collect()
+    }
+
+    /// Each detector against a true example (built from the documented format, not a real
+    /// key) and a false one that a naive pattern would take.
+    #[test]
+    fn every_detector_has_a_true_and_a_false_example() {
+        let d = set();
+        let gh = format!("ghp_{}", "a1B2".repeat(9));
+        let fine = format!("github_pat_{}_{}", "A1".repeat(11), "b2".repeat(29) + "c");
+        let aws = "aws_access_key_id = AKIA2Z3Y4X5W6V7U2T3S\naws_secret_access_key = abcdEFGH1234ijklMNOP5678qrstUVWX9012yzAB\n";
+        let openai = format!("sk-proj-{}T3BlbkFJ{}", "x".repeat(20), "y".repeat(20));
+        let anthropic = format!("sk-ant-api03-{}", "Z".repeat(90));
+        let pypi = format!("pypi-AgEIcHlwaS5vcmc{}", "q".repeat(60));
+        let cases: [(&str, String, String); 11] = [
+            ("github-token", gh.clone(), format!("ghp_{}", "short")),
+            (
+                "github-fine-grained-token",
+                fine,
+                "github_pat_tooshort".into(),
+            ),
+            (
+                "aws-access-key",
+                aws.into(),
+                "AKIA2Z3Y4X5W6V7U2T3S alone".into(),
+            ),
+            (
+                "aws-secret-key",
+                "AWS_SECRET_ACCESS_KEY=abcdEFGH1234ijklMNOP5678qrstUVWX9012yzAB".into(),
+                "aws_secret_access_key = ${SECRET}".into(),
+            ),
+            (
+                "private-key",
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn...".into(),
+                "-----BEGIN PUBLIC KEY-----".into(),
+            ),
+            (
+                "gcp-service-account",
+                format!("{{\"private_key_id\": \"{}\"}}", "0f".repeat(20)),
+                "{\"private_key_id\": \"\"}".into(),
+            ),
+            (
+                "slack-token",
+                "xoxb-1234567890-abcdefghijkl".into(),
+                "xoxq-1234567890-abcdefghijkl".into(),
+            ),
+            (
+                "stripe-live-key",
+                format!("sk_live_{}", "4eC39HqLyjWDarjtT1zdp7dc"),
+                format!("sk_test_{}", "4eC39HqLyjWDarjtT1zdp7dc"),
+            ),
+            (
+                "openai-key",
+                openai,
+                "sk-proj-no-marker-in-this-one-at-all".into(),
+            ),
+            (
+                "anthropic-key",
+                anthropic,
+                "sk-ant-REALSECRET-5d1b7e".into(),
+            ),
+            ("pypi-token", pypi, "pypi-AgEIcHlwaS5vcmcshort".into()),
+        ];
+        for (name, yes, no) in cases {
+            let found = names(&d, &yes);
+            assert!(found.contains(&name), "{name} missed {yes:?}: {found:?}");
+            assert!(!names(&d, &no).contains(&name), "{name} fired on {no:?}");
+        }
+        let npm = format!("//registry.npmjs.org/:_authToken=npm_{}", "k".repeat(36));
+        assert_eq!(names(&d, &npm), ["npm-token"]);
+        assert!(d.named("npm-token").is_some() && d.named("nope").is_none());
+    }
+
+    #[test]
+    fn a_format_names_its_providers() {
+        let d = set();
+        let gh = d.named("github-token").unwrap();
+        assert!(gh.provider(&Host::parse("api.github.com").unwrap()));
+        assert!(!gh.provider(&Host::parse("allowed.test").unwrap()));
+        assert!(
+            d.named("private-key").unwrap().providers().is_empty(),
+            "a private key goes nowhere"
+        );
+    }
+
+    #[test]
+    fn documented_example_values_are_never_secrets() {
+        let d = set();
+        let docs = "aws_access_key_id=AKIAIOSFODNN7EXAMPLE\naws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n";
+        assert!(
+            d.find(docs.as_bytes()).is_empty(),
+            "{:?}",
+            d.find(docs.as_bytes())
+        );
+        assert!(d.is_example(b"AKIAIOSFODNN7EXAMPLE"));
+    }
+
+    /// The needle rule: long enough, not a common value, a reference, one repeated
+    /// character or a documented example.
+    #[test]
+    fn short_and_common_values_are_not_needles() {
+        for (v, why) in [
+            ("hunter2", "shorter than 8 bytes"),
+            ("  abc  ", "shorter than 8 bytes"),
+            ("LOCALHOST", "a common value"),
+            ("changeme", "a common value"),
+            ("${DB_PASSWORD}", "a reference, not a value"),
+            ("$DB_PASSWORD", "a reference, not a value"),
+            ("<your password here>", "a reference, not a value"),
+            ("xxxxxxxxxxxx", "one repeated character"),
+            ("AKIAIOSFODNN7EXAMPLE", "a documented example value"),
+        ] {
+            assert_eq!(needle_refusal(v), Some(why), "{v:?}");
+        }
+        for v in [
+            "hunter2-correct-horse",
+            "s3cr3t/p@ss+word!",
+            "AKIA2Z3Y4X5W6V7U2T3S",
+            "$ecretValue-9",
+        ] {
+            assert_eq!(needle_refusal(v), None, "{v:?}");
+        }
+    }
+}
