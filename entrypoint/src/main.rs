@@ -33,6 +33,7 @@ mod spawn;
 mod status;
 mod supervise;
 mod trust;
+mod workspace_secrets;
 
 use crate::agent_env::AgentEnvInput;
 use crate::config::Cli;
@@ -332,6 +333,7 @@ fn start(cli: Cli) -> Result<i32> {
         },
     ));
     let state_dir = cli.run_dir.join(ch::PROXY_STATE_SUBDIR);
+    creds.handoff.workspace_secrets = workspace_secrets::at_start(&cli.workdir, &cli.run_dir);
     credentials::write_handoff(&state_dir, &creds.handoff, &users.proxy)?;
     drop(creds);
     let upstream_ca = trust::install_proxy_files(

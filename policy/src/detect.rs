@@ -285,7 +285,10 @@ pub fn needle_refusal(value: &str) -> Option<&'static str> {
         return Some("a common value");
     }
     let reference = (v.starts_with("${") && v.ends_with('}'))
-        || (v.starts_with('$') && v[1..].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        || (v.starts_with('$')
+            && v[1..]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         || (v.starts_with('<') && v.ends_with('>'));
     if reference {
         return Some("a reference, not a value");

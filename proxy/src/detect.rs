@@ -34,6 +34,7 @@ pub use airlock_policy::detect::{BUILTIN_VERSION, DetectError};
 /// The longest needle, in bytes: below the streamed hold-back (`intercept::SECRET_HOLD`),
 /// so a needle split across chunks is always seen whole.
 pub const MAX_NEEDLE: usize = 512;
+const _: () = assert!(MAX_NEEDLE < 1024, "below intercept::SECRET_HOLD");
 
 /// Prefix of the detectors of the workspace's values (`workspace:.env`).
 pub const WORKSPACE_PREFIX: &str = "workspace:";
@@ -222,7 +223,11 @@ fn forms(value: &[u8]) -> Vec<Vec<u8>> {
         percent(&unreserved, true, false),
         percent(&|b| unreserved(b) || b"!'()*".contains(&b), false, false),
         percent(&|b| unreserved(b) || b == b'/', false, false),
-        percent(&|b| b.is_ascii_alphanumeric() || b"*-._".contains(&b), false, true),
+        percent(
+            &|b| b.is_ascii_alphanumeric() || b"*-._".contains(&b),
+            false,
+            true,
+        ),
         json,
     ] {
         form.truncate(MAX_NEEDLE);
@@ -355,9 +360,15 @@ mod tests {
             }
         }
         let token = format!("t={gh}");
-        assert!(d.foreign(token.as_bytes(), &host("api.github.com")).is_none());
+        assert!(
+            d.foreign(token.as_bytes(), &host("api.github.com"))
+                .is_none()
+        );
         assert!(d.foreign(token.as_bytes(), &host("allowed.test")).is_some());
-        assert!(d.find(b"a short word").is_empty(), "short values are no needles");
+        assert!(
+            d.find(b"a short word").is_empty(),
+            "short values are no needles"
+        );
         let mut body = b"x hunter2-correct-horse y".to_vec();
         assert_eq!(
             redact(&d, &mut body, &host("api.anthropic.com")),
@@ -372,9 +383,11 @@ mod tests {
         let d = Detectors::with_workspace(&[ws(".env", None, &long)]).unwrap();
         assert!(d.workspace_needles() >= 2);
         let encoded = long.replace('/', "%2F");
-        assert!(d.foreign(encoded.as_bytes(), &host("allowed.test")).is_some());
+        assert!(
+            d.foreign(encoded.as_bytes(), &host("allowed.test"))
+                .is_some()
+        );
         assert!(d.foreign(long.as_bytes(), &host("allowed.test")).is_some());
         assert!(forms(long.as_bytes()).iter().all(|f| f.len() <= MAX_NEEDLE));
-        assert!(MAX_NEEDLE < 1024, "intercept::SECRET_HOLD");
     }
 }
