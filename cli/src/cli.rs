@@ -59,8 +59,9 @@ Examples:
   airlock list --json | jq -r '.[] | select(.state == \"missing\") | .name'
 
 JSON: an array of objects with the fields name, repository, branch, base, agent, image,
-image_digest, policy_hash, container_id, created, last_seen, ttl_seconds, state, sessions
-(times are Unix seconds; state is one of created, running, stopped, missing, destroyed).")]
+image_digest, policy_hash, container_id, created, last_seen, ttl_seconds, state, oneshot,
+sessions (times are Unix seconds; state is one of creating, running, stopped, missing;
+oneshot is true for the sandbox of an `airlock run`).")]
     List(ListArgs),
     /// Show one sandbox: its registry row, its sessions and its engine state.
     #[command(after_help = "\
@@ -107,9 +108,18 @@ Examples:
     /// with the sandbox's hooks and config ignored.
     #[command(after_help = "Examples:\n  airlock fetch fix-login && git log sandbox/fix-login")]
     Fetch(NameArg),
-    /// Remove expired stopped sandboxes (never one holding unfetched commits) and forget
-    /// rows whose container and checkout are gone.
-    #[command(after_help = "Examples:\n  airlock gc\n  airlock gc --dry-run --json")]
+    /// Remove expired stopped sandboxes (never one holding unfetched commits), finish the
+    /// sandboxes of killed `airlock run`s (branch fetched back first), and remove what a
+    /// killed `new` left.
+    #[command(after_help = "\
+Examples:
+  airlock gc
+  airlock gc --dry-run --json
+
+A sandbox a live `new` or `run` is working on is left alone. A killed `run`'s sandbox is
+finished once its container has stopped or gone: its branch fetched back, then removed, or
+kept (saying why) when that would lose work. `run` and `new` do the same on their way.
+JSON: {removed, kept}, arrays of {name, reason}.")]
     Gc(GcArgs),
     /// Keep secrets on this machine (0600 files under the XDG config directory) for
     /// `--secret NAME`; a sandbox gets each as a read-only file /run/secrets/<NAME>.
@@ -207,6 +217,9 @@ pub struct NewArgs {
     /// Print the new sandbox as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where the container goes and how its image is found.
+    #[command(flatten)]
+    pub place: PlaceArgs,
     /// The agent command (default: the image's, a shell).
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -235,9 +248,32 @@ pub struct RunArgs {
     /// Seconds a kept (stopped) sandbox stays before `gc` may remove it.
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     pub ttl: i64,
+    /// Where the container goes and how its image is found.
+    #[command(flatten)]
+    pub place: PlaceArgs,
     /// The command (default: the agent's, or the image's shell).
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// The options of `new` and `run` that place the container and find its image.
+#[derive(Debug, Args)]
+pub struct PlaceArgs {
+    /// An engine network to join instead of the default bridge (`docker network ls`).
+    #[arg(long, value_name = "NETWORK")]
+    pub network: Option<String>,
+    /// A DNS server the engine's resolver forwards to (repeatable), as `docker run --dns`.
+    #[arg(long = "dns", value_name = "IP")]
+    pub dns: Vec<String>,
+    /// A PEM file of extra CA certificates the proxy trusts for upstream servers (a
+    /// corporate TLS-inspecting CA, or a test CA), mounted read-only and named by
+    /// AIRLOCK_UPSTREAM_CA; only the proxy trusts it.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Build the image first (`airlock build`) when the engine does not have it, instead of
+    /// failing with exit 6. `scripts/airlock` sets it.
+    #[arg(long, env = "AIRLOCK_BUILD_MISSING", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub build_missing: bool,
 }
 
 /// `list`.
@@ -343,7 +379,7 @@ pub struct GcArgs {
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Machine-readable output: {removed, kept, forgotten} arrays of {name, reason}.
+    /// Machine-readable output: {removed, kept} arrays of {name, reason}.
     #[arg(long)]
     pub json: bool,
 }

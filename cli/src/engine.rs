@@ -15,13 +15,16 @@ use thiserror::Error;
 
 mod io;
 mod probe;
-pub use io::{Attached, DETACH_KEYS, Link, SESSION};
+pub use io::{Attached, DETACH_KEYS, Ended, Link, SESSION};
 pub use probe::Facts;
 
 /// The label every container the CLI creates carries: its sandbox name.
 pub const LABEL_SANDBOX: &str = "dev.airlock.sandbox";
 /// The label naming the registry (data directory) that owns the container.
 pub const LABEL_DATA: &str = "dev.airlock.data";
+/// The label of a `run`'s one-shot container (`true`): its branch is fetched back and the
+/// sandbox removed when its session ends, by `run` or, if `run` was killed, by `gc`.
+pub const LABEL_ONESHOT: &str = "dev.airlock.oneshot";
 
 /// What the entrypoint logs once the agent runs (`session ... ready in N ms`).
 const READY: &str = " ready in ";

@@ -11,13 +11,15 @@
 //!
 //! Modules: [`flags`] (the one definition of the run flags and its renderings), [`names`]
 //! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
-//! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes).
+//! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes), [`lock`] (a live
+//! `new` or `run`'s hold on its sandbox name).
 
 pub mod checkout;
 pub mod cli;
 pub mod engine;
 pub mod exit;
 pub mod flags;
+pub mod lock;
 pub mod names;
 pub mod paths;
 pub mod registry;

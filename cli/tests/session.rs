@@ -69,8 +69,9 @@ fn strs(v: &[String]) -> Vec<&str> {
 fn run_is_one_session_whose_branch_comes_back_and_leaves_nothing() {
     let w = World::new("run");
     let n = w.name("one");
-    let script = "git config user.name agent; git config user.email a@x; echo two > b; \
-                  git add b; git commit -qm from-run; echo OUT-$(id -u); exit 7";
+    // No identity configured in the sandbox: the operator's (the repository's o <o@x>) is
+    // the default.
+    let script = "echo two > b; git add b; git commit -qm from-run; echo OUT-$(id -u); exit 7";
     let o = w.run(&strs(&run_args(&w, &n, script)));
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(7), "the agent's status: {err}");
@@ -79,8 +80,14 @@ fn run_is_one_session_whose_branch_comes_back_and_leaves_nothing() {
         "the agent's output, as the agent: {out}"
     );
     assert!(err.contains(&format!("sandbox/{n} is at")), "{err}");
-    let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{n}"));
-    assert_eq!(subject, "from-run", "the branch is kept in the repository");
+    let subject = sh(
+        &w.repo(),
+        &format!("git log -1 --format=%s/%an/%ae sandbox/{n}"),
+    );
+    assert_eq!(
+        subject, "from-run/o/o@x",
+        "the branch is kept in the repository"
+    );
     assert!(w.list().is_empty(), "no registry row left");
     assert!(
         !w.data().join("sandboxes").join(&n).exists(),
@@ -237,4 +244,179 @@ fn bad_input_to_run_and_the_new_commands_gets_one_line_and_leaves_nothing() {
     one_line(&["run", r], None, 1, "move it aside");
     let after = std::fs::read_dir(w.data().join("sandboxes")).map_or(0, |d| d.count());
     assert_eq!(after, 0, "no checkout left");
+}
+
+#[test]
+fn the_readme_command_scripts_airlock_gives_one_line_on_bad_input() {
+    let w = World::new("sbad");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/airlock");
+    let one_line = |args: &[&str], env: Option<(&str, &str)>, code: i32, what: &str| {
+        let mut c = Command::new(&script);
+        c.args(args)
+            .env("AIRLOCK_BIN", env!("CARGO_BIN_EXE_airlock"))
+            .env("AIRLOCK_DATA_DIR", w.data())
+            .env("AIRLOCK_CONFIG_DIR", w.config());
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let o = c.stdin(Stdio::null()).output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    };
+    let plain = w.dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    // Checked before any image is built (the script asks `run` to build a missing one).
+    one_line(
+        &["run", plain.to_str().unwrap()],
+        None,
+        2,
+        "is not a git checkout",
+    );
+    one_line(
+        &["run", w.repo().to_str().unwrap()],
+        Some(("DOCKER_HOST", "unix:///nonexistent.sock")),
+        5,
+        "start Docker",
+    );
+    one_line(
+        &["run"],
+        Some(("AIRLOCK_BIN", "/nonexistent/airlock")),
+        1,
+        "not an executable",
+    );
+    assert!(w.list().is_empty());
+}
+
+/// `airlock run` in the background, its output discarded (it is killed part-way).
+fn spawn_run(w: &World, name: &str, script: &str) -> std::process::Child {
+    w.cmd(&strs(&run_args(w, name, script)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn gc_json(w: &World) -> serde_json::Value {
+    serde_json::from_str(&w.ok(&["gc", "--json"])).unwrap()
+}
+
+fn names_in(v: &serde_json::Value, list: &str) -> Vec<String> {
+    v[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn gone(w: &World, name: &str) -> bool {
+    let c = Command::new("docker")
+        .args(["inspect", &format!("airlock-{name}")])
+        .output()
+        .unwrap();
+    !c.status.success()
+        && !w.data().join("sandboxes").join(name).exists()
+        && w.list().iter().all(|r| r["name"] != name)
+}
+
+#[test]
+fn a_killed_run_is_finished_by_gc_its_branch_fetched_back_never_lost() {
+    let w = World::new("kill");
+    let commit = |file: &str, then: &str| {
+        format!(
+            "git config user.name agent; git config user.email a@x; echo {file} > {file}; \
+             git add {file}; git commit -qm {file}; echo COMMITTED; {then}"
+        )
+    };
+
+    // SIGKILLed while the agent works: gc leaves the sandbox alone while its container runs,
+    // and once it has stopped fetches the branch back and removes everything.
+    let a = w.name("a");
+    let mut run = spawn_run(&w, &a, &commit("from-a", "exec sleep 600"));
+    w.wait_log(&a, "COMMITTED");
+    // While `run` lives, its sandbox is not gc's, whatever its state.
+    let gc = gc_json(&w);
+    assert!(
+        !names_in(&gc, "removed").contains(&a) && !names_in(&gc, "kept").contains(&a),
+        "{gc}"
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let gc = gc_json(&w);
+    assert_eq!(names_in(&gc, "kept"), [a.as_str()], "still running: {gc}");
+    assert_eq!(w.row(&a)["oneshot"], true);
+    sh(
+        &w.repo(),
+        &format!("docker stop -t 1 airlock-{a} >/dev/null"),
+    );
+    let gc = gc_json(&w);
+    assert_eq!(names_in(&gc, "removed"), [a.as_str()], "{gc}");
+    assert!(
+        gc["removed"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("fetched back"),
+        "{gc}"
+    );
+    let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{a}"));
+    assert_eq!(subject, "from-a", "the commit came back");
+    assert!(gone(&w, &a), "nothing left of {a}");
+
+    // Killed, then its container removed by hand: the next `run` finishes it on its way
+    // (the opportunistic gc): the commits are in its git dir, not in the container.
+    let b = w.name("b");
+    let mut run = spawn_run(&w, &b, &commit("from-b", "exec sleep 600"));
+    w.wait_log(&b, "COMMITTED");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    sh(&w.repo(), &format!("docker rm -f airlock-{b} >/dev/null"));
+    let o = w.run(&strs(&run_args(&w, &w.name("c"), "true")));
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "gc: removed {b}: an interrupted `run` (its container is gone)"
+        )),
+        "{err}"
+    );
+    let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{b}"));
+    assert_eq!(subject, "from-b");
+    assert!(gone(&w, &b));
+
+    // Work the agent did not commit is never removed: kept once, then an ordinary sandbox.
+    let u = w.name("u");
+    let mut run = spawn_run(&w, &u, "echo draft > notes.txt; echo WROTE; exec sleep 600");
+    w.wait_log(&u, "WROTE");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    sh(
+        &w.repo(),
+        &format!("docker stop -t 1 airlock-{u} >/dev/null"),
+    );
+    let gc = gc_json(&w);
+    assert_eq!(names_in(&gc, "kept"), [u.as_str()], "{gc}");
+    assert!(
+        gc["kept"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("did not commit"),
+        "{gc}"
+    );
+    let row = w.row(&u);
+    assert_eq!(
+        (row["state"].as_str(), row["oneshot"].as_bool()),
+        (Some("stopped"), Some(false))
+    );
+    let kept = w.data().join("sandboxes").join(&u).join("work/notes.txt");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "draft\n");
+    let gc = gc_json(&w);
+    assert!(
+        names_in(&gc, "kept").is_empty() && names_in(&gc, "removed").is_empty(),
+        "{gc}"
+    );
+    w.ok(&["destroy", &u, "--force"]);
+    assert!(w.list().is_empty());
 }

@@ -25,6 +25,8 @@ tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
 tests/smoke/git.sh
+# The same wire check for a sandbox the airlock CLI starts (issue 18).
+tests/smoke/cli-wire.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
 tests/friction/run.sh
 tests/smoke/limits.sh

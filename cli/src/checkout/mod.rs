@@ -167,6 +167,37 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
     })
 }
 
+/// The operator's git identity as git sees it in their repository (`user.name` and
+/// `user.email`: the repository's config, then the user's), the agent's default commit
+/// identity; under sudo the invoking user's (their HOME), as `scripts/docker-run` reads it.
+pub fn identity(top: &Path) -> (Option<String>, Option<String>) {
+    let home = sudo_home();
+    let get = |key: &str| {
+        let mut c = git();
+        c.arg("-c")
+            .arg(format!("safe.directory={}", top.display()))
+            .arg("-C")
+            .arg(top)
+            .args(["config", "--get", key]);
+        if let Some(h) = &home {
+            c.env("HOME", h);
+        }
+        c.output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| text(&o))
+            .filter(|v| !v.is_empty())
+    };
+    (get("user.name"), get("user.email"))
+}
+
+fn sudo_home() -> Option<PathBuf> {
+    let user = std::env::var("SUDO_USER")
+        .ok()
+        .filter(|u| !u.is_empty() && u != "root")?;
+    Some(nix::unistd::User::from_name(&user).ok()??.dir)
+}
+
 /// The paths of one sandbox's checkout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkout {

@@ -36,6 +36,42 @@ fn source(explicit: Option<&Path>) -> Result<PathBuf> {
     .into())
 }
 
+/// `--build-missing`: the engine lacks `image`, so build it as `airlock build` would (the
+/// agent's image when `image` is `airlock:<agent>`, else the base image under that tag). The
+/// scripts' output goes to stderr: stdout belongs to the agent.
+pub fn missing(ctx: &super::Ctx, image: &str, agent: &str) -> Result<()> {
+    let explicit = std::env::var_os("AIRLOCK_SOURCE").map(PathBuf::from);
+    let src = source(explicit.as_deref())?;
+    eprintln!(
+        "airlock: the image {image} is missing: building it from {} (the first build takes a few minutes)",
+        src.display()
+    );
+    let mut cmd = if agent != "shell" && image == format!("airlock:{agent}") {
+        let mut c = Command::new(src.join("scripts/build-agent-image"));
+        c.arg(agent).env("AIRLOCK_IMAGE", &ctx.image);
+        c
+    } else {
+        let mut c = Command::new(src.join("scripts/build-image"));
+        c.arg(image);
+        c
+    };
+    cmd.current_dir(&src).stdout(std::io::stderr());
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run the build scripts in {}", src.display()))?;
+    if !status.success() {
+        return Err(Failure::new(
+            Code::ImageMissing,
+            format!(
+                "the image {image} is missing and building it failed (exit {}): see the lines above, fix, then `airlock build`",
+                status.code().unwrap_or(1)
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 pub fn run(cli: &Cli, a: &BuildArgs) -> Result<i32> {
     let src = source(a.source.as_deref())?;
     let mut cmd = match &a.agent {

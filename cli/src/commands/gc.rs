@@ -1,19 +1,31 @@
 //! `airlock gc`: remove what nobody will come back for, never unfetched work silently.
 //!
-//! - a `creating` row older than [`STALE_CREATING`] seconds (a `new` that was killed) is removed with
-//!   whatever it made;
+//! A sandbox whose name lock ([`airlock_cli::lock`]) is held belongs to a live `new` or
+//! `run` and is left alone. Of the others:
+//!
+//! - a `run`'s one-shot sandbox whose container has stopped or gone (the `run` was killed,
+//!   or detached) is finished as `run` would have: its branch fetched back into the
+//!   operator's repository, then the sandbox removed, or kept, with the reason, when the
+//!   branch cannot be fetched or the work tree holds changes the agent did not commit; one
+//!   still running is kept (`airlock attach`);
+//! - a `creating` row older than [`STALE_CREATING`] seconds (a `new` that was killed) is
+//!   removed with whatever it made;
 //! - a stopped or missing sandbox past its TTL is removed if its branch holds no commit the
 //!   operator's repository lacks, and kept (with the reason) otherwise;
 //! - a container labelled with this data directory, and a sandbox directory, with no row
 //!   are removed (left by a `new` killed part-way: the engine finishes a create whose client
 //!   has gone, so such a container may appear just after a `gc`; the next one removes it).
+//!
+//! `run` and `new` do the same on their way ([`opportunistic`]), but for the `creating` rows
+//! and the rowless leftovers, which only an explicit `gc` takes.
 
-use super::lifecycle::{remove_all, unfetched};
+use super::lifecycle::{Ending, remove_all, unfetched, wind_up};
 use super::view::reconcile;
 use super::{Ctx, now};
 use airlock_cli::checkout::Checkout;
-use airlock_cli::registry::{State, expired};
-use anyhow::Result;
+use airlock_cli::lock::NameLock;
+use airlock_cli::registry::{Sandbox, State, expired};
+use anyhow::{Context, Result};
 use serde::Serialize;
 
 /// How old a `creating` row must be before `gc` takes it for an interrupted `new`
@@ -39,45 +51,59 @@ struct Item {
     reason: String,
 }
 
+/// What one pass looks at.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    dry_run: bool,
+    /// `creating` rows and rowless containers and directories too (explicit `gc` only).
+    leftovers: bool,
+}
+
 pub async fn run(ctx: &Ctx, dry_run: bool, as_json: bool) -> Result<i32> {
+    let out = pass(
+        ctx,
+        Pass {
+            dry_run,
+            leftovers: true,
+        },
+    )
+    .await?;
+    print(&out, dry_run, as_json)?;
+    Ok(0)
+}
+
+/// The `gc` that `run` and `new` do first: killed `run`s finished, expired sandboxes
+/// removed, one stderr line each; a failure is a warning, never the command's.
+pub async fn opportunistic(ctx: &Ctx) {
+    let p = Pass {
+        dry_run: false,
+        leftovers: false,
+    };
+    match pass(ctx, p).await {
+        Ok(out) => {
+            for i in &out.removed {
+                eprintln!("airlock: gc: removed {}: {}", i.name, i.reason);
+            }
+        }
+        Err(e) => eprintln!("airlock: warning: gc: {e:#}"),
+    }
+}
+
+async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
     // Directories first: one made after this listing has its row in the next one.
     let dirs = sandbox_dirs(ctx);
     let mut out = Outcome::default();
-    let t = now();
     for row in ctx.registry.list()? {
-        let row = reconcile(ctx, row).await?;
-        let item = |reason: String| Item {
-            name: row.name.clone(),
-            reason,
+        // A live `new` or `run` holds the name: its sandbox is its own business.
+        let Some(lock) = NameLock::try_take(&ctx.paths.data, &row.name)
+            .with_context(|| format!("cannot lock the name {:?}", row.name))?
+        else {
+            continue;
         };
-        if row.state == State::Creating {
-            if t - row.created >= creating_grace() {
-                out.removed.push(item("an interrupted `new`".into()));
-                if !dry_run {
-                    remove_all(ctx, &row).await?;
-                }
-            }
-            continue;
-        }
-        if !expired(&row, t) {
-            continue;
-        }
-        match unfetched(&row, ctx) {
-            Some(0) => {
-                out.removed.push(item(format!("{} past its TTL", row.state.as_str())));
-                if !dry_run {
-                    remove_all(ctx, &row).await?;
-                }
-            }
-            Some(n) => out.kept.push(item(format!(
-                "past its TTL but holds {n} unfetched commit(s): `airlock fetch {}`",
-                row.name
-            ))),
-            None => out.kept.push(item(format!(
-                "past its TTL but its branch cannot be read: check it, then `airlock destroy {} --force`",
-                row.name
-            ))),
-        }
+        one(ctx, p, row, lock, &mut out).await?;
+    }
+    if !p.leftovers {
+        return Ok(out);
     }
     for (id, name) in ctx
         .engine
@@ -89,7 +115,7 @@ pub async fn run(ctx: &Ctx, dry_run: bool, as_json: bool) -> Result<i32> {
                 name,
                 reason: "a container with no sandbox".into(),
             });
-            if !dry_run {
+            if !p.dry_run {
                 ctx.engine.remove(&id).await?;
             }
         }
@@ -100,7 +126,7 @@ pub async fn run(ctx: &Ctx, dry_run: bool, as_json: bool) -> Result<i32> {
                 name: dir.clone(),
                 reason: "a checkout with no sandbox".into(),
             });
-            if !dry_run {
+            if !p.dry_run {
                 Checkout {
                     dir: ctx.paths.sandbox(&dir),
                 }
@@ -108,8 +134,84 @@ pub async fn run(ctx: &Ctx, dry_run: bool, as_json: bool) -> Result<i32> {
             }
         }
     }
-    print(&out, dry_run, as_json)?;
-    Ok(0)
+    Ok(out)
+}
+
+/// Judge one sandbox whose name lock we hold.
+async fn one(ctx: &Ctx, p: Pass, row: Sandbox, lock: NameLock, out: &mut Outcome) -> Result<()> {
+    let row = reconcile(ctx, row).await?;
+    let item = |reason: String| Item {
+        name: row.name.clone(),
+        reason,
+    };
+    if row.state == State::Creating {
+        if p.leftovers && now() - row.created >= creating_grace() {
+            out.removed.push(item(format!(
+                "an interrupted `{}`",
+                if row.oneshot { "run" } else { "new" }
+            )));
+            if !p.dry_run {
+                remove_all(ctx, &row).await?;
+                lock.remove();
+            }
+        }
+        return Ok(());
+    }
+    if row.oneshot {
+        let how = match row.state {
+            State::Running => {
+                out.kept.push(item(format!(
+                    "a `run` whose session ended without it (killed or detached) while the agent still runs: `airlock attach {}`; once it stops, gc fetches its branch back",
+                    row.name
+                )));
+                return Ok(());
+            }
+            State::Missing => "its container is gone",
+            _ => "its container stopped",
+        };
+        if p.dry_run {
+            out.removed.push(item(format!(
+                "an interrupted `run` ({how}): its branch would be fetched back first"
+            )));
+            return Ok(());
+        }
+        match wind_up(ctx, &row.name).await? {
+            Ending::Removed => {
+                out.removed.push(item(format!(
+                    "an interrupted `run` ({how}): its branch {} is fetched back",
+                    row.branch
+                )));
+                lock.remove();
+            }
+            Ending::Kept(why) => {
+                out.kept
+                    .push(item(format!("an interrupted `run` ({how}): {why}")));
+            }
+        }
+        return Ok(());
+    }
+    if !expired(&row, now()) {
+        return Ok(());
+    }
+    match unfetched(&row, ctx) {
+        Some(0) => {
+            out.removed
+                .push(item(format!("{} past its TTL", row.state.as_str())));
+            if !p.dry_run {
+                remove_all(ctx, &row).await?;
+                lock.remove();
+            }
+        }
+        Some(n) => out.kept.push(item(format!(
+            "past its TTL but holds {n} unfetched commit(s): `airlock fetch {}`",
+            row.name
+        ))),
+        None => out.kept.push(item(format!(
+            "past its TTL but its branch cannot be read: check it, then `airlock destroy {} --force`",
+            row.name
+        ))),
+    }
+    Ok(())
 }
 
 fn sandbox_dirs(ctx: &Ctx) -> Vec<String> {

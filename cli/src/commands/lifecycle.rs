@@ -3,8 +3,9 @@
 use super::view::reconcile;
 use super::{Ctx, now};
 use airlock_cli::checkout;
-use airlock_cli::engine::Link;
+use airlock_cli::engine::{Ended, Link};
 use airlock_cli::exit::{Code, Failure};
+use airlock_cli::lock::NameLock;
 use airlock_cli::registry::{Sandbox, State};
 use anyhow::Result;
 use std::path::Path;
@@ -44,9 +45,11 @@ pub async fn attach(ctx: &Ctx, name: &str) -> Result<i32> {
     if link.tty.is_some() {
         eprintln!("airlock: attached to {name}; detach with ctrl-p ctrl-q\r");
     }
-    ctx.engine.attach(&row.container_id, link).await?;
-    // The output ends when the agent exits (the container stops a moment later) or on a
-    // detach (it keeps running).
+    if ctx.engine.attach(&row.container_id, link).await? == Ended::Detached {
+        return Ok(0);
+    }
+    // The output ended without a detach: the agent exited and the container is stopping
+    // (or the engine dropped the stream: then it is reported as it is, without waiting).
     let waited = tokio::time::timeout(
         Duration::from_secs(3),
         ctx.engine.wait_exit(&row.container_id),
@@ -155,6 +158,64 @@ pub async fn remove_all(ctx: &Ctx, row: &Sandbox) -> Result<()> {
     Ok(())
 }
 
+/// How a one-shot sandbox's session was wound up.
+#[derive(Debug)]
+pub enum Ending {
+    /// Its branch came back and the sandbox is gone.
+    Removed,
+    /// It is kept; why, and what to do.
+    Kept(String),
+}
+
+/// The end of a `run` (or, when the `run` was killed, of `gc`): bring the branch back (the
+/// fetch's lines on stderr), then remove the sandbox unless that would lose something: a
+/// branch that could not be fetched, or changes the agent did not commit. A kept sandbox is
+/// no longer one-shot: from then on it is an ordinary one (`gc` says so once).
+pub async fn wind_up(ctx: &Ctx, name: &str) -> Result<Ending> {
+    let ending = wind_up_inner(ctx, name).await?;
+    if let Ending::Kept(_) = ending {
+        ctx.registry.set_oneshot(name, false)?;
+    }
+    Ok(ending)
+}
+
+async fn wind_up_inner(ctx: &Ctx, name: &str) -> Result<Ending> {
+    let row = reconcile(ctx, ctx.sandbox(name)?).await?;
+    let lines = match fetch_summary(ctx, name) {
+        Ok(lines) => lines,
+        Err(e) => {
+            return Ok(Ending::Kept(format!(
+                "its branch could not be fetched back ({e:#}); `airlock fetch {name}` retries, `airlock destroy {name}` removes it"
+            )));
+        }
+    };
+    for l in lines {
+        eprintln!("airlock: {l}");
+    }
+    let ck = ctx.checkout(name);
+    let then = if row.state == State::Missing {
+        format!(
+            "copy what you need from {}, then `airlock destroy {name} --force`",
+            ck.work_tree().display()
+        )
+    } else {
+        format!("`airlock start {name}` and commit them, or `airlock destroy {name} --force`")
+    };
+    match ck.uncommitted() {
+        Ok(false) => {
+            remove_all(ctx, &row).await?;
+            Ok(Ending::Removed)
+        }
+        Ok(true) => Ok(Ending::Kept(format!(
+            "{} holds changes the agent did not commit; {then}",
+            ck.work_tree().display()
+        ))),
+        Err(e) => Ok(Ending::Kept(format!(
+            "its work tree cannot be checked ({e}); `airlock destroy {name} --force` removes it"
+        ))),
+    }
+}
+
 pub async fn destroy(ctx: &Ctx, name: &str, force: bool) -> Result<i32> {
     let row = ctx.sandbox(name)?;
     if !force {
@@ -175,7 +236,12 @@ pub async fn destroy(ctx: &Ctx, name: &str, force: bool) -> Result<i32> {
             }
         }
     }
+    // The name's lock, when no `new` or `run` holds it, goes with the sandbox.
+    let lock = NameLock::try_take(&ctx.paths.data, name).ok().flatten();
     remove_all(ctx, &row).await?;
+    if let Some(lock) = lock {
+        lock.remove();
+    }
     println!("sandbox {name} destroyed");
     Ok(0)
 }

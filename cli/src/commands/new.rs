@@ -7,11 +7,12 @@
 use super::{Ctx, container_name, now};
 use airlock_cli::checkout::{self, Checkout, Operator};
 use airlock_cli::cli::NewArgs;
-use airlock_cli::engine::{LABEL_DATA, LABEL_SANDBOX};
+use airlock_cli::engine::{EngineError, LABEL_DATA, LABEL_ONESHOT, LABEL_SANDBOX};
 use airlock_cli::flags::{DEFAULT_IMAGE, Layout, RunSpec, Source};
+use airlock_cli::lock::NameLock;
 use airlock_cli::names;
 use airlock_cli::paths::Paths;
-use airlock_cli::registry::{Sandbox, State};
+use airlock_cli::registry::{RegistryError, Sandbox, State};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,22 @@ pub struct Plan {
     pub policy_hash: String,
     pub command: Vec<String>,
     pub tty: bool,
+    /// Made by `run`: one session, then fetched back and removed.
+    pub oneshot: bool,
+    /// Build the image first when it is missing (`--build-missing`).
+    pub build_missing: bool,
+    /// Where the container is placed: its network, resolvers, an extra upstream CA.
+    pub place: Placement,
+}
+
+/// Where a sandbox's container goes, beyond the one definition of the run flags: a network
+/// of the engine, its DNS servers, a CA the proxy trusts for upstreams (`--network`,
+/// `--dns`, `--upstream-ca`).
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    pub network: Option<String>,
+    pub dns: Vec<String>,
+    pub upstream_ca: Option<PathBuf>,
 }
 
 /// The parts of `new` and `run` a [`Plan`] is made from.
@@ -48,6 +65,11 @@ pub struct Wants<'a> {
     pub policy: Option<&'a Path>,
     pub command: &'a [String],
     pub tty: bool,
+    pub oneshot: bool,
+    pub build_missing: bool,
+    pub network: Option<&'a str>,
+    pub dns: &'a [String],
+    pub upstream_ca: Option<&'a Path>,
 }
 
 impl Plan {
@@ -75,6 +97,22 @@ impl Plan {
             }
             None => String::new(),
         };
+        for d in w.dns {
+            if d.parse::<std::net::IpAddr>().is_err() {
+                return Err(airlock_cli::exit::Failure::new(
+                    airlock_cli::exit::Code::Usage,
+                    format!("--dns {d:?} is not an IP address: give the resolver's address (e.g. 192.0.2.53)"),
+                )
+                .into());
+            }
+        }
+        let upstream_ca = w
+            .upstream_ca
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .with_context(|| format!("cannot read the upstream CA {}", p.display()))
+            })
+            .transpose()?;
         Ok(Plan {
             name: w.name.into(),
             repo: w.repo.into(),
@@ -87,6 +125,13 @@ impl Plan {
             policy_hash,
             command: command.to_vec(),
             tty: w.tty,
+            oneshot: w.oneshot,
+            build_missing: w.build_missing,
+            place: Placement {
+                network: w.network.map(str::to_string),
+                dns: w.dns.to_vec(),
+                upstream_ca,
+            },
         })
     }
 }
@@ -138,27 +183,45 @@ pub async fn run(ctx: &Ctx, a: &NewArgs) -> Result<i32> {
             // A detached sandbox keeps a TTY and open stdin so an interactive agent (a
             // shell) waits for `attach` instead of reading end-of-file.
             tty: true,
+            oneshot: false,
+            build_missing: a.place.build_missing,
+            network: a.place.network.as_deref(),
+            dns: &a.place.dns,
+            upstream_ca: a.place.upstream_ca.as_deref(),
         },
     )?;
-    let (op, row) = claim(ctx, &plan).await?;
+    super::gc::opportunistic(ctx).await;
+    let claimed = claim(ctx, &plan).await?;
     let made = async {
-        let id = create(ctx, &plan, &op, &row).await?;
+        let id = create(ctx, &plan, &claimed.op, &claimed.row).await?;
         start_ready(ctx, &plan.name, &id).await
     };
     match made.await {
         Ok(ready) => {
+            // The sandbox is whole: the name's lock (held against `gc`) is released.
+            drop(claimed.lock);
             report(ctx, &a.name, a.json, ready)?;
             Ok(0)
         }
         Err(e) => {
-            undo(ctx, &a.name).await;
+            undo(ctx, &a.name, claimed.lock).await;
             Err(e)
         }
     }
 }
 
-/// Read the operator's repository and the image, then register the name (`creating`).
-pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<(Operator, Sandbox)> {
+/// A registered name: the operator's repository, the row, and this process's hold on the
+/// name (`gc` leaves alone a sandbox whose lock is held).
+#[derive(Debug)]
+pub struct Claimed {
+    pub op: Operator,
+    pub row: Sandbox,
+    pub lock: NameLock,
+}
+
+/// Read the operator's repository and the image (built first with `--build-missing`), then
+/// take the name's lock and register the name (`creating`).
+pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<Claimed> {
     let op = checkout::operator(&plan.repo)?;
     if op.dirty {
         eprintln!(
@@ -167,7 +230,19 @@ pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<(Operator, Sandbox)> {
             &op.head[..12.min(op.head.len())]
         );
     }
-    let digest = ctx.engine.image_id(&plan.image).await?;
+    let digest = match ctx.engine.image_id(&plan.image).await {
+        Err(EngineError::ImageMissing { .. }) if plan.build_missing => {
+            super::build::missing(ctx, &plan.image, &plan.agent)?;
+            ctx.engine.image_id(&plan.image).await?
+        }
+        other => other?,
+    };
+    let taken = || RegistryError::Taken {
+        name: plan.name.clone(),
+    };
+    let lock = NameLock::try_take(&ctx.paths.data, &plan.name)
+        .with_context(|| format!("cannot lock the name {:?}", plan.name))?
+        .ok_or_else(taken)?;
     let t = now();
     let row = Sandbox {
         name: plan.name.clone(),
@@ -183,9 +258,10 @@ pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<(Operator, Sandbox)> {
         last_seen: t,
         ttl_seconds: plan.ttl,
         state: State::Creating,
+        oneshot: plan.oneshot,
     };
     ctx.registry.claim(&row)?;
-    Ok((op, row))
+    Ok(Claimed { op, row, lock })
 }
 
 /// Make the checkout and create (not start) the container; returns its id.
@@ -217,11 +293,28 @@ pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout) -> RunSpec 
         audit: Source::Host(ck.audit()),
         secrets: plan.secrets.clone(),
         policy: plan.policy.clone(),
+        upstream_ca: plan.place.upstream_ca.clone(),
     };
     let mut spec = RunSpec::documented(&plan.image, &layout);
     spec.labels.push((LABEL_SANDBOX.into(), plan.name.clone()));
     spec.labels
         .push((LABEL_DATA.into(), ctx.paths.data.display().to_string()));
+    if plan.oneshot {
+        spec.labels.push((LABEL_ONESHOT.into(), "true".into()));
+    }
+    spec.network = plan.place.network.clone();
+    spec.dns = plan.place.dns.clone();
+    // The operator's git identity is the agent's default commit identity (the agent's own
+    // config still wins), as with scripts/docker-run; AIRLOCK_GIT_USER_NAME/EMAIL override.
+    let (name, email) = checkout::identity(&op.top);
+    for (var, found) in [
+        ("AIRLOCK_GIT_USER_NAME", name),
+        ("AIRLOCK_GIT_USER_EMAIL", email),
+    ] {
+        if let Some(v) = std::env::var(var).ok().filter(|v| !v.is_empty()).or(found) {
+            spec.env.push((var.into(), v));
+        }
+    }
     spec.command = plan.command.clone();
     spec.tty = plan.tty;
     spec
@@ -245,12 +338,13 @@ pub async fn record_start(ctx: &Ctx, name: &str, id: &str) -> Result<()> {
 }
 
 /// Undo a failed `new`; each step is best effort, the first failure is already reported.
-pub async fn undo(ctx: &Ctx, name: &str) {
+pub async fn undo(ctx: &Ctx, name: &str, lock: NameLock) {
     let _ = ctx.engine.remove(&container_name(name)).await;
     if let Err(e) = ctx.checkout(name).remove() {
         eprintln!("airlock: warning: {e}");
     }
     let _ = ctx.registry.remove(name);
+    lock.remove();
 }
 
 fn report(ctx: &Ctx, name: &str, json: bool, ready: Duration) -> Result<()> {

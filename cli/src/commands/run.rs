@@ -4,13 +4,17 @@
 //! fetched back into the repository at PATH and the sandbox (container, checkout, row) is
 //! removed. Only when something would be lost is it kept, saying why: the branch could not be
 //! fetched, or the work tree holds changes the agent did not commit.
+//!
+//! The sandbox is marked one-shot (registry and container label) and this process holds its
+//! name's lock ([`airlock_cli::lock`]) to the end; if it is killed, `gc` (also the one
+//! `run` and `new` do on their way) finishes its work once the container has stopped or gone:
+//! the branch fetched back, then the sandbox removed, or kept when that would lose work.
 
 use super::Ctx;
-use super::lifecycle::{fetch_summary, remove_all};
+use super::lifecycle::{Ending, wind_up};
 use super::new::{Plan, Wants, claim, create, record_start, undo};
-use super::view::reconcile;
 use airlock_cli::cli::RunArgs;
-use airlock_cli::engine::Link;
+use airlock_cli::engine::{Attached, Ended, Link};
 use anyhow::Result;
 use std::time::Duration;
 
@@ -32,13 +36,21 @@ pub async fn run(ctx: &Ctx, a: &RunArgs) -> Result<i32> {
             policy: a.policy.as_deref(),
             command: &a.command,
             tty: link.tty.is_some(),
+            oneshot: true,
+            build_missing: a.place.build_missing,
+            network: a.place.network.as_deref(),
+            dns: &a.place.dns,
+            upstream_ca: a.place.upstream_ca.as_deref(),
         },
     )?;
-    let (op, row) = claim(ctx, &plan).await?;
-    let id = match create(ctx, &plan, &op, &row).await {
+    super::gc::opportunistic(ctx).await;
+    // The name's lock is held until the end: `gc` leaves this sandbox to us while we live,
+    // and finishes it (branch back, then removed) if we are killed.
+    let claimed = claim(ctx, &plan).await?;
+    let id = match create(ctx, &plan, &claimed.op, &claimed.row).await {
         Ok(id) => id,
         Err(e) => {
-            undo(ctx, &name).await;
+            undo(ctx, &name, claimed.lock).await;
             return Err(e);
         }
     };
@@ -48,14 +60,37 @@ pub async fn run(ctx: &Ctx, a: &RunArgs) -> Result<i32> {
         stdin: link.tty.is_some(),
         ..link
     };
-    let code = match session(ctx, &name, &id, link).await {
-        Ok(code) => code,
+    let attached = match ctx.engine.attach_open(&id, link).await {
+        Ok(a) => a,
         Err(e) => {
-            undo(ctx, &name).await;
-            return Err(e);
+            undo(ctx, &name, claimed.lock).await;
+            return Err(e.into());
         }
     };
-    finish(ctx, &name).await?;
+    if let Err(e) = ctx.engine.start(&id).await {
+        undo(ctx, &name, claimed.lock).await;
+        return Err(e.into());
+    }
+    // From here the agent may have worked: nothing is undone, a failure leaves the sandbox
+    // to `airlock gc` (it fetches the branch back once the container stops).
+    let kept = |e: anyhow::Error| {
+        e.context(format!(
+            "sandbox {name} is kept; once it stops, `airlock gc` fetches its branch back and removes it"
+        ))
+    };
+    let code = match session(ctx, &name, &id, attached).await.map_err(kept)? {
+        Some(code) => code,
+        None => {
+            eprintln!(
+                "airlock: detached from {name}; it runs on: `airlock attach {name}`. When it stops, `airlock gc` fetches its branch back and removes it"
+            );
+            return Ok(0);
+        }
+    };
+    match wind_up(ctx, &name).await.map_err(kept)? {
+        Ending::Removed => claimed.lock.remove(),
+        Ending::Kept(why) => eprintln!("airlock: sandbox {name} is kept (stopped): {why}"),
+    }
     Ok(i32::try_from(code).unwrap_or(1))
 }
 
@@ -76,56 +111,22 @@ fn generated_name(agent: &str) -> Result<String> {
     Ok(format!("{head}-{}", hex::encode(b)))
 }
 
-/// Attach, start, copy the terminal until the container stops; its exit code. Ctrl-C
-/// without a terminal (with one it is a byte for the agent) stops the container.
-async fn session(ctx: &Ctx, name: &str, id: &str, link: Link) -> Result<i64> {
-    let attached = ctx.engine.attach_open(id, link).await?;
-    ctx.engine.start(id).await?;
+/// Record the start, copy the terminal until the container stops; its exit code, or `None`
+/// on a detach (ctrl-p ctrl-q: it runs on). Ctrl-C without a terminal (with one it is a byte
+/// for the agent) stops the container.
+async fn session(ctx: &Ctx, name: &str, id: &str, attached: Attached) -> Result<Option<i64>> {
     record_start(ctx, name, id).await?;
     tokio::select! {
-        r = attached.pump(&ctx.engine) => r?,
+        r = attached.pump(&ctx.engine) => {
+            if r? == Ended::Detached {
+                return Ok(None);
+            }
+        }
         _ = tokio::signal::ctrl_c() => {
             eprintln!("airlock: stopping sandbox {name}");
             ctx.engine.stop(id, Duration::from_secs(10)).await?;
         }
     }
     let code = ctx.engine.wait_exit(id).await?;
-    Ok(code)
-}
-
-/// Bring the branch back, then remove the sandbox unless that would lose something.
-async fn finish(ctx: &Ctx, name: &str) -> Result<()> {
-    let row = reconcile(ctx, ctx.sandbox(name)?).await?;
-    let lines = match fetch_summary(ctx, name) {
-        Ok(lines) => lines,
-        Err(e) => {
-            eprintln!(
-                "airlock: sandbox {name} is kept: its branch could not be fetched back ({e:#}); `airlock fetch {name}` retries, `airlock destroy {name}` removes it"
-            );
-            return Ok(());
-        }
-    };
-    for l in lines {
-        eprintln!("airlock: {l}");
-    }
-    let ck = ctx.checkout(name);
-    match ck.uncommitted() {
-        Ok(false) => {
-            remove_all(ctx, &row).await?;
-            Ok(())
-        }
-        Ok(true) => {
-            eprintln!(
-                "airlock: sandbox {name} is kept (stopped): {} holds changes the agent did not commit; `airlock start {name}` and commit them, or `airlock destroy {name} --force`",
-                ck.work_tree().display()
-            );
-            Ok(())
-        }
-        Err(e) => {
-            eprintln!(
-                "airlock: sandbox {name} is kept (stopped): its work tree cannot be checked ({e}); `airlock destroy {name} --force` removes it"
-            );
-            Ok(())
-        }
-    }
+    Ok(Some(code))
 }

@@ -42,9 +42,21 @@ impl std::fmt::Debug for Attached {
     }
 }
 
+/// Why an attachment's output ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The container's output closed: it stopped (or is stopping).
+    Closed,
+    /// The operator typed the detach sequence ([`DETACH_KEYS`]): it keeps running.
+    Detached,
+}
+
+/// ctrl-p ctrl-q, the bytes of [`DETACH_KEYS`].
+const DETACH_BYTES: [u8; 2] = [0x10, 0x11];
+
 impl Attached {
     /// Copy the streams until the container's output ends (it stopped, or a detach).
-    pub async fn pump(self, engine: &Engine) -> Result<(), EngineError> {
+    pub async fn pump(self, engine: &Engine) -> Result<Ended, EngineError> {
         engine
             .pump(
                 self.output,
@@ -140,14 +152,16 @@ impl Engine {
     }
 
     /// Copy the sandbox's output to ours and our stdin to it until its output ends; keep
-    /// its TTY the size of ours.
+    /// its TTY the size of ours. The output ending right after we sent the detach sequence
+    /// is a detach (the engine closes the stream; the container runs on), so the caller need
+    /// not wait to see whether the container stops.
     async fn pump(
         &self,
         mut output: Output,
         mut input: Input,
         link: Link,
         target: Target,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Ended, EngineError> {
         let _raw = match link.tty {
             Some(size) => {
                 self.resize(&target, size).await;
@@ -156,6 +170,8 @@ impl Engine {
             None => None,
         };
         let mut stdin = link.stdin.then(stdin_chunks);
+        // The last two bytes sent: the detach sequence, or not.
+        let mut sent = [0u8; 2];
         let mut winch =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
         loop {
@@ -163,10 +179,18 @@ impl Engine {
                 item = output.next() => match item {
                     Some(Ok(item)) => write_out(item),
                     Some(Err(e)) => return Err(call("read the output of", &target_name(&target))(e)),
-                    None => return Ok(()),
+                    None if sent == DETACH_BYTES && matches!(target, Target::Container(_)) => {
+                        return Ok(Ended::Detached);
+                    }
+                    None => return Ok(Ended::Closed),
                 },
                 chunk = recv(&mut stdin) => match chunk {
                     Some(bytes) => {
+                        match bytes.as_slice() {
+                            [] => {}
+                            [one] => sent = [sent[1], *one],
+                            [.., a, b] => sent = [*a, *b],
+                        }
                         if input.write_all(&bytes).await.is_err() {
                             stdin = None;
                         }
@@ -193,7 +217,7 @@ impl Engine {
 
     /// Attach to the container's terminal (or its output) until it exits or the operator
     /// detaches with [`DETACH_KEYS`].
-    pub async fn attach(&self, id: &str, link: Link) -> Result<(), EngineError> {
+    pub async fn attach(&self, id: &str, link: Link) -> Result<Ended, EngineError> {
         self.attach_open(id, link).await?.pump(self).await
     }
 

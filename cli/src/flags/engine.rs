@@ -51,6 +51,14 @@ impl RunSpec {
         {
             obj.insert("Cmd".into(), json!(self.command));
         }
+        if let Some(host) = body["HostConfig"].as_object_mut() {
+            if let Some(net) = &self.network {
+                host.insert("NetworkMode".into(), json!(net));
+            }
+            if !self.dns.is_empty() {
+                host.insert("Dns".into(), json!(self.dns));
+            }
+        }
         body
     }
 }

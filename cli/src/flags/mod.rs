@@ -30,6 +30,8 @@ pub const AUDIT_DIR: &str = "/var/log/airlock";
 pub const SECRETS_DIR: &str = "/run/secrets";
 /// The default image.
 pub const DEFAULT_IMAGE: &str = "airlock:latest";
+/// Where an extra upstream CA is mounted (read-only) for the proxy (`AIRLOCK_UPSTREAM_CA`).
+pub const UPSTREAM_CA: &str = "/etc/airlock/upstream-ca.pem";
 
 /// Capabilities PID 1 needs as root; everything else is dropped (docs/docker.md).
 pub const CAPS_ADD: [&str; 8] = [
@@ -149,6 +151,9 @@ pub struct Layout {
     pub secrets: Vec<(String, PathBuf)>,
     /// A host policy file mounted over the image's default.
     pub policy: Option<PathBuf>,
+    /// A host PEM file of extra upstream roots for the proxy (a corporate or test CA),
+    /// mounted read-only at [`UPSTREAM_CA`] and named by `AIRLOCK_UPSTREAM_CA`.
+    pub upstream_ca: Option<PathBuf>,
 }
 
 impl Layout {
@@ -163,6 +168,7 @@ impl Layout {
             audit,
             secrets: Vec::new(),
             policy: None,
+            upstream_ca: None,
         }
     }
 }
@@ -196,6 +202,10 @@ pub struct RunSpec {
     pub command: Vec<String>,
     /// Allocate a TTY and keep stdin open.
     pub tty: bool,
+    /// The engine network to join (`--network`; none: the engine's default bridge).
+    pub network: Option<String>,
+    /// DNS servers for the engine's resolver to forward to (`--dns`).
+    pub dns: Vec<String>,
 }
 
 impl RunSpec {
@@ -243,6 +253,13 @@ impl RunSpec {
                 read_only: true,
             });
         }
+        if let Some(ca) = &layout.upstream_ca {
+            mounts.push(Mount {
+                source: Source::Host(ca.clone()),
+                target: UPSTREAM_CA.into(),
+                read_only: true,
+            });
+        }
         // The host side of each mount, as labels for the entrypoint's refusals (it names the
         // host file); never read as files (scripts/docker-run, compose.yaml).
         let mut env = vec![(
@@ -255,6 +272,9 @@ impl RunSpec {
         for (name, file) in &layout.secrets {
             let var = format!("AIRLOCK_HOST_{}_FILE", name.to_ascii_uppercase());
             env.push((var, file.display().to_string()));
+        }
+        if layout.upstream_ca.is_some() {
+            env.push(("AIRLOCK_UPSTREAM_CA".into(), UPSTREAM_CA.into()));
         }
         RunSpec {
             image: image.into(),
@@ -270,6 +290,8 @@ impl RunSpec {
             labels: Vec::new(),
             command: Vec::new(),
             tty: false,
+            network: None,
+            dns: Vec::new(),
         }
     }
 
@@ -312,6 +334,12 @@ impl RunSpec {
         }
         for (k, v) in &self.labels {
             a.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        if let Some(net) = &self.network {
+            a.extend(["--network".into(), net.clone()]);
+        }
+        for d in &self.dns {
+            a.extend(["--dns".into(), d.clone()]);
         }
         a
     }

@@ -19,6 +19,8 @@ struct Facts {
     binds: BTreeSet<String>,
     labels: BTreeSet<String>,
     env: BTreeSet<String>,
+    network: Option<String>,
+    dns: Vec<String>,
 }
 
 fn repo_file(path: &str) -> String {
@@ -55,6 +57,8 @@ fn from_docker_args(args: &[String]) -> Facts {
             "-e" => {
                 f.env.insert(val());
             }
+            "--network" => f.network = Some(val()),
+            "--dns" => f.dns.push(val()),
             other => panic!("unexpected flag {other}"),
         }
     }
@@ -124,6 +128,8 @@ fn from_engine(body: &Value) -> Facts {
             .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
             .collect(),
         env: strings(&body["Env"]).into_iter().collect(),
+        network: h["NetworkMode"].as_str().map(String::from),
+        dns: strings(&h["Dns"]),
     }
 }
 
@@ -335,6 +341,7 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         audit: Source::Host("/d/sb/audit".into()),
         secrets: vec![("github_token".into(), "/cfg/secrets/github_token".into())],
         policy: Some("/cfg/policy.toml".into()),
+        upstream_ca: None,
     };
     let mut spec = RunSpec::documented("airlock:test", &layout);
     spec.labels
@@ -368,6 +375,35 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         pod["spec"]["volumes"].as_array().map(|v| v.len()),
         Some(spec.tmpfs.len() + 6)
     ); // 5 binds and one Secret volume
+}
+
+#[test]
+fn an_upstream_ca_is_a_read_only_file_named_by_its_variable_in_every_rendering() {
+    let mut layout = Layout::checkout("/src/repo", Source::Host("/d/audit".into()), true);
+    layout.upstream_ca = Some("/etc/corp/ca.pem".into());
+    let spec = RunSpec::documented(DEFAULT_IMAGE, &layout);
+    let f = every_rendering_agrees(&spec);
+    assert!(
+        f.binds
+            .contains("/etc/corp/ca.pem:/etc/airlock/upstream-ca.pem:ro")
+    );
+    assert!(
+        f.env
+            .contains("AIRLOCK_UPSTREAM_CA=/etc/airlock/upstream-ca.pem")
+    );
+}
+
+#[test]
+fn network_and_dns_place_the_container_alike_for_docker_and_the_engine() {
+    let layout = Layout::checkout("/src/repo", Source::Host("/d/audit".into()), true);
+    let mut spec = RunSpec::documented(DEFAULT_IMAGE, &layout);
+    assert_eq!(spec.engine_body()["HostConfig"].get("NetworkMode"), None);
+    spec.network = Some("airlock-test-net".into());
+    spec.dns = vec!["192.0.2.53".into(), "2001:db8::53".into()];
+    let args = from_docker_args(&spec.docker_args());
+    assert_eq!(from_engine(&spec.engine_body()), args);
+    assert_eq!(args.network.as_deref(), Some("airlock-test-net"));
+    assert_eq!(args.dns, ["192.0.2.53", "2001:db8::53"]);
 }
 
 #[test]

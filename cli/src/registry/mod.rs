@@ -14,7 +14,8 @@ use thiserror::Error;
 
 /// Schema migrations; index + 1 is the `user_version` after applying it. Never edit one
 /// that has shipped: add the next.
-pub const MIGRATIONS: &[&str] = &["CREATE TABLE sandboxes (
+pub const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE sandboxes (
         name TEXT PRIMARY KEY,
         repository TEXT NOT NULL,
         branch TEXT NOT NULL,
@@ -34,7 +35,10 @@ pub const MIGRATIONS: &[&str] = &["CREATE TABLE sandboxes (
         sandbox TEXT NOT NULL REFERENCES sandboxes(name) ON DELETE CASCADE,
         started INTEGER NOT NULL
     );
-    CREATE INDEX sessions_by_sandbox ON sessions(sandbox, started);"];
+    CREATE INDEX sessions_by_sandbox ON sessions(sandbox, started);",
+    // 2: `run`'s one-shot sandboxes are marked, so `gc` can finish a `run` that was killed.
+    "ALTER TABLE sandboxes ADD COLUMN oneshot INTEGER NOT NULL DEFAULT 0;",
+];
 
 /// How long a write waits for another invocation's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,6 +170,9 @@ pub struct Sandbox {
     pub ttl_seconds: i64,
     /// The state.
     pub state: State,
+    /// Made by `run` (one session, then fetched back and removed): when its container has
+    /// stopped or gone and no `run` holds it, `gc` finishes what the `run` would have.
+    pub oneshot: bool,
 }
 
 /// One container start.
@@ -185,7 +192,7 @@ pub struct Registry {
 }
 
 const COLUMNS: &str = "name, repository, branch, base, agent, image, image_digest, policy_hash, \
-    container_id, created, last_seen, ttl_seconds, state";
+    container_id, created, last_seen, ttl_seconds, state, oneshot";
 
 fn row_to_sandbox(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sandbox> {
     Ok(Sandbox {
@@ -202,6 +209,7 @@ fn row_to_sandbox(r: &rusqlite::Row<'_>) -> rusqlite::Result<Sandbox> {
         last_seen: r.get(10)?,
         ttl_seconds: r.get(11)?,
         state: State::parse(&r.get::<_, String>(12)?),
+        oneshot: r.get(13)?,
     })
 }
 
@@ -314,7 +322,7 @@ impl Registry {
     /// name exists, also when another invocation claims it at the same moment.
     pub fn claim(&self, sb: &Sandbox) -> Result<(), RegistryError> {
         let sql = format!(
-            "INSERT INTO sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+            "INSERT INTO sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         );
         let res = self.conn.execute(
             &sql,
@@ -331,7 +339,8 @@ impl Registry {
                 sb.created,
                 sb.last_seen,
                 sb.ttl_seconds,
-                sb.state.as_str()
+                sb.state.as_str(),
+                sb.oneshot
             ],
         );
         match res {
@@ -396,6 +405,18 @@ impl Registry {
             )
             .map(|_| ())
             .map_err(Self::query_err("record the container of", name))
+    }
+
+    /// Mark or unmark a sandbox as a `run`'s one-shot one (a kept one becomes an ordinary
+    /// sandbox: its TTL and unfetched work decide, as for any other).
+    pub fn set_oneshot(&self, name: &str, oneshot: bool) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE sandboxes SET oneshot = ?2 WHERE name = ?1",
+                rusqlite::params![name, oneshot],
+            )
+            .map(|_| ())
+            .map_err(Self::query_err("mark", name))
     }
 
     /// Record a container start once (`id` is unique per start); `true` if it was new.

@@ -15,7 +15,41 @@ fn sandbox(name: &str) -> Sandbox {
         last_seen: 100,
         ttl_seconds: 50,
         state: State::Creating,
+        oneshot: false,
     }
+}
+
+#[test]
+fn a_version_1_file_gains_the_oneshot_mark_and_keeps_its_rows() -> Result<(), RegistryError> {
+    let dir = tempfile::tempdir().map_err(|source| RegistryError::CreateDir {
+        path: "tmp".into(),
+        source,
+    })?;
+    let path = dir.path().join("registry.sqlite");
+    {
+        // A registry as the first release wrote it: schema 1, one row.
+        let conn = rusqlite::Connection::open(&path).map_err(|source| RegistryError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute(
+            "INSERT INTO sandboxes (name, repository, branch, base, agent, image, created, last_seen, ttl_seconds, state) \
+             VALUES ('old', '/src/repo', 'sandbox/old', '', 'shell', 'airlock:latest', 1, 1, 50, 'stopped')",
+            [],
+        )
+        .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let reg = Registry::open(&path)?;
+    assert_eq!(reg.version()?, MIGRATIONS.len() as i64);
+    let old = reg.get("old")?.unwrap();
+    assert_eq!((old.state, old.oneshot), (State::Stopped, false));
+    let mut run = sandbox("run");
+    run.oneshot = true;
+    reg.claim(&run)?;
+    assert!(reg.get("run")?.unwrap().oneshot);
+    Ok(())
 }
 
 #[test]
