@@ -321,6 +321,7 @@ fn start(cli: Cli) -> Result<i32> {
         &session.id,
     ));
     warn_forced(&forced);
+    credentials::warn_missing(&creds);
     let key_file = cli.run_dir.join(git::KEY_FILE);
     let git_socket = cli.run_dir.join(git::SOCKET_SUBDIR).join(git::SOCKET_FILE);
     agent_env.extend(git::agent_vars(

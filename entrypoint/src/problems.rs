@@ -138,8 +138,36 @@ impl Knobs {
     /// How to set an environment variable a credential reads.
     pub fn env_fix(var: &str) -> String {
         format!(
-            "set it for scripts/docker-run or docker compose (`{var}=... scripts/docker-run REPO`; scripts/docker-run passes ANTHROPIC_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\", compose an `environment:` line), or `docker run -e {var}`"
+            "set it for scripts/docker-run or docker compose (`{var}=... scripts/docker-run REPO`; scripts/docker-run passes ANTHROPIC_API_KEY and OPENAI_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\", compose an `environment:` line), or `docker run -e {var}`"
         )
+    }
+
+    /// How to provide a credential whose environment variable was not set: one sentence
+    /// for the start's warning and the proxy's refusals.
+    pub fn env_missing_fix(var: &str) -> String {
+        format!(
+            "set {var} on the host and start the sandbox again: `{var}=... scripts/docker-run REPO` (scripts/docker-run passes ANTHROPIC_API_KEY and OPENAI_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\"; docker compose: an `environment:` line; docker run: -e {var})"
+        )
+    }
+
+    /// How to provide a credential whose secret file is absent: one sentence for the
+    /// start's warning and the proxy's refusals.
+    pub fn secret_missing_fix(&self, path: &Path) -> String {
+        if path == Path::new(GITHUB_TOKEN_MOUNT) {
+            let named = match &self.github_token {
+                Some(host) => format!(" (GITHUB_TOKEN_FILE names {host}, which is absent)"),
+                None => String::new(),
+            };
+            format!(
+                "put the token in a root-owned mode 0400 file on the host and start the sandbox again with GITHUB_TOKEN_FILE=<that file> scripts/docker-run REPO{named} (docker compose reads the same variable; docker run: -v FILE:{GITHUB_TOKEN_MOUNT}:ro)"
+            )
+        } else {
+            format!(
+                "mount the secret file at {} and start the sandbox again (-v HOST:{}:ro in AIRLOCK_DOCKER_ARGS; root-owned mode 0400)",
+                path.display(),
+                path.display()
+            )
+        }
     }
 }
 
@@ -194,5 +222,30 @@ mod tests {
                 .contains("AIRLOCK_POLICY=<host file>")
         );
         assert!(Knobs::env_fix("K").contains("AIRLOCK_DOCKER_ARGS=\"-e K\""));
+    }
+
+    #[test]
+    fn a_missing_credential_is_provided_by_its_knob() {
+        let fix = Knobs::env_missing_fix("ANTHROPIC_API_KEY");
+        assert!(
+            fix.starts_with("set ANTHROPIC_API_KEY on the host"),
+            "{fix}"
+        );
+        assert!(fix.contains("scripts/docker-run") && fix.contains("-e ANTHROPIC_API_KEY"));
+        let token = Path::new(GITHUB_TOKEN_MOUNT);
+        let fix = Knobs::default().secret_missing_fix(token);
+        assert!(
+            fix.contains("GITHUB_TOKEN_FILE=<that file> scripts/docker-run"),
+            "{fix}"
+        );
+        let k = Knobs::from_env(|v| {
+            (v == "AIRLOCK_HOST_GITHUB_TOKEN_FILE").then(|| "/home/me/tok".to_owned())
+        });
+        assert!(
+            k.secret_missing_fix(token)
+                .contains("names /home/me/tok, which is absent")
+        );
+        let other = Knobs::default().secret_missing_fix(Path::new("/run/secrets/x"));
+        assert!(other.contains("-v HOST:/run/secrets/x:ro"), "{other}");
     }
 }

@@ -79,11 +79,15 @@ pub enum Reason {
     /// encoded payload, or whose zone has carried more query-name bytes this session than
     /// the budget: data leaving through the resolver.
     DnsExfilSuspect,
+    /// A request a credential of the policy would have authenticated, while that
+    /// credential was not configured when the sandbox started (its variable unset, its
+    /// secret file absent): the answer names it and how the operator provides it.
+    CredentialMissing,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 29] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -112,6 +116,7 @@ impl Reason {
         Reason::EchRefused,
         Reason::ForeignSecret,
         Reason::DnsExfilSuspect,
+        Reason::CredentialMissing,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -146,6 +151,7 @@ impl Reason {
             Reason::EchRefused => "ech-refused",
             Reason::DnsExfilSuspect => "dns-exfil-suspect",
             Reason::ForeignSecret => "foreign-secret",
+            Reason::CredentialMissing => "credential-missing",
         }
     }
 
@@ -264,6 +270,11 @@ impl Reason {
                  random-looking labels, or more name bytes to the zone than the session's \
                  budget); resolve ordinary names, or ask the operator to list this exact name."
             }
+            Reason::CredentialMissing => {
+                "The credential this host needs was not configured when the sandbox started; \
+                 the operator provides it (the answer's message says how) and starts the \
+                 sandbox again."
+            }
         }
     }
 
@@ -356,6 +367,7 @@ mod tests {
             (Reason::EchRefused, "ech-refused"),
             (Reason::ForeignSecret, "foreign-secret"),
             (Reason::DnsExfilSuspect, "dns-exfil-suspect"),
+            (Reason::CredentialMissing, "credential-missing"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

@@ -22,6 +22,13 @@
 //! - Responses to a request that received a credential are scrubbed: every real value and
 //!   injected encoding in a header or the body is overwritten with `*`.
 //!
+//! A credential the operator did not configure (the hand-off's `missing`) is bound all the
+//! same (its header removed on its hosts, its placeholder a leak needle) but has no value:
+//! a request it would have authenticated is refused `credential-missing`, naming it and the
+//! operator's fix ([`Credentials::missing_for`]). The git credential spares reads the
+//! upstream may answer anonymously (a git fetch, a `GET` of the GitHub API): a public
+//! repository needs no token.
+//!
 //! Tunnelled (not intercepted) TLS cannot be read: a placeholder sent through a tunnel is
 //! not seen. It is worthless there (only this proxy can turn it into the secret).
 
@@ -58,11 +65,27 @@ pub struct Bound {
     pub name: String,
     hosts: Vec<HostRule>,
     header: HeaderName,
-    value: HeaderValue,
+    /// `None`: not configured at start (see `fix`).
+    value: Option<HeaderValue>,
     git_basic: bool,
+    /// A git credential bound to github.com: it is bound to the REST API host too.
+    github_api: bool,
     /// For a git credential bound to github.com: `Bearer <token>`, its form on the REST
     /// API host, injected only where [`GitScope::Api`] says so.
     api: Option<HeaderValue>,
+    /// For a credential not configured at start: how the operator provides it.
+    fix: Option<String>,
+}
+
+/// A credential not configured at start that a request would have needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missing<'a> {
+    /// The policy's name.
+    pub name: &'a str,
+    /// How the operator provides it (the entrypoint's words).
+    pub fix: &'a str,
+    /// Whether it is a git credential (its refusal of a push speaks git).
+    pub git: bool,
 }
 
 impl Bound {
@@ -74,16 +97,28 @@ impl Bound {
     }
 
     fn on_api(&self, host: &Host) -> bool {
-        self.api.is_some() && host.as_str() == github_api::API_HOST
+        self.github_api && host.as_str() == github_api::API_HOST
+    }
+
+    /// Whether this credential authenticates a request of scope `git` to `host` (which
+    /// it is bound to).
+    fn applies(&self, host: &Host, git: GitScope) -> bool {
+        if self.on_api(host) {
+            return git == GitScope::Api;
+        }
+        !self.git_basic || matches!(git, GitScope::Read | GitScope::Service)
     }
 
     /// The value injected on `host` for a request of scope `git`, if any.
     fn value_for(&self, host: &Host, git: GitScope) -> Option<&HeaderValue> {
-        if self.on_api(host) {
-            return self.api.as_ref().filter(|_| git == GitScope::Api);
+        if !self.applies(host, git) {
+            return None;
         }
-        let applies = !self.git_basic || matches!(git, GitScope::Read | GitScope::Service);
-        applies.then_some(&self.value)
+        if self.on_api(host) {
+            self.api.as_ref()
+        } else {
+            self.value.as_ref()
+        }
     }
 }
 
@@ -207,56 +242,69 @@ impl Credentials {
         let mut bound = Vec::new();
         let mut needles = Vec::new();
         let mut scrub = Vec::new();
-        for c in &h.credentials {
-            if !policy.credentials.iter().any(|p| p.name == c.name) {
-                return Err(format!("credential {:?} is not in the policy", c.name));
+        let names = h
+            .credentials
+            .iter()
+            .map(|c| &c.name)
+            .chain(h.missing.iter().map(|m| &m.name));
+        for (k, name) in names.clone().enumerate() {
+            if !policy.credentials.iter().any(|p| &p.name == name) {
+                return Err(format!("credential {name:?} is not in the policy"));
+            }
+            if names.clone().skip(k + 1).any(|n| n == name) {
+                return Err(format!("credential {name:?} is handed over twice"));
             }
         }
         for (i, pc) in policy.credentials.iter().enumerate() {
-            let Some(c) = h.credentials.iter().find(|c| c.name == pc.name) else {
-                return Err(format!("credential {:?} is missing", pc.name));
+            let resolved = h.credentials.iter().find(|c| c.name == pc.name);
+            let missing = h.missing.iter().find(|m| m.name == pc.name);
+            let (secret, placeholder, fix) = match (resolved, missing) {
+                (Some(c), _) => (Some(c.value.expose()), &c.placeholder, None),
+                (None, Some(m)) => (None, &m.placeholder, Some(m.fix.clone())),
+                (None, None) => return Err(format!("credential {:?} is missing", pc.name)),
             };
-            let secret = c.value.expose();
-            if secret.is_empty() || c.placeholder.is_empty() {
+            if secret.is_some_and(str::is_empty) || placeholder.is_empty() {
                 return Err(format!("credential {:?} is empty", pc.name));
             }
-            let (rendered, git_basic) = match &pc.format {
-                CredentialFormat::GitBasic => (git_basic(secret), true),
-                f => (f.render_template(secret).unwrap_or_default(), false),
-            };
-            let mut value = HeaderValue::from_str(&rendered).map_err(|_| {
-                format!(
-                    "credential {:?}: the value cannot be sent in a header",
-                    pc.name
-                )
-            })?;
-            value.set_sensitive(true);
-            let header = HeaderName::from_bytes(pc.header.as_bytes())
-                .map_err(|_| format!("credential {:?}: bad header name", pc.name))?;
-            let tag = |form| Tag {
-                credential: i,
-                form,
-            };
-            needles.push((c.placeholder.as_bytes().to_vec(), tag(Form::Placeholder)));
-            needles.push((secret.as_bytes().to_vec(), tag(Form::Real)));
-            scrub.push((secret.as_bytes().to_vec(), tag(Form::Real)));
-            if git_basic {
-                let b64 = git_basic_b64(secret);
-                needles.push((b64.as_bytes().to_vec(), tag(Form::Injected)));
-                scrub.push((b64.into_bytes(), tag(Form::Injected)));
-            }
-            let github = Host::parse(github_api::GITHUB_HOST).ok();
-            let api = if git_basic && github.is_some_and(|gh| pc.applies_to(&gh)) {
-                let mut v = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| {
+            let git_basic = matches!(pc.format, CredentialFormat::GitBasic);
+            let header_value = |rendered: String| {
+                let mut v = HeaderValue::from_str(&rendered).map_err(|_| {
                     format!(
                         "credential {:?}: the value cannot be sent in a header",
                         pc.name
                     )
                 })?;
                 v.set_sensitive(true);
-                Some(v)
-            } else {
-                None
+                Ok::<_, String>(v)
+            };
+            let value = match secret {
+                Some(secret) if git_basic => Some(header_value(self::git_basic(secret))?),
+                Some(secret) => Some(header_value(
+                    pc.format.render_template(secret).unwrap_or_default(),
+                )?),
+                None => None,
+            };
+            let header = HeaderName::from_bytes(pc.header.as_bytes())
+                .map_err(|_| format!("credential {:?}: bad header name", pc.name))?;
+            let tag = |form| Tag {
+                credential: i,
+                form,
+            };
+            needles.push((placeholder.as_bytes().to_vec(), tag(Form::Placeholder)));
+            if let Some(secret) = secret {
+                needles.push((secret.as_bytes().to_vec(), tag(Form::Real)));
+                scrub.push((secret.as_bytes().to_vec(), tag(Form::Real)));
+                if git_basic {
+                    let b64 = git_basic_b64(secret);
+                    needles.push((b64.as_bytes().to_vec(), tag(Form::Injected)));
+                    scrub.push((b64.into_bytes(), tag(Form::Injected)));
+                }
+            }
+            let github = Host::parse(github_api::GITHUB_HOST).ok();
+            let github_api = git_basic && github.is_some_and(|gh| pc.applies_to(&gh));
+            let api = match secret {
+                Some(secret) if github_api => Some(header_value(format!("Bearer {secret}"))?),
+                _ => None,
             };
             bound.push(Bound {
                 name: pc.name.clone(),
@@ -264,7 +312,9 @@ impl Credentials {
                 header,
                 value,
                 git_basic,
+                github_api,
                 api,
+                fix,
             });
         }
         if let Some(g) = &h.git_placeholder {
@@ -346,6 +396,42 @@ impl Credentials {
     #[must_use]
     pub fn any_bound_to(&self, host: &Host) -> bool {
         self.bound.iter().any(|b| b.bound_to(host))
+    }
+
+    /// The credential named `name` if it was not configured at start.
+    #[must_use]
+    pub fn missing_named(&self, name: &str) -> Option<Missing<'_>> {
+        self.bound
+            .iter()
+            .find(|b| b.value.is_none() && b.name == name)
+            .map(|b| Missing {
+                name: &b.name,
+                fix: b.fix.as_deref().unwrap_or_default(),
+                git: b.git_basic,
+            })
+    }
+
+    /// The credential not configured at start that a request of scope `git` to `host`
+    /// would have carried, if any. `anonymous_read`: the request is a read its upstream
+    /// may answer without a credential (a git fetch, a `GET` or `HEAD` of the GitHub API),
+    /// which the git credential lets through unauthenticated; any other credential is never
+    /// optional (an LLM API answers nothing without its key).
+    #[must_use]
+    pub fn missing_for(
+        &self,
+        host: &Host,
+        git: GitScope,
+        anonymous_read: bool,
+    ) -> Option<Missing<'_>> {
+        self.bound
+            .iter()
+            .filter(|b| b.value.is_none() && b.bound_to(host) && b.applies(host, git))
+            .find(|b| !(b.git_basic && anonymous_read))
+            .map(|b| Missing {
+                name: &b.name,
+                fix: b.fix.as_deref().unwrap_or_default(),
+                git: b.git_basic,
+            })
     }
 
     /// The name a needle belongs to.
@@ -821,6 +907,111 @@ repositories = ["github.com/o/r"]
             Credentials::load(&missing, &policy),
             Err(CredentialsError::Parse { .. })
         ));
+    }
+
+    fn creds_missing() -> Credentials {
+        let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            session: "s".into(),
+            missing: vec![
+                airlock_policy::handoff::MissingCredential {
+                    name: "anthropic".into(),
+                    placeholder: "airlock-placeholder-anthropic-02".into(),
+                    fix: "set A on the host".into(),
+                },
+                airlock_policy::handoff::MissingCredential {
+                    name: "github".into(),
+                    placeholder: "airlock-placeholder-github-02".into(),
+                    fix: "set GITHUB_TOKEN_FILE".into(),
+                },
+            ],
+            ..Handoff::default()
+        };
+        Credentials::from_handoff(h, &policy).unwrap()
+    }
+
+    #[test]
+    fn a_missing_credential_refuses_what_it_would_authenticate() {
+        let c = creds_missing();
+        let api = Host::parse("api.example.com").unwrap();
+        let gh = Host::parse("github.com").unwrap();
+        let gh_api = Host::parse("api.github.com").unwrap();
+        let m = c.missing_for(&api, GitScope::None, false).unwrap();
+        assert_eq!(
+            (m.name, m.fix, m.git),
+            ("anthropic", "set A on the host", false)
+        );
+        // An LLM key is never optional, whatever the request looks like.
+        assert!(c.missing_for(&api, GitScope::None, true).is_some());
+        // The git credential: a push (service port, not a read) and an API write are
+        // refused; fetches and API reads go anonymously; github.com's web pages never
+        // carried it.
+        let m = c.missing_for(&gh, GitScope::Service, false).unwrap();
+        assert_eq!((m.name, m.git), ("github", true));
+        assert!(c.missing_for(&gh, GitScope::Service, true).is_none());
+        assert!(c.missing_for(&gh, GitScope::Read, true).is_none());
+        assert!(c.missing_for(&gh, GitScope::None, false).is_none());
+        assert!(c.missing_for(&gh_api, GitScope::Api, false).is_some());
+        assert!(c.missing_for(&gh_api, GitScope::Api, true).is_none());
+        assert!(c.missing_for(&gh_api, GitScope::None, false).is_none());
+        assert!(
+            c.missing_for(&Host::parse("example.com").unwrap(), GitScope::None, false)
+                .is_none()
+        );
+        // Nothing is injected; the agent's own value of the header still never travels,
+        // and its placeholder elsewhere is still a leak.
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("sk-ant-agents-own"));
+        assert_eq!(c.apply(&api, &mut h, GitScope::None, true).unwrap(), None);
+        assert!(h.get("x-api-key").is_none());
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-leak",
+            HeaderValue::from_static("airlock-placeholder-anthropic-02"),
+        );
+        let leak = c.apply(&gh, &mut h, GitScope::None, true).unwrap_err();
+        assert_eq!(leak.credential, "anthropic");
+        // A configured credential is never missing.
+        assert!(creds().missing_for(&api, GitScope::None, false).is_none());
+    }
+
+    #[test]
+    fn each_credential_is_handed_over_exactly_once() {
+        let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
+        let missing = |name: &str| airlock_policy::handoff::MissingCredential {
+            name: name.into(),
+            placeholder: format!("airlock-placeholder-{name}-03"),
+            fix: "f".into(),
+        };
+        let resolved = |name: &str| ResolvedCredential {
+            name: name.into(),
+            value: Secret::new("v".into()),
+            placeholder: format!("airlock-placeholder-{name}-03"),
+        };
+        let h = |credentials, missing| Handoff {
+            version: HANDOFF_VERSION,
+            credentials,
+            missing,
+            ..Handoff::default()
+        };
+        let ok = h(vec![resolved("anthropic")], vec![missing("github")]);
+        assert!(Credentials::from_handoff(ok, &policy).is_ok());
+        let twice = h(
+            vec![resolved("anthropic"), resolved("github")],
+            vec![missing("github")],
+        );
+        let err = Credentials::from_handoff(twice, &policy).unwrap_err();
+        assert!(err.contains("twice"), "{err}");
+        let unknown = h(
+            vec![resolved("anthropic")],
+            vec![missing("github"), missing("x")],
+        );
+        let err = Credentials::from_handoff(unknown, &policy).unwrap_err();
+        assert!(err.contains("not in the policy"), "{err}");
+        let absent = h(vec![resolved("anthropic")], vec![]);
+        let err = Credentials::from_handoff(absent, &policy).unwrap_err();
+        assert!(err.contains("\"github\" is missing"), "{err}");
     }
 
     #[test]

@@ -28,6 +28,23 @@ pub(crate) async fn audited(
     }
 }
 
+/// As [`audited`], answering with `answer` (a denial worded for this request) when the
+/// line was written.
+pub(crate) fn audited_with(
+    mut rec: crate::audit::Pending,
+    reason: Reason,
+    host: &str,
+    port: u16,
+    answer: impl FnOnce() -> Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    rec.decision = crate::audit::Verdict::Deny;
+    rec.reason = Some(reason.as_str());
+    match rec.commit() {
+        Ok(()) => answer(),
+        Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
+    }
+}
+
 /// A complete in-memory body.
 #[must_use]
 pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -56,17 +73,31 @@ struct ErrorBody<'a> {
     error: &'a str,
     host: &'a str,
     port: u16,
+    /// The credential the refusal is about, when there is one to name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credential: Option<&'a str>,
     message: &'a str,
 }
 
 /// The JSON body of a denial.
 #[must_use]
 pub fn body_json(reason: Reason, host: &str, port: u16) -> String {
+    body_json_with(reason, host, port, None, reason.hint())
+}
+
+fn body_json_with(
+    reason: Reason,
+    host: &str,
+    port: u16,
+    credential: Option<&str>,
+    message: &str,
+) -> String {
     let body = ErrorBody {
         error: reason.as_str(),
         host,
         port,
-        message: reason.hint(),
+        credential,
+        message,
     };
     serde_json::to_string(&body)
         .unwrap_or_else(|_| format!("{{\"error\":\"{}\"}}", reason.as_str()))
@@ -75,7 +106,52 @@ pub fn body_json(reason: Reason, host: &str, port: u16) -> String {
 /// A denial: status from [`status_for`], JSON body, `x-airlock-error: <reason>`.
 #[must_use]
 pub fn denial(reason: Reason, host: &str, port: u16) -> Response<ProxyBody> {
-    let mut resp = Response::new(full(body_json(reason, host, port)));
+    json_denial(reason, body_json(reason, host, port))
+}
+
+/// A denial whose message is this request's own (the credential it names and the fix)
+/// instead of the reason's general hint.
+#[must_use]
+pub fn denial_with(
+    reason: Reason,
+    host: &str,
+    port: u16,
+    credential: Option<&str>,
+    message: &str,
+) -> Response<ProxyBody> {
+    json_denial(
+        reason,
+        body_json_with(reason, host, port, credential, message),
+    )
+}
+
+/// A refusal a git client shows: its smart-HTTP ref advertisement for `service`
+/// (`git-receive-pack`, `git-upload-pack`) holding one `ERR` packet, which git prints as
+/// `fatal: remote error: <message>` (a plain `403` would show only "The requested URL
+/// returned error: 403"). `200`, as git reads the body of nothing else; the header and
+/// the audit line still say the reason.
+#[must_use]
+pub fn git_refusal(reason: Reason, service: &str, message: &str) -> Response<ProxyBody> {
+    let line = format!("ERR {message}\n");
+    // A pkt-line is at most 65520 bytes, its 4 hex digits of length included.
+    let line = if line.len() > 65_000 {
+        format!("ERR {}\n", reason.as_str())
+    } else {
+        line
+    };
+    let body = format!("{:04x}{line}", line.len() + 4);
+    let mut resp = Response::new(full(body));
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("application/x-{service}-advertisement")) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(ERROR_HEADER, HeaderValue::from_static(reason.as_str()));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+fn json_denial(reason: Reason, body: String) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status_for(reason);
     let h = resp.headers_mut();
     h.insert(

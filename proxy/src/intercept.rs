@@ -529,10 +529,44 @@ pub(crate) async fn exchange(
     route: &Route,
     mut rec: Pending,
 ) -> Response<ProxyBody> {
+    // Shared bytes: what a refusal worded for this request reads.
+    let uri = req.uri().clone();
     match prepare(ctx, req, route, &mut rec).await {
         Ok(prepared) => forward(ctx, prepared, route, rec).await,
+        Err(Reason::CredentialMissing) => missing_credential(ctx, rec, route, &uri),
         Err(reason) => ctx.deny(rec, reason, route).await,
     }
+}
+
+/// The refusal of a request whose credential was not configured (`rec.credential` names
+/// it): the JSON denial with the credential and the operator's fix as its message, or for
+/// a git push the `ERR` packet git shows the agent.
+fn missing_credential(ctx: &Ctx, rec: Pending, route: &Route, uri: &Uri) -> Response<ProxyBody> {
+    let creds = ctx.shared.interception.credentials();
+    let name = rec.credential.clone().unwrap_or_default();
+    let missing = creds.missing_named(&name);
+    let fix = missing.map_or("", |m| m.fix);
+    let (host, port) = (route.target.host.as_str(), route.target.port);
+    let git = gitpath::parse(uri.path(), uri.query()).filter(|_| missing.is_some_and(|m| m.git));
+    let reason = Reason::CredentialMissing;
+    deny::audited_with(rec, reason, host, port, || match git {
+        Some(g) => {
+            let (service, what) = match g.service {
+                Service::ReceivePack => ("git-receive-pack", "git push"),
+                Service::UploadPack => ("git-upload-pack", "this git fetch"),
+            };
+            let message = format!(
+                "airlock: {reason}: {what} to {host} needs the git token (credential {name:?}), which was not configured when this sandbox started; to provide it, {fix}"
+            );
+            deny::git_refusal(reason, service, &message)
+        }
+        None => {
+            let message = format!(
+                "Credential {name:?}, which requests to {host} need, was not configured when this sandbox started, so nothing was sent; to provide it, {fix}"
+            );
+            deny::denial_with(reason, host, port, Some(&name), &message)
+        }
+    })
 }
 
 /// A request that passed every check, as it will be sent.
@@ -571,6 +605,7 @@ async fn prepare(
     };
     let body_cap = judge_head(ctx, &mut req, &view, rec)?;
     let upgrade = check_credential_use(ctx, &req, route, rec)?;
+    check_missing(ctx, route, scope, &view, rec)?;
     let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     // From here on the body ends cleanly only where its message really ended (`Framed`).
@@ -734,6 +769,37 @@ fn check_credential_use(
         })?;
     }
     Ok(upgrade)
+}
+
+/// A credential the request would carry (over TLS) that was not configured at start:
+/// `credential-missing`, the record naming it. The git credential lets the reads an
+/// upstream may answer anonymously through without it (a fetch, a `GET` of the API).
+fn check_missing(
+    ctx: &Ctx,
+    route: &Route,
+    scope: GitScope,
+    view: &RequestView<'_>,
+    rec: &mut Pending,
+) -> Result<(), Reason> {
+    if !route.tls {
+        return Ok(());
+    }
+    let anonymous_read = match scope {
+        GitScope::None => false,
+        GitScope::Read => true,
+        GitScope::Service => {
+            gitpath::parse(view.path, view.query).is_some_and(|g| g.service == Service::UploadPack)
+        }
+        GitScope::Api => matches!(view.method, "GET" | "HEAD"),
+    };
+    let creds = ctx.shared.interception.credentials();
+    match creds.missing_for(view.host, scope, anonymous_read) {
+        Some(m) => {
+            rec.credential = Some(m.name.to_owned());
+            Err(Reason::CredentialMissing)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Secrets of known formats in the URL (as sent and percent-decoded) and the agent's

@@ -196,6 +196,7 @@ action = "deny"
 "#
         .into(),
         credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+        ..Extra::default()
     };
     let mut h = Harness::start_extra(
         "enforce",
@@ -252,6 +253,7 @@ format = "{}"
 "#
         .into(),
         credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+        ..Extra::default()
     };
     let mut h = Harness::start_extra(
         "enforce",
@@ -302,6 +304,7 @@ format = "{}"
 "#
         .into(),
         credentials: vec![("api", "REAL-secret-9f2", "airlock-placeholder-api-01")],
+        ..Extra::default()
     };
     let mut h = Harness::start_extra(
         "enforce",

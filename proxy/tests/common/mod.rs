@@ -73,11 +73,13 @@ impl OriginalDst for FakeOrigDst {
 }
 
 /// Policy text appended to the harness's own, and the credentials it binds
-/// (`(name, real value, placeholder)`).
+/// (`(name, real value, placeholder)`), and those handed over as not configured
+/// (`(name, placeholder, fix)`).
 #[derive(Default)]
 pub struct Extra {
     pub policy: String,
     pub credentials: Vec<(&'static str, &'static str, &'static str)>,
+    pub missing: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 /// The harness's session, sandbox and container.
@@ -141,7 +143,7 @@ impl Harness {
         )
         .unwrap();
         let policy = airlock_policy::Policy::load(&policy_path).unwrap();
-        let credentials = if extra.credentials.is_empty() {
+        let credentials = if extra.credentials.is_empty() && extra.missing.is_empty() {
             airlock_proxy::credentials::Credentials::none()
         } else {
             let handoff = airlock_policy::handoff::Handoff {
@@ -160,7 +162,17 @@ impl Harness {
                     .collect(),
                 git_placeholder: None,
                 workspace_secrets: Vec::new(),
-                missing: vec![],
+                missing: extra
+                    .missing
+                    .iter()
+                    .map(
+                        |(name, placeholder, fix)| airlock_policy::handoff::MissingCredential {
+                            name: (*name).to_owned(),
+                            placeholder: (*placeholder).to_owned(),
+                            fix: (*fix).to_owned(),
+                        },
+                    )
+                    .collect(),
             };
             airlock_proxy::credentials::Credentials::from_handoff(handoff, &policy).unwrap()
         };
