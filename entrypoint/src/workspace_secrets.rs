@@ -1100,7 +1100,9 @@ mod tests {
                 files += 1;
             }
         }
+        let t0 = Instant::now();
         let f = formats();
+        let compile = t0.elapsed();
         let mut times = Vec::new();
         let mut last = Scan::default();
         for _ in 0..5 {
@@ -1109,7 +1111,7 @@ mod tests {
         }
         times.sort();
         println!(
-            "workspace scan: {files} files, {} entries looked at, {} secret files read, {} needles: median {:?} (min {:?}, max {:?})",
+            "workspace scan: {files} files, {} entries looked at, {} secret files read, {} needles: median {:?} (min {:?}, max {:?}); compiling the detectors {compile:?}",
             last.entries,
             last.read.len(),
             last.found.len(),

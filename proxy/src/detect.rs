@@ -103,6 +103,7 @@ impl Detectors {
         let mut keys: Vec<(&str, Option<&str>)> = Vec::new();
         let mut needles: Vec<Vec<u8>> = Vec::new();
         let mut exact_of = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for s in secrets {
             let value = s.value.expose();
             if airlock_policy::detect::needle_refusal(value).is_some() {
@@ -121,7 +122,7 @@ impl Detectors {
                 detectors.len() - 1
             };
             for form in forms(value.trim().as_bytes()) {
-                if !needles.contains(&form) {
+                if seen.insert(form.clone()) {
                     needles.push(form);
                     exact_of.push(index);
                 }

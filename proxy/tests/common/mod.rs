@@ -80,6 +80,9 @@ pub struct Extra {
     pub policy: String,
     pub credentials: Vec<(&'static str, &'static str, &'static str)>,
     pub missing: Vec<(&'static str, &'static str, &'static str)>,
+    /// Values found in the workspace's secret files (`(file, value)`), handed over as the
+    /// entrypoint does.
+    pub workspace: Vec<(&'static str, &'static str)>,
 }
 
 /// The harness's session, sandbox and container.
@@ -143,7 +146,10 @@ impl Harness {
         )
         .unwrap();
         let policy = airlock_policy::Policy::load(&policy_path).unwrap();
-        let credentials = if extra.credentials.is_empty() && extra.missing.is_empty() {
+        let credentials = if extra.credentials.is_empty()
+            && extra.missing.is_empty()
+            && extra.workspace.is_empty()
+        {
             airlock_proxy::credentials::Credentials::none()
         } else {
             let handoff = airlock_policy::handoff::Handoff {
@@ -161,7 +167,16 @@ impl Harness {
                     )
                     .collect(),
                 git_placeholder: None,
-                workspace_secrets: Vec::new(),
+                workspace_secrets: extra
+                    .workspace
+                    .iter()
+                    .map(|(file, value)| airlock_policy::handoff::WorkspaceSecret {
+                        file: (*file).to_owned(),
+                        name: "TEST".into(),
+                        detector: None,
+                        value: airlock_policy::handoff::Secret::new((*value).to_owned()),
+                    })
+                    .collect(),
                 missing: extra
                     .missing
                     .iter()

@@ -1,0 +1,249 @@
+//! The workspace's own secrets as exact needles (issue 21 item 2), from the agent's seat:
+//! values of no known format (a database password from `.env`) handed over by the
+//! entrypoint are refused to an allowed host in a body, a form-encoded body, the URL and a
+//! header, split across the chunks of a streamed upload too, with the detector
+//! `workspace:.env` named and nothing reaching the upstream; on an LLM API host they are
+//! redacted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use airlock_proxy::limits::Limits;
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A database password of no known format, and one that changes when URL-encoded.
+const DB_PASSWORD: &str = "hunter2-correct-horse";
+const API_SECRET: &str = "s3cr3t/p@ss word!";
+
+/// Writes are allowed to both hosts by a rule (before and after hosts became read-only by
+/// default), so a 403 here is the secret's.
+const POLICY: &str = r#"
+[[rules]]
+host = "allowed.test"
+method = ["GET", "POST"]
+action = "allow"
+
+[[rules]]
+host = "api.anthropic.com"
+method = "POST"
+action = "allow"
+"#;
+
+async fn harness(upstream: SocketAddr) -> Harness {
+    let extra = Extra {
+        policy: POLICY.into(),
+        workspace: vec![(".env", DB_PASSWORD), (".env", API_SECRET)],
+        ..Extra::default()
+    };
+    Harness::start_extra(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("api.anthropic.com", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 80, upstream)],
+        Limits::default(),
+        &extra,
+    )
+    .await
+}
+
+/// An upstream that answers `200 ok` to each request (content-length or chunked body) and
+/// keeps every byte it received.
+async fn recorder() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let all = Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let all = Arc::clone(&all);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                loop {
+                    let Ok(n) = s.read(&mut chunk).await else {
+                        break;
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    all.lock().unwrap().extend_from_slice(&chunk[..n]);
+                    if complete(&buf) {
+                        buf.clear();
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, got)
+}
+
+/// Whether `buf` holds one whole request.
+fn complete(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let body = &buf[end + 4..];
+    if head.contains("transfer-encoding: chunked") {
+        return body.ends_with(b"0\r\n\r\n");
+    }
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    body.len() >= len
+}
+
+fn post(path: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "POST http://allowed.test{path} HTTP/1.1\r\nhost: allowed.test\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_workspace_value_of_any_format_never_reaches_an_allowed_host() {
+    let (up, got) = recorder().await;
+    let mut h = harness(up).await;
+    let encoded = "user=app&password=s3cr3t%2Fp%40ss+word%21";
+    let attempts = [
+        post(
+            "/paste",
+            "application/json",
+            &format!("{{\"env\":\"DB_PASSWORD={DB_PASSWORD}\"}}"),
+        ),
+        post("/login", "application/x-www-form-urlencoded", encoded),
+        post(
+            "/login",
+            "application/x-www-form-urlencoded",
+            "password=s3cr3t%2fp%40ss%20word%21",
+        ),
+        format!("GET http://allowed.test/q?p={DB_PASSWORD} HTTP/1.1\r\nhost: allowed.test\r\n\r\n"),
+        "GET http://allowed.test/q?p=s3cr3t%2Fp%40ss%20word%21 HTTP/1.1\r\nhost: allowed.test\r\n\r\n"
+            .to_owned(),
+        format!(
+            "GET http://allowed.test/h HTTP/1.1\r\nhost: allowed.test\r\nx-debug: {DB_PASSWORD}\r\n\r\n"
+        ),
+    ];
+    for raw in &attempts {
+        let (_s, r) = request(h.addr, raw).await;
+        assert_eq!(r.status, 403, "{raw}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("foreign-secret"),
+            "{raw}"
+        );
+        assert!(!r.body.contains(DB_PASSWORD) && !r.body.contains("s3cr3t"));
+    }
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "a request reached the upstream"
+    );
+    // The same host takes the same request without the value: the 403s were the secret's.
+    let (_s, r) = request(h.addr, &post("/paste", "text/plain", "DB_PASSWORD=***")).await;
+    assert_eq!(r.status, 200);
+    let lines = h.finish().await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "foreign-secret")
+        .collect();
+    assert_eq!(refused.len(), attempts.len(), "{lines:?}");
+    for l in &refused {
+        assert_eq!(l["rule"], "secret detector workspace:.env", "{l}");
+    }
+    let text = serde_json::to_string(&lines).unwrap();
+    assert!(
+        !text.contains(DB_PASSWORD) && !text.contains("s3cr3t"),
+        "a value reached the audit log"
+    );
+}
+
+/// A streamed upload (chunked, past what is read whole) with the value split across
+/// chunks sent apart, as is and URL-encoded: cut before any byte of it is sent.
+#[tokio::test]
+async fn a_workspace_value_split_across_chunks_never_leaves() {
+    for (value, cut) in [(DB_PASSWORD, 7), ("s3cr3t%2Fp%40ss+word%21", 9)] {
+        let (up, got) = recorder().await;
+        let mut h = harness(up).await;
+        let mut s = TcpStream::connect(h.addr).await.unwrap();
+        s.write_all(
+            b"POST http://allowed.test/upload HTTP/1.1\r\nhost: allowed.test\r\ntransfer-encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let filler = format!("{}\npassword=", "f".repeat(70_000));
+        let (a, rest) = value.split_at(cut);
+        let (b, c) = rest.split_at(rest.len() / 2);
+        for part in [filler.as_str(), a, b, c, "&tail=1"] {
+            // Once the value is seen the proxy answers and may close: later writes can fail.
+            let _ = s
+                .write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+                .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = s.write_all(b"0\r\n\r\n").await;
+        let r = tokio::time::timeout(Duration::from_secs(10), read_resp(&mut s))
+            .await
+            .expect("the proxy answers at once");
+        assert_eq!(r.status, 403, "{value}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("foreign-secret")
+        );
+        drop(s);
+        let lines = h.finish().await;
+        let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+        assert!(
+            !sent.contains(a),
+            "a piece of the value reached the upstream ({value})"
+        );
+        assert!(
+            lines.iter().any(|l| l["reason"] == "foreign-secret"
+                && l["rule"] == "secret detector workspace:.env"),
+            "{lines:?}"
+        );
+    }
+}
+
+/// On an LLM API host the agent sends file contents as context: the value arrives
+/// overwritten (same length) and the request is audited `secret-redacted`.
+#[tokio::test]
+async fn a_workspace_value_in_a_prompt_reaches_the_llm_api_redacted() {
+    let (up, got) = recorder().await;
+    let mut h = harness(up).await;
+    let body = format!(
+        "{{\"messages\":[{{\"role\":\"user\",\"content\":\"here is .env: DB_PASSWORD={DB_PASSWORD}\"}}]}}"
+    );
+    let raw = format!(
+        "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (_s, r) = request(h.addr, &raw).await;
+    assert_eq!(r.status, 200);
+    let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert!(
+        !sent.contains(DB_PASSWORD),
+        "the value reached the provider"
+    );
+    assert!(
+        sent.contains(&format!("DB_PASSWORD={}\"", "*".repeat(DB_PASSWORD.len()))),
+        "redacted in place, same length: {sent}"
+    );
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "api.anthropic.com");
+    assert_eq!(l[0]["event"], "secret-redacted", "{l:?}");
+    assert_eq!(l[0]["rule"], "secret detector workspace:.env");
+}
