@@ -60,6 +60,12 @@ pub struct Cli {
     /// TLS-inspecting CA. The agent never trusts them.
     #[arg(long, env = "AIRLOCK_UPSTREAM_CA")]
     pub upstream_ca: Option<PathBuf>,
+    /// The operator's extra CA (PEM certificates: a corporate TLS-inspecting proxy's root, a
+    /// private mirror's CA): the proxy verifies upstreams with it, and the agent's CA bundle
+    /// trusts it too, for the hosts it reaches through a tunnel (`network.passthrough`).
+    /// Default: /etc/airlock/extra-ca.pem when that file exists.
+    #[arg(long, env = "AIRLOCK_EXTRA_CA")]
+    pub extra_ca: Option<PathBuf>,
     /// Validate the policy and the environment, print the firewall that would be applied, exit.
     #[arg(long)]
     pub check: bool,

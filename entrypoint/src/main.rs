@@ -112,7 +112,7 @@ struct Checked {
     session: session::Session,
     session_key: airlock_wire::SessionKey,
     creds: credentials::Resolved,
-    operator_ca: Option<trust::OperatorCa>,
+    operator_ca: trust::OperatorTrust,
     agent_env: agent_env::AgentEnv,
     /// Held until PID 1 exits: no second sandbox on this checkout meanwhile.
     workspace: setup::WorkspaceLock,
@@ -153,9 +153,11 @@ fn check_all(cli: &Cli) -> Result<Checked> {
             .map(Some),
         _ => Some(None),
     };
-    let operator_ca = problems.take(trust::operator_ca(
+    let operator_ca = problems.take(trust::operator_trust(
         cli.ca_cert.as_deref(),
         cli.ca_key.as_deref(),
+        cli.extra_ca.as_deref(),
+        &knobs,
     ));
     let session = session::Session::new()?;
     let session_key = airlock_wire::SessionKey::generate()?;
@@ -341,7 +343,7 @@ fn start(cli: Cli) -> Result<i32> {
         &state_dir,
         &users.proxy,
         &users.agent,
-        operator_ca.as_ref(),
+        &operator_ca,
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(&cli, &users)?;
@@ -377,7 +379,11 @@ fn start(cli: Cli) -> Result<i32> {
         run_as: RunAs::detached(users.proxy.clone()),
     };
     let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
-    trust::write_bundle(&cli.run_dir, &proxy_spec.ca_export)?;
+    trust::write_bundle(
+        &cli.run_dir,
+        &proxy_spec.ca_export,
+        operator_ca.extra.as_ref(),
+    )?;
     // The git API after the proxy (its pushes go through the service port), before the firewall.
     let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::start).transpose()?);
     let t_proxy = t0.elapsed();

@@ -80,6 +80,8 @@ pub struct Knobs {
     pub policy: Option<String>,
     /// `AIRLOCK_HOST_GITHUB_TOKEN_FILE`: what `GITHUB_TOKEN_FILE` named.
     pub github_token: Option<String>,
+    /// `AIRLOCK_HOST_EXTRA_CA`: what `EXTRA_CA_FILE` named.
+    pub extra_ca: Option<String>,
 }
 
 impl Knobs {
@@ -90,6 +92,7 @@ impl Knobs {
             repo: get("AIRLOCK_HOST_REPO"),
             policy: get("AIRLOCK_HOST_POLICY"),
             github_token: get("AIRLOCK_HOST_GITHUB_TOKEN_FILE"),
+            extra_ca: get("AIRLOCK_HOST_EXTRA_CA"),
         }
     }
 
@@ -123,6 +126,17 @@ impl Knobs {
         }
     }
 
+    /// The user's name for the extra CA file: the host file and its knob.
+    pub fn extra_ca_file(&self, path: &Path) -> String {
+        match &self.extra_ca {
+            Some(host) => format!("{host} (EXTRA_CA_FILE, mounted at {})", path.display()),
+            None => format!(
+                "{} (AIRLOCK_EXTRA_CA; scripts/docker-run: EXTRA_CA_FILE=<host file>)",
+                path.display()
+            ),
+        }
+    }
+
     /// The user's name for the policy file.
     pub fn policy_file(&self, path: &Path) -> String {
         match &self.policy {
@@ -133,13 +147,6 @@ impl Knobs {
             ),
             None => path.display().to_string(),
         }
-    }
-
-    /// How to set an environment variable a credential reads.
-    pub fn env_fix(var: &str) -> String {
-        format!(
-            "set it for scripts/docker-run or docker compose (`{var}=... scripts/docker-run REPO`; scripts/docker-run passes ANTHROPIC_API_KEY and OPENAI_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\", compose an `environment:` line), or `docker run -e {var}`"
-        )
     }
 
     /// How to provide a credential whose environment variable was not set: one sentence
@@ -221,7 +228,7 @@ mod tests {
                 .policy_file(Path::new(POLICY_MOUNT))
                 .contains("AIRLOCK_POLICY=<host file>")
         );
-        assert!(Knobs::env_fix("K").contains("AIRLOCK_DOCKER_ARGS=\"-e K\""));
+        assert!(Knobs::env_missing_fix("K").contains("AIRLOCK_DOCKER_ARGS=\"-e K\""));
     }
 
     #[test]

@@ -5,12 +5,19 @@
 //!   the proxy's private state directory before the proxy starts; without one the proxy
 //!   generates its own there. The key must not be readable by the agent where it is mounted,
 //!   and after the copy only the proxy user can read it.
-//! - Extra upstream roots (`AIRLOCK_UPSTREAM_CA`, a PEM file: a test CA or a corporate
-//!   TLS-inspecting CA) are copied next to it and passed as `--upstream-ca`.
-//! - Once the proxy answers, its exported CA certificate is appended to the system roots in
-//!   a bundle on tmpfs, and [`agent_vars`] points every common tool at it. In the image,
-//!   Debian's system bundle path is a symlink to that bundle (see the Dockerfile), so tools
-//!   that read only the system path trust it too.
+//! - The operator's extra CA (`AIRLOCK_EXTRA_CA`, default [`EXTRA_CA_MOUNT`] when present;
+//!   `EXTRA_CA_FILE=` for scripts/docker-run): PEM certificates of a corporate
+//!   TLS-inspecting proxy or a private mirror. Validated before anything starts (read as the
+//!   proxy reads roots; a private key in the file is refused), copied into the proxy's state
+//!   directory and passed as `--upstream-ca`, *and* put into the agent's bundle, so that a
+//!   host the agent reaches through a tunnel (`network.passthrough`) verifies too.
+//! - Upstream roots for the proxy alone (`AIRLOCK_UPSTREAM_CA`, a PEM file: the test
+//!   configuration's fake internet) are copied next to it and passed as `--upstream-ca`;
+//!   the agent never trusts them.
+//! - Once the proxy answers, its exported CA certificate is appended to the system roots (and
+//!   the extra CA) in a bundle on tmpfs, and [`agent_vars`] points every common tool at it.
+//!   In the image, Debian's system bundle path is a symlink to that bundle (see the
+//!   Dockerfile), so tools that read only the system path trust it too.
 //!
 //! It does not generate certificates (the proxy does) and never reads the CA key itself
 //! beyond copying the operator's file.
@@ -28,6 +35,11 @@ pub const IMAGE_SYSTEM_ROOTS: &str = "/usr/share/airlock/system-roots.pem";
 pub const DEBIAN_SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// File name of copied extra upstream roots inside the proxy state directory.
 pub const UPSTREAM_CA_FILE: &str = "upstream-ca.pem";
+/// Where the image looks for the operator's extra CA when `AIRLOCK_EXTRA_CA` is not set
+/// (scripts/docker-run mounts `EXTRA_CA_FILE` there).
+pub const EXTRA_CA_MOUNT: &str = "/etc/airlock/extra-ca.pem";
+/// File name of the copied extra CA inside the proxy state directory.
+pub const EXTRA_CA_FILE: &str = "extra-ca.pem";
 /// File name of the agent's bundle inside the runtime directory.
 pub const BUNDLE_FILE: &str = "ca-bundle.pem";
 /// File name of the exported CA (in the proxy's public directory, and the entrypoint's
@@ -35,12 +47,120 @@ pub const BUNDLE_FILE: &str = "ca-bundle.pem";
 pub const EXPORT_FILE: &str = "ca.pem";
 
 const PEM_CERT: &str = "-----BEGIN CERTIFICATE-----";
+const PEM_CERT_END: &str = "-----END CERTIFICATE-----";
 
 /// The operator's CA, as configured.
 #[derive(Debug, Clone)]
 pub struct OperatorCa {
     pub cert: PathBuf,
     pub key: PathBuf,
+}
+
+/// The operator's extra CA, validated: its certificates only, as PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraCa {
+    /// The file it was read from (inside the container).
+    pub path: PathBuf,
+    /// Every certificate of the file (PEM blocks, nothing else of it).
+    pub pem: String,
+    /// How many certificates.
+    pub count: usize,
+}
+
+/// What the operator configured about trust: the interception CA and the extra CA.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorTrust {
+    pub ca: Option<OperatorCa>,
+    pub extra: Option<ExtraCa>,
+}
+
+/// The operator CA ([`operator_ca`]) and the extra CA ([`extra_ca`]), every problem of
+/// both in one refusal.
+pub fn operator_trust(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    extra: Option<&Path>,
+    knobs: &crate::problems::Knobs,
+) -> Result<OperatorTrust> {
+    let mut problems = crate::problems::Problems::default();
+    let ca = problems.take(operator_ca(cert, key));
+    let extra = problems.take(extra_ca(extra, Path::new(EXTRA_CA_MOUNT), knobs));
+    problems.finish()?;
+    Ok(OperatorTrust {
+        ca: ca.flatten(),
+        extra: extra.flatten(),
+    })
+}
+
+/// The extra CA: `configured` (`AIRLOCK_EXTRA_CA`), which must be there, else `mount` when
+/// a file is there. Its certificates must all parse as trust anchors (as the proxy reads
+/// them); a private key in the file is refused (the file is for the bundle every tool of
+/// the agent reads).
+pub fn extra_ca(
+    configured: Option<&Path>,
+    mount: &Path,
+    knobs: &crate::problems::Knobs,
+) -> Result<Option<ExtraCa>> {
+    let path = match configured {
+        Some(p) => p,
+        None if mount.exists() => mount,
+        None => return Ok(None),
+    };
+    let name = knobs.extra_ca_file(path);
+    let bytes = std::fs::read(path).with_context(|| {
+        format!("the extra CA {name}: cannot read it (mount the PEM file of the CA certificate)")
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    if text.contains("PRIVATE KEY-----") {
+        bail!(
+            "the extra CA {name} holds a private key: give only the CA's certificate (PEM), the agent's tools read this file"
+        );
+    }
+    use rustls_pki_types::pem::PemObject;
+    let ders = rustls_pki_types::CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("the extra CA {name} is not a PEM certificate file ({e})"))?;
+    if ders.is_empty() {
+        bail!("the extra CA {name} holds no PEM certificate ({PEM_CERT})");
+    }
+    for (i, der) in ders.iter().enumerate() {
+        webpki::anchor_from_trusted_cert(der).map_err(|e| {
+            anyhow::anyhow!(
+                "the extra CA {name}: certificate {} of {} does not parse as an X.509 certificate ({e:?})",
+                i + 1,
+                ders.len()
+            )
+        })?;
+    }
+    let pem = pem_blocks(&text);
+    if pem.matches(PEM_CERT).count() != ders.len() {
+        bail!("the extra CA {name}: its PEM blocks could not be separated");
+    }
+    Ok(Some(ExtraCa {
+        path: path.to_owned(),
+        pem,
+        count: ders.len(),
+    }))
+}
+
+/// Every `CERTIFICATE` block of `text`, nothing else (comments, other blocks).
+fn pem_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line == PEM_CERT {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line == PEM_CERT_END {
+            inside = false;
+        }
+    }
+    out
 }
 
 /// Both or neither of the CA files.
@@ -64,16 +184,17 @@ pub fn operator_ca(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<Ope
     }
 }
 
-/// Copy the operator CA and extra upstream roots into the proxy's state directory (which
-/// must exist, owned by the proxy). Returns the proxy's `--upstream-ca` arguments.
+/// Copy the operator CA, the extra CA and extra upstream roots into the proxy's state
+/// directory (which must exist, owned by the proxy). Returns the proxy's `--upstream-ca`
+/// arguments.
 pub fn install_proxy_files(
     state_dir: &Path,
     proxy: &Identity,
     agent: &Identity,
-    ca: Option<&OperatorCa>,
+    operator: &OperatorTrust,
     upstream_ca: Option<&Path>,
 ) -> Result<Vec<PathBuf>> {
-    if let Some(ca) = ca {
+    if let Some(ca) = &operator.ca {
         let cert = read_pem_certs("AIRLOCK_CA_CERT", &ca.cert)?;
         let key = read_private_key(&ca.key, agent)?;
         proxy_state::install(
@@ -92,6 +213,15 @@ pub fn install_proxy_files(
         )?;
     }
     let mut args = Vec::new();
+    if let Some(extra) = &operator.extra {
+        args.push(proxy_state::install(
+            state_dir,
+            EXTRA_CA_FILE,
+            extra.pem.as_bytes(),
+            0o400,
+            proxy,
+        )?);
+    }
     if let Some(path) = upstream_ca {
         let pem = read_pem_certs("AIRLOCK_UPSTREAM_CA", path)?;
         args.push(proxy_state::install(
@@ -160,16 +290,27 @@ pub fn system_roots() -> Result<Vec<u8>> {
     )
 }
 
-/// System roots followed by the appliance CA. Pure.
-pub fn bundle(system_roots: &[u8], appliance_ca: &str) -> Result<Vec<u8>> {
+/// System roots, then the operator's extra CA (if any), then the appliance CA. Pure.
+pub fn bundle(system_roots: &[u8], extra: Option<&ExtraCa>, appliance_ca: &str) -> Result<Vec<u8>> {
     let ca = appliance_ca.trim();
-    if !ca.starts_with(PEM_CERT) || !ca.ends_with("-----END CERTIFICATE-----") {
+    if !ca.starts_with(PEM_CERT) || !ca.ends_with(PEM_CERT_END) {
         bail!("the proxy's exported CA is not one PEM certificate");
     }
-    let mut out = Vec::with_capacity(system_roots.len() + ca.len() + 64);
+    let extra_len = extra.map_or(0, |e| e.pem.len());
+    let mut out = Vec::with_capacity(system_roots.len() + extra_len + ca.len() + 128);
     out.extend_from_slice(system_roots);
     if !out.is_empty() && !out.ends_with(b"\n") {
         out.push(b'\n');
+    }
+    if let Some(extra) = extra {
+        out.extend_from_slice(
+            format!(
+                "# the operator's extra CA (AIRLOCK_EXTRA_CA, {})\n",
+                extra.path.display()
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(extra.pem.as_bytes());
     }
     out.extend_from_slice(b"# airlock appliance CA (this container start)\n");
     out.extend_from_slice(ca.as_bytes());
@@ -190,8 +331,9 @@ pub fn prepare_export_dir(run_dir: &Path, proxy: &Identity) -> Result<PathBuf> {
 
 /// Read the CA the proxy exported (`export`), publish a root-owned copy as
 /// `run_dir/ca.pem` (what the git API trusts) and write the agent's bundle next to it
-/// (root-owned, 0644, each replaced atomically). Returns the bundle's path.
-pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
+/// (root-owned, 0644, each replaced atomically), with the operator's `extra` CA. Returns
+/// the bundle's path.
+pub fn write_bundle(run_dir: &Path, export: &Path, extra: Option<&ExtraCa>) -> Result<PathBuf> {
     let meta = std::fs::symlink_metadata(export).with_context(|| {
         format!(
             "the proxy did not export its CA to {}; its log above says why",
@@ -203,7 +345,7 @@ pub fn write_bundle(run_dir: &Path, export: &Path) -> Result<PathBuf> {
     }
     let ca = std::fs::read_to_string(export)
         .with_context(|| format!("cannot read the proxy's CA {}", export.display()))?;
-    let bytes = bundle(&system_roots()?, &ca)?;
+    let bytes = bundle(&system_roots()?, extra, &ca)?;
     proxy_state::write_atomic(run_dir, EXPORT_FILE, ca.as_bytes(), 0o644, None)?;
     proxy_state::write_atomic(run_dir, BUNDLE_FILE, &bytes, 0o644, None)
 }
@@ -241,6 +383,7 @@ mod tests {
     fn the_bundle_is_the_system_roots_then_the_appliance_ca() {
         let b = bundle(
             b"-----BEGIN CERTIFICATE-----\nSYS\n-----END CERTIFICATE-----",
+            None,
             CA,
         )
         .unwrap();
@@ -259,7 +402,7 @@ mod tests {
             "hello",
             "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----",
         ] {
-            assert!(bundle(b"", bad).is_err(), "{bad:?}");
+            assert!(bundle(b"", None, bad).is_err(), "{bad:?}");
         }
     }
 
@@ -285,6 +428,121 @@ mod tests {
             );
         }
         assert!(vars.contains(&("NODE_USE_ENV_PROXY", "1".to_owned())));
+    }
+
+    /// A real CA certificate (P-256, self-signed, valid until 2126): the extra CA's checks
+    /// parse it as the proxy does.
+    const EXTRA: &str = "-----BEGIN CERTIFICATE-----\nMIIBlzCCAT2gAwIBAgIUMUc9vTwFmKe+dC3ZZ7oYXjAw7+8wCgYIKoZIzj0EAwIw\nIDEeMBwGA1UEAwwVYWlybG9jayB0ZXN0IGV4dHJhIENBMCAXDTI2MTEyNTA3MzUy\nN1oYDzIxMjYxMTAxMDczNTI3WjAgMR4wHAYDVQQDDBVhaXJsb2NrIHRlc3QgZXh0\ncmEgQ0EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASVK6fzCLRnLpw1/P04HdwF\nj7eHsnG3e964AxHguj8WamiohKfFGBqLYgyISGlAyAYBsL/fCWcVbJillD96D5tA\no1MwUTAdBgNVHQ4EFgQU2sW1a4AjhJUJ8guvP9vCCfeIjecwHwYDVR0jBBgwFoAU\n2sW1a4AjhJUJ8guvP9vCCfeIjecwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQD\nAgNIADBFAiEA6IZJuMgnjtvnUNmYoMtBnplnT361W9pSSJhF4pn9RlMCIHdPb5cs\nmiLD/VufaB4neO1rlaXGbu578Lb/2Xci/Syv\n-----END CERTIFICATE-----\n";
+
+    fn knobs() -> crate::problems::Knobs {
+        crate::problems::Knobs::default()
+    }
+
+    #[test]
+    fn the_extra_ca_is_read_from_its_variable_or_the_mount() {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = dir.path().join("extra-ca.pem");
+        // Nothing configured, nothing mounted: no extra CA.
+        assert_eq!(extra_ca(None, &mount, &knobs()).unwrap(), None);
+        // Comments and another PEM block around the certificate are left out of the bundle.
+        let text =
+            format!("# corp root\n{EXTRA}-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n");
+        std::fs::write(&mount, &text).unwrap();
+        let got = extra_ca(None, &mount, &knobs()).unwrap().unwrap();
+        assert_eq!((got.pem.as_str(), got.count), (EXTRA, 1));
+        assert_eq!(got.path, mount);
+        // The variable wins over the mount and must name a file that is there.
+        let other = dir.path().join("two.pem");
+        std::fs::write(&other, format!("{EXTRA}{EXTRA}")).unwrap();
+        let got = extra_ca(Some(&other), &mount, &knobs()).unwrap().unwrap();
+        assert_eq!(got.count, 2);
+        let absent = dir.path().join("absent.pem");
+        let err = extra_ca(Some(&absent), &mount, &knobs()).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot read it"), "{err:#}");
+    }
+
+    #[test]
+    fn an_extra_ca_that_is_not_a_pem_certificate_is_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("extra-ca.pem");
+        let k = crate::problems::Knobs::from_env(|v| {
+            (v == "AIRLOCK_HOST_EXTRA_CA").then(|| "/home/me/corp.pem".to_owned())
+        });
+        let broken = EXTRA.replace("MIIBlz", "MIIBl!");
+        let truncated: String = EXTRA
+            .lines()
+            .filter(|l| !l.starts_with("o1MwUTAd"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (content, says) in [
+            ("hello\n", "holds no PEM certificate"),
+            ("", "holds no PEM certificate"),
+            (broken.as_str(), "not a PEM certificate file"),
+            (truncated.as_str(), "does not parse as an X.509 certificate"),
+            (
+                "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+                "holds a private key",
+            ),
+        ] {
+            std::fs::write(&path, content).unwrap();
+            let err = extra_ca(Some(&path), Path::new("/nonexistent"), &k).unwrap_err();
+            let line = format!("{err:#}");
+            assert!(line.contains(says), "{content:?}: {line}");
+            assert!(line.contains("/home/me/corp.pem (EXTRA_CA_FILE"), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        // With a half operator CA beside it: both problems in one refusal.
+        let err = operator_trust(Some(Path::new("/x")), None, Some(&path), &k).unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<crate::problems::Refused>()
+                .unwrap()
+                .0
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn the_bundle_trusts_the_extra_ca_before_the_appliance_ca() {
+        let extra = ExtraCa {
+            path: PathBuf::from("/etc/airlock/extra-ca.pem"),
+            pem: EXTRA.to_owned(),
+            count: 1,
+        };
+        let b = String::from_utf8(bundle(b"SYSTEM\n", Some(&extra), CA).unwrap()).unwrap();
+        let (sys, ex, ours) = (
+            b.find("SYSTEM").unwrap(),
+            b.find("MIIBlz").unwrap(),
+            b.find("MIIB\n").unwrap(),
+        );
+        assert!(sys < ex && ex < ours, "{b}");
+        assert!(
+            b.contains("# the operator's extra CA (AIRLOCK_EXTRA_CA, /etc/airlock/extra-ca.pem)")
+        );
+    }
+
+    #[test]
+    fn the_extra_ca_is_a_root_of_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Identity {
+            name: "root".into(),
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            groups: vec![],
+            home: "/".into(),
+            shell: "/bin/sh".into(),
+        };
+        let operator = OperatorTrust {
+            ca: None,
+            extra: Some(ExtraCa {
+                path: PathBuf::from("/e.pem"),
+                pem: EXTRA.to_owned(),
+                count: 1,
+            }),
+        };
+        let args = install_proxy_files(dir.path(), &me, &me, &operator, None).unwrap();
+        assert_eq!(args, vec![dir.path().join(EXTRA_CA_FILE)]);
+        assert_eq!(std::fs::read_to_string(&args[0]).unwrap(), EXTRA);
     }
 
     #[test]
