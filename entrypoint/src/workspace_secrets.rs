@@ -169,9 +169,9 @@ pub fn report(scan: &Scan) -> Vec<String> {
             .map(|(file, names)| format!("{file}: {}", names.join(", ")))
             .collect();
         format!(
-            "workspace secrets: {} values from {} files are refused to any host but their provider's (detector workspace:<file>): {} ({} secret files read, {} entries in {ms} ms)",
-            scan.found.len(),
-            by_file.len(),
+            "workspace secrets: {} from {}: refused to any host but their provider's (detector workspace:<file>): {} ({} secret files read, {} entries in {ms} ms)",
+            plural(scan.found.len(), "value"),
+            plural(by_file.len(), "file"),
             files.join("; "),
             scan.read.len(),
             scan.entries
@@ -188,6 +188,14 @@ pub fn report(scan: &Scan) -> Vec<String> {
     lines.push(summary);
     lines.extend(scan.problems.iter().cloned());
     lines
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// Whether a file name is one of the obvious secret files.

@@ -68,10 +68,7 @@ async fn recorder() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = vec![0u8; 65536];
-                loop {
-                    let Ok(n) = s.read(&mut chunk).await else {
-                        break;
-                    };
+                while let Ok(n) = s.read(&mut chunk).await {
                     if n == 0 {
                         break;
                     }
