@@ -398,40 +398,49 @@ impl Credentials {
         self.bound.iter().any(|b| b.bound_to(host))
     }
 
-    /// The credential named `name` if it was not configured at start.
+    /// The credentials not configured at start among `names` (comma-separated, as
+    /// [`missing_for`](Self::missing_for) gives them).
     #[must_use]
-    pub fn missing_named(&self, name: &str) -> Option<Missing<'_>> {
-        self.bound
-            .iter()
-            .find(|b| b.value.is_none() && b.name == name)
+    pub fn missing_named(&self, names: &str) -> Vec<Missing<'_>> {
+        names
+            .split(',')
+            .filter_map(|name| {
+                self.bound
+                    .iter()
+                    .find(|b| b.value.is_none() && b.name == name)
+            })
             .map(|b| Missing {
                 name: &b.name,
                 fix: b.fix.as_deref().unwrap_or_default(),
                 git: b.git_basic,
             })
+            .collect()
     }
 
-    /// The credential not configured at start that a request of scope `git` to `host`
-    /// would have carried, if any. `anonymous_read`: the request is a read its upstream
-    /// may answer without a credential (a git fetch, a `GET` or `HEAD` of the GitHub API),
-    /// which the git credential lets through unauthenticated; any other credential is never
-    /// optional (an LLM API answers nothing without its key).
+    /// The credentials not configured at start that a request of scope `git` to `host`
+    /// needs (their names, comma-separated), if it needs one: no configured credential of
+    /// the host authenticates it (several credentials of one host are alternatives, e.g. an
+    /// API key and a subscription token). `anonymous_read`: the request is a read its
+    /// upstream may answer without a credential (a git fetch, a `GET` or `HEAD` of the
+    /// GitHub API), which the git credential lets through unauthenticated; any other
+    /// credential is never optional (an LLM API answers nothing without its key).
     #[must_use]
-    pub fn missing_for(
-        &self,
-        host: &Host,
-        git: GitScope,
-        anonymous_read: bool,
-    ) -> Option<Missing<'_>> {
-        self.bound
+    pub fn missing_for(&self, host: &Host, git: GitScope, anonymous_read: bool) -> Option<String> {
+        if self.bound.iter().all(|b| b.value.is_some()) {
+            return None;
+        }
+        let applying = self
+            .bound
             .iter()
-            .filter(|b| b.value.is_none() && b.bound_to(host) && b.applies(host, git))
-            .find(|b| !(b.git_basic && anonymous_read))
-            .map(|b| Missing {
-                name: &b.name,
-                fix: b.fix.as_deref().unwrap_or_default(),
-                git: b.git_basic,
-            })
+            .filter(|b| b.bound_to(host) && b.applies(host, git));
+        if applying.clone().any(|b| b.value.is_some()) {
+            return None;
+        }
+        let names: Vec<&str> = applying
+            .filter(|b| !(b.git_basic && anonymous_read))
+            .map(|b| b.name.as_str())
+            .collect();
+        (!names.is_empty()).then(|| names.join(","))
     }
 
     /// The name a needle belongs to.
@@ -937,9 +946,12 @@ repositories = ["github.com/o/r"]
         let api = Host::parse("api.example.com").unwrap();
         let gh = Host::parse("github.com").unwrap();
         let gh_api = Host::parse("api.github.com").unwrap();
-        let m = c.missing_for(&api, GitScope::None, false).unwrap();
+        let names = c.missing_for(&api, GitScope::None, false).unwrap();
+        assert_eq!(names, "anthropic");
+        let m = c.missing_named(&names);
+        assert_eq!(m.len(), 1);
         assert_eq!(
-            (m.name, m.fix, m.git),
+            (m[0].name, m[0].fix, m[0].git),
             ("anthropic", "set A on the host", false)
         );
         // An LLM key is never optional, whatever the request looks like.
@@ -947,8 +959,8 @@ repositories = ["github.com/o/r"]
         // The git credential: a push (service port, not a read) and an API write are
         // refused; fetches and API reads go anonymously; github.com's web pages never
         // carried it.
-        let m = c.missing_for(&gh, GitScope::Service, false).unwrap();
-        assert_eq!((m.name, m.git), ("github", true));
+        let m = c.missing_named(&c.missing_for(&gh, GitScope::Service, false).unwrap());
+        assert_eq!((m[0].name, m[0].git), ("github", true));
         assert!(c.missing_for(&gh, GitScope::Service, true).is_none());
         assert!(c.missing_for(&gh, GitScope::Read, true).is_none());
         assert!(c.missing_for(&gh, GitScope::None, false).is_none());
@@ -974,6 +986,55 @@ repositories = ["github.com/o/r"]
         assert_eq!(leak.credential, "anthropic");
         // A configured credential is never missing.
         assert!(creds().missing_for(&api, GitScope::None, false).is_none());
+    }
+
+    /// Two credentials of one host are alternatives (an API key, a subscription token):
+    /// the one not configured never stops what the configured one authenticates; with
+    /// neither, the refusal names both.
+    #[test]
+    fn a_missing_alternative_never_blocks_the_configured_one() {
+        let policy_text = format!(
+            "{POLICY}[[credentials]]\nname = \"oauth\"\nsource = {{ env = \"O\" }}\nhosts = [\"api.example.com\"]\nheader = \"authorization\"\nformat = \"Bearer {{}}\"\n"
+        )
+        .replace("[git]\nrepositories = [\"github.com/o/r\"]\n", "");
+        let policy = Policy::parse(&policy_text, Path::new("p.toml")).unwrap();
+        let missing = |name: &str| airlock_policy::handoff::MissingCredential {
+            name: name.into(),
+            placeholder: format!("airlock-placeholder-{name}-04"),
+            fix: format!("set {name}"),
+        };
+        let resolved = |name: &str| ResolvedCredential {
+            name: name.into(),
+            value: Secret::new(format!("REAL-{name}")),
+            placeholder: format!("airlock-placeholder-{name}-04"),
+        };
+        let api = Host::parse("api.example.com").unwrap();
+        let key_only = Handoff {
+            version: HANDOFF_VERSION,
+            credentials: vec![resolved("anthropic"), resolved("github")],
+            missing: vec![missing("oauth")],
+            ..Handoff::default()
+        };
+        let c = Credentials::from_handoff(key_only, &policy).unwrap();
+        assert_eq!(c.missing_for(&api, GitScope::None, false), None);
+        let mut h = HeaderMap::new();
+        let injected = c
+            .apply(&api, &mut h, GitScope::None, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(injected.names, "anthropic");
+        assert_eq!(h["x-api-key"], "REAL-anthropic");
+        let neither = Handoff {
+            version: HANDOFF_VERSION,
+            credentials: vec![resolved("github")],
+            missing: vec![missing("anthropic"), missing("oauth")],
+            ..Handoff::default()
+        };
+        let c = Credentials::from_handoff(neither, &policy).unwrap();
+        let names = c.missing_for(&api, GitScope::None, false).unwrap();
+        assert_eq!(names, "anthropic,oauth");
+        let fixes: Vec<&str> = c.missing_named(&names).iter().map(|m| m.fix).collect();
+        assert_eq!(fixes, ["set anthropic", "set oauth"]);
     }
 
     #[test]

@@ -539,15 +539,21 @@ pub(crate) async fn exchange(
 }
 
 /// The refusal of a request whose credential was not configured (`rec.credential` names
-/// it): the JSON denial with the credential and the operator's fix as its message, or for
-/// a git push the `ERR` packet git shows the agent.
+/// it, or the alternatives none of which was): the JSON denial with the credentials and the
+/// operator's fixes as its message, or for a git push the `ERR` packet git shows the agent.
 fn missing_credential(ctx: &Ctx, rec: Pending, route: &Route, uri: &Uri) -> Response<ProxyBody> {
     let creds = ctx.shared.interception.credentials();
-    let name = rec.credential.clone().unwrap_or_default();
-    let missing = creds.missing_named(&name);
-    let fix = missing.map_or("", |m| m.fix);
+    let names = rec.credential.clone().unwrap_or_default();
+    let missing = creds.missing_named(&names);
+    let quoted: Vec<String> = missing.iter().map(|m| format!("{:?}", m.name)).collect();
+    let fixes: Vec<&str> = missing.iter().map(|m| m.fix).collect();
+    let (which, one) = match quoted.as_slice() {
+        [only] => (format!("credential {only}"), "it"),
+        _ => (format!("credentials {}", quoted.join(" or ")), "one"),
+    };
+    let fix = fixes.join("; or ");
     let (host, port) = (route.target.host.as_str(), route.target.port);
-    let git = gitpath::parse(uri.path(), uri.query()).filter(|_| missing.is_some_and(|m| m.git));
+    let git = gitpath::parse(uri.path(), uri.query()).filter(|_| missing.iter().any(|m| m.git));
     let reason = Reason::CredentialMissing;
     deny::audited_with(rec, reason, host, port, || match git {
         Some(g) => {
@@ -556,15 +562,15 @@ fn missing_credential(ctx: &Ctx, rec: Pending, route: &Route, uri: &Uri) -> Resp
                 Service::UploadPack => ("git-upload-pack", "this git fetch"),
             };
             let message = format!(
-                "airlock: {reason}: {what} to {host} needs the git token (credential {name:?}), which was not configured when this sandbox started; to provide it, {fix}"
+                "airlock: {reason}: {what} to {host} needs the git token ({which}), which was not configured when this sandbox started; to provide {one}, {fix}"
             );
             deny::git_refusal(reason, service, &message)
         }
         None => {
             let message = format!(
-                "Credential {name:?}, which requests to {host} need, was not configured when this sandbox started, so nothing was sent; to provide it, {fix}"
+                "The {which} that requests to {host} need was not configured when this sandbox started, so nothing was sent; to provide {one}, {fix}"
             );
-            deny::denial_with(reason, host, port, Some(&name), &message)
+            deny::denial_with(reason, host, port, Some(&names), &message)
         }
     })
 }
@@ -794,8 +800,8 @@ fn check_missing(
     };
     let creds = ctx.shared.interception.credentials();
     match creds.missing_for(view.host, scope, anonymous_read) {
-        Some(m) => {
-            rec.credential = Some(m.name.to_owned());
+        Some(names) => {
+            rec.credential = Some(names);
             Err(Reason::CredentialMissing)
         }
         None => Ok(()),
