@@ -25,6 +25,9 @@ tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
 tests/smoke/git.sh
+# Starting with neither key (issue 16 item 3) and the operator's extra CA (item 4).
+tests/smoke/no-secrets.sh
+tests/smoke/extra-ca.sh
 # The same wire check for a sandbox the airlock CLI starts (issue 18).
 tests/smoke/cli-wire.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
