@@ -217,9 +217,12 @@ fn every_start_up_problem_is_reported_at_once() {
     );
     let airlock = Airlock::new(&world, &policy);
     std::os::unix::fs::chown(&airlock.policy, Some(world.users().agent), None).unwrap();
+    let not_a_ca = world.dir().join("corp-ca.pem");
+    std::fs::write(&not_a_ca, "not a certificate\n").unwrap();
     let mut cmd = airlock.command(&world, &["sh", "-c", &marker_script(&airlock)]);
     cmd.env("AIRLOCK_PROXY_BIN", "/nonexistent/airlock-proxy")
         .env("AIRLOCK_HOST_POLICY", "/home/me/my-policy.toml")
+        .env("AIRLOCK_EXTRA_CA", &not_a_ca)
         .env_remove("NEWCOMER_API_KEY");
     let out = cmd.output().unwrap();
     let err = stderr(&out);
@@ -230,21 +233,20 @@ fn every_start_up_problem_is_reported_at_once() {
         // The policy, named by the host file the user edited.
         "/home/me/my-policy.toml",
         "proxy binary /nonexistent/airlock-proxy not found",
-        // The unset variable, with the launcher it is set for.
-        "NEWCOMER_API_KEY",
+        // A secret file the agent could read, with the fix.
         "chmod 0400",
+        // The extra CA, with its knob.
+        "holds no PEM certificate",
     ] {
         assert!(
             lines.iter().any(|l| l.contains(needle)),
             "{needle:?} in no line:\n{err}"
         );
     }
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("NEWCOMER_API_KEY") && l.contains("scripts/docker-run")),
-        "{err}"
-    );
+    assert!(lines.iter().any(|l| l.contains("EXTRA_CA_FILE")), "{err}");
+    // The unset variable is no problem (issue 16 item 3), and a refused start warns of
+    // nothing.
+    assert!(!err.contains("NEWCOMER_API_KEY"), "{err}");
     assert!(!airlock.workdir.join("agent-ran").exists());
 }
 
