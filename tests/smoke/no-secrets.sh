@@ -61,6 +61,14 @@ name = "smoke"
 [network]
 allow = ["api.anthropic.com", "github.com"]
 
+# The API's calls are POSTs: an allow rule lets them through on a host that is otherwise
+# read-only.
+[[rules]]
+host = "api.anthropic.com"
+method = "POST"
+path = "/v1/**"
+action = "allow"
+
 [[credentials]]
 name = "anthropic"
 source = { env = "ANTHROPIC_API_KEY" }
