@@ -24,6 +24,8 @@ export AIRLOCK_SMOKE_SKIP_BUILD=1
 tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
+# The workspace's own secret files as exact needles (issue 21 item 2).
+tests/smoke/workspace-secrets.sh
 tests/smoke/git.sh
 # Starting with neither key (issue 16 item 3) and the operator's extra CA (item 4).
 tests/smoke/no-secrets.sh
