@@ -118,6 +118,11 @@ def render_policy(name, p):
         if h not in allow:
             allow.insert(0, h)
     base.setdefault("network", {})["allow"] = allow
+    writable = list(base["network"].get("writable", []))
+    for h in pol.get("writable", []):
+        if h not in writable:
+            writable.insert(0, h)
+    base["network"]["writable"] = writable
     creds = [c for c in base.get("credentials", []) if c.get("preset") == "github"]
     optional = []
     for c in pol.get("credentials", []):

@@ -203,7 +203,8 @@ echo "benchmark: ${SECS}s per cell, $CONNS concurrent connections, proxy on core
 cells direct direct ""
 
 if wants airlock; then
-  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\n' >"$work/policy.toml"
+  # Passthrough: the tunnel rows measure the uninspected relay (every other host is intercepted).
+  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n' >"$work/policy.toml"
   printf 'nameserver 127.0.0.53\n' >"$work/resolv.conf"
   extra=()
   help=$("$PROXY_BIN" --help 2>&1 || true)
@@ -273,8 +274,8 @@ if wants intercept; then
   if wants airlock; then
     hosts=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s", ' $i; done)
     ports=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s:8443", ' $i; done)
-    printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n' \
-      "${ports%, }" "${hosts%, }" >"$work/policy-tls.toml"
+    printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\nwritable = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n' \
+      "${ports%, }" "${hosts%, }" "${hosts%, }" >"$work/policy-tls.toml"
     mkdir -m 700 "$work/state-tls"
     printf '{"version":%s,"session":"bench","credentials":[{"name":"bench","value":"bench-real-token-0123456789","placeholder":"airlock-placeholder-bench-00"}],"git_placeholder":null}\n' \
       "$HANDOFF_VERSION" >"$work/state-tls/credentials.json"

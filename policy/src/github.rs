@@ -544,7 +544,7 @@ protected_branches = ["main", "release/*"]
         assert_eq!(body.len(), 7);
         let p = policy();
         assert!(p.intercepts(&api()));
-        assert!(!p.intercepts(&Host::parse("github.com").unwrap()));
+        assert!(p.intercepts(&Host::parse("github.com").unwrap()));
     }
 
     #[test]

@@ -282,6 +282,27 @@ impl L7Rules {
     }
 }
 
+/// The methods every host accepts: they read. Anything else writes, and needs
+/// [`Policy::is_writable`] or an `allow` rule.
+pub const READ_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
+/// Whether any of the request's methods ([`methods_of`]) is not a read.
+fn writes(methods: &[String]) -> bool {
+    methods.iter().any(|m| !READ_METHODS.contains(&m.as_str()))
+}
+
+/// A git smart-HTTP fetch: `POST …/git-upload-pack` (the request that carries `want` and
+/// `have` lines). Git reads with it, so a read-only host accepts it.
+fn is_git_fetch(req: &RequestView<'_>) -> bool {
+    req.method.eq_ignore_ascii_case("POST")
+        && req.query.is_none_or(str::is_empty)
+        && req
+            .path
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last == "git-upload-pack")
+}
+
 /// The request's methods: the method uppercased, and a `_method` query override.
 fn methods_of(req: &RequestView<'_>) -> Vec<String> {
     let mut out = vec![req.method.to_ascii_uppercase()];
@@ -312,15 +333,33 @@ impl Policy {
             .any(|r| r.matches_host(host))
     }
 
-    /// Whether the proxy must intercept (TLS-terminate) connections to `host`: a
-    /// credential is bound to it (the GitHub API host through the git credential included,
-    /// [`Policy::github_api_bound`]) or an L7 rule applies to it, and it is not passthrough.
+    /// Whether the proxy must intercept (TLS-terminate) connections to `host`: every host
+    /// except `network.passthrough` ones. Methods can only be enforced on requests the
+    /// proxy reads, so an allowed host is inspected unless the policy says, explicitly,
+    /// that it must not be (a client that pins certificates).
     #[must_use]
     pub fn intercepts(&self, host: &Host) -> bool {
         !self.is_passthrough(host)
-            && (self.credentials_for(host).next().is_some()
-                || self.github_api_bound(host)
-                || self.l7.has_rules_for(host))
+    }
+
+    /// Whether `host` accepts any method: listed in `network.writable`, or the GitHub API
+    /// host under the `github` preset (whose deny rules and body judges decide its writes).
+    /// Every other host is read-only ([`READ_METHODS`] and git smart-HTTP fetches), unless
+    /// an `allow` rule of `[[rules]]` matches the request.
+    #[must_use]
+    pub fn is_writable(&self, host: &Host) -> bool {
+        self.network.writable.iter().any(|r| r.matches_host(host))
+            || (self.l7.presets.contains(&Preset::Github)
+                && host.as_str() == crate::github::API_HOST)
+    }
+
+    /// A pull-request or issue write of a `[git]` repository on the GitHub API with the git
+    /// credential bound ([`Policy::github_api_use`]): the one write that credential exists
+    /// for, so a read-only `api.github.com` still accepts it.
+    fn github_token_write(&self, req: &RequestView<'_>) -> bool {
+        self.github_api_bound(req.host)
+            && req.query.is_none_or(str::is_empty)
+            && self.github_api_use(req.method, req.path) == crate::github_api::ApiUse::Token
     }
 
     /// The L7 decision on a request head (see the module docs). A `Pass` is final unless
@@ -328,14 +367,21 @@ impl Policy {
     #[must_use]
     pub fn judge(&self, req: &RequestView<'_>) -> L7Verdict {
         let host = req.host;
-        if self.is_passthrough(host) || !self.l7.has_rules_for(host) {
+        if self.is_passthrough(host) {
+            return L7Verdict::Pass { rule: None };
+        }
+        let methods = methods_of(req);
+        let read_only = writes(&methods)
+            && !self.is_writable(host)
+            && !is_git_fetch(req)
+            && !self.github_token_write(req);
+        if !read_only && !self.l7.has_rules_for(host) {
             return L7Verdict::Pass { rule: None };
         }
         let forms = match PathForms::analyse(req.path) {
             Ok(f) => f,
             Err(e) => return L7Verdict::deny(format!("{host}: {e}")),
         };
-        let methods = methods_of(req);
         let mut allows = Vec::new();
         for rule in self.l7.all_rules().filter(|r| r.applies_to(host)) {
             match rule.action {
@@ -346,15 +392,23 @@ impl Policy {
                 Action::Allow => allows.push(rule),
             }
         }
-        if allows.is_empty() {
-            return L7Verdict::Pass { rule: None };
-        }
-        match allows.iter().find(|r| r.matches_every(&methods, &forms)) {
-            Some(rule) => L7Verdict::Pass {
+        // An allow rule that matches is the policy naming this method and path: it may
+        // write.
+        if let Some(rule) = allows.iter().find(|r| r.matches_every(&methods, &forms)) {
+            return L7Verdict::Pass {
                 rule: Some(rule.label()),
-            },
-            None => L7Verdict::deny(format!("{host}: no allow rule matches")),
+            };
         }
+        if !allows.is_empty() {
+            return L7Verdict::deny(format!("{host}: no allow rule matches"));
+        }
+        if read_only {
+            return L7Verdict::Deny {
+                reason: Reason::ReadOnlyHost,
+                rule: format!("{host}: read-only (not in network.writable)"),
+            };
+        }
+        L7Verdict::Pass { rule: None }
     }
 
     /// `Some(cap)` when [`Policy::judge`] passes this request but its body must be judged
@@ -462,6 +516,9 @@ mod tests {
     }
 
     const DENY_MERGE: &str = r#"
+[network]
+writable = ["api.example.com", "other.example.com"]
+
 [[rules]]
 name = "no-merge"
 host = "api.example.com"
@@ -612,7 +669,7 @@ path = "/**"
     }
 
     #[test]
-    fn intercepts_hosts_with_credentials_or_rules_unless_passthrough() {
+    fn intercepts_every_host_but_passthrough() {
         let p = policy(
             r#"
 [network]
@@ -633,7 +690,7 @@ method = "DELETE"
         assert!(i("api.example.com"));
         assert!(!i("cdn.example.com"));
         assert!(!i("files.example.org"));
-        assert!(!i("pypi.org"));
+        assert!(i("pypi.org"));
         // A passthrough host is never judged either (the proxy never sees its requests).
         assert!(judge(&p, "cdn.example.com", "DELETE", "/x").is_pass());
         assert!(!judge(&p, "api.example.com", "DELETE", "/x").is_pass());
@@ -683,7 +740,7 @@ method = "DELETE"
 
     #[test]
     fn without_rules_nothing_is_needed() {
-        let p = policy("");
+        let p = policy("[network]\nwritable = [\"api.github.com\"]");
         let h = Host::parse("api.github.com").unwrap();
         let req = RequestView {
             host: &h,
@@ -694,6 +751,114 @@ method = "DELETE"
         assert!(p.judge(&req).is_pass());
         assert_eq!(p.body_needed(&req), None);
         assert!(p.judge_body(&req, b"not json").is_pass());
-        assert!(!p.intercepts(&h));
+    }
+
+    fn read_only_denial(v: &L7Verdict) -> bool {
+        matches!(
+            v,
+            L7Verdict::Deny {
+                reason: Reason::ReadOnlyHost,
+                ..
+            }
+        )
+    }
+
+    #[test]
+    fn attack_writes_to_a_host_allowed_for_reading() {
+        // The agent publishes the workspace to a registry it may read from.
+        let p = policy("[network]\nallow = [\"registry.npmjs.org\", \"crates.io\"]");
+        for (method, path) in [
+            ("PUT", "/stolen-workspace"),
+            ("POST", "/upload"),
+            ("PATCH", "/-/package/x/dist-tags"),
+            ("DELETE", "/x/-rev/1"),
+            ("put", "/api/v1/crates/new"),
+            ("TRACE", "/"),
+        ] {
+            let v = judge(&p, "registry.npmjs.org", method, path);
+            assert!(read_only_denial(&v), "{method} {path}: {v:?}");
+        }
+        // A read method with a write override is a write.
+        let h = Host::parse("crates.io").unwrap();
+        let v = p.judge(&RequestView {
+            host: &h,
+            method: "GET",
+            path: "/api/v1/crates/new",
+            query: Some("_method=PUT"),
+        });
+        assert!(read_only_denial(&v), "{v:?}");
+        // Reading stays open.
+        for method in ["GET", "HEAD", "OPTIONS", "get"] {
+            assert!(judge(&p, "registry.npmjs.org", method, "/left-pad").is_pass());
+        }
+    }
+
+    #[test]
+    fn git_fetches_read_but_pushes_and_look_alikes_write() {
+        let p = policy("[network]\nallow = [\"git.example.com\"]");
+        let g = |m: &str, path: &str| judge(&p, "git.example.com", m, path);
+        assert!(g("POST", "/o/r.git/git-upload-pack").is_pass());
+        assert!(g("POST", "/o/r/git-upload-pack").is_pass());
+        assert!(read_only_denial(&g("POST", "/o/r.git/git-receive-pack")));
+        assert!(read_only_denial(&g("POST", "/o/r.git/git-upload-pack/x")));
+        assert!(read_only_denial(&g("PUT", "/o/r.git/git-upload-pack")));
+        // A query could carry a method override: not a plain fetch.
+        let h = Host::parse("git.example.com").unwrap();
+        let v = p.judge(&RequestView {
+            host: &h,
+            method: "POST",
+            path: "/o/r.git/git-upload-pack",
+            query: Some("_method=DELETE"),
+        });
+        assert!(read_only_denial(&v), "{v:?}");
+    }
+
+    #[test]
+    fn writable_hosts_allow_rules_and_the_github_preset_may_write() {
+        let p = policy(
+            r#"
+[network]
+allow = ["api.anthropic.com", "*.up.example", "api.github.com", "static.example"]
+writable = ["api.anthropic.com", "*.up.example"]
+
+[l7]
+presets = ["github"]
+
+[[rules]]
+host = "static.example"
+method = "POST"
+path = "/v1/telemetry"
+action = "allow"
+
+[[rules]]
+host = "static.example"
+method = ["GET", "HEAD"]
+action = "allow"
+
+[[rules]]
+host = "*.up.example"
+method = "DELETE"
+"#,
+        );
+        assert!(judge(&p, "api.anthropic.com", "POST", "/v1/messages").is_pass());
+        assert!(judge(&p, "a.up.example", "PUT", "/x").is_pass());
+        // Writable is not a bypass of the deny rules.
+        assert!(!judge(&p, "a.up.example", "DELETE", "/x").is_pass());
+        assert!(!p.is_writable(&Host::parse("up.example").unwrap()));
+        // An allow rule names exactly the write it permits.
+        assert!(judge(&p, "static.example", "POST", "/v1/telemetry").is_pass());
+        assert!(!judge(&p, "static.example", "POST", "/v1/other").is_pass());
+        assert!(judge(&p, "static.example", "GET", "/v1/other").is_pass());
+        // The preset's host: its own deny rules and body judges decide.
+        assert!(judge(&p, "api.github.com", "POST", "/repos/o/r/pulls").is_pass());
+        assert!(!judge(&p, "api.github.com", "PUT", "/repos/o/r/pulls/1/merge").is_pass());
+    }
+
+    #[test]
+    fn a_passthrough_host_is_never_judged_read_only() {
+        let p =
+            policy("[network]\nallow = [\"pinned.example\"]\npassthrough = [\"pinned.example\"]");
+        assert!(judge(&p, "pinned.example", "POST", "/x").is_pass());
+        assert!(!p.intercepts(&Host::parse("pinned.example").unwrap()));
     }
 }

@@ -81,6 +81,8 @@ struct RawNetwork {
     deny: Vec<Spanned<String>>,
     #[serde(default)]
     passthrough: Vec<Spanned<String>>,
+    #[serde(default)]
+    writable: Vec<Spanned<String>>,
     dns_name_budget: Option<Spanned<i64>>,
 }
 
@@ -191,6 +193,7 @@ impl Policy {
             allow: v.rules(&raw.network.allow, "network.allow", true)?,
             deny: v.rules(&raw.network.deny, "network.deny", true)?,
             passthrough: v.rules(&raw.network.passthrough, "network.passthrough", false)?,
+            writable: v.rules(&raw.network.writable, "network.writable", false)?,
             dns_name_budget: v.dns_name_budget(raw.network.dns_name_budget.as_ref())?,
         };
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;

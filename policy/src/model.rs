@@ -73,6 +73,11 @@ pub struct Network {
     /// Hosts never intercepted (rules without ports): tunnelled untouched even when a
     /// credential or an L7 rule would otherwise apply. Not an allow: `allow` still decides.
     pub passthrough: Vec<HostRule>,
+    /// Hosts that accept any method (rules without ports). Every other host is read-only:
+    /// `GET`, `HEAD`, `OPTIONS` and git smart-HTTP fetches, unless an `allow` rule of
+    /// `[[rules]]` matches the request or a preset makes the host writable
+    /// ([`crate::Policy::is_writable`]).
+    pub writable: Vec<HostRule>,
     /// Bytes of distinct query names the agent may resolve below one wildcard-allowed zone
     /// per session (`dns_name_budget`); `None`: [`DEFAULT_DNS_NAME_BUDGET`].
     pub dns_name_budget: Option<u32>,

@@ -79,6 +79,12 @@ pub enum Reason {
     /// encoded payload, or whose zone has carried more query-name bytes this session than
     /// the budget: data leaving through the resolver.
     DnsExfilSuspect,
+    /// A method that writes (anything but `GET`, `HEAD`, `OPTIONS` and git fetches) to a
+    /// host the policy does not name writable (`network.writable`, an `allow` rule).
+    ReadOnlyHost,
+    /// A raw (neither TLS nor HTTP) stream to a host the proxy must inspect: only a
+    /// `network.passthrough` host is tunnelled without being read.
+    NotInspectable,
     /// A request a credential of the policy would have authenticated, while that
     /// credential was not configured when the sandbox started (its variable unset, its
     /// secret file absent): the answer names it and how the operator provides it.
@@ -87,7 +93,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 29] = [
+    pub const ALL: [Reason; 31] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -116,6 +122,8 @@ impl Reason {
         Reason::EchRefused,
         Reason::ForeignSecret,
         Reason::DnsExfilSuspect,
+        Reason::ReadOnlyHost,
+        Reason::NotInspectable,
         Reason::CredentialMissing,
     ];
 
@@ -150,6 +158,8 @@ impl Reason {
             Reason::AuditUnavailable => "audit-unavailable",
             Reason::EchRefused => "ech-refused",
             Reason::DnsExfilSuspect => "dns-exfil-suspect",
+            Reason::ReadOnlyHost => "read-only-host",
+            Reason::NotInspectable => "not-inspectable",
             Reason::ForeignSecret => "foreign-secret",
             Reason::CredentialMissing => "credential-missing",
         }
@@ -270,6 +280,16 @@ impl Reason {
                  random-looking labels, or more name bytes to the zone than the session's \
                  budget); resolve ordinary names, or ask the operator to list this exact name."
             }
+            Reason::ReadOnlyHost => {
+                "This host accepts only GET, HEAD, OPTIONS and git fetches; the operator can \
+                 list it in the policy's network.writable, or allow this method and path with \
+                 an action = \"allow\" rule in [[rules]]."
+            }
+            Reason::NotInspectable => {
+                "The proxy reads every connection to check its methods and secrets, and this \
+                 one is neither TLS nor HTTP; the operator can list the host in the policy's \
+                 network.passthrough to tunnel it unread."
+            }
             Reason::CredentialMissing => {
                 "The credential this host needs was not configured when the sandbox started; \
                  the operator provides it (the answer's message says how) and starts the \
@@ -367,6 +387,8 @@ mod tests {
             (Reason::EchRefused, "ech-refused"),
             (Reason::ForeignSecret, "foreign-secret"),
             (Reason::DnsExfilSuspect, "dns-exfil-suspect"),
+            (Reason::ReadOnlyHost, "read-only-host"),
+            (Reason::NotInspectable, "not-inspectable"),
             (Reason::CredentialMissing, "credential-missing"),
         ];
         for (r, s) in pinned {

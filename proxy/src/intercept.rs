@@ -489,7 +489,7 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
 
 /// Whether an upgrade request (see [`is_upgrade`]) may be relayed: a `GET` whose one
 /// `Upgrade` header is exactly `websocket`, to a host where nothing would be lost after the
-/// `101` (no credential bound, no L7 rule, not the git service port). Every other upgrade
+/// `101` (writable, no credential bound, no L7 rule, not the git service port). Every other upgrade
 /// (`h2c`, `TLS/1.2`, a list of tokens) is refused: a `101` turns the connection into a
 /// relay that no rule, leak scan or scrubber reads.
 fn upgrade_verdict(
@@ -725,11 +725,30 @@ fn judge_head(
     if ctx.service {
         return Ok(None);
     }
-    apply_l7(ctx.shared.policy.judge(view), rec)?;
+    let verdict = reported(&ctx.shared.policy, ctx.shared.policy.judge(view), rec);
+    apply_l7(verdict, rec)?;
     for h in METHOD_OVERRIDE_HEADERS {
         req.headers_mut().remove(h);
     }
     Ok(ctx.shared.policy.body_needed(view))
+}
+
+/// Report mode exists to learn what a policy must name writable: a write to a read-only
+/// host is logged (`report`, `read-only-host`, the rule) and let through. Every other L7
+/// denial holds in both modes.
+fn reported(policy: &airlock_policy::Policy, verdict: L7Verdict, rec: &mut Pending) -> L7Verdict {
+    match verdict {
+        L7Verdict::Deny {
+            reason: reason @ Reason::ReadOnlyHost,
+            rule,
+        } if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) => {
+            rec.decision = Verdict::Report;
+            rec.reason = Some(reason.as_str());
+            rec.rule = Some(rule);
+            L7Verdict::Pass { rule: None }
+        }
+        v => v,
+    }
 }
 
 /// An L7 verdict on the record: a denial names its rule; a pass keeps the rule it matched.
@@ -771,7 +790,13 @@ fn check_credential_use(
     let upgrade = is_upgrade(req);
     if upgrade {
         upgrade_verdict(req, || {
-            ctx.service || creds.any_bound_to(host) || ctx.shared.policy.l7.has_rules_for(host)
+            let policy = &ctx.shared.policy;
+            // After the `101` every frame is a write nobody judges: only a writable host
+            // may carry one.
+            ctx.service
+                || creds.any_bound_to(host)
+                || policy.l7.has_rules_for(host)
+                || !(policy.is_writable(host) || policy.is_passthrough(host))
         })?;
     }
     Ok(upgrade)
@@ -1467,6 +1492,27 @@ where
     }
 }
 
+/// Why a connection that must be intercepted sent no usable ClientHello: bytes that are not
+/// TLS at all (ssh, plain HTTP, a custom protocol) cannot be read, so only a
+/// `network.passthrough` host may carry them (`not-inspectable`); a broken TLS hello is
+/// `client-tls-failed`.
+fn hello_failure(e: &std::io::Error) -> Reason {
+    let not_tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|tls| {
+            matches!(
+                tls,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            )
+        });
+    if not_tls {
+        Reason::NotInspectable
+    } else {
+        Reason::ClientTlsFailed
+    }
+}
+
 /// Terminates the agent's TLS on an intercepted connection to `route.target` and serves
 /// its requests. `pre` is the TCP connection already made to the target. Returns how the
 /// connection ended, for the connection's audit line (`rec`, written by the caller).
@@ -1495,10 +1541,14 @@ where
     };
     let start = match hello {
         Ok(Ok(s)) => s,
+        // Gone before a byte: nothing was refused (report mode keeps its `report`).
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return tunnel::End::Closed;
+        }
         Ok(Err(e)) => {
             tracing::debug!("client hello from {}: {e}", ctx.peer);
             rec.decision = Verdict::Deny;
-            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            rec.reason = Some(hello_failure(&e).as_str());
             return tunnel::End::Error;
         }
         Err(_) => return tunnel::End::Idle,

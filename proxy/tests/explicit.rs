@@ -30,13 +30,13 @@ async fn connect_tunnel_relays_and_is_audited_at_close() {
     let (echo, mut peers) = echo_server().await;
     let mut h = Harness::start(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, echo)],
     )
     .await;
     let (mut s, r) = request(
         h.addr,
-        "CONNECT Allowed.Test.:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+        "CONNECT Raw.Test.:443 HTTP/1.1\r\nhost: raw.test:443\r\n\r\n",
     )
     .await;
     assert_eq!(r.status, 200);
@@ -51,12 +51,12 @@ async fn connect_tunnel_relays_and_is_audited_at_close() {
     let upstream_peer = peers.recv().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let lines = h.finish().await;
-    let l = lines_for(&lines, "allowed.test");
+    let l = lines_for(&lines, "raw.test");
     assert_eq!(l.len(), 1, "{lines:?}");
     let l = l[0];
     assert_eq!(l["kind"], "connect");
     assert_eq!(l["decision"], "allow");
-    assert_eq!(l["rule"], "allowed.test");
+    assert_eq!(l["rule"], "raw.test");
     assert_eq!(l["session"], "sess-1");
     assert_eq!(l["port"], 443);
     assert_eq!(l["event"], "close");
@@ -368,12 +368,12 @@ async fn shutdown_cuts_open_tunnels_after_the_grace_and_audits_them() {
     };
     let mut h = Harness::start_with(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, echo)],
         limits,
     )
     .await;
-    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let (mut s, r) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
     assert_eq!(r.status, 200);
     s.write_all(b"abc").await.unwrap();
     let mut b = [0u8; 3];
@@ -381,7 +381,7 @@ async fn shutdown_cuts_open_tunnels_after_the_grace_and_audits_them() {
     let t0 = std::time::Instant::now();
     let lines = h.finish().await;
     assert!(t0.elapsed() < Duration::from_secs(2));
-    let l = lines_for(&lines, "allowed.test");
+    let l = lines_for(&lines, "raw.test");
     assert_eq!(l.len(), 1, "{lines:?}");
     assert_eq!(l[0]["event"], "close-shutdown");
     assert_eq!(l[0]["bytes_up"], 3);

@@ -1,4 +1,5 @@
-//! End-to-end attacks on the git service port and upgrade relaying (harness in `common`).
+//! End-to-end attacks on the git service port, upgrade relaying, credential hosts and
+//! read-only hosts (harness in `common`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -377,4 +378,148 @@ async fn the_agent_cannot_starve_the_git_service_port() {
     assert_eq!(r.status, 200, "the git service port still has room");
     drop(held);
     h.finish().await;
+}
+
+/// The agent publishes the workspace to a host it may only read from (a registry, an
+/// allowed CDN): every method that writes is refused with `read-only-host` and the hint,
+/// audited, and nothing reaches the upstream; reads and git fetches still pass.
+#[tokio::test]
+async fn attack_writes_to_a_read_only_host_never_reach_it() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("readonly.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let writes = [
+        "PUT http://readonly.test/workspace.tar HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 4\r\n\r\ndata",
+        "POST http://readonly.test/upload HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 4\r\n\r\ndata",
+        "GET http://readonly.test/x?_method=DELETE HTTP/1.1\r\nhost: readonly.test\r\n\r\n",
+    ];
+    for raw in writes {
+        let (_s, r) = request(h.addr, raw).await;
+        assert_eq!(r.status, 403, "{raw}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("read-only-host"),
+            "{raw}"
+        );
+        assert!(
+            r.body.contains("network.writable"),
+            "the hint says how to allow it: {}",
+            r.body
+        );
+    }
+    // A WebSocket would be a write channel nobody reads after the `101`.
+    let (_s, r) = request(
+        h.addr,
+        "GET http://readonly.test/ws HTTP/1.1\r\nhost: readonly.test\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("upgrade-denied")
+    );
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
+    // A method override header does not turn a read into a write upstream: it is removed.
+    let (_s, r) = request(
+        h.addr,
+        "GET http://readonly.test/pkg HTTP/1.1\r\nhost: readonly.test\r\nx-http-method-override: PUT\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let head = heads.recv().await.unwrap();
+    assert!(
+        !head.to_ascii_lowercase().contains("method-override"),
+        "{head}"
+    );
+    let (_s, r) = request(
+        h.addr,
+        "POST http://readonly.test/o/r.git/git-upload-pack HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 0\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200, "a git fetch reads");
+    let lines = h.finish().await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "read-only-host")
+        .collect();
+    assert_eq!(refused.len(), 3, "{lines:?}");
+    for l in refused {
+        assert_eq!(l["decision"], "deny");
+        assert!(
+            l["rule"].as_str().unwrap().contains("network.writable"),
+            "{l}"
+        );
+    }
+}
+
+/// Report mode, the way to learn a policy, logs the write it would refuse and lets it
+/// through.
+#[tokio::test]
+async fn report_mode_logs_a_write_to_a_read_only_host() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "report",
+        &[("readonly.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let (_s, r) = request(
+        h.addr,
+        "POST http://readonly.test/upload HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 2\r\n\r\nhi",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(heads.recv().await.unwrap().starts_with("POST /upload"));
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "readonly.test");
+    assert_eq!(l.len(), 1, "{lines:?}");
+    assert_eq!(l[0]["decision"], "report");
+    assert_eq!(l[0]["reason"], "read-only-host");
+}
+
+/// A stream the proxy cannot read (ssh, a custom protocol) to an allowed host would carry
+/// any write unjudged: refused as `not-inspectable` unless the host is passthrough, whose
+/// relayed connections the audit marks uninspected.
+#[tokio::test]
+async fn attack_a_raw_stream_to_an_inspected_host_is_refused() {
+    let (echo, _) = echo_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[
+            ("readonly.test", &[ALLOWED_IP]),
+            ("raw.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 443, echo), route(ALLOWED_IP, 2222, echo)],
+    )
+    .await;
+    let (mut s, r) = request(h.addr, "CONNECT readonly.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    s.write_all(b"SSH-2.0-OpenSSH_9.6\r\nworkspace secrets")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    // At most our TLS alert: the echo upstream never heard the bytes.
+    assert!(!out.windows(3).any(|w| w == b"SSH"), "{out:?}");
+    // The passthrough host relays it, and says it did not read it.
+    let (mut s, r) = request(h.addr, "CONNECT raw.test:2222 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    s.write_all(b"SSH-2.0-x").await.unwrap();
+    let mut back = [0u8; 9];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"SSH-2.0-x");
+    drop(s);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "readonly.test");
+    assert_eq!(l.len(), 1, "{lines:?}");
+    assert_eq!(l[0]["decision"], "deny");
+    assert_eq!(l[0]["reason"], "not-inspectable");
+    let l = lines_for(&lines, "raw.test");
+    assert_eq!(l.len(), 1, "{lines:?}");
+    assert_eq!(l[0]["decision"], "allow");
+    assert_eq!(l[0]["intercepted"], false);
 }

@@ -39,11 +39,11 @@ async fn tls_with_an_allowed_sni_reaches_the_original_destination() {
     let (echo, mut peers) = echo_server().await;
     let mut h = Harness::start(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, echo)],
     )
     .await;
-    let hello = test_client_hello(Some("allowed.test"));
+    let hello = test_client_hello(Some("raw.test"));
     let mut s = transparent(&h, dst(ALLOWED_IP, 443), &hello).await;
     // The peeked ClientHello is relayed untouched (not consumed by the sniffing).
     let mut back = vec![0u8; hello.len()];
@@ -58,7 +58,7 @@ async fn tls_with_an_allowed_sni_reaches_the_original_destination() {
     let l = &lines[0];
     assert_eq!(l["kind"], "transparent");
     assert_eq!(l["decision"], "allow");
-    assert_eq!(l["host"], "allowed.test");
+    assert_eq!(l["host"], "raw.test");
     assert_eq!(l["upstream"], format!("{ALLOWED_IP}:443"));
     assert_eq!(l["upstream_local_port"], upstream_peer.port());
     assert_eq!(l["bytes_up"], hello.len());
@@ -207,12 +207,12 @@ async fn fronting_inside_connect_is_refused() {
     let (echo, _) = echo_server().await;
     let mut h = Harness::start(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, echo), route(ALLOWED_IP, 80, echo)],
     )
     .await;
     // SNI of a blocked host inside a tunnel to an allowed one.
-    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let (mut s, r) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
     assert_eq!(r.status, 200);
     s.write_all(&test_client_hello(Some("evil.test")))
         .await
@@ -226,7 +226,7 @@ async fn fronting_inside_connect_is_refused() {
         "nothing from upstream: the hello never left"
     );
     // Host header of another host inside a tunnel.
-    let (mut s, _) = request(h.addr, "CONNECT allowed.test:80 HTTP/1.1\r\n\r\n").await;
+    let (mut s, _) = request(h.addr, "CONNECT raw.test:80 HTTP/1.1\r\n\r\n").await;
     s.write_all(b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n")
         .await
         .unwrap();
@@ -236,8 +236,8 @@ async fn fronting_inside_connect_is_refused() {
         .unwrap();
     assert!(out.is_empty());
     // The honest one passes, split into two writes.
-    let hello = test_client_hello(Some("allowed.test"));
-    let (mut s, _) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let hello = test_client_hello(Some("raw.test"));
+    let (mut s, _) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
     s.write_all(&hello[..10]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     s.write_all(&hello[10..]).await.unwrap();
@@ -276,11 +276,11 @@ async fn server_first_protocols_still_work_through_connect() {
     });
     let mut h = Harness::start(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, up)],
     )
     .await;
-    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let (mut s, r) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
     assert_eq!(r.status, 200);
     let mut greet = [0u8; 11];
     s.read_exact(&mut greet).await.unwrap();
@@ -388,12 +388,12 @@ async fn an_encrypted_client_hello_never_leaves_through_a_tunnel() {
     let (echo, _) = echo_server().await;
     let mut h = Harness::start(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
+        &[("raw.test", &[ALLOWED_IP])],
         &[route(ALLOWED_IP, 443, echo)],
     )
     .await;
-    let hello = airlock_proxy::sniff::test_client_hello_ech(Some("allowed.test"));
-    let (mut s, r) = request(h.addr, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let hello = airlock_proxy::sniff::test_client_hello_ech(Some("raw.test"));
+    let (mut s, r) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
     assert_eq!(r.status, 200);
     s.write_all(&hello).await.unwrap();
     let mut out = Vec::new();

@@ -5,11 +5,12 @@
 # test network (tests/smoke/fake_registry.py: a PyPI simple index at pypi.org with its wheel
 # on files.pythonhosted.org, an npm registry at registry.npmjs.org with a tarball), with a
 # leaf of the smoke test CA the proxy trusts through AIRLOCK_UPSTREAM_CA (test configuration
-# only). The policy allows the three hosts with read-only L7 rules (GET/HEAD), so the proxy
-# intercepts them and the audit shows every request with its path; a publish (PUT) is refused.
+# only). The policy allows the three hosts and nothing more: like every host that is not
+# passthrough they are intercepted (the audit shows every request with its path) and, not in
+# network.writable, read-only: a publish (PUT) is refused with read-only-host.
 # cargo is not in the agent images' toolchain, so `cargo fetch` is not tried here.
 # Asserts: both packages installed and import/require, each registry request audited and
-# seen by the fake, the PUT refused by the rule and audited, nothing else allowed, a clean wire.
+# seen by the fake, the PUT refused (read-only-host) and audited, nothing else allowed, a clean wire.
 # Usage: sudo tests/smoke/agent-packages.sh
 source "$(dirname "$0")/lib.sh"
 RIG=p
@@ -29,9 +30,6 @@ chmod 0644 "$SMOKE_DIR/api.pem" "$SMOKE_DIR/api.key"
 sed -i 's/^allow = \["api.openai.com", "github.com"\]$/allow = ["api.openai.com", "github.com", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"]/' \
     "$SMOKE_DIR/policy.toml"
 grep -q '"registry.npmjs.org"' "$SMOKE_DIR/policy.toml" || die "the rig's policy has no allow line to extend"
-for h in $RIG_API_NAMES; do
-    printf '\n[[rules]]\nname = "%s-read-only"\nhost = "%s"\nmethod = ["GET", "HEAD"]\naction = "allow"\n' "$h" "$h"
-done >>"$SMOKE_DIR/policy.toml"
 echo '[]' >"$SMOKE_DIR/script.json"
 rig_start "$SMOKE_ROOT/tests/smoke/fake_registry.py"
 
@@ -63,8 +61,8 @@ for hp in pypi.org:/simple/smokepkg files.pythonhosted.org:/packages/smokepkg-1.
     check "audited: GET https://${hp%%:*}${hp#*:}" audited "${hp%%:*}" "${hp#*:}"
     check "the fake registry served it" grep -qF "\"host\": \"${hp%%:*}\", \"path\": \"${hp#*:}" "$alog"
 done
-check "the PUT was denied by the read-only rule and audited" \
-    grep -qE '"method":"PUT","host":"registry.npmjs.org".*"decision":"deny"' "$audit"
+check "the PUT was refused as a write to a read-only host and audited" \
+    grep -qE '"method":"PUT","host":"registry.npmjs.org".*"decision":"deny".*"reason":"read-only-host"' "$audit"
 if [ "$SMOKE_FAILS" -ne 0 ]; then
     say "pip:"; tail -5 "$repo/.smoke/pip.log" >&2
     say "npm:"; tail -8 "$repo/.smoke/npm.log" >&2

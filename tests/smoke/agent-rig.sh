@@ -85,6 +85,7 @@ name = "smoke"
 
 [network]
 allow = ["$API_HOST", "github.com"]
+writable = ["$API_HOST"]
 
 [[credentials]]
 preset = "$PRESET"

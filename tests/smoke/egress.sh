@@ -42,6 +42,9 @@ name = "smoke"
 [network]
 allow = ["allowed.test", "api.test"]
 deny = []
+# allowed.test is relayed untouched (tunnel and transparent TLS with the fake CA);
+# api.test is intercepted, as every other host is, and read-only (not in writable).
+passthrough = ["allowed.test"]
 
 [[credentials]]
 name = "smoke-api"
@@ -81,6 +84,8 @@ echo "https=$($C -o /dev/null -w '%{http_code}' https://allowed.test/)"
 echo "cred_placeholder=$SMOKE_API_KEY"
 echo "cred=$(curl -sS --max-time 10 -o /tmp/cred.json -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" https://api.test/echo)"
 echo "cred_echo_scrubbed=$(grep -c 'REAL[S]ECRET' /tmp/cred.json)"
+# A publish to a host allowed for reading (the credential's own host, even).
+echo "publish=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}:%header{x-airlock-error}' -X PUT --data-binary @/etc/hostname -H "x-api-key: $SMOKE_API_KEY" https://api.test/publish)"
 # Without the CA variables, Debian's system bundle path (a symlink to the bundle) suffices.
 echo "cred_system_path=$(env -u CURL_CA_BUNDLE -u SSL_CERT_FILE curl -sS --max-time 10 -o /dev/null -w '%{http_code}' https://api.test/echo)"
 # The same placeholder in plain HTTP to another host (where the proxy can see it): refused.
@@ -148,6 +153,7 @@ check "the agent holds a placeholder ($(get cred_placeholder))" placeholder
 check "the echoed secret is scrubbed from the response" [ "$(get cred_echo_scrubbed)" = 0 ]
 check "Debian's system CA path trusts the appliance CA too: 200" [ "$(get cred_system_path)" = 200 ]
 check "the placeholder sent to another host is refused: 403" [ "$(get cred_leak)" = 403 ]
+check "a PUT to a read-only host is refused: $(get publish)" [ "$(get publish)" = "403:read-only-host" ]
 check "the agent's output never holds the real secret" bash -c "! grep -q '$SECRET' '$SMOKE_DIR/agent.out'"
 nonzero() { local v; v=$(get "$1"); [ -n "$v" ] && [ "$v" != 0 ] && [ "$v" != 127 ]; }
 for item in blocked_transparent direct meta v6 resolve_blocked ping ping6 iptables_flush \
@@ -179,6 +185,7 @@ check "upstream saw the allowed requests" grep -q '"kind":"http"' "$ulog"
 check "upstream received the injected real secret on api.test" grep -q "\"x-api-key\":\"$SECRET\"" "$ulog"
 check "upstream never received the placeholder" bash -c "! grep -q 'airlock-placeholder' '$ulog'"
 check "nothing reached upstream for the leak attempt" bash -c "! grep -q '/leak' '$ulog'"
+check "nothing reached upstream for the publish attempt" bash -c "! grep -q '/publish' '$ulog'"
 check "upstream saw no UDP datagram" bash -c "! grep -q '\"kind\":\"udp\"' '$ulog'"
 check "upstream saw nothing about blocked.test" bash -c "! grep -q 'blocked' '$ulog'"
 audit="$(volume_path "$AUDIT")/audit.jsonl"

@@ -13,7 +13,7 @@ const SECRET: &str = "sk-ant-REALSECRET-7f3a9c1e";
 
 fn policy_with(source: &str) -> String {
     format!(
-        "{POLICY}\n[[credentials]]\nname = \"anthropic\"\nsource = {source}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n"
+        "{POLICY_INSPECTED}\n[[credentials]]\nname = \"anthropic\"\nsource = {source}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n"
     )
 }
 

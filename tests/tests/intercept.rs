@@ -15,7 +15,7 @@ const OTHER_SECRET: &str = "other-REALSECRET-88aa";
 /// carries another one, so both are intercepted.
 fn policy() -> String {
     format!(
-        r#"{POLICY}
+        r#"{POLICY_INSPECTED}
 [[credentials]]
 name = "anthropic"
 source = {{ env = "ANTHROPIC_API_KEY" }}
@@ -239,7 +239,7 @@ host = "other.test"
 method = "DELETE"
 path = "/**"
 "#,
-        POLICY
+        POLICY_INSPECTED
             .replace("deny = []", "deny = []\npassthrough = [\"allowed.test\"]")
             .replace(
                 r#"allow = ["allowed.test","#,
@@ -325,7 +325,7 @@ format = "Bearer {{}}"
 [l7]
 presets = ["github"]
 "#,
-        POLICY.replace(
+        POLICY_INSPECTED.replace(
             r#"allow = ["allowed.test","#,
             r#"allow = ["api.github.com", "allowed.test","#
         )

@@ -212,7 +212,7 @@ fn every_start_up_problem_is_reported_at_once() {
     std::fs::write(&token, "ghp_x\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
     let policy = format!(
-        "{POLICY}\n[[credentials]]\nname = \"api\"\nsource = {{ env = \"NEWCOMER_API_KEY\" }}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n\n[[credentials]]\nname = \"gh\"\nsource = {{ file = \"{}\" }}\nhosts = [\"allowed.test\"]\nheader = \"authorization\"\nformat = \"Bearer {{}}\"\n",
+        "{POLICY_INSPECTED}\n[[credentials]]\nname = \"api\"\nsource = {{ env = \"NEWCOMER_API_KEY\" }}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n\n[[credentials]]\nname = \"gh\"\nsource = {{ file = \"{}\" }}\nhosts = [\"allowed.test\"]\nheader = \"authorization\"\nformat = \"Bearer {{}}\"\n",
         token.display()
     );
     let airlock = Airlock::new(&world, &policy);

@@ -21,6 +21,7 @@ name = "trust"
 
 [network]
 allow = ["allowed.test", "other.test"]
+passthrough = ["other.test"]
 
 [[rules]]
 host = "allowed.test"

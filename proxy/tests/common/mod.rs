@@ -140,7 +140,7 @@ impl Harness {
         std::fs::write(
             &policy_path,
             format!(
-                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"hang.test\", \"203.0.113.10\", \"allowed.test:8080\", \"api.anthropic.com\"]\ndeny = [\"bad.allowed.test\"]\n{}",
+                "[sandbox]\nname = \"t\"\nmode = \"{mode}\"\n\n[network]\nallow = [\"allowed.test\", \"*.allowed.test\", \"rebind.test\", \"meta.test\", \"gone.test\", \"hang.test\", \"203.0.113.10\", \"allowed.test:8080\", \"api.anthropic.com\", \"readonly.test\", \"raw.test\", \"raw.test:2222\"]\ndeny = [\"bad.allowed.test\"]\nwritable = [\"allowed.test\", \"*.allowed.test\", \"api.anthropic.com\"]\npassthrough = [\"raw.test\"]\n{}",
                 extra.policy
             ),
         )

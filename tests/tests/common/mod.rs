@@ -13,7 +13,9 @@ use std::process::Output;
 /// Exit status of a refused start.
 pub const EXIT_REFUSED: i32 = 78;
 
-/// The policy most tests run under.
+/// The policy most tests run under: the fake internet's hosts are `passthrough`, so
+/// tunnels and transparent TLS reach the fake upstream untouched (the agent's curl trusts
+/// the fake CA, `curl`). Interception and read-only hosts: [`POLICY_INSPECTED`].
 pub const POLICY: &str = r#"
 [sandbox]
 name = "nstest"
@@ -21,6 +23,19 @@ name = "nstest"
 [network]
 allow = ["allowed.test", "v6.test", "rebind.test", "meta.test", "203.0.113.12"]
 deny = []
+passthrough = ["allowed.test", "v6.test"]
+"#;
+
+/// [`POLICY`] with every host intercepted (the default), `allowed.test` and `other.test`
+/// writable: for credentials and L7 tests.
+pub const POLICY_INSPECTED: &str = r#"
+[sandbox]
+name = "nstest"
+
+[network]
+allow = ["allowed.test", "v6.test", "rebind.test", "meta.test", "203.0.113.12"]
+deny = []
+writable = ["allowed.test", "other.test"]
 "#;
 
 /// A binary built by `cargo build --workspace` next to this test executable.
