@@ -316,7 +316,13 @@ pub(crate) async fn handle(
                 respond(&msg, ResponseCode::NoError, &fam, None, max_len)
             }
             Err(Reason::ResolveFailed) => {
-                rec.reason = Some(Reason::ResolveFailed.as_str());
+                // A report-mode signal (`dns-exfil-suspect`) keeps its place: the failed
+                // lookup is the line's event, so the operator still sees the suspect name.
+                if rec.reason.is_none() {
+                    rec.reason = Some(Reason::ResolveFailed.as_str());
+                } else {
+                    rec.event = Some(Reason::ResolveFailed.as_str());
+                }
                 respond(&msg, ResponseCode::ServFail, &[], None, max_len)
             }
             Err(reason) => {

@@ -314,3 +314,28 @@ async fn report_mode_logs_a_suspect_name_it_lets_through() {
         "{lines:?}"
     );
 }
+
+/// The same suspect name under report mode, when its lookup fails (most exfiltration
+/// names do not exist): the line still says report/dns-exfil-suspect, the failure is its
+/// event.
+#[tokio::test]
+async fn report_mode_keeps_the_signal_when_the_suspect_name_does_not_resolve() {
+    let name = "nbswy3dpeb3w64tmmqqhi2ljomqgs4za.allowed.test";
+    let mut h = Harness::start("report", &[], &[]).await;
+    let r = udp(&h, &query(&format!("{name}."), RecordType::A))
+        .await
+        .unwrap();
+    assert_eq!(r.response_code(), ResponseCode::ServFail);
+    let lines = h.finish().await;
+    let l: Vec<_> = lines.iter().filter(|l| l["host"] == name).collect();
+    assert!(!l.is_empty(), "{lines:?}");
+    assert!(
+        l.iter()
+            .all(|l| l["decision"] == "report" && l["reason"] == "dns-exfil-suspect"),
+        "{lines:?}"
+    );
+    assert!(
+        l.iter().any(|l| l["event"] == "resolve-failed"),
+        "{lines:?}"
+    );
+}
