@@ -121,7 +121,8 @@ async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
         }
     }
     for dir in dirs {
-        if ctx.registry.get(&dir)?.is_none() {
+        // (one whose sandbox this pass removed is gone already)
+        if ctx.registry.get(&dir)?.is_none() && ctx.paths.sandbox(&dir).exists() {
             out.removed.push(Item {
                 name: dir.clone(),
                 reason: "a checkout with no sandbox".into(),

@@ -106,12 +106,15 @@ impl World {
             .unwrap_or(Value::Null)
     }
 
-    /// Wait until the sandbox's output contains `text`.
+    /// Wait until the sandbox's output contains `text` (it may not be registered yet: a
+    /// `run` in the background).
     pub fn wait_log(&self, name: &str, text: &str) {
         let start = Instant::now();
         loop {
-            let logs = self.ok(&["logs", name]);
-            if logs.contains(text) {
+            let o = self.run(&["logs", name]);
+            let logs = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            if o.status.success() && logs.contains(text) {
                 return;
             }
             assert!(
