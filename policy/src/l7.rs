@@ -129,9 +129,10 @@ pub enum Action {
 }
 
 /// Which methods a rule covers (uppercase).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Methods {
     /// `"*"`: every method.
+    #[default]
     Any,
     /// These methods only.
     Only(Vec<String>),
@@ -145,7 +146,7 @@ impl Methods {
         Methods::Except(vec!["GET".into(), "HEAD".into(), "OPTIONS".into()])
     }
 
-    fn matches(&self, method: &str) -> bool {
+    pub(crate) fn matches(&self, method: &str) -> bool {
         match self {
             Methods::Any => true,
             Methods::Only(list) => list.iter().any(|m| m == method),

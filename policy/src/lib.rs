@@ -82,6 +82,8 @@
 //! | `hosts` | required (unless `preset`), at least one host rule, same syntax as `network.allow` but **without ports**. |
 //! | `header` | required (unless `preset`); an HTTP header name, lowercased on parse (e.g. `"x-api-key"`, `"authorization"`). Not a header that frames the message (`host`, `content-length`, `transfer-encoding`, `connection`, ...). |
 //! | `format` | required (unless `preset`); the header value with exactly one `{}` where the secret goes (`"{}"`, `"Bearer {}"`), or the literal `"git-basic"`: HTTP basic auth as GitHub expects for a token, `Basic base64("x-access-token:" + token)`, accepted by git smart HTTP and by the REST API (`header` must then be `"authorization"`). |
+//! | `methods` | optional; a method or a list (`"POST"`, `["GET", "POST"]`): the credential is injected only into requests with one of them. Default every method (`TRACE`, `TRACK` and `CONNECT` never carry a credential anyway). Not for `git-basic`. |
+//! | `paths` | optional; path globs as in `[[rules]]` (`["/v1/**"]`): the credential is injected only when **every** reading of the request's path matches one (`/v1/../admin` does not). The `anthropic` and `openai` presets set `["/v1/**"]`. Any other request to the host goes without it, and without any authentication the agent added. Not for `git-basic` (its scope is `[git] repositories` and the GitHub API routes). |
 //!
 //! | preset | hosts | header | format |
 //! |---|---|---|---|
@@ -180,7 +182,7 @@ pub use l7::{
 };
 pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_RULE_NAME_LEN, MAX_SANDBOX_NAME_LEN};
 pub use model::{
-    Credential, CredentialFormat, CredentialSource, DEFAULT_DNS_NAME_BUDGET,
+    Credential, CredentialFormat, CredentialScope, CredentialSource, DEFAULT_DNS_NAME_BUDGET,
     DEFAULT_PROTECTED_BRANCHES, DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy,
     HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox,
 };

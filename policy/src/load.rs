@@ -17,8 +17,8 @@ use crate::github;
 use crate::glob::{GitRules, PathGlob};
 use crate::l7::{Action, L7Rule, L7Rules, Methods, Preset};
 use crate::model::{
-    Credential, CredentialFormat, CredentialSource, GitPolicy, Mode, Network, Policy,
-    SANDBOX_PLACEHOLDER, Sandbox,
+    Credential, CredentialFormat, CredentialScope, CredentialSource, GitPolicy, Mode, Network,
+    Policy, SANDBOX_PLACEHOLDER, Sandbox,
 };
 use crate::rule::{HostPattern, HostRule, RuleError};
 
@@ -95,16 +95,20 @@ struct RawCredential {
     hosts: Option<Spanned<Vec<Spanned<String>>>>,
     header: Option<Spanned<String>>,
     format: Option<Spanned<String>>,
+    methods: Option<Spanned<toml::Value>>,
+    paths: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// What a credential preset fills in: `(preset, hosts, header, format)`.
-/// A credential preset: name, default hosts, header, format.
-type CredentialPreset = (
-    &'static str,
-    &'static [&'static str],
-    &'static str,
-    &'static str,
-);
+/// What a credential preset fills in for whatever its `[[credentials]]` table leaves out.
+struct CredentialPreset {
+    /// Its name in the policy (`preset = "..."`), and the credential's default name.
+    name: &'static str,
+    hosts: &'static [&'static str],
+    header: &'static str,
+    format: &'static str,
+    /// Path globs the credential is injected on (`paths`); empty: every path.
+    paths: &'static [&'static str],
+}
 
 /// Where a `[[credentials]]` table is, for its errors.
 struct CredAt {
@@ -119,14 +123,28 @@ impl CredAt {
 }
 
 const CREDENTIAL_PRESETS: [CredentialPreset; 3] = [
-    ("anthropic", &["api.anthropic.com"], "x-api-key", "{}"),
-    ("openai", &["api.openai.com"], "authorization", "Bearer {}"),
-    (
-        "github",
-        &["github.com", "api.github.com"],
-        "authorization",
-        GIT_BASIC,
-    ),
+    CredentialPreset {
+        name: "anthropic",
+        hosts: &["api.anthropic.com"],
+        header: "x-api-key",
+        format: "{}",
+        paths: &["/v1/**"],
+    },
+    CredentialPreset {
+        name: "openai",
+        hosts: &["api.openai.com"],
+        header: "authorization",
+        format: "Bearer {}",
+        paths: &["/v1/**"],
+    },
+    // A git credential: its scope is `[git] repositories` and the token's API routes.
+    CredentialPreset {
+        name: "github",
+        hosts: &["github.com", "api.github.com"],
+        header: "authorization",
+        format: GIT_BASIC,
+        paths: &[],
+    },
 ];
 
 #[derive(Deserialize)]
@@ -313,12 +331,14 @@ impl Validator<'_> {
             let source = self.credential_source(&c.source, &at.key("source"))?;
             let hosts = self.credential_hosts(&c, preset, &at, passthrough)?;
             let (header, format) = self.credential_header_format(&c, preset, &at)?;
+            let scope = self.credential_scope(&c, preset, &at, &format)?;
             out.push(Credential {
                 name,
                 source,
                 hosts,
                 header,
                 format,
+                scope,
             });
         }
         Ok(out)
@@ -343,7 +363,7 @@ impl Validator<'_> {
         };
         CREDENTIAL_PRESETS
             .iter()
-            .find(|(n, ..)| n == p.get_ref())
+            .find(|preset| preset.name == p.get_ref())
             .map(Some)
             .ok_or_else(|| {
                 self.bad(
@@ -364,12 +384,12 @@ impl Validator<'_> {
     ) -> Result<String, PolicyError> {
         let (name, name_at) = match (&c.name, preset) {
             (Some(n), _) => (n.get_ref().clone(), n.clone()),
-            (None, Some((p, ..))) => {
+            (None, Some(p)) => {
                 let name_at = c
                     .preset
                     .clone()
                     .ok_or_else(|| self.cred_missing(at, "name"))?;
-                ((*p).to_owned(), name_at)
+                (p.name.to_owned(), name_at)
             }
             (None, None) => return Err(self.cred_missing(at, "name")),
         };
@@ -415,7 +435,8 @@ impl Validator<'_> {
                 }
                 self.rules(hosts.get_ref(), &at.key("hosts"), false)?
             }
-            (None, Some((_, defaults, ..))) => defaults
+            (None, Some(p)) => p
+                .hosts
                 .iter()
                 .map(|h| HostRule::parse(h))
                 .collect::<Result<Vec<_>, _>>()
@@ -456,12 +477,12 @@ impl Validator<'_> {
                 }
                 (h.get_ref().to_ascii_lowercase(), h.span())
             }
-            (None, Some((_, _, h, _))) => ((*h).to_owned(), at.table.clone()),
+            (None, Some(p)) => (p.header.to_owned(), at.table.clone()),
             (None, None) => return Err(self.cred_missing(at, "header")),
         };
         let format_text = match (&c.format, preset) {
             (Some(f), _) => f.clone(),
-            (None, Some((.., f))) => Spanned::new(at.table.clone(), (*f).to_owned()),
+            (None, Some(p)) => Spanned::new(at.table.clone(), p.format.to_owned()),
             (None, None) => return Err(self.cred_missing(at, "format")),
         };
         let format = match format_text.get_ref().as_str() {
@@ -481,6 +502,62 @@ impl Validator<'_> {
             ));
         }
         Ok((header, format))
+    }
+
+    /// `methods` and `paths`: which requests on its hosts the credential is injected into;
+    /// as written, else the preset's paths; every method and path when neither says. A
+    /// git credential's scope is `[git]` and the GitHub API routes: neither may be set.
+    fn credential_scope(
+        &self,
+        c: &RawCredential,
+        preset: Option<&CredentialPreset>,
+        at: &CredAt,
+        format: &CredentialFormat,
+    ) -> Result<CredentialScope, PolicyError> {
+        if *format == CredentialFormat::GitBasic
+            && let Some(span) = c
+                .methods
+                .as_ref()
+                .map(Spanned::span)
+                .or_else(|| c.paths.as_ref().map(Spanned::span))
+        {
+            return Err(self.fail(
+                span,
+                &at.key("methods"),
+                "a git-basic credential is scoped by [git] repositories and the GitHub API routes, not by methods or paths",
+            ));
+        }
+        let methods = match &c.methods {
+            None => Methods::Any,
+            Some(m) => self.methods(m, &at.key("methods"))?,
+        };
+        let paths = match (&c.paths, preset) {
+            (Some(paths), _) => {
+                if paths.get_ref().is_empty() {
+                    return Err(self.fail(
+                        paths.span(),
+                        &at.key("paths"),
+                        "needs at least one path glob (leave it out for every path)",
+                    ));
+                }
+                paths
+                    .get_ref()
+                    .iter()
+                    .map(|p| {
+                        PathGlob::parse(p.get_ref())
+                            .map_err(|e| self.bad(p, &at.key("paths"), &e.to_string()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            (None, Some(p)) => p
+                .paths
+                .iter()
+                .map(|g| PathGlob::parse(g))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.fail(at.table.clone(), &at.key("paths"), &e.to_string()))?,
+            (None, None) => Vec::new(),
+        };
+        Ok(CredentialScope { methods, paths })
     }
 
     fn l7_rules(
@@ -1075,6 +1152,46 @@ mod tests {
             "[sandbox]\nname = \"demo\"\n[git]\nrestricted_paths = [\"/etc/**\"]\n",
             4,
             "git.restricted_paths[0]",
+        );
+    }
+
+    #[test]
+    fn credential_scopes_come_from_the_preset_or_the_table() {
+        let p = parse(
+            "[sandbox]\nname = \"demo\"\n[[credentials]]\npreset = \"anthropic\"\nsource = { env = \"A\" }\n[[credentials]]\nname = \"k\"\nsource = { env = \"K\" }\nhosts = [\"api.example.com\"]\nheader = \"x-key\"\nformat = \"{}\"\nmethods = \"post\"\npaths = [\"/v2/**\", \"/health\"]\n[[credentials]]\nname = \"any\"\nsource = { env = \"N\" }\nhosts = [\"b.example.com\"]\nheader = \"x-key\"\nformat = \"{}\"\n",
+        )
+        .unwrap();
+        let [a, k, any] = p.credentials.as_slice() else {
+            panic!("{:?}", p.credentials)
+        };
+        assert!(a.scope.allows("POST", "/v1/messages"));
+        assert!(!a.scope.allows("POST", "/admin"));
+        assert!(k.scope.allows("POST", "/v2/x/y"));
+        assert!(k.scope.allows("post", "/health"));
+        assert!(!k.scope.allows("GET", "/health"));
+        assert!(!k.scope.allows("POST", "/v2/../admin"));
+        assert!(any.scope.allows("DELETE", "/anything"));
+
+        let head = "[sandbox]\nname = \"demo\"\n[[credentials]]\nsource = { env = \"A\" }\n";
+        refused(
+            &format!("{head}preset = \"github\"\npaths = [\"/repos/**\"]\n"),
+            6,
+            "a git-basic credential is scoped by [git] repositories",
+        );
+        refused(
+            &format!("{head}preset = \"openai\"\npaths = []\n"),
+            6,
+            "needs at least one path glob",
+        );
+        refused(
+            &format!("{head}preset = \"openai\"\npaths = [\"v1\"]\n"),
+            6,
+            "credentials[0].paths",
+        );
+        refused(
+            &format!("{head}preset = \"openai\"\nmethods = []\n"),
+            6,
+            "credentials[0].methods",
         );
     }
 

@@ -2,9 +2,11 @@
 
 use std::path::PathBuf;
 
+use crate::glob::PathGlob;
 use crate::glob::{GitGlobError, GitRules};
 use crate::host::Host;
-use crate::l7::L7Rules;
+use crate::l7::{L7Rules, Methods};
+use crate::path::PathForms;
 use crate::reason::Reason;
 use crate::rule::HostRule;
 
@@ -109,6 +111,8 @@ pub struct Credential {
     pub header: String,
     /// How the header value is built from the secret.
     pub format: CredentialFormat,
+    /// Which requests on its hosts it is injected into.
+    pub scope: CredentialScope,
 }
 
 impl Credential {
@@ -116,6 +120,38 @@ impl Credential {
     #[must_use]
     pub fn applies_to(&self, host: &Host) -> bool {
         self.hosts.iter().any(|r| r.matches_host(host))
+    }
+}
+
+/// `methods` and `paths` of a credential: the requests on its hosts it is injected into
+/// (the presets name their API's paths). Any other request to the host goes without it
+/// (and without any authentication the agent added: one identity per credential host).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CredentialScope {
+    /// The methods (`Methods::Any` when not written).
+    pub methods: Methods,
+    /// Path globs; empty: every path.
+    pub paths: Vec<PathGlob>,
+}
+
+impl CredentialScope {
+    /// Whether a request with `method` and raw `path` (without the query) is in scope:
+    /// its method is listed and **every** strict reading of its path ([`PathForms`])
+    /// matches one of the globs, so no spelling (`/v1/../admin`, `%2F`) widens it.
+    #[must_use]
+    pub fn allows(&self, method: &str, path: &str) -> bool {
+        if !self.methods.matches(&method.to_ascii_uppercase()) {
+            return false;
+        }
+        if self.paths.is_empty() {
+            return true;
+        }
+        PathForms::analyse(path).is_ok_and(|forms| {
+            forms
+                .strict()
+                .iter()
+                .all(|f| self.paths.iter().any(|g| g.matches(f)))
+        })
     }
 }
 

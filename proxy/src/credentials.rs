@@ -75,6 +75,8 @@ pub struct Bound {
     api: Option<HeaderValue>,
     /// For a credential not configured at start: how the operator provides it.
     fix: Option<String>,
+    /// The requests on its hosts it is injected into (`methods`, `paths`).
+    scope: airlock_policy::CredentialScope,
 }
 
 /// A credential not configured at start that a request would have needed.
@@ -315,6 +317,7 @@ impl Credentials {
                 github_api,
                 api,
                 fix,
+                scope: pc.scope.clone(),
             });
         }
         if let Some(g) = &h.git_placeholder {
@@ -475,6 +478,24 @@ impl Credentials {
         git: GitScope,
         inject: bool,
     ) -> Result<Option<Injected>, Leak> {
+        self.apply_to(host, headers, git, inject, None)
+    }
+
+    /// [`apply`](Self::apply) for a request with `method` and raw `path` (`request`): a
+    /// credential whose scope (`methods`, `paths`) excludes it is not injected, so the
+    /// request goes unauthenticated (the agent's own authentication is removed all the
+    /// same).
+    ///
+    /// # Errors
+    /// [`Leak`] when a placeholder or secret is in a header where it must not be.
+    pub fn apply_to(
+        &self,
+        host: &Host,
+        headers: &mut HeaderMap,
+        git: GitScope,
+        inject: bool,
+        request: Option<(&str, &str)>,
+    ) -> Result<Option<Injected>, Leak> {
         let Some(needles) = &self.leak else {
             return Ok(None);
         };
@@ -512,7 +533,11 @@ impl Credentials {
                 });
             }
             headers.remove(&b.header);
-            if inject && let Some(value) = b.value_for(host, git) {
+            let in_scope = request.is_none_or(|(method, path)| b.scope.allows(method, path));
+            if inject
+                && in_scope
+                && let Some(value) = b.value_for(host, git)
+            {
                 injected.push((i, b, value));
             }
         }
@@ -653,7 +678,10 @@ repositories = ["github.com/o/r"]
 "#;
 
     fn creds() -> Credentials {
-        let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
+        creds_with(&Policy::parse(POLICY, Path::new("p.toml")).unwrap())
+    }
+
+    fn creds_with(policy: &Policy) -> Credentials {
         let h = Handoff {
             version: HANDOFF_VERSION,
             session: "s".into(),
@@ -673,7 +701,7 @@ repositories = ["github.com/o/r"]
             workspace_secrets: Vec::new(),
             missing: vec![],
         };
-        Credentials::from_handoff(h, &policy).unwrap()
+        Credentials::from_handoff(h, policy).unwrap()
     }
 
     fn host(s: &str) -> Host {
@@ -696,6 +724,46 @@ repositories = ["github.com/o/r"]
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
         )
+    }
+
+    /// The agent uses the key its binding names for the Messages API on an admin route of
+    /// the same host: the key stays home, however the path is spelled, and the agent's own
+    /// value of the header is removed all the same.
+    #[test]
+    fn attack_a_scoped_credential_is_injected_only_in_its_scope() {
+        let text = POLICY.replace(
+            "header = \"x-api-key\"\nformat = \"{}\"",
+            "header = \"x-api-key\"\nformat = \"{}\"\nmethods = [\"POST\", \"GET\"]\npaths = [\"/v1/**\"]",
+        );
+        let policy = Policy::parse(&text, Path::new("p.toml")).unwrap();
+        assert_eq!(policy.credentials[0].scope.paths.len(), 1);
+        let c = creds_with(&policy);
+        let api = host("api.example.com");
+        let send = |method: &str, path: &str| {
+            let mut h = hm(&[("x-api-key", "airlock-placeholder-anthropic-01")]);
+            let injected = c
+                .apply_to(&api, &mut h, GitScope::None, true, Some((method, path)))
+                .unwrap();
+            (injected.map(|i| i.names), h.get("x-api-key").cloned())
+        };
+        let (names, value) = send("POST", "/v1/messages");
+        assert_eq!(names.as_deref(), Some("anthropic"));
+        assert_eq!(value.unwrap(), "sk-REAL-anthropic");
+        for (method, path) in [
+            ("POST", "/admin/keys"),
+            ("POST", "/v1/../admin/keys"),
+            ("POST", "/v1/%2e%2e/admin"),
+            ("POST", "/v1%2F..%2Fadmin"),
+            ("DELETE", "/v1/messages"),
+            ("PUT", "/v1/files/1"),
+        ] {
+            let (names, value) = send(method, path);
+            assert_eq!(names, None, "{method} {path}");
+            assert_eq!(
+                value, None,
+                "{method} {path}: the agent's value is removed too"
+            );
+        }
     }
 
     #[test]

@@ -621,7 +621,7 @@ async fn prepare(
     hop::strip(&mut parts.headers);
     hop::strip_claims(&mut parts.headers);
     check_foreign_secrets(ctx, route, &parts, rec)?;
-    let injected = inject(ctx, route, &mut parts.headers, scope, rec)?;
+    let injected = inject(ctx, route, &mut parts.headers, scope, &view, rec)?;
     let tally = Tally::default();
     let up_body = prepare_body(
         ctx,
@@ -895,10 +895,12 @@ fn inject(
     route: &Route,
     headers: &mut http::HeaderMap,
     scope: GitScope,
+    view: &RequestView<'_>,
     rec: &mut Pending,
 ) -> Result<Option<Injected>, Reason> {
     let creds = ctx.shared.interception.credentials();
-    match creds.apply(&route.target.host, headers, scope, route.tls) {
+    let request = Some((view.method, view.path));
+    match creds.apply_to(&route.target.host, headers, scope, route.tls, request) {
         Ok(injected) => {
             rec.credential = injected.as_ref().map(|i| i.names.clone());
             Ok(injected)
