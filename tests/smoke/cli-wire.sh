@@ -15,7 +15,7 @@ smoke_sweep
 NET=$SMOKE_ID-cnet
 UP=$SMOKE_ID-cup
 SB=${SMOKE_ID#airlock-}-wire    # sandbox smoke-<pid>-wire, container airlock-smoke-<pid>-wire
-UP4=198.18.7.10
+UP4=203.0.113.138
 UP6=2001:db8:187::10
 
 [ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
@@ -48,9 +48,9 @@ mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 git -C "$SMOKE_DIR/repo" init -q -b main
 git -C "$SMOKE_DIR/repo" -c user.name=o -c user.email=o@example.invalid commit -q --allow-empty -m base
 
-say "network $NET (internal, 198.18.7.0/24 and 2001:db8:187::/64), upstream $UP"
+say "network $NET (internal, 203.0.113.128/25 and 2001:db8:187::/64), upstream $UP"
 track_network "$NET"
-docker network create --internal --subnet 198.18.7.0/24 --gateway 198.18.7.1 \
+docker network create --internal --subnet 203.0.113.128/25 --gateway 203.0.113.129 \
     --ipv6 --subnet 2001:db8:187::/64 "$NET" >/dev/null
 track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
@@ -63,7 +63,7 @@ BR=$(bridge_of "$NET")
 tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
 tcpdump_pid=$!
 track_pid "$tcpdump_pid"
-for _ in $(seq 50); do grep -q listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
+for _ in $(seq 50); do grep -qs listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
 grep -q listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
 
 say "airlock new $SB --network $NET --dns $UP4 --upstream-ca (the fake internet's CA)"
