@@ -22,23 +22,9 @@ use tokio::net::{TcpListener, TcpStream};
 const DB_PASSWORD: &str = "hunter2-correct-horse";
 const API_SECRET: &str = "s3cr3t/p@ss word!";
 
-/// Writes are allowed to both hosts by a rule (before and after hosts became read-only by
-/// default), so a 403 here is the secret's.
-const POLICY: &str = r#"
-[[rules]]
-host = "allowed.test"
-method = ["GET", "POST"]
-action = "allow"
-
-[[rules]]
-host = "api.anthropic.com"
-method = "POST"
-action = "allow"
-"#;
-
 async fn harness(upstream: SocketAddr) -> Harness {
+    // Both hosts are writable in the harness's policy: a 403 here is the secret's.
     let extra = Extra {
-        policy: POLICY.into(),
         workspace: vec![(".env", DB_PASSWORD), (".env", API_SECRET)],
         ..Extra::default()
     };

@@ -39,8 +39,7 @@ json.dump({
     "zone": {n: [up4, up6] for n in names},
 }, open(f"{d}/fakenet.json", "w"))
 PY
-# Writes to both hosts are allowed by a rule (which also makes them intercepted), so a 403
-# is the secret's, not the host's.
+# Both hosts are writable (every other host is read-only), so a 403 is the secret's.
 cat >"$SMOKE_DIR/policy.toml" <<'TOML'
 [sandbox]
 name = "smoke"
@@ -48,18 +47,7 @@ name = "smoke"
 [network]
 allow = ["allowed.test", "api.anthropic.com"]
 deny = []
-
-[[rules]]
-name = "smoke writes"
-host = "allowed.test"
-method = ["GET", "POST"]
-action = "allow"
-
-[[rules]]
-name = "smoke prompts"
-host = "api.anthropic.com"
-method = "POST"
-action = "allow"
+writable = ["allowed.test", "api.anthropic.com"]
 TOML
 chmod 0644 "$SMOKE_DIR/policy.toml"
 
