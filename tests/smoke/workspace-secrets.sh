@@ -17,9 +17,9 @@ NET=$SMOKE_ID-net
 UP=$SMOKE_ID-up
 APP=$SMOKE_ID-app
 AUDIT=$SMOKE_ID-audit
-APP4=203.0.113.2
+APP4=203.0.113.66
 APP6=2001:db8:1821::2
-UP4=203.0.113.10
+UP4=203.0.113.74
 UP6=2001:db8:1821::10
 
 [ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
@@ -82,9 +82,9 @@ files=$(find "$repo" -type f | wc -l)
 say "workspace: $files files ($((SECONDS - t0)) s to write)"
 chown -R 1000:1000 "$repo"
 
-say "network $NET (internal, 203.0.113.0/24 and 2001:db8:1821::/64), upstream $UP"
+say "network $NET (internal, 203.0.113.64/26 and 2001:db8:1821::/64), upstream $UP"
 track_network "$NET"
-docker network create --internal --subnet 203.0.113.0/24 --gateway 203.0.113.1 \
+docker network create --internal --subnet 203.0.113.64/26 --gateway 203.0.113.65 \
     --ipv6 --subnet 2001:db8:1821::/64 "$NET" >/dev/null
 track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
