@@ -54,6 +54,8 @@ done
 # pip and npm through the proxy to fake registries, in an agent image (airlock:codex).
 if grep -qw codex <<<"$AIRLOCK_SMOKE_AGENTS"; then
     tests/smoke/agent-packages.sh
+    # pip behind a private mirror's CA: EXTRA_CA_FILE vs the proxy-only AIRLOCK_UPSTREAM_CA.
+    tests/smoke/extra-ca-pip.sh
 fi
 echo "== agents added $((SECONDS - ta)) s"
 echo "== docker smoke tests passed in $((SECONDS - t0)) s"
