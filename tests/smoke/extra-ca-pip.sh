@@ -22,11 +22,11 @@ UP=$SMOKE_ID-pup
 REG=$SMOKE_ID-preg
 APP=$SMOKE_ID-papp
 AUDIT=$SMOKE_ID-paudit
-APP4=192.0.2.2
+APP4=192.0.2.194
 APP6=2001:db8:118::2
-UP4=192.0.2.10
+UP4=192.0.2.200
 UP6=2001:db8:118::10
-REG4=192.0.2.20
+REG4=192.0.2.210
 REG6=2001:db8:118::20
 
 docker image inspect "$IMAGE" >/dev/null 2>&1 || die "$IMAGE is missing: run scripts/build-agent-image ${IMAGE#airlock:}"
@@ -83,9 +83,9 @@ SH
 chmod 0644 "$SMOKE_DIR/repo/agent.sh"
 chown -R 1000:1000 "$SMOKE_DIR/repo"
 
-say "network $NET (internal, 192.0.2.0/24): DNS at $UP, the mirror at $REG ($IMAGE)"
+say "network $NET (internal, 192.0.2.192/26): DNS at $UP, the mirror at $REG ($IMAGE)"
 track_network "$NET"
-docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 \
+docker network create --internal --subnet 192.0.2.192/26 --gateway 192.0.2.193 \
     --ipv6 --subnet 2001:db8:118::/64 "$NET" >/dev/null
 track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \

@@ -23,9 +23,9 @@ NET=$SMOKE_ID-xnet
 UP=$SMOKE_ID-xup
 APP=$SMOKE_ID-xapp
 AUDIT=$SMOKE_ID-xaudit
-APP4=192.0.2.2
+APP4=192.0.2.130
 APP6=2001:db8:117::2
-UP4=192.0.2.10
+UP4=192.0.2.140
 UP6=2001:db8:117::10
 
 [ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
@@ -90,9 +90,9 @@ echo "git_tunnel=$? $(tr '\n' ' ' <<<"$o")"
 SH
 chmod 0644 "$SMOKE_DIR/repo/agent.sh"
 
-say "network $NET (internal, 192.0.2.0/24), mirror.test and tunnel.test at $UP"
+say "network $NET (internal, 192.0.2.128/26), mirror.test and tunnel.test at $UP"
 track_network "$NET"
-docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 \
+docker network create --internal --subnet 192.0.2.128/26 --gateway 192.0.2.129 \
     --ipv6 --subnet 2001:db8:117::/64 "$NET" >/dev/null
 track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \

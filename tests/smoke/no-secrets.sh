@@ -25,9 +25,9 @@ NET=$SMOKE_ID-nnet
 UP=$SMOKE_ID-nup
 APP=$SMOKE_ID-napp
 AUDIT=$SMOKE_ID-naudit
-APP4=203.0.113.2
+APP4=203.0.113.130
 APP6=2001:db8:116::2
-UP4=203.0.113.10
+UP4=203.0.113.140
 UP6=2001:db8:116::10
 OWNER=acme
 NAME=app
@@ -120,9 +120,9 @@ SH
 chmod 0644 "$repo/agent.sh"
 chown -R 1000:1000 "$repo"
 
-say "network $NET (internal, 203.0.113.0/24), api.anthropic.com and github.com at $UP"
+say "network $NET (internal, 203.0.113.128/26), api.anthropic.com and github.com at $UP"
 track_network "$NET"
-docker network create --internal --subnet 203.0.113.0/24 --gateway 203.0.113.1 \
+docker network create --internal --subnet 203.0.113.128/26 --gateway 203.0.113.129 \
     --ipv6 --subnet 2001:db8:116::/64 "$NET" >/dev/null
 track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
