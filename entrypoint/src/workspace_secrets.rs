@@ -106,8 +106,8 @@ pub struct Scan {
     pub elapsed: Duration,
 }
 
-/// The one call at start: scan `workdir`, print the report (one line, plus one per
-/// problem), write it to `run_dir/`[`REPORT_FILE`] and return the needles for the hand-off.
+/// The one call at start: scan `workdir`, print the report when it has something to say
+/// (one line, plus one per problem), write it to `run_dir/`[`REPORT_FILE`] and return the needles for the hand-off.
 /// Never fails: a problem is a line, start-up goes on.
 pub fn at_start(workdir: &Path, run_dir: &Path) -> Vec<WorkspaceSecret> {
     let scan = match Formats::builtin() {
@@ -118,8 +118,12 @@ pub fn at_start(workdir: &Path, run_dir: &Path) -> Vec<WorkspaceSecret> {
         },
     };
     let lines = report(&scan);
-    for line in &lines {
-        crate::console::info(line);
+    // Nothing found and nothing unread: the report file says so, the terminal stays quiet
+    // (a refused start keeps its one line; an interactive agent's screen its output).
+    if !scan.found.is_empty() || !scan.problems.is_empty() {
+        for line in &lines {
+            crate::console::info(line);
+        }
     }
     let mut text = lines.join("\n");
     text.push('\n');
