@@ -22,10 +22,25 @@ pub(crate) async fn audited(
 ) -> Response<ProxyBody> {
     rec.decision = crate::audit::Verdict::Deny;
     rec.reason = Some(reason.as_str());
+    // The agent learns which rule or detector refused it (never a value: detectors are
+    // named by format or file), as the audit line does.
+    let rule = rec.rule.clone().filter(|_| names_its_rule(reason));
     match rec.commit() {
-        Ok(()) => denial(reason, host, port),
+        Ok(()) => json_denial(
+            reason,
+            body_json_with(reason, host, port, None, rule.as_deref(), reason.hint()),
+        ),
         Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
     }
+}
+
+/// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
+/// host, the secret detector.
+const fn names_its_rule(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::RequestDeniedByRule | Reason::ReadOnlyHost | Reason::ForeignSecret
+    )
 }
 
 /// As [`audited`], answering with `answer` (a denial worded for this request) when the
@@ -76,13 +91,16 @@ struct ErrorBody<'a> {
     /// The credential the refusal is about, when there is one to name.
     #[serde(skip_serializing_if = "Option::is_none")]
     credential: Option<&'a str>,
+    /// The rule or detector that refused it, as in the audit line's `rule`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
     message: &'a str,
 }
 
 /// The JSON body of a denial.
 #[must_use]
 pub fn body_json(reason: Reason, host: &str, port: u16) -> String {
-    body_json_with(reason, host, port, None, reason.hint())
+    body_json_with(reason, host, port, None, None, reason.hint())
 }
 
 fn body_json_with(
@@ -90,6 +108,7 @@ fn body_json_with(
     host: &str,
     port: u16,
     credential: Option<&str>,
+    rule: Option<&str>,
     message: &str,
 ) -> String {
     let body = ErrorBody {
@@ -97,6 +116,7 @@ fn body_json_with(
         host,
         port,
         credential,
+        rule,
         message,
     };
     serde_json::to_string(&body)
@@ -121,7 +141,7 @@ pub fn denial_with(
 ) -> Response<ProxyBody> {
     json_denial(
         reason,
-        body_json_with(reason, host, port, credential, message),
+        body_json_with(reason, host, port, credential, None, message),
     )
 }
 

@@ -410,6 +410,11 @@ async fn attack_writes_to_a_read_only_host_never_reach_it() {
             "the hint says how to allow it: {}",
             r.body
         );
+        assert!(
+            r.json()["rule"].as_str().unwrap().contains("read-only"),
+            "{}",
+            r.body
+        );
     }
     // A WebSocket would be a write channel nobody reads after the `101`.
     let (_s, r) = request(

@@ -130,6 +130,8 @@ async fn a_workspace_value_of_any_format_never_reaches_an_allowed_host() {
             "{raw}"
         );
         assert!(!r.body.contains(DB_PASSWORD) && !r.body.contains("s3cr3t"));
+        // The agent learns which detector refused it, never the value.
+        assert_eq!(r.json()["rule"], "secret detector workspace:.env", "{raw}");
     }
     assert!(
         got.lock().unwrap().is_empty(),
