@@ -421,21 +421,28 @@ impl Credentials {
     }
 
     /// The credentials not configured at start that a request of scope `git` to `host`
-    /// needs (their names, comma-separated), if it needs one: no configured credential of
+    /// (with `method` and raw `path`: a credential is only needed in its binding's scope)
+    /// needs, their names comma-separated, if it needs one: no configured credential of
     /// the host authenticates it (several credentials of one host are alternatives, e.g. an
     /// API key and a subscription token). `anonymous_read`: the request is a read its
     /// upstream may answer without a credential (a git fetch, a `GET` or `HEAD` of the
     /// GitHub API), which the git credential lets through unauthenticated; any other
     /// credential is never optional (an LLM API answers nothing without its key).
     #[must_use]
-    pub fn missing_for(&self, host: &Host, git: GitScope, anonymous_read: bool) -> Option<String> {
+    pub fn missing_for(
+        &self,
+        host: &Host,
+        git: GitScope,
+        (method, path): (&str, &str),
+        anonymous_read: bool,
+    ) -> Option<String> {
         if self.bound.iter().all(|b| b.value.is_some()) {
             return None;
         }
         let applying = self
             .bound
             .iter()
-            .filter(|b| b.bound_to(host) && b.applies(host, git));
+            .filter(|b| b.bound_to(host) && b.applies(host, git) && b.scope.allows(method, path));
         if applying.clone().any(|b| b.value.is_some()) {
             return None;
         }
@@ -1014,7 +1021,9 @@ repositories = ["github.com/o/r"]
         let api = Host::parse("api.example.com").unwrap();
         let gh = Host::parse("github.com").unwrap();
         let gh_api = Host::parse("api.github.com").unwrap();
-        let names = c.missing_for(&api, GitScope::None, false).unwrap();
+        let names = c
+            .missing_for(&api, GitScope::None, ("POST", "/v1/x"), false)
+            .unwrap();
         assert_eq!(names, "anthropic");
         let m = c.missing_named(&names);
         assert_eq!(m.len(), 1);
@@ -1023,21 +1032,50 @@ repositories = ["github.com/o/r"]
             ("anthropic", "set A on the host", false)
         );
         // An LLM key is never optional, whatever the request looks like.
-        assert!(c.missing_for(&api, GitScope::None, true).is_some());
+        assert!(
+            c.missing_for(&api, GitScope::None, ("POST", "/v1/x"), true)
+                .is_some()
+        );
         // The git credential: a push (service port, not a read) and an API write are
         // refused; fetches and API reads go anonymously; github.com's web pages never
         // carried it.
-        let m = c.missing_named(&c.missing_for(&gh, GitScope::Service, false).unwrap());
+        let m = c.missing_named(
+            &c.missing_for(&gh, GitScope::Service, ("POST", "/v1/x"), false)
+                .unwrap(),
+        );
         assert_eq!((m[0].name, m[0].git), ("github", true));
-        assert!(c.missing_for(&gh, GitScope::Service, true).is_none());
-        assert!(c.missing_for(&gh, GitScope::Read, true).is_none());
-        assert!(c.missing_for(&gh, GitScope::None, false).is_none());
-        assert!(c.missing_for(&gh_api, GitScope::Api, false).is_some());
-        assert!(c.missing_for(&gh_api, GitScope::Api, true).is_none());
-        assert!(c.missing_for(&gh_api, GitScope::None, false).is_none());
         assert!(
-            c.missing_for(&Host::parse("example.com").unwrap(), GitScope::None, false)
+            c.missing_for(&gh, GitScope::Service, ("POST", "/v1/x"), true)
                 .is_none()
+        );
+        assert!(
+            c.missing_for(&gh, GitScope::Read, ("POST", "/v1/x"), true)
+                .is_none()
+        );
+        assert!(
+            c.missing_for(&gh, GitScope::None, ("POST", "/v1/x"), false)
+                .is_none()
+        );
+        assert!(
+            c.missing_for(&gh_api, GitScope::Api, ("POST", "/v1/x"), false)
+                .is_some()
+        );
+        assert!(
+            c.missing_for(&gh_api, GitScope::Api, ("POST", "/v1/x"), true)
+                .is_none()
+        );
+        assert!(
+            c.missing_for(&gh_api, GitScope::None, ("POST", "/v1/x"), false)
+                .is_none()
+        );
+        assert!(
+            c.missing_for(
+                &Host::parse("example.com").unwrap(),
+                GitScope::None,
+                ("POST", "/v1/x"),
+                false
+            )
+            .is_none()
         );
         // Nothing is injected; the agent's own value of the header still never travels,
         // and its placeholder elsewhere is still a leak.
@@ -1053,7 +1091,11 @@ repositories = ["github.com/o/r"]
         let leak = c.apply(&gh, &mut h, GitScope::None, true).unwrap_err();
         assert_eq!(leak.credential, "anthropic");
         // A configured credential is never missing.
-        assert!(creds().missing_for(&api, GitScope::None, false).is_none());
+        assert!(
+            creds()
+                .missing_for(&api, GitScope::None, ("POST", "/v1/x"), false)
+                .is_none()
+        );
     }
 
     /// Two credentials of one host are alternatives (an API key, a subscription token):
@@ -1084,7 +1126,10 @@ repositories = ["github.com/o/r"]
             ..Handoff::default()
         };
         let c = Credentials::from_handoff(key_only, &policy).unwrap();
-        assert_eq!(c.missing_for(&api, GitScope::None, false), None);
+        assert_eq!(
+            c.missing_for(&api, GitScope::None, ("POST", "/v1/x"), false),
+            None
+        );
         let mut h = HeaderMap::new();
         let injected = c
             .apply(&api, &mut h, GitScope::None, true)
@@ -1099,10 +1144,44 @@ repositories = ["github.com/o/r"]
             ..Handoff::default()
         };
         let c = Credentials::from_handoff(neither, &policy).unwrap();
-        let names = c.missing_for(&api, GitScope::None, false).unwrap();
+        let names = c
+            .missing_for(&api, GitScope::None, ("POST", "/v1/x"), false)
+            .unwrap();
         assert_eq!(names, "anthropic,oauth");
         let fixes: Vec<&str> = c.missing_named(&names).iter().map(|m| m.fix).collect();
         assert_eq!(fixes, ["set anthropic", "set oauth"]);
+    }
+
+    /// A credential is only missing where it would have been injected: outside its
+    /// binding's methods and paths the request goes on without it, as it would with it.
+    #[test]
+    fn a_missing_credential_is_only_needed_in_its_scope() {
+        let text = POLICY.replace(
+            "header = \"x-api-key\"\nformat = \"{}\"",
+            "header = \"x-api-key\"\nformat = \"{}\"\nmethods = [\"POST\"]\npaths = [\"/v1/**\"]",
+        );
+        let policy = Policy::parse(&text, Path::new("p.toml")).unwrap();
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            credentials: vec![ResolvedCredential {
+                name: "github".into(),
+                value: Secret::new("ghp_x".into()),
+                placeholder: "airlock-placeholder-github-05".into(),
+            }],
+            missing: vec![airlock_policy::handoff::MissingCredential {
+                name: "anthropic".into(),
+                placeholder: "airlock-placeholder-anthropic-05".into(),
+                fix: "f".into(),
+            }],
+            ..Handoff::default()
+        };
+        let c = Credentials::from_handoff(h, &policy).unwrap();
+        let api = Host::parse("api.example.com").unwrap();
+        let need = |method, path| c.missing_for(&api, GitScope::None, (method, path), false);
+        assert_eq!(need("POST", "/v1/messages").as_deref(), Some("anthropic"));
+        assert_eq!(need("GET", "/v1/models"), None);
+        assert_eq!(need("POST", "/admin"), None);
+        assert_eq!(need("POST", "/v1/../admin"), None);
     }
 
     #[test]

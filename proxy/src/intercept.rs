@@ -824,7 +824,7 @@ fn check_missing(
         GitScope::Api => matches!(view.method, "GET" | "HEAD"),
     };
     let creds = ctx.shared.interception.credentials();
-    match creds.missing_for(view.host, scope, anonymous_read) {
+    match creds.missing_for(view.host, scope, (view.method, view.path), anonymous_read) {
         Some(names) => {
             rec.credential = Some(names);
             Err(Reason::CredentialMissing)
