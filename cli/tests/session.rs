@@ -164,10 +164,17 @@ fn exec_is_a_confined_session_and_attach_reaches_the_agent() {
     assert!(text(&o.stdout).contains("hello-42"), "{}", text(&o.stdout));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert_eq!(w.row(&s)["state"], "stopped");
-    // Detaching (ctrl-p ctrl-q) leaves it running and exits 0.
+    // Detaching (ctrl-p ctrl-q) leaves it running and exits 0 at once (it used to wait 3 s
+    // to see whether the container stopped).
     w.ok(&["start", &s]);
+    let t = std::time::Instant::now();
     let o = piped(&w, &["attach", &s], b"\x10\x11");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        t.elapsed().as_millis() < 1500,
+        "detach took {:?}",
+        t.elapsed()
+    );
     assert_eq!(w.row(&s)["state"], "running");
     w.ok(&["destroy", &s]);
 }
@@ -419,4 +426,60 @@ fn a_killed_run_is_finished_by_gc_its_branch_fetched_back_never_lost() {
     );
     w.ok(&["destroy", &u, "--force"]);
     assert!(w.list().is_empty());
+}
+
+#[test]
+fn run_detaches_on_ctrl_p_ctrl_q_and_gc_finishes_it_once_it_stops() {
+    let w = World::new("rdet");
+    let n = w.name("d");
+    let cli = env!("CARGO_BIN_EXE_airlock");
+    let policy = w.dir.path().join("policy.toml");
+    // The terminal's input: once the agent has committed (the CLI's terminal is raw by then,
+    // so ctrl-q is a byte, not XON), the detach sequence; then it stays open a while.
+    std::fs::write(
+        w.dir.path().join("feed.sh"),
+        format!(
+            "until '{cli}' logs {n} 2>/dev/null | grep -q COMMITTED; do sleep 0.1; done\n\
+             sleep 0.5; printf '\\020\\021'; sleep 5\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        w.dir.path().join("run.sh"),
+        format!(
+            "'{cli}' run '{}' --name {n} --policy '{}' -- sh -c \
+             'echo two > b; git add b; git commit -qm from-detached; echo COMMITTED; exec sleep 600'\n\
+             echo \"EXIT=$?\"\n",
+            w.repo().display(),
+            policy.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("sh feed.sh | script -qec 'sh run.sh' /dev/null")
+        .current_dir(w.dir.path())
+        .env("AIRLOCK_DATA_DIR", w.data())
+        .env("AIRLOCK_CONFIG_DIR", w.config())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("detached from {n}")), "{out}");
+    assert!(out.contains("EXIT=0"), "{out}");
+    let row = w.row(&n);
+    assert_eq!(
+        (row["state"].as_str(), row["oneshot"].as_bool()),
+        (Some("running"), Some(true))
+    );
+    // gc keeps it while it runs, finishes it once stopped.
+    assert!(w.ok(&["gc"]).contains(&format!("kept {n}")));
+    sh(
+        &w.repo(),
+        &format!("docker stop -t 1 airlock-{n} >/dev/null"),
+    );
+    assert!(w.ok(&["gc"]).contains(&format!("removed {n}")));
+    let subject = sh(&w.repo(), &format!("git log -1 --format=%s sandbox/{n}"));
+    assert_eq!(subject, "from-detached");
+    assert!(gone(&w, &n));
 }
