@@ -535,12 +535,14 @@ impl ApiSpec {
             &Expected {
                 uid: id.uid,
                 real_uid: self.git_uid,
+                // Pinned by the git API before it listens: the agent cannot signal it.
+                saved_uid: self.git_uid,
                 gid: id.gid,
                 groups: &id.groups,
                 seccomp: false,
             },
         )
-        .map_err(|m| anyhow!("the git API's identity is not the split one: {m}"))?;
+        .map_err(|m| anyhow!("the git API's identity is not the split one (real and saved uid airlock-git, effective the workspace owner): {m}"))?;
         // The kernel hands the files of /proc/<pid> (not the directory itself) of a process
         // that is not dumpable to root.
         let owner = std::fs::metadata(format!("/proc/{pid}/environ"))

@@ -4,7 +4,8 @@
 //! `AF_VSOCK` sockets; we also close the kernel attack surface an unprivileged agent never
 //! needs (`bpf`, `userfaultfd`, the keyring, `perf_event_open`), new user namespaces (the
 //! door to privileged-looking operations inside a fresh namespace), `ptrace` and
-//! cross-process memory access, and every mount-API call. Denied calls fail with `EPERM`
+//! cross-process memory access, every mount-API call, and changing another process's
+//! priority or scheduling policy ([`SCHEDULING`]). Denied calls fail with `EPERM`
 //! (the program sees an ordinary error, not a kill); `clone3` fails with `ENOSYS` because its
 //! flags live in memory a filter cannot inspect, and libc then falls back to `clone`, whose
 //! flags we can check.
@@ -149,6 +150,9 @@ pub fn agent_filters() -> Result<Vec<BpfProgram>> {
         libc::SYS_socket,
         vec![SeccompRule::new(vec![vsock]).context("building the AF_VSOCK rule")?],
     );
+    for (nr, arg) in SCHEDULING {
+        eperm.insert(*nr, vec![not_self(*arg)?]);
+    }
     let deny = SeccompFilter::new(
         eperm,
         SeccompAction::Allow,
@@ -183,6 +187,30 @@ pub fn agent_filters() -> Result<Vec<BpfProgram>> {
         guarded,
         clone3.try_into().context("compiling the clone3 filter")?,
     ])
+}
+
+/// Calls that change how another process is scheduled, with the argument naming it. The
+/// kernel lets them through when the caller's effective uid is the target's real *or
+/// effective* uid, and the git API's effective uid is the agent's (it writes the workspace as
+/// its owner): only the filter keeps the agent from starving it (`renice 19`, `SCHED_IDLE`).
+/// The agent may still change itself (`0`: `nice`, `os.nice`, `chrt`/`renice` of a command it
+/// starts) but no other process, its own included. `sched_setaffinity` stays open: pinning
+/// moves a process, it does not starve it. Signals, `prlimit` and `ioprio_set` are refused
+/// by the kernel already (they compare real or saved uids, `airlock-git` in the git API).
+const SCHEDULING: &[(i64, u8)] = &[
+    // setpriority(which, who, prio): PRIO_PROCESS, PRIO_PGRP and PRIO_USER alike name the
+    // caller (its process, group, user) with who = 0.
+    (libc::SYS_setpriority, 1),
+    (libc::SYS_sched_setscheduler, 0),
+    (libc::SYS_sched_setparam, 0),
+    (libc::SYS_sched_setattr, 0),
+];
+
+/// A rule matching a call whose argument `arg` (a pid, a pgid or a uid) is not 0.
+fn not_self(arg: u8) -> Result<SeccompRule> {
+    let cond = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+        .context("building a seccomp condition")?;
+    SeccompRule::new(vec![cond]).context("building a seccomp rule")
 }
 
 /// `clone(2)`'s flags argument: the first on x86_64 and aarch64 alike.
@@ -221,6 +249,81 @@ mod tests {
             libc::SYS_ptrace,
         ] {
             assert!(nrs.contains(&nr), "syscall {nr} must be denied");
+        }
+    }
+
+    /// Run `nr(args)` under the agent's filters in a forked child: `Err(errno)` on failure.
+    fn call_under(filters: &[BpfProgram], nr: i64, args: [u64; 3]) -> Result<(), i32> {
+        // SAFETY: as in `syscall_under`: the child only installs the filters, makes one raw
+        // system call with integer arguments and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            if install(filters).is_err() {
+                // SAFETY: `_exit` is async-signal-safe and never returns.
+                unsafe { libc::_exit(250) };
+            }
+            // SAFETY: setpriority and the sched_* calls probed here take integers only, or a
+            // null pointer the kernel rejects with EINVAL/EFAULT after the filter has run.
+            let rc = unsafe { libc::syscall(nr, args[0], args[1], args[2]) };
+            let code = if rc == -1 {
+                // SAFETY: `__errno_location` returns this thread's errno slot.
+                unsafe { *libc::__errno_location() }
+            } else {
+                0
+            };
+            // SAFETY: as above.
+            unsafe { libc::_exit(code.clamp(0, 249)) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child this test forked; `status` is a valid out-pointer.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(waited, pid, "waitpid: {}", std::io::Error::last_os_error());
+        assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            250 => panic!("the child could not install the filters"),
+            errno => Err(errno),
+        }
+    }
+
+    #[test]
+    fn the_agent_may_renice_itself_but_no_other_process() {
+        let filters = agent_filters().unwrap();
+        let parent = u64::from(std::process::id());
+        let prio = libc::SYS_setpriority;
+        let (process, pgrp, user) = (
+            libc::PRIO_PROCESS as u64,
+            libc::PRIO_PGRP as u64,
+            libc::PRIO_USER as u64,
+        );
+        // Itself: nice(1) is setpriority(PRIO_PROCESS, 0, n); raising its own nice is allowed.
+        assert_eq!(call_under(&filters, prio, [process, 0, 5]), Ok(()));
+        // Another process (here its parent, same uid), a group, a user: refused by the filter.
+        for (which, who) in [(process, parent), (pgrp, parent), (user, 1)] {
+            assert_eq!(
+                call_under(&filters, prio, [which, who, 19]),
+                Err(libc::EPERM),
+                "setpriority({which}, {who})"
+            );
+        }
+        for nr in [
+            libc::SYS_sched_setscheduler,
+            libc::SYS_sched_setparam,
+            libc::SYS_sched_setattr,
+        ] {
+            assert_eq!(
+                call_under(&filters, nr, [parent, 0, 0]),
+                Err(libc::EPERM),
+                "{nr}"
+            );
+            // On itself the filter lets it through to the kernel (which judges the null
+            // argument: EINVAL or EFAULT, never the filter's EPERM).
+            assert_ne!(
+                call_under(&filters, nr, [0, 0, 0]),
+                Err(libc::EPERM),
+                "{nr}"
+            );
         }
     }
 

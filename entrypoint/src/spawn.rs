@@ -42,6 +42,8 @@ pub struct RunAs {
     /// git API: real `airlock-git`, effective the workspace owner). Real and effective uid
     /// then differ, so the kernel marks the process not dumpable at `exec`: the user of
     /// `identity` may not ptrace it or open its `/proc/<pid>/{cwd,root,fd,environ,mem}`.
+    /// (`execve` makes the saved uid the effective one; the git API then makes it its real
+    /// one, so that the user of `identity` cannot signal it either.)
     pub real_uid: Option<u32>,
 }
 
@@ -125,6 +127,9 @@ impl RunAs {
         let want = Expected {
             uid: id.uid,
             real_uid: self.real_uid.unwrap_or(id.uid),
+            // `execve` sets the saved uid to the effective one; the git API pins it to its
+            // real uid itself, after exec (checked again by `git::ApiSpec::start`).
+            saved_uid: id.uid,
             gid: id.gid,
             groups: &id.groups,
             seccomp: self.filters.is_some(),

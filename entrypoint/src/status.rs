@@ -10,10 +10,13 @@ use std::fmt;
 /// What the status must show.
 #[derive(Debug, Clone)]
 pub struct Expected<'a> {
-    /// Effective, saved and filesystem uid.
+    /// Effective and filesystem uid.
     pub uid: u32,
     /// Real uid (equal to `uid` except for the git API: `airlock-git`, see design §5).
     pub real_uid: u32,
+    /// Saved uid (equal to `uid` except for the running git API, which makes it its real
+    /// uid so that the agent cannot signal it).
+    pub saved_uid: u32,
     pub gid: u32,
     pub groups: &'a [u32],
     pub seccomp: bool,
@@ -65,12 +68,12 @@ pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
     if nnp != Some("1") {
         return Err(mismatch("NoNewPrivs", "1", nnp));
     }
-    for (name, real, id) in [
-        ("Uid", want.real_uid, want.uid),
-        ("Gid", want.gid, want.gid),
+    for (name, real, id, saved) in [
+        ("Uid", want.real_uid, want.uid, want.saved_uid),
+        ("Gid", want.gid, want.gid, want.gid),
     ] {
         let found = field(status, name);
-        let want_ids = [real, id, id, id];
+        let want_ids = [real, id, saved, id];
         let all = found.is_some_and(|v| {
             let ids: Vec<&str> = v.split_whitespace().collect();
             ids.len() == 4 && ids.iter().zip(want_ids).all(|(x, w)| x.parse() == Ok(w))
@@ -78,7 +81,7 @@ pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
         if !all {
             return Err(mismatch(
                 static_name(name),
-                format!("{real} {id} {id} {id} (real, effective, saved, fs)"),
+                format!("{real} {id} {saved} {id} (real, effective, saved, fs)"),
                 found,
             ));
         }
@@ -127,6 +130,7 @@ mod tests {
         Expected {
             uid: 1000,
             real_uid: 1000,
+            saved_uid: 1000,
             gid: 1000,
             groups: &[1000],
             seccomp: true,
@@ -172,6 +176,24 @@ mod tests {
         let s = DROPPED.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t999\t999\t1000\t1000");
         assert_eq!(verify(&s, &split).unwrap_err().field, "Uid");
         assert_eq!(verify(DROPPED, &split).unwrap_err().field, "Uid");
+    }
+
+    #[test]
+    fn the_running_git_api_verifies_only_with_its_saved_uid_pinned() {
+        // Real and saved airlock-git (999), effective and fs the owner's (1000).
+        let s = DROPPED.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t999\t1000\t999\t1000");
+        let running = Expected {
+            real_uid: 999,
+            saved_uid: 999,
+            ..want()
+        };
+        verify(&s, &running).unwrap();
+        // A saved uid still the agent's: the agent could signal it.
+        let split = DROPPED.replace(
+            "Uid:\t1000\t1000\t1000\t1000",
+            "Uid:\t999\t1000\t1000\t1000",
+        );
+        assert_eq!(verify(&split, &running).unwrap_err().field, "Uid");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! PID 1 after set-up: reap every child, forward signals to the agent's process group, keep
-//! the proxy and the git API alive (the agent can signal the git API: its effective uid is
-//! the agent's), and when the agent exits let the proxy flush its audit log before the
+//! the proxy and the git API alive (a crash; the agent can signal neither: other real and
+//! saved uids), and when the agent exits let the proxy flush its audit log before the
 //! container stops with the agent's status.
 
 use crate::git::ApiSpec;

@@ -1,7 +1,8 @@
 //! `airlock-git-api`: the git API server binary. See the crate docs of `airlock_git_api`.
 //!
-//! Started by the entrypoint with real uid `airlock-git`, effective and saved uid = the
-//! workspace owner, groups = [airlock-git]:
+//! Started by the entrypoint with real uid `airlock-git`, effective uid = the workspace
+//! owner, groups = [airlock-git]; its first act makes the saved uid `airlock-git` too, so the
+//! agent (same effective uid) cannot signal it ([`pin_saved_uid`]):
 //!
 //! ```text
 //! airlock-git-api --socket /run/airlock/git/git.sock --git-dir <hidden>/.git \
@@ -106,6 +107,35 @@ fn main() {
     }
 }
 
+/// Make the saved uid the real one (`airlock-git`) before anything else runs.
+///
+/// The entrypoint starts us with real uid `airlock-git` and effective uid the workspace
+/// owner's (the agent's), and `execve` sets the saved uid to the effective one. `kill(2)`
+/// (and `pidfd_send_signal`, `SIGIO` owners, `prlimit`) let a sender through when its real or
+/// effective uid equals the target's *real or saved* uid, never its effective one: with both
+/// `airlock-git`, the agent cannot signal us. The effective uid (files in the workspace and
+/// the hidden git dir stay the owner's, as do those git creates) is unchanged, and so are our
+/// git children's (`execve` gives them the saved uid = effective again: they are the agent's
+/// own requests). Without a split identity (tests running us directly) this changes nothing.
+/// The entrypoint checks the result in `/proc/<pid>/status` before the agent starts.
+fn pin_saved_uid() -> Result<()> {
+    use nix::unistd::{getresuid, setresuid};
+    let ids = getresuid().context("reading our uids")?;
+    if ids.saved != ids.real {
+        setresuid(ids.real, ids.effective, ids.real)
+            .context("setting the saved uid to the real one (airlock-git)")?;
+        let now = getresuid().context("reading our uids")?;
+        if now.saved != ids.real || now.effective != ids.effective {
+            bail!(
+                "the saved uid is {} after setting it to {}",
+                now.saved,
+                ids.real
+            );
+        }
+    }
+    Ok(())
+}
+
 fn fatal(log: &Log, message: &str, code: i32) -> ! {
     let mut fields = Map::new();
     fields.insert("message".into(), json!(message));
@@ -114,6 +144,7 @@ fn fatal(log: &Log, message: &str, code: i32) -> ! {
 }
 
 fn run(cli: Cli, log: &Log) -> Result<()> {
+    pin_saved_uid()?;
     // Not dumpable: the agent (same effective uid) may not ptrace us or read our /proc.
     nix::sys::prctl::set_dumpable(false).context("making the process non-dumpable")?;
     let policy = airlock_policy::Policy::load(&cli.policy)

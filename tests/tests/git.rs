@@ -14,7 +14,7 @@ use airlock_tests::topology::{GIT_UID, GITHUB_HOST, GITHUB_TOKEN};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Where the image installs the shims (first on the agent's PATH).
 const SHIM_DIR: &str = "/usr/local/lib/airlock/bin";
@@ -687,17 +687,30 @@ echo files=$( (find /run $HOME . -path '{repo}' -prune -o -type f -print0; find 
 #[test]
 fn a_killed_git_api_is_restarted_and_keeps_the_start_branch() {
     let g = GitWorld::new();
+    // The agent cannot kill the git API (issue 14 item 6): it dies from outside here (root on
+    // the host), as a crash would, after the agent checked out another branch.
     let script = r#"
 api() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${p#/proc/}; done | head -1; }
 first=$(api)
 git checkout -q -b sandbox/other/feature2
-kill -9 $first; sleep 0.5
+touch ready; while [ ! -e killed ]; do sleep 0.05; done; sleep 0.5
 second=$(api)
 [ -n "$second" ] && [ "$second" != "$first" ] && echo restarted=yes
 t status git status --short
 t push git push origin sandbox/other/feature2
 "#;
-    let out = g.run(script);
+    let child = g
+        .command(script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    g.airlock.wait_for_agent_file("ready");
+    let api = sandbox_pids(&g.world, |comm| comm == "airlock-git-api");
+    assert_eq!(api.len(), 1, "exactly one git API runs: {api:?}");
+    signal(api[0], "-KILL");
+    std::fs::write(g.airlock.workdir.join("killed"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
     assert_ok(&out);
     let text = stdout(&out);
     assert!(text.contains("restarted=yes"), "{text}\n{}", stderr(&out));
@@ -705,6 +718,102 @@ t push git push origin sandbox/other/feature2
     // The branch checked out before the restart is not the start branch.
     assert_refused(&text, "push", "branch_not_allowed");
     assert!(g.world.git_hook_lines().unwrap().is_empty());
+}
+
+/// Issue 14 item 6: the git API's real and saved uid are `airlock-git`, so the agent (same
+/// effective uid, which the git API needs to write the workspace as its owner) cannot signal
+/// it, and its seccomp filter refuses to change another process's priority or policy.
+#[test]
+fn the_agent_cannot_signal_or_renice_the_git_api() {
+    let g = GitWorld::new();
+    let script = r#"
+api=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${p#/proc/}; done | head -1)
+echo api-pid=$api
+echo api-uids=$(grep '^Uid:' /proc/$api/status | cut -f2-)
+before=$(cut -d' ' -f19 /proc/$api/stat)
+t kill-stop kill -STOP $api
+t kill-9 kill -9 $api
+t kill-term kill -TERM $api
+t kill-group /bin/kill -9 -- -$api
+t renice renice -n 19 -p $api
+t renice-group renice -n 19 -g $api
+t renice-user renice -n 19 -u $(grep '^Uid:' /proc/$api/status | cut -f2)
+t chrt-idle chrt -i -p 0 $api
+t chrt-batch chrt -b -p 0 $api
+sleep 0.3
+echo state=$(grep '^State:' /proc/$api/status | cut -f2 | cut -c1)
+echo nice=$before,$(cut -d' ' -f19 /proc/$api/stat)
+echo policy=$(cut -d' ' -f41 /proc/$api/stat)
+echo same=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${p#/proc/}; done | head -1)
+echo 'pub fn f() { h() }' > src/lib.rs
+t commit git commit -qam "after the attack"
+t push git push -q origin HEAD:sandbox/nstest/after-attack
+t log git log -1 --format=%H
+"#;
+    let out = g.run(script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let line = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k}= line:\n{text}"))
+            .trim()
+            .to_owned()
+    };
+    let pid = line("api-pid");
+    assert!(!pid.is_empty(), "the git API is not running:\n{text}");
+    // Real and saved uid airlock-git, effective and fs the agent's.
+    let uids: Vec<u32> = line("api-uids")
+        .split_whitespace()
+        .map(|u| u.parse().unwrap())
+        .collect();
+    let agent = g.world.users().agent;
+    assert_eq!(uids, vec![GIT_UID, agent, GIT_UID, agent], "{text}");
+    for name in [
+        "kill-stop",
+        "kill-9",
+        "kill-term",
+        "kill-group",
+        "renice",
+        "renice-group",
+        "renice-user",
+        "chrt-idle",
+        "chrt-batch",
+    ] {
+        let (code, out) = step(&text, name);
+        assert_ne!(code, 0, "{name} worked as the agent: {out}\n{text}");
+        assert_ne!(code, 127, "{name}: tool missing: {out}");
+        assert!(
+            out.contains("not permitted") || out.contains("ermission denied"),
+            "{name}: refused for another reason: {out}"
+        );
+    }
+    assert_eq!(line("same"), pid, "the git API was replaced:\n{text}");
+    assert_ne!(line("state"), "T", "the git API is stopped:\n{text}");
+    let nice = line("nice");
+    let (before, after) = nice.split_once(',').unwrap();
+    assert_eq!(before, after, "the git API was reniced:\n{text}");
+    assert_eq!(
+        line("policy"),
+        "0",
+        "the git API's policy is SCHED_OTHER:\n{text}"
+    );
+    for s in ["commit", "push", "log"] {
+        assert_step_ok(&text, s);
+    }
+    let head = step(&text, "log").1.trim().to_owned();
+    assert_eq!(
+        g.upstream_ref("refs/heads/sandbox/nstest/after-attack")
+            .as_deref(),
+        Some(head.as_str()),
+        "the push after the attack landed\n{text}"
+    );
+    let log = g.git_log();
+    assert_eq!(
+        log.matches(r#""event":"start""#).count(),
+        1,
+        "the git API was never restarted:\n{log}"
+    );
 }
 
 fn entrypoint_refusal(g: &GitWorld, cmd: &mut Command) -> String {
