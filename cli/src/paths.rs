@@ -6,6 +6,7 @@
 //! <data>/sandboxes/<name>/repo.git   the sandbox's git dir (a --shared clone)
 //! <data>/sandboxes/<name>/work/      its work tree (mounted at /workspace)
 //! <data>/sandboxes/<name>/audit/     its audit log
+//! <data>/locks/<name>             held (flock) by a live `new` or `run` of that sandbox
 //! ```
 //!
 //! Configuration (the secret store, [`crate::secrets`]) lives in the XDG config directory:
