@@ -76,13 +76,13 @@ pub fn plan(
     policy: &airlock_policy::Policy,
     msg: &Message,
 ) -> (Plan, Verdict, Option<String>, Option<Reason>) {
-    if msg.message_type() != MessageType::Query || msg.queries().len() != 1 {
+    if msg.message_type != MessageType::Query || msg.queries.len() != 1 {
         return (Plan::FormErr, Verdict::Deny, None, None);
     }
-    if msg.op_code() != OpCode::Query {
+    if msg.op_code != OpCode::Query {
         return (Plan::NotImp, Verdict::Deny, None, None);
     }
-    let q = &msg.queries()[0];
+    let q = &msg.queries[0];
     let ascii = q.name().to_ascii();
     let name = ascii.strip_suffix('.').unwrap_or(&ascii);
     let Ok(host) = Host::parse(name) else {
@@ -162,14 +162,11 @@ pub fn respond(
     refusal: Option<Reason>,
     max_len: usize,
 ) -> Vec<u8> {
-    let mut resp = Message::new();
-    resp.set_id(req.id())
-        .set_message_type(MessageType::Response)
-        .set_op_code(req.op_code())
-        .set_recursion_desired(req.recursion_desired())
-        .set_recursion_available(true)
-        .set_response_code(rcode);
-    if let Some(q) = req.queries().first().filter(|_| req.queries().len() == 1) {
+    let mut resp = Message::response(req.id, req.op_code);
+    resp.metadata.recursion_desired = req.recursion_desired;
+    resp.metadata.recursion_available = true;
+    resp.metadata.response_code = rcode;
+    if let Some(q) = req.queries.first().filter(|_| req.queries.len() == 1) {
         resp.add_query(q.clone());
         for ip in addrs {
             let rdata = match ip {
@@ -179,7 +176,7 @@ pub fn respond(
             resp.add_answer(DnsRecord::from_rdata(q.name().clone(), ANSWER_TTL, rdata));
         }
     }
-    if req.extensions().is_some() {
+    if req.edns.is_some() {
         let mut edns = Edns::new();
         edns.set_max_payload(EDNS_PAYLOAD);
         if let Some(reason) = refusal {
@@ -193,8 +190,8 @@ pub fn respond(
     if bytes.len() <= max_len {
         return bytes;
     }
-    resp.take_answers();
-    resp.set_truncated(true);
+    resp.answers.clear();
+    resp.metadata.truncation = true;
     resp.to_vec().unwrap_or_default()
 }
 
@@ -220,7 +217,7 @@ fn budgeted(
     msg: &Message,
     planned: (Plan, Verdict, Option<String>, Option<Reason>),
 ) -> (Plan, Verdict, Option<String>, Option<Reason>) {
-    let (Plan::Resolve { target, .. }, Some(q)) = (&planned.0, msg.queries().first()) else {
+    let (Plan::Resolve { target, .. }, Some(q)) = (&planned.0, msg.queries.first()) else {
         return planned;
     };
     let Some(zone) = exfil::wildcard_zone(&shared.policy, &target.host) else {
@@ -261,12 +258,12 @@ pub(crate) async fn handle(
             return formerr_raw(bytes);
         }
     };
-    if msg.message_type() == MessageType::Response {
+    if msg.message_type == MessageType::Response {
         rec.reason = Some(Reason::MalformedRequest.as_str());
         let _ = shared.audit.commit(&rec);
         return None; // never answer a response
     }
-    if let Some(q) = msg.queries().first() {
+    if let Some(q) = msg.queries.first() {
         rec.method = Some(q.query_type().to_string());
         let ascii = q.name().to_ascii();
         rec.host = Some(
@@ -394,7 +391,7 @@ fn udp_limit(query: &[u8]) -> usize {
     Message::from_vec(query)
         .ok()
         .and_then(|m| {
-            m.extensions()
+            m.edns
                 .as_ref()
                 .map(|e| usize::from(e.max_payload().clamp(512, EDNS_PAYLOAD)))
         })
@@ -500,8 +497,9 @@ mod tests {
     }
 
     fn query(name: &str, ty: RecordType, edns: bool) -> Message {
-        let mut m = Message::new();
-        m.set_id(0x1234).set_recursion_desired(true);
+        let mut m = Message::query();
+        m.metadata.id = 0x1234;
+        m.metadata.recursion_desired = true;
         m.add_query(Query::query(Name::from_str(name).unwrap(), ty));
         if edns {
             m.set_edns(Edns::new());
@@ -553,7 +551,7 @@ mod tests {
         ));
         assert_eq!(plan(&p, &two).0, Plan::FormErr);
         let mut upd = query("allowed.test.", RecordType::A, false);
-        upd.set_op_code(OpCode::Update);
+        upd.metadata.op_code = OpCode::Update;
         assert_eq!(plan(&p, &upd).0, Plan::NotImp);
     }
 
@@ -581,10 +579,10 @@ mod tests {
             512,
         );
         let r = Message::from_vec(&bytes).unwrap();
-        assert_eq!(r.id(), 0x1234);
-        assert_eq!(r.response_code(), ResponseCode::Refused);
-        assert_eq!(r.message_type(), MessageType::Response);
-        let opt = r.extensions().as_ref().unwrap().options();
+        assert_eq!(r.id, 0x1234);
+        assert_eq!(r.response_code, ResponseCode::Refused);
+        assert_eq!(r.message_type, MessageType::Response);
+        let opt = r.edns.as_ref().unwrap().options();
         let ede = opt
             .get(hickory_proto::rr::rdata::opt::EdnsCode::from(15u16))
             .unwrap();
@@ -603,7 +601,7 @@ mod tests {
             512,
         ))
         .unwrap();
-        assert!(r.extensions().is_none());
+        assert!(r.edns.is_none());
     }
 
     #[test]
@@ -611,16 +609,16 @@ mod tests {
         let q = query("allowed.test.", RecordType::A, false);
         let addrs: Vec<IpAddr> = (1..=3).map(|i| IpAddr::from([203, 0, 113, i])).collect();
         let r = Message::from_vec(&respond(&q, ResponseCode::NoError, &addrs, None, 512)).unwrap();
-        assert_eq!(r.answers().len(), 3);
+        assert_eq!(r.answers.len(), 3);
         assert!(
-            r.answers()
+            r.answers
                 .iter()
-                .all(|a| a.name().to_ascii() == "allowed.test." && a.ttl() == ANSWER_TTL)
+                .all(|a| a.name.to_ascii() == "allowed.test." && a.ttl == ANSWER_TTL)
         );
         let many: Vec<IpAddr> = (0..60).map(|i| IpAddr::from([203, 0, 113, i])).collect();
         let r = Message::from_vec(&respond(&q, ResponseCode::NoError, &many, None, 512)).unwrap();
-        assert!(r.truncated());
-        assert!(r.answers().is_empty());
+        assert!(r.truncation);
+        assert!(r.answers.is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use airlock_policy::reason::Reason;
 use hickory_resolver::TokioResolver;
-use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -42,6 +42,9 @@ pub enum ResolverSetupError {
     /// The resolv.conf file could not be parsed.
     #[error("cannot parse {path}: {detail}")]
     Parse { path: PathBuf, detail: String },
+    /// The resolver could not be built from the parsed configuration.
+    #[error("cannot build a resolver from {path}: {detail}")]
+    Build { path: PathBuf, detail: String },
 }
 
 /// Resolves a DNS name to addresses.
@@ -72,13 +75,16 @@ impl SystemResolver {
             path: path.to_owned(),
             source,
         })?;
-        let (config, mut opts) =
-            hickory_resolver::system_conf::parse_resolv_conf(&data).map_err(|e| {
-                ResolverSetupError::Parse {
-                    path: path.to_owned(),
-                    detail: e.to_string(),
-                }
+        let (mut config, mut opts) = hickory_resolver::system_conf::parse_resolv_conf(&data)
+            .map_err(|e| ResolverSetupError::Parse {
+                path: path.to_owned(),
+                detail: e.to_string(),
             })?;
+        // An NXDOMAIN from one nameserver is not final: the next one is asked (hickory 0.25's
+        // resolv.conf default; 0.26 trusts the first NXDOMAIN).
+        for server in &mut config.name_servers {
+            server.trust_negative_responses = false;
+        }
         // The proxy must not consult /etc/hosts: the agent-side hosts file is not ours to trust
         // and names are only what the nameservers say.
         opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
@@ -87,9 +93,13 @@ impl SystemResolver {
         // Both families: every address of the name is checked (and the DNS filter can answer
         // AAAA); connects still try IPv4 first.
         opts.ip_strategy = hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
-        let inner = TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+        let inner = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
             .with_options(opts)
-            .build();
+            .build()
+            .map_err(|e| ResolverSetupError::Build {
+                path: path.to_owned(),
+                detail: e.to_string(),
+            })?;
         Ok(Self { inner })
     }
 

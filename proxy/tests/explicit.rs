@@ -641,7 +641,11 @@ async fn decisions_pending_at_shutdown_are_still_audited() {
         .await
         .unwrap();
     let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let mut q = hickory_proto::op::Message::new();
+    let mut q = hickory_proto::op::Message::new(
+        0,
+        hickory_proto::op::MessageType::Query,
+        hickory_proto::op::OpCode::Query,
+    );
     q.add_query(hickory_proto::op::Query::query(
         hickory_proto::rr::Name::from_ascii("hang.test.").unwrap(),
         hickory_proto::rr::RecordType::A,

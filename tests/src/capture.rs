@@ -247,8 +247,8 @@ type Segment<'a> = (u32, &'a [u8]);
 
 fn push_queries(out: &mut Vec<(IpAddr, String, String)>, src: IpAddr, msg: &[u8]) {
     match Message::from_vec(msg) {
-        Ok(m) if m.message_type() == MessageType::Query => {
-            for q in m.queries() {
+        Ok(m) if m.message_type == MessageType::Query => {
+            for q in &m.queries {
                 let name = q.name().to_ascii();
                 let name = name.strip_suffix('.').unwrap_or(&name).to_owned();
                 out.push((src, name, q.query_type().to_string()));
@@ -353,8 +353,7 @@ mod tests {
     use crate::topology::{ALLOWED_V4, DNS_V4, SANDBOX_V4, SANDBOX_V6, UPSTREAM_MAC};
 
     fn dns_query(name: &str, t: RecordType) -> Vec<u8> {
-        let mut m = Message::new();
-        m.set_id(1);
+        let mut m = Message::new(1, MessageType::Query, hickory_proto::op::OpCode::Query);
         m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
         m.to_vec().unwrap()
     }

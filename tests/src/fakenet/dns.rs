@@ -62,7 +62,7 @@ pub fn answer(zone: &BTreeMap<String, Vec<IpAddr>>, bytes: &[u8]) -> Answer {
         }
     };
     let questions: Vec<(String, String)> = msg
-        .queries()
+        .queries
         .iter()
         .map(|q| {
             let name = q.name().to_ascii();
@@ -72,7 +72,7 @@ pub fn answer(zone: &BTreeMap<String, Vec<IpAddr>>, bytes: &[u8]) -> Answer {
             )
         })
         .collect();
-    if msg.message_type() != MessageType::Query {
+    if msg.message_type != MessageType::Query {
         return Answer {
             questions,
             rcode: None,
@@ -80,20 +80,17 @@ pub fn answer(zone: &BTreeMap<String, Vec<IpAddr>>, bytes: &[u8]) -> Answer {
             response: None,
         };
     }
-    let mut resp = Message::new();
-    resp.set_id(msg.id())
-        .set_message_type(MessageType::Response)
-        .set_op_code(msg.op_code())
-        .set_recursion_desired(msg.recursion_desired())
-        .set_recursion_available(true)
-        .set_authoritative(true);
-    if msg.extensions().is_some() {
+    let mut resp = Message::response(msg.id, msg.op_code);
+    resp.metadata.recursion_desired = msg.recursion_desired;
+    resp.metadata.recursion_available = true;
+    resp.metadata.authoritative = true;
+    if msg.edns.is_some() {
         let mut edns = Edns::new();
         edns.set_max_payload(1232);
         resp.set_edns(edns);
     }
     let mut rcode = ResponseCode::NoError;
-    for q in msg.queries() {
+    for q in &msg.queries {
         resp.add_query(q.clone());
         let name = q.name().to_ascii().to_ascii_lowercase();
         let name = name.strip_suffix('.').unwrap_or(&name);
@@ -132,7 +129,7 @@ pub fn answer(zone: &BTreeMap<String, Vec<IpAddr>>, bytes: &[u8]) -> Answer {
             _ => {}
         }
     }
-    resp.set_response_code(rcode);
+    resp.metadata.response_code = rcode;
     match resp.to_vec() {
         Ok(bytes) => Answer {
             questions,
@@ -266,15 +263,15 @@ pub async fn serve_udp_sink(sock: UdpSocket, log: Arc<Log>) -> anyhow::Result<()
 
 #[cfg(test)]
 mod tests {
-    use hickory_proto::op::Query;
+    use hickory_proto::op::{OpCode, Query};
     use hickory_proto::rr::Name;
 
     use super::*;
     use crate::topology::zone;
 
     fn query(name: &str, t: RecordType) -> Vec<u8> {
-        let mut m = Message::new();
-        m.set_id(7).set_recursion_desired(true);
+        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+        m.metadata.recursion_desired = true;
         m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
         m.to_vec().unwrap()
     }
@@ -292,15 +289,15 @@ mod tests {
             vec![("Allowed.Test".to_owned(), "A".to_owned())]
         );
         let m = parse(&a);
-        assert_eq!(m.id(), 7);
-        assert_eq!(m.response_code(), ResponseCode::NoError);
-        assert_eq!(m.answers().len(), 1);
-        assert_eq!(m.answers()[0].data(), &RData::A(A::new(203, 0, 113, 10)));
+        assert_eq!(m.id, 7);
+        assert_eq!(m.response_code, ResponseCode::NoError);
+        assert_eq!(m.answers.len(), 1);
+        assert_eq!(&m.answers[0].data, &RData::A(A::new(203, 0, 113, 10)));
         let m = parse(&answer(&z, &query("allowed.test.", RecordType::AAAA)));
-        assert_eq!(m.answers().len(), 1);
+        assert_eq!(m.answers.len(), 1);
         let m = parse(&answer(&z, &query("v6.test.", RecordType::A)));
         assert_eq!(
-            (m.response_code(), m.answers().len()),
+            (m.response_code, m.answers.len()),
             (ResponseCode::NoError, 0)
         );
     }
@@ -309,14 +306,14 @@ mod tests {
     fn unknown_names_are_nxdomain_but_txt_always_answers() {
         let z = zone();
         let m = parse(&answer(&z, &query("exfil.blocked.test.", RecordType::A)));
-        assert_eq!(m.response_code(), ResponseCode::NXDomain);
+        assert_eq!(m.response_code, ResponseCode::NXDomain);
         let m = parse(&answer(
             &z,
             &query("c2VjcmV0.tunnel.example.", RecordType::TXT),
         ));
-        assert_eq!(m.response_code(), ResponseCode::NoError);
+        assert_eq!(m.response_code, ResponseCode::NoError);
         assert_eq!(
-            m.answers()[0].data(),
+            &m.answers[0].data,
             &RData::TXT(TXT::new(vec![TXT_ANSWER.to_owned()]))
         );
     }
@@ -327,12 +324,12 @@ mod tests {
         z.insert("*.wild.test".into(), vec![IpAddr::from([203, 0, 113, 12])]);
         assert_eq!(
             parse(&answer(&z, &query("a.b.wild.test.", RecordType::A)))
-                .answers()
+                .answers
                 .len(),
             1
         );
         let m = parse(&answer(&z, &query("wild.test.", RecordType::A)));
-        assert_eq!(m.response_code(), ResponseCode::NXDomain);
+        assert_eq!(m.response_code, ResponseCode::NXDomain);
     }
 
     #[test]
