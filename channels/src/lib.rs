@@ -43,6 +43,26 @@ pub const DEFAULT_POLICY_PATH: &str = "/etc/airlock/policy.toml";
 pub const DEFAULT_AUDIT_DIR: &str = "/var/log/airlock";
 /// Audit log file name inside the audit directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
+/// Default of `AIRLOCK_AUDIT_CAP`: bytes the proxy's audit log (`audit.jsonl` and its rotated
+/// files) may take on the audit volume. The git API's log gets a quarter of the cap
+/// ([`git_log_cap`]).
+pub const DEFAULT_AUDIT_CAP: u64 = 256 << 20;
+/// The git API's decision log inside the audit directory (one JSON line per record).
+pub const GIT_LOG_FILE: &str = "git-api.jsonl";
+/// The git API's previous log file (`git-api.jsonl.1`), what rotation moved aside.
+pub const GIT_LOG_PREVIOUS: &str = "git-api.jsonl.1";
+
+/// Bytes the git API's two log files may take together for an audit cap of `audit_cap`: a
+/// quarter of it (git decisions are rarer than requests), never less than 64 KiB.
+#[must_use]
+pub const fn git_log_cap(audit_cap: u64) -> u64 {
+    let quarter = audit_cap / 4;
+    if quarter < 64 << 10 {
+        64 << 10
+    } else {
+        quarter
+    }
+}
 
 /// Directory inside the runtime directory that only the proxy user can enter: the
 /// credential hand-off and the proxy's per-start state.
@@ -107,6 +127,14 @@ pub const GIT_SOCKET: &str = "/run/airlock/git/git.sock";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_git_log_gets_a_quarter_of_the_audit_cap_and_at_least_64_kib() {
+        assert_eq!(git_log_cap(DEFAULT_AUDIT_CAP), 64 << 20);
+        assert_eq!(git_log_cap(1_000_000), 250_000);
+        assert_eq!(git_log_cap(1000), 64 << 10);
+        assert_eq!(git_log_cap(0), 64 << 10);
+    }
 
     #[test]
     fn ports_are_distinct() {

@@ -21,8 +21,9 @@ pub struct Cli {
     #[arg(long, env = "AIRLOCK_AUDIT_DIR", default_value = ch::DEFAULT_AUDIT_DIR)]
     pub audit_dir: PathBuf,
     /// Bytes the proxy's audit log may take on the audit volume (the current file and its
-    /// rotated ones together; default 256 MiB). Keep it well under the volume's size: past
-    /// the cap the oldest rotated file is deleted, while a full volume refuses every request.
+    /// rotated ones together; default 256 MiB); the git API's log gets a quarter of it more.
+    /// Keep it well under the volume's size: past the cap the oldest rotated file is
+    /// deleted, while a full volume refuses every request.
     #[arg(long, env = "AIRLOCK_AUDIT_CAP")]
     pub audit_cap: Option<u64>,
     /// The sandbox's name for this start (its branches are `sandbox/<name>/…`), instead of

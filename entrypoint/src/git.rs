@@ -31,7 +31,9 @@ use nix::unistd::{Gid, Uid, chown};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -48,7 +50,10 @@ pub const SOCKET_SUBDIR: &str = "git";
 /// The git API's socket file name.
 pub const SOCKET_FILE: &str = "git.sock";
 /// The git API's decision log inside the audit directory (one JSON line per request).
-pub const LOG_FILE: &str = "git-api.jsonl";
+pub const LOG_FILE: &str = airlock_channels::GIT_LOG_FILE;
+/// Where the git API's log rotates to (`git-api.jsonl.1`).
+pub const LOG_PREVIOUS: &str = airlock_channels::GIT_LOG_PREVIOUS;
+
 /// The real git (the shim's `AIRLOCK_REAL_GIT`, the git API's `--git`).
 pub const REAL_GIT: &str = "/usr/bin/git";
 /// How long the git API gets to answer.
@@ -365,9 +370,13 @@ pub struct ApiSpec {
     /// The airlock-git user's uid (the real uid).
     pub git_uid: u32,
     /// Its stderr: the decision log, opened once by PID 1 (the audit directory is closed to
-    /// PID 1 after set-up).
+    /// PID 1 after set-up), readable so that the git API can rotate it.
     pub log: Arc<File>,
     pub log_path: PathBuf,
+    /// `git-api.jsonl.1`, what the log rotates into (inherited under its own number).
+    pub previous_log: Arc<File>,
+    /// Bytes both files may take together (a quarter of `AIRLOCK_AUDIT_CAP`).
+    pub log_cap: u64,
     /// The branch checked out at this start, fixed for every restart (else the agent could
     /// check out another sandbox's branch, kill the git API and have it allowed).
     pub start_branch: Option<String>,
@@ -384,6 +393,7 @@ impl ApiSpec {
         users: &Users,
         paths: (&Path, &Path, &Path, &Path),
         session: &str,
+        audit_cap: Option<u64>,
     ) -> Result<ApiSpec> {
         let (git_dir, work_tree, key_file, policy) = paths;
         let git_user = nix::unistd::User::from_name(airlock_channels::GIT_USER)
@@ -407,11 +417,25 @@ impl ApiSpec {
             .with_context(|| format!("cannot set the mode of {}", sock_dir.display()))?;
         let log_path = audit_dir.join(LOG_FILE);
         let log = std::fs::OpenOptions::new()
+            .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&log_path)
             .with_context(|| format!("cannot open the git API's log {}", log_path.display()))?;
+        let previous_path = audit_dir.join(LOG_PREVIOUS);
+        let previous_log = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&previous_path)
+            .with_context(|| {
+                format!("cannot open the git API's log {}", previous_path.display())
+            })?;
         let agent = &users.agent;
         Ok(ApiSpec {
             bin,
@@ -441,6 +465,10 @@ impl ApiSpec {
             git_uid: git_user.uid.as_raw(),
             log: Arc::new(log),
             log_path,
+            previous_log: Arc::new(previous_log),
+            log_cap: airlock_channels::git_log_cap(
+                audit_cap.unwrap_or(airlock_channels::DEFAULT_AUDIT_CAP),
+            ),
             start_branch: std::fs::read_to_string(git_dir.join("HEAD"))
                 .ok()
                 .and_then(|h| head_branch(&h)),
@@ -485,9 +513,19 @@ impl ApiSpec {
             .arg(self.start_branch.as_deref().unwrap_or(""))
             .arg("--session")
             .arg(&self.session)
+            .arg("--previous-log-fd")
+            .arg(self.previous_log.as_raw_fd().to_string())
+            .arg("--log-cap")
+            .arg(self.log_cap.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
+        let previous = self.previous_log.as_raw_fd();
+        // SAFETY: runs in the child between fork and exec, after the privilege drop; it makes
+        // one async-signal-safe system call on a descriptor the child inherited.
+        unsafe {
+            cmd.pre_exec(move || keep_across_exec(previous));
+        }
         let mut child = cmd.spawn().with_context(|| {
             format!(
                 "cannot start the git API {} as {} (real) / uid {} (effective)",
@@ -555,6 +593,16 @@ impl ApiSpec {
         }
         Ok(())
     }
+}
+
+/// In a child before `exec`: keep `fd` open across `exec` under its own number (never
+/// `dup2` onto a fixed one, which could be the descriptor `std` reports exec errors on).
+fn keep_across_exec(fd: i32) -> std::io::Result<()> {
+    // SAFETY: F_SETFD with 0 only clears close-on-exec on a descriptor this process holds.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Whether the git API listens on its socket yet, read from the kernel's list of listening

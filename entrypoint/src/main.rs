@@ -359,6 +359,7 @@ fn start(cli: Cli) -> Result<i32> {
             &users,
             (&cli.git_dir, &cli.workdir, &key_file, &policy_file),
             &session.id,
+            cli.audit_cap,
         )?),
         None => None,
     };

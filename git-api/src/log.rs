@@ -13,6 +13,10 @@
 //! replayed, rate limited, busy) cost the agent nothing to send, so at most
 //! [`UNAUTHENTICATED_PER_SECOND`] of them are logged a second; the next one logged says how
 //! many were left out (`suppressed`).
+//!
+//! The files are bounded too ([`Rotating`]): `git-api.jsonl` and the previous
+//! `git-api.jsonl.1` together stay within the cap the entrypoint passes (a quarter of
+//! `AIRLOCK_AUDIT_CAP`), whatever the agent sends and however often the git API restarts.
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -37,7 +41,8 @@ pub const UNAUTHENTICATED_PER_SECOND: u32 = 20;
 /// Where lines go and what every record carries. `Debug` omits the sink.
 pub struct Log {
     session: Option<String>,
-    sink: Mutex<Box<dyn Write + Send>>,
+    /// Shared with [`Log::share`]d logs: one file, one size count.
+    sink: Arc<Mutex<Box<dyn Write + Send>>>,
     throttle: Mutex<Throttle>,
 }
 
@@ -61,7 +66,18 @@ impl Log {
     pub fn to(session: Option<String>, sink: Box<dyn Write + Send>) -> Log {
         Log {
             session,
-            sink: Mutex::new(sink),
+            sink: Arc::new(Mutex::new(sink)),
+            throttle: Mutex::new(Throttle::new(UNAUTHENTICATED_PER_SECOND)),
+        }
+    }
+
+    /// Another log into the same sink (a [`Rotating`] file counts every line once), with
+    /// this one's session and a throttle of its own.
+    #[must_use]
+    pub fn share(&self) -> Log {
+        Log {
+            session: self.session.clone(),
+            sink: Arc::clone(&self.sink),
             throttle: Mutex::new(Throttle::new(UNAUTHENTICATED_PER_SECOND)),
         }
     }
@@ -326,6 +342,89 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     )
 }
 
+/// `git-api.jsonl` bounded: the current file and the previous one, each at most half the
+/// cap. Before a line that would take the current file past its half, the current file's
+/// lines are copied over the previous file's and the current file is emptied, so the newest
+/// half-cap of lines is always in the current file and at least the half-cap before it in
+/// the previous one; older lines are gone.
+///
+/// Both files are descriptors PID 1 opened (the git API cannot enter the audit directory,
+/// the proxy user's `0700`, so it cannot rename): rotation copies instead of renaming, one
+/// byte copied per byte logged. Readers see the current file truncated (`tail -F` follows).
+/// A line is never split between the files, and a line alone longer than half the cap (none
+/// is: [`MAX_LINE`]) would still be written whole.
+#[derive(Debug)]
+pub struct Rotating {
+    current: std::fs::File,
+    previous: std::fs::File,
+    /// Bytes in the current file.
+    len: u64,
+    /// Half the cap.
+    file_max: u64,
+    /// The last byte written ended a line.
+    at_line_start: bool,
+}
+
+impl Rotating {
+    /// `current` readable and appended to (`git-api.jsonl`), `previous` readable and
+    /// writable without `O_APPEND` (`git-api.jsonl.1`), `cap` bytes for both together.
+    ///
+    /// # Errors
+    /// The current file's size cannot be read.
+    pub fn new(
+        current: std::fs::File,
+        previous: std::fs::File,
+        cap: u64,
+    ) -> std::io::Result<Rotating> {
+        let len = current.metadata()?.len();
+        Ok(Rotating {
+            current,
+            previous,
+            len,
+            file_max: (cap / 2).max(1),
+            at_line_start: true,
+        })
+    }
+
+    /// Copy the current file over the previous one and empty the current one.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.previous.set_len(0)?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut at = 0u64;
+        loop {
+            let n = self.current.read_at(&mut buf, at)?;
+            if n == 0 {
+                break;
+            }
+            self.previous.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+        }
+        self.previous.set_len(at)?;
+        self.current.set_len(0)?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+impl Write for Rotating {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.at_line_start && self.len > 0 && self.len + buf.len() as u64 > self.file_max {
+            self.rotate()?;
+        }
+        let n = self.current.write(buf)?;
+        self.len += n as u64;
+        if n > 0 {
+            self.at_line_start = buf[n - 1] == b'\n';
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.current.flush()
+    }
+}
+
 /// A sink that keeps what is written (tests read the lines back).
 #[derive(Debug, Clone, Default)]
 pub struct Capture(pub Arc<Mutex<Vec<u8>>>);
@@ -496,6 +595,76 @@ mod tests {
         // The next second's first line says how many were left out.
         assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(2));
         assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(0));
+    }
+
+    /// Issue 13: `git-api.jsonl` rotates like the proxy's audit log. Written far past the
+    /// cap (and reopened as a restart would), the two files stay within it, hold whole JSON
+    /// lines only, and keep the newest records in order, the current file after the previous.
+    #[test]
+    fn the_log_rotates_and_stays_within_its_cap() {
+        use std::fs::OpenOptions;
+        let dir = tempfile::tempdir().unwrap();
+        let (cur_path, prev_path) = (
+            dir.path().join("git-api.jsonl"),
+            dir.path().join("git-api.jsonl.1"),
+        );
+        let open = || {
+            let cur = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .open(&cur_path)
+                .unwrap();
+            let prev = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&prev_path)
+                .unwrap();
+            (cur, prev)
+        };
+        let cap: u64 = 64 * 1024;
+        let mut n = 0u64;
+        // Two runs of the git API on the same files: the second continues the first's size.
+        for _run in 0..2 {
+            let (cur, prev) = open();
+            let log = Log::to(
+                Some("s".into()),
+                Box::new(Rotating::new(cur, prev, cap).unwrap()),
+            );
+            for _ in 0..300 {
+                let mut f = Map::new();
+                f.insert("n".into(), json!(n));
+                // Up to a whole MAX_LINE per record, as a flood of long refspecs would write.
+                f.insert(
+                    "message".into(),
+                    json!("x".repeat(usize::try_from(n % 7).unwrap() * 200 + 100)),
+                );
+                log.write("test", f);
+                n += 1;
+            }
+        }
+        let cur = std::fs::read_to_string(&cur_path).unwrap();
+        let prev = std::fs::read_to_string(&prev_path).unwrap();
+        assert!(!prev.is_empty(), "nothing was rotated");
+        let (cl, pl) = (cur.len() as u64, prev.len() as u64);
+        assert!(
+            cl <= cap / 2 && pl <= cap / 2,
+            "current {cl}, previous {pl} bytes for a cap of {cap}"
+        );
+        assert!(cl + pl > cap / 4, "rotation kept too little: {cl} + {pl}");
+        let seq: Vec<u64> = lines(&prev)
+            .into_iter()
+            .chain(lines(&cur))
+            .map(|v| v["n"].as_u64().unwrap())
+            .collect();
+        // Contiguous, ending with the last record: the previous file's lines come right before
+        // the current file's, and only the oldest are gone.
+        assert_eq!(*seq.last().unwrap(), n - 1);
+        assert!(seq.windows(2).all(|w| w[1] == w[0] + 1), "{seq:?}");
+        assert!(seq[0] > 0, "nothing was dropped for {n} records");
+        assert!(cur.ends_with('\n') && prev.ends_with('\n'));
     }
 
     #[test]

@@ -11,10 +11,12 @@
 //!     [--session <session id>]
 //! ```
 //!
-//! Its stderr is its log (`git-api.jsonl`): JSON lines only ([`airlock_git_api::log`]).
+//! Its stderr is its log (`git-api.jsonl`): JSON lines only ([`airlock_git_api::log`]). With
+//! `--previous-log-fd N --log-cap BYTES` (the entrypoint passes both) it rotates into the
+//! inherited `git-api.jsonl.1` within the cap.
 
 use airlock_git_api::identity::DefaultIdentity;
-use airlock_git_api::log::Log;
+use airlock_git_api::log::{Log, Rotating};
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
 use airlock_git_api::server::Server;
@@ -77,6 +79,14 @@ struct Cli {
     /// The operator's email: the default commit identity, as `--default-name`.
     #[arg(long, env = "AIRLOCK_GIT_USER_EMAIL")]
     default_email: Option<String>,
+    /// An inherited descriptor of `git-api.jsonl.1`, readable and writable: with it the log
+    /// (stderr, then readable too) rotates into it within `--log-cap`. Without it the log is
+    /// stderr as it is.
+    #[arg(long)]
+    previous_log_fd: Option<i32>,
+    /// Bytes both log files may take together (with `--previous-log-fd`).
+    #[arg(long, default_value_t = airlock_channels::git_log_cap(airlock_channels::DEFAULT_AUDIT_CAP))]
+    log_cap: u64,
     /// TEST ONLY, absent from release builds: `host/owner/repo=/path/to/bare.git` serves
     /// that repository from a local bare repository (file://, otherwise refused).
     #[cfg(debug_assertions)]
@@ -95,7 +105,14 @@ fn main() {
         // --help and --version, on stdout.
         Err(e) => e.exit(),
     };
-    let log = Arc::new(Log::stderr(cli.session.clone()));
+    let log = match cli.previous_log_fd {
+        None => Log::stderr(cli.session.clone()),
+        Some(fd) => match rotating_log(fd, cli.log_cap) {
+            Ok(sink) => Log::to(cli.session.clone(), Box::new(sink)),
+            Err(e) => fatal(&Log::stderr(cli.session.clone()), &format!("{e:#}"), 78),
+        },
+    };
+    let log = Arc::new(log);
     let hook_log = Arc::clone(&log);
     std::panic::set_hook(Box::new(move |info| {
         let mut fields = Map::new();
@@ -105,6 +122,36 @@ fn main() {
     if let Err(e) = run(cli, &log) {
         fatal(&log, &format!("{e:#}"), 78);
     }
+}
+
+/// The log sink over stderr (`git-api.jsonl`) and the inherited `fd` (`git-api.jsonl.1`).
+fn rotating_log(fd: i32, cap: u64) -> Result<Rotating> {
+    use std::os::fd::{AsFd, FromRawFd};
+    if fd <= 2 {
+        bail!("--previous-log-fd {fd} is a standard descriptor");
+    }
+    nix::fcntl::fcntl(
+        // SAFETY: borrowed only for this call; F_GETFD reads the flags of whatever `fd` is
+        // and fails with EBADF when it is not open.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+        nix::fcntl::FcntlArg::F_GETFD,
+    )
+    .with_context(|| format!("--previous-log-fd {fd} is not an open descriptor"))?;
+    // SAFETY: `fd` is open (checked above) and was handed to this process by the entrypoint
+    // for this use alone; nothing else in the process owns or closes it.
+    let previous = unsafe { std::fs::File::from_raw_fd(fd) };
+    let kind = previous
+        .metadata()
+        .with_context(|| format!("--previous-log-fd {fd}"))?
+        .file_type();
+    if !kind.is_file() {
+        bail!("--previous-log-fd {fd} is not a regular file");
+    }
+    let current = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating stderr (the log)")?;
+    Rotating::new(std::fs::File::from(current), previous, cap).context("reading the log's size")
 }
 
 /// Make the saved uid the real one (`airlock-git`) before anything else runs.
@@ -229,7 +276,7 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
             verifier,
             cli.max_connections,
         )
-        .with_log(Log::stderr(cli.session.clone())),
+        .with_log(log.share()),
     );
     // The operator's clone may hold other sandboxes' branches as remote-tracking refs.
     server

@@ -816,6 +816,57 @@ t log git log -1 --format=%H
     );
 }
 
+/// Issue 13: `git-api.jsonl` rotates into `git-api.jsonl.1` within a quarter of
+/// `AIRLOCK_AUDIT_CAP`, through the descriptors the entrypoint hands the git API.
+#[test]
+fn the_git_api_log_rotates_within_its_cap() {
+    let g = GitWorld::new();
+    // 1,000,000 bytes of audit cap: 250,000 for the git API's two files, 125,000 each.
+    // Each refusal below logs a 1,000-byte -c value: about 1.5 KB a line.
+    let script = r#"
+pad=$(head -c 1000 /dev/zero | tr '\0' a)
+i=0; refused=0
+while [ $i -lt 250 ]; do git -c "core.sshCommand=$pad" status >/dev/null 2>&1 || refused=$((refused+1)); i=$((i+1)); done
+echo refused=$refused
+"#;
+    let out = g
+        .command(script)
+        .env("AIRLOCK_AUDIT_CAP", "1000000")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("refused=250"), "{text}\n{}", stderr(&out));
+    let dir = &g.airlock.audit_dir;
+    let cur = std::fs::read_to_string(dir.join("git-api.jsonl")).unwrap();
+    let prev = std::fs::read_to_string(dir.join("git-api.jsonl.1")).unwrap();
+    assert!(
+        !prev.is_empty(),
+        "the log never rotated ({} bytes)\n{text}",
+        cur.len()
+    );
+    assert!(
+        cur.len() <= 125_000 && prev.len() <= 125_000,
+        "git-api.jsonl {} and .1 {} bytes",
+        cur.len(),
+        prev.len()
+    );
+    for l in prev.lines().chain(cur.lines()) {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+        assert_eq!(v["component"], "git-api", "{l}");
+    }
+    // The newest refusal is the current file's last line; the oldest are gone.
+    let last: serde_json::Value = serde_json::from_str(cur.lines().last().unwrap()).unwrap();
+    assert_eq!(last["reason"], "global_option_refused", "{last}");
+    let kept = prev
+        .lines()
+        .chain(cur.lines())
+        .filter(|l| l.contains("global_option_refused"))
+        .count();
+    assert!((1..250).contains(&kept), "{kept} of 250 refusals kept");
+}
+
 fn entrypoint_refusal(g: &GitWorld, cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(EXIT_REFUSED), "{}", stderr(&out));
