@@ -10,11 +10,12 @@
 //! - everything else (`TXT`, `NULL`, `ANY`, `MX`, `CNAME`, zone transfers, ...): REFUSED
 //!   `dns-query-type`. These are the classic tunnel carriers and no proxied client needs them.
 //!
-//! Denied names get REFUSED with an RFC 8914 Extended DNS Error (15 "Blocked" for policy
-//! denials, 18 "Prohibited" for the rest) whose text is `airlock: <reason>`, when the query
-//! carried EDNS (an OPT record may only be sent to clients that sent one). A denied name is
-//! never looked up: the query does not leave the container. Garbage gets FORMERR when its
-//! id can be read, is dropped otherwise; every query is audited.
+//! Denied names get NXDOMAIN (the name does not exist for the agent, so resolvers give up
+//! at once instead of retrying) with an RFC 8914 Extended DNS Error (15 "Blocked" for
+//! policy denials, 18 "Prohibited" for the rest) whose text is `airlock: <reason>`, when
+//! the query carried EDNS (an OPT record may only be sent to clients that sent one). A
+//! denied name is never looked up: the query does not leave the container. Garbage gets
+//! FORMERR when its id can be read, is dropped otherwise; every query is audited.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
