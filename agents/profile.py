@@ -143,7 +143,7 @@ def render_policy(name, p):
         else:
             table(key, v)
     for c in optional:
-        out.append("\n# optional (the entrypoint refuses to start while its variable is unset):\n")
+        out.append("\n# optional (an alternative to the credential above: set one of them):\n")
         out.append("# [[credentials]]\n")
         out += [f"# {k} = {toml_value(v)}\n" for k, v in c.items()]
     return "".join(out)
