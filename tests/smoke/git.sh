@@ -122,6 +122,16 @@ t start git rev-parse --abbrev-ref HEAD
 echo 'pub fn f() { g() }' >src/lib.rs
 t commit git commit -qam "agent change"
 t head git rev-parse HEAD
+# The agent tries to stop, kill and deprioritise the git API (issue 14 item 6): all refused,
+# the same git API serves the push below.
+gitapi() { for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = airlock-git-api ] && echo "${p#/proc/}"; done | head -1; }
+api=$(gitapi)
+echo "gitapi_before=$api"
+t gitapi_stop kill -STOP "$api"
+t gitapi_kill kill -9 "$api"
+t gitapi_renice renice -n 19 -p "$api"
+sleep 0.2
+echo "gitapi_after=$(gitapi) $(grep '^State:' /proc/$api/status | cut -f2 | cut -c1) $(cut -d' ' -f19 /proc/$api/stat)"
 # The push runs while the agent reads every /proc/*/environ and cmdline it can (the token
 # must be in none: the host greps what was read). The canary in the agent's own environment
 # proves the scan reads what it claims to.
@@ -210,6 +220,12 @@ check "the first commit, with no identity configured, works ($(step ident_commit
 operator="Smoke Operator/operator@example.invalid/Smoke Operator/operator@example.invalid"
 check "its author and committer are the operator's git identity ($(said ident))" [ "$(said ident | sed 's/ $//')" = "$operator" ]
 check "commit in the workspace ($(step commit))" [ "$(step commit)" = 0 ]
+denied() { local s; s=$(step "$1"); [ -n "$s" ] && [ "$s" != 0 ] && grep -q 'not permitted' <<<"$(said "$1")"; }
+check "the agent cannot stop the git API ($(said gitapi_stop))" denied gitapi_stop
+check "the agent cannot kill the git API ($(said gitapi_kill))" denied gitapi_kill
+check "the agent cannot renice the git API ($(said gitapi_renice))" denied gitapi_renice
+untouched() { [ -n "$(get gitapi_before)" ] && [ "$(get gitapi_after)" = "$(get gitapi_before) S 0" ]; }
+check "the same git API runs on, sleeping, nice 0 ($(get gitapi_before) -> $(get gitapi_after))" untouched
 check "git push of the sandbox branch: exit 0 ($(said push))" [ "$(step push)" = 0 ]
 tracks() { [ -n "$head" ] && [ "$(said tracking | tr -d ' ')" = "$head" ]; }
 check "the remote-tracking ref follows the push" tracks
