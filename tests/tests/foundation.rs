@@ -346,6 +346,7 @@ fn the_agent_cannot_kill_the_proxy() {
     let airlock = Airlock::new(&world, POLICY);
     let script = format!(
         "pid=$(pgrep -x airlock-proxy); echo proxy=$pid; kill -9 $pid 2>&1; echo kill=$?; kill -STOP $pid; echo stop=$?; \
+         renice -n 19 -p $pid; echo renice=$?; echo nice=$(cut -d' ' -f19 /proc/$pid/stat); \
          sleep 0.2; echo after=$({})",
         curl(
             &world,
@@ -363,6 +364,10 @@ fn the_agent_cannot_kill_the_proxy() {
     assert!(
         !text.contains("kill=0") && !text.contains("stop=0"),
         "the agent signalled the proxy:\n{text}"
+    );
+    assert!(
+        !text.contains("renice=0") && text.contains("nice=0"),
+        "the agent reniced the proxy:\n{text}"
     );
     assert!(
         text.contains("after=200"),
