@@ -215,17 +215,18 @@ pub fn formerr_raw(bytes: &[u8]) -> Option<Vec<u8>> {
 /// allow: past it, a new name is refused (reported in report mode).
 fn budgeted(
     shared: &Shared,
+    policy: &airlock_policy::Policy,
     msg: &Message,
     planned: (Plan, Verdict, Option<String>, Option<Reason>),
 ) -> (Plan, Verdict, Option<String>, Option<Reason>) {
     let (Plan::Resolve { target, .. }, Some(q)) = (&planned.0, msg.queries.first()) else {
         return planned;
     };
-    let Some(zone) = exfil::wildcard_zone(&shared.policy, &target.host) else {
+    let Some(zone) = exfil::wildcard_zone(policy, &target.host) else {
         return planned;
     };
     let ascii = q.name().to_ascii();
-    let budget = shared.policy.network.dns_name_budget();
+    let budget = policy.network.dns_name_budget();
     if shared
         .dns_budget
         .admit(&zone, exfil::below(&ascii, &zone), budget)
@@ -233,7 +234,7 @@ fn budgeted(
         return planned;
     }
     let r = Reason::DnsExfilSuspect;
-    if matches!(shared.policy.sandbox.mode, airlock_policy::Mode::Report) {
+    if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) {
         return (planned.0, Verdict::Report, planned.2, Some(r));
     }
     (Plan::Refuse(r), Verdict::Deny, planned.2, Some(r))
@@ -276,7 +277,10 @@ pub(crate) async fn handle(
                 .collect(),
         );
     }
-    let (plan, verdict, rule, reason) = budgeted(shared, &msg, plan(&shared.policy, &msg));
+    // One snapshot of the policy for the whole query.
+    let rules = shared.rules.load();
+    let policy = &rules.policy;
+    let (plan, verdict, rule, reason) = budgeted(shared, policy, &msg, plan(policy, &msg));
     let resolved = matches!(plan, Plan::Resolve { .. });
     rec.decision = verdict;
     rec.rule = rule;

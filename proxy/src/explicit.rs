@@ -28,6 +28,7 @@ use crate::intercept::{self, Ctx, Route};
 use crate::limits::{Client, Slot};
 use crate::pool;
 use crate::shutdown::{Phase, accept_until_draining, reached};
+use crate::snapshot::Rules;
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
 
@@ -308,12 +309,13 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
 /// record carries the verdict, rule and (for report mode) the reason.
 async fn admit(
     st: &ConnState,
+    rules: &Rules,
     rec: &mut Record,
     target: &Target,
 ) -> Result<Vec<std::net::IpAddr>, Reason> {
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
-    let d = decide::decide(&st.shared.policy, target);
+    let d = decide::decide(&rules.policy, target);
     rec.rule.clone_from(&d.rule);
     rec.decision = d.verdict;
     rec.reason = d.reason.map(|r| r.as_str());
@@ -344,7 +346,9 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         }
     };
     let host = target.host.as_str().to_owned();
-    let addrs = match admit(&st, &mut rec, &target).await {
+    // One snapshot for the tunnel's admission and whether it is intercepted.
+    let rules = st.shared.rules.load();
+    let addrs = match admit(&st, &rules, &mut rec, &target).await {
         Ok(a) => a,
         Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
     };
@@ -356,7 +360,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         }
     };
     // The service port always intercepts (it exists to inject the git credential).
-    let intercept = service || st.shared.policy.intercepts(&target.host);
+    let intercept = service || rules.policy.intercepts(&target.host);
     // An intercepted connection whose target has an idle pooled upstream connection makes
     // none now (its requests go on the pooled one; `pool`). Otherwise the upstream is
     // reached before the tunnel is granted, so an unreachable one is a `502` to CONNECT.
@@ -576,7 +580,9 @@ async fn forward_with(
     rec.path = Some(req.uri().path().chars().take(1024).collect());
     let host = target.host.as_str().to_owned();
     let port = target.port;
-    let mut addrs = match admit(&st, &mut rec, &target).await {
+    // One snapshot for the admission and the request.
+    let rules = st.shared.rules.load();
+    let mut addrs = match admit(&st, &rules, &mut rec, &target).await {
         Ok(a) => a,
         Err(reason) => return deny::audited(rec, reason, &host, port).await,
     };
@@ -590,7 +596,7 @@ async fn forward_with(
         addrs = vec![orig.ip()];
     }
     let route = Route::new(target, addrs, false, false);
-    intercept::exchange(&st.ctx, req, &route, rec).await
+    intercept::exchange(&st.ctx, rules, req, &route, rec).await
 }
 
 /// Base-URL mode: `http://127.0.0.1:3128/https/<host>[:port]/<path>` goes to
@@ -616,12 +622,14 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
     *req.uri_mut() = uri;
     let host = target.host.as_str().to_owned();
     let port = target.port;
-    let addrs = match admit(&st, &mut rec, &target).await {
+    // One snapshot for the admission and the request.
+    let rules = st.shared.rules.load();
+    let addrs = match admit(&st, &rules, &mut rec, &target).await {
         Ok(a) => a,
         Err(reason) => return deny::audited(rec, reason, &host, port).await,
     };
     let route = Route::new(target, addrs, true, false);
-    intercept::exchange(&st.ctx, req, &route, rec).await
+    intercept::exchange(&st.ctx, rules, req, &route, rec).await
 }
 
 fn bracketed(target: &Target) -> String {

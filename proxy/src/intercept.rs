@@ -52,10 +52,10 @@ use crate::Shared;
 use crate::audit::{Kind, Pending, Record, Verdict};
 use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed};
 use crate::ca::Ca;
-use crate::credentials::{Credentials, GitScope, Injected};
+use crate::credentials::{GitScope, Injected};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
-use crate::detect::{self, Detectors};
+use crate::detect;
 use crate::gate::{Gate, GateShared, MessageEnd};
 use crate::gitpath::{self, Service};
 use crate::hop;
@@ -64,6 +64,7 @@ use crate::limits::Slot;
 use crate::pool::{self, Pooled};
 use crate::scan;
 use crate::shutdown::{Phase, reached};
+use crate::snapshot::Rules;
 use crate::tunnel::{self, Dir, Meter, Metered};
 use crate::upstream::Connected;
 use airlock_policy::github_api::{self, ApiUse};
@@ -99,13 +100,11 @@ pub enum InterceptionError {
     Config(String),
 }
 
-/// What interception needs: the leaves, the upstream TLS client configuration (one, shared)
-/// and the credentials.
+/// What interception needs: the leaves and the upstream TLS client configuration (one,
+/// shared). The credentials and detectors change with the policy: [`crate::snapshot::Rules`].
 pub struct Interception {
     leaves: Leaves,
     client: Arc<ClientConfig>,
-    credentials: Credentials,
-    detectors: Detectors,
 }
 
 impl std::fmt::Debug for Interception {
@@ -124,7 +123,6 @@ impl Interception {
     pub fn new(
         ca: Ca,
         extra_roots: Vec<CertificateDer<'static>>,
-        credentials: Credentials,
     ) -> Result<Self, InterceptionError> {
         let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
@@ -144,9 +142,6 @@ impl Interception {
         Ok(Self {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
-            detectors: Detectors::with_workspace(credentials.workspace_secrets())
-                .map_err(|e| InterceptionError::Config(e.to_string()))?,
-            credentials,
         })
     }
 
@@ -176,18 +171,6 @@ impl Interception {
     #[must_use]
     pub const fn leaves(&self) -> &Leaves {
         &self.leaves
-    }
-
-    /// The credentials.
-    #[must_use]
-    pub const fn credentials(&self) -> &Credentials {
-        &self.credentials
-    }
-
-    /// The secret detectors.
-    #[must_use]
-    pub const fn detectors(&self) -> &Detectors {
-        &self.detectors
     }
 }
 
@@ -525,10 +508,13 @@ fn never_credentialed(method: &http::Method) -> bool {
 /// the record in one place; [`forward`] then sends it.
 pub(crate) async fn exchange(
     ctx: &Ctx,
+    rules: Arc<Rules>,
     req: Request<Incoming>,
     route: &Route,
     mut rec: Pending,
 ) -> Response<ProxyBody> {
+    // One snapshot of the rules for the whole request, its response included.
+    let ctx = &Cx { ctx, rules };
     // Shared bytes: what a refusal worded for this request reads.
     let uri = req.uri().clone();
     match prepare(ctx, req, route, &mut rec).await {
@@ -538,11 +524,26 @@ pub(crate) async fn exchange(
     }
 }
 
+/// One request: its connection's context and the rules it is decided under (one
+/// [`crate::snapshot::Snapshot::load`], taken when the request arrived).
+struct Cx<'a> {
+    ctx: &'a Ctx,
+    rules: Arc<Rules>,
+}
+
+impl std::ops::Deref for Cx<'_> {
+    type Target = Ctx;
+
+    fn deref(&self) -> &Ctx {
+        self.ctx
+    }
+}
+
 /// The refusal of a request whose credential was not configured (`rec.credential` names
 /// it, or the alternatives none of which was): the JSON denial with the credentials and the
 /// operator's fixes as its message, or for a git push the `ERR` packet git shows the agent.
-fn missing_credential(ctx: &Ctx, rec: Pending, route: &Route, uri: &Uri) -> Response<ProxyBody> {
-    let creds = ctx.shared.interception.credentials();
+fn missing_credential(ctx: &Cx<'_>, rec: Pending, route: &Route, uri: &Uri) -> Response<ProxyBody> {
+    let creds = &ctx.rules.credentials;
     let names = rec.credential.clone().unwrap_or_default();
     let missing = creds.missing_named(&names);
     let quoted: Vec<String> = missing.iter().map(|m| format!("{:?}", m.name)).collect();
@@ -591,7 +592,7 @@ struct Prepared {
 /// Every check on the request, in order; the request as it will be sent. `Err` is the
 /// request's denial (the record already names the rule or credential involved).
 async fn prepare(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     mut req: Request<Incoming>,
     route: &Route,
     rec: &mut Pending,
@@ -675,14 +676,14 @@ fn check_head(ctx: &Ctx, req: &Request<Incoming>, route: &Route) -> Result<(), R
 /// authorized repository may carry the token, and on the GitHub API host the token opens
 /// pull requests of authorized repositories (`airlock_policy::github_api`).
 fn git_scope(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     route: &Route,
     method: &str,
     path: &str,
     query: Option<&str>,
     rec: &mut Pending,
 ) -> Result<GitScope, Reason> {
-    let policy = &ctx.shared.policy;
+    let policy = &ctx.rules.policy;
     if !ctx.service && policy.github_api_bound(&route.target.host) {
         return match policy.github_api_use(method, path) {
             ApiUse::Token => Ok(GitScope::Api),
@@ -696,7 +697,7 @@ fn git_scope(
     let git = gitpath::parse(path, query);
     let authorized = git.as_ref().is_some_and(|g| {
         let repo = g.repository(route.target.host.as_str());
-        ctx.shared.policy.git.repositories.contains(&repo)
+        ctx.rules.policy.git.repositories.contains(&repo)
     });
     if ctx.service {
         if !authorized {
@@ -717,7 +718,7 @@ fn git_scope(
 /// The policy's L7 rules on the head (not on the service port), with the method-override
 /// headers removed; returns how much of the body a body rule wants to judge.
 fn judge_head(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     req: &mut Request<Incoming>,
     view: &RequestView<'_>,
     rec: &mut Pending,
@@ -725,12 +726,12 @@ fn judge_head(
     if ctx.service {
         return Ok(None);
     }
-    let verdict = reported(&ctx.shared.policy, ctx.shared.policy.judge(view), rec);
+    let verdict = reported(&ctx.rules.policy, ctx.rules.policy.judge(view), rec);
     apply_l7(verdict, rec)?;
     for h in METHOD_OVERRIDE_HEADERS {
         req.headers_mut().remove(h);
     }
-    Ok(ctx.shared.policy.body_needed(view))
+    Ok(ctx.rules.policy.body_needed(view))
 }
 
 /// Report mode exists to learn what a policy must name writable: a write to a read-only
@@ -771,12 +772,12 @@ fn apply_l7(verdict: L7Verdict, rec: &mut Pending) -> Result<(), Reason> {
 /// tunnels on a credential's host, an upgrade to an unread relay. Returns whether the
 /// request is an allowed upgrade.
 fn check_credential_use(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     req: &Request<Incoming>,
     route: &Route,
     rec: &mut Pending,
 ) -> Result<bool, Reason> {
-    let creds = ctx.shared.interception.credentials();
+    let creds = &ctx.rules.credentials;
     let host = &route.target.host;
     if let Some(pq) = req.uri().path_and_query()
         && let Err(leak) = creds.check_url(pq.as_str())
@@ -790,7 +791,7 @@ fn check_credential_use(
     let upgrade = is_upgrade(req);
     if upgrade {
         upgrade_verdict(req, || {
-            let policy = &ctx.shared.policy;
+            let policy = &ctx.rules.policy;
             // After the `101` every frame is a write nobody judges: only a writable host
             // may carry one.
             ctx.service
@@ -806,7 +807,7 @@ fn check_credential_use(
 /// `credential-missing`, the record naming it. The git credential lets the reads an
 /// upstream may answer anonymously through without it (a fetch, a `GET` of the API).
 fn check_missing(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     route: &Route,
     scope: GitScope,
     view: &RequestView<'_>,
@@ -823,7 +824,7 @@ fn check_missing(
         }
         GitScope::Api => matches!(view.method, "GET" | "HEAD"),
     };
-    let creds = ctx.shared.interception.credentials();
+    let creds = &ctx.rules.credentials;
     match creds.missing_for(view.host, scope, (view.method, view.path), anonymous_read) {
         Some(names) => {
             rec.credential = Some(names);
@@ -837,12 +838,12 @@ fn check_missing(
 /// headers, on their way to a host that is not their provider's: `foreign-secret`, the
 /// detector named in the record's rule.
 fn check_foreign_secrets(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     route: &Route,
     parts: &http::request::Parts,
     rec: &mut Pending,
 ) -> Result<(), Reason> {
-    let detectors = ctx.shared.interception.detectors();
+    let detectors = &ctx.rules.detectors;
     let host = &route.target.host;
     let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
     // The decoded form only when there is something to decode (no copy per request).
@@ -865,12 +866,12 @@ fn check_foreign_secrets(
 /// A body read whole: a foreign secret in it is refused, or on an LLM API host (where file
 /// contents legitimately go) overwritten in place (same length) and the request goes on.
 fn check_body_secrets(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     host: &Host,
     bytes: Bytes,
     rec: &mut Pending,
 ) -> Result<Bytes, Reason> {
-    let detectors = ctx.shared.interception.detectors();
+    let detectors = &ctx.rules.detectors;
     let Some(d) = detectors.foreign(&bytes, host) else {
         return Ok(bytes);
     };
@@ -891,14 +892,14 @@ pub const EVENT_SECRET_REDACTED: &str = "secret-redacted";
 /// The credentials on the headers (`Credentials::apply`); the record names what was
 /// injected, or the credential a leak belongs to.
 fn inject(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     route: &Route,
     headers: &mut http::HeaderMap,
     scope: GitScope,
     view: &RequestView<'_>,
     rec: &mut Pending,
 ) -> Result<Option<Injected>, Reason> {
-    let creds = ctx.shared.interception.credentials();
+    let creds = &ctx.rules.credentials;
     let request = Some((view.method, view.path));
     match creds.apply_to(&route.target.host, headers, scope, route.tls, request) {
         Ok(injected) => {
@@ -924,7 +925,7 @@ struct Tally {
 /// anything is sent (small and announced), searched as it streams, or streamed untouched.
 #[allow(clippy::too_many_arguments)] // the request's parts, each used once
 async fn prepare_body(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     body: Framed<Incoming>,
     headers: &http::HeaderMap,
     body_cap: Option<usize>,
@@ -934,7 +935,7 @@ async fn prepare_body(
     rec: &mut Pending,
 ) -> Result<UpBody, Reason> {
     let shared = &ctx.shared;
-    let creds = shared.interception.credentials();
+    let creds = &ctx.rules.credentials;
     // The body is searched for every secret but the ones injected into this request.
     let body_needles = creds.body_needles(injected);
     let scan_body = body_needles.is_some();
@@ -976,7 +977,7 @@ async fn prepare_body(
     // Streamed: secrets of known formats checked (or, to an LLM API host, redacted) as it
     // goes, holding back enough to see a secret whole before any of it is sent.
     let secrets = SecretScan {
-        shared: Arc::clone(shared),
+        rules: Arc::clone(&ctx.rules),
         host: host.clone(),
         redact: detect::llm_host(host),
         held: Vec::new(),
@@ -991,7 +992,7 @@ async fn prepare_body(
         let needles = NeedleScan {
             which,
             stream: scan::Stream::new(),
-            shared: Arc::clone(shared),
+            rules: Arc::clone(&ctx.rules),
         };
         return Ok(CheckedBody::new(checked, needles, &tally.leak_flag).boxed());
     }
@@ -1000,7 +1001,7 @@ async fn prepare_body(
 
 /// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
 async fn judged_body(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     body: Framed<Incoming>,
     headers: &http::HeaderMap,
     cap: usize,
@@ -1018,7 +1019,7 @@ async fn judged_body(
             return Err(reason);
         }
     };
-    apply_l7(ctx.shared.policy.judge_body(view, &bytes), rec)?;
+    apply_l7(ctx.rules.policy.judge_body(view, &bytes), rec)?;
     Ok(bytes)
 }
 
@@ -1049,7 +1050,7 @@ fn origin_form(
 /// Writes the record's `open` line, sends the request on a kept-alive or new upstream
 /// connection, and answers with the response (or the relay of an upgrade).
 async fn forward(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     prepared: Prepared,
     route: &Route,
     rec: Pending,
@@ -1113,7 +1114,7 @@ async fn forward(
 /// The upstream request failed: a secret cut the streamed body (`credential-leak`), the
 /// agent's body broke off (its line says `client-gone`), or the upstream failed.
 async fn send_failed(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     e: &hyper::Error,
     addr: SocketAddr,
     leak_flag: &OnceLock<Cut>,
@@ -1143,7 +1144,7 @@ async fn send_failed(
 /// A `101`: both sides are relayed as raw bytes from now on (the record is written when
 /// the relay ends); the agent gets the `101` with its upgrade headers.
 fn relay_upgrade(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     client_up: hyper::upgrade::OnUpgrade,
     mut rparts: http::response::Parts,
     rbody: Incoming,
@@ -1173,10 +1174,7 @@ fn relay_upgrade(
     let upgrade = rparts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut rparts.headers);
     if injected {
-        shared
-            .interception
-            .credentials()
-            .scrub_headers(&mut rparts.headers);
+        ctx.rules.credentials.scrub_headers(&mut rparts.headers);
     }
     if let Some(u) = upgrade {
         rparts.headers.insert(header::UPGRADE, u);
@@ -1190,7 +1188,7 @@ fn relay_upgrade(
 /// The response streams back as it arrives, counted, its record written when it ends;
 /// scrubbed of the real secrets when a credential was injected.
 fn respond(
-    ctx: &Ctx,
+    ctx: &Cx<'_>,
     mut rparts: http::response::Parts,
     rbody: Incoming,
     tally: Tally,
@@ -1198,7 +1196,7 @@ fn respond(
     rec: Pending,
 ) -> Response<ProxyBody> {
     let shared = &ctx.shared;
-    let creds = shared.interception.credentials();
+    let creds = &ctx.rules.credentials;
     hop::strip(&mut rparts.headers);
     let guard = AuditOnDrop::new(
         rec.into_record(),
@@ -1212,7 +1210,7 @@ fn respond(
         Scrubbed {
             inner: counted,
             stream: scan::Stream::new(),
-            shared: Arc::clone(shared),
+            rules: Arc::clone(&ctx.rules),
             pending: None,
             done: false,
         }
@@ -1344,7 +1342,7 @@ where
 /// request is refused `foreign-secret`); with `redact` (an LLM API host) it is overwritten
 /// in place instead.
 struct SecretScan {
-    shared: Arc<Shared>,
+    rules: Arc<Rules>,
     host: Host,
     redact: bool,
     held: Vec<u8>,
@@ -1357,7 +1355,7 @@ impl SecretScan {
     /// Checks `window` (what was held plus a new chunk); returns what may go now, keeping
     /// the tail unless `last`.
     fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, Cut> {
-        let detectors = self.shared.interception.detectors();
+        let detectors = &self.rules.detectors;
         if self.redact {
             let _ = detect::redact(detectors, &mut window, &self.host);
         } else if let Some(d) = detectors.foreign(&window, &self.host) {
@@ -1399,12 +1397,12 @@ enum Which {
 struct NeedleScan {
     which: Which,
     stream: scan::Stream,
-    shared: Arc<Shared>,
+    rules: Arc<Rules>,
 }
 
 impl RequestCheck for NeedleScan {
     fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
-        let creds = &self.shared.interception.credentials;
+        let creds = &self.rules.credentials;
         let needles = match self.which {
             Which::All => creds.leak_needles(),
             Which::Except(i) => creds.leak_needles_except(i),
@@ -1427,7 +1425,7 @@ impl RequestCheck for NeedleScan {
 struct Scrubbed<B> {
     inner: B,
     stream: scan::Stream,
-    shared: Arc<Shared>,
+    rules: Arc<Rules>,
     pending: Option<Frame<Bytes>>,
     done: bool,
 }
@@ -1451,7 +1449,7 @@ where
             if this.done {
                 return Poll::Ready(None);
             }
-            let Some(needles) = this.shared.interception.credentials.scrub_needles() else {
+            let Some(needles) = this.rules.credentials.scrub_needles() else {
                 return Pin::new(&mut this.inner).poll_frame(cx);
             };
             match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -1626,7 +1624,7 @@ where
                 crate::gate::wants_upgrade(&req).then(|| req.method() == http::Method::CONNECT);
             let mut rec = ctx.record(req.method());
             rec.decision = Verdict::Allow;
-            let resp = exchange(&ctx, req, &route, rec).await;
+            let resp = exchange(&ctx, ctx.shared.rules.load(), req, &route, rec).await;
             if let Some(connect) = upgrade {
                 gate.upgrade_decided(crate::explicit::upgrades(connect, resp.status()));
             }
@@ -1723,7 +1721,7 @@ mod tests {
     fn both_sides_send_full_records_of_exactly_sixteen_kib() {
         let ca = Ca::generate().unwrap();
         let root = ca.cert_der().clone();
-        let interception = Interception::new(ca, vec![root], Credentials::none()).unwrap();
+        let interception = Interception::new(ca, vec![root]).unwrap();
         let leaf = interception.leaves.server_config("a.example").unwrap();
         let name = ServerName::try_from("a.example").unwrap();
         let mut client = Connection::from(

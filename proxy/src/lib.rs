@@ -45,6 +45,7 @@ pub mod limits;
 pub mod pool;
 pub mod scan;
 pub mod shutdown;
+pub mod snapshot;
 pub mod sniff;
 pub mod transparent;
 pub mod tunnel;
@@ -54,7 +55,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use airlock_policy::Policy;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -66,7 +66,9 @@ use crate::upstream::Upstreams;
 /// State every connection task shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub policy: Policy,
+    /// The policy, credentials and detectors: one [`snapshot::Snapshot::load`] per
+    /// request or connection.
+    pub rules: snapshot::Snapshot<snapshot::Rules>,
     pub upstreams: Upstreams,
     pub audit: Audit,
     /// The session, sandbox and container every audit line names.
@@ -91,8 +93,8 @@ pub(crate) struct Shared {
 /// Everything a proxy instance needs.
 #[derive(Debug)]
 pub struct Proxy {
-    /// The loaded policy.
-    pub policy: Policy,
+    /// The policy, credentials and detectors requests are decided under.
+    pub rules: snapshot::Rules,
     /// Session id, sandbox and container (every audit line, the health answer).
     pub who: crate::audit::Who,
     /// Resolver, connector, connect timeout.
@@ -112,7 +114,7 @@ pub struct Proxy {
     /// How the transparent listener learns a connection's original destination
     /// ([`transparent::SoOriginalDst`] in production).
     pub original_dst: Arc<dyn transparent::OriginalDst>,
-    /// The CA, the upstream TLS roots and the credentials.
+    /// The CA and its leaves, the upstream TLS roots.
     pub interception: Arc<intercept::Interception>,
     /// Where the git service port listens (`channels::git_service_addr()`), if at all.
     pub git_service_addr: Option<SocketAddr>,
@@ -163,7 +165,7 @@ impl Proxy {
         let service_slots = Slots::service(&self.limits);
         let shutdown = Shutdown::new();
         let shared = Arc::new(Shared {
-            policy: self.policy,
+            rules: snapshot::Snapshot::new(self.rules),
             upstreams: self.upstreams.with_phase(shutdown.subscribe()),
             audit: self.audit,
             who: self.who,
@@ -219,6 +221,13 @@ async fn bind_dns(addr: SocketAddr) -> io::Result<(tokio::net::UdpSocket, TcpLis
 }
 
 impl Running {
+    /// Makes `rules` the policy, credentials and detectors of every request and connection
+    /// that starts from now on; what is in flight finishes under the rules it started with
+    /// ([`snapshot`]). The control plane's reload is this call.
+    pub fn replace_rules(&self, rules: snapshot::Rules) {
+        self.shared.rules.replace(rules);
+    }
+
     /// Stops accepting, lets in-flight work finish for the grace period, then cuts what is
     /// left (tunnels are audited as `close-shutdown`) and waits for the audit lines of the
     /// cut work to be queued. Flushing the log is the caller's last step

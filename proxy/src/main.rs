@@ -12,6 +12,7 @@ use airlock_proxy::credentials::Credentials;
 use airlock_proxy::identity::{NoIdentity, PeerIdentity, SockDiag};
 use airlock_proxy::intercept::Interception;
 use airlock_proxy::limits::Limits;
+use airlock_proxy::snapshot::Rules;
 use airlock_proxy::transparent::SoOriginalDst;
 use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
 use airlock_proxy::{Proxy, audit, shutdown};
@@ -32,7 +33,7 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("loading policy {}", args.policy.display()))?;
     // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
     // line), never a proxy that runs without what the policy asked for.
-    let interception = match setup_interception(&args, &policy) {
+    let (rules, interception) = match setup_interception(&args, policy) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("airlock-proxy: {e:#}");
@@ -47,7 +48,7 @@ fn main() -> anyhow::Result<()> {
         .thread_keep_alive(Duration::from_secs(1))
         .build()
         .context("building the tokio runtime")?;
-    rt.block_on(run(args, policy, interception))
+    rt.block_on(run(args, rules, interception))
 }
 
 /// `EX_CONFIG`: the entrypoint reports it as a refused start.
@@ -55,12 +56,13 @@ const EXIT_CONFIG: i32 = 78;
 
 fn setup_interception(
     args: &Args,
-    policy: &airlock_policy::Policy,
-) -> anyhow::Result<Interception> {
+    policy: airlock_policy::Policy,
+) -> anyhow::Result<(Rules, Interception)> {
     let credentials = Credentials::load(
         &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
-        policy,
+        &policy,
     )?;
+    let rules = Rules::new(policy, credentials).context("building the secret detectors")?;
     let ca = Ca::load_or_generate(&args.state_dir)?;
     let mut roots = Vec::new();
     for path in &args.upstream_ca {
@@ -68,14 +70,10 @@ fn setup_interception(
     }
     // Exported before the health check answers: the entrypoint reads it once ready.
     ca.export(&args.ca_export)?;
-    Ok(Interception::new(ca, roots, credentials)?)
+    Ok((rules, Interception::new(ca, roots)?))
 }
 
-async fn run(
-    args: Args,
-    policy: airlock_policy::Policy,
-    interception: Interception,
-) -> anyhow::Result<()> {
+async fn run(args: Args, rules: Rules, interception: Interception) -> anyhow::Result<()> {
     let limits = Limits::default();
     let resolver = SystemResolver::from_resolv_conf(&args.resolv_conf)
         .context("building the proxy's resolver")?;
@@ -86,7 +84,7 @@ async fn run(
     );
     let who = audit::Who::new(
         &args.session,
-        &policy.sandbox.name,
+        &rules.policy.sandbox.name,
         args.container.as_deref(),
     );
     let (audit, writer) = audit::open(&args.audit, who.clone(), args.audit_bounds())
@@ -101,7 +99,7 @@ async fn run(
         }
     };
     let proxy = Proxy {
-        policy,
+        rules,
         who,
         upstreams,
         audit,

@@ -198,7 +198,9 @@ async fn handle(
         .await;
         return;
     }
-    let result = admit(&shared, &mut rec, &sniffed, orig, tls).await;
+    // One snapshot for the connection's admission and whether it is intercepted.
+    let rules = shared.rules.load();
+    let result = admit(&shared, &rules.policy, &mut rec, &sniffed, orig, tls).await;
     let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
@@ -210,7 +212,7 @@ async fn handle(
         rec.upstream = Some(up.addr);
         rec.upstream_local_port = up.local_port;
     }
-    if tls && shared.policy.intercepts(&target.host) {
+    if tls && rules.policy.intercepts(&target.host) {
         let ctx = Ctx::new(
             Arc::clone(&shared),
             peer,
@@ -285,6 +287,7 @@ async fn refuse(
 
 async fn admit(
     shared: &Shared,
+    policy: &airlock_policy::Policy,
     rec: &mut Record,
     sniffed: &Sniff,
     orig: SocketAddr,
@@ -292,7 +295,7 @@ async fn admit(
 ) -> Result<(decide::Target, Option<crate::upstream::Connected>), Reason> {
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
-    let d = decide::decide(&shared.policy, &target);
+    let d = decide::decide(policy, &target);
     rec.rule.clone_from(&d.rule);
     rec.decision = d.verdict;
     rec.reason = d.reason.map(|r| r.as_str());
@@ -303,7 +306,7 @@ async fn admit(
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
     // An intercepted connection's ClientHello goes to our TLS server, which reads only the
     // outer name; a tunnelled one would carry ECH to a front of the agent's choosing.
-    if matches!(sniffed, Sniff::TlsEch(_)) && !(tls && shared.policy.intercepts(&target.host)) {
+    if matches!(sniffed, Sniff::TlsEch(_)) && !(tls && policy.intercepts(&target.host)) {
         return Err(Reason::EchRefused);
     }
     // The record reaches the log before the upstream hears of the connection.
@@ -314,7 +317,7 @@ async fn admit(
     // An intercepted connection with an idle pooled connection to the pinned destination
     // makes none now (`pool`).
     if tls
-        && shared.policy.intercepts(&target.host)
+        && policy.intercepts(&target.host)
         && crate::intercept::pooled(shared, &target, Lane::Agent, &[orig.ip()])
     {
         return Ok((target, None));

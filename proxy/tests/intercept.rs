@@ -528,3 +528,35 @@ async fn attack_a_raw_stream_to_an_inspected_host_is_refused() {
     assert_eq!(l[0]["decision"], "allow");
     assert_eq!(l[0]["intercepted"], false);
 }
+
+/// The operator names a host writable while the proxy runs (the control plane's reload):
+/// the next request is decided under the new rules, with no restart, and the swap is
+/// whole (the policy and its credentials together).
+#[tokio::test]
+async fn replaced_rules_decide_the_next_request() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("readonly.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+    )
+    .await;
+    let post = "POST http://readonly.test/upload HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 2\r\n\r\nhi";
+    let (_s, r) = request(h.addr, post).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("read-only-host")
+    );
+    let text = "[sandbox]\nname = \"t\"\n[network]\nallow = [\"readonly.test\"]\nwritable = [\"readonly.test\"]\n";
+    let policy = airlock_policy::Policy::parse(text, std::path::Path::new("p.toml")).unwrap();
+    let rules = airlock_proxy::snapshot::Rules::new(
+        policy,
+        airlock_proxy::credentials::Credentials::none(),
+    )
+    .unwrap();
+    h.running.as_ref().unwrap().replace_rules(rules);
+    let (_s, r) = request(h.addr, post).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(heads.recv().await.unwrap().starts_with("POST /upload"));
+    h.finish().await;
+}

@@ -98,7 +98,7 @@ pub struct Harness {
     pub ca_pem: String,
     pub transparent: SocketAddr,
     pub orig_dst: Arc<FakeOrigDst>,
-    running: Option<Running>,
+    pub running: Option<Running>,
     writer: Option<AuditWriter>,
     pub audit_path: PathBuf,
     pub connects: Arc<AtomicUsize>,
@@ -217,7 +217,7 @@ impl Harness {
         let ca = airlock_proxy::ca::Ca::generate().unwrap();
         let ca_pem = ca.cert_pem().to_owned();
         let proxy = Proxy {
-            policy,
+            rules: airlock_proxy::snapshot::Rules::new(policy, credentials).unwrap(),
             who: who(),
             upstreams,
             audit,
@@ -228,7 +228,7 @@ impl Harness {
             identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
             interception: Arc::new(
-                airlock_proxy::intercept::Interception::new(ca, Vec::new(), credentials).unwrap(),
+                airlock_proxy::intercept::Interception::new(ca, Vec::new()).unwrap(),
             ),
             git_service_addr: Some("127.0.0.1:0".parse().unwrap()),
         };
