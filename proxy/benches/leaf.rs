@@ -54,4 +54,3 @@ fn main() {
     println!("| new host: mint + TLS server configuration, cached | {new_host_us:.1} |");
     println!("| cached host: configuration from the cache | {cached_us:.2} |");
 }
-

@@ -362,7 +362,7 @@ pub struct Bounds {
 impl Default for Bounds {
     fn default() -> Self {
         Self {
-            cap: 256 << 20,
+            cap: airlock_channels::DEFAULT_AUDIT_CAP,
             keep: 4,
             burst: 64,
             per_second: 8,
