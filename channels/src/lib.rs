@@ -37,6 +37,11 @@ pub const ERROR_HEADER: &str = "x-airlock-error";
 
 /// Runtime directory (tmpfs in the image): sockets and per-start state.
 pub const RUN_DIR: &str = "/run/airlock";
+/// Exit status of a refused start (`EX_CONFIG` of sysexits.h): the entrypoint, the proxy and
+/// the git API exit with it when their configuration cannot be used, and the entrypoint
+/// reports a child's 78 as a refused start, not a crash.
+pub const EXIT_REFUSED: u8 = 78;
+
 /// Default location of the policy file inside the image.
 pub const DEFAULT_POLICY_PATH: &str = "/etc/airlock/policy.toml";
 /// Default directory of the audit log.

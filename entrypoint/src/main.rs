@@ -56,7 +56,7 @@ use std::time::Instant;
 /// Hidden first argument: run the self-test probes (as the agent, spawned by ourselves).
 const SELF_TEST_ARG: &str = "__self-test";
 /// Exit status when the container refuses to start.
-const EXIT_REFUSED: u8 = 78;
+const EXIT_REFUSED: u8 = airlock_channels::EXIT_REFUSED;
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(SELF_TEST_ARG)) {

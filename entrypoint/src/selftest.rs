@@ -302,7 +302,8 @@ fn read_some(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    // An empty needle is found anywhere (`windows(0)` would panic).
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn first_line(resp: &[u8]) -> String {

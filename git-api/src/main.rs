@@ -109,7 +109,11 @@ fn main() {
         None => Log::stderr(cli.session.clone()),
         Some(fd) => match rotating_log(fd, cli.log_cap) {
             Ok(sink) => Log::to(cli.session.clone(), Box::new(sink)),
-            Err(e) => fatal(&Log::stderr(cli.session.clone()), &format!("{e:#}"), 78),
+            Err(e) => fatal(
+                &Log::stderr(cli.session.clone()),
+                &format!("{e:#}"),
+                EXIT_REFUSED,
+            ),
         },
     };
     let log = Arc::new(log);
@@ -120,7 +124,7 @@ fn main() {
         hook_log.write("panic", fields);
     }));
     if let Err(e) = run(cli, &log) {
-        fatal(&log, &format!("{e:#}"), 78);
+        fatal(&log, &format!("{e:#}"), EXIT_REFUSED);
     }
 }
 
@@ -182,6 +186,9 @@ fn pin_saved_uid() -> Result<()> {
     }
     Ok(())
 }
+
+/// A refused start (`airlock_channels::EXIT_REFUSED`).
+const EXIT_REFUSED: i32 = airlock_channels::EXIT_REFUSED as i32;
 
 fn fatal(log: &Log, message: &str, code: i32) -> ! {
     let mut fields = Map::new();

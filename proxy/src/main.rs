@@ -29,8 +29,18 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
 
-    let policy = airlock_policy::Policy::load(&args.policy)
-        .with_context(|| format!("loading policy {}", args.policy.display()))?;
+    // A policy that cannot be used is a refused start like any other (78, one line), not
+    // a crash: the entrypoint reports it as the configuration problem it is.
+    let policy = match airlock_policy::Policy::load(&args.policy) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "airlock-proxy: loading policy {}: {e}",
+                args.policy.display()
+            );
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
     // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
     // line), never a proxy that runs without what the policy asked for.
     let (rules, interception) = match setup_interception(&args, policy) {
@@ -52,7 +62,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// `EX_CONFIG`: the entrypoint reports it as a refused start.
-const EXIT_CONFIG: i32 = 78;
+const EXIT_CONFIG: i32 = airlock_channels::EXIT_REFUSED as i32;
 
 fn setup_interception(
     args: &Args,

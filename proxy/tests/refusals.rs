@@ -1,7 +1,8 @@
 //! Every refusal of a broken request head is the uniform denial (JSON body,
 //! `x-airlock-error`) with exactly one `parse-error` audit line per connection, on the
 //! explicit port, the transparent listener's plain HTTP and inside intercepted TLS; and the
-//! proxy keeps serving. (hyper's own bare `400`/`431` answers never reach the agent.)
+//! proxy keeps serving. (hyper's own bare `400`/`431` answers never reach the agent.) A
+//! broken policy is a refused start with one line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -275,4 +276,25 @@ async fn broken_heads_inside_intercepted_tls_get_the_uniform_denial() {
         assert_eq!(l["reason"], *reason, "{name}: {l}");
         assert_eq!(l["intercepted"], true);
     }
+}
+
+/// A policy the proxy cannot use is a refused start (78) with one line naming the file and
+/// line, the way the entrypoint reports every configuration problem, never a crash (1).
+#[test]
+fn a_broken_policy_is_a_refused_start_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[sandbox]\nname = \"Not A Name\"\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-proxy"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--audit")
+        .arg(dir.path().join("audit.jsonl"))
+        .args(["--session", "s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("policy.toml:2:"), "{err}");
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 /// Exit status of a refused start.
-pub const EXIT_REFUSED: i32 = 78;
+pub const EXIT_REFUSED: i32 = airlock_channels::EXIT_REFUSED as i32;
 
 /// The policy most tests run under: the fake internet's hosts are `passthrough`, so
 /// tunnels and transparent TLS reach the fake upstream untouched (the agent's curl trusts
