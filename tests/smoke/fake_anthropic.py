@@ -11,7 +11,8 @@ input_json_delta / text_delta, message_delta, message_stop, chunked transfer enc
                        agent does not offer falls back to its shell tool. Without tools
                        (titles, topic checks, quota probes): a one-word text answer.
   POST /v1/messages/count_tokens: {"input_tokens": N}
-  anything else:       200 {} (logged: the test sees every path the CLI tried)
+  anything else:       200 {} (logged with a POST's body: the test sees every path the CLI
+                       tried, and what an injected command sent)
 
 Every request is one JSON line in LOG: method, path, the credential headers as received,
 the tool names offered, the step played. The script is a JSON file:
@@ -55,6 +56,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def body(self):
         n = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(n) if n else b""
+        self.raw = raw
         try:
             return json.loads(raw or b"{}")
         except ValueError:
@@ -92,7 +94,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.entry()
             return self.send_json({"input_tokens": 42})
         if path != "/v1/messages":
-            self.entry()
+            self.entry(body=self.raw[:2000].decode(errors="replace"))
             return self.send_json({})
         tools = [t.get("name") for t in req.get("tools") or [] if isinstance(t, dict)]
         if not tools:

@@ -17,7 +17,8 @@ turn, streamed as server-sent events the way the real API streams them.
                               in the conversation; streamed as chat.completion.chunk events
                               and [DONE] when the request asks for a stream.
   GET  /v1/models             a list with the model asked for.
-  anything else:              200 {} (logged: the test sees every path the CLI tried)
+  anything else:              200 {} (logged with a POST's body: the test sees every path
+                              the CLI tried, and what an injected command sent)
 
 Every request is one JSON line in LOG: method, path, the authorization header as
 received, the tools offered, the step played. The script is a JSON file, a list of steps:
@@ -90,6 +91,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     break
                 raw += self.rfile.read(size)
                 self.rfile.readline()
+        self.raw = raw
         if self.headers.get("content-encoding", "").lower() == "zstd":
             return {"_undecoded": "zstd"}
         try:
@@ -139,7 +141,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.responses_api(req)
         if path.endswith("/chat/completions"):
             return self.chat(req)
-        self.entry(keys=sorted(req)[:20] if isinstance(req, dict) else None)
+        self.entry(keys=sorted(req)[:20] if isinstance(req, dict) else None,
+                   body=self.raw[:2000].decode(errors="replace"))
         self.send_json({})
 
     # --- the Responses API (Codex) ---------------------------------------------------
