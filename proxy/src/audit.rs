@@ -54,6 +54,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
+use airlock_policy::reason::Reason;
 use serde::Serialize;
 
 use crate::clock;
@@ -130,6 +131,105 @@ impl Verdict {
     }
 }
 
+/// What an audit line records beyond its decision (its `event` field): a closed set whose
+/// strings are an interface like the reason codes (never rename one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// Written before anything of a request or connection went upstream; its final line
+    /// follows.
+    Open,
+    /// A connection or request ended normally.
+    Close,
+    /// It ended on an error.
+    CloseError,
+    /// It ended after the idle timeout.
+    CloseIdle,
+    /// It was cut at shutdown.
+    CloseShutdown,
+    /// The request was abandoned before its outcome was logged: the client hung up while
+    /// the proxy was still working on it (resolving, connecting, waiting for the response
+    /// head), so hyper dropped the request.
+    ClientGone,
+    /// A foreign secret in a body to an LLM API host was overwritten in place.
+    SecretRedacted,
+    /// A streamed body was cut at a secret.
+    LeakInBody,
+    /// A DNS lookup failed (the line's reason is kept for a report-mode signal).
+    ResolveFailed,
+    /// A UDP DNS query over the in-flight cap was dropped.
+    DroppedOverload,
+    /// A request head could not be parsed.
+    ParseError,
+    /// A request head did not arrive in time.
+    HeaderTimeout,
+    /// A transparent connection without an original destination.
+    NoOriginalDestination,
+    /// The proxy's own upstream connection came back through the redirect.
+    RedirectLoop,
+    /// Denials held back by the rate limit, counted on one line.
+    Suppressed,
+}
+
+impl Event {
+    /// Every event, in declaration order.
+    pub const ALL: [Event; 15] = [
+        Event::Open,
+        Event::Close,
+        Event::CloseError,
+        Event::CloseIdle,
+        Event::CloseShutdown,
+        Event::ClientGone,
+        Event::SecretRedacted,
+        Event::LeakInBody,
+        Event::ResolveFailed,
+        Event::DroppedOverload,
+        Event::ParseError,
+        Event::HeaderTimeout,
+        Event::NoOriginalDestination,
+        Event::RedirectLoop,
+        Event::Suppressed,
+    ];
+
+    /// The stable string written to the log.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Close => "close",
+            Self::CloseError => "close-error",
+            Self::CloseIdle => "close-idle",
+            Self::CloseShutdown => "close-shutdown",
+            Self::ClientGone => "client-gone",
+            Self::SecretRedacted => "secret-redacted",
+            Self::LeakInBody => "leak-in-body",
+            Self::ResolveFailed => "resolve-failed",
+            Self::DroppedOverload => "dropped-overload",
+            Self::ParseError => "parse-error",
+            Self::HeaderTimeout => "header-timeout",
+            Self::NoOriginalDestination => "no-original-destination",
+            Self::RedirectLoop => "redirect-loop",
+            Self::Suppressed => "suppressed",
+        }
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl From<crate::tunnel::End> for Event {
+    fn from(end: crate::tunnel::End) -> Self {
+        match end {
+            crate::tunnel::End::Closed => Self::Close,
+            crate::tunnel::End::Error => Self::CloseError,
+            crate::tunnel::End::Idle => Self::CloseIdle,
+            crate::tunnel::End::Shutdown => Self::CloseShutdown,
+        }
+    }
+}
+
 /// One audit line. Build it with [`Record::new`] and fill what is known.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
@@ -147,14 +247,14 @@ pub struct Record {
     pub uid: Option<u32>,
     pub client: Option<SocketAddr>,
     pub kind: Kind,
-    pub event: Option<&'static str>,
+    pub event: Option<Event>,
     pub method: Option<String>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub path: Option<String>,
     pub decision: Verdict,
     pub rule: Option<String>,
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     pub upstream: Option<SocketAddr>,
     pub upstream_local_port: Option<u16>,
     pub intercepted: bool,
@@ -245,9 +345,9 @@ impl Record {
         };
         let host = self.host.as_deref().unwrap_or("-");
         let port = self.port.unwrap_or(0);
-        let reason = self.reason.unwrap_or("-");
+        let reason = self.reason.map_or("-", |r| r.as_str());
         let method = self.method.as_deref().unwrap_or("-");
-        let event = self.event.unwrap_or("");
+        let event = self.event.map_or("", Event::as_str);
         let path = self.path.as_deref().unwrap_or("");
         let cred = self.credential.as_deref().unwrap_or("");
         format!(
@@ -395,9 +495,9 @@ struct FoldLine<'a> {
     sandbox: &'a str,
     container: Option<&'a str>,
     kind: Kind,
-    event: &'static str,
+    event: Event,
     decision: &'static str,
-    reason: &'static str,
+    reason: Reason,
     /// The first suppressed denial's time.
     #[serde(serialize_with = "ser_ts")]
     since: SystemTime,
@@ -424,7 +524,7 @@ struct State {
     closed: bool,
     bounds: Bounds,
     /// Denials folded per (listener, reason).
-    folds: std::collections::HashMap<(Kind, &'static str), Fold>,
+    folds: std::collections::HashMap<(Kind, Reason), Fold>,
     /// Who the lines that describe no one request speak for.
     who: Who,
 }
@@ -447,7 +547,7 @@ struct OutageLine<'a> {
     kind: &'static str,
     event: &'static str,
     decision: &'static str,
-    reason: &'static str,
+    reason: Reason,
     #[serde(serialize_with = "ser_ts")]
     since: SystemTime,
     error: &'a str,
@@ -493,7 +593,7 @@ impl Sink {
                 kind: "audit",
                 event: "outage",
                 decision: Verdict::Deny.as_str(),
-                reason: airlock_policy::reason::Reason::AuditUnavailable.as_str(),
+                reason: Reason::AuditUnavailable,
                 since: o.since,
                 error: &o.error,
                 refused: o.refused,
@@ -646,7 +746,7 @@ impl Sink {
         }
         st.line.push(b'\n');
         // The echo is of decisions as they end: an open line's request echoes its final one.
-        if rec.event != Some(EVENT_OPEN) {
+        if rec.event != Some(Event::Open) {
             add_human(&mut st.human, rec);
         }
         let who = st.who.clone();
@@ -697,7 +797,7 @@ impl Sink {
 fn queue_fold(
     st: &mut State,
     kind: Kind,
-    reason: &'static str,
+    reason: Reason,
     since: SystemTime,
     count: u64,
     host: Option<&str>,
@@ -708,7 +808,7 @@ fn queue_fold(
         sandbox: &st.who.sandbox,
         container: st.who.container.as_deref(),
         kind,
-        event: "suppressed",
+        event: Event::Suppressed,
         decision: Verdict::Deny.as_str(),
         reason,
         since,
@@ -755,7 +855,7 @@ impl Audit {
     /// # Errors
     /// [`Unavailable`]: the request must be refused (`audit-unavailable`).
     pub fn commit_open(&self, rec: &mut Record) -> Result<(), Unavailable> {
-        let event = rec.event.replace(EVENT_OPEN);
+        let event = rec.event.replace(Event::Open);
         let r = self.sink.commit(rec);
         rec.event = event;
         r
@@ -789,15 +889,6 @@ impl Audit {
         self.sink.available.load(Ordering::Acquire)
     }
 }
-
-/// The `event` of the line written before anything of a request or connection went
-/// upstream.
-pub const EVENT_OPEN: &str = "open";
-
-/// The `event` of a request line written because the request was abandoned before its
-/// outcome was logged: the client hung up while the proxy was still working on it (resolving,
-/// connecting, waiting for the response head), so hyper dropped the request.
-pub const EVENT_CLIENT_GONE: &str = "client-gone";
 
 /// A request's record while its outcome is not yet logged. Written exactly once: by
 /// [`emit`](Self::emit) or [`commit`](Self::commit), by whoever
@@ -892,7 +983,7 @@ impl std::ops::DerefMut for Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mut rec) = self.rec.take() {
-            rec.event.get_or_insert(EVENT_CLIENT_GONE);
+            rec.event.get_or_insert(Event::ClientGone);
             self.audit.emit_detached(rec);
         }
     }
@@ -1077,6 +1168,30 @@ fn write_human(out: &mut String) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn event_strings_are_stable_and_distinct() {
+        // These strings are an interface (the log's readers): this test pins them.
+        let pinned = [
+            "open",
+            "close",
+            "close-error",
+            "close-idle",
+            "close-shutdown",
+            "client-gone",
+            "secret-redacted",
+            "leak-in-body",
+            "resolve-failed",
+            "dropped-overload",
+            "parse-error",
+            "header-timeout",
+            "no-original-destination",
+            "redirect-loop",
+            "suppressed",
+        ];
+        let written: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
+        assert_eq!(written, pinned);
+    }
+
     fn who() -> Who {
         Who::new("s1", "demo", Some("c0ffee"))
     }
@@ -1229,7 +1344,7 @@ mod tests {
         .unwrap()
     }
 
-    fn denial(i: u64, reason: &'static str) -> Record {
+    fn denial(i: u64, reason: Reason) -> Record {
         let mut r = rec(i);
         r.reason = Some(reason);
         r.host = Some(format!("h{i}.example"));
@@ -1249,9 +1364,9 @@ mod tests {
         };
         let (audit, writer) = on_volume_with(&v, bounds);
         for i in 0..100 {
-            audit.commit(&denial(i, "blocked-by-policy")).unwrap();
+            audit.commit(&denial(i, Reason::BlockedByPolicy)).unwrap();
         }
-        audit.commit(&denial(1000, "credential-leak")).unwrap();
+        audit.commit(&denial(1000, Reason::CredentialLeak)).unwrap();
         assert_eq!(v.lines().len(), 6, "five of the flood and the other kind");
         writer.finish().await.unwrap();
         let lines = v.lines();
@@ -1409,9 +1524,9 @@ mod tests {
         let v = Volume::new(1 << 20);
         let (audit, _writer) = on_volume(&v);
         let mut r = rec(9);
-        r.event = Some("close");
+        r.event = Some(Event::Close);
         audit.commit_open(&mut r).unwrap();
-        assert_eq!(r.event, Some("close"), "the record is left as it was");
+        assert_eq!(r.event, Some(Event::Close), "the record is left as it was");
         let lines = v.lines();
         assert_eq!(lines[0]["event"], "open");
         assert_eq!(lines[0]["bytes_up"], 9);

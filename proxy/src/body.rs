@@ -198,8 +198,8 @@ impl Drop for AuditOnDrop {
             rec.duration_ms = self.meter.elapsed_ms();
             if let Some(cut) = self.leak.as_ref().and_then(|f| f.get()) {
                 rec.decision = crate::audit::Verdict::Deny;
-                rec.reason = Some(cut.describe(&mut rec).as_str());
-                rec.event = Some("leak-in-body");
+                rec.reason = Some(cut.describe(&mut rec));
+                rec.event = Some(crate::audit::Event::LeakInBody);
                 tracing::warn!("{cut:?}: seen in a request body, upstream cut");
             }
             self.audit.emit_detached(rec);

@@ -21,7 +21,7 @@ pub(crate) async fn audited(
     port: u16,
 ) -> Response<ProxyBody> {
     rec.decision = crate::audit::Verdict::Deny;
-    rec.reason = Some(reason.as_str());
+    rec.reason = Some(reason);
     // The agent learns which rule or detector refused it (never a value: detectors are
     // named by format or file), as the audit line does.
     let rule = rec.rule.clone().filter(|_| names_its_rule(reason));
@@ -53,7 +53,7 @@ pub(crate) fn audited_with(
     answer: impl FnOnce() -> Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     rec.decision = crate::audit::Verdict::Deny;
-    rec.reason = Some(reason.as_str());
+    rec.reason = Some(reason);
     match rec.commit() {
         Ok(()) => answer(),
         Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),

@@ -33,7 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::Shared;
-use crate::audit::{Kind, Record, Verdict};
+use crate::audit::{Event, Kind, Record, Verdict};
 use crate::decide::{self, Target};
 use crate::identity::Proto;
 use crate::limits::Client;
@@ -254,14 +254,14 @@ pub(crate) async fn handle(
     let msg = match Message::from_vec(bytes) {
         Ok(m) => m,
         Err(_) => {
-            rec.reason = Some(Reason::MalformedRequest.as_str());
+            rec.reason = Some(Reason::MalformedRequest);
             rec.bytes_up = bytes.len() as u64;
             let _ = shared.audit.commit(&rec);
             return formerr_raw(bytes);
         }
     };
     if msg.message_type == MessageType::Response {
-        rec.reason = Some(Reason::MalformedRequest.as_str());
+        rec.reason = Some(Reason::MalformedRequest);
         let _ = shared.audit.commit(&rec);
         return None; // never answer a response
     }
@@ -284,10 +284,10 @@ pub(crate) async fn handle(
     let resolved = matches!(plan, Plan::Resolve { .. });
     rec.decision = verdict;
     rec.rule = rule;
-    rec.reason = reason.map(|r| r.as_str());
+    rec.reason = reason;
     let out = match plan {
         Plan::FormErr | Plan::NotImp => {
-            rec.reason = Some(Reason::MalformedRequest.as_str());
+            rec.reason = Some(Reason::MalformedRequest);
             let rcode = if plan == Plan::NotImp {
                 ResponseCode::NotImp
             } else {
@@ -297,7 +297,7 @@ pub(crate) async fn handle(
         }
         Plan::Refuse(reason) => {
             rec.decision = Verdict::Deny;
-            rec.reason = Some(reason.as_str());
+            rec.reason = Some(reason);
             respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len)
         }
         Plan::NoData => respond(&msg, ResponseCode::NoError, &[], None, max_len),
@@ -321,15 +321,15 @@ pub(crate) async fn handle(
                 // A report-mode signal (`dns-exfil-suspect`) keeps its place: the failed
                 // lookup is the line's event, so the operator still sees the suspect name.
                 if rec.reason.is_none() {
-                    rec.reason = Some(Reason::ResolveFailed.as_str());
+                    rec.reason = Some(Reason::ResolveFailed);
                 } else {
-                    rec.event = Some(Reason::ResolveFailed.as_str());
+                    rec.event = Some(Event::ResolveFailed);
                 }
                 respond(&msg, ResponseCode::ServFail, &[], None, max_len)
             }
             Err(reason) => {
                 rec.decision = Verdict::Deny;
-                rec.reason = Some(reason.as_str());
+                rec.reason = Some(reason);
                 respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len)
             }
         },
@@ -371,8 +371,8 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
         let Ok(permit) = Arc::clone(&inflight).try_acquire_owned() else {
             // Dropped unanswered (the client retries), but still a decision: audited.
             let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
-            rec.reason = Some(Reason::TooManyConnections.as_str());
-            rec.event = Some("dropped-overload");
+            rec.reason = Some(Reason::TooManyConnections);
+            rec.event = Some(Event::DroppedOverload);
             rec.bytes_up = n as u64;
             let _ = shared.audit.commit(&rec);
             continue;
@@ -432,7 +432,7 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
                 // Over the connection cap: close, audited.
                 let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
                 rec.uid = uid;
-                rec.reason = Some(reason.as_str());
+                rec.reason = Some(reason);
                 let _ = shared.audit.commit(&rec);
                 drop(stream);
                 continue;
@@ -458,7 +458,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, sha
         if n == 0 || n > MAX_TCP_MESSAGE {
             let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
             rec.uid = uid;
-            rec.reason = Some(Reason::MalformedRequest.as_str());
+            rec.reason = Some(Reason::MalformedRequest);
             let _ = shared.audit.commit(&rec);
             return;
         }

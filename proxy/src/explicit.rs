@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
-use crate::audit::{Kind, Pending, Record, Verdict};
+use crate::audit::{Event, Kind, Pending, Record, Verdict};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::gate::{self, Gate, GateShared};
@@ -86,7 +86,7 @@ async fn refuse(
 ) {
     let mut rec = Record::new(&shared.who, SystemTime::now(), kind, Some(peer));
     rec.uid = uid;
-    rec.reason = Some(reason.as_str());
+    rec.reason = Some(reason);
     let reason = match shared.audit.commit(&rec) {
         Ok(()) => reason,
         Err(crate::audit::Unavailable) => Reason::AuditUnavailable,
@@ -229,11 +229,11 @@ pub(crate) async fn serve_conn(
         if let Some(reason) = reason {
             let mut rec = Record::new(&shared.who, started, conn_kind, Some(peer));
             rec.uid = uid;
-            rec.reason = Some(reason.as_str());
+            rec.reason = Some(reason);
             rec.event = Some(if e.is_timeout() {
-                "header-timeout"
+                Event::HeaderTimeout
             } else {
-                "parse-error"
+                Event::ParseError
             });
             rec.bytes_up = read_meter.up();
             rec.duration_ms = read_meter.elapsed_ms();
@@ -254,8 +254,8 @@ pub(crate) fn upgrades(connect: bool, status: http::StatusCode) -> bool {
 async fn refuse_head(st: &ConnState, reason: Reason) -> Response<ProxyBody> {
     let mut rec = Record::new(&st.shared.who, st.started, st.kind, Some(st.peer));
     rec.uid = st.uid;
-    rec.reason = Some(reason.as_str());
-    rec.event = Some("parse-error");
+    rec.reason = Some(reason);
+    rec.event = Some(Event::ParseError);
     rec.bytes_up = st.read_meter.up();
     rec.duration_ms = st.read_meter.elapsed_ms();
     let reason = match st.shared.audit.commit(&rec) {
@@ -318,7 +318,7 @@ async fn admit(
     let d = decide::decide(&rules.policy, target);
     rec.rule.clone_from(&d.rule);
     rec.decision = d.verdict;
-    rec.reason = d.reason.map(|r| r.as_str());
+    rec.reason = d.reason;
     if let (false, Some(reason)) = (d.passes(), d.reason) {
         return Err(reason);
     }
@@ -421,7 +421,7 @@ struct Tunnel {
 /// checked), then writes its closing line.
 async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: Pending) {
     let _slot = Arc::clone(&t.slot);
-    rec.event = Some("close");
+    rec.event = Some(Event::Close);
     let meter = Arc::clone(&t.meter);
     let end = match on_upgrade.await {
         Ok(upgraded) if t.intercept => intercepted_tunnel(t, upgraded, &mut rec).await,
@@ -431,7 +431,7 @@ async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: P
             tunnel::End::Error
         }
     };
-    rec.event = Some(end.as_str());
+    rec.event = Some(end.into());
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
     rec.duration_ms = meter.elapsed_ms();
@@ -499,7 +499,7 @@ async fn relayed_tunnel(
         }
         Err(Inspect::Refused(reason)) => {
             rec.decision = Verdict::Deny;
-            rec.reason = Some(reason.as_str());
+            rec.reason = Some(reason);
             tunnel::End::Closed
         }
         Err(Inspect::Ended(end)) => end,

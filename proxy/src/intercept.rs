@@ -49,7 +49,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::Shared;
-use crate::audit::{Kind, Pending, Record, Verdict};
+use crate::audit::{Event, Kind, Pending, Record, Verdict};
 use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed};
 use crate::ca::Ca;
 use crate::credentials::{GitScope, Injected};
@@ -744,7 +744,7 @@ fn reported(policy: &airlock_policy::Policy, verdict: L7Verdict, rec: &mut Pendi
             rule,
         } if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) => {
             rec.decision = Verdict::Report;
-            rec.reason = Some(reason.as_str());
+            rec.reason = Some(reason);
             rec.rule = Some(rule);
             L7Verdict::Pass { rule: None }
         }
@@ -881,13 +881,10 @@ fn check_body_secrets(
     }
     let mut body = bytes.to_vec();
     let names = detect::redact(detectors, &mut body, host);
-    rec.event = Some(EVENT_SECRET_REDACTED);
+    rec.event = Some(Event::SecretRedacted);
     rec.rule = Some(format!("secret detector {}", names.join(",")));
     Ok(Bytes::from(body))
 }
-
-/// The `event` of a request whose body had a foreign secret redacted on an LLM API host.
-pub const EVENT_SECRET_REDACTED: &str = "secret-redacted";
 
 /// The credentials on the headers (`Credentials::apply`); the record names what was
 /// injected, or the credential a leak belongs to.
@@ -1129,7 +1126,7 @@ async fn send_failed(
         // Our request body failed: the agent's body broke off (it hung up mid-body, or
         // its message never ended). The upstream request was cut, not completed.
         tracing::debug!("request to {addr} abandoned mid-body: {e}");
-        rec.event = Some(crate::audit::EVENT_CLIENT_GONE);
+        rec.event = Some(Event::ClientGone);
         rec.emit().await;
         return deny::denial(
             Reason::MalformedRequest,
@@ -1548,7 +1545,7 @@ where
         Ok(Err(e)) => {
             tracing::debug!("client hello from {}: {e}", ctx.peer);
             rec.decision = Verdict::Deny;
-            rec.reason = Some(hello_failure(&e).as_str());
+            rec.reason = Some(hello_failure(&e));
             return tunnel::End::Error;
         }
         Err(_) => return tunnel::End::Idle,
@@ -1558,7 +1555,7 @@ where
         && Host::parse(sni).ok().as_ref() != Some(&route.target.host)
     {
         rec.decision = Verdict::Deny;
-        rec.reason = Some(Reason::SniMismatch.as_str());
+        rec.reason = Some(Reason::SniMismatch);
         return tunnel::End::Closed;
     }
     let config = match shared
@@ -1570,7 +1567,7 @@ where
         Err(e) => {
             tracing::error!("{e}");
             rec.decision = Verdict::Deny;
-            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            rec.reason = Some(Reason::ClientTlsFailed);
             return tunnel::End::Error;
         }
     };
@@ -1583,7 +1580,7 @@ where
         Ok(Err(e)) => {
             tracing::info!("client TLS with {} failed: {e}", ctx.peer);
             rec.decision = Verdict::Deny;
-            rec.reason = Some(Reason::ClientTlsFailed.as_str());
+            rec.reason = Some(Reason::ClientTlsFailed);
             return tunnel::End::Error;
         }
         Err(_) => return tunnel::End::Idle,
@@ -1684,8 +1681,8 @@ async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
     rec.intercepted = true;
-    rec.reason = Some(reason.as_str());
-    rec.event = Some("parse-error");
+    rec.reason = Some(reason);
+    rec.event = Some(Event::ParseError);
     let _ = rec.commit();
 }
 

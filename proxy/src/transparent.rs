@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
-use crate::audit::{Kind, Record, Verdict};
+use crate::audit::{Event, Kind, Record, Verdict};
 use crate::decide;
 use crate::identity::Proto;
 use crate::intercept::{Ctx, Route};
@@ -102,7 +102,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     Some(peer),
                 );
                 rec.uid = uid;
-                rec.reason = Some(reason.as_str());
+                rec.reason = Some(reason);
                 let _ = shared.audit.commit(&rec);
                 drop(stream);
             }
@@ -161,8 +161,8 @@ async fn handle(
     rec.uid = uid;
     let Some(orig) = orig else {
         tracing::debug!("transparent connection from {peer} without an original destination");
-        rec.reason = Some(Reason::UnknownHost.as_str());
-        rec.event = Some("no-original-destination");
+        rec.reason = Some(Reason::UnknownHost);
+        rec.event = Some(Event::NoOriginalDestination);
         let _ = shared.audit.commit(&rec);
         return;
     };
@@ -170,8 +170,8 @@ async fn handle(
         // Our own upstream connection came back through the redirect: the firewall does not
         // exempt the proxy's uid. Refuse at once instead of multiplying connections.
         tracing::error!("redirect loop: the proxy's own connection to {orig} was redirected to it");
-        rec.reason = Some(Reason::UpstreamUnreachable.as_str());
-        rec.event = Some("redirect-loop");
+        rec.reason = Some(Reason::UpstreamUnreachable);
+        rec.event = Some(Event::RedirectLoop);
         let _ = shared.audit.commit(&rec);
         return;
     }
@@ -180,7 +180,7 @@ async fn handle(
     let sniffed = tokio::select! {
         s = peek_sniff(&stream, shared.limits.header_read_timeout) => s.unwrap_or(Sniff::NeedMore),
         () = reached(&mut phase, Phase::Stopping) => {
-            rec.event = Some(tunnel::End::Shutdown.as_str());
+            rec.event = Some(Event::CloseShutdown);
             Sniff::NeedMore
         }
     };
@@ -224,7 +224,7 @@ async fn handle(
         let client = Metered::both(stream, Arc::clone(&meter), Dir::Up);
         let end =
             crate::intercept::serve_tls(client, Arc::new(ctx), route, upstream, &mut rec).await;
-        rec.event = Some(end.as_str());
+        rec.event = Some(end.into());
         rec.bytes_up = meter.up();
         rec.bytes_down = meter.down();
         rec.duration_ms = meter.elapsed_ms();
@@ -234,7 +234,7 @@ async fn handle(
     let Some(upstream) = upstream else {
         // Only an intercepted connection goes without one (`admit`).
         tracing::error!("transparent tunnel without an upstream connection");
-        rec.event = Some(tunnel::End::Error.as_str());
+        rec.event = Some(Event::CloseError);
         shared.audit.emit(rec).await;
         return;
     };
@@ -246,7 +246,7 @@ async fn handle(
         shared.shutdown.subscribe(),
     )
     .await;
-    rec.event = Some(end.as_str());
+    rec.event = Some(end.into());
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
     rec.duration_ms = meter.elapsed_ms();
@@ -265,7 +265,7 @@ async fn refuse(
     meter: &Meter,
 ) {
     rec.decision = Verdict::Deny;
-    rec.reason = Some(reason.as_str());
+    rec.reason = Some(reason);
     // The name the ClientHello asked for, when the refusal is of that name.
     let named = rec
         .host
@@ -298,7 +298,7 @@ async fn admit(
     let d = decide::decide(policy, &target);
     rec.rule.clone_from(&d.rule);
     rec.decision = d.verdict;
-    rec.reason = d.reason.map(|r| r.as_str());
+    rec.reason = d.reason;
     if let (false, Some(reason)) = (d.passes(), d.reason) {
         return Err(reason);
     }

@@ -209,7 +209,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     }
 }
 
-/// Why a relay ended.
+/// Why a relay ended (its audit line's `event`: [`crate::audit::Event`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
     /// Both sides finished (EOF each way).
@@ -220,19 +220,6 @@ pub enum End {
     Idle,
     /// Cut at the end of the shutdown grace.
     Shutdown,
-}
-
-impl End {
-    /// Stable string for the audit `event` field of the closing line.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Closed => "close",
-            Self::Error => "close-error",
-            Self::Idle => "close-idle",
-            Self::Shutdown => "close-shutdown",
-        }
-    }
 }
 
 /// Relays `client` ↔ `upstream` until both sides close, one fails, nothing moves for `idle`,
