@@ -60,7 +60,7 @@ if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
   # Outside the namespace: the registries are reachable here only.
   absent=$(mktemp)
   if [ "$BUILD" = 1 ]; then
-    (cd "$ROOT" && cargo build --release -q -p airlock-proxy -p airlock-bench) >&2
+    (cd "$ROOT" && . scripts/lib/cargo.sh && airlock_cargo build --release -q -p airlock-proxy -p airlock-bench) >&2
   fi
   have() { command -v "$1" >/dev/null 2>&1; }
   if [ "$INSTALL" = 1 ]; then

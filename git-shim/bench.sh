@@ -9,7 +9,8 @@ runs="${1:-30}"
 # The same git on both sides (a PATH git may be another version than the one the API runs).
 real_git="${AIRLOCK_REAL_GIT:-/usr/bin/git}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --release -q -p airlock-git-api -p airlock-git-shim
+. scripts/lib/cargo.sh
+airlock_cargo build --release -q -p airlock-git-api -p airlock-git-shim
 bin="$CARGO_TARGET_DIR/release"
 
 tmp="$(mktemp -d)"
