@@ -49,6 +49,8 @@ for agent in $AIRLOCK_SMOKE_AGENTS; do
     tb=$SECONDS
     "tests/smoke/agent-$agent.sh"
     [ "$agent" != claude ] || tests/smoke/agent-claude-injection.sh
+    # The prompt-injected model (issue 16 item 7) for codex and aider (claude's is the line above).
+    [ "$agent" = claude ] || "tests/smoke/agent-$agent-injection.sh"
     echo "== $agent end to end in $((SECONDS - tb)) s"
 done
 # pip and npm through the proxy to fake registries, in an agent image (airlock:codex).
