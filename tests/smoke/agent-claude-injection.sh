@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prompt-injected model (issue 16 item 7, design §9), same rig as tests/smoke/agent-claude.sh:
 # the real Claude Code CLI in airlock:claude, started as the README says (scripts/docker-run
-# REPO -- claude -p TASK --dangerously-skip-permissions, the profile's unattended form),
+# REPO -- the unattended command of agents/claude.toml),
 # against a scripted fake of the Anthropic Messages API (tests/smoke/fake_anthropic.py: SSE
 # streaming, tool use) served on a private network under api.anthropic.com with a leaf of the
 # smoke test CA, which the proxy trusts through AIRLOCK_UPSTREAM_CA (test configuration only).

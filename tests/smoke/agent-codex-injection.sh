@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The prompt-injected model for the OpenAI Codex CLI (issue 16 item 7, design §9), same rig as
 # tests/smoke/agent-codex.sh: the real CLI in airlock:codex, started as the README says
-# (scripts/docker-run REPO -- codex exec --dangerously-bypass-approvals-and-sandbox
-# --skip-git-repo-check TASK, the profile's unattended form), against the scripted fake of
+# (scripts/docker-run REPO -- the unattended command of agents/codex.toml), against the fake of
 # the OpenAI Responses API (tests/smoke/fake_openai.py: SSE streaming, Codex's shell tool
 # in whatever form it offers, its "code mode" included) under api.openai.com; github.com is
 # the fake forge.
