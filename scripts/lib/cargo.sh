@@ -53,7 +53,8 @@ airlock_cargo_find() {
             AIRLOCK_CARGO_CMD=(cargo)
             return 0
         fi
-        tried+=("$c is ${v%% (*}")
+        v=${v%% (*}
+        tried+=("$c is ${v:-broken (cargo --version fails)}")
     fi
     user=${SUDO_USER:-}
     if [ "$(id -u)" -eq 0 ] && [ -n "$user" ] && [ "$user" != root ] &&
@@ -89,7 +90,8 @@ airlock_cargo_find() {
                 AIRLOCK_CARGO_ROOT_CMD=(env "RUSTUP_HOME=$home/.rustup" "CARGO_HOME=$home/.cargo" "PATH=$bin:$PATH" cargo)
                 return 0
             fi
-            tried+=("$user's $bin/cargo is ${v%% (*}")
+            v=${v%% (*}
+            tried+=("$user's $bin/cargo is ${v:-broken (cargo --version fails; rustup default stable?)}")
         fi
     fi
     local why=
