@@ -265,9 +265,13 @@ pub struct PlaceArgs {
     /// A DNS server the engine's resolver forwards to (repeatable), as `docker run --dns`.
     #[arg(long = "dns", value_name = "IP")]
     pub dns: Vec<String>,
-    /// A PEM file of extra CA certificates the proxy trusts for upstream servers (a
-    /// corporate TLS-inspecting CA, or a test CA), mounted read-only and named by
-    /// AIRLOCK_UPSTREAM_CA; only the proxy trusts it.
+    /// A PEM file of your extra CA (a TLS-inspecting corporate proxy's, a private
+    /// mirror's): the proxy verifies upstreams with it and the agent's tools trust it
+    /// (AIRLOCK_EXTRA_CA, as scripts/docker-run's EXTRA_CA_FILE).
+    #[arg(long, value_name = "FILE")]
+    pub extra_ca: Option<PathBuf>,
+    /// Test configuration: a PEM file of roots the proxy alone trusts for upstreams (a fake
+    /// internet's CA; AIRLOCK_UPSTREAM_CA); the agent never trusts it.
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Option<PathBuf>,
     /// Build the image first (`airlock build`) when the engine does not have it, instead of

@@ -44,13 +44,14 @@ pub struct Plan {
 }
 
 /// Where a sandbox's container goes, beyond the one definition of the run flags: a network
-/// of the engine, its DNS servers, a CA the proxy trusts for upstreams (`--network`,
-/// `--dns`, `--upstream-ca`).
+/// of the engine, its DNS servers, extra CAs (`--network`, `--dns`, `--extra-ca`,
+/// `--upstream-ca`).
 #[derive(Debug, Clone, Default)]
 pub struct Placement {
     pub network: Option<String>,
     pub dns: Vec<String>,
     pub upstream_ca: Option<PathBuf>,
+    pub extra_ca: Option<PathBuf>,
 }
 
 /// The parts of `new` and `run` a [`Plan`] is made from.
@@ -70,6 +71,7 @@ pub struct Wants<'a> {
     pub network: Option<&'a str>,
     pub dns: &'a [String],
     pub upstream_ca: Option<&'a Path>,
+    pub extra_ca: Option<&'a Path>,
 }
 
 impl Plan {
@@ -106,13 +108,15 @@ impl Plan {
                 .into());
             }
         }
-        let upstream_ca = w
-            .upstream_ca
-            .map(|p| {
+        let file = |p: Option<&Path>, what: &str| {
+            p.map(|p| {
                 std::fs::canonicalize(p)
-                    .with_context(|| format!("cannot read the upstream CA {}", p.display()))
+                    .with_context(|| format!("cannot read the {what} {}", p.display()))
             })
-            .transpose()?;
+            .transpose()
+        };
+        let upstream_ca = file(w.upstream_ca, "upstream CA")?;
+        let extra_ca = file(w.extra_ca, "extra CA")?;
         Ok(Plan {
             name: w.name.into(),
             repo: w.repo.into(),
@@ -131,6 +135,7 @@ impl Plan {
                 network: w.network.map(str::to_string),
                 dns: w.dns.to_vec(),
                 upstream_ca,
+                extra_ca,
             },
         })
     }
@@ -188,6 +193,7 @@ pub async fn run(ctx: &Ctx, a: &NewArgs) -> Result<i32> {
             network: a.place.network.as_deref(),
             dns: &a.place.dns,
             upstream_ca: a.place.upstream_ca.as_deref(),
+            extra_ca: a.place.extra_ca.as_deref(),
         },
     )?;
     super::gc::opportunistic(ctx).await;
@@ -294,6 +300,7 @@ pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout) -> RunSpec 
         secrets: plan.secrets.clone(),
         policy: plan.policy.clone(),
         upstream_ca: plan.place.upstream_ca.clone(),
+        extra_ca: plan.place.extra_ca.clone(),
     };
     let mut spec = RunSpec::documented(&plan.image, &layout);
     spec.labels.push((LABEL_SANDBOX.into(), plan.name.clone()));

@@ -41,6 +41,7 @@ pub async fn run(ctx: &Ctx, a: &RunArgs) -> Result<i32> {
             network: a.place.network.as_deref(),
             dns: &a.place.dns,
             upstream_ca: a.place.upstream_ca.as_deref(),
+            extra_ca: a.place.extra_ca.as_deref(),
         },
     )?;
     super::gc::opportunistic(ctx).await;

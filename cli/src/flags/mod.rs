@@ -30,8 +30,12 @@ pub const AUDIT_DIR: &str = "/var/log/airlock";
 pub const SECRETS_DIR: &str = "/run/secrets";
 /// The default image.
 pub const DEFAULT_IMAGE: &str = "airlock:latest";
-/// Where an extra upstream CA is mounted (read-only) for the proxy (`AIRLOCK_UPSTREAM_CA`).
+/// Where upstream roots for the proxy alone are mounted (read-only; `AIRLOCK_UPSTREAM_CA`):
+/// the test configuration's fake internet.
 pub const UPSTREAM_CA: &str = "/etc/airlock/upstream-ca.pem";
+/// Where the operator's extra CA is mounted (read-only; `AIRLOCK_EXTRA_CA`): a corporate
+/// TLS-inspecting proxy's or a private mirror's, trusted by the proxy and the agent's tools.
+pub const EXTRA_CA: &str = "/etc/airlock/extra-ca.pem";
 
 /// Capabilities PID 1 needs as root; everything else is dropped (docs/docker.md).
 pub const CAPS_ADD: [&str; 8] = [
@@ -151,9 +155,12 @@ pub struct Layout {
     pub secrets: Vec<(String, PathBuf)>,
     /// A host policy file mounted over the image's default.
     pub policy: Option<PathBuf>,
-    /// A host PEM file of extra upstream roots for the proxy (a corporate or test CA),
-    /// mounted read-only at [`UPSTREAM_CA`] and named by `AIRLOCK_UPSTREAM_CA`.
+    /// A host PEM file of upstream roots for the proxy alone (a test CA), mounted read-only
+    /// at [`UPSTREAM_CA`] and named by `AIRLOCK_UPSTREAM_CA`.
     pub upstream_ca: Option<PathBuf>,
+    /// A host PEM file of the operator's extra CA (corporate proxy, private mirror), mounted
+    /// read-only at [`EXTRA_CA`] and named by `AIRLOCK_EXTRA_CA`.
+    pub extra_ca: Option<PathBuf>,
 }
 
 impl Layout {
@@ -169,6 +176,7 @@ impl Layout {
             secrets: Vec::new(),
             policy: None,
             upstream_ca: None,
+            extra_ca: None,
         }
     }
 }
@@ -260,6 +268,13 @@ impl RunSpec {
                 read_only: true,
             });
         }
+        if let Some(ca) = &layout.extra_ca {
+            mounts.push(Mount {
+                source: Source::Host(ca.clone()),
+                target: EXTRA_CA.into(),
+                read_only: true,
+            });
+        }
         // The host side of each mount, as labels for the entrypoint's refusals (it names the
         // host file); never read as files (scripts/docker-run, compose.yaml).
         let mut env = vec![(
@@ -275,6 +290,10 @@ impl RunSpec {
         }
         if layout.upstream_ca.is_some() {
             env.push(("AIRLOCK_UPSTREAM_CA".into(), UPSTREAM_CA.into()));
+        }
+        if let Some(ca) = &layout.extra_ca {
+            env.push(("AIRLOCK_EXTRA_CA".into(), EXTRA_CA.into()));
+            env.push(("AIRLOCK_HOST_EXTRA_CA".into(), ca.display().to_string()));
         }
         RunSpec {
             image: image.into(),

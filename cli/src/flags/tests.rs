@@ -342,6 +342,7 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         secrets: vec![("github_token".into(), "/cfg/secrets/github_token".into())],
         policy: Some("/cfg/policy.toml".into()),
         upstream_ca: None,
+        extra_ca: None,
     };
     let mut spec = RunSpec::documented("airlock:test", &layout);
     spec.labels
@@ -391,6 +392,26 @@ fn an_upstream_ca_is_a_read_only_file_named_by_its_variable_in_every_rendering()
         f.env
             .contains("AIRLOCK_UPSTREAM_CA=/etc/airlock/upstream-ca.pem")
     );
+}
+
+#[test]
+fn an_extra_ca_is_mounted_where_docker_run_mounts_it_and_named_for_refusals() {
+    let mut layout = Layout::checkout("/src/repo", Source::Host("/d/audit".into()), true);
+    layout.extra_ca = Some("/etc/corp/ca.pem".into());
+    let spec = RunSpec::documented(DEFAULT_IMAGE, &layout);
+    let f = every_rendering_agrees(&spec);
+    // As scripts/docker-run's EXTRA_CA_FILE does.
+    assert!(
+        f.binds
+            .contains("/etc/corp/ca.pem:/etc/airlock/extra-ca.pem:ro")
+    );
+    assert!(f.env.contains("AIRLOCK_EXTRA_CA=/etc/airlock/extra-ca.pem"));
+    assert!(f.env.contains("AIRLOCK_HOST_EXTRA_CA=/etc/corp/ca.pem"));
+    let docker_run = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/docker-run"),
+    )
+    .unwrap();
+    assert!(docker_run.contains(":/etc/airlock/extra-ca.pem:ro"));
 }
 
 #[test]
