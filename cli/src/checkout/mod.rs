@@ -93,6 +93,55 @@ fn git() -> Command {
     c
 }
 
+/// `git` in the operator's repository at `top`. Its owner may not be us (`sudo airlock run
+/// ~/src/app` is root working on the user's repository): git's ownership check is told this
+/// repository is the operator's to use (`safe.directory`, as for a repository of our own;
+/// hooks and fsmonitor stay off), and whatever git writes there goes back to the owner
+/// ([`restore_owner`]) so the owner's own git keeps working.
+fn op_git(top: &Path) -> Command {
+    let mut c = git();
+    c.arg("-c")
+        .arg(format!("safe.directory={}", top.display()))
+        .arg("-C")
+        .arg(top);
+    c
+}
+
+/// After a write into the operator's repository as root: hand every file and directory of
+/// its `.git` that root owns (what that write made) back to the owner of `.git`. Nothing to
+/// do when we are not root or the owner is root.
+pub fn restore_owner(top: &Path) -> Result<(), CheckoutError> {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let git_dir = top.join(".git");
+    let meta = std::fs::metadata(&git_dir).map_err(io("stat", &git_dir))?;
+    if meta.uid() == 0 {
+        return Ok(());
+    }
+    fn walk(path: &Path, uid: u32, gid: u32) -> Result<(), CheckoutError> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("stat", path)(e)),
+        };
+        if meta.uid() == 0 {
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(io("chown", path))?;
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).map_err(io("read", path))? {
+                walk(&entry.map_err(io("read", path))?.path(), uid, gid)?;
+            }
+        }
+        Ok(())
+    }
+    for part in ["objects", "refs", "logs", "packed-refs", "index"] {
+        walk(&git_dir.join(part), meta.uid(), meta.gid())?;
+    }
+    Ok(())
+}
+
 fn run(step: &'static str, path: &Path, cmd: &mut Command) -> Result<Output, CheckoutError> {
     let out = cmd
         .output()
@@ -142,9 +191,7 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
     if !git_dir.is_dir() {
         return Err(not("it has no .git directory at its top".into()));
     }
-    let head = git()
-        .arg("-C")
-        .arg(&top)
+    let head = op_git(&top)
         .args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
         .output()
         .map_err(|source| CheckoutError::Spawn { source })?;
@@ -154,10 +201,12 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
     let status = run(
         "status",
         &top,
-        git()
-            .arg("-C")
-            .arg(&top)
-            .args(["status", "--porcelain", "--untracked-files=no"]),
+        op_git(&top).args([
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ]),
     )?;
     Ok(Operator {
         top,
@@ -341,8 +390,7 @@ pub fn fetch(
     let upload_pack = format!(
         "git -c safe.directory={quoted} -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack"
     );
-    let mut c = git();
-    c.arg("-C").arg(op_top);
+    let mut c = op_git(op_top);
     c.args([
         "fetch",
         "--quiet",
@@ -356,14 +404,13 @@ pub fn fetch(
     if let Some(back) = branch_back {
         c.arg(format!("refs/heads/{branch}:refs/heads/{back}"));
     }
-    run("fetch", op_top, &mut c)?;
+    let fetched = run("fetch", op_top, &mut c);
+    restore_owner(op_top)?;
+    fetched?;
     let out = run(
         "rev-parse",
         op_top,
-        git()
-            .arg("-C")
-            .arg(op_top)
-            .args(["rev-parse", &tip_ref(name)]),
+        op_git(op_top).args(["rev-parse", &tip_ref(name)]),
     )?;
     Ok(text(&out))
 }
@@ -379,7 +426,7 @@ pub fn ahead(op_top: &Path, tip: &str) -> Result<u64, CheckoutError> {
     let out = run(
         "rev-list",
         op_top,
-        git().arg("-C").arg(op_top).args([
+        op_git(op_top).args([
             "rev-list",
             "--count",
             tip,
@@ -394,8 +441,8 @@ pub fn ahead(op_top: &Path, tip: &str) -> Result<u64, CheckoutError> {
 
 /// The paths that differ between `base` and `tip` (in the operator's repository).
 pub fn changed_paths(op_top: &Path, base: &str, tip: &str) -> Result<Vec<String>, CheckoutError> {
-    let mut c = git();
-    c.arg("-C").arg(op_top).args([
+    let mut c = op_git(op_top);
+    c.args([
         "diff",
         "--name-only",
         "-z",
@@ -453,11 +500,11 @@ pub fn risky(changed: &[String]) -> Vec<String> {
 
 /// Forget the hidden tip ref (at destroy).
 pub fn drop_tip(op_top: &Path, name: &str) -> Result<(), CheckoutError> {
-    let mut c = git();
-    c.arg("-C")
-        .arg(op_top)
-        .args(["update-ref", "-d", &tip_ref(name)]);
-    run("update-ref -d", op_top, &mut c).map(|_| ())
+    let mut c = op_git(op_top);
+    c.args(["update-ref", "-d", &tip_ref(name)]);
+    let done = run("update-ref -d", op_top, &mut c).map(|_| ());
+    restore_owner(op_top)?;
+    done
 }
 
 #[cfg(test)]

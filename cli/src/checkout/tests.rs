@@ -208,3 +208,46 @@ fn risky_paths_are_the_ones_that_run_without_a_command() {
         ]
     );
 }
+
+#[test]
+fn root_on_a_users_repository_reads_it_and_leaves_it_theirs() {
+    // `sudo airlock run ~/src/app`: root on a repository uid 1000 owns.
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = operator_repo(tmp.path());
+    sh(&repo, "chown -R 1000:1000 .");
+    let op =
+        operator(&repo).expect("git's ownership check does not refuse the operator's repository");
+    assert!(!op.dirty);
+    let ck = Checkout {
+        dir: tmp.path().join("sb"),
+    };
+    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    std::fs::write(ck.work_tree().join("c"), "agent\n").unwrap();
+    in_sandbox(&ck, "add c");
+    in_sandbox(&ck, "commit -qm agent");
+    let tip = fetch(&op.top, &ck, "one", "sandbox/one", Some("sandbox/one")).unwrap();
+    assert_eq!(ahead(&op.top, &tip).unwrap(), 0);
+    assert_eq!(changed_paths(&op.top, &op.head, &tip).unwrap(), ["c"]);
+    drop_tip(&op.top, "one").unwrap();
+    let mut rooted = Vec::new();
+    let mut stack = vec![op.git_dir.clone()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.uid() != 1000 {
+            rooted.push(p.clone());
+        }
+        if m.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    assert_eq!(
+        rooted,
+        Vec::<PathBuf>::new(),
+        "all of .git stays the owner's"
+    );
+}
