@@ -106,7 +106,10 @@ mod tests {
         // it closes it and runs its command)
         let start = std::time::Instant::now();
         while NameLock::try_take(dir.path(), "k").unwrap().is_none() {
-            assert!(start.elapsed().as_secs() < 5, "the killed holder's lock stays held");
+            assert!(
+                start.elapsed().as_secs() < 5,
+                "the killed holder's lock stays held"
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }

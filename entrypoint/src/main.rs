@@ -403,6 +403,18 @@ fn start(cli: Cli) -> Result<i32> {
         [t_validate, t_proxy, t_firewall, t_selftest],
     );
     let child = spawn_agent(&cli, &users, filters, &agent_env, &ready)?;
+    supervise_until_exit(&child, &mut proxy, proxy_spec, &mut git_api, git_spec)
+}
+
+/// PID 1's last job: the agent, the proxy and the git API supervised until the agent exits
+/// (its status is the container's).
+fn supervise_until_exit(
+    agent: &std::process::Child,
+    proxy: &mut ProxyGuard,
+    proxy_spec: ProxySpec,
+    git_api: &mut git::ApiGuard,
+    git_spec: Option<git::ApiSpec>,
+) -> Result<i32> {
     let proxy_pid = Pid::from_raw(
         proxy
             .0
@@ -411,7 +423,7 @@ fn start(cli: Cli) -> Result<i32> {
             .context("proxy handle lost")? as i32,
     );
     let mut supervisor =
-        supervise::Supervisor::new(Pid::from_raw(child.id() as i32), proxy_pid, proxy_spec);
+        supervise::Supervisor::new(Pid::from_raw(agent.id() as i32), proxy_pid, proxy_spec);
     if let (Some(api), Some(spec)) = (git_api.0.take(), git_spec) {
         supervisor = supervisor.with_git(Pid::from_raw(api.id() as i32), spec);
     }

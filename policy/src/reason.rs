@@ -169,6 +169,43 @@ impl Reason {
     #[must_use]
     pub const fn hint(&self) -> &'static str {
         match self {
+            Reason::BlockedByPolicy
+            | Reason::DeniedByRule
+            | Reason::BlockedPrivateAddress
+            | Reason::BlockedMetadataAddress
+            | Reason::BlockedIpLiteral
+            | Reason::BlockedPort
+            | Reason::InvalidHost
+            | Reason::SniMismatch
+            | Reason::HostMismatch
+            | Reason::UnknownHost
+            | Reason::ResolveFailed
+            | Reason::UpstreamUnreachable
+            | Reason::MalformedRequest
+            | Reason::RequestTooLarge
+            | Reason::DnsQueryType
+            | Reason::TooManyConnections => self.connection_hint(),
+            Reason::CredentialLeak
+            | Reason::GitPushBlocked
+            | Reason::RequestDeniedByRule
+            | Reason::UpstreamCertificateInvalid
+            | Reason::ClientTlsFailed
+            | Reason::UpgradeNotSupported
+            | Reason::UpgradeDenied
+            | Reason::CredentialMethodRefused
+            | Reason::AuditUnavailable
+            | Reason::EchRefused
+            | Reason::ForeignSecret
+            | Reason::DnsExfilSuspect
+            | Reason::ReadOnlyHost
+            | Reason::NotInspectable
+            | Reason::CredentialMissing => self.request_hint(),
+        }
+    }
+
+    /// [`Reason::hint`] for a refused host, address or connection.
+    const fn connection_hint(&self) -> &'static str {
+        match self {
             Reason::BlockedByPolicy => {
                 "Ask the operator to add the host to network.allow in the policy file \
                  (e.g. \"example.com\" or \"*.example.com\")."
@@ -228,6 +265,13 @@ impl Reason {
             Reason::TooManyConnections => {
                 "Close idle connections or retry later; the proxy caps concurrent connections."
             }
+            _ => "",
+        }
+    }
+
+    /// [`Reason::hint`] for a refused request (what it carried, where, how).
+    const fn request_hint(&self) -> &'static str {
+        match self {
             Reason::CredentialLeak => {
                 "Credentials are only sent to the hosts the operator bound them to in the \
                  policy's [[credentials]] hosts; do not send them anywhere else."
@@ -295,6 +339,7 @@ impl Reason {
                  the operator provides it (the answer's message says how) and starts the \
                  sandbox again."
             }
+            _ => "",
         }
     }
 
