@@ -138,15 +138,9 @@ PY
         -v "$fake:/fake.py:ro" -v "$SMOKE_DIR:/d:ro" -v "$SMOKE_DIR/log:/log" \
         "$IMAGE" -u /fake.py /d/api.pem /d/api.key /d/script.json /log/api.jsonl >/dev/null
     for c in "$UP" "$API"; do
-        for _ in $(seq 50); do docker logs "$c" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-        docker logs "$c" 2>/dev/null | grep -q ready || die "$c did not start: $(docker logs "$c" 2>&1 | tail -3)"
+        smoke_wait_ready "$c"
     done
-    BR=$(bridge_of "$NET")
-    tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
-    tcpdump_pid=$!
-    track_pid "$tcpdump_pid"
-    for _ in $(seq 50); do grep -qs listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
-    grep -qs listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
+    smoke_capture "$NET"
     say "set-up $(ms "$T0") ms"
 }
 

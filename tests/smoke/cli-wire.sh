@@ -56,15 +56,9 @@ track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
     -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
     airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
+smoke_wait_ready "$UP"
 
-BR=$(bridge_of "$NET")
-tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
-tcpdump_pid=$!
-track_pid "$tcpdump_pid"
-for _ in $(seq 50); do grep -qs listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
-grep -q listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
+smoke_capture "$NET"
 
 say "airlock new $SB --network $NET --dns $UP4 --upstream-ca (the fake internet's CA)"
 track_container "airlock-$SB"

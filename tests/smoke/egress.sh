@@ -66,14 +66,9 @@ track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
     -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
     airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
+smoke_wait_ready "$UP"
 
-BR=$(bridge_of "$NET")
-tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
-track_pid $!
-for _ in $(seq 50); do grep -q listening "$SMOKE_DIR/tcpdump.err" && break; sleep 0.1; done
-grep -q listening "$SMOKE_DIR/tcpdump.err" || die "tcpdump did not start on $BR"
+smoke_capture "$NET"
 
 # The agent's session: one line per item, KEY=VALUE.
 cat >"$SMOKE_DIR/repo/attack.sh" <<'SH'
@@ -134,7 +129,7 @@ SMOKE_API_KEY=$SECRET \
     "$SMOKE_ROOT/scripts/docker-run" "$SMOKE_DIR/repo" -- bash /workspace/attack.sh \
     >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || true
 sleep 0.5
-kill "${_smoke_pids[0]}" 2>/dev/null; wait "${_smoke_pids[0]}" 2>/dev/null || true
+kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
 out=$(cat "$SMOKE_DIR/agent.out")
 get() { sed -n "s/^$1=//p" <<<"$out" | head -1; }
 if [ -z "$(get started)" ]; then

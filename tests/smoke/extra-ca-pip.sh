@@ -97,8 +97,7 @@ docker run -d --name "$REG" --network "$NET" --ip "$REG4" --ip6 "$REG6" --entryp
     -v "$SMOKE_ROOT/tests/smoke/fake_registry.py:/fake.py:ro" -v "$SMOKE_DIR:/d:ro" -v "$SMOKE_DIR/log:/log" \
     "$IMAGE" -u /fake.py /d/reg.pem /d/reg.key /d/script.json /log/registry.jsonl >/dev/null
 for c in "$UP" "$REG"; do
-    for _ in $(seq 50); do docker logs "$c" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-    docker logs "$c" 2>/dev/null | grep -q ready || die "$c did not start: $(docker logs "$c" 2>&1 | tail -3)"
+    smoke_wait_ready "$c"
 done
 track_volume "$AUDIT"
 rlog=$SMOKE_DIR/log/registry.jsonl

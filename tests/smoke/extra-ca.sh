@@ -99,8 +99,7 @@ docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
     -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR/fakenet.json:/cfg/fakenet.json:ro" \
     -v "$SMOKE_DIR/log:/log" \
     airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
+smoke_wait_ready "$UP"
 track_volume "$AUDIT"
 say "set-up $(ms "$T0") ms"
 

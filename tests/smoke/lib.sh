@@ -90,3 +90,21 @@ volume_path() { docker volume inspect -f '{{.Mountpoint}}' "$1"; }
 
 # The bridge interface of a user-defined network.
 bridge_of() { echo "br-$(docker network inspect -f '{{.Id}}' "$1" | cut -c1-12)"; }
+
+# smoke_wait_ready CONTAINER: waits up to 5 s for its log to say "ready" (the fake
+# internet, the fake APIs); dies with the log's tail otherwise.
+smoke_wait_ready() {
+    for _ in $(seq 50); do docker logs "$1" 2>/dev/null | grep -q ready && return; sleep 0.1; done
+    die "$1 did not start: $(docker logs "$1" 2>&1 | tail -3)"
+}
+
+# smoke_capture NET: tcpdump on NET's bridge into $SMOKE_DIR/wire.pcap (tracked, so it is
+# stopped at exit), once it listens; sets BR (the bridge) and tcpdump_pid.
+smoke_capture() {
+    BR=$(bridge_of "$1")
+    tcpdump -i "$BR" -nn -U --immediate-mode -w "$SMOKE_DIR/wire.pcap" 2>"$SMOKE_DIR/tcpdump.err" &
+    tcpdump_pid=$!
+    track_pid "$tcpdump_pid"
+    for _ in $(seq 50); do grep -qs listening "$SMOKE_DIR/tcpdump.err" && return; sleep 0.1; done
+    die "tcpdump did not start on $BR"
+}

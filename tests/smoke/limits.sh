@@ -51,8 +51,7 @@ track_container "$UP"
 docker run -d --name "$UP" --network "$NET" --ip "$UP4" \
     -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
     airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
-docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
+smoke_wait_ready "$UP"
 
 # The agent: fill, report KEY=VALUE lines, then stay up for the host's checks.
 cat >"$SMOKE_DIR/repo/fill.sh" <<'SH'
