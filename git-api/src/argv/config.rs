@@ -1,0 +1,203 @@
+//! `git config`: reads are free; writes only to the keys of [`WRITABLE_CONFIG`]; `--global`
+//! is the repository's configuration in the sandbox.
+
+use super::parse::{Arg, has};
+use super::refusal::Refusal;
+use super::table::EDITOR;
+use airlock_wire::Reason;
+
+/// Config keys `git config` may write (lowercase section and name; `*` is one subsection).
+pub const WRITABLE_CONFIG: &[&str] = &[
+    "user.name",
+    "user.email",
+    "pull.rebase",
+    "pull.ff",
+    "push.autosetupremote",
+    "merge.conflictstyle",
+    "rebase.autostash",
+    "rebase.updaterefs",
+    "color.ui",
+    "core.quotepath",
+    "init.defaultbranch",
+    "branch.*.remote",
+    "branch.*.merge",
+    "branch.*.rebase",
+];
+
+/// Judge `git config`; whether it writes.
+pub(super) fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal> {
+    let mut ops = operands.iter().map(String::as_str);
+    let first = operands.first().map(String::as_str);
+    // `git config <verb> ...` (git 2.46+).
+    let (verb, rest): (&str, Vec<&str>) = match first {
+        Some(
+            v @ ("get" | "list" | "set" | "unset" | "rename-section" | "remove-section" | "edit"),
+        ) => {
+            ops.next();
+            (v, ops.collect())
+        }
+        _ => ("", ops.collect()),
+    };
+    let read_flag = has(
+        args,
+        &["get", "get-all", "get-regexp", "get-urlmatch", "l", "list"],
+    );
+    let write_flag = has(args, &["add", "unset", "unset-all", "replace-all"]);
+    let writes = match verb {
+        "get" | "list" => false,
+        "set" | "unset" => true,
+        "rename-section" | "remove-section" => {
+            return Err(Refusal::new(
+                Reason::ConfigKeyNotWritable,
+                format!("git config {verb} is refused: only single allowlisted keys are writable"),
+            ));
+        }
+        "edit" => {
+            return Err(Refusal::new(
+                Reason::InteractiveRefused,
+                format!("git config edit: {EDITOR}"),
+            ));
+        }
+        _ => write_flag || (!read_flag && rest.len() >= 2),
+    };
+    if !writes {
+        return Ok(false);
+    }
+    let key = rest.first().copied().unwrap_or("");
+    if !config_key_writable(key) {
+        return Err(Refusal::new(
+            Reason::ConfigKeyNotWritable,
+            format!(
+                "git config {key} is not writable from the sandbox (a key outside this list \
+                 can run a program or point git elsewhere); writable keys: {}. Display keys \
+                 work for one command as git -c <key>=<value> <command>",
+                WRITABLE_CONFIG.join(", ")
+            ),
+        ));
+    }
+    Ok(true)
+}
+
+/// `git config --global ...` runs on the repository's config: the sandbox has no global
+/// layer of its own (the git API's is empty), and the repository's is where an agent's
+/// identity and preferences take effect. Every `--global` after the subcommand (at
+/// `sub_index`) leaves `argv`, the operand indices shifting with it; writes say so once on
+/// stderr (the notice returned).
+pub(super) fn global_is_local(
+    argv: &mut Vec<String>,
+    operands: &mut [usize],
+    sub_index: usize,
+    writes: bool,
+) -> Option<String> {
+    let mut notice = None;
+    while let Some(pos) = argv[sub_index..]
+        .iter()
+        .position(|a| a == "--global")
+        .map(|p| p + sub_index)
+    {
+        argv.remove(pos);
+        for o in operands.iter_mut() {
+            if *o > pos {
+                *o -= 1;
+            }
+        }
+        if writes {
+            notice = Some(
+                "git: airlock: --global is the repository's config in the sandbox; \
+                 this was written there (git config without --global does the same)\n"
+                    .to_owned(),
+            );
+        }
+    }
+    notice
+}
+
+/// Whether `key` (as written) matches [`WRITABLE_CONFIG`]: section and name are
+/// case-insensitive, the subsection is matched as one component without `.`-tricks.
+#[must_use]
+pub fn config_key_writable(key: &str) -> bool {
+    let Some((section, rest)) = key.split_once('.') else {
+        return false;
+    };
+    let Some((sub, name)) = rest.rsplit_once('.').map_or(Some(("", rest)), Some) else {
+        return false;
+    };
+    if key.chars().any(|c| c.is_control() || c == '=') {
+        return false;
+    }
+    let section = section.to_ascii_lowercase();
+    let name = name.to_ascii_lowercase();
+    WRITABLE_CONFIG.iter().any(|pattern| {
+        let parts: Vec<&str> = pattern.split('.').collect();
+        match parts.as_slice() {
+            [s, n] => !rest.contains('.') && *s == section && *n == name,
+            [s, "*", n] => !sub.is_empty() && *s == section && *n == name,
+            _ => false,
+        }
+    })
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::argv::test_util::{argv, ok, refused};
+
+    #[test]
+    fn config_writes_only_allowlisted_keys() {
+        for s in [
+            "config core.fsmonitor /tmp/x",
+            "config core.hooksPath /tmp",
+            "config core.sshCommand x",
+            "config alias.co checkout",
+            "config include.path /tmp/x",
+            "config filter.x.clean cat",
+            "config remote.origin.url https://evil.example/x",
+            "config set core.pager less",
+            "config --add core.editor vi",
+            "config --unset core.bare",
+            "config user..name x",
+            "config user.name.x y",
+            "config branch.main.pushremote x",
+            "config rename-section user foo",
+            "config remove-section core",
+        ] {
+            assert_eq!(refused(s).reason, Reason::ConfigKeyNotWritable, "{s}");
+        }
+        for s in [
+            "config --file=/tmp/x user.name x",
+            "config -f /tmp/x a.b c",
+            "config --system a.b c",
+            "config --blob=HEAD:x --list",
+        ] {
+            let r = refused(s);
+            assert!(
+                matches!(r.reason, Reason::OptionNotAllowed | Reason::OptionRefused),
+                "{s}: {r:?}"
+            );
+        }
+        ok("config User.Name x");
+        ok("config branch.sandbox/demo/x.remote origin");
+        ok("config --unset user.email");
+        assert!(config_key_writable("branch.a.b.merge"));
+        assert!(!config_key_writable("branch.merge"));
+        assert!(!config_key_writable("core.editor"));
+    }
+
+    #[test]
+    fn config_global_writes_the_repository_config_and_says_so() {
+        let c = ok("config --global user.email a@b.c");
+        assert_eq!(c.argv, argv("config user.email a@b.c"));
+        assert!(c.notice.as_deref().unwrap().contains("--global"));
+        let c = ok("config --global init.defaultBranch main");
+        assert_eq!(c.argv, argv("config init.defaultBranch main"));
+        let c = ok("config --global --get user.name");
+        assert_eq!(c.argv, argv("config --get user.name"));
+        assert!(c.notice.is_none());
+        let c = ok("config --global --unset user.name");
+        assert_eq!(c.argv, argv("config --unset user.name"));
+        assert!(c.notice.is_some());
+        let r = refused("config --global core.pager less");
+        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
+        let r = refused("config --global alias.co checkout");
+        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
+    }
+}

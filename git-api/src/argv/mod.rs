@@ -1,0 +1,150 @@
+//! The command policy: which git invocations the API runs, deny by default.
+//!
+//! An invocation is `[global options] <subcommand> [options and operands]`. Every option
+//! must be on the subcommand's allowlist **exactly as written** (git's own abbreviation
+//! of long options is refused here and disabled in the git we run). Options that would run
+//! a program, read or write a file outside the workspace, change where git looks for its
+//! repository, or need a terminal are refused with their own reason, as is every
+//! abbreviation of them (`--up`, `--upload-p`, ... for `--upload-pack`).
+//!
+//! This module is pure: it neither runs git nor reads the repository. Push ref updates are
+//! judged in [`crate::push`]; `git config` writes are judged here against
+//! [`WRITABLE_CONFIG`].
+//!
+//! The modules, by job: `table` is what each subcommand accepts (one row each, as data),
+//! `parse` reads an argv against it, `refused` lists what is refused everywhere and why,
+//! `rules` are the per-subcommand rules after the allowlist (chosen by the row's `Rule`),
+//! `config` judges `git config`, and `refusal` is the refusal itself. Only [`check`] and
+//! what it returns are the module's interface.
+
+mod config;
+mod parse;
+mod refusal;
+mod refused;
+mod rules;
+mod table;
+
+pub use config::{WRITABLE_CONFIG, config_key_writable};
+pub(crate) use parse::Arg;
+pub use parse::subcommand_name;
+pub use refusal::Refusal;
+pub use refused::known_subcommand;
+pub use table::Class;
+
+use airlock_wire::Reason;
+
+/// An allowed invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The subcommand (`status`, `log`, ...); empty for `git --version`.
+    pub subcommand: String,
+    /// The full argv to run after the server's own options (global options included).
+    pub argv: Vec<String>,
+    /// Concurrency and policy class.
+    pub class: Class,
+    /// Whether the command writes output worth paging (the shim pages locally).
+    pub pages: bool,
+    /// Indices in `argv` of the subcommand's operands (not options, not option values).
+    pub operands: Vec<usize>,
+    /// Index in `argv` of the subcommand (after the global options and their values).
+    pub sub_index: usize,
+    /// Run git with `GIT_EDITOR=true`: the command keeps the message git prepared
+    /// (`--continue` of a sequencer command, `commit --no-edit`, `-c core.editor=true`).
+    pub editor_true: bool,
+    /// One line for the agent's stderr before git runs (what the git API changed).
+    pub notice: Option<String>,
+}
+
+/// Check an invocation's argv (everything after `git`).
+pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
+    let globals = parse::check_globals(argv)?;
+    let global = globals.args;
+    let Some(sub_name) = argv.get(globals.end) else {
+        return no_subcommand(global);
+    };
+    if global.iter().any(|g| g == "--version" || g == "--help") {
+        return Err(Refusal::new(
+            Reason::GlobalOptionRefused,
+            "--version and --help take no subcommand here",
+        ));
+    }
+    let rest = &argv[globals.end + 1..];
+    let Some(sub) = table::find(sub_name, rest) else {
+        return Err(refused::unknown_subcommand(sub_name));
+    };
+    crate::plumbing::check_verb(sub.name, rest)?;
+    let parsed = parse::check_args(sub, rest)?;
+    let after = rules::check_sub(sub, &parsed, crate::dashc::editor_is_true(&globals.dash_c))?;
+    let mut out = global;
+    let sub_index = out.len();
+    out.push(sub.name.to_owned());
+    let base = out.len();
+    out.extend(rest.iter().cloned());
+    let mut checked = Checked {
+        subcommand: sub.name.to_owned(),
+        argv: out,
+        class: sub.class,
+        pages: sub.pages,
+        operands: parsed.positions.iter().map(|p| base + p).collect(),
+        sub_index,
+        editor_true: after.editor_true,
+        notice: None,
+    };
+    if sub.rule == table::Rule::Config && parse::has(&parsed.args, &["global"]) {
+        checked.notice = config::global_is_local(
+            &mut checked.argv,
+            &mut checked.operands,
+            sub_index,
+            after.config_writes,
+        );
+    }
+    Ok(checked)
+}
+
+/// `git --version`, `git -h`, `git --help` alone; any other argv without a subcommand is
+/// refused.
+fn no_subcommand(global: Vec<String>) -> Result<Checked, Refusal> {
+    if global
+        .iter()
+        .any(|g| g == "--version" || g == "-h" || g == "--help")
+    {
+        let sub_index = global.len();
+        return Ok(Checked {
+            subcommand: String::new(),
+            argv: global,
+            class: Class::Read,
+            pages: false,
+            operands: Vec::new(),
+            sub_index,
+            editor_true: false,
+            notice: None,
+        });
+    }
+    Err(Refusal::new(
+        Reason::SubcommandNotAllowed,
+        "no git subcommand given",
+    ))
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::{Checked, Refusal, check};
+
+    pub(crate) fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    pub(crate) fn ok(s: &str) -> Checked {
+        match check(&argv(s)) {
+            Ok(c) => c,
+            Err(r) => panic!("{s:?} refused: {r:?}"),
+        }
+    }
+
+    pub(crate) fn refused(s: &str) -> Refusal {
+        match check(&argv(s)) {
+            Ok(c) => panic!("{s:?} allowed: {c:?}"),
+            Err(r) => r,
+        }
+    }
+}
