@@ -2,8 +2,7 @@
 //! is the repository's configuration in the sandbox.
 
 use super::parse::{Arg, has};
-use super::refusal::Refusal;
-use super::table::EDITOR;
+use super::refusal::{Refusal, Why};
 use airlock_wire::Reason;
 
 /// Config keys `git config` may write (lowercase section and name; `*` is one subsection).
@@ -55,7 +54,7 @@ pub(super) fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal>
         "edit" => {
             return Err(Refusal::new(
                 Reason::InteractiveRefused,
-                format!("git config edit: {EDITOR}"),
+                format!("git config edit: {}", Why::Editor),
             ));
         }
         _ => write_flag || (!read_flag && rest.len() >= 2),

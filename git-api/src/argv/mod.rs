@@ -27,7 +27,7 @@ mod table;
 pub use config::{WRITABLE_CONFIG, config_key_writable};
 pub(crate) use parse::Arg;
 pub use parse::subcommand_name;
-pub use refusal::Refusal;
+pub use refusal::{Refusal, Why};
 pub use refused::known_subcommand;
 pub use table::Class;
 

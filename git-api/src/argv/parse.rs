@@ -3,7 +3,7 @@
 
 use super::refusal::Refusal;
 use super::refused::{REFUSED_GLOBAL, refused_long, refused_message};
-use super::table::{ALLOWED_GLOBAL, INTERACTIVE, Sub, Value};
+use super::table::{ALLOWED_GLOBAL, Sub, Value};
 use airlock_wire::Reason;
 
 /// The global options before the subcommand, read.
@@ -229,13 +229,8 @@ fn short_cluster(
 ) -> Result<(), Refusal> {
     for (j, &c) in cluster.iter().enumerate() {
         if let Some((_, why)) = sub.refused_short.iter().find(|(r, _)| *r == c) {
-            let reason = if *why == INTERACTIVE {
-                Reason::InteractiveRefused
-            } else {
-                Reason::OptionRefused
-            };
             return Err(Refusal::new(
-                reason,
+                why.reason(),
                 format!("git {} -{c} is refused by the git API: {why}", sub.name),
             ));
         }
@@ -313,12 +308,10 @@ fn separate_value(option: &str, value: &str) -> Result<(), Refusal> {
 
 fn unknown_long(sub: &Sub, name: &str) -> Refusal {
     if let Some((full, why)) = refused_long(name) {
-        let reason = if why == INTERACTIVE {
-            Reason::InteractiveRefused
-        } else {
-            Reason::OptionRefused
-        };
-        return Refusal::new(reason, refused_message(&format!("--{name}"), full, why));
+        return Refusal::new(
+            why.reason(),
+            refused_message(&format!("--{name}"), full, why),
+        );
     }
     // Options git would accept as an abbreviation of an allowed one: ask for the full name.
     let candidates: Vec<&str> = sub

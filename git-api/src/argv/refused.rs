@@ -1,107 +1,50 @@
 //! What is refused wherever it appears, each with why and what works instead: long options
 //! (and every abbreviation of them), global options, and subcommands.
 
-use super::refusal::Refusal;
+use super::refusal::{Refusal, Why};
 use super::table::{SUBS, find_sub};
 use airlock_wire::Reason;
 
 /// Long options refused wherever they appear, with why. An argument that abbreviates one of
 /// them (`--upload-p`) is refused too.
-pub(super) const REFUSED_LONG: &[(&str, &str)] = &[
-    (
-        "upload-pack",
-        "runs a program of the caller's choosing on the remote side",
-    ),
-    (
-        "receive-pack",
-        "runs a program of the caller's choosing on the remote side",
-    ),
-    ("exec", "runs a program of the caller's choosing"),
-    ("exec-path", "changes where git finds the programs it runs"),
-    (
-        "git-dir",
-        "the repository is chosen by the git API, not the caller",
-    ),
-    (
-        "work-tree",
-        "the work tree is chosen by the git API, not the caller",
-    ),
-    (
-        "separate-git-dir",
-        "the repository is chosen by the git API, not the caller",
-    ),
-    (
-        "namespace",
-        "the repository is chosen by the git API, not the caller",
-    ),
-    ("config-env", "configuration is fixed by the git API"),
-    ("template", "templates can install hooks"),
-    ("super-prefix", "internal option"),
-    ("output", "writes a file chosen by the caller"),
-    ("output-directory", "writes files chosen by the caller"),
-    ("ext-diff", "runs an external diff program"),
-    ("textconv", "runs a textconv filter program"),
-    (
-        "no-index",
-        "reads files outside the repository; the shim runs git diff --no-index itself, as you",
-    ),
-    (
-        "pathspec-from-file",
-        "reads a file chosen by the caller; pass the paths as arguments",
-    ),
-    ("contents", "reads a file chosen by the caller"),
-    ("ignore-revs-file", "reads a file chosen by the caller"),
-    ("exclude-from", "reads a file chosen by the caller"),
-    ("open-files-in-pager", "runs a program"),
-    (
-        "recurse-submodules",
-        "submodules are not run by the git API",
-    ),
-    (
-        "gpg-sign",
-        "runs gpg; signing is not available in the sandbox",
-    ),
-    (
-        "signed",
-        "runs gpg; signing is not available in the sandbox",
-    ),
-    ("sign", "runs gpg; signing is not available in the sandbox"),
-    (
-        "interactive",
-        "interactive modes need a terminal the git API does not have",
-    ),
-    (
-        "patch",
-        "interactive modes need a terminal the git API does not have",
-    ),
-    (
-        "edit",
-        "opens an editor the git API does not have; pass -m or -F",
-    ),
-    ("edit-todo", "opens an editor the git API does not have"),
-    (
-        "edit-description",
-        "opens an editor the git API does not have",
-    ),
-    (
-        "reedit-message",
-        "opens an editor the git API does not have; use -C",
-    ),
-    ("list-cmds", "internal option"),
-    ("attr-source", "attributes are read from the work tree only"),
-    (
-        "unsafe-paths",
-        "patches are applied inside the workspace only",
-    ),
-    ("build-fake-ancestor", "writes a file chosen by the caller"),
-    (
-        "description-file",
-        "reads a file chosen by the caller; put the text in the branch description or the cover letter",
-    ),
-    (
-        "signature-file",
-        "reads a file chosen by the caller; use --signature=<text>",
-    ),
+pub(super) const REFUSED_LONG: &[(&str, Why)] = &[
+    ("upload-pack", Why::RemoteProgram),
+    ("receive-pack", Why::RemoteProgram),
+    ("exec", Why::CallersProgram),
+    ("exec-path", Why::ExecPath),
+    ("git-dir", Why::Repository),
+    ("work-tree", Why::WorkTree),
+    ("separate-git-dir", Why::Repository),
+    ("namespace", Why::Repository),
+    ("config-env", Why::Configuration),
+    ("template", Why::Hooks),
+    ("super-prefix", Why::Internal),
+    ("output", Why::WritesFile),
+    ("output-directory", Why::WritesFiles),
+    ("ext-diff", Why::ExtDiff),
+    ("textconv", Why::Textconv),
+    ("no-index", Why::NoIndex),
+    ("pathspec-from-file", Why::PathspecFile),
+    ("contents", Why::ReadsFile),
+    ("ignore-revs-file", Why::ReadsFile),
+    ("exclude-from", Why::ReadsFile),
+    ("open-files-in-pager", Why::Program),
+    ("recurse-submodules", Why::Submodules),
+    ("gpg-sign", Why::Signing),
+    ("signed", Why::Signing),
+    ("sign", Why::Signing),
+    ("interactive", Why::Interactive),
+    ("patch", Why::Interactive),
+    ("edit", Why::Editor),
+    ("edit-todo", Why::EditorNoMessage),
+    ("edit-description", Why::EditorNoMessage),
+    ("reedit-message", Why::ReeditMessage),
+    ("list-cmds", Why::Internal),
+    ("attr-source", Why::AttrSource),
+    ("unsafe-paths", Why::UnsafePaths),
+    ("build-fake-ancestor", Why::WritesFile),
+    ("description-file", Why::DescriptionFile),
+    ("signature-file", Why::SignatureFile),
 ];
 
 /// Global options (before the subcommand) that are refused, with why.
@@ -262,7 +205,7 @@ pub fn known_subcommand(name: &str) -> bool {
 }
 
 /// The refused option that `name` (without dashes) names or abbreviates.
-pub(super) fn refused_long(name: &str) -> Option<(&'static str, &'static str)> {
+pub(super) fn refused_long(name: &str) -> Option<(&'static str, Why)> {
     if name.is_empty() {
         return None;
     }
@@ -273,7 +216,7 @@ pub(super) fn refused_long(name: &str) -> Option<(&'static str, &'static str)> {
         .copied()
 }
 
-pub(super) fn refused_message(written: &str, full: &str, why: &str) -> String {
+pub(super) fn refused_message(written: &str, full: &str, why: Why) -> String {
     if written.trim_start_matches('-') == full {
         format!("--{full} is refused by the git API: {why}")
     } else {

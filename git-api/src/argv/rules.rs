@@ -7,7 +7,8 @@
 use super::config;
 use super::parse::{Arg, Parsed, has};
 use super::refusal::Refusal;
-use super::table::{INTERACTIVE, Rule, Sub};
+use super::refusal::Why;
+use super::table::{Rule, Sub};
 use airlock_wire::Reason;
 
 /// What the rules add to an allowed invocation.
@@ -151,7 +152,7 @@ fn pull_rebase(args: &[Arg]) -> Result<(), Refusal> {
         if matches!(a.value.as_deref(), Some("interactive" | "i")) {
             return Err(Refusal::new(
                 Reason::InteractiveRefused,
-                format!("git pull --rebase=interactive: {INTERACTIVE}"),
+                format!("git pull --rebase=interactive: {}", Why::Interactive),
             ));
         }
     }

@@ -7,6 +7,8 @@
 //! a trailing `=` means the option takes a value (attached or next argument), `?` an
 //! optional value that must be attached (`--color=always`, `-M50%`).
 
+use super::refusal::Why;
+
 /// What the server must do around a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -449,7 +451,7 @@ pub(super) struct Sub {
     pub(super) pages: bool,
     pub(super) opts: &'static [&'static [&'static str]],
     /// Short options refused for this subcommand only (letter, why).
-    pub(super) refused_short: &'static [(char, &'static str)],
+    pub(super) refused_short: &'static [(char, Why)],
     /// `-<number>` is shorthand for `-n <number>` (log family).
     pub(super) numeric: bool,
     /// The rule the parsed arguments go through after the allowlist.
@@ -485,9 +487,6 @@ pub(super) enum Rule {
     /// `git am`: as [`Rule::Patch`], and `--continue` keeps git's message.
     Am,
 }
-
-pub(super) const INTERACTIVE: &str = "interactive modes need a terminal the git API does not have";
-pub(super) const EDITOR: &str = "opens an editor the git API does not have; pass -m or -F";
 
 pub(super) const SUBS: &[Sub] = &[
     Sub {
@@ -601,7 +600,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('S', "reads a file chosen by the caller")],
+        refused_short: &[('S', Why::ReadsFile)],
         opts: &[&[
             "L=",
             "l",
@@ -641,10 +640,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[
-            ('f', "reads patterns from a file; pass them with -e"),
-            ('O', "runs a program"),
-        ],
+        refused_short: &[('f', Why::PatternsFile), ('O', Why::Program)],
         opts: &[&[
             "cached",
             "untracked",
@@ -699,7 +695,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('X', "reads a file chosen by the caller")],
+        refused_short: &[('X', Why::ReadsFile)],
         opts: &[&[
             "z",
             "t",
@@ -929,7 +925,11 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('i', INTERACTIVE), ('p', INTERACTIVE), ('e', EDITOR)],
+        refused_short: &[
+            ('i', Why::Interactive),
+            ('p', Why::Interactive),
+            ('e', Why::Editor),
+        ],
         opts: &[&[
             "n|dry-run",
             "v|verbose",
@@ -981,7 +981,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('p', INTERACTIVE)],
+        refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "s|source=",
             "S|staged",
@@ -1005,7 +1005,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('p', INTERACTIVE)],
+        refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "soft",
             "mixed",
@@ -1026,11 +1026,11 @@ pub(super) const SUBS: &[Sub] = &[
         numeric: false,
         rule: Rule::Commit,
         refused_short: &[
-            ('p', INTERACTIVE),
-            ('e', EDITOR),
-            ('c', EDITOR),
-            ('t', "templates are not available; pass -m or -F"),
-            ('S', "runs gpg; signing is not available in the sandbox"),
+            ('p', Why::Interactive),
+            ('e', Why::Editor),
+            ('c', Why::Editor),
+            ('t', Why::Template),
+            ('S', Why::Signing),
         ],
         opts: &[COMMIT],
     },
@@ -1040,7 +1040,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('p', INTERACTIVE)],
+        refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "q|quiet",
             "progress",
@@ -1144,11 +1144,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Tag,
-        refused_short: &[
-            ('s', "runs gpg; signing is not available in the sandbox"),
-            ('u', "runs gpg; signing is not available in the sandbox"),
-            ('e', EDITOR),
-        ],
+        refused_short: &[('s', Why::Signing), ('u', Why::Signing), ('e', Why::Editor)],
         opts: &[&[
             "a|annotate",
             "m|message=",
@@ -1181,10 +1177,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
-        refused_short: &[
-            ('e', EDITOR),
-            ('S', "runs gpg; signing is not available in the sandbox"),
-        ],
+        refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[MERGE_OPTS],
     },
     Sub {
@@ -1194,9 +1187,9 @@ pub(super) const SUBS: &[Sub] = &[
         numeric: false,
         rule: Rule::Sequencer,
         refused_short: &[
-            ('i', INTERACTIVE),
-            ('x', "runs a program of the caller's choosing"),
-            ('S', "runs gpg; signing is not available in the sandbox"),
+            ('i', Why::Interactive),
+            ('x', Why::CallersProgram),
+            ('S', Why::Signing),
         ],
         opts: &[&[
             "onto=",
@@ -1253,10 +1246,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
-        refused_short: &[
-            ('e', EDITOR),
-            ('S', "runs gpg; signing is not available in the sandbox"),
-        ],
+        refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[&[
             "n|no-commit",
             "x",
@@ -1285,10 +1275,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
-        refused_short: &[
-            ('e', EDITOR),
-            ('S', "runs gpg; signing is not available in the sandbox"),
-        ],
+        refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[&[
             "n|no-commit",
             "s|signoff",
@@ -1312,7 +1299,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::Stash,
-        refused_short: &[('p', INTERACTIVE)],
+        refused_short: &[('p', Why::Interactive)],
         opts: &[
             DIFF,
             &[
@@ -1335,7 +1322,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[('i', INTERACTIVE)],
+        refused_short: &[('i', Why::Interactive)],
         opts: &[&[
             "n|dry-run",
             "f|force",
@@ -1408,10 +1395,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Pull,
-        refused_short: &[
-            ('e', EDITOR),
-            ('S', "runs gpg; signing is not available in the sandbox"),
-        ],
+        refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[FETCH_OPTS, MERGE_OPTS, &["r|rebase?", "no-rebase"]],
     },
     Sub {
@@ -1582,10 +1566,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Am,
-        refused_short: &[
-            ('i', INTERACTIVE),
-            ('S', "runs gpg; signing is not available in the sandbox"),
-        ],
+        refused_short: &[('i', Why::Interactive), ('S', Why::Signing)],
         opts: &[
             APPLY,
             &[
@@ -1624,10 +1605,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: true,
         rule: Rule::Patch,
-        refused_short: &[(
-            'o',
-            "writes files chosen by the caller; the shim writes them",
-        )],
+        refused_short: &[('o', Why::ShimWrites)],
         opts: &[
             DIFF,
             REVS,
@@ -1691,13 +1669,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
-        refused_short: &[
-            (
-                'f',
-                "force pushes are refused: push a new commit on top instead",
-            ),
-            ('d', "deleting remote branches is refused"),
-        ],
+        refused_short: &[('f', Why::Force), ('d', Why::RemoteDelete)],
         opts: &[&[
             "u|set-upstream",
             "q|quiet",
