@@ -72,29 +72,28 @@ pub fn resolve(
     // Every credential is checked: one line per problem, all of them in one start.
     let mut problems = Vec::new();
     for cred in &policy.credentials {
-        let value = match &cred.source {
-            CredentialSource::Env(var) => {
-                out.secret_env_names.push(var.clone());
-                let value = env(var).unwrap_or_default();
-                if value.trim().is_empty() {
-                    None
-                } else {
-                    Some(value)
+        if let Some(var) = cred.source.env() {
+            out.secret_env_names.push(var.to_owned());
+        }
+        let from_env = cred
+            .source
+            .env()
+            .and_then(&env)
+            .filter(|v| !v.trim().is_empty());
+        let value = match (from_env, cred.source.file()) {
+            (Some(value), _) => Some(value),
+            (None, None) => None,
+            (None, Some(path)) => match read_secret_file(&cred.name, path, agent, &knobs) {
+                Ok(v) => v,
+                Err(e) => {
+                    problems.push(format!("{e:#}"));
+                    continue;
                 }
-            }
-            CredentialSource::File(path) => {
-                match read_secret_file(&cred.name, path, agent, &knobs) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        problems.push(format!("{e:#}"));
-                        continue;
-                    }
-                }
-            }
+            },
         };
         let placeholder = placeholder(&cred.name, &nonce()?);
-        if let CredentialSource::Env(var) = &cred.source {
-            out.agent_vars.push((var.clone(), placeholder.clone()));
+        if let Some(var) = cred.source.env() {
+            out.agent_vars.push((var.to_owned(), placeholder.clone()));
         }
         match value {
             Some(value) => out.handoff.credentials.push(ResolvedCredential {
@@ -104,13 +103,16 @@ pub fn resolve(
             }),
             None => {
                 let (absent, fix) = match &cred.source {
-                    CredentialSource::Env(var) => (
-                        format!("{var} is not set"),
-                        crate::problems::Knobs::env_missing_fix(var),
-                    ),
+                    CredentialSource::Env(var) => {
+                        (format!("{var} is not set"), knobs.env_missing_fix(var))
+                    }
                     CredentialSource::File(path) => (
                         format!("no secret file at {}", path.display()),
                         knobs.secret_missing_fix(path),
+                    ),
+                    CredentialSource::EnvOrFile { env, file } => (
+                        format!("{env} is not set and no secret file at {}", file.display()),
+                        knobs.env_or_file_missing_fix(env, file),
                     ),
                 };
                 out.warnings.push(missing_warning(cred, &absent, &fix));

@@ -82,6 +82,9 @@ pub struct Knobs {
     pub github_token: Option<String>,
     /// `AIRLOCK_HOST_EXTRA_CA`: what `EXTRA_CA_FILE` named.
     pub extra_ca: Option<String>,
+    /// `AIRLOCK_LAUNCHER=cli`: the host CLI started this sandbox, so a fix speaks of its
+    /// secret store and `--secret`, not of `scripts/docker-run` variables.
+    pub cli: bool,
 }
 
 impl Knobs {
@@ -93,6 +96,7 @@ impl Knobs {
             policy: get("AIRLOCK_HOST_POLICY"),
             github_token: get("AIRLOCK_HOST_GITHUB_TOKEN_FILE"),
             extra_ca: get("AIRLOCK_HOST_EXTRA_CA"),
+            cli: get("AIRLOCK_LAUNCHER").is_some_and(|v| v == "cli"),
         }
     }
 
@@ -151,7 +155,12 @@ impl Knobs {
 
     /// How to provide a credential whose environment variable was not set: one sentence
     /// for the start's warning and the proxy's refusals.
-    pub fn env_missing_fix(var: &str) -> String {
+    pub fn env_missing_fix(&self, var: &str) -> String {
+        if self.cli {
+            return format!(
+                "the airlock CLI passes secrets as files only: give the credential a file in your policy (source = {{ env = \"{var}\", file = \"/run/secrets/NAME\" }}), store the value with `airlock secret set NAME` and start with `--secret NAME`"
+            );
+        }
         format!(
             "set {var} on the host and start the sandbox again: `{var}=... scripts/docker-run REPO` (scripts/docker-run passes ANTHROPIC_API_KEY and OPENAI_API_KEY, other names need AIRLOCK_DOCKER_ARGS=\"-e {var}\"; docker compose: an `environment:` line; docker run: -e {var})"
         )
@@ -160,6 +169,11 @@ impl Knobs {
     /// How to provide a credential whose secret file is absent: one sentence for the
     /// start's warning and the proxy's refusals.
     pub fn secret_missing_fix(&self, path: &Path) -> String {
+        if let Some(name) = self.cli_secret(path) {
+            return format!(
+                "store it with `airlock secret set {name}` and start the sandbox again with `--secret {name}` (or `--secret {name}=FILE`, a host file holding it)"
+            );
+        }
         if path == Path::new(GITHUB_TOKEN_MOUNT) {
             let named = match &self.github_token {
                 Some(host) => format!(" (GITHUB_TOKEN_FILE names {host}, which is absent)"),
@@ -175,6 +189,31 @@ impl Knobs {
                 path.display()
             )
         }
+    }
+
+    /// How to provide a credential read from a variable or, when unset, a secret file: the
+    /// launcher's own way first.
+    pub fn env_or_file_missing_fix(&self, var: &str, path: &Path) -> String {
+        if self.cli_secret(path).is_some() {
+            return self.secret_missing_fix(path);
+        }
+        format!(
+            "{}; or {}",
+            self.env_missing_fix(var),
+            self.secret_missing_fix(path)
+        )
+    }
+
+    /// The host CLI's secret name for `path` (`/run/secrets/<name>`, where `--secret NAME`
+    /// mounts it), when the CLI started this sandbox.
+    fn cli_secret<'p>(&self, path: &'p Path) -> Option<&'p str> {
+        if !self.cli {
+            return None;
+        }
+        path.strip_prefix("/run/secrets")
+            .ok()
+            .and_then(Path::to_str)
+            .filter(|n| !n.is_empty() && !n.contains('/'))
     }
 }
 
@@ -228,12 +267,16 @@ mod tests {
                 .policy_file(Path::new(POLICY_MOUNT))
                 .contains("AIRLOCK_POLICY=<host file>")
         );
-        assert!(Knobs::env_missing_fix("K").contains("AIRLOCK_DOCKER_ARGS=\"-e K\""));
+        assert!(
+            Knobs::default()
+                .env_missing_fix("K")
+                .contains("AIRLOCK_DOCKER_ARGS=\"-e K\"")
+        );
     }
 
     #[test]
     fn a_missing_credential_is_provided_by_its_knob() {
-        let fix = Knobs::env_missing_fix("ANTHROPIC_API_KEY");
+        let fix = Knobs::default().env_missing_fix("ANTHROPIC_API_KEY");
         assert!(
             fix.starts_with("set ANTHROPIC_API_KEY on the host"),
             "{fix}"
@@ -254,5 +297,29 @@ mod tests {
         );
         let other = Knobs::default().secret_missing_fix(Path::new("/run/secrets/x"));
         assert!(other.contains("-v HOST:/run/secrets/x:ro"), "{other}");
+    }
+
+    #[test]
+    fn a_cli_sandbox_is_told_the_cli_s_way() {
+        let cli = Knobs::from_env(|v| (v == "AIRLOCK_LAUNCHER").then(|| "cli".to_owned()));
+        let key = Path::new("/run/secrets/anthropic_api_key");
+        let fix = cli.env_or_file_missing_fix("ANTHROPIC_API_KEY", key);
+        assert!(
+            fix.contains("airlock secret set anthropic_api_key")
+                && fix.contains("--secret anthropic_api_key")
+                && !fix.contains("scripts/docker-run"),
+            "{fix}"
+        );
+        let token = cli.secret_missing_fix(Path::new(GITHUB_TOKEN_MOUNT));
+        assert!(token.contains("airlock secret set github_token"), "{token}");
+        let env = cli.env_missing_fix("K");
+        assert!(env.contains("file = \"/run/secrets/NAME\""), "{env}");
+        // docker run: both ways, the variable first.
+        let fix = Knobs::default().env_or_file_missing_fix("ANTHROPIC_API_KEY", key);
+        assert!(
+            fix.starts_with("set ANTHROPIC_API_KEY on the host")
+                && fix.contains("-v HOST:/run/secrets/anthropic_api_key:ro"),
+            "{fix}"
+        );
     }
 }

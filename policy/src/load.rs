@@ -711,8 +711,9 @@ impl Validator<'_> {
         raw: &Spanned<RawSource>,
         key: &str,
     ) -> Result<CredentialSource, PolicyError> {
-        match (&raw.get_ref().env, &raw.get_ref().file) {
-            (Some(env), None) => {
+        let env = match &raw.get_ref().env {
+            None => None,
+            Some(env) => {
                 let name = env.get_ref();
                 let mut bytes = name.bytes();
                 let ok = bytes
@@ -726,9 +727,12 @@ impl Validator<'_> {
                         "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
                     ));
                 }
-                Ok(CredentialSource::Env(name.clone()))
+                Some(name.clone())
             }
-            (None, Some(file)) => {
+        };
+        let file = match &raw.get_ref().file {
+            None => None,
+            Some(file) => {
                 let path = file.get_ref();
                 if !path.starts_with('/') || path.contains('\0') {
                     return Err(self.bad(
@@ -737,12 +741,17 @@ impl Validator<'_> {
                         "must be an absolute path (e.g. \"/run/secrets/name\")",
                     ));
                 }
-                Ok(CredentialSource::File(PathBuf::from(path)))
+                Some(PathBuf::from(path))
             }
-            _ => Err(self.fail(
+        };
+        match (env, file) {
+            (Some(env), None) => Ok(CredentialSource::Env(env)),
+            (None, Some(file)) => Ok(CredentialSource::File(file)),
+            (Some(env), Some(file)) => Ok(CredentialSource::EnvOrFile { env, file }),
+            (None, None) => Err(self.fail(
                 raw.span(),
                 key,
-                "needs exactly one of `env` or `file`, e.g. { env = \"API_KEY\" }",
+                "needs `env`, `file` or both (the variable first, else the file), e.g. { env = \"API_KEY\" }",
             )),
         }
     }
@@ -857,7 +866,10 @@ mod tests {
         assert_eq!(p.credentials[0].header, "x-api-key");
         assert_eq!(
             p.credentials[0].source,
-            CredentialSource::Env("ANTHROPIC_API_KEY".into())
+            CredentialSource::EnvOrFile {
+                env: "ANTHROPIC_API_KEY".into(),
+                file: "/run/secrets/anthropic_api_key".into()
+            }
         );
         assert_eq!(p.credentials[1].format, CredentialFormat::GitBasic);
         assert_eq!(p.credentials[1].name, "github");
@@ -1069,14 +1081,14 @@ mod tests {
             "credentials[0].hosts[1]",
         );
         refused(
-            &base.replace("{ env = \"K\" }", "{ env = \"K\", file = \"/x\" }"),
+            &base.replace("{ env = \"K\" }", "{ env = \"K\", file = \"x\" }"),
             5,
-            "credentials[0].source: needs exactly one",
+            "credentials[0].source.file",
         );
         refused(
             &base.replace("{ env = \"K\" }", "{}"),
             5,
-            "needs exactly one",
+            "needs `env`, `file` or both",
         );
         refused(
             &base.replace("{ env = \"K\" }", "{ env = \"1K\" }"),
@@ -1093,6 +1105,21 @@ mod tests {
             parse(&file).unwrap().credentials[0].source,
             CredentialSource::File("/run/secrets/k".into())
         );
+        // Both: the variable first, else the file (agent profiles, for docker run and the CLI).
+        let both = base.replace(
+            "{ env = \"K\" }",
+            "{ env = \"K\", file = \"/run/secrets/k\" }",
+        );
+        let source = parse(&both).unwrap().credentials[0].source.clone();
+        assert_eq!(
+            source,
+            CredentialSource::EnvOrFile {
+                env: "K".into(),
+                file: "/run/secrets/k".into()
+            }
+        );
+        assert_eq!(source.env(), Some("K"));
+        assert_eq!(source.file(), Some(Path::new("/run/secrets/k")));
         // git-basic must go in authorization.
         refused(&base.replace("\"{}\"", "\"git-basic\""), 7, "authorization");
         let gb = base

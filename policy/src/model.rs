@@ -162,6 +162,37 @@ pub enum CredentialSource {
     Env(String),
     /// A file, e.g. a Docker secret (absolute path).
     File(PathBuf),
+    /// The environment variable when it is set (not empty), else the file: an agent profile
+    /// names both so one policy serves `docker run -e KEY` and the host CLI's secret files
+    /// (`airlock secret set NAME`, `--secret NAME` → `/run/secrets/NAME`). The agent gets
+    /// the placeholder under the variable's name either way.
+    EnvOrFile {
+        /// The variable, read first.
+        env: String,
+        /// The file, read when the variable is unset or empty.
+        file: PathBuf,
+    },
+}
+
+impl CredentialSource {
+    /// The environment variable the credential reads (and the agent's placeholder is set
+    /// under), if any.
+    pub fn env(&self) -> Option<&str> {
+        match self {
+            CredentialSource::Env(var) | CredentialSource::EnvOrFile { env: var, .. } => Some(var),
+            CredentialSource::File(_) => None,
+        }
+    }
+
+    /// The secret file the credential reads, if any.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            CredentialSource::File(path) | CredentialSource::EnvOrFile { file: path, .. } => {
+                Some(path)
+            }
+            CredentialSource::Env(_) => None,
+        }
+    }
 }
 
 /// How a credential's header value is built.

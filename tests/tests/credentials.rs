@@ -165,3 +165,52 @@ fn a_missing_secret_starts_and_its_host_is_refused_with_the_fix() {
         airlock.audit()
     );
 }
+
+/// An agent profile names both sources (`{ env, file }`) so one policy serves `docker run
+/// -e KEY` and the host CLI, which passes secrets only as files (`--secret NAME` →
+/// `/run/secrets/NAME`). With the variable unset the file's value is injected, the agent
+/// holds the placeholder under the variable's name, and it cannot read the file.
+#[test]
+fn an_env_or_file_credential_without_its_variable_injects_the_file() {
+    let world = world();
+    let secret = world.dir().join("anthropic_api_key");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let source = format!(
+        "{{ env = \"ANTHROPIC_API_KEY\", file = \"{}\" }}",
+        secret.display()
+    );
+    let airlock = Airlock::new(&world, &policy_with(&source));
+    let script = format!(
+        "echo key=$ANTHROPIC_API_KEY\n\
+         cat {} 2>/dev/null; echo read=$?\n\
+         curl -sS --max-time 10 -o /dev/null -w 'status=%{{http_code}}\\n' -H \"x-api-key: $ANTHROPIC_API_KEY\" https://allowed.test/v1/messages",
+        secret.display()
+    );
+    let mut cmd = airlock.command(&world, &["sh", "-c", &script]);
+    cmd.env_remove("ANTHROPIC_API_KEY");
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(
+        text.contains("key=airlock-placeholder-anthropic-")
+            && text.contains("read=1")
+            && !text.contains("REALSECRET"),
+        "{text}"
+    );
+    assert!(
+        !err.contains("warning: credential"),
+        "configured by its file: {err}"
+    );
+    assert!(text.contains("status=200"), "{text}\n{err}");
+    let upstream = world.upstream_log().unwrap();
+    let hits: Vec<_> = upstream
+        .iter()
+        .filter(|l| l["path"] == "/v1/messages")
+        .collect();
+    assert_eq!(hits.len(), 1, "{upstream:?}");
+    assert_eq!(
+        hits[0]["headers"]["x-api-key"], SECRET,
+        "the file's value injected"
+    );
+}

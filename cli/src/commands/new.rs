@@ -311,6 +311,9 @@ pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout) -> RunSpec 
     }
     spec.network = plan.place.network.clone();
     spec.dns = plan.place.dns.clone();
+    // The entrypoint's fixes for a missing credential then speak of `airlock secret set` and
+    // `--secret`, not of scripts/docker-run's variables.
+    spec.env.push(("AIRLOCK_LAUNCHER".into(), "cli".into()));
     // The operator's git identity is the agent's default commit identity (the agent's own
     // config still wins), as with scripts/docker-run; AIRLOCK_GIT_USER_NAME/EMAIL override.
     let (name, email) = checkout::identity(&op.top);
