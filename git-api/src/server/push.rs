@@ -1,0 +1,195 @@
+//! `git push`: resolved into explicit ref updates, each judged by the push policy on its
+//! facts (fast-forward, paths touched) before git runs.
+
+use super::Server;
+use crate::argv::{Checked, Refusal};
+use crate::push::{self, Facts, Update};
+use airlock_wire::Reason;
+
+impl Server {
+    /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
+    /// Also returns the transport configuration of the remote (see `check_remote`).
+    pub(super) fn resolve_push(&self, c: &Checked) -> Result<(Vec<String>, Vec<String>), Refusal> {
+        let (global, rest) = c.argv.split_at((c.sub_index + 1).min(c.argv.len()));
+        let mut options = Vec::new();
+        let mut operands = Vec::new();
+        let mut after_dashes = false;
+        for a in rest {
+            if !after_dashes && a == "--" {
+                after_dashes = true;
+            } else if !after_dashes && a.starts_with('-') {
+                options.push(a.clone());
+            } else {
+                operands.push(a.clone());
+            }
+        }
+        let branch = self.current_branch()?;
+        let remote = match operands.first() {
+            Some(r) => r.clone(),
+            None => self.default_remote(branch.as_deref())?,
+        };
+        let transport = self.check_remote(&remote, true)?;
+        let specs: Vec<push::Refspec> = if operands.len() > 1 {
+            operands[1..]
+                .iter()
+                .map(|s| push::parse_refspec(s))
+                .collect::<Result<_, _>>()?
+        } else {
+            let Some(b) = &branch else {
+                return Err(Refusal::new(
+                    Reason::PushFormNotSupported,
+                    "HEAD is detached: name the branch to push (git push origin HEAD:sandbox/<name>/<branch>)",
+                ));
+            };
+            vec![push::Refspec {
+                src: b.clone(),
+                dst: None,
+            }]
+        };
+        let mut refspecs = Vec::new();
+        for spec in specs {
+            let (src_ref, dst) = self.resolve_refspec(&spec, branch.as_deref())?;
+            let new = self
+                .query(&["rev-parse", "--verify", "-q", &src_ref])?
+                .line()
+                .ok_or_else(|| {
+                    Refusal::new(
+                        Reason::PushFormNotSupported,
+                        format!("{} does not name a commit", spec.src),
+                    )
+                })?;
+            let old = match dst.strip_prefix("refs/heads/") {
+                Some(b) => self
+                    .query(&[
+                        "rev-parse",
+                        "--verify",
+                        "-q",
+                        &format!("refs/remotes/{remote}/{b}^{{commit}}"),
+                    ])?
+                    .line(),
+                None => None,
+            };
+            let update = Update {
+                dst: dst.clone(),
+                old: old.clone(),
+                new: Some(new.clone()),
+            };
+            self.rules.judge_push(&update, &remote, &spec.src)?;
+            let facts = self.facts(&remote, old.as_deref(), &new)?;
+            self.rules.judge_facts(&update, &facts)?;
+            refspecs.push(format!("{src_ref}:{dst}"));
+        }
+        let mut out: Vec<String> = global.to_vec();
+        out.extend(options);
+        out.push(remote);
+        out.extend(refspecs);
+        Ok((out, transport))
+    }
+
+    pub(super) fn resolve_refspec(
+        &self,
+        spec: &push::Refspec,
+        branch: Option<&str>,
+    ) -> Result<(String, String), Refusal> {
+        let exists = |r: &str| -> Result<bool, Refusal> {
+            Ok(self.query(&["rev-parse", "--verify", "-q", r])?.ok)
+        };
+        let (src_ref, default_dst) = if spec.src == "HEAD" || spec.src == "@" {
+            match branch {
+                Some(b) => (format!("refs/heads/{b}"), Some(format!("refs/heads/{b}"))),
+                None => ("HEAD".to_owned(), None),
+            }
+        } else if spec.src.starts_with("refs/heads/") || spec.src.starts_with("refs/tags/") {
+            (spec.src.clone(), Some(spec.src.clone()))
+        } else if exists(&format!("refs/heads/{}", spec.src))? {
+            (
+                format!("refs/heads/{}", spec.src),
+                Some(format!("refs/heads/{}", spec.src)),
+            )
+        } else if exists(&format!("refs/tags/{}", spec.src))? {
+            (
+                format!("refs/tags/{}", spec.src),
+                Some(format!("refs/tags/{}", spec.src)),
+            )
+        } else {
+            (spec.src.clone(), None)
+        };
+        let dst = match (&spec.dst, default_dst) {
+            (Some(d), _) if d.starts_with("refs/") => d.clone(),
+            (Some(d), _) if src_ref.starts_with("refs/tags/") => format!("refs/tags/{d}"),
+            (Some(d), _) => format!("refs/heads/{d}"),
+            (None, Some(d)) => d,
+            (None, None) => {
+                return Err(Refusal::new(
+                    Reason::PushFormNotSupported,
+                    format!(
+                        "name the destination: git push <remote> {}:<branch>",
+                        spec.src
+                    ),
+                ));
+            }
+        };
+        if dst.contains("..") || dst.contains(['*', ' ', '~', '^', ':', '?', '[', '\\']) {
+            return Err(Refusal::new(
+                Reason::PushFormNotSupported,
+                format!("{dst} is not a valid ref name"),
+            ));
+        }
+        Ok((src_ref, dst))
+    }
+
+    pub(super) fn facts(
+        &self,
+        remote: &str,
+        old: Option<&str>,
+        new: &str,
+    ) -> Result<Facts, Refusal> {
+        let fast_forward = match old {
+            None => true,
+            Some(o) => {
+                let q = self.query(&["merge-base", "--is-ancestor", o, new])?;
+                match q.code {
+                    Some(0) => true,
+                    Some(1) => false,
+                    _ => {
+                        return Err(Refusal::new(
+                            Reason::Internal,
+                            format!("merge-base failed: {}", q.stderr.trim()),
+                        ));
+                    }
+                }
+            }
+        };
+        let remotes = format!("--remotes={remote}");
+        let mut args = vec![
+            "log",
+            "--no-renames",
+            "--name-only",
+            "--format=format:",
+            "--cc",
+            new,
+            "--not",
+        ];
+        match old {
+            Some(o) => args.push(o),
+            None => args.push(&remotes),
+        }
+        let q = self.query(&args)?;
+        if !q.ok {
+            return Err(Refusal::new(
+                Reason::Internal,
+                format!("listing pushed paths failed: {}", q.stderr.trim()),
+            ));
+        }
+        let touched = q
+            .stdout
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Facts {
+            fast_forward,
+            touched,
+        })
+    }
+}

@@ -1,0 +1,123 @@
+//! Spawning git: its stdin fed from the request, its stdout and stderr streamed back as
+//! frames; a read-only git stops when nobody reads any more.
+
+use super::Server;
+use crate::argv::Refusal;
+use airlock_wire::frame::{CHUNK, write_frame, write_json};
+use airlock_wire::{Exit, FrameKind, Invocation, Reason};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+impl Server {
+    /// Run git and stream its output as frames; returns the exit code sent.
+    pub(super) fn stream_git(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        args: &[String],
+        read_only: bool,
+    ) -> Result<i32, Refusal> {
+        let code = self.run_streamed(stream, inv, cwd, config, args, read_only)?;
+        let _ = write_json(stream, FrameKind::Exit, &Exit { code }, "exit");
+        Ok(code)
+    }
+
+    /// Run git and stream its stdout and stderr as frames (no exit frame); its exit code.
+    pub(super) fn run_streamed(
+        &self,
+        stream: &mut UnixStream,
+        inv: &Invocation,
+        cwd: &Path,
+        config: &[String],
+        args: &[String],
+        read_only: bool,
+    ) -> Result<i32, Refusal> {
+        let mut cmd = self.env.command(cwd, &inv.env, config, args);
+        if let Some(w) = inv.term_width {
+            cmd.env("COLUMNS", w.to_string());
+        }
+        if read_only {
+            cmd.env("GIT_OPTIONAL_LOCKS", "0");
+        }
+        cmd.stdin(if inv.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| {
+            Refusal::new(
+                Reason::Internal,
+                format!("starting {}: {e}", self.env.git.display()),
+            )
+        })?;
+        let pid = child.id();
+        let out = Mutex::new(
+            stream
+                .try_clone()
+                .map_err(|e| Refusal::new(Reason::Internal, e.to_string()))?,
+        );
+        let gone = AtomicBool::new(false);
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let status = std::thread::scope(|s| {
+            if let (Some(mut w), Some(data)) = (stdin, inv.stdin.as_deref()) {
+                s.spawn(move || {
+                    let _ = w.write_all(data);
+                });
+            }
+            let pump = |r: Option<Box<dyn Read + Send>>, kind: FrameKind| {
+                let (out, gone) = (&out, &gone);
+                move || {
+                    let Some(mut r) = r else { return };
+                    let mut buf = vec![0u8; CHUNK];
+                    loop {
+                        let n = match r.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if gone.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        let ok = out
+                            .lock()
+                            .is_ok_and(|mut w| write_frame(&mut *w, kind, &buf[..n]).is_ok());
+                        if !ok {
+                            gone.store(true, Ordering::Relaxed);
+                            if read_only {
+                                // Nobody reads any more; a read-only git can stop. A writing
+                                // git always finishes (a push the upstream took is never cut).
+                                let _ = nix::sys::signal::kill(
+                                    nix::unistd::Pid::from_raw(pid as i32),
+                                    nix::sys::signal::Signal::SIGTERM,
+                                );
+                            }
+                        }
+                    }
+                }
+            };
+            s.spawn(pump(
+                stdout.map(|r| Box::new(r) as Box<dyn Read + Send>),
+                FrameKind::Stdout,
+            ));
+            s.spawn(pump(
+                stderr.map(|r| Box::new(r) as Box<dyn Read + Send>),
+                FrameKind::Stderr,
+            ));
+            child.wait()
+        });
+        let status =
+            status.map_err(|e| Refusal::new(Reason::Internal, format!("waiting for git: {e}")))?;
+        Ok(status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    }
+}
