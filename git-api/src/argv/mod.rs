@@ -53,6 +53,9 @@ pub struct Checked {
     pub editor_true: bool,
     /// One line for the agent's stderr before git runs (what the git API changed).
     pub notice: Option<String>,
+    /// Options the server adds right after the subcommand (`--no-ext-diff`, `--no-textconv`):
+    /// what would run a program the repository's attributes name is off.
+    pub harden: &'static [&'static str],
 }
 
 /// Check an invocation's argv (everything after `git`).
@@ -89,6 +92,7 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         sub_index,
         editor_true: after.editor_true,
         notice: None,
+        harden: sub.harden,
     };
     if sub.rule == table::Rule::Config && parse::has(&parsed.args, &["global"]) {
         checked.notice = config::global_is_local(
@@ -118,6 +122,7 @@ fn no_subcommand(global: Vec<String>) -> Result<Checked, Refusal> {
             sub_index,
             editor_true: false,
             notice: None,
+            harden: &[],
         });
     }
     Err(Refusal::new(

@@ -180,6 +180,7 @@ pub(super) const STASH_SHOW: Sub = Sub {
     pages: true,
     numeric: false,
     rule: Rule::Stash,
+    harden: &[],
     refused_short: &[],
     opts: &[
         DIFF,
@@ -456,7 +457,15 @@ pub(super) struct Sub {
     pub(super) numeric: bool,
     /// The rule the parsed arguments go through after the allowlist.
     pub(super) rule: Rule,
+    /// Options the server adds after the subcommand, turning off what would run a program
+    /// the repository's attributes name (`--no-ext-diff`, `--no-textconv`).
+    pub(super) harden: &'static [&'static str],
 }
+
+/// [`Sub::harden`] of the diff family.
+const NO_DIFF_PROGRAMS: &[&str] = &["--no-ext-diff", "--no-textconv"];
+/// [`Sub::harden`] of the commands that only textconv.
+const NO_TEXTCONV: &[&str] = &["--no-textconv"];
 
 /// Which of [`super::rules`] a subcommand's arguments go through after the allowlist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -495,6 +504,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "s|short",
@@ -523,6 +533,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF],
     },
@@ -532,6 +543,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: true,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF, REVS, &["q|quiet"]],
     },
@@ -541,6 +553,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: true,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF, REVS, &["q|quiet"]],
     },
@@ -552,6 +565,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF, DIFF_PLUMBING],
     },
@@ -561,6 +575,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF, DIFF_PLUMBING],
     },
@@ -570,6 +585,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: NO_DIFF_PROGRAMS,
         refused_short: &[],
         opts: &[DIFF, DIFF_PLUMBING],
     },
@@ -579,6 +595,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: true,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[
             REVS,
@@ -591,6 +608,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: true,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[REVS, &["quiet"]],
     },
@@ -600,6 +618,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
+        harden: NO_TEXTCONV,
         refused_short: &[('S', Why::ReadsFile)],
         opts: &[&[
             "L=",
@@ -640,6 +659,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
+        harden: NO_TEXTCONV,
         refused_short: &[('f', Why::PatternsFile), ('O', Why::Program)],
         opts: &[&[
             "cached",
@@ -695,6 +715,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('X', Why::ReadsFile)],
         opts: &[&[
             "z",
@@ -732,6 +753,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "d",
@@ -754,6 +776,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "show-toplevel",
@@ -805,6 +828,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "head",
@@ -824,6 +848,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "a|all",
@@ -839,6 +864,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "contains",
@@ -863,6 +889,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "t",
@@ -881,6 +908,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "tags",
@@ -898,6 +926,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["v", "abbrev?"]],
     },
@@ -907,6 +936,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: true,
         rule: Rule::Reflog,
+        harden: &[],
         refused_short: &[],
         opts: &[REVS],
     },
@@ -916,6 +946,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["build-options"]],
     },
@@ -925,6 +956,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[
             ('i', Why::Interactive),
             ('p', Why::Interactive),
@@ -955,6 +987,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "f|force",
@@ -972,6 +1005,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["f|force", "k", "n|dry-run", "v|verbose", "sparse"]],
     },
@@ -981,6 +1015,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "s|source=",
@@ -1005,6 +1040,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "soft",
@@ -1025,6 +1061,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Commit,
+        harden: &[],
         refused_short: &[
             ('p', Why::Interactive),
             ('e', Why::Editor),
@@ -1040,6 +1077,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('p', Why::Interactive)],
         opts: &[&[
             "q|quiet",
@@ -1074,6 +1112,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "c|create=",
@@ -1101,6 +1140,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "d|delete",
@@ -1144,6 +1184,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Tag,
+        harden: &[],
         refused_short: &[('s', Why::Signing), ('u', Why::Signing), ('e', Why::Editor)],
         opts: &[&[
             "a|annotate",
@@ -1177,6 +1218,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
+        harden: &[],
         refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[MERGE_OPTS],
     },
@@ -1186,6 +1228,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
+        harden: &[],
         refused_short: &[
             ('i', Why::Interactive),
             ('x', Why::CallersProgram),
@@ -1246,6 +1289,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
+        harden: &[],
         refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[&[
             "n|no-commit",
@@ -1275,6 +1319,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Sequencer,
+        harden: &[],
         refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[&[
             "n|no-commit",
@@ -1299,6 +1344,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::Stash,
+        harden: &[],
         refused_short: &[('p', Why::Interactive)],
         opts: &[
             DIFF,
@@ -1322,6 +1368,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('i', Why::Interactive)],
         opts: &[&[
             "n|dry-run",
@@ -1339,6 +1386,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Config,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "get",
@@ -1377,6 +1425,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Remote,
+        harden: &[],
         refused_short: &[],
         opts: &[&["v|verbose", "n", "push", "all"]],
     },
@@ -1386,6 +1435,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[FETCH_OPTS],
     },
@@ -1395,6 +1445,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Pull,
+        harden: &[],
         refused_short: &[('e', Why::Editor), ('S', Why::Signing)],
         opts: &[FETCH_OPTS, MERGE_OPTS, &["r|rebase?", "no-rebase"]],
     },
@@ -1404,6 +1455,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "b|branches",
@@ -1424,6 +1476,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Plumbing,
+        harden: &[],
         refused_short: &[],
         opts: &[&["q|quiet", "short", "recurse", "no-recurse"]],
     },
@@ -1433,6 +1486,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "format=",
@@ -1460,6 +1514,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["q|quiet", "v|verbose", "n|non-matching", "no-index", "z"]],
     },
@@ -1469,6 +1524,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["v|verbose", "H|human-readable"]],
     },
@@ -1478,6 +1534,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Plumbing,
+        harden: &[],
         refused_short: &[],
         opts: &[&["porcelain", "v|verbose", "z", "expire="]],
     },
@@ -1487,6 +1544,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["q|quiet", "cached"]],
     },
@@ -1496,6 +1554,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "term-old=",
@@ -1512,6 +1571,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: true,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&["ref="]],
     },
@@ -1521,6 +1581,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[],
         opts: &[&[
             "format=",
@@ -1548,6 +1609,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Plumbing,
+        harden: &[],
         refused_short: &[],
         opts: &[&["auto", "q|quiet"]],
     },
@@ -1557,6 +1619,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Patch,
+        harden: &[],
         refused_short: &[],
         opts: &[APPLY],
     },
@@ -1566,6 +1629,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::Am,
+        harden: &[],
         refused_short: &[('i', Why::Interactive), ('S', Why::Signing)],
         opts: &[
             APPLY,
@@ -1605,6 +1669,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: true,
         rule: Rule::Patch,
+        harden: &[],
         refused_short: &[('o', Why::ShimWrites)],
         opts: &[
             DIFF,
@@ -1669,6 +1734,7 @@ pub(super) const SUBS: &[Sub] = &[
         pages: false,
         numeric: false,
         rule: Rule::None,
+        harden: &[],
         refused_short: &[('f', Why::Force), ('d', Why::RemoteDelete)],
         opts: &[&[
             "u|set-upstream",

@@ -43,8 +43,9 @@ pub(super) fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
     (options, operands)
 }
 
-/// Add `--no-ext-diff` / `--no-textconv` where git accepts them; `git remote show` never
-/// queries the remote (`-n`): its listing would include other sandboxes' branches.
+/// Add the row's hardening options after the subcommand ([`Checked::harden`]: `--no-ext-diff`,
+/// `--no-textconv`); `git remote show` never queries the remote (`-n`): its listing would
+/// include other sandboxes' branches.
 pub(super) fn harden_args(c: &Checked, args: &mut Vec<String>) {
     // `git submodule` is a shell script, and a shell drops the split identity (design §5):
     // its status is the builtin helper's.
@@ -65,15 +66,8 @@ pub(super) fn harden_args(c: &Checked, args: &mut Vec<String>) {
         args.insert(p + 1, "-n".to_owned());
         return;
     }
-    let extra: &[&str] = match c.subcommand.as_str() {
-        "diff" | "log" | "show" | "diff-tree" | "diff-index" | "diff-files" => {
-            &["--no-ext-diff", "--no-textconv"]
-        }
-        "grep" | "blame" => &["--no-textconv"],
-        _ => &[],
-    };
     if args.get(c.sub_index) == Some(&c.subcommand) {
-        for (i, e) in extra.iter().enumerate() {
+        for (i, e) in c.harden.iter().enumerate() {
             args.insert(c.sub_index + 1 + i, (*e).to_owned());
         }
     }
@@ -160,6 +154,36 @@ mod tests {
         assert!(!needs_fresh_index(&checked("apply --cached")));
         assert!(!needs_fresh_index(&checked("apply --check")));
         assert!(!needs_fresh_index(&checked("status --short")));
+    }
+
+    #[test]
+    fn diff_programs_and_textconv_are_off_where_git_would_run_them() {
+        for (s, want) in [
+            ("diff HEAD", "diff --no-ext-diff --no-textconv HEAD"),
+            (
+                "--no-pager log -p",
+                "--no-pager log --no-ext-diff --no-textconv -p",
+            ),
+            ("show HEAD", "show --no-ext-diff --no-textconv HEAD"),
+            (
+                "diff-tree -r HEAD",
+                "diff-tree --no-ext-diff --no-textconv -r HEAD",
+            ),
+            (
+                "diff-index HEAD",
+                "diff-index --no-ext-diff --no-textconv HEAD",
+            ),
+            ("diff-files", "diff-files --no-ext-diff --no-textconv"),
+            ("grep -n x", "grep --no-textconv -n x"),
+            ("blame f", "blame --no-textconv f"),
+            ("stash show -p", "stash show -p"),
+            ("status --short", "status --short"),
+        ] {
+            let c = checked(s);
+            let mut args = c.argv.clone();
+            harden_args(&c, &mut args);
+            assert_eq!(args.join(" "), want);
+        }
     }
 
     #[test]
