@@ -4,13 +4,13 @@
 
 use super::Server;
 use super::rewrite::{global_and_sub, split_operands};
+use super::spawn::Job;
 use crate::argv::{Checked, Refusal};
 use crate::visible::{self, FetchSpec};
 use airlock_wire::frame::{CHUNK, write_frame, write_json};
-use airlock_wire::{Exit, FrameKind, Invocation, Reason};
+use airlock_wire::{Exit, FrameKind, Reason};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::Stdio;
 
 impl Server {
@@ -108,22 +108,14 @@ impl Server {
     }
 
     /// `git ls-remote`: the remote checked, its output filtered of hidden refs.
-    pub(super) fn ls_remote(
-        &self,
-        stream: &mut UnixStream,
-        inv: &Invocation,
-        cwd: &Path,
-        config: &[String],
-        c: &Checked,
-    ) -> Result<i32, Refusal> {
+    pub(super) fn ls_remote(&self, job: &mut Job<'_>, c: &Checked) -> Result<i32, Refusal> {
         let (options, operands) = split_operands(c);
         let mut operands = operands.into_iter();
         let remote = match operands.next() {
             Some(r) => r,
             None => self.fetch_remote(self.current_branch()?.as_deref())?,
         };
-        let mut config = config.to_vec();
-        config.extend(self.check_remote(&remote, false)?);
+        job.config.extend(self.check_remote(&remote, false)?);
         let mut args = global_and_sub(c);
         args.extend(options);
         args.push("--".into());
@@ -131,7 +123,7 @@ impl Server {
         args.extend(operands);
         let out = self
             .env
-            .command(cwd, &inv.env, &config, &args)
+            .command(job.cwd, &job.inv.env, &job.config, &args)
             .env("GIT_OPTIONAL_LOCKS", "0")
             .stdin(Stdio::null())
             .output()
@@ -147,25 +139,18 @@ impl Server {
             code = 2;
         }
         for chunk in shown.as_bytes().chunks(CHUNK) {
-            let _ = write_frame(stream, FrameKind::Stdout, chunk);
+            let _ = write_frame(job.stream, FrameKind::Stdout, chunk);
         }
         if !out.stderr.is_empty() {
-            let _ = write_frame(stream, FrameKind::Stderr, &out.stderr);
+            let _ = write_frame(job.stream, FrameKind::Stderr, &out.stderr);
         }
-        let _ = write_json(stream, FrameKind::Exit, &Exit { code }, "exit");
+        let _ = write_json(job.stream, FrameKind::Exit, &Exit { code }, "exit");
         Ok(code)
     }
 
     /// `git fetch` / `git pull`: every remote checked, then git runs per remote with
     /// explicit refspecs for visible refs only (see [`crate::visible`]).
-    pub(super) fn fetch(
-        &self,
-        stream: &mut UnixStream,
-        inv: &Invocation,
-        cwd: &Path,
-        config: &[String],
-        c: &Checked,
-    ) -> Result<i32, Refusal> {
+    pub(super) fn fetch(&self, job: &mut Job<'_>, c: &Checked) -> Result<i32, Refusal> {
         let pull = c.subcommand == "pull";
         let (mut options, operands) = split_operands(c);
         let all = options.iter().any(|a| a == "--all");
@@ -202,9 +187,8 @@ impl Server {
             };
             vec![(remote, ops.collect())]
         };
-        let mut config = config.to_vec();
         for (remote, _) in &plan {
-            config.extend(self.check_remote(remote, false)?);
+            job.config.extend(self.check_remote(remote, false)?);
         }
         let mut status = 0;
         for (remote, written) in plan {
@@ -218,23 +202,23 @@ impl Server {
             };
             // Refuse by name before anything goes on the wire.
             visible::expand(&specs, &[], &self.vis)?;
-            let listed = match self.list_remote(&remote, &config)? {
+            let listed = match self.list_remote(&remote, &job.config)? {
                 Ok(l) => l,
                 Err(q) => {
-                    let _ = write_frame(stream, FrameKind::Stderr, q.stderr.as_bytes());
+                    let _ = write_frame(job.stream, FrameKind::Stderr, q.stderr.as_bytes());
                     status = q.code.unwrap_or(128);
                     continue;
                 }
             };
             let listed = visible::remote_refs(&listed);
             let explicit = visible::expand(&specs, &listed, &self.vis)?;
-            self.prune_remote(Some(stream), &remote, &[], None, false)?;
+            self.prune_remote(Some(job.stream), &remote, &[], None, false)?;
             if !explicit.is_empty() {
                 let mut args = global_and_sub(c);
                 args.extend(options.iter().cloned());
                 args.push(remote.clone());
                 args.extend(explicit);
-                let code = self.run_streamed(stream, inv, cwd, &config, &args, false)?;
+                let code = self.run_streamed(job, &args, false)?;
                 if code != 0 && status == 0 {
                     status = code;
                 }
@@ -244,9 +228,9 @@ impl Server {
             } else {
                 user_specs
             };
-            self.prune_remote(Some(stream), &remote, &wildcards, Some(&listed), prune)?;
+            self.prune_remote(Some(job.stream), &remote, &wildcards, Some(&listed), prune)?;
         }
-        let _ = write_json(stream, FrameKind::Exit, &Exit { code: status }, "exit");
+        let _ = write_json(job.stream, FrameKind::Exit, &Exit { code: status }, "exit");
         Ok(status)
     }
 

@@ -24,12 +24,13 @@ use airlock_wire::invocation::PASSED_ENV;
 use airlock_wire::{FrameKind, Invocation, Reason, Verifier};
 use std::os::unix::net::UnixStream;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Mutex, MutexGuard};
 
 use audit::decision;
 use listen::{deny, peer_uid};
 use rewrite::{bisect_helper, harden_args, needs_fresh_index};
+use spawn::Job;
 
 /// Everything a connection handler needs.
 #[derive(Debug)]
@@ -153,38 +154,42 @@ impl Server {
         if let Some(n) = &checked.notice {
             let _ = write_frame(stream, FrameKind::Stderr, n.as_bytes());
         }
+        let mut job = Job {
+            stream,
+            inv,
+            cwd: &cwd,
+            config,
+        };
         match checked.class {
-            Class::Read => self.stream_git(stream, inv, &cwd, &config, &args, true),
+            Class::Read => self.stream_git(&mut job, &args, true),
             Class::Write => {
-                let _g = self
-                    .write_lock
-                    .lock()
-                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                let _g = self.write_guard()?;
                 if needs_fresh_index(&checked) {
                     // What the agent's last `git status` would have written natively (the
                     // git API's reads take no optional locks, so they never refresh it).
                     let _ = self.query(&["update-index", "-q", "--refresh"]);
                 }
-                self.stream_git(stream, inv, &cwd, &config, &args, false)
+                self.stream_git(&mut job, &args, false)
             }
             Class::Fetch => {
-                let _g = self
-                    .write_lock
-                    .lock()
-                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
-                self.fetch(stream, inv, &cwd, &config, &checked)
+                let _g = self.write_guard()?;
+                self.fetch(&mut job, &checked)
             }
-            Class::ListRemote => self.ls_remote(stream, inv, &cwd, &config, &checked),
+            Class::ListRemote => self.ls_remote(&mut job, &checked),
             Class::Push => {
-                let _g = self
-                    .write_lock
-                    .lock()
-                    .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))?;
+                let _g = self.write_guard()?;
                 let (args, transport) = self.resolve_push(&checked)?;
-                config.extend(transport);
-                self.stream_git(stream, inv, &cwd, &config, &args, false)
+                job.config.extend(transport);
+                self.stream_git(&mut job, &args, false)
             }
         }
+    }
+
+    /// The repository lock: held while a command writes the repository or the work tree.
+    fn write_guard(&self) -> Result<MutexGuard<'_, ()>, Refusal> {
+        self.write_lock
+            .lock()
+            .map_err(|_| Refusal::new(Reason::Internal, "lock poisoned"))
     }
 }
 

@@ -13,33 +13,42 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// One request's runs of git: where their output goes, what the agent sent (environment,
+/// standard input, terminal width), where they run, and the configuration the server adds
+/// (`color.ui`, a remote's transport).
+pub(super) struct Job<'a> {
+    /// The agent's connection.
+    pub(super) stream: &'a mut UnixStream,
+    /// The request.
+    pub(super) inv: &'a Invocation,
+    /// The working directory, inside the work tree.
+    pub(super) cwd: &'a Path,
+    /// `-c key=value` pairs git runs with (after the protected ones, before the agent's).
+    pub(super) config: Vec<String>,
+}
+
 impl Server {
     /// Run git and stream its output as frames; returns the exit code sent.
     pub(super) fn stream_git(
         &self,
-        stream: &mut UnixStream,
-        inv: &Invocation,
-        cwd: &Path,
-        config: &[String],
+        job: &mut Job<'_>,
         args: &[String],
         read_only: bool,
     ) -> Result<i32, Refusal> {
-        let code = self.run_streamed(stream, inv, cwd, config, args, read_only)?;
-        let _ = write_json(stream, FrameKind::Exit, &Exit { code }, "exit");
+        let code = self.run_streamed(job, args, read_only)?;
+        let _ = write_json(job.stream, FrameKind::Exit, &Exit { code }, "exit");
         Ok(code)
     }
 
     /// Run git and stream its stdout and stderr as frames (no exit frame); its exit code.
     pub(super) fn run_streamed(
         &self,
-        stream: &mut UnixStream,
-        inv: &Invocation,
-        cwd: &Path,
-        config: &[String],
+        job: &mut Job<'_>,
         args: &[String],
         read_only: bool,
     ) -> Result<i32, Refusal> {
-        let mut cmd = self.env.command(cwd, &inv.env, config, args);
+        let (stream, inv) = (&mut *job.stream, job.inv);
+        let mut cmd = self.env.command(job.cwd, &inv.env, &job.config, args);
         if let Some(w) = inv.term_width {
             cmd.env("COLUMNS", w.to_string());
         }
