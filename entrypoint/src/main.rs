@@ -32,6 +32,7 @@ mod setup;
 mod spawn;
 mod status;
 mod supervise;
+mod sys;
 mod trust;
 mod workspace_secrets;
 

@@ -1,17 +1,20 @@
 //! The privilege-drop seam: build a `Command` whose child becomes another user before `exec`.
 //!
-//! Between `fork` and `exec` the child: unblocks signals (PID 1 blocks them for `sigwait`),
-//! optionally starts its own session or process group, clears the capability bounding set,
-//! sets exactly the target's groups, gid and uid (all of real/effective/saved; or, for the
-//! git API's split identity, a different real uid: see [`RunAs::real_uid`]), clears the
-//! inheritable and ambient sets, sets `no_new_privs`, installs the seccomp filters, and then
-//! reads `/proc/self/status` and refuses to `exec` unless the kernel reports exactly that.
+//! Between `fork` and `exec` the child: optionally starts its own session or process group,
+//! unblocks signals (PID 1 blocks them for `sigwait`), then drops privileges through the
+//! [`crate::sys`] seam: clears the capability bounding set, sets exactly the target's groups,
+//! gid and uid (all of real/effective/saved; or, for the git API's split identity, a
+//! different real uid: see [`RunAs::real_uid`]), clears the other capability sets, sets
+//! `no_new_privs`, installs the seccomp filters; and then reads `/proc/self/status` and
+//! refuses to `exec` unless the kernel reports exactly that. Every failed call writes one
+//! line naming itself (`airlock: setresuid(1000): EPERM: ...`) and hands its errno back.
 
 use crate::identity::Identity;
 use crate::status::{self, Expected};
-use caps::CapSet;
+use crate::sys::{self, Linux, Target, Uids};
+use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, sigprocmask};
-use nix::unistd::{Gid, Pid, Uid, setgroups, setpgid, setresgid, setresuid, setsid, tcsetpgrp};
+use nix::unistd::{Pid, setpgid, setsid, tcsetpgrp};
 use seccompiler::BpfProgram;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -76,17 +79,46 @@ impl RunAs {
     }
 
     fn in_child(&self, cwd: &Path) -> io::Result<()> {
+        self.enter_session()?;
+        sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+            .map_err(|e| failed("sigprocmask(SIG_SETMASK, empty)", e))?;
         let id = &self.identity;
+        let uid = id.uid;
+        let target = Target {
+            groups: &id.groups,
+            gid: id.gid,
+            uids: Uids {
+                real: self.real_uid.unwrap_or(uid),
+                effective: uid,
+                saved: uid,
+            },
+            filters: self.filters.as_deref().map(Vec::as_slice),
+        };
+        sys::drop_privileges(&mut Linux, &target)
+            .map_err(|e| fail(e.to_string(), e.raw_os_error()))?;
+        std::env::set_current_dir(cwd).map_err(|e| {
+            fail(
+                format!("{} cannot enter {}: {e}", id.name, cwd.display()),
+                libc::EPERM,
+            )
+        })?;
+        self.verify_in_child()
+    }
+
+    /// The session and terminal of [`Session`].
+    fn enter_session(&self) -> io::Result<()> {
         match self.session {
             Session::Detached => {
-                setsid()?;
+                setsid().map_err(|e| failed("setsid()", e))?;
             }
             Session::ForegroundGroup => {
-                setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+                setpgid(Pid::from_raw(0), Pid::from_raw(0))
+                    .map_err(|e| failed("setpgid(0, 0)", e))?;
                 // Taking the terminal from a background group raises SIGTTOU: keep it blocked.
                 let mut ttou = SigSet::empty();
                 ttou.add(nix::sys::signal::Signal::SIGTTOU);
-                sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None)?;
+                sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None)
+                    .map_err(|e| failed("sigprocmask(SIG_BLOCK, SIGTTOU)", e))?;
                 let stdin = std::io::stdin();
                 if nix::unistd::isatty(&stdin).unwrap_or(false) {
                     let _ = tcsetpgrp(&stdin, nix::unistd::getpid());
@@ -94,36 +126,16 @@ impl RunAs {
             }
             Session::Inherit => {}
         }
-        sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+        Ok(())
+    }
 
-        for cap in caps::all() {
-            caps::drop(None, CapSet::Bounding, cap)
-                .map_err(|e| fail(format!("clearing bounding capability {cap}: {e}")))?;
-        }
-        let groups: Vec<Gid> = id.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-        setgroups(&groups)?;
-        let gid = Gid::from_raw(id.gid);
-        setresgid(gid, gid, gid)?;
-        let uid = Uid::from_raw(id.uid);
-        let real = Uid::from_raw(self.real_uid.unwrap_or(id.uid));
-        setresuid(real, uid, uid)?;
-        for set in [
-            CapSet::Inheritable,
-            CapSet::Ambient,
-            CapSet::Effective,
-            CapSet::Permitted,
-        ] {
-            caps::clear(None, set)
-                .map_err(|e| fail(format!("clearing {set:?} capabilities: {e}")))?;
-        }
-        nix::sys::prctl::set_no_new_privs()?;
-        if let Some(filters) = &self.filters {
-            crate::seccomp::install(filters)
-                .map_err(|e| fail(format!("installing seccomp filter: {e}")))?;
-        }
-        std::env::set_current_dir(cwd)
-            .map_err(|e| fail(format!("{} cannot enter {}: {e}", id.name, cwd.display())))?;
-        let text = std::fs::read_to_string("/proc/self/status")?;
+    /// Refuse to `exec` unless `/proc/self/status` reports exactly the drop's result.
+    fn verify_in_child(&self) -> io::Result<()> {
+        let id = &self.identity;
+        let text = std::fs::read_to_string("/proc/self/status").map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            fail(format!("reading /proc/self/status: {e}"), errno)
+        })?;
         let want = Expected {
             uid: id.uid,
             real_uid: self.real_uid.unwrap_or(id.uid),
@@ -134,15 +146,24 @@ impl RunAs {
             groups: &id.groups,
             seccomp: self.filters.is_some(),
         };
-        status::verify(&text, &want)
-            .map_err(|m| fail(format!("privilege drop to {} not verified: {m}", id.name)))?;
+        status::verify(&text, &want).map_err(|m| {
+            fail(
+                format!("privilege drop to {} not verified: {m}", id.name),
+                libc::EPERM,
+            )
+        })?;
         Ok(())
     }
 }
 
+/// A failed call of the child's own (outside the drop sequence), named with its arguments.
+fn failed(call: &str, errno: Errno) -> io::Error {
+    fail(format!("{call}: {errno}"), errno as i32)
+}
+
 /// Report a child-side failure: `Command::spawn` only carries errno back to the parent, so
-/// the reason is written to stderr first (one line), then an error is returned.
-fn fail(msg: String) -> io::Error {
+/// the reason is written to stderr first (one line), then `errno` is returned.
+fn fail(msg: String, errno: i32) -> io::Error {
     let _ = writeln!(io::stderr(), "airlock: {msg}");
-    io::Error::from_raw_os_error(libc::EPERM)
+    io::Error::from_raw_os_error(errno)
 }
