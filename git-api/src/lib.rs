@@ -6,11 +6,12 @@
 //! `fetch` and `pull` never show another sandbox's branches), and the operator's default
 //! commit identity as git's system layer ([`identity`]).
 //!
-//! It authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC), decides,
-//! runs git with a cleared environment and protected configuration ([`run`]), and streams
-//! the output back. Its log ([`log`]) is JSON lines with every field bounded. It does not hold credentials (the proxy injects the token on the
-//! service port), does not page, and does not install itself (the entrypoint starts it with
-//! the split identity described in design §5).
+//! Its [`server`] authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC),
+//! decides, runs git with a cleared environment and protected configuration ([`run`]), and
+//! streams the output back. Its log ([`log`]) is JSON lines with every field bounded. It does
+//! not hold credentials (the proxy injects the token on the service port), does not page, and
+//! does not install itself (the entrypoint starts it with the split identity described in
+//! design §5).
 
 pub mod argv;
 pub mod dashc;

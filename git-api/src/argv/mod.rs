@@ -11,11 +11,14 @@
 //! judged in [`crate::push`]; `git config` writes are judged here against
 //! [`WRITABLE_CONFIG`].
 //!
-//! The modules, by job: `table` is what each subcommand accepts (one row each, as data),
-//! `parse` reads an argv against it, `refused` lists what is refused everywhere and why,
-//! `rules` are the per-subcommand rules after the allowlist (chosen by the row's `Rule`),
-//! `config` judges `git config`, and `refusal` is the refusal itself. Only [`check`] and
-//! what it returns are the module's interface.
+//! The modules, by job: `table` is what each subcommand accepts (one row each, as data:
+//! class, paging, allowlist, refused short options, rule, hardening options), `parse` reads
+//! an argv against it, `refused` lists what is refused everywhere and why, `rules` are the
+//! per-subcommand rules after the allowlist (chosen by the row's `Rule`), `config` judges
+//! `git config`, and `refusal` is the refusal with [`Why`], the closed set of reasons an
+//! option is refused (which picks the wire code). Only [`check`] and what it returns are the
+//! module's interface. The modules import one another in one direction (mod → rules →
+//! config → parse → refused → table → refusal), never back.
 
 mod config;
 mod parse;

@@ -6,8 +6,7 @@
 
 use super::config;
 use super::parse::{Arg, Parsed, has};
-use super::refusal::Refusal;
-use super::refusal::Why;
+use super::refusal::{Refusal, Why};
 use super::table::{Rule, Sub};
 use airlock_wire::Reason;
 
