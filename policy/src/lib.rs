@@ -174,6 +174,7 @@ pub mod path;
 pub mod reason;
 pub mod repo;
 pub mod rule;
+pub mod signals;
 
 pub use error::PolicyError;
 pub use host::{Host, HostError, split_host_port};

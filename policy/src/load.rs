@@ -62,6 +62,8 @@ struct RawPolicy {
     rules: Vec<Spanned<RawRule>>,
     #[serde(default)]
     l7: RawL7,
+    #[serde(default)]
+    signals: crate::signals::RawSignals,
 }
 
 #[derive(Deserialize)]
@@ -223,6 +225,10 @@ impl Policy {
             ..L7Rules::default()
         };
         v.presets(&raw.l7.presets, &network.passthrough, &mut l7)?;
+        let signals = raw
+            .signals
+            .check()
+            .map_err(|e| v.fail(e.span, e.key, &e.reason))?;
         Ok(Policy {
             sandbox,
             network,
@@ -230,6 +236,7 @@ impl Policy {
             git,
             git_rules,
             l7,
+            signals,
         })
     }
 }
@@ -834,6 +841,35 @@ mod tests {
 
     /// The error for `text`, asserting it points at `line` and mentions `needle`.
     #[track_caller]
+    #[test]
+    fn signals_default_to_log_and_are_validated_with_their_line() {
+        use crate::signals::{SignalAction, Signals};
+        let base = "[sandbox]\nname = \"demo\"\n";
+        assert_eq!(parse(base).unwrap().signals, Signals::default());
+        let set = format!(
+            "{base}[signals]\nencoded_blob = \"deny\"\nblob_min_bytes = 8192\nhigh_entropy = \"off\"\n"
+        );
+        let s = parse(&set).unwrap().signals;
+        assert_eq!(s.encoded_blob, SignalAction::Deny);
+        assert_eq!(s.blob_min_bytes, 8192);
+        assert_eq!(s.high_entropy, SignalAction::Off);
+        assert_eq!(s.entropy_min_bytes, crate::signals::DEFAULT_ENTROPY_MIN);
+        refused(
+            &format!("{base}[signals]\nblob_min_bytes = 10\n"),
+            4,
+            "signals.blob_min_bytes: must be between 256",
+        );
+        refused(
+            &format!("{base}[signals]\n\nentropy_min_bytes = -1\n"),
+            5,
+            "signals.entropy_min_bytes",
+        );
+        let bad = parse(&format!("{base}[signals]\nhigh_entropy = \"block\"\n")).unwrap_err();
+        assert_eq!(bad.line(), Some(4), "{bad}");
+        let unknown = parse(&format!("{base}[signals]\nentropy = 7\n")).unwrap_err();
+        assert_eq!(unknown.line(), Some(4), "{unknown}");
+    }
+
     fn refused(text: &str, line: usize, needle: &str) -> String {
         let err = match parse(text) {
             Ok(p) => panic!("accepted: {p:?}"),

@@ -25,6 +25,8 @@ pub struct Policy {
     pub l7: L7Rules,
     /// `git`'s globs, compiled once ([`Policy::git_rules`]).
     pub(crate) git_rules: GitRules,
+    /// `[signals]`, defaults filled in.
+    pub signals: crate::signals::Signals,
 }
 
 impl Policy {

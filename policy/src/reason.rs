@@ -89,11 +89,17 @@ pub enum Reason {
     /// credential was not configured when the sandbox started (its variable unset, its
     /// secret file absent): the answer names it and how the operator provides it.
     CredentialMissing,
+    /// A request body carrying a long base64 or hex run, to a host outside the LLM APIs,
+    /// where the policy's `[signals] encoded_blob = "deny"` turns the signal into a refusal.
+    EncodedBlob,
+    /// A high-entropy (compressed or encrypted-looking) request body, to a host outside
+    /// the LLM APIs, where the policy's `[signals] high_entropy = "deny"` refuses it.
+    HighEntropy,
 }
 
 impl Reason {
     /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 31] = [
+    pub const ALL: [Reason; 33] = [
         Reason::BlockedByPolicy,
         Reason::DeniedByRule,
         Reason::BlockedPrivateAddress,
@@ -125,6 +131,8 @@ impl Reason {
         Reason::ReadOnlyHost,
         Reason::NotInspectable,
         Reason::CredentialMissing,
+        Reason::EncodedBlob,
+        Reason::HighEntropy,
     ];
 
     /// The stable code (kebab-case) for headers and the audit log.
@@ -162,6 +170,8 @@ impl Reason {
             Reason::NotInspectable => "not-inspectable",
             Reason::ForeignSecret => "foreign-secret",
             Reason::CredentialMissing => "credential-missing",
+            Reason::EncodedBlob => "encoded-blob",
+            Reason::HighEntropy => "high-entropy",
         }
     }
 
@@ -199,7 +209,9 @@ impl Reason {
             | Reason::DnsExfilSuspect
             | Reason::ReadOnlyHost
             | Reason::NotInspectable
-            | Reason::CredentialMissing => self.request_hint(),
+            | Reason::CredentialMissing
+            | Reason::EncodedBlob
+            | Reason::HighEntropy => self.request_hint(),
         }
     }
 
@@ -339,6 +351,16 @@ impl Reason {
                  the operator provides it (the answer's message says how) and starts the \
                  sandbox again."
             }
+            Reason::EncodedBlob => {
+                "The body carries a long base64 or hex run (encoded data) and the policy \
+                 refuses that for this host; send the data as is, or the operator can set \
+                 [signals] encoded_blob = \"log\" or raise blob_min_bytes."
+            }
+            Reason::HighEntropy => {
+                "The body looks compressed or encrypted and the policy refuses that for this \
+                 host; send it uncompressed, or the operator can set [signals] high_entropy \
+                 = \"log\" or raise entropy_min_bytes."
+            }
             _ => "",
         }
     }
@@ -435,6 +457,8 @@ mod tests {
             (Reason::ReadOnlyHost, "read-only-host"),
             (Reason::NotInspectable, "not-inspectable"),
             (Reason::CredentialMissing, "credential-missing"),
+            (Reason::EncodedBlob, "encoded-blob"),
+            (Reason::HighEntropy, "high-entropy"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

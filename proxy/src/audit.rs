@@ -263,6 +263,9 @@ pub struct Record {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
+    /// What the request body looked like where no detector named a secret in it (an
+    /// encoded blob, high entropy): audited, refused only where the policy says so.
+    pub signals: Vec<crate::signal::Signal>,
 }
 
 fn ser_ts<S: serde::Serializer>(v: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -331,6 +334,7 @@ impl Record {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            signals: Vec::new(),
         }
     }
 
@@ -350,8 +354,13 @@ impl Record {
         let event = self.event.map_or("", Event::as_str);
         let path = self.path.as_deref().unwrap_or("");
         let cred = self.credential.as_deref().unwrap_or("");
+        let signals: String = self
+            .signals
+            .iter()
+            .map(|s| format!(" [{}]", s.describe()))
+            .collect();
         format!(
-            "{} {kind}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms",
+            "{} {kind}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms{signals}",
             self.decision.as_str(),
             if event.is_empty() { "" } else { "/" },
             if cred.is_empty() { "" } else { " credential=" },
@@ -1560,6 +1569,7 @@ mod tests {
             "bytes_up",
             "bytes_down",
             "duration_ms",
+            "signals",
         ] {
             assert!(v.get(f).is_some(), "missing {f}");
         }

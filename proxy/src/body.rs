@@ -134,6 +134,8 @@ pub enum Cut {
     /// A secret of a known format going to a host that is not its provider's (the
     /// detector's name).
     Secret(std::borrow::Cow<'static, str>),
+    /// A signal the policy refuses (`[signals] ... = "deny"`).
+    Signal(crate::signal::Signal),
 }
 
 impl Cut {
@@ -143,6 +145,7 @@ impl Cut {
         match self {
             Self::Credential(_) => airlock_policy::Reason::CredentialLeak,
             Self::Secret(_) => airlock_policy::Reason::ForeignSecret,
+            Self::Signal(s) => s.reason(),
         }
     }
 
@@ -151,6 +154,12 @@ impl Cut {
         match self {
             Self::Credential(name) => rec.credential = Some(name.clone()),
             Self::Secret(name) => rec.rule = Some(format!("secret detector {name}")),
+            Self::Signal(s) => {
+                rec.rule = Some(s.describe());
+                if !rec.signals.contains(s) {
+                    rec.signals.push(*s);
+                }
+            }
         }
         self.reason()
     }
@@ -167,7 +176,12 @@ pub struct AuditOnDrop {
     audit: Audit,
     /// Set when the request body was cut after the response had started.
     leak: Option<CutFlag>,
+    /// The signals of a streamed request body, measured as it went.
+    signals: Option<SignalNote>,
 }
+
+/// Where a streamed request body's signals are left for its record (first note wins).
+pub type SignalNote = Arc<std::sync::OnceLock<Vec<crate::signal::Signal>>>;
 
 impl AuditOnDrop {
     /// Guards `record`.
@@ -178,7 +192,15 @@ impl AuditOnDrop {
             meter,
             audit,
             leak: None,
+            signals: None,
         }
+    }
+
+    /// Adds the signals left in `note` (by the time the record is written) to the record.
+    #[must_use]
+    pub fn with_signals(mut self, note: SignalNote) -> Self {
+        self.signals = Some(note);
+        self
     }
 
     /// Marks the record as a denial (`credential-leak`, `foreign-secret`) if `flag` is set
@@ -196,6 +218,13 @@ impl Drop for AuditOnDrop {
             rec.bytes_up = self.meter.up();
             rec.bytes_down = self.meter.down();
             rec.duration_ms = self.meter.elapsed_ms();
+            if let Some(seen) = self.signals.as_ref().and_then(|n| n.get()) {
+                for s in seen {
+                    if !rec.signals.contains(s) {
+                        rec.signals.push(*s);
+                    }
+                }
+            }
             if let Some(cut) = self.leak.as_ref().and_then(|f| f.get()) {
                 rec.decision = crate::audit::Verdict::Deny;
                 rec.reason = Some(cut.describe(&mut rec));

@@ -39,7 +39,11 @@ pub(crate) async fn audited(
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
-        Reason::RequestDeniedByRule | Reason::ReadOnlyHost | Reason::ForeignSecret
+        Reason::RequestDeniedByRule
+            | Reason::ReadOnlyHost
+            | Reason::ForeignSecret
+            | Reason::EncodedBlob
+            | Reason::HighEntropy
     )
 }
 

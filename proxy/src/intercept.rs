@@ -34,11 +34,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use airlock_policy::Host;
 use airlock_policy::reason::Reason;
+use airlock_policy::signals::SignalAction;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1 as client_http1;
 use hyper::server::conn::http1 as server_http1;
@@ -50,7 +51,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::Shared;
 use crate::audit::{Event, Kind, Pending, Record, Verdict};
-use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed};
+use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed, SignalNote};
 use crate::ca::Ca;
 use crate::credentials::{GitScope, Injected};
 use crate::decide::Target;
@@ -64,6 +65,7 @@ use crate::limits::Slot;
 use crate::pool::{self, Pooled};
 use crate::scan;
 use crate::shutdown::{Phase, reached};
+use crate::signal;
 use crate::snapshot::Rules;
 use crate::tunnel::{self, Dir, Meter, Metered};
 use crate::upstream::Connected;
@@ -585,6 +587,8 @@ struct Prepared {
     meter: Arc<Meter>,
     /// Set when a streamed body was cut at a secret (the credential's name).
     leak_flag: CutFlag,
+    /// A streamed body's signals, for the record.
+    signals: SignalNote,
     /// Whether a credential was injected (the response is then scrubbed).
     injected: bool,
 }
@@ -641,6 +645,7 @@ async fn prepare(
         on_client_upgrade,
         meter: tally.meter,
         leak_flag: tally.leak_flag,
+        signals: tally.signals,
         injected: injected.is_some(),
     })
 }
@@ -886,6 +891,38 @@ fn check_body_secrets(
     Ok(Bytes::from(body))
 }
 
+/// Whether a request body to `host` is measured for signals ([`crate::signal`]): not on
+/// an LLM API host (agents send files there as context), not a git push on the service
+/// port (a pack is compressed by design), and only when the policy measures any.
+fn measures_signals(ctx: &Cx<'_>, host: &Host) -> bool {
+    !ctx.service && !detect::llm_host(host) && ctx.rules.policy.signals.any()
+}
+
+/// A body read whole: its signals go on the record; one the policy denies refuses the
+/// request (in report mode: `report` with the reason, and it goes on).
+fn check_signals(ctx: &Cx<'_>, host: &Host, bytes: &[u8], rec: &mut Pending) -> Result<(), Reason> {
+    if !measures_signals(ctx, host) {
+        return Ok(());
+    }
+    let knobs = ctx.rules.policy.signals;
+    rec.signals = signal::of(knobs, bytes);
+    let Some(denied) = rec
+        .signals
+        .iter()
+        .find(|s| s.action(&knobs) == SignalAction::Deny)
+        .copied()
+    else {
+        return Ok(());
+    };
+    rec.rule = Some(denied.describe());
+    if matches!(ctx.rules.policy.sandbox.mode, airlock_policy::Mode::Report) {
+        rec.decision = Verdict::Report;
+        rec.reason = Some(denied.reason());
+        return Ok(());
+    }
+    Err(denied.reason())
+}
+
 /// The credentials on the headers (`Credentials::apply`); the record names what was
 /// injected, or the credential a leak belongs to.
 fn inject(
@@ -916,6 +953,7 @@ fn inject(
 struct Tally {
     meter: Arc<Meter>,
     leak_flag: CutFlag,
+    signals: SignalNote,
 }
 
 /// The body as it will be sent: judged (read up to the rule's cap), searched before
@@ -948,6 +986,7 @@ async fn prepare_body(
             return Err(Reason::CredentialLeak);
         }
         let bytes = check_body_secrets(ctx, host, bytes, rec)?;
+        check_signals(ctx, host, &bytes, rec)?;
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
@@ -968,6 +1007,7 @@ async fn prepare_body(
             return Err(Reason::CredentialLeak);
         }
         let bytes = check_body_secrets(ctx, host, bytes, rec)?;
+        check_signals(ctx, host, &bytes, rec)?;
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
@@ -980,6 +1020,7 @@ async fn prepare_body(
         held: Vec::new(),
     };
     let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
+    let counted = SignalCheck::around(ctx, host, counted, tally);
     let checked = CheckedBody::new(counted, secrets, &tally.leak_flag);
     if scan_body {
         let which = match injected {
@@ -1057,6 +1098,7 @@ async fn forward(
         on_client_upgrade,
         meter,
         leak_flag,
+        signals,
         injected,
     } = prepared;
     // The record reaches the log before anything of the request goes upstream.
@@ -1104,7 +1146,11 @@ async fn forward(
             local_port,
         });
     }
-    let tally = Tally { meter, leak_flag };
+    let tally = Tally {
+        meter,
+        leak_flag,
+        signals,
+    };
     respond(ctx, rparts, rbody, tally, injected, rec)
 }
 
@@ -1200,7 +1246,8 @@ fn respond(
         Arc::clone(&tally.meter),
         shared.audit.clone(),
     )
-    .with_leak_flag(tally.leak_flag);
+    .with_leak_flag(tally.leak_flag)
+    .with_signals(tally.signals);
     let counted = Counted::new(rbody, tally.meter, Dir::Down).with_audit(guard);
     let body = if injected && creds.scrub_needles().is_some() {
         creds.scrub_headers(&mut rparts.headers);
@@ -1378,6 +1425,55 @@ impl RequestCheck for SecretScan {
     fn finish(&mut self) -> Result<Bytes, Cut> {
         let held = std::mem::take(&mut self.held);
         self.pass(held, true)
+    }
+}
+
+/// The signals of a streamed request body ([`crate::signal`]): bytes go on as they come;
+/// a signal the policy denies cuts the body at the chunk that raised it ([`Cut::Signal`];
+/// what went before it went, at most `blob_min_bytes` of a run). At the end, or at the
+/// cut, the signals are left in the note for the record. Report mode never cuts.
+struct SignalCheck {
+    analyzer: signal::Analyzer,
+    note: SignalNote,
+    cut: bool,
+}
+
+impl SignalCheck {
+    /// `body` measured for signals when [`measures_signals`], else as it is.
+    fn around<B>(
+        ctx: &Cx<'_>,
+        host: &Host,
+        body: B,
+        tally: &Tally,
+    ) -> Either<CheckedBody<B, Self>, B> {
+        if !measures_signals(ctx, host) {
+            return Either::Right(body);
+        }
+        let knobs = ctx.rules.policy.signals;
+        let check = SignalCheck {
+            analyzer: signal::Analyzer::new(knobs),
+            note: Arc::clone(&tally.signals),
+            cut: !matches!(ctx.rules.policy.sandbox.mode, airlock_policy::Mode::Report),
+        };
+        Either::Left(CheckedBody::new(body, check, &tally.leak_flag))
+    }
+}
+
+impl RequestCheck for SignalCheck {
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
+        self.analyzer.feed(&data);
+        if self.cut
+            && let Some(s) = self.analyzer.denied()
+        {
+            let _ = self.note.set(self.analyzer.signals());
+            return Err(Cut::Signal(s));
+        }
+        Ok(data)
+    }
+
+    fn finish(&mut self) -> Result<Bytes, Cut> {
+        let _ = self.note.set(self.analyzer.signals());
+        Ok(Bytes::new())
     }
 }
 

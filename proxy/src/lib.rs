@@ -45,6 +45,7 @@ pub mod limits;
 pub mod pool;
 pub mod scan;
 pub mod shutdown;
+pub mod signal;
 pub mod snapshot;
 pub mod sniff;
 pub mod transparent;

@@ -435,3 +435,52 @@ pub fn check_open_lines(lines: &[Value]) {
     let left: Vec<_> = open.iter().filter(|(_, n)| **n > 0).collect();
     assert!(left.is_empty(), "open lines without a final line: {left:?}");
 }
+
+/// An upstream that answers `200 ok` to each request (content-length or chunked body) and
+/// keeps every byte it received.
+pub async fn recorder() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let all = Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let all = Arc::clone(&all);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    all.lock().unwrap().extend_from_slice(&chunk[..n]);
+                    if complete(&buf) {
+                        buf.clear();
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, got)
+}
+
+/// Whether `buf` holds one whole request.
+pub fn complete(buf: &[u8]) -> bool {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let body = &buf[end + 4..];
+    if head.contains("transfer-encoding: chunked") {
+        return body.ends_with(b"0\r\n\r\n");
+    }
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    body.len() >= len
+}
