@@ -85,6 +85,8 @@ struct RawNetwork {
     passthrough: Vec<Spanned<String>>,
     #[serde(default)]
     writable: Vec<Spanned<String>>,
+    #[serde(default)]
+    websocket: Vec<Spanned<String>>,
     dns_name_budget: Option<Spanned<i64>>,
 }
 
@@ -209,11 +211,15 @@ impl Policy {
             toml::from_str(text).map_err(|e| src.parse_error(e.span(), e.message()))?;
         let v = Validator { src };
         let sandbox = v.sandbox(raw.sandbox)?;
+        let allow = v.rules(&raw.network.allow, "network.allow", true)?;
+        let deny = v.rules(&raw.network.deny, "network.deny", true)?;
+        let passthrough = v.rules(&raw.network.passthrough, "network.passthrough", false)?;
         let network = Network {
-            allow: v.rules(&raw.network.allow, "network.allow", true)?,
-            deny: v.rules(&raw.network.deny, "network.deny", true)?,
-            passthrough: v.rules(&raw.network.passthrough, "network.passthrough", false)?,
+            allow,
+            deny,
             writable: v.rules(&raw.network.writable, "network.writable", false)?,
+            websocket: v.websocket(&raw.network.websocket, &passthrough)?,
+            passthrough,
             dns_name_budget: v.dns_name_budget(raw.network.dns_name_budget.as_ref())?,
         };
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
@@ -320,6 +326,29 @@ impl Validator<'_> {
                 Ok(rule)
             })
             .collect()
+    }
+
+    /// `network.websocket`: host rules without ports, none of them a host that
+    /// `network.passthrough` never intercepts (its frames could never be read).
+    fn websocket(
+        &self,
+        raw: &[Spanned<String>],
+        passthrough: &[HostRule],
+    ) -> Result<Vec<HostRule>, PolicyError> {
+        let rules = self.rules(raw, "network.websocket", false)?;
+        for (i, (rule, text)) in rules.iter().zip(raw).enumerate() {
+            if let Some(p) = covering(passthrough, &rule.pattern) {
+                return Err(self.bad(
+                    text,
+                    &format!("network.websocket[{i}]"),
+                    &format!(
+                        "is in network.passthrough ({:?}), which is never intercepted: its frames could never be read",
+                        p.text
+                    ),
+                ));
+            }
+        }
+        Ok(rules)
     }
 
     fn credentials(
@@ -1370,6 +1399,40 @@ mod tests {
             &format!("{head}passthrough = [\"api.github.com\"]\n[l7]\npresets = [\"github\"]\n"),
             7,
             "l7.presets[0]: \"github\": its rules are for api.github.com",
+        );
+    }
+
+    #[test]
+    fn websocket_hosts_take_no_port_and_no_passthrough_host() {
+        let head = "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"*.example.com\"]\n";
+        let p = parse(&format!(
+            "{head}websocket = [\"ws.example.com\", \"*.rt.example.com\"]\n"
+        ))
+        .unwrap();
+        let host = |h: &str| crate::Host::parse(h).unwrap();
+        assert!(p.network.websocket_allowed(&host("ws.example.com")));
+        assert!(p.network.websocket_allowed(&host("a.rt.example.com")));
+        assert!(!p.network.websocket_allowed(&host("example.com")));
+        assert!(
+            !parse(head)
+                .unwrap()
+                .network
+                .websocket_allowed(&host("ws.example.com"))
+        );
+        refused(
+            &format!("{head}websocket = [\"ws.example.com\", \"ws.example.com:443\"]\n"),
+            5,
+            "network.websocket[1]: \"ws.example.com:443\": a port is not allowed",
+        );
+        refused(
+            &format!("{head}websocket = [\"a..b\"]\n"),
+            5,
+            "network.websocket[0]: \"a..b\"",
+        );
+        refused(
+            &format!("{head}passthrough = [\"*.example.com\"]\nwebsocket = [\"ws.example.com\"]\n"),
+            6,
+            "network.websocket[0]: \"ws.example.com\": is in network.passthrough (\"*.example.com\")",
         );
     }
 

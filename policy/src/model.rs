@@ -82,6 +82,12 @@ pub struct Network {
     /// `[[rules]]` matches the request or a preset makes the host writable
     /// ([`crate::Policy::is_writable`]).
     pub writable: Vec<HostRule>,
+    /// Hosts that accept a WebSocket upgrade although a credential is bound to them or L7
+    /// rules apply (rules without ports). The upgrade request is judged and injected like any
+    /// other request; after the `101` the proxy reads the frames: the agent's payloads are
+    /// searched for the credentials' secrets and for secrets of known formats, the
+    /// upstream's are scrubbed. Every other such host refuses the upgrade (`upgrade-denied`).
+    pub websocket: Vec<HostRule>,
     /// Bytes of distinct query names the agent may resolve below one wildcard-allowed zone
     /// per session (`dns_name_budget`); `None`: [`DEFAULT_DNS_NAME_BUDGET`].
     pub dns_name_budget: Option<u32>,
@@ -93,6 +99,12 @@ pub const DEFAULT_DNS_NAME_BUDGET: u32 = 16 * 1024;
 pub const MAX_DNS_NAME_BUDGET: u32 = 1 << 20;
 
 impl Network {
+    /// Whether `network.websocket` names `host` (see [`Network::websocket`]).
+    #[must_use]
+    pub fn websocket_allowed(&self, host: &Host) -> bool {
+        self.websocket.iter().any(|r| r.matches_host(host))
+    }
+
     /// The DNS name budget in force.
     #[must_use]
     pub fn dns_name_budget(&self) -> usize {
