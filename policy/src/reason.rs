@@ -310,8 +310,9 @@ impl Reason {
             }
             Reason::UpgradeDenied => {
                 "WebSockets are refused on hosts where a credential is bound or L7 rules \
-                 apply, because the proxy cannot judge their frames; use plain HTTP requests \
-                 to this host."
+                 apply (and on read-only hosts); use plain HTTP requests to this host, or the \
+                 operator can list it in network.websocket, where the proxy reads the frames \
+                 (leak scan, secret detectors, scrubbing)."
             }
             Reason::CredentialMethodRefused => {
                 "TRACE, TRACK and CONNECT are never sent to a host a credential is bound to; \

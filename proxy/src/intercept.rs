@@ -18,9 +18,12 @@
 //!    opened to the already-checked address; for TLS verified against webpki roots plus
 //!    `--upstream-ca` (`upstream-certificate-invalid` → `502`, the request is never sent);
 //! 6. the response streams back as it arrives (SSE, chunked); when a credential was
-//!    injected its real value is scrubbed from headers and body; a `101` upgrade relays
-//!    both ways (WebSocket), unread from then on; an upgrade is forwarded only for a `GET`
-//!    with exactly `Upgrade: websocket` to a host with no credential and no L7 rule.
+//!    injected its real value is scrubbed from headers and body. An upgrade is forwarded
+//!    only for a `GET` with exactly `Upgrade: websocket` (its `Sec-WebSocket-Extensions`
+//!    removed): to a host listed in `network.websocket` the `101` becomes a relay that reads
+//!    every frame (`websocket`: the agent's payloads searched for secrets, the upstream's
+//!    scrubbed); to a writable host with no credential and no L7 rule, a relay of raw bytes,
+//!    unread; anywhere else it is refused (`upgrade-denied`).
 //!
 //! Every request is one audit line (with `intercepted`, `credential`, `status`), written
 //! when its response is over.
@@ -69,6 +72,7 @@ use crate::signal;
 use crate::snapshot::Rules;
 use crate::tunnel::{self, Dir, Meter, Metered};
 use crate::upstream::Connected;
+use crate::websocket;
 use airlock_policy::github_api::{self, ApiUse};
 use airlock_policy::l7::METHOD_OVERRIDE_HEADERS;
 use airlock_policy::{L7Verdict, RequestView};
@@ -472,15 +476,17 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Whether an upgrade request (see [`is_upgrade`]) may be relayed: a `GET` whose one
-/// `Upgrade` header is exactly `websocket`, to a host where nothing would be lost after the
-/// `101` (writable, no credential bound, no L7 rule, not the git service port). Every other upgrade
-/// (`h2c`, `TLS/1.2`, a list of tokens) is refused: a `101` turns the connection into a
-/// relay that no rule, leak scan or scrubber reads.
+/// Whether an upgrade request (see [`is_upgrade`]) may be relayed, and how: a `GET` whose
+/// one `Upgrade` header is exactly `websocket`, to a host listed in `network.websocket`
+/// (`frames`: the relay reads every frame) or to a host where nothing would be lost after
+/// the `101` (writable, no credential bound, no L7 rule, not the git service port: raw).
+/// Every other upgrade (`h2c`, `TLS/1.2`, a list of tokens) is refused: a `101` turns the
+/// connection into a relay that no rule reads.
 fn upgrade_verdict(
     req: &Request<Incoming>,
+    frames: impl FnOnce() -> Option<websocket::Session>,
     blind_spot: impl FnOnce() -> bool,
-) -> Result<(), Reason> {
+) -> Result<websocket::Relay, Reason> {
     let mut values = req.headers().get_all(header::UPGRADE).iter();
     let websocket = values
         .next()
@@ -489,10 +495,13 @@ fn upgrade_verdict(
     if req.method() != http::Method::GET || !websocket {
         return Err(Reason::UpgradeNotSupported);
     }
+    if let Some(session) = frames() {
+        return Ok(websocket::Relay::Frames(session));
+    }
     if blind_spot() {
         return Err(Reason::UpgradeDenied);
     }
-    Ok(())
+    Ok(websocket::Relay::Raw)
 }
 
 /// Methods that never carry a credential: `TRACE` and `TRACK` make the server echo the
@@ -581,8 +590,8 @@ fn missing_credential(ctx: &Cx<'_>, rec: Pending, route: &Route, uri: &Uri) -> R
 /// A request that passed every check, as it will be sent.
 struct Prepared {
     out: Request<UpBody>,
-    /// The agent's side of an allowed upgrade.
-    on_client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The agent's side of an allowed upgrade, and how its `101` is relayed.
+    on_client_upgrade: Option<(hyper::upgrade::OnUpgrade, websocket::Relay)>,
     /// Byte counts (and activity) of this request's body both ways.
     meter: Arc<Meter>,
     /// Set when a streamed body was cut at a secret (the credential's name).
@@ -617,7 +626,8 @@ async fn prepare(
     let body_cap = judge_head(ctx, &mut req, &view, rec)?;
     let upgrade = check_credential_use(ctx, &req, route, rec)?;
     check_missing(ctx, route, scope, &view, rec)?;
-    let on_client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let upgrading = upgrade.is_some();
+    let on_client_upgrade = upgrade.map(|relay| (hyper::upgrade::on(&mut req), relay));
     let (mut parts, body) = req.into_parts();
     // From here on the body ends cleanly only where its message really ended (`Framed`).
     let end = parts.extensions.remove::<MessageEnd>();
@@ -639,7 +649,7 @@ async fn prepare(
         rec,
     )
     .await?;
-    let out = origin_form(parts, route, upgrade_value.filter(|_| upgrade), up_body)?;
+    let out = origin_form(parts, route, upgrade_value.filter(|_| upgrading), up_body)?;
     Ok(Prepared {
         out,
         on_client_upgrade,
@@ -774,14 +784,14 @@ fn apply_l7(verdict: L7Verdict, rec: &mut Pending) -> Result<(), Reason> {
 }
 
 /// Where a credential could be abused: a secret in the URL, a method that echoes or
-/// tunnels on a credential's host, an upgrade to an unread relay. Returns whether the
-/// request is an allowed upgrade.
+/// tunnels on a credential's host, an upgrade to a relay. Returns how an allowed upgrade
+/// is relayed (`None`: not an upgrade).
 fn check_credential_use(
     ctx: &Cx<'_>,
     req: &Request<Incoming>,
     route: &Route,
     rec: &mut Pending,
-) -> Result<bool, Reason> {
+) -> Result<Option<websocket::Relay>, Reason> {
     let creds = &ctx.rules.credentials;
     let host = &route.target.host;
     if let Some(pq) = req.uri().path_and_query()
@@ -793,19 +803,28 @@ fn check_credential_use(
     if never_credentialed(req.method()) && creds.any_bound_to(host) {
         return Err(Reason::CredentialMethodRefused);
     }
-    let upgrade = is_upgrade(req);
-    if upgrade {
-        upgrade_verdict(req, || {
-            let policy = &ctx.rules.policy;
-            // After the `101` every frame is a write nobody judges: only a writable host
-            // may carry one.
-            ctx.service
-                || creds.any_bound_to(host)
-                || policy.l7.has_rules_for(host)
-                || !(policy.is_writable(host) || policy.is_passthrough(host))
-        })?;
+    if !is_upgrade(req) {
+        return Ok(None);
     }
-    Ok(upgrade)
+    let policy = &ctx.rules.policy;
+    // Listed in `network.websocket`: the relay reads the frames (never on the git service
+    // port, whose only business is smart HTTP).
+    let frames = || {
+        (!ctx.service && policy.network.websocket_allowed(host)).then(|| websocket::Session {
+            rules: Arc::clone(&ctx.rules),
+            host: host.clone(),
+            report: matches!(policy.sandbox.mode, airlock_policy::Mode::Report),
+        })
+    };
+    upgrade_verdict(req, frames, || {
+        // After the `101` of a raw relay every frame is a write nobody judges: only a
+        // writable host may carry one.
+        ctx.service
+            || creds.any_bound_to(host)
+            || policy.l7.has_rules_for(host)
+            || !(policy.is_writable(host) || policy.is_passthrough(host))
+    })
+    .map(Some)
 }
 
 /// A credential the request would carry (over TLS) that was not configured at start:
@@ -1081,6 +1100,9 @@ fn origin_form(
         parts
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        // No compression (permessage-deflate) nor any other extension: the frames stay
+        // plain bytes the relay can read.
+        parts.headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
     }
     Ok(Request::from_parts(parts, body))
 }
@@ -1132,10 +1154,16 @@ async fn forward(
     rec.status = Some(resp.status().as_u16());
     let (rparts, rbody) = resp.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
-        let Some(client_up) = on_client_upgrade else {
+        let Some(upgrade) = on_client_upgrade else {
             return ctx.deny(rec, Reason::MalformedRequest, route).await;
         };
-        return relay_upgrade(ctx, client_up, rparts, rbody, meter, injected, rec);
+        if matches!(upgrade.1, websocket::Relay::Frames(_))
+            && let Err((reason, why)) = websocket::accept(&rparts.headers)
+        {
+            rec.rule = Some(why.into());
+            return ctx.deny(rec, reason, route).await;
+        }
+        return relay_upgrade(ctx, upgrade, rparts, rbody, meter, injected, rec);
     }
     if let Ok(mut pool) = ctx.pool.lock() {
         *pool = Some(Live {
@@ -1184,11 +1212,12 @@ async fn send_failed(
     ctx.deny(rec, Reason::UpstreamUnreachable, route).await
 }
 
-/// A `101`: both sides are relayed as raw bytes from now on (the record is written when
-/// the relay ends); the agent gets the `101` with its upgrade headers.
+/// A `101`: both sides are relayed from now on, frame by frame (`websocket`) or as raw
+/// bytes (the record is written when the relay ends); the agent gets the `101` with its
+/// upgrade headers.
 fn relay_upgrade(
     ctx: &Cx<'_>,
-    client_up: hyper::upgrade::OnUpgrade,
+    (client_up, relay): (hyper::upgrade::OnUpgrade, websocket::Relay),
     mut rparts: http::response::Parts,
     rbody: Incoming,
     meter: Arc<Meter>,
@@ -1197,21 +1226,36 @@ fn relay_upgrade(
 ) -> Response<ProxyBody> {
     let shared = &ctx.shared;
     let server_up = hyper::upgrade::on(Response::from_parts(rparts.clone(), rbody));
-    let guard = AuditOnDrop::new(rec.into_record(), Arc::clone(&meter), shared.audit.clone());
+    let record = rec.into_record();
+    let audit = shared.audit.clone();
     let idle = shared.limits.idle_timeout;
     let phase = shared.shutdown.subscribe();
     let slot = Arc::clone(&ctx.slot);
     tokio::spawn(async move {
         let _slot = slot;
-        let _guard = guard; // the line is written when the relay ends
+        let session = match relay {
+            websocket::Relay::Frames(session) => session,
+            websocket::Relay::Raw => {
+                // The line is written when the relay ends.
+                let _guard = AuditOnDrop::new(record, Arc::clone(&meter), audit);
+                if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
+                    let s = TokioIo::new(s);
+                    // Plain HTTP: the client's bare socket, so the relay can splice.
+                    let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare)
+                    {
+                        Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
+                        Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
+                        Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
+                    };
+                }
+                return;
+            }
+        };
+        let guard = websocket::Guard::new(record, Arc::clone(&meter), audit);
         if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
-            let s = TokioIo::new(s);
-            // Plain HTTP: the client's bare socket, so the relay can splice.
-            let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare) {
-                Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
-                Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
-                Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
-            };
+            let (c, s) = (TokioIo::new(c), TokioIo::new(s));
+            let summary = websocket::relay(c, s, session, meter, idle, phase).await;
+            guard.finish(&summary);
         }
     });
     let upgrade = rparts.headers.get(header::UPGRADE).cloned();

@@ -51,6 +51,7 @@ pub mod sniff;
 pub mod transparent;
 pub mod tunnel;
 pub mod upstream;
+pub mod websocket;
 
 use std::io;
 use std::net::SocketAddr;

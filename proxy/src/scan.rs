@@ -80,6 +80,12 @@ impl Needles {
         })
     }
 
+    /// The length of the longest needle.
+    #[must_use]
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
     /// The first needle in `hay`, if any.
     #[must_use]
     pub fn find(&self, hay: &[u8]) -> Option<Tag> {
