@@ -51,7 +51,12 @@ pub fn check_all(cli: &Cli) -> Result<Checked> {
         Policy::load(&cli.policy)
             .map_err(|e| anyhow!("invalid policy {}: {e}", knobs.policy_file(&cli.policy))),
     );
-    problems.take(preflight::check(cli));
+    problems.take(preflight::check(&preflight::Input {
+        workspace: &cli.workdir,
+        audit_dir: &cli.audit_dir,
+        run_dir: &cli.run_dir,
+        agent_user: &cli.agent_user,
+    }));
     if let Some(name) = cli.sandbox.as_deref().filter(|n| !effective::valid_name(n)) {
         problems.push(&format!(
             "AIRLOCK_SANDBOX={name:?} is not a sandbox name: 1-40 characters of a-z, 0-9 and -, not starting or ending with -"

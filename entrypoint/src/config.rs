@@ -6,6 +6,10 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// Where the image expects the repository's `.git` (a bind mount; the parent is
+/// `root:airlock-git 0710` in the image).
+pub const DEFAULT_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
+
 /// PID 1 of the airlock appliance: validate, start the proxy, apply the firewall, drop to the
 /// agent user, self-test, then run COMMAND (default: the agent user's shell) and supervise.
 #[derive(Debug, Parser)]
@@ -46,7 +50,7 @@ pub struct Cli {
     pub workdir: PathBuf,
     /// The workspace's real `.git`, mounted where the agent cannot reach it (see
     /// docs/docker.md); absent with no `.git` in the workspace = no git in the sandbox.
-    #[arg(long, env = "AIRLOCK_GIT_DIR", default_value = crate::git::DEFAULT_GIT_DIR)]
+    #[arg(long, env = "AIRLOCK_GIT_DIR", default_value = DEFAULT_GIT_DIR)]
     pub git_dir: PathBuf,
     /// Git API binary (default: `airlock-git-api` next to this executable).
     #[arg(long, env = "AIRLOCK_GIT_API_BIN")]

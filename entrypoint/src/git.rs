@@ -2,8 +2,9 @@
 //! API started with its split identity.
 //!
 //! Layout (docs/docker.md): the repository's `.git` is bind-mounted at the hidden git dir
-//! (`--git-dir`, default [`DEFAULT_GIT_DIR`]) whose parent is `root:airlock-git 0710`, and
-//! `<workspace>/.git` is covered by an empty read-only mount (`--tmpfs /workspace/.git:ro`).
+//! (`--git-dir`, default [`crate::config::DEFAULT_GIT_DIR`]) whose parent is
+//! `root:airlock-git 0710`, and `<workspace>/.git` is covered by an empty read-only mount
+//! (`--tmpfs /workspace/.git:ro`).
 //! [`inspect`] reads what is there and [`decide`] (pure) turns it into one of:
 //!
 //! - **enabled**: the cover and the parent are as required and the repository belongs to the
@@ -39,9 +40,6 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where the image expects the repository's `.git` (a bind mount; the parent is
-/// `root:airlock-git 0710` in the image).
-pub const DEFAULT_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
 /// The session key file inside the runtime directory (`root:<agent group> 0440`).
 pub const KEY_FILE: &str = "session.key";
 /// Directory of the git API's socket inside the runtime directory (`root:airlock-git 0771`:
@@ -153,7 +151,7 @@ pub fn inspect(workspace: &Path, git_dir: &Path) -> Facts {
     let cover_empty = cover.as_ref().is_some_and(|m| m.kind == Kind::Dir)
         && std::fs::read_dir(&cover_path).is_ok_and(|mut d| d.next().is_none());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| crate::preflight::parse_mountinfo(&t))
+        .map(|t| crate::procfs::parse_mountinfo(&t))
         .unwrap_or_default();
     let cover_mount = mounts
         .iter()
@@ -384,6 +382,20 @@ pub struct ApiSpec {
     pub session: String,
 }
 
+/// The four paths the git API is started on, by name (all of the same type, so never by
+/// position).
+#[derive(Debug, Clone)]
+pub struct ApiPaths {
+    /// The hidden git dir (`--git-dir`).
+    pub git_dir: PathBuf,
+    /// The workspace (`--work-tree`).
+    pub work_tree: PathBuf,
+    /// The session key file ([`KEY_FILE`] in the runtime directory).
+    pub key_file: PathBuf,
+    /// The effective policy.
+    pub policy: PathBuf,
+}
+
 impl ApiSpec {
     /// The spec for this start; creates the socket directory and opens the log.
     pub fn new(
@@ -391,59 +403,32 @@ impl ApiSpec {
         run_dir: &Path,
         audit_dir: &Path,
         users: &Users,
-        paths: (&Path, &Path, &Path, &Path),
+        paths: ApiPaths,
         session: &str,
         audit_cap: Option<u64>,
     ) -> Result<ApiSpec> {
-        let (git_dir, work_tree, key_file, policy) = paths;
-        let git_user = nix::unistd::User::from_name(airlock_channels::GIT_USER)
-            .context("cannot read the user database")?
-            .with_context(|| {
-                format!(
-                    "git user {:?} does not exist: create it in the image (see the Dockerfile)",
-                    airlock_channels::GIT_USER
-                )
-            })?;
-        let sock_dir = run_dir.join(SOCKET_SUBDIR);
-        std::fs::create_dir_all(&sock_dir)
-            .with_context(|| format!("cannot create {}", sock_dir.display()))?;
-        chown(
-            &sock_dir,
-            Some(Uid::from_raw(0)),
-            Some(Gid::from_raw(users.git_gid)),
-        )
-        .with_context(|| format!("cannot hand {} to the git group", sock_dir.display()))?;
-        std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o771))
-            .with_context(|| format!("cannot set the mode of {}", sock_dir.display()))?;
+        let git_uid = git_user_uid()?;
+        let sock_dir = socket_dir(run_dir, users.git_gid)?;
         let log_path = audit_dir.join(LOG_FILE);
-        let log = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&log_path)
-            .with_context(|| format!("cannot open the git API's log {}", log_path.display()))?;
-        let previous_path = audit_dir.join(LOG_PREVIOUS);
-        let previous_log = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&previous_path)
-            .with_context(|| {
-                format!("cannot open the git API's log {}", previous_path.display())
-            })?;
+        let log = open_log(&log_path, true)?;
+        let previous_log = open_log(&audit_dir.join(LOG_PREVIOUS), false)?;
         let agent = &users.agent;
+        let ApiPaths {
+            git_dir,
+            work_tree,
+            key_file,
+            policy,
+        } = paths;
+        let start_branch = std::fs::read_to_string(git_dir.join("HEAD"))
+            .ok()
+            .and_then(|h| head_branch(&h));
         Ok(ApiSpec {
             bin,
             socket: sock_dir.join(SOCKET_FILE),
-            git_dir: git_dir.to_path_buf(),
-            work_tree: work_tree.to_path_buf(),
-            key_file: key_file.to_path_buf(),
-            policy: policy.to_path_buf(),
+            git_dir,
+            work_tree,
+            key_file,
+            policy,
             ca_file: run_dir.join(
                 Path::new(airlock_channels::CA_EXPORT_PATH)
                     .file_name()
@@ -460,18 +445,16 @@ impl ApiSpec {
                 },
                 filters: None,
                 session: TtySession::Detached,
-                real_uid: Some(git_user.uid.as_raw()),
+                real_uid: Some(git_uid),
             },
-            git_uid: git_user.uid.as_raw(),
+            git_uid,
             log: Arc::new(log),
             log_path,
             previous_log: Arc::new(previous_log),
             log_cap: airlock_channels::git_log_cap(
                 audit_cap.unwrap_or(airlock_channels::DEFAULT_AUDIT_CAP),
             ),
-            start_branch: std::fs::read_to_string(git_dir.join("HEAD"))
-                .ok()
-                .and_then(|h| head_branch(&h)),
+            start_branch,
             session: session.to_owned(),
         })
     }
@@ -595,6 +578,55 @@ impl ApiSpec {
     }
 }
 
+/// The uid of the git user (the git API's real uid).
+fn git_user_uid() -> Result<u32> {
+    let git_user = nix::unistd::User::from_name(airlock_channels::GIT_USER)
+        .context("cannot read the user database")?
+        .with_context(|| {
+            format!(
+                "git user {:?} does not exist: create it in the image (see the Dockerfile)",
+                airlock_channels::GIT_USER
+            )
+        })?;
+    Ok(git_user.uid.as_raw())
+}
+
+/// The socket's directory, `root:<git gid> 0771`: the git API creates its socket there, the
+/// agent can only reach it by name.
+fn socket_dir(run_dir: &Path, git_gid: u32) -> Result<PathBuf> {
+    let sock_dir = run_dir.join(SOCKET_SUBDIR);
+    std::fs::create_dir_all(&sock_dir)
+        .with_context(|| format!("cannot create {}", sock_dir.display()))?;
+    chown(
+        &sock_dir,
+        Some(Uid::from_raw(0)),
+        Some(Gid::from_raw(git_gid)),
+    )
+    .with_context(|| format!("cannot hand {} to the git group", sock_dir.display()))?;
+    std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o771))
+        .with_context(|| format!("cannot set the mode of {}", sock_dir.display()))?;
+    Ok(sock_dir)
+}
+
+/// One of the git API's two log files (0600 when created, never through a link): `append`
+/// for the current one, read-write without truncating for the one it rotates into.
+fn open_log(path: &Path, append: bool) -> Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options
+        .read(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW);
+    if append {
+        options.append(true);
+    } else {
+        options.write(true).truncate(false);
+    }
+    options
+        .open(path)
+        .with_context(|| format!("cannot open the git API's log {}", path.display()))
+}
+
 /// In a child before `exec`: keep `fd` open across `exec` under its own number (never
 /// `dup2` onto a fixed one, which could be the descriptor `std` reports exec errors on).
 fn keep_across_exec(fd: i32) -> std::io::Result<()> {
@@ -680,7 +712,7 @@ mod tests {
     fn good() -> Facts {
         Facts {
             workspace: "/workspace".into(),
-            git_dir: DEFAULT_GIT_DIR.into(),
+            git_dir: crate::config::DEFAULT_GIT_DIR.into(),
             workspace_exists: true,
             cover: Some(dir(0, 0, 0o755)),
             cover_empty: true,

@@ -28,6 +28,7 @@ pub mod identity;
 pub mod netinfo;
 pub mod preflight;
 pub mod problems;
+pub mod procfs;
 pub mod proxy_ctl;
 pub mod proxy_state;
 pub mod seccomp;

@@ -23,7 +23,7 @@
 //!
 //! It does not fix anything and does not judge the policy or the users (later steps do).
 
-use crate::config::Cli;
+use crate::procfs::{Mount, parse_mountinfo};
 use anyhow::{Result, bail};
 use caps::{CapSet, Capability};
 use std::collections::HashSet;
@@ -90,18 +90,6 @@ impl Mode {
             Some(_) => None,
         }
     }
-}
-
-/// One mount from `/proc/self/mountinfo`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    pub point: PathBuf,
-    pub fstype: String,
-    pub read_only: bool,
-    /// `major:minor` of the filesystem: bind mounts of one tmpfs share it (and its size).
-    pub dev: String,
-    /// A tmpfs's `size=` in bytes; `None` without one or with `size=0` (both unbounded).
-    pub size: Option<u64>,
 }
 
 /// A cgroup limit file's content.
@@ -405,81 +393,6 @@ pub fn missing(mode: Mode, facts: &Facts, layout: &Layout) -> Vec<Missing> {
     out
 }
 
-/// A size as tmpfs's `size=` and `docker run --memory` spell it: bytes with an optional
-/// `k`, `m`, `g` or `t` (binary multiples, either case). `None` for anything else
-/// (percentages included: they depend on the host's RAM).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, shift) = match text.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_lowercase() {
-                'k' => 10,
-                'm' => 20,
-                'g' => 30,
-                't' => 40,
-                _ => return None,
-            };
-            (text.get(..i)?, shift)
-        }
-        _ => (text, 0),
-    };
-    let n: u64 = digits.parse().ok()?;
-    n.checked_mul(1u64 << shift)
-}
-
-/// Undoes the octal escapes of `/proc/self/mountinfo` (`\040` for a space, ...).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let oct = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        if let (b'\\', Some(digits)) = (bytes[i], oct) {
-            let value = digits
-                .iter()
-                .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-            if let Ok(v) = u8::try_from(value) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Parses `/proc/self/mountinfo`; malformed lines are skipped (they then count as "not
-/// mounted", which fails closed).
-pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let point = fields.get(4)?;
-            let options = fields.get(5)?;
-            let dev = fields.get(2)?;
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let fstype = fields.get(sep + 1)?;
-            // An unparsable size counts as none (refused: fails closed).
-            let size = fields
-                .get(sep + 3)
-                .and_then(|opts| opts.split(',').find_map(|o| o.strip_prefix("size=")))
-                .and_then(parse_size)
-                .filter(|n| *n > 0);
-            Some(Mount {
-                point: PathBuf::from(unescape(point)),
-                fstype: (*fstype).to_owned(),
-                read_only: options.split(',').any(|o| o == "ro"),
-                dev: (*dev).to_owned(),
-                size,
-            })
-        })
-        .collect()
-}
-
 /// `NoNewPrivs:\t1` in `/proc/self/status`.
 pub fn parse_no_new_privs(status: &str) -> bool {
     status
@@ -529,9 +442,19 @@ fn gather() -> Facts {
     }
 }
 
+/// What [`check`] needs of the command line: the paths that must be mounts and the agent's
+/// user (its home must be a tmpfs).
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub workspace: &'a Path,
+    pub audit_dir: &'a Path,
+    pub run_dir: &'a Path,
+    pub agent_user: &'a str,
+}
+
 /// Refuse to start, with one line naming every missing flag or mount, unless the container
 /// was started as documented.
-pub fn check(cli: &Cli) -> Result<()> {
+pub fn check(input: &Input<'_>) -> Result<()> {
     let value = std::env::var(MODE_VAR).ok();
     let Some(mode) = Mode::parse(value.as_deref()) else {
         bail!(
@@ -542,11 +465,13 @@ pub fn check(cli: &Cli) -> Result<()> {
     if mode == Mode::Off {
         return Ok(());
     }
-    let agent = nix::unistd::User::from_name(&cli.agent_user).ok().flatten();
+    let agent = nix::unistd::User::from_name(input.agent_user)
+        .ok()
+        .flatten();
     let layout = Layout {
-        workspace: cli.workdir.clone(),
-        audit_dir: cli.audit_dir.clone(),
-        run_dir: cli.run_dir.clone(),
+        workspace: input.workspace.to_path_buf(),
+        audit_dir: input.audit_dir.to_path_buf(),
+        run_dir: input.run_dir.to_path_buf(),
         agent_home: agent
             .as_ref()
             .map_or_else(|| PathBuf::from("/home/agent"), |u| u.dir.clone()),
@@ -568,6 +493,7 @@ pub fn check(cli: &Cli) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::procfs::{parse_size, unescape};
 
     /// `/proc/self/mountinfo` of the documented command on Docker 28, cgroup v1 (the smoke
     /// tests' host), trimmed of the per-controller cgroup mounts: note the root-only tmpfs at

@@ -71,7 +71,7 @@ fn path_steps(path: &Path) -> Result<Vec<PathStep>> {
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", path.display()))?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| crate::preflight::parse_mountinfo(&t))
+        .map(|t| crate::procfs::parse_mountinfo(&t))
         .unwrap_or_default();
     let mut steps = Vec::new();
     for p in real.ancestors() {

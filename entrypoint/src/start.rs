@@ -150,7 +150,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             &cli.run_dir,
             &cli.audit_dir,
             &users,
-            (&cli.git_dir, &cli.workdir, &key_file, &policy_file),
+            git::ApiPaths {
+                git_dir: cli.git_dir.clone(),
+                work_tree: cli.workdir.clone(),
+                key_file: key_file.clone(),
+                policy: policy_file.clone(),
+            },
             &session.id,
             cli.audit_cap,
         )?),
