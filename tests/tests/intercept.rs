@@ -542,6 +542,103 @@ fn a_websocket_upgrade_relays_both_ways_where_nothing_is_bound() {
     );
 }
 
+/// The agent's side of a WebSocket through an intercepted `CONNECT` to allowed.test:443,
+/// frames built by hand: an upgrade offering permessage-deflate, then one masked text frame
+/// carrying the agent's placeholder. Prints `status=` and `close= reason=` (the first frame
+/// the agent gets back).
+const WEBSOCKET_LEAK_SCRIPT: &str = r#"python3 - <<'PY'
+import os, socket, ssl
+
+def head_of(s):
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        b = s.recv(1)
+        if not b:
+            break
+        head += b
+    return head
+
+def exactly(s, n):
+    got = b""
+    while len(got) < n:
+        b = s.recv(n - len(got))
+        if not b:
+            break
+        got += b
+    return got
+
+def frame(payload):
+    key = os.urandom(4)
+    return bytes([0x81, 0x80 | len(payload)]) + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+p = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+p.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+head_of(p)
+t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(p, server_hostname="allowed.test")
+t.sendall(b"GET /upgrade HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+          b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+          b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+print("status=" + head_of(t).split(b" ")[1].decode())
+t.sendall(frame(b'{"key":"' + os.environ["ANTHROPIC_API_KEY"].encode() + b'"}'))
+h = exactly(t, 2)
+body = exactly(t, h[1] & 0x7f) if len(h) == 2 else b""
+print("close=%d reason=%s" % (int.from_bytes(body[:2], "big") if h[:1] == b"\x88" else -1, body[2:].decode()))
+PY"#;
+
+/// With `network.websocket` listing the credential's host, a WebSocket through intercepted
+/// TLS is relayed frame by frame: the upgrade carries the injected key but not the agent's
+/// compression offer; a frame with the placeholder is answered Close 1008 `credential-leak`
+/// before it goes upstream (the fake upstream would echo it), and the audit line says so.
+#[test]
+fn a_websocket_on_a_listed_credential_host_has_its_frames_read() {
+    let world = world();
+    let policy = policy().replace(
+        "writable = [",
+        "websocket = [\"allowed.test\"]\nwritable = [",
+    );
+    let airlock = Airlock::new(&world, &policy);
+    let out = run_with_secrets(&airlock, &world, WEBSOCKET_LEAK_SCRIPT);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_eq!(line(&text, "status"), "101", "{text}\n{}", stderr(&out));
+    assert_eq!(
+        line(&text, "close"),
+        "1008 reason=credential-leak",
+        "{text}\n{}",
+        stderr(&out)
+    );
+    let upstream = world.upstream_log().unwrap();
+    let ups: Vec<_> = upstream
+        .iter()
+        .filter(|l| l["path"] == "/upgrade")
+        .collect();
+    assert_eq!(ups.len(), 1, "{upstream:?}");
+    assert_eq!(
+        ups[0]["headers"]["x-api-key"], SECRET,
+        "injected on the upgrade"
+    );
+    assert!(
+        ups[0]["headers"].get("sec-websocket-extensions").is_none(),
+        "{}",
+        ups[0]
+    );
+    let audit = airlock.audit();
+    let cut: Vec<_> = audit
+        .iter()
+        .filter(|l| l["path"] == "/upgrade" && l["event"] != "open")
+        .collect();
+    assert_eq!(cut.len(), 1, "{audit:?}");
+    assert_eq!(cut[0]["reason"], "credential-leak", "{}", cut[0]);
+    assert_eq!(cut[0]["intercepted"], true, "{}", cut[0]);
+    assert!(
+        cut[0]["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("close 1008 by proxy")),
+        "{}",
+        cut[0]
+    );
+}
+
 /// Upstream connections outlive the agent's connections (`proxy/src/pool.rs`): the agent
 /// opens a new connection per request, abandons a response mid-body and aborts an upload
 /// mid-body, trying to make the next request ride on a connection that still carries the
