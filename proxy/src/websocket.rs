@@ -379,7 +379,9 @@ pub struct Outbound {
 
 impl Outbound {
     /// Searches `frame`'s payload with what went before; on an LLM API host (`redact`)
-    /// foreign secrets are overwritten in place and their detectors returned.
+    /// foreign secrets are overwritten in place and their detectors returned. After a hit
+    /// nothing of what went before is kept (in report mode the frame goes on, and the next
+    /// one is searched from its own start: the hit is not reported twice).
     ///
     /// # Errors
     /// The [`Cut`]: a credential's secret, or a secret going to a host not its provider's.
@@ -400,6 +402,7 @@ impl Outbound {
         };
         let needles = creds.leak_needles();
         if let Some(tag) = needles.and_then(|n| n.find(&window)) {
+            self.context = Context::default();
             return Err(Cut::Credential(creds.name_of(tag).to_owned()));
         }
         let detectors = &rules.detectors;
@@ -411,6 +414,7 @@ impl Outbound {
                 .collect();
             frame.payload.copy_from_slice(&window[start..]);
         } else if let Some(d) = detectors.foreign(&window, host) {
+            self.context = Context::default();
             return Err(Cut::Secret(d.name.clone()));
         }
         if data {
@@ -537,9 +541,12 @@ impl Summary {
         } else if let Some(e) = self.end {
             rec.event = Some(e);
         }
-        if matches!(self.violation, Some((_, "agent"))) {
-            rec.decision = Verdict::Deny;
-            rec.reason = Some(Reason::MalformedRequest);
+        if let Some((_, who)) = self.violation {
+            rec.event = Some(Event::CloseError);
+            if who == "agent" {
+                rec.decision = Verdict::Deny;
+                rec.reason = Some(Reason::MalformedRequest);
+            }
         }
         let seen = self.describe();
         rec.rule = Some(match rec.rule.take() {

@@ -547,3 +547,49 @@ async fn an_unmasked_agent_frame_is_a_protocol_error() {
     let ws = ws_lines(&lines);
     assert_eq!(ws[0]["reason"], "malformed-request", "{}", ws[0]);
 }
+
+/// On a listed host with L7 rules the rules judge the upgrade request (its method and
+/// path): an upgrade to a denied path is refused by the rule before the upstream; one to
+/// an allowed path is relayed frame by frame.
+#[tokio::test]
+async fn the_l7_rules_judge_the_upgrade_request() {
+    let mut up = ws_upstream("", vec![]).await;
+    let extra = Extra {
+        policy: "websocket = [\"ruled.allowed.test\"]\n\n[[rules]]\nhost = \"ruled.allowed.test\"\npath = \"/admin/**\"\naction = \"deny\"\n".into(),
+        ..Extra::default()
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("ruled.allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up.addr)],
+        airlock_proxy::limits::Limits::default(),
+        &extra,
+    )
+    .await;
+    let ask = |path: &str| {
+        format!(
+            "GET http://ruled.allowed.test{path} HTTP/1.1\r\nhost: ruled.allowed.test\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+    };
+    let (_s, r) = request(h.addr, &ask("/admin/ws")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("request-denied-by-rule")
+    );
+    assert!(up.heads.try_recv().is_err(), "nothing reached the upstream");
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(ask("/ws").as_bytes()).await.unwrap();
+    assert!(read_head(&mut s).await.starts_with("HTTP/1.1 101"));
+    let f = text(true, Opcode::Text, "GET /admin/delete");
+    send(&mut s, std::slice::from_ref(&f), [8, 8, 8, 8]).await;
+    // A frame has no method or path: the relay reads it for secrets only.
+    assert_eq!(Frames::new(false).next(&mut s).await.unwrap(), f);
+    drop(s);
+    let lines = h.finish().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["path"] == "/admin/ws" && l["reason"] == "request-denied-by-rule")
+    );
+}

@@ -257,6 +257,10 @@ fn a_secret_split_anywhere_across_frames_is_caught_at_the_frame_completing_it() 
     let mut out = Outbound::default();
     assert!(first_cut(&mut out, &r, "allowed.test", &["start airlock-place"]).is_none());
     assert!(first_cut(&mut out, &r, "allowed.test", &["holder-api-01 end"]).is_some());
+    // After a hit (report mode goes on) the next frame is searched from its own start.
+    let mut out = Outbound::default();
+    assert!(first_cut(&mut out, &r, "allowed.test", &[PLACEHOLDER]).is_some());
+    assert!(first_cut(&mut out, &r, "allowed.test", &["next"]).is_none());
     // A control frame's payload is searched too.
     let mut ping = data(true, Opcode::Ping, PLACEHOLDER.as_bytes());
     assert!(
