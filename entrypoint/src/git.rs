@@ -326,6 +326,17 @@ pub fn agent_vars(
     socket: Option<&Path>,
     why: Option<&str>,
 ) -> Vec<(String, String)> {
+    agent_vars_from(key_file, workspace, socket, why, |k| std::env::var(k).ok())
+}
+
+/// [`agent_vars`] with the operator's commit identity read through `env`. Pure.
+pub fn agent_vars_from(
+    key_file: &Path,
+    workspace: &Path,
+    socket: Option<&Path>,
+    why: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
     let mut v = vec![
         (
             "AIRLOCK_SESSION_KEY_FILE".to_owned(),
@@ -346,7 +357,7 @@ pub fn agent_vars(
     // The operator's default commit identity, for the shim's native git outside the
     // workspace (the git API gets the same two variables).
     for var in ["AIRLOCK_GIT_USER_NAME", "AIRLOCK_GIT_USER_EMAIL"] {
-        if let Ok(value) = std::env::var(var) {
+        if let Some(value) = env(var) {
             v.push((var.to_owned(), value));
         }
     }

@@ -26,6 +26,7 @@ pub mod effective;
 pub mod git;
 pub mod identity;
 pub mod netinfo;
+pub mod plan;
 pub mod preflight;
 pub mod problems;
 pub mod procfs;

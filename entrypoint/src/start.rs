@@ -4,22 +4,21 @@
 use crate::checks::{self, Checked};
 use crate::config::Cli;
 use crate::identity::Users;
+use crate::plan::{self, Plan};
 use crate::proxy_ctl::{self, ProxySpec};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::{
     agent_env, console, credentials, effective, git, netinfo, seccomp, second, selftest, setup,
     supervise, trust, workspace_secrets,
 };
-use airlock_channels as ch;
 use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
 use nix::unistd::Pid;
-use std::ffi::OsString;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::{Child, ExitCode, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Hidden first argument: run the self-test probes (as the agent, spawned by ourselves).
 pub const SELF_TEST_ARG: &str = "__self-test";
@@ -87,9 +86,39 @@ fn effective_policy(
     effective::install(&cli.policy, &cli.run_dir, policy, &overrides)
 }
 
+/// When each start-up step ended, for the ready line.
+#[derive(Debug)]
+struct Clock {
+    t0: Instant,
+    marks: Vec<Duration>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            t0: Instant::now(),
+            marks: Vec::new(),
+        }
+    }
+
+    /// The step that just ended.
+    fn mark(&mut self) {
+        self.marks.push(self.t0.elapsed());
+    }
+
+    /// The one ready line, with the time each of the four steps took.
+    fn ready_line(&self, session_id: &str) -> String {
+        let mut steps = [Duration::ZERO; 4];
+        for (step, mark) in steps.iter_mut().zip(&self.marks) {
+            *step = *mark;
+        }
+        ready_line(session_id, self.t0, steps)
+    }
+}
+
 /// PID 1's start: `--check`, or the checks, set-up and supervision; the agent's exit status.
 pub fn run(cli: Cli) -> Result<i32> {
-    let t0 = Instant::now();
+    let mut clock = Clock::start();
     if cli.check {
         return check_only(&cli);
     }
@@ -101,83 +130,35 @@ pub fn run(cli: Cli) -> Result<i32> {
         git_api_bin,
         session,
         session_key,
-        mut creds,
+        creds,
         operator_ca,
-        agent_env:
-            agent_env::AgentEnv {
-                vars: mut agent_env,
-                forced,
-            },
+        agent_env,
         workspace: _workspace,
     } = checks::check_all(&cli)?;
+    let found = plan::Found {
+        agent: &users.agent,
+        git: &git_plan,
+        git_api: git_api_bin.is_some(),
+        agent_env,
+        mode: policy.sandbox.mode,
+        workdir_is_dir: cli.workdir.is_dir(),
+    };
+    let plan = Plan::new(&cli, found, |k| std::env::var(k).ok());
+
     setup::give_home(&users.agent)?;
-    creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
-        &session_key,
-        &session.id,
-    ));
-    warn_forced(&forced);
+    warn_forced(&plan.forced);
     credentials::warn_missing(&creds);
-    let key_file = cli.run_dir.join(git::KEY_FILE);
-    let git_socket = cli.run_dir.join(git::SOCKET_SUBDIR).join(git::SOCKET_FILE);
-    agent_env.extend(git::agent_vars(
-        &key_file,
-        &cli.workdir,
-        git_api_bin.as_ref().map(|_| git_socket.as_path()),
-        match &git_plan {
-            git::Decision::Unavailable(why) => Some(why.as_str()),
-            git::Decision::Enabled => None,
-        },
-    ));
-    let state_dir = cli.run_dir.join(ch::PROXY_STATE_SUBDIR);
-    creds.handoff.workspace_secrets = workspace_secrets::at_start(&cli.workdir, &cli.run_dir);
-    credentials::write_handoff(&state_dir, &creds.handoff, &users.proxy)?;
-    drop(creds);
-    let upstream_ca = trust::install_proxy_files(
-        &state_dir,
-        &users.proxy,
-        &users.agent,
-        &operator_ca,
-        cli.upstream_ca.as_deref(),
-    )?;
-    let audit_file = setup::prepare_dirs(&cli, &users)?;
-    let policy_file = effective_policy(&cli, &policy, &git_plan)?;
-    let route = console::Route::detect();
-    console::open(&route, &cli.audit_dir)?;
+    hand_off_credentials(&cli, &plan, creds, &session_key, &session.id, &users)?;
+    let files = prepare_files(&cli, &plan, &users, &operator_ca, &policy, &git_plan)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
     let git_spec = match git_api_bin {
-        Some(bin) => Some(git::ApiSpec::new(
-            bin,
-            &cli.run_dir,
-            &cli.audit_dir,
-            &users,
-            git::ApiPaths {
-                git_dir: cli.git_dir.clone(),
-                work_tree: cli.workdir.clone(),
-                key_file: key_file.clone(),
-                policy: policy_file.clone(),
-            },
-            &session.id,
-            cli.audit_cap,
-        )?),
+        Some(bin) => Some(git_api_spec(&cli, &plan, bin, &users, &files, &session.id)?),
         None => None,
     };
-    let t_validate = t0.elapsed();
+    clock.mark();
 
     supervise::block_signals()?;
-    let proxy_spec = ProxySpec {
-        bin: proxy_bin,
-        policy: policy_file.clone(),
-        audit_file,
-        session: session.id.clone(),
-        state_dir,
-        ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
-        upstream_ca,
-        audit_cap: cli.audit_cap,
-        container: proxy_ctl::own_container(),
-        log_filter: route.proxy_filter.clone(),
-        run_as: RunAs::detached(users.proxy.clone()),
-    };
-    let mut proxy = ProxyGuard(Some(proxy_spec.start()?));
+    let (mut proxy, proxy_spec) = start_proxy(&cli, &plan, proxy_bin, files, &session.id, &users)?;
     trust::write_bundle(
         &cli.run_dir,
         &proxy_spec.ca_export,
@@ -185,23 +166,127 @@ pub fn run(cli: Cli) -> Result<i32> {
     )?;
     // The git API after the proxy (its pushes go through the service port), before the firewall.
     let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::start).transpose()?);
-    let t_proxy = t0.elapsed();
+    clock.mark();
 
     setup::apply_firewall(&users)?;
-    let t_firewall = t0.elapsed();
+    clock.mark();
 
     let filters = Arc::new(seccomp::agent_filters()?);
-    self_test_as_agent(&users, &filters, selftest::Mode::of(policy.sandbox.mode))?;
-    let t_selftest = t0.elapsed();
+    self_test_as_agent(&users, &filters, plan.self_test)?;
+    clock.mark();
 
     setup::reduce_pid1_caps()?;
-    let ready = ready_line(
-        &session.id,
-        t0,
-        [t_validate, t_proxy, t_firewall, t_selftest],
-    );
-    let child = spawn_agent(&cli, &users, filters, &agent_env, &ready)?;
+    let ready = clock.ready_line(&session.id);
+    let child = spawn_agent(&cli, &plan, &users, filters, &ready)?;
     supervise_until_exit(&child, &mut proxy, proxy_spec, &mut git_api, git_spec)
+}
+
+/// The proxy's credential hand-off: the resolved credentials, the git placeholder of this
+/// session and the workspace's own secrets, written for the proxy user; then dropped.
+fn hand_off_credentials(
+    cli: &Cli,
+    plan: &Plan,
+    mut creds: credentials::Resolved,
+    session_key: &airlock_wire::SessionKey,
+    session_id: &str,
+    users: &Users,
+) -> Result<()> {
+    creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
+        session_key,
+        session_id,
+    ));
+    creds.handoff.workspace_secrets = workspace_secrets::at_start(&cli.workdir, &cli.run_dir);
+    credentials::write_handoff(&plan.state_dir, &creds.handoff, &users.proxy)?;
+    Ok(())
+}
+
+/// The files and directories set up before any process starts.
+#[derive(Debug)]
+struct Files {
+    upstream_ca: Vec<std::path::PathBuf>,
+    audit_file: std::path::PathBuf,
+    policy_file: std::path::PathBuf,
+    route: console::Route,
+}
+
+/// The proxy's trust files, the runtime and audit directories, the effective policy and
+/// PID 1's own log.
+fn prepare_files(
+    cli: &Cli,
+    plan: &Plan,
+    users: &Users,
+    operator_ca: &trust::OperatorTrust,
+    policy: &Policy,
+    git_plan: &git::Decision,
+) -> Result<Files> {
+    let upstream_ca = trust::install_proxy_files(
+        &plan.state_dir,
+        &users.proxy,
+        &users.agent,
+        operator_ca,
+        cli.upstream_ca.as_deref(),
+    )?;
+    let audit_file = setup::prepare_dirs(cli, users)?;
+    let policy_file = effective_policy(cli, policy, git_plan)?;
+    let route = console::Route::detect();
+    console::open(&route, &cli.audit_dir)?;
+    Ok(Files {
+        upstream_ca,
+        audit_file,
+        policy_file,
+        route,
+    })
+}
+
+/// The git API's spec for this start (socket directory and logs created).
+fn git_api_spec(
+    cli: &Cli,
+    plan: &Plan,
+    bin: std::path::PathBuf,
+    users: &Users,
+    files: &Files,
+    session_id: &str,
+) -> Result<git::ApiSpec> {
+    git::ApiSpec::new(
+        bin,
+        &cli.run_dir,
+        &cli.audit_dir,
+        users,
+        git::ApiPaths {
+            git_dir: cli.git_dir.clone(),
+            work_tree: cli.workdir.clone(),
+            key_file: plan.key_file.clone(),
+            policy: files.policy_file.clone(),
+        },
+        session_id,
+        cli.audit_cap,
+    )
+}
+
+/// Start the proxy as its user and wait until it answers.
+fn start_proxy(
+    cli: &Cli,
+    plan: &Plan,
+    bin: std::path::PathBuf,
+    files: Files,
+    session_id: &str,
+    users: &Users,
+) -> Result<(ProxyGuard, ProxySpec)> {
+    let spec = ProxySpec {
+        bin,
+        policy: files.policy_file,
+        audit_file: files.audit_file,
+        session: session_id.to_owned(),
+        state_dir: plan.state_dir.clone(),
+        ca_export: trust::prepare_export_dir(&cli.run_dir, &users.proxy)?,
+        upstream_ca: files.upstream_ca,
+        audit_cap: cli.audit_cap,
+        container: proxy_ctl::own_container(),
+        log_filter: files.route.proxy_filter.clone(),
+        run_as: RunAs::detached(users.proxy.clone()),
+    };
+    let proxy = ProxyGuard(Some(spec.start()?));
+    Ok((proxy, spec))
 }
 
 /// PID 1's last job: the agent, the proxy and the git API supervised until the agent exits
@@ -233,9 +318,9 @@ fn supervise_until_exit(
 /// agent's own output (and what `docker logs` shows the host CLI).
 fn spawn_agent(
     cli: &Cli,
+    plan: &Plan,
     users: &Users,
     filters: Arc<Vec<seccompiler::BpfProgram>>,
-    env: &std::collections::BTreeMap<String, String>,
     ready: &str,
 ) -> Result<Child> {
     let agent = RunAs {
@@ -244,21 +329,12 @@ fn spawn_agent(
         session: TtySession::ForegroundGroup,
         real_uid: None,
     };
-    let command: Vec<OsString> = if cli.command.is_empty() {
-        vec![users.agent.shell.clone().into_os_string()]
-    } else {
-        cli.command.clone()
-    };
-    let cwd = if cli.workdir.is_dir() {
-        cli.workdir.clone()
-    } else {
-        users.agent.home.clone()
-    };
-    let (program, args) = command.split_first().context("empty agent command")?;
-    second::save(&cli.run_dir, &users.agent, &cwd, env)?;
+    let (program, args) = plan.command.split_first().context("empty agent command")?;
+    let (env, cwd) = (&plan.agent_env, &plan.cwd);
+    second::save(&cli.run_dir, &users.agent, cwd, env)?;
     console::banner(ready);
     agent
-        .command(Path::new(program), env, &cwd)
+        .command(Path::new(program), env, cwd)
         .args(args)
         .spawn()
         .with_context(|| {
