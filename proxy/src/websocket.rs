@@ -14,15 +14,17 @@
 //!   searched together with the end of what went before (across frames, fragments and
 //!   messages), so a secret split over two frames is caught at the frame that completes
 //!   it: that frame is never forwarded, the agent gets a Close `1008` with the reason code,
-//!   the upstream is closed. On an LLM API host a foreign secret is redacted in place
+//!   the upstream is closed. A fragment that is not its message's last is held until the
+//!   next one passes, so a secret split across two fragments of a message leaves nothing
+//!   (control frames go at once, possibly before a held fragment, as RFC 6455 allows). On an LLM API host a foreign secret is redacted in place
 //!   instead (same length). In report mode the hit is logged and the frame goes on.
 //! - [`Inbound`] scrubs the upstream's payloads of the real values (same length, so the
 //!   frame header stays true).
 //!
 //! What stays unjudged: the L7 rules apply to the upgrade request only (a frame has no
-//! method or path); the start of a secret split across frames has gone upstream with the
-//! earlier frame by the time the frame completing it is refused; binary payloads are
-//! searched as bytes (a compressed or encoded secret is not recognised).
+//! method or path); the start of a secret split across two messages (or over three or more
+//! fragments) has gone upstream by the time the frame completing it is refused; binary
+//! payloads are searched as bytes (a compressed or encoded secret is not recognised).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -709,6 +711,9 @@ where
 {
     let mut out = Outbound::default();
     let redact = detect::llm_host(&sh.session.host);
+    // A fragment that is not its message's last waits for the next one, so a secret split
+    // across two fragments is refused with neither sent.
+    let mut held: Option<Frame> = None;
     loop {
         let mut frame = match from.next().await {
             Ok(Some((f, _))) => f,
@@ -745,11 +750,28 @@ where
                 return Stop::Cut(cut);
             }
         }
-        let bytes = frame.encode(Some(mask_key()));
-        if to.write_all(&bytes).await.is_err() || to.flush().await.is_err() {
-            return Stop::Io;
+        for f in release(&mut held, frame) {
+            let bytes = f.encode(Some(mask_key()));
+            if to.write_all(&bytes).await.is_err() || to.flush().await.is_err() {
+                return Stop::Io;
+            }
+            sh.meter.add_up(bytes.len());
         }
-        sh.meter.add_up(bytes.len());
+    }
+}
+
+/// What goes upstream now that `frame` passed: a control frame at once (a Close drops a
+/// held fragment: its message never ends); a fragment that is not its message's last is
+/// held and the one held before it goes; a message's last fragment goes after the held one.
+fn release(held: &mut Option<Frame>, frame: Frame) -> Vec<Frame> {
+    match frame.opcode {
+        Opcode::Close => {
+            *held = None;
+            vec![frame]
+        }
+        Opcode::Ping | Opcode::Pong => vec![frame],
+        _ if !frame.fin => held.replace(frame).into_iter().collect(),
+        _ => held.take().into_iter().chain([frame]).collect(),
     }
 }
 

@@ -352,3 +352,24 @@ fn an_extension_in_the_101_is_refused() {
     );
     assert_eq!(accept(&h).unwrap_err().0, Reason::UpgradeNotSupported);
 }
+
+#[test]
+fn a_fragment_waits_for_the_next_and_control_frames_go_at_once() {
+    let mut held = None;
+    let first = data(false, Opcode::Text, b"a");
+    let mid = data(false, Opcode::Continuation, b"b");
+    let last = data(true, Opcode::Continuation, b"c");
+    let ping = data(true, Opcode::Ping, b"");
+    assert!(release(&mut held, first.clone()).is_empty());
+    assert_eq!(release(&mut held, ping.clone()), [ping]);
+    assert_eq!(release(&mut held, mid.clone()), [first]);
+    assert_eq!(release(&mut held, last.clone()), [mid, last]);
+    assert!(held.is_none());
+    let whole = data(true, Opcode::Binary, b"x");
+    assert_eq!(release(&mut held, whole.clone()), [whole]);
+    // A Close drops an unfinished message.
+    assert!(release(&mut held, data(false, Opcode::Text, b"y")).is_empty());
+    let close = Frame::close(1000, "");
+    assert_eq!(release(&mut held, close.clone()), [close]);
+    assert!(held.is_none());
+}
