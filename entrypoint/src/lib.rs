@@ -13,7 +13,7 @@
 //! Every failed step stops the container with one line: what failed and how to fix it.
 //!
 //! The binary (`main.rs`) only picks the [`Invocation`], calls in here and prints the one
-//! line. What needs no privileges (the checks' pure cores, [`start::Plan`], the privilege
+//! line. What needs no privileges (the checks' pure cores, [`plan::Plan`], the privilege
 //! drop's order through [`sys::Sys`]) is testable here, and the host CLI can reuse the flags
 //! ([`config::Cli`]), the paths and the checks.
 
@@ -66,7 +66,7 @@ impl Invocation {
     /// The invocation for `args` (the program name first). Pure.
     pub fn of(args: &[OsString]) -> Invocation {
         let first = args.get(1).map(OsString::as_os_str);
-        if first == Some(OsStr::new(start::SELF_TEST_ARG)) {
+        if first == Some(OsStr::new(selftest::ARG)) {
             return Invocation::SelfTest(args.get(2).and_then(|a| a.to_str()).map(str::to_owned));
         }
         let as_session = args

@@ -3,7 +3,7 @@
 //! the exit status.
 
 use airlock_entrypoint::config::Cli;
-use airlock_entrypoint::{EXIT_REFUSED, Invocation, console, problems, second, start};
+use airlock_entrypoint::{EXIT_REFUSED, Invocation, console, problems, second, selftest, start};
 use anyhow::anyhow;
 use clap::Parser;
 use std::ffi::OsString;
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     match Invocation::of(&args) {
-        Invocation::SelfTest(mode) => start::self_test_main(mode.as_deref()),
+        Invocation::SelfTest(mode) => selftest::main(mode.as_deref()),
         Invocation::Session(args) => {
             let err = second::main(&args).err();
             eprintln!(

@@ -5,7 +5,7 @@
 //! needs (`bpf`, `userfaultfd`, the keyring, `perf_event_open`), new user namespaces (the
 //! door to privileged-looking operations inside a fresh namespace), `ptrace` and
 //! cross-process memory access, every mount-API call, and changing another process's
-//! priority or scheduling policy ([`SCHEDULING`]). Denied calls fail with `EPERM`
+//! priority or scheduling policy (`SCHEDULING`). Denied calls fail with `EPERM`
 //! (the program sees an ordinary error, not a kill); `clone3` fails with `ENOSYS` because its
 //! flags live in memory a filter cannot inspect, and libc then falls back to `clone`, whose
 //! flags we can check.

@@ -18,8 +18,12 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::process::ExitCode;
 use std::time::Duration;
+
+/// Hidden first argument: run the self-test probes (as the agent, spawned by PID 1).
+pub const ARG: &str = "__self-test";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 const IO_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -383,6 +387,29 @@ pub fn run_all(probes: &[Probe]) -> Vec<String> {
         }
     }
     failures
+}
+
+/// The probes, computed by the agent-side process from what it can read itself.
+fn probes_here(mode: Mode) -> Vec<Probe> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let gw4 = crate::netinfo::default_gateway_v4(&read("/proc/net/route"))
+        .unwrap_or(Ipv4Addr::new(192, 0, 2, 1));
+    let gw6 = crate::netinfo::default_gateway_v6(&read("/proc/net/ipv6_route"))
+        .unwrap_or(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+    let resolver = crate::netinfo::nameservers(&read("/etc/resolv.conf"))
+        .into_iter()
+        .next();
+    plan(mode, gw4, gw6, resolver)
+}
+
+/// The agent-side self-test process (`__self-test MODE`): every probe stopped.
+pub fn main(arg: Option<&str>) -> ExitCode {
+    let failures = run_all(&probes_here(Mode::from_arg(arg)));
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[cfg(test)]

@@ -8,20 +8,16 @@ use crate::plan::{self, Plan};
 use crate::proxy_ctl::{self, ProxySpec};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::{
-    agent_env, console, credentials, effective, git, netinfo, seccomp, second, selftest, setup,
-    supervise, trust, workspace_secrets,
+    agent_env, console, credentials, effective, git, seccomp, second, selftest, setup, supervise,
+    trust, workspace_secrets,
 };
 use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
 use nix::unistd::Pid;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
-use std::process::{Child, ExitCode, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Hidden first argument: run the self-test probes (as the agent, spawned by ourselves).
-pub const SELF_TEST_ARG: &str = "__self-test";
 
 /// Kills the proxy if set-up fails after it started, so nothing outlives a refused start.
 struct ProxyGuard(Option<Child>);
@@ -365,7 +361,7 @@ fn run_self_test(run_as: &RunAs, mode: selftest::Mode) -> Result<()> {
         std::env::current_exe().context("cannot locate the entrypoint binary for the self-test")?;
     let out = run_as
         .command(&exe, &Default::default(), Path::new("/"))
-        .arg(SELF_TEST_ARG)
+        .arg(selftest::ARG)
         .arg(mode.as_arg())
         .stdin(Stdio::null())
         .output()
@@ -384,27 +380,4 @@ fn run_self_test(run_as: &RunAs, mode: selftest::Mode) -> Result<()> {
     Err(anyhow!(
         "self-test as the agent failed, refusing to start: {first}"
     ))
-}
-
-/// The probes, computed by the agent-side process from what it can read itself.
-fn self_test_probes(mode: selftest::Mode) -> Vec<selftest::Probe> {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let gw4 = netinfo::default_gateway_v4(&read("/proc/net/route"))
-        .unwrap_or(Ipv4Addr::new(192, 0, 2, 1));
-    let gw6 = netinfo::default_gateway_v6(&read("/proc/net/ipv6_route"))
-        .unwrap_or(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
-    let resolver = netinfo::nameservers(&read("/etc/resolv.conf"))
-        .into_iter()
-        .next();
-    selftest::plan(mode, gw4, gw6, resolver)
-}
-
-/// The agent-side self-test process (`__self-test MODE`): every probe stopped.
-pub fn self_test_main(arg: Option<&str>) -> ExitCode {
-    let failures = selftest::run_all(&self_test_probes(selftest::Mode::from_arg(arg)));
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
