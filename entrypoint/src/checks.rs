@@ -88,33 +88,22 @@ pub fn check_all(cli: &Cli) -> Result<Checked> {
     ));
     let session = session::Session::new()?;
     let session_key = airlock_wire::SessionKey::generate()?;
-    let creds = match (&policy, &users) {
-        (Some(policy), Some(users)) => problems.take(credentials::resolve(
-            policy,
-            &session.id,
-            &users.agent,
-            |k| std::env::var(k).ok(),
-            session::nonce,
-        )),
-        _ => None,
-    };
-    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
-    let agent_env = match (&users, &creds) {
-        (Some(users), Some(creds)) => problems.take(agent_env::build(
-            std::env::vars(),
-            &AgentEnvInput {
-                agent: &users.agent,
-                session: &session.id,
-                proxy_url: &ch::proxy_url(),
-                secret_names: &creds.secret_env_names,
-                placeholders: &creds.agent_vars,
-                trust: &trust_vars,
-            },
-        )),
-        _ => None,
+    let (creds, agent_env) = match (&policy, &users) {
+        (Some(policy), Some(users)) => agent_side(cli, policy, users, &session, &mut problems),
+        _ => (None, None),
     };
     problems.finish()?;
-    match (
+    let (
+        Some(policy),
+        Some(users),
+        Some(proxy_bin),
+        Some(git_plan),
+        Some(git_api_bin),
+        Some(creds),
+        Some(operator_ca),
+        Some(agent_env),
+        Some(workspace),
+    ) = (
         policy,
         users,
         proxy_bin,
@@ -124,32 +113,57 @@ pub fn check_all(cli: &Cli) -> Result<Checked> {
         operator_ca,
         agent_env,
         workspace,
-    ) {
-        (
-            Some(policy),
-            Some(users),
-            Some(proxy_bin),
-            Some(git_plan),
-            Some(git_api_bin),
-            Some(creds),
-            Some(operator_ca),
-            Some(agent_env),
-            Some(workspace),
-        ) => Ok(Checked {
-            policy,
-            users,
-            proxy_bin,
-            git_plan,
-            git_api_bin,
-            session,
-            session_key,
-            creds,
-            operator_ca,
-            agent_env,
-            workspace,
-        }),
-        _ => Err(anyhow!("a start-up check failed without saying why")),
-    }
+    )
+    else {
+        return Err(anyhow!("a start-up check failed without saying why"));
+    };
+    Ok(Checked {
+        policy,
+        users,
+        proxy_bin,
+        git_plan,
+        git_api_bin,
+        session,
+        session_key,
+        creds,
+        operator_ca,
+        agent_env,
+        workspace,
+    })
+}
+
+/// What the agent gets in place of the credentials: the policy's credentials resolved for
+/// this session (real values for the proxy, placeholders for the agent) and the agent's
+/// environment built around the placeholders. Problems go to `problems`.
+fn agent_side(
+    cli: &Cli,
+    policy: &Policy,
+    users: &Users,
+    session: &session::Session,
+    problems: &mut Problems,
+) -> (Option<credentials::Resolved>, Option<agent_env::AgentEnv>) {
+    let creds = problems.take(credentials::resolve(
+        policy,
+        &session.id,
+        &users.agent,
+        |k| std::env::var(k).ok(),
+        session::nonce,
+    ));
+    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
+    let agent_env = creds.as_ref().and_then(|creds| {
+        problems.take(agent_env::build(
+            std::env::vars(),
+            &AgentEnvInput {
+                agent: &users.agent,
+                session: &session.id,
+                proxy_url: &ch::proxy_url(),
+                secret_names: &creds.secret_env_names,
+                placeholders: &creds.agent_vars,
+                trust: &trust_vars,
+            },
+        ))
+    });
+    (creds, agent_env)
 }
 
 /// The users with the agent's ids chosen by `--agent-uid` (default: the workspace owner's).
