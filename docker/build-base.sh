@@ -21,7 +21,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "docker/build-base.sh: debootstrap needs root" >&2
     exit 1
 fi
-command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
+# A fresh machine's package lists may be empty or stale: update them before installing.
+command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
 
 ROOT=$(mktemp -d /var/tmp/airlock-base.XXXXXX)
 trap 'rm -rf --one-file-system "$ROOT"' EXIT

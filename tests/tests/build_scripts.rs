@@ -3,7 +3,9 @@
 //! - `tests/scripts/sudo-toolchain.sh`: under sudo the build uses the invoking user's
 //!   toolchain (`scripts/lib/cargo.sh`), and no toolchain is one line and a failure;
 //! - `tests/scripts/builder.sh`: the builder container (`scripts/lib/builder.sh`,
-//!   `scripts/build-image --in-container`) starts, runs Debian's cargo and builds a crate.
+//!   `scripts/build-image --in-container`) starts, runs Debian's cargo and builds a crate;
+//! - `tests/scripts/docker-run-name.sh`: `scripts/docker-run` names the sandbox after the
+//!   checkout's directory unless `AIRLOCK_SANDBOX` or a policy of one's own names it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -36,4 +38,9 @@ fn under_sudo_the_build_uses_the_invoking_users_toolchain() {
 #[test]
 fn the_builder_container_builds_with_debians_toolchain() {
     run("tests/scripts/builder.sh");
+}
+
+#[test]
+fn docker_run_names_the_sandbox_after_the_checkout() {
+    run("tests/scripts/docker-run-name.sh");
 }
