@@ -32,7 +32,8 @@
 //! `dns`|`git-service`), `event` (`open` for the line written before anything went upstream,
 //! `close` (or `close-*`) for a tunnel's final line, `null` for a request's final line or a
 //! single-line decision), `method`, `host`, `port`, `path` (path only: the query
-//! string is never logged, it may carry secrets), `decision` (`allow`|`deny`|`report`), `rule`,
+//! string is never logged, it may carry secrets), `decision` (`allow`|`deny`|`report`|
+//! `abandoned`: allowed, but the client left before anything went upstream), `rule`,
 //! `reason`, `upstream` (`ip:port` connected to), `upstream_local_port` (the proxy's source
 //! port of that upstream connection), `intercepted` (the TLS was terminated and each request
 //! judged and logged on its own line), `credential` (names of the credentials injected into
@@ -117,6 +118,9 @@ pub enum Verdict {
     Deny,
     /// Would have been refused, but the sandbox is in report mode: it passed.
     Report,
+    /// Allowed (or reported), but its client hung up before anything of it went upstream
+    /// (while the proxy resolved, connected or waited for the audit): never forwarded.
+    Abandoned,
 }
 
 impl Verdict {
@@ -127,6 +131,7 @@ impl Verdict {
             Self::Allow => "allow",
             Self::Deny => "deny",
             Self::Report => "report",
+            Self::Abandoned => "abandoned",
         }
     }
 }
@@ -903,10 +908,14 @@ impl Audit {
 /// [`emit`](Self::emit) or [`commit`](Self::commit), by whoever
 /// [`into_record`](Self::into_record) hands it to, or, when it is dropped first (the client
 /// hung up and hyper dropped the request), by its `Drop`, with `event: client-gone`. So an
-/// abandoned request still leaves its line.
+/// abandoned request still leaves its line; one dropped before it was
+/// [`forwarded`](Self::forwarded) says `decision: abandoned` (it never went upstream).
 pub struct Pending {
     rec: Option<Record>,
     audit: Audit,
+    /// Something of the request went upstream ([`forwarded`](Self::forwarded)): dropped
+    /// before that, its line says `abandoned`, not the `allow` it was decided.
+    forwarded: bool,
 }
 
 impl std::fmt::Debug for Pending {
@@ -922,7 +931,14 @@ impl Pending {
         Self {
             rec: Some(rec),
             audit,
+            forwarded: false,
         }
+    }
+
+    /// The request is about to go upstream (its head is being sent, or its tunnel is
+    /// granted): from now on a client that leaves has left a forwarded request.
+    pub fn forwarded(&mut self) {
+        self.forwarded = true;
     }
 
     /// Queues the final line (see [`Audit::emit`]).
@@ -993,6 +1009,9 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mut rec) = self.rec.take() {
             rec.event.get_or_insert(Event::ClientGone);
+            if !self.forwarded && rec.decision != Verdict::Deny {
+                rec.decision = Verdict::Abandoned;
+            }
             self.audit.emit_detached(rec);
         }
     }

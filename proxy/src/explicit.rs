@@ -396,6 +396,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         upstream,
         meter: Arc::new(Meter::new()),
     };
+    rec.forwarded();
     tokio::spawn(run_tunnel(tunnel, hyper::upgrade::on(&mut req), rec));
     Response::new(deny::full(bytes::Bytes::new()))
 }

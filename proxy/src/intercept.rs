@@ -1147,6 +1147,7 @@ async fn forward(
         addr,
         local_port,
     } = live;
+    rec.forwarded();
     let resp = match sender.send_request(out).await {
         Ok(r) => r,
         Err(e) => return send_failed(ctx, &e, addr, &leak_flag, route, rec).await,

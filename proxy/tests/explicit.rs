@@ -739,6 +739,44 @@ async fn a_request_abandoned_before_its_answer_is_still_audited() {
     assert!(l[0]["status"].is_null(), "no answer was read: {}", l[0]);
 }
 
+/// Issue 13 item 4: the agent asks for an allowed host and hangs up while the proxy is still
+/// resolving it. Nothing went upstream, so the line must not say `allow`: it says
+/// `abandoned` (with `event: client-gone`). (hyper keeps a `CONNECT` whose client left until
+/// the proxy answers it, so a tunnel's line is its real outcome, here the resolve failing at
+/// shutdown.)
+#[tokio::test]
+async fn a_request_abandoned_before_it_was_forwarded_is_not_recorded_as_allowed() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let mut plain = TcpStream::connect(h.addr).await.unwrap();
+    plain
+        .write_all(b"GET http://hang.test/never-sent HTTP/1.1\r\nhost: hang.test\r\n\r\n")
+        .await
+        .unwrap();
+    // It waits on the resolver (hang.test never resolves) when its client leaves.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while h.lookups.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy never resolved"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(plain);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = h.finish().await;
+    let hang = lines_for(&lines, "hang.test");
+    assert_eq!(hang.len(), 1, "one line for the request: {lines:#?}");
+    let l = hang[0];
+    assert_eq!(l["path"], "/never-sent");
+    assert_eq!(l["decision"], "abandoned", "{l}");
+    assert_eq!(l["event"], "client-gone", "{l}");
+    assert!(l["upstream"].is_null() && l["status"].is_null(), "{l}");
+    assert_eq!(
+        l["rule"], "hang.test",
+        "the rule that allowed it is kept: {l}"
+    );
+}
+
 /// The agent starts a chunked upload and hangs up in the middle (with a FIN, and with a
 /// reset). The upstream must see a request that never ends, never the last chunk: a
 /// truncated body presented as complete would commit what the agent never finished.
