@@ -1,0 +1,37 @@
+//! The record schema of airlock's two audit logs, in one place: what the proxy and the git
+//! API serialize, and what the tests, the host CLI and any other reader deserialize.
+//!
+//! - `audit.jsonl` (the proxy): one [`Line`] per line: a request's [`Record`], a
+//!   [`Suppressed`] count of held-back denials, or an [`Outage`] of the log itself.
+//! - `git-api.jsonl` (the git API): one [`GitApiRecord`] per line.
+//!
+//! The closed sets ([`Kind`], [`Event`], [`Verdict`], [`Signal`], [`GitApiEvent`]) are
+//! interfaces: their strings are never renamed. The refusal code (`reason`) is
+//! `airlock_policy::Reason` in the proxy; this crate keeps it a type parameter (a `String`
+//! by default), so that reading a log needs nothing but serde.
+//!
+//! # Versioning
+//!
+//! [`SCHEMA_VERSION`] names the schema these types describe. The rule: a change an existing
+//! reader could not read (a field removed or renamed, a type or meaning changed, a new
+//! value of a closed set) increments it and is noted in the README's audit section; a new
+//! field that readers may ignore (absent reads as its default) does not. Lines do not carry
+//! the version (so every line stays byte-identical to what the writers wrote before this
+//! crate existed); a reader that needs it takes it from the appliance's version.
+//!
+//! Version 1: the proxy's record as of issue 13 (`decision: abandoned` included) and the
+//! git API's `start`, `decision`, `fatal` and `panic` records.
+
+mod git_api;
+mod proxy;
+mod time;
+
+pub use git_api::{Component, GitApiEvent, GitApiRecord};
+pub use proxy::{
+    Alphabet, AuditKind, Event, Kind, Line, Outage, OutageEvent, Record, Signal, Suppressed,
+    Verdict, Who,
+};
+pub use time::{Timestamp, rfc3339_ms};
+
+/// The version of the schema this crate describes (see the crate docs for the rule).
+pub const SCHEMA_VERSION: u32 = 1;

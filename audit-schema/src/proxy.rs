@@ -1,0 +1,353 @@
+//! `audit.jsonl`: the proxy's lines.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Timestamp;
+
+/// Which listener produced the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `CONNECT host:port` on the explicit proxy.
+    Connect,
+    /// Absolute-form plain HTTP on the explicit proxy.
+    Http,
+    /// A redirected connection on the transparent listener.
+    Transparent,
+    /// A query on the DNS filter.
+    Dns,
+    /// A request on the git service port (the git API's only way out).
+    #[serde(rename = "git-service")]
+    GitService,
+}
+
+impl Kind {
+    /// The stable string written to the log.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Http => "http",
+            Self::Transparent => "transparent",
+            Self::Dns => "dns",
+            Self::GitService => "git-service",
+        }
+    }
+}
+
+/// The outcome recorded for a decision (both logs; the git API's are `allow` and `deny`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Allowed by a rule.
+    Allow,
+    /// Refused.
+    Deny,
+    /// Would have been refused, but the sandbox is in report mode: it passed.
+    Report,
+    /// Allowed (or reported), but its client hung up before anything of it went upstream
+    /// (while the proxy resolved, connected or waited for the audit): never forwarded.
+    Abandoned,
+}
+
+impl Verdict {
+    /// The stable string written to the log.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Report => "report",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+macro_rules! events {
+    ($($(#[$doc:meta])* $v:ident = $s:literal,)*) => {
+        /// What an audit line records beyond its decision (its `event` field): a closed set
+        /// whose strings are an interface like the reason codes (never rename one).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum Event {
+            $($(#[$doc])* #[serde(rename = $s)] $v,)*
+        }
+
+        impl Event {
+            /// Every event, in declaration order.
+            pub const ALL: [Event; [$($s),*].len()] = [$(Event::$v),*];
+
+            /// The stable string written to the log.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$v => $s,)*
+                }
+            }
+        }
+    };
+}
+
+events! {
+    /// Written before anything of a request or connection went upstream; its final line
+    /// follows.
+    Open = "open",
+    /// A connection or request ended normally.
+    Close = "close",
+    /// It ended on an error.
+    CloseError = "close-error",
+    /// It ended after the idle timeout.
+    CloseIdle = "close-idle",
+    /// It was cut at shutdown.
+    CloseShutdown = "close-shutdown",
+    /// The request was abandoned before its outcome was logged: the client hung up while
+    /// the proxy was still working on it (resolving, connecting, waiting for the response
+    /// head), so hyper dropped the request.
+    ClientGone = "client-gone",
+    /// A foreign secret in a body to an LLM API host was overwritten in place.
+    SecretRedacted = "secret-redacted",
+    /// A streamed body was cut at a secret.
+    LeakInBody = "leak-in-body",
+    /// A DNS lookup failed (the line's reason is kept for a report-mode signal).
+    ResolveFailed = "resolve-failed",
+    /// A UDP DNS query over the in-flight cap was dropped.
+    DroppedOverload = "dropped-overload",
+    /// A request head could not be parsed.
+    ParseError = "parse-error",
+    /// A request head did not arrive in time.
+    HeaderTimeout = "header-timeout",
+    /// A transparent connection without an original destination.
+    NoOriginalDestination = "no-original-destination",
+    /// The proxy's own upstream connection came back through the redirect.
+    RedirectLoop = "redirect-loop",
+    /// Denials held back by the rate limit, counted on one line.
+    Suppressed = "suppressed",
+}
+
+/// The alphabet of an encoded run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Alphabet {
+    Base64,
+    Hex,
+}
+
+/// One signal, as the audit line carries it (`signals`): what a request body looked like
+/// where no detector named a secret in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "signal", rename_all = "kebab-case")]
+pub enum Signal {
+    /// A run of `run` encoded characters.
+    EncodedBlob { alphabet: Alphabet, run: usize },
+    /// Entropy per byte over `bytes` bytes, in hundredths of a bit (written as `bits`).
+    HighEntropy {
+        #[serde(rename = "bits", with = "hundredths")]
+        centibits: u16,
+        bytes: u64,
+    },
+}
+
+impl Signal {
+    /// Short text for the audit `rule` of a refusal and the human line.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Signal::EncodedBlob { alphabet, run } => {
+                let a = match alphabet {
+                    Alphabet::Base64 => "base64",
+                    Alphabet::Hex => "hex",
+                };
+                format!("signal encoded-blob: {a} run of {run} bytes")
+            }
+            Signal::HighEntropy { centibits, bytes } => format!(
+                "signal high-entropy: {}.{:02} bits/byte over {bytes} bytes",
+                centibits / 100,
+                centibits % 100
+            ),
+        }
+    }
+}
+
+/// Hundredths of a bit, written as a decimal number of bits (`7.93`).
+mod hundredths {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &u16, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(f64::from(*v) / 100.0)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+        let bits = f64::deserialize(d)?;
+        if !(0.0..=8.0).contains(&bits) {
+            return Err(serde::de::Error::custom(format_args!(
+                "bits per byte out of 0..=8: {bits}"
+            )));
+        }
+        // In range by the check above: at most 800.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok((bits * 100.0).round() as u16)
+    }
+}
+
+/// Who every line of one proxy speaks for: the session, the sandbox and the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    /// The per-start session id.
+    pub session: Arc<str>,
+    /// `[sandbox] name`.
+    pub sandbox: Arc<str>,
+    /// The container's id, when known.
+    pub container: Option<Arc<str>>,
+}
+
+impl Who {
+    /// `session` of `sandbox`, in `container` if known.
+    #[must_use]
+    pub fn new(session: &str, sandbox: &str, container: Option<&str>) -> Self {
+        Self {
+            session: Arc::from(session),
+            sandbox: Arc::from(sandbox),
+            container: container.map(Arc::from),
+        }
+    }
+}
+
+/// One decision's line (every field always present; unknown values are `null`). `R` is the
+/// refusal code: `airlock_policy::Reason` in the proxy, its string for readers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record<R = String> {
+    /// When the request arrived.
+    pub ts: Timestamp,
+    pub session: Arc<str>,
+    /// The sandbox's name (`[sandbox] name`).
+    pub sandbox: Arc<str>,
+    /// The container's id, when the entrypoint found it.
+    pub container: Option<Arc<str>>,
+    pub uid: Option<u32>,
+    pub client: Option<SocketAddr>,
+    pub kind: Kind,
+    pub event: Option<Event>,
+    pub method: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<String>,
+    pub decision: Verdict,
+    pub rule: Option<String>,
+    pub reason: Option<R>,
+    pub upstream: Option<SocketAddr>,
+    pub upstream_local_port: Option<u16>,
+    pub intercepted: bool,
+    pub credential: Option<String>,
+    pub status: Option<u16>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    /// What the request body looked like where no detector named a secret in it (an
+    /// encoded blob, high entropy): audited, refused only where the policy says so.
+    pub signals: Vec<Signal>,
+}
+
+impl<R> Record<R> {
+    /// A record stamped with `started` (when the request arrived), everything else empty
+    /// (the decision `deny` until one is made).
+    #[must_use]
+    pub fn new(who: &Who, started: SystemTime, kind: Kind, client: Option<SocketAddr>) -> Self {
+        Self {
+            ts: Timestamp::from(started),
+            session: Arc::clone(&who.session),
+            sandbox: Arc::clone(&who.sandbox),
+            container: who.container.clone(),
+            uid: None,
+            client,
+            kind,
+            event: None,
+            method: None,
+            host: None,
+            port: None,
+            path: None,
+            decision: Verdict::Deny,
+            rule: None,
+            reason: None,
+            upstream: None,
+            upstream_local_port: None,
+            intercepted: false,
+            credential: None,
+            status: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+            signals: Vec::new(),
+        }
+    }
+}
+
+/// Denials of one kind held back by the rate limit, counted on one line
+/// (`event: suppressed`, `decision: deny`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Suppressed<R = String> {
+    /// When the line was written.
+    pub ts: Timestamp,
+    pub session: Arc<str>,
+    pub sandbox: Arc<str>,
+    pub container: Option<Arc<str>>,
+    pub kind: Kind,
+    /// Always [`Event::Suppressed`].
+    pub event: Event,
+    /// Always [`Verdict::Deny`].
+    pub decision: Verdict,
+    pub reason: R,
+    /// The first suppressed denial's time.
+    pub since: Timestamp,
+    /// Denials of this kind not written one by one.
+    pub count: u64,
+    /// The host of the last one held back.
+    pub host: Option<String>,
+}
+
+/// `kind` of the log's own lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuditKind {
+    #[serde(rename = "audit")]
+    Audit,
+}
+
+/// `event` of an [`Outage`] line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutageEvent {
+    #[serde(rename = "outage")]
+    Outage,
+}
+
+/// A window in which the log could not be written, recorded once writing works again
+/// (`kind: audit`, `event: outage`, `decision: deny`, `reason: audit-unavailable`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outage<R = String> {
+    /// When writing worked again.
+    pub ts: Timestamp,
+    pub session: Arc<str>,
+    pub sandbox: Arc<str>,
+    pub container: Option<Arc<str>>,
+    pub kind: AuditKind,
+    pub event: OutageEvent,
+    pub decision: Verdict,
+    pub reason: R,
+    /// The first failed write.
+    pub since: Timestamp,
+    pub error: String,
+    /// Requests refused meanwhile.
+    pub refused: u64,
+    /// Final lines dropped.
+    pub lost: u64,
+}
+
+/// Any line of `audit.jsonl` (tried in this order: outage, suppressed, record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Line<R = String> {
+    Outage(Outage<R>),
+    Suppressed(Suppressed<R>),
+    Record(Box<Record<R>>),
+}
