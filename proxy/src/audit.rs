@@ -47,7 +47,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,8 +54,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
+use airlock_audit_schema::Timestamp;
 use airlock_policy::reason::Reason;
-use serde::Serialize;
 
 use crate::clock;
 
@@ -91,138 +90,13 @@ pub enum AuditError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unavailable;
 
-/// Which listener produced the decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `CONNECT host:port` on the explicit proxy.
-    Connect,
-    /// Absolute-form plain HTTP on the explicit proxy.
-    Http,
-    /// A redirected connection on the transparent listener.
-    Transparent,
-    /// A query on the DNS filter.
-    Dns,
-    /// A request on the git service port (the git API's only way out).
-    #[serde(rename = "git-service")]
-    GitService,
-}
+// The schema of the log's lines (one definition for every writer and reader):
+// `airlock-audit-schema`. The writer, rotation, folding and `Pending` stay here.
+pub use airlock_audit_schema::{Event, Kind, SCHEMA_VERSION, Verdict, Who};
 
-/// The outcome recorded for a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Allowed by a rule.
-    Allow,
-    /// Refused.
-    Deny,
-    /// Would have been refused, but the sandbox is in report mode: it passed.
-    Report,
-    /// Allowed (or reported), but its client hung up before anything of it went upstream
-    /// (while the proxy resolved, connected or waited for the audit): never forwarded.
-    Abandoned,
-}
-
-impl Verdict {
-    /// The stable string written to the log.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Deny => "deny",
-            Self::Report => "report",
-            Self::Abandoned => "abandoned",
-        }
-    }
-}
-
-/// What an audit line records beyond its decision (its `event` field): a closed set whose
-/// strings are an interface like the reason codes (never rename one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Event {
-    /// Written before anything of a request or connection went upstream; its final line
-    /// follows.
-    Open,
-    /// A connection or request ended normally.
-    Close,
-    /// It ended on an error.
-    CloseError,
-    /// It ended after the idle timeout.
-    CloseIdle,
-    /// It was cut at shutdown.
-    CloseShutdown,
-    /// The request was abandoned before its outcome was logged: the client hung up while
-    /// the proxy was still working on it (resolving, connecting, waiting for the response
-    /// head), so hyper dropped the request.
-    ClientGone,
-    /// A foreign secret in a body to an LLM API host was overwritten in place.
-    SecretRedacted,
-    /// A streamed body was cut at a secret.
-    LeakInBody,
-    /// A DNS lookup failed (the line's reason is kept for a report-mode signal).
-    ResolveFailed,
-    /// A UDP DNS query over the in-flight cap was dropped.
-    DroppedOverload,
-    /// A request head could not be parsed.
-    ParseError,
-    /// A request head did not arrive in time.
-    HeaderTimeout,
-    /// A transparent connection without an original destination.
-    NoOriginalDestination,
-    /// The proxy's own upstream connection came back through the redirect.
-    RedirectLoop,
-    /// Denials held back by the rate limit, counted on one line.
-    Suppressed,
-}
-
-impl Event {
-    /// Every event, in declaration order.
-    pub const ALL: [Event; 15] = [
-        Event::Open,
-        Event::Close,
-        Event::CloseError,
-        Event::CloseIdle,
-        Event::CloseShutdown,
-        Event::ClientGone,
-        Event::SecretRedacted,
-        Event::LeakInBody,
-        Event::ResolveFailed,
-        Event::DroppedOverload,
-        Event::ParseError,
-        Event::HeaderTimeout,
-        Event::NoOriginalDestination,
-        Event::RedirectLoop,
-        Event::Suppressed,
-    ];
-
-    /// The stable string written to the log.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Close => "close",
-            Self::CloseError => "close-error",
-            Self::CloseIdle => "close-idle",
-            Self::CloseShutdown => "close-shutdown",
-            Self::ClientGone => "client-gone",
-            Self::SecretRedacted => "secret-redacted",
-            Self::LeakInBody => "leak-in-body",
-            Self::ResolveFailed => "resolve-failed",
-            Self::DroppedOverload => "dropped-overload",
-            Self::ParseError => "parse-error",
-            Self::HeaderTimeout => "header-timeout",
-            Self::NoOriginalDestination => "no-original-destination",
-            Self::RedirectLoop => "redirect-loop",
-            Self::Suppressed => "suppressed",
-        }
-    }
-}
-
-impl Serialize for Event {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+/// One audit line, its refusal code typed. Build it with [`Record::new`] and fill what is
+/// known.
+pub type Record = airlock_audit_schema::Record<Reason>;
 
 impl From<crate::tunnel::End> for Event {
     fn from(end: crate::tunnel::End) -> Self {
@@ -235,150 +109,35 @@ impl From<crate::tunnel::End> for Event {
     }
 }
 
-/// One audit line. Build it with [`Record::new`] and fill what is known.
-#[derive(Debug, Clone, Serialize)]
-pub struct Record {
-    /// When the request arrived (written RFC 3339 UTC with ms; formatted by the writer).
-    #[serde(serialize_with = "ser_ts")]
-    pub ts: SystemTime,
-    #[serde(serialize_with = "ser_arc_str")]
-    pub session: Arc<str>,
-    /// The sandbox's name (`[sandbox] name`).
-    #[serde(serialize_with = "ser_arc_str")]
-    pub sandbox: Arc<str>,
-    /// The container's id, when the entrypoint found it.
-    #[serde(serialize_with = "ser_opt_arc_str")]
-    pub container: Option<Arc<str>>,
-    pub uid: Option<u32>,
-    pub client: Option<SocketAddr>,
-    pub kind: Kind,
-    pub event: Option<Event>,
-    pub method: Option<String>,
-    pub host: Option<String>,
-    pub port: Option<u16>,
-    pub path: Option<String>,
-    pub decision: Verdict,
-    pub rule: Option<String>,
-    pub reason: Option<Reason>,
-    pub upstream: Option<SocketAddr>,
-    pub upstream_local_port: Option<u16>,
-    pub intercepted: bool,
-    pub credential: Option<String>,
-    pub status: Option<u16>,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub duration_ms: u64,
-    /// What the request body looked like where no detector named a secret in it (an
-    /// encoded blob, high entropy): audited, refused only where the policy says so.
-    pub signals: Vec<crate::signal::Signal>,
+/// The compact human line of `rec`.
+fn human(rec: &Record) -> String {
+    let host = rec.host.as_deref().unwrap_or("-");
+    let port = rec.port.unwrap_or(0);
+    let reason = rec.reason.map_or("-", |r| r.as_str());
+    let method = rec.method.as_deref().unwrap_or("-");
+    let event = rec.event.map_or("", Event::as_str);
+    let path = rec.path.as_deref().unwrap_or("");
+    let cred = rec.credential.as_deref().unwrap_or("");
+    let signals: String = rec
+        .signals
+        .iter()
+        .map(|s| format!(" [{}]", s.describe()))
+        .collect();
+    format!(
+        "{} {}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms{signals}",
+        rec.decision.as_str(),
+        rec.kind.as_str(),
+        if event.is_empty() { "" } else { "/" },
+        if cred.is_empty() { "" } else { " credential=" },
+        rec.bytes_up,
+        rec.bytes_down,
+        rec.duration_ms
+    )
 }
 
-fn ser_ts<S: serde::Serializer>(v: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&clock::rfc3339_ms(*v))
-}
-
-fn ser_arc_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(v)
-}
-
-fn ser_opt_arc_str<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(v) => s.serialize_str(v),
-        None => s.serialize_none(),
-    }
-}
-
-/// Who every line of this proxy speaks for: the session, the sandbox and the container.
-#[derive(Debug, Clone)]
-pub struct Who {
-    /// The per-start session id.
-    pub session: Arc<str>,
-    /// `[sandbox] name`.
-    pub sandbox: Arc<str>,
-    /// The container's id, when known.
-    pub container: Option<Arc<str>>,
-}
-
-impl Who {
-    /// `session` of `sandbox`, in `container` if known.
-    #[must_use]
-    pub fn new(session: &str, sandbox: &str, container: Option<&str>) -> Self {
-        Self {
-            session: Arc::from(session),
-            sandbox: Arc::from(sandbox),
-            container: container.map(Arc::from),
-        }
-    }
-}
-
-impl Record {
-    /// A record stamped with `started` (when the request arrived), everything else empty.
-    #[must_use]
-    pub fn new(who: &Who, started: SystemTime, kind: Kind, client: Option<SocketAddr>) -> Self {
-        Self {
-            ts: started,
-            session: Arc::clone(&who.session),
-            sandbox: Arc::clone(&who.sandbox),
-            container: who.container.clone(),
-            uid: None,
-            client,
-            kind,
-            event: None,
-            method: None,
-            host: None,
-            port: None,
-            path: None,
-            decision: Verdict::Deny,
-            rule: None,
-            reason: None,
-            upstream: None,
-            upstream_local_port: None,
-            intercepted: false,
-            credential: None,
-            status: None,
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-            signals: Vec::new(),
-        }
-    }
-
-    /// The compact human line.
-    fn human(&self) -> String {
-        let kind = match self.kind {
-            Kind::Connect => "connect",
-            Kind::Http => "http",
-            Kind::Transparent => "transparent",
-            Kind::Dns => "dns",
-            Kind::GitService => "git-service",
-        };
-        let host = self.host.as_deref().unwrap_or("-");
-        let port = self.port.unwrap_or(0);
-        let reason = self.reason.map_or("-", |r| r.as_str());
-        let method = self.method.as_deref().unwrap_or("-");
-        let event = self.event.map_or("", Event::as_str);
-        let path = self.path.as_deref().unwrap_or("");
-        let cred = self.credential.as_deref().unwrap_or("");
-        let signals: String = self
-            .signals
-            .iter()
-            .map(|s| format!(" [{}]", s.describe()))
-            .collect();
-        format!(
-            "{} {kind}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms{signals}",
-            self.decision.as_str(),
-            if event.is_empty() { "" } else { "/" },
-            if cred.is_empty() { "" } else { " credential=" },
-            self.bytes_up,
-            self.bytes_down,
-            self.duration_ms
-        )
-    }
-
-    /// The human line through `tracing` (records that never reach the writer).
-    fn log_human(&self) {
-        tracing::info!("{}", self.human());
-    }
+/// The human line through `tracing` (records that never reach the writer).
+fn log_human(rec: &Record) {
+    tracing::info!("{}", human(rec));
 }
 
 /// The log file as the writer uses it: the one seam between the audit logic and the disk,
@@ -497,28 +256,8 @@ struct Fold {
     tokens: f64,
     last: std::time::Instant,
     suppressed: u64,
-    since: SystemTime,
+    since: Timestamp,
     host: Option<String>,
-}
-
-#[derive(Serialize)]
-struct FoldLine<'a> {
-    #[serde(serialize_with = "ser_ts")]
-    ts: SystemTime,
-    session: &'a str,
-    sandbox: &'a str,
-    container: Option<&'a str>,
-    kind: Kind,
-    event: Event,
-    decision: &'static str,
-    reason: Reason,
-    /// The first suppressed denial's time.
-    #[serde(serialize_with = "ser_ts")]
-    since: SystemTime,
-    /// Denials of this kind not written one by one.
-    count: u64,
-    /// The host of the last one held back.
-    host: Option<&'a str>,
 }
 
 /// What the lock guards: the file and the lines waiting for it.
@@ -547,24 +286,6 @@ struct State {
 struct Outage {
     since: SystemTime,
     error: String,
-    refused: u64,
-    lost: u64,
-}
-
-#[derive(Serialize)]
-struct OutageLine<'a> {
-    #[serde(serialize_with = "ser_ts")]
-    ts: SystemTime,
-    session: &'a str,
-    sandbox: &'a str,
-    container: Option<&'a str>,
-    kind: &'static str,
-    event: &'static str,
-    decision: &'static str,
-    reason: Reason,
-    #[serde(serialize_with = "ser_ts")]
-    since: SystemTime,
-    error: &'a str,
     refused: u64,
     lost: u64,
 }
@@ -599,17 +320,17 @@ impl Sink {
         let result = if let Some(o) = &st.outage {
             // Recovering: the outage line first, then what waited, then this line.
             let mut buf = Vec::new();
-            let line = OutageLine {
-                ts: SystemTime::now(),
-                session: &who.session,
-                sandbox: &who.sandbox,
-                container: who.container.as_deref(),
-                kind: "audit",
-                event: "outage",
-                decision: Verdict::Deny.as_str(),
+            let line = airlock_audit_schema::Outage {
+                ts: Timestamp::now(),
+                session: Arc::clone(&who.session),
+                sandbox: Arc::clone(&who.sandbox),
+                container: who.container.clone(),
+                kind: airlock_audit_schema::AuditKind::Audit,
+                event: airlock_audit_schema::OutageEvent::Outage,
+                decision: Verdict::Deny,
                 reason: Reason::AuditUnavailable,
-                since: o.since,
-                error: &o.error,
+                since: Timestamp::from(o.since),
+                error: o.error.clone(),
                 refused: o.refused,
                 lost: o.lost,
             };
@@ -723,7 +444,7 @@ impl Sink {
         if fold.suppressed > 0 {
             let (since, count, host) = (fold.since, fold.suppressed, fold.host.take());
             fold.suppressed = 0;
-            queue_fold(st, rec.kind, reason, since, count, host.as_deref());
+            queue_fold(st, rec.kind, reason, since, count, host);
         }
         true
     }
@@ -743,7 +464,7 @@ impl Sink {
             })
             .collect();
         for ((kind, reason), since, count, host) in held {
-            queue_fold(st, kind, reason, since, count, host.as_deref());
+            queue_fold(st, kind, reason, since, count, host);
         }
     }
 
@@ -781,7 +502,7 @@ impl Sink {
         let mut st = self.lock();
         if st.closed {
             drop(st);
-            rec.log_human();
+            log_human(rec);
             tracing::error!("audit log already closed: a record reached stderr only");
             return;
         }
@@ -812,18 +533,18 @@ fn queue_fold(
     st: &mut State,
     kind: Kind,
     reason: Reason,
-    since: SystemTime,
+    since: Timestamp,
     count: u64,
-    host: Option<&str>,
+    host: Option<String>,
 ) {
-    let line = FoldLine {
-        ts: SystemTime::now(),
-        session: &st.who.session,
-        sandbox: &st.who.sandbox,
-        container: st.who.container.as_deref(),
+    let line = airlock_audit_schema::Suppressed {
+        ts: Timestamp::now(),
+        session: Arc::clone(&st.who.session),
+        sandbox: Arc::clone(&st.who.sandbox),
+        container: st.who.container.clone(),
         kind,
         event: Event::Suppressed,
-        decision: Verdict::Deny.as_str(),
+        decision: Verdict::Deny,
         reason,
         since,
         count,
@@ -1177,7 +898,7 @@ fn add_human(out: &mut String, rec: &Record) -> bool {
             out,
             "{}  INFO audit: {}",
             clock::rfc3339_ms(SystemTime::now()),
-            rec.human()
+            human(rec)
         );
         return true;
     }

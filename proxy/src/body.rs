@@ -141,7 +141,8 @@ pub enum Cut {
 impl Cut {
     /// The denial it is reported as.
     #[must_use]
-    pub const fn reason(&self) -> airlock_policy::Reason {
+    pub fn reason(&self) -> airlock_policy::Reason {
+        use crate::signal::SignalPolicy as _;
         match self {
             Self::Credential(_) => airlock_policy::Reason::CredentialLeak,
             Self::Secret(_) => airlock_policy::Reason::ForeignSecret,

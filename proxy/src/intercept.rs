@@ -69,6 +69,7 @@ use crate::pool::{self, Pooled};
 use crate::scan;
 use crate::shutdown::{Phase, reached};
 use crate::signal;
+use crate::signal::SignalPolicy as _;
 use crate::snapshot::Rules;
 use crate::tunnel::{self, Dir, Meter, Metered};
 use crate::upstream::Connected;

@@ -15,72 +15,33 @@
 
 use airlock_policy::Reason;
 use airlock_policy::signals::{HIGH_ENTROPY_BITS, SignalAction, Signals};
-use serde::Serialize;
 
 /// A line break continues an encoded run only after a line at least this long.
 pub const WRAP_MIN: usize = 60;
 
-/// The alphabet of an encoded run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Alphabet {
-    Base64,
-    Hex,
-}
+// The shape of a signal on the audit line is the log's schema (`airlock-audit-schema`).
+pub use airlock_audit_schema::{Alphabet, Signal};
 
-/// One signal, as the audit line carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "signal", rename_all = "kebab-case")]
-pub enum Signal {
-    /// A run of `run` encoded characters.
-    EncodedBlob { alphabet: Alphabet, run: usize },
-    /// Entropy per byte over `bytes` bytes, in hundredths of a bit (written as `bits`).
-    HighEntropy {
-        #[serde(rename = "bits", serialize_with = "hundredths")]
-        centibits: u16,
-        bytes: u64,
-    },
-}
-
-fn hundredths<S: serde::Serializer>(v: &u16, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(f64::from(*v) / 100.0)
-}
-
-impl Signal {
+/// What the policy makes of a [`Signal`].
+pub trait SignalPolicy {
     /// The refusal this signal is when the policy denies it.
-    #[must_use]
-    pub const fn reason(&self) -> Reason {
+    fn reason(&self) -> Reason;
+    /// The policy's action for this signal.
+    fn action(&self, knobs: &Signals) -> SignalAction;
+}
+
+impl SignalPolicy for Signal {
+    fn reason(&self) -> Reason {
         match self {
             Signal::EncodedBlob { .. } => Reason::EncodedBlob,
             Signal::HighEntropy { .. } => Reason::HighEntropy,
         }
     }
 
-    /// The policy's action for this signal.
-    #[must_use]
-    pub const fn action(&self, knobs: &Signals) -> SignalAction {
+    fn action(&self, knobs: &Signals) -> SignalAction {
         match self {
             Signal::EncodedBlob { .. } => knobs.encoded_blob,
             Signal::HighEntropy { .. } => knobs.high_entropy,
-        }
-    }
-
-    /// Short text for the audit `rule` of a refusal and the human line.
-    #[must_use]
-    pub fn describe(&self) -> String {
-        match self {
-            Signal::EncodedBlob { alphabet, run } => {
-                let a = match alphabet {
-                    Alphabet::Base64 => "base64",
-                    Alphabet::Hex => "hex",
-                };
-                format!("signal encoded-blob: {a} run of {run} bytes")
-            }
-            Signal::HighEntropy { centibits, bytes } => format!(
-                "signal high-entropy: {}.{:02} bits/byte over {bytes} bytes",
-                centibits / 100,
-                centibits % 100
-            ),
         }
     }
 }
@@ -154,8 +115,9 @@ impl Analyzer {
         let entropy = self.knobs.high_entropy != SignalAction::Off;
         let blobs = self.knobs.encoded_blob != SignalAction::Off;
         if entropy {
+            let h = &mut *self.histogram;
             for &b in bytes {
-                self.histogram[usize::from(b)] += 1;
+                h[usize::from(b)] += 1;
             }
         }
         self.total += bytes.len() as u64;
@@ -165,41 +127,53 @@ impl Analyzer {
     }
 
     fn runs(&mut self, bytes: &[u8]) {
+        // Locals, not fields, in the loop: one table lookup and a few register updates per
+        // byte. The longest run is taken when a run ends and at the end of the chunk.
+        let (mut b64, mut b64_line) = (self.b64_run, self.b64_line);
+        let (mut hex, mut hex_line) = (self.hex_run, self.hex_line);
+        let (mut longest_b64, mut longest_hex) = (self.longest_b64, self.longest_hex);
+        let mut in_break = self.in_break;
         for &b in bytes {
             let k = CLASS[usize::from(b)];
             if k & BREAK != 0 {
-                if !self.in_break {
+                if !in_break {
                     // A break continues a run only after a long line (wrapped base64).
-                    if self.b64_line < WRAP_MIN {
-                        self.b64_run = 0;
+                    if b64_line < WRAP_MIN {
+                        longest_b64 = longest_b64.max(b64);
+                        b64 = 0;
                     }
-                    if self.hex_line < WRAP_MIN {
-                        self.hex_run = 0;
+                    if hex_line < WRAP_MIN {
+                        longest_hex = longest_hex.max(hex);
+                        hex = 0;
                     }
-                    self.b64_line = 0;
-                    self.hex_line = 0;
+                    b64_line = 0;
+                    hex_line = 0;
                 }
-                self.in_break = true;
+                in_break = true;
                 continue;
             }
-            self.in_break = false;
-            if k & B64 != 0 {
-                self.b64_run += 1;
-                self.b64_line += 1;
-                self.longest_b64 = self.longest_b64.max(self.b64_run);
+            in_break = false;
+            if k & B64 == 0 {
+                longest_b64 = longest_b64.max(b64);
+                b64 = 0;
+                b64_line = 0;
             } else {
-                self.b64_run = 0;
-                self.b64_line = 0;
+                b64 += 1;
+                b64_line += 1;
             }
-            if k & HEX != 0 {
-                self.hex_run += 1;
-                self.hex_line += 1;
-                self.longest_hex = self.longest_hex.max(self.hex_run);
+            if k & HEX == 0 {
+                longest_hex = longest_hex.max(hex);
+                hex = 0;
+                hex_line = 0;
             } else {
-                self.hex_run = 0;
-                self.hex_line = 0;
+                hex += 1;
+                hex_line += 1;
             }
         }
+        self.longest_b64 = longest_b64.max(b64);
+        self.longest_hex = longest_hex.max(hex);
+        (self.b64_run, self.b64_line, self.hex_run, self.hex_line) = (b64, b64_line, hex, hex_line);
+        self.in_break = in_break;
     }
 
     /// Bits per byte of what was fed.
@@ -264,9 +238,21 @@ impl Analyzer {
     }
 }
 
+/// The smallest body in which any signal can be found: shorter bodies are not read (a run
+/// cannot reach `blob_min_bytes`, entropy is not judged below `entropy_min_bytes`).
+#[must_use]
+pub fn min_body(knobs: &Signals) -> usize {
+    let blob = (knobs.encoded_blob != SignalAction::Off).then_some(knobs.blob_min_bytes);
+    let entropy = (knobs.high_entropy != SignalAction::Off).then_some(knobs.entropy_min_bytes);
+    blob.into_iter().chain(entropy).min().unwrap_or(usize::MAX)
+}
+
 /// The signals of a whole body.
 #[must_use]
 pub fn of(knobs: Signals, bytes: &[u8]) -> Vec<Signal> {
+    if bytes.len() < min_body(&knobs) {
+        return Vec::new();
+    }
     let mut a = Analyzer::new(knobs);
     a.feed(bytes);
     a.signals()

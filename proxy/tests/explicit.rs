@@ -8,6 +8,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use airlock_audit_schema::{Event, Record, Verdict};
 use airlock_proxy::limits::Limits;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -732,11 +733,16 @@ async fn a_request_abandoned_before_its_answer_is_still_audited() {
     let lines = h.finish().await;
     let l = lines_for(&lines, "allowed.test");
     assert_eq!(l.len(), 1, "exactly one line for the request: {lines:#?}");
-    assert_eq!(l[0]["path"], "/vanishing");
-    assert_eq!(l[0]["decision"], "allow");
-    assert_eq!(l[0]["event"], "client-gone");
-    assert_eq!(l[0]["upstream"], format!("{ALLOWED_IP}:80"));
-    assert!(l[0]["status"].is_null(), "no answer was read: {}", l[0]);
+    // Read through the log's schema, as the CLI and other consumers do.
+    let r: Record = serde_json::from_value(l[0].clone()).unwrap();
+    assert_eq!(r.path.as_deref(), Some("/vanishing"));
+    assert_eq!(r.decision, Verdict::Allow);
+    assert_eq!(r.event, Some(Event::ClientGone));
+    assert_eq!(
+        r.upstream,
+        Some(format!("{ALLOWED_IP}:80").parse().unwrap())
+    );
+    assert!(r.status.is_none(), "no answer was read: {r:?}");
 }
 
 /// Issue 13 item 4: the agent asks for an allowed host and hangs up while the proxy is still

@@ -278,13 +278,19 @@ impl Harness {
     }
 
     /// Stops the proxy, flushes the log and returns every line, `open` lines included.
+    /// Every line must read as the log's schema (`airlock_audit_schema::Line`).
     pub async fn finish_all(&mut self) -> Vec<Value> {
         self.running.take().unwrap().stop().await;
         self.writer.take().unwrap().finish().await.unwrap();
         std::fs::read_to_string(&self.audit_path)
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| {
+                if let Err(e) = serde_json::from_str::<airlock_audit_schema::Line>(l) {
+                    panic!("a line outside the audit schema: {e}: {l}");
+                }
+                serde_json::from_str(l).unwrap()
+            })
             .collect()
     }
 }
