@@ -172,6 +172,7 @@ mod load;
 mod model;
 pub mod path;
 pub mod reason;
+pub mod registries;
 pub mod repo;
 pub mod rule;
 pub mod signals;

@@ -87,6 +87,8 @@ struct RawNetwork {
     writable: Vec<Spanned<String>>,
     #[serde(default)]
     websocket: Vec<Spanned<String>>,
+    #[serde(default)]
+    registries: Vec<Spanned<String>>,
     dns_name_budget: Option<Spanned<i64>>,
 }
 
@@ -211,7 +213,8 @@ impl Policy {
             toml::from_str(text).map_err(|e| src.parse_error(e.span(), e.message()))?;
         let v = Validator { src };
         let sandbox = v.sandbox(raw.sandbox)?;
-        let allow = v.rules(&raw.network.allow, "network.allow", true)?;
+        let mut allow = v.rules(&raw.network.allow, "network.allow", true)?;
+        allow.extend(v.registries(&raw.network.registries)?);
         let deny = v.rules(&raw.network.deny, "network.deny", true)?;
         let passthrough = v.rules(&raw.network.passthrough, "network.passthrough", false)?;
         let network = Network {
@@ -326,6 +329,30 @@ impl Validator<'_> {
                 Ok(rule)
             })
             .collect()
+    }
+
+    /// `network.registries`: the hosts of each named registry, as allow rules (read-only
+    /// like every allowed host).
+    fn registries(&self, raw: &[Spanned<String>]) -> Result<Vec<HostRule>, PolicyError> {
+        let mut out = Vec::new();
+        for (i, name) in raw.iter().enumerate() {
+            let Some(hosts) = crate::registries::hosts(name.get_ref()) else {
+                return Err(self.bad(
+                    name,
+                    &format!("network.registries[{i}]"),
+                    &format!(
+                        "is not a registry this version knows ({}); list its hosts in network.allow",
+                        crate::registries::names()
+                    ),
+                ));
+            };
+            for h in hosts {
+                out.push(HostRule::parse(h).map_err(|e| {
+                    self.bad(name, &format!("network.registries[{i}]"), &e.to_string())
+                })?);
+            }
+        }
+        Ok(out)
     }
 
     /// `network.websocket`: host rules without ports, none of them a host that
@@ -870,6 +897,31 @@ mod tests {
 
     /// The error for `text`, asserting it points at `line` and mentions `needle`.
     #[track_caller]
+    #[test]
+    fn registries_by_name_are_read_only_allow_rules() {
+        let base = "[sandbox]\nname = \"demo\"\n[network]\n";
+        let p = parse(&format!("{base}registries = [\"pypi\", \"crates\"]\n")).unwrap();
+        let host = |h: &str| crate::Host::parse(h).unwrap();
+        for h in ["pypi.org", "files.pythonhosted.org", "static.crates.io"] {
+            assert!(
+                p.network.allow.iter().any(|r| r.matches_host(&host(h))),
+                "{h}"
+            );
+            assert!(!p.is_writable(&host(h)), "{h} is read-only");
+        }
+        assert!(
+            !p.network
+                .allow
+                .iter()
+                .any(|r| r.matches_host(&host("registry.npmjs.org")))
+        );
+        refused(
+            &format!("{base}registries = [\"npm\", \"cpan\"]\n"),
+            4,
+            "network.registries[1]: \"cpan\": is not a registry this version knows (npm, yarn, pypi",
+        );
+    }
+
     #[test]
     fn signals_default_to_log_and_are_validated_with_their_line() {
         use crate::signals::{SignalAction, Signals};
