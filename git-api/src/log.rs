@@ -18,12 +18,11 @@
 //! `git-api.jsonl.1` together stay within the cap the entrypoint passes (a quarter of
 //! `AIRLOCK_AUDIT_CAP`), whatever the agent sends and however often the git API restarts.
 
-use serde::Serialize;
-use serde_json::{Map, Value, json};
+use airlock_audit_schema::{Component, GitApiEvent, GitApiRecord, Timestamp, Verdict};
 use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Budget of one argv element (JSON-escaped bytes).
 pub const MAX_ARG: usize = 1024;
@@ -89,8 +88,8 @@ impl Log {
     }
 
     /// Write one record (`ts`, `session` and `component` added, strings bounded).
-    pub fn write(&self, event: &str, fields: Map<String, Value>) {
-        let line = render(SystemTime::now(), self.session.as_deref(), event, fields);
+    pub fn write(&self, event: GitApiEvent) {
+        let line = render(SystemTime::now(), self.session.as_deref(), event);
         if let Ok(mut sink) = self.sink.lock() {
             // One write per line: lines from concurrent connections never interleave.
             let _ = sink.write_all(line.as_bytes());
@@ -100,7 +99,7 @@ impl Log {
 
     /// One decision.
     pub fn decision(&self, d: &Decision<'_>) {
-        self.write("decision", d.fields());
+        self.write(d.event(None));
     }
 
     /// A refusal before the request authenticated: logged unless over this second's budget.
@@ -112,11 +111,7 @@ impl Log {
         let Some(suppressed) = suppressed else {
             return;
         };
-        let mut fields = d.fields();
-        if suppressed > 0 {
-            fields.insert("suppressed".into(), json!(suppressed));
-        }
-        self.write("decision", fields);
+        self.write(d.event((suppressed > 0).then_some(suppressed)));
     }
 }
 
@@ -128,7 +123,7 @@ pub struct Decision<'a> {
     /// git's arguments as the agent sent them (empty before the body was read).
     pub argv: &'a [String],
     /// `allow` or `deny`.
-    pub decision: &'a str,
+    pub decision: Verdict,
     /// The refusal's stable code.
     pub reason: Option<&'a str>,
     /// The refusal's message.
@@ -138,90 +133,87 @@ pub struct Decision<'a> {
 }
 
 impl Decision<'_> {
-    fn fields(&self) -> Map<String, Value> {
-        let mut f = Map::new();
-        f.insert("uid".into(), json!(self.uid));
-        f.insert("argv".into(), json!(self.argv));
-        f.insert("decision".into(), json!(self.decision));
-        f.insert("reason".into(), json!(self.reason));
-        f.insert("message".into(), json!(self.message));
-        f.insert("exit".into(), json!(self.exit));
-        f
+    /// The record, unbounded yet ([`render`] bounds it).
+    fn event(&self, suppressed: Option<u64>) -> GitApiEvent {
+        GitApiEvent::Decision {
+            argv: self.argv.to_vec(),
+            decision: self.decision,
+            exit: self.exit,
+            message: self.message.map(str::to_owned),
+            reason: self.reason.map(str::to_owned),
+            suppressed,
+            truncated: false,
+            uid: self.uid,
+        }
     }
 }
 
-/// A record as one line: common fields first, every string bounded, `\n` at the end.
+/// A record as one line: common fields first, every string bounded (`truncated` set when
+/// one was cut), `\n` at the end.
 #[must_use]
-pub fn render(
-    ts: SystemTime,
-    session: Option<&str>,
-    event: &str,
-    fields: Map<String, Value>,
-) -> String {
-    let mut truncated = false;
-    let session = session.map(|s| bound_text(s, MAX_TEXT, &mut truncated));
-    let event = bound_text(event, 64, &mut truncated);
-    let mut rest = Map::new();
-    for (k, v) in fields {
-        let k = bound_text(&k, 64, &mut truncated);
-        let v = match v {
-            Value::Array(items) if k == "argv" => Value::Array(bound_argv(&items, &mut truncated)),
-            Value::String(s) => Value::String(bound_text(&s, MAX_TEXT, &mut truncated)),
-            Value::Null | Value::Bool(_) | Value::Number(_) => v,
-            // Nothing else is logged; were it, it would be one bounded string.
-            other => Value::String(bound_text(&other.to_string(), MAX_TEXT, &mut truncated)),
-        };
-        rest.insert(k, v);
+pub fn render(ts: SystemTime, session: Option<&str>, mut event: GitApiEvent) -> String {
+    let mut cut = false;
+    let session = session.map(|s| bound_text(s, MAX_TEXT, &mut cut));
+    let text = |s: &mut String, cut: &mut bool| *s = bound_text(s, MAX_TEXT, cut);
+    match &mut event {
+        GitApiEvent::Start {
+            socket,
+            start_branch,
+            truncated,
+            ..
+        } => {
+            text(socket, &mut cut);
+            if let Some(b) = start_branch {
+                text(b, &mut cut);
+            }
+            *truncated |= cut;
+        }
+        GitApiEvent::Decision {
+            argv,
+            message,
+            reason,
+            truncated,
+            ..
+        } => {
+            *argv = bound_argv(argv, &mut cut);
+            for s in [message, reason].into_iter().flatten() {
+                text(s, &mut cut);
+            }
+            *truncated |= cut;
+        }
+        GitApiEvent::Fatal { message, truncated } | GitApiEvent::Panic { message, truncated } => {
+            text(message, &mut cut);
+            *truncated |= cut;
+        }
     }
-    if truncated {
-        rest.insert("truncated".into(), Value::Bool(true));
-    }
-    let record = Record {
-        ts: rfc3339_ms(ts),
+    let record = GitApiRecord {
+        ts: Timestamp::from(ts),
         session,
-        component: "git-api",
+        component: Component::GitApi,
         event,
-        rest,
     };
-    // A struct of strings and a map of JSON values always serializes; were it ever not to,
-    // the line would still be JSON.
+    // Strings, numbers and booleans always serialize; were it ever not to, the line would
+    // still be JSON.
     let mut line = serde_json::to_string(&record)
         .unwrap_or_else(|_| r#"{"component":"git-api","event":"unserializable"}"#.to_owned());
     line.push('\n');
     line
 }
 
-/// A record: the fields every line carries first, in this order, then the rest.
-#[derive(Debug, Serialize)]
-struct Record {
-    ts: String,
-    session: Option<String>,
-    component: &'static str,
-    event: String,
-    #[serde(flatten)]
-    rest: Map<String, Value>,
-}
-
 /// The argv, each element within [`MAX_ARG`], all within [`MAX_ARGV`] and [`MAX_ARGS`].
-fn bound_argv(items: &[Value], truncated: &mut bool) -> Vec<Value> {
+fn bound_argv(items: &[String], truncated: &mut bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut used = 0;
     for (i, item) in items.iter().enumerate() {
         let left = MAX_ARGV.saturating_sub(used);
         if i >= MAX_ARGS || left < 64 {
             *truncated = true;
-            out.push(Value::String(format!(
-                "…[{} more arguments]",
-                items.len() - i
-            )));
+            out.push(format!("…[{} more arguments]", items.len() - i));
             break;
         }
-        let text = match item {
-            Value::String(s) => bound_text(s, MAX_ARG.min(left), truncated),
-            other => bound_text(&other.to_string(), MAX_ARG.min(left), truncated),
-        };
+        let text = bound_text(item, MAX_ARG.min(left), truncated);
         used += escaped_len(&text);
-        out.push(Value::String(text));
+        out.push(text);
     }
     out
 }
@@ -306,40 +298,11 @@ impl Throttle {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ`; times before the epoch clamp to it. (The proxy's audit log
-/// formats its `ts` the same way, `proxy/src/clock.rs`.)
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`; times before the epoch clamp to it: the one format of both
+/// audit logs (`airlock_audit_schema::Timestamp`).
 #[must_use]
 pub fn rfc3339_ms(t: SystemTime) -> String {
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (year, month, day).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        u32::try_from(m).unwrap_or(1),
-        u32::try_from(d).unwrap_or(1),
-    )
+    airlock_audit_schema::rfc3339_ms(t)
 }
 
 /// `git-api.jsonl` bounded: the current file and the previous one, each at most half the
@@ -456,6 +419,8 @@ impl Write for Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+    use std::time::UNIX_EPOCH;
 
     fn lines(text: &str) -> Vec<Value> {
         text.lines()
@@ -469,7 +434,7 @@ mod tests {
         log.decision(&Decision {
             uid: Some(1000),
             argv,
-            decision: "deny",
+            decision: Verdict::Deny,
             reason: Some("push_form_not_supported"),
             message: Some(message),
             exit: None,
@@ -553,14 +518,14 @@ mod tests {
     fn every_record_is_one_json_line_with_ts_and_session() {
         let cap = Capture::default();
         let log = Log::to(None, Box::new(cap.clone()));
-        let mut f = Map::new();
-        f.insert("socket".into(), json!("/run/airlock/git/git.sock"));
-        f.insert("message".into(), json!("line one\nline two"));
-        log.write("start", f);
+        log.write(GitApiEvent::Fatal {
+            message: "line one\nline two".into(),
+            truncated: false,
+        });
         log.decision(&Decision {
             uid: None,
             argv: &[],
-            decision: "deny",
+            decision: Verdict::Deny,
             reason: Some("peer_not_agent"),
             message: Some("no"),
             exit: None,
@@ -634,14 +599,15 @@ mod tests {
                 Box::new(Rotating::new(cur, prev, cap).unwrap()),
             );
             for _ in 0..300 {
-                let mut f = Map::new();
-                f.insert("n".into(), json!(n));
-                // Up to a whole MAX_LINE per record, as a flood of long refspecs would write.
-                f.insert(
-                    "message".into(),
-                    json!("x".repeat(usize::try_from(n % 7).unwrap() * 200 + 100)),
-                );
-                log.write("test", f);
+                // Up to a whole MAX_LINE per record, as a flood of long refspecs would write;
+                // the record's number leads its message.
+                log.write(GitApiEvent::Fatal {
+                    message: format!(
+                        "{n} {}",
+                        "x".repeat(usize::try_from(n % 7).unwrap() * 200 + 100)
+                    ),
+                    truncated: false,
+                });
                 n += 1;
             }
         }
@@ -657,7 +623,10 @@ mod tests {
         let seq: Vec<u64> = lines(&prev)
             .into_iter()
             .chain(lines(&cur))
-            .map(|v| v["n"].as_u64().unwrap())
+            .map(|v| {
+                let message = v["message"].as_str().unwrap();
+                message.split(' ').next().unwrap().parse::<u64>().unwrap()
+            })
             .collect();
         // Contiguous, ending with the last record: the previous file's lines come right before
         // the current file's, and only the oldest are gone.
@@ -665,6 +634,45 @@ mod tests {
         assert!(seq.windows(2).all(|w| w[1] == w[0] + 1), "{seq:?}");
         assert!(seq[0] > 0, "nothing was dropped for {n} records");
         assert!(cur.ends_with('\n') && prev.ends_with('\n'));
+    }
+
+    /// The lines are the schema's records (`airlock_audit_schema::GitApiRecord`): they read
+    /// back as one and write back byte for byte, in the order the ad-hoc JSON had (common
+    /// fields, then the event's fields alphabetically, `truncated` among them).
+    #[test]
+    fn lines_are_schema_records_and_keep_their_bytes() {
+        let argv = vec!["push".to_owned(), "x".repeat(5000)];
+        let deny = Decision {
+            uid: Some(1000),
+            argv: &argv,
+            decision: Verdict::Deny,
+            reason: Some("push_form_not_supported"),
+            message: Some("no"),
+            exit: None,
+        };
+        let line = render(UNIX_EPOCH, Some("s"), deny.event(Some(2)));
+        let kept = bound(&argv[1], MAX_ARG);
+        assert_eq!(
+            line,
+            format!(
+                "{{\"ts\":\"1970-01-01T00:00:00.000Z\",\"session\":\"s\",\"component\":\"git-api\",\"event\":\"decision\",\"argv\":[\"push\",\"{kept}\"],\"decision\":\"deny\",\"exit\":null,\"message\":\"no\",\"reason\":\"push_form_not_supported\",\"suppressed\":2,\"truncated\":true,\"uid\":1000}}\n"
+            )
+        );
+        let start = GitApiEvent::Start {
+            agent_uid: 1000,
+            default_identity: false,
+            max_connections: 16,
+            rate_burst: 20,
+            rate_per_second: 10,
+            socket: "/run/airlock/git/git.sock".into(),
+            start_branch: None,
+            truncated: false,
+        };
+        for line in [line, render(UNIX_EPOCH, None, start)] {
+            let record: GitApiRecord = serde_json::from_str(&line).unwrap();
+            assert_eq!(serde_json::to_string(&record).unwrap() + "\n", line);
+            assert_eq!(record.component, Component::GitApi);
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! `--previous-log-fd N --log-cap BYTES` (the entrypoint passes both) it rotates into the
 //! inherited `git-api.jsonl.1` within the cap.
 
+use airlock_audit_schema::GitApiEvent;
 use airlock_git_api::identity::DefaultIdentity;
 use airlock_git_api::log::{Log, Rotating};
 use airlock_git_api::push::PushRules;
@@ -24,7 +25,6 @@ use airlock_git_api::visible::Visibility;
 use airlock_wire::{SessionKey, Verifier};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use serde_json::{Map, json};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -119,9 +119,10 @@ fn main() {
     let log = Arc::new(log);
     let hook_log = Arc::clone(&log);
     std::panic::set_hook(Box::new(move |info| {
-        let mut fields = Map::new();
-        fields.insert("message".into(), json!(info.to_string()));
-        hook_log.write("panic", fields);
+        hook_log.write(GitApiEvent::Panic {
+            message: info.to_string(),
+            truncated: false,
+        });
     }));
     if let Err(e) = run(cli, &log) {
         fatal(&log, &format!("{e:#}"), EXIT_REFUSED);
@@ -191,9 +192,10 @@ fn pin_saved_uid() -> Result<()> {
 const EXIT_REFUSED: i32 = airlock_channels::EXIT_REFUSED as i32;
 
 fn fatal(log: &Log, message: &str, code: i32) -> ! {
-    let mut fields = Map::new();
-    fields.insert("message".into(), json!(message));
-    log.write("fatal", fields);
+    log.write(GitApiEvent::Fatal {
+        message: message.to_owned(),
+        truncated: false,
+    });
     std::process::exit(code);
 }
 
@@ -265,15 +267,16 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
     std::fs::set_permissions(&cli.socket, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod {}", cli.socket.display()))?;
     let verifier = Verifier::new(key);
-    let mut fields = Map::new();
-    fields.insert("socket".into(), json!(cli.socket.display().to_string()));
-    fields.insert("agent_uid".into(), json!(cli.agent_uid));
-    fields.insert("start_branch".into(), json!(start_branch));
-    fields.insert("max_connections".into(), json!(cli.max_connections));
-    fields.insert("rate_per_second".into(), json!(verifier.rate().per_second));
-    fields.insert("rate_burst".into(), json!(verifier.rate().burst));
-    fields.insert("default_identity".into(), json!(identity.is_some()));
-    log.write("start", fields);
+    log.write(GitApiEvent::Start {
+        agent_uid: cli.agent_uid,
+        default_identity: identity.is_some(),
+        max_connections: cli.max_connections,
+        rate_burst: verifier.rate().burst,
+        rate_per_second: verifier.rate().per_second,
+        socket: cli.socket.display().to_string(),
+        start_branch: start_branch.clone(),
+        truncated: false,
+    });
     let server = Arc::new(
         Server::new(
             env,

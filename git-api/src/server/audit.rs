@@ -1,5 +1,7 @@
 //! The decision log's record of one request's outcome.
 
+use airlock_audit_schema::Verdict;
+
 use crate::argv::Refusal;
 use crate::log::Decision;
 
@@ -12,7 +14,11 @@ pub(super) fn decision<'a>(
     Decision {
         uid,
         argv,
-        decision: if outcome.is_ok() { "allow" } else { "deny" },
+        decision: if outcome.is_ok() {
+            Verdict::Allow
+        } else {
+            Verdict::Deny
+        },
         reason: outcome.err().map(|r| r.reason.as_str()),
         message: outcome.err().map(|r| r.message.as_str()),
         exit: outcome.ok(),
