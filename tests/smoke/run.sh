@@ -35,6 +35,7 @@ tests/smoke/cli-wire.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
 tests/friction/run.sh
 tests/smoke/limits.sh
+tests/smoke/audit-kill.sh
 # Agents (issue 16): the pinned CLIs fetched once into .cache/agents (scripts/fetch-agents),
 # each agent image built once, then its tests (AIRLOCK_SMOKE_AGENTS picks the agents).
 ta=$SECONDS
