@@ -128,7 +128,7 @@ impl Analyzer {
 
     fn runs(&mut self, bytes: &[u8]) {
         // Locals, not fields, in the loop: one table lookup and a few register updates per
-        // byte. The longest run is taken when a run ends and at the end of the chunk.
+        // byte; the longest run is a running maximum.
         let (mut b64, mut b64_line) = (self.b64_run, self.b64_line);
         let (mut hex, mut hex_line) = (self.hex_run, self.hex_line);
         let (mut longest_b64, mut longest_hex) = (self.longest_b64, self.longest_hex);
@@ -153,22 +153,16 @@ impl Analyzer {
                 continue;
             }
             in_break = false;
-            if k & B64 == 0 {
-                longest_b64 = longest_b64.max(b64);
-                b64 = 0;
-                b64_line = 0;
-            } else {
-                b64 += 1;
-                b64_line += 1;
-            }
-            if k & HEX == 0 {
-                longest_hex = longest_hex.max(hex);
-                hex = 0;
-                hex_line = 0;
-            } else {
-                hex += 1;
-                hex_line += 1;
-            }
+            // Branch-free: a byte outside the alphabet multiplies the run back to 0 (code
+            // and prose alternate classes every few bytes, which a branch mispredicts).
+            let in_b64 = usize::from(k & B64 != 0);
+            let in_hex = usize::from(k & HEX != 0);
+            b64 = (b64 + 1) * in_b64;
+            b64_line = (b64_line + 1) * in_b64;
+            hex = (hex + 1) * in_hex;
+            hex_line = (hex_line + 1) * in_hex;
+            longest_b64 = longest_b64.max(b64);
+            longest_hex = longest_hex.max(hex);
         }
         self.longest_b64 = longest_b64.max(b64);
         self.longest_hex = longest_hex.max(hex);
