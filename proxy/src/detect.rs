@@ -18,8 +18,11 @@
 //! send file contents as context, it is redacted in the body instead (same length) and the
 //! request goes on.
 //!
-//! Not here (yet): detectors from the policy, per-detector actions, DNS labels, base64
-//! forms of the workspace's values.
+//! Base64 forms: the value's stable run at each of the three alignments, standard and
+//! URL-safe (a line break of wrapped base64 inside the run hides it: the signals see the
+//! blob instead).
+//!
+//! Not here (yet): detectors from the policy, per-detector actions, DNS labels.
 
 use std::borrow::Cow;
 
@@ -230,10 +233,43 @@ fn forms(value: &[u8]) -> Vec<Vec<u8>> {
             true,
         ),
         json,
-    ] {
+    ]
+    .into_iter()
+    .chain(base64_forms(value))
+    {
         form.truncate(MAX_NEEDLE);
         if !form.is_empty() && !out.contains(&form) {
             out.push(form);
+        }
+    }
+    out
+}
+
+/// The shortest base64 form that is a needle: shorter stable runs (a short value, an
+/// unlucky alignment) would be a few random-looking characters.
+const MIN_BASE64_FORM: usize = 12;
+
+/// The value as it appears inside base64 of a larger text (`base64 .env`, a JSON field of
+/// an encoded file): at each of the three alignments a value can start at, standard and
+/// URL-safe alphabets, the characters that depend on the value's bytes alone (the first
+/// and last characters of the run share bits with its neighbours and are left out).
+fn base64_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let mut out = Vec::new();
+    for shift in 0..3 {
+        let mut shifted = vec![0u8; shift];
+        shifted.extend_from_slice(value);
+        // Character i covers bits [6i, 6i + 6): the first stable one starts after the
+        // shift's bits, the last ends before the value's end.
+        let first = (8 * shift).div_ceil(6);
+        let end = 8 * (shift + value.len()) / 6;
+        if end < first + MIN_BASE64_FORM {
+            continue;
+        }
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let text = engine.encode(&shifted);
+            out.push(text.as_bytes()[first..end].to_vec());
         }
     }
     out
@@ -376,6 +412,34 @@ mod tests {
             ["workspace:.env"]
         );
         assert_eq!(body, b"x ********************* y");
+    }
+
+    /// `base64 -w0 .env | curl -d @- ...`: the value inside the encoded file is found at
+    /// any offset, in either alphabet; a value too short for a stable run is not a base64
+    /// needle.
+    #[test]
+    fn a_workspace_value_is_caught_inside_base64_of_the_file() {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let value = "hunter2-correct-horse";
+        let d = Detectors::with_workspace(&[ws(".env", None, value)]).unwrap();
+        for pad in 0..6 {
+            let file = format!("{}DB_PASSWORD={value}\nOTHER=1\n", "#".repeat(pad));
+            for encoded in [STANDARD.encode(&file), URL_SAFE.encode(&file)] {
+                assert_eq!(
+                    foreign_name(&d, encoded.as_bytes(), "allowed.test").as_deref(),
+                    Some("workspace:.env"),
+                    "offset {pad}: {encoded}"
+                );
+            }
+        }
+        let other = STANDARD.encode("DB_PASSWORD=something-else-entirely\n");
+        assert!(d.find(other.as_bytes()).is_empty());
+        assert!(
+            base64_forms(b"12345678").is_empty(),
+            "too short to be stable"
+        );
+        assert_eq!(base64_forms(value.as_bytes()).len(), 6);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use airlock_proxy::limits::Limits;
+use base64::Engine as _;
 use common::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -59,6 +60,13 @@ async fn a_workspace_value_of_any_format_never_reaches_an_allowed_host() {
             &format!("{{\"env\":\"DB_PASSWORD={DB_PASSWORD}\"}}"),
         ),
         post("/login", "application/x-www-form-urlencoded", encoded),
+        // `base64 -w0 .env`: the value's encoding inside the encoded file.
+        post(
+            "/paste",
+            "text/plain",
+            &base64::engine::general_purpose::STANDARD
+                .encode(format!("APP=1\nDB_PASSWORD={DB_PASSWORD}\n")),
+        ),
         post(
             "/login",
             "application/x-www-form-urlencoded",
