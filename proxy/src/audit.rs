@@ -25,7 +25,8 @@
 //! human echo. Each record is also echoed as one compact human line on stderr (at the
 //! `info` level of `AIRLOCK_PROXY_LOG`), one `write(2)` per batch.
 //!
-//! Schema (every field is always present; unknown values are `null`):
+//! Schema (the types: `airlock-audit-schema`, which readers deserialize with; every field is
+//! always present; unknown values are `null`):
 //! `ts` (RFC 3339 UTC, ms, when the request arrived), `session`, `sandbox`, `container`
 //! (the container's id, `null` when unknown), `uid` (client uid, `null`
 //! until identity lands), `client` (peer `ip:port`), `kind` (`connect`|`http`|`transparent`|
