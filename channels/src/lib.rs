@@ -5,7 +5,10 @@
 //! state live. Those facts live here and nowhere else, so that the firewall the entrypoint
 //! renders and the listeners the proxy binds can never drift apart.
 //!
-//! This crate holds constants and tiny value types only: no I/O, no policy, no parsing.
+//! This crate holds constants and tiny value types only: no I/O, no policy, no parsing;
+//! and the one generator of stable refusal codes ([`stable_codes!`]).
+
+mod codes;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 

@@ -3,178 +3,103 @@
 //! Every refusal the appliance makes carries one [`Reason`]. Its [`Reason::as_str`] is a
 //! stable kebab-case code: it goes to the agent in the `x-airlock-error` header and the 403
 //! body, and to the audit log's `reason` field. Codes are an interface: never rename one.
+//! The set is declared with the workspace's one code generator
+//! ([`airlock_channels::stable_codes!`], as the git API's snake_case reasons are).
 
-use std::fmt;
-
-/// Why a connection, request or lookup was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reason {
-    /// No allow rule matches the host.
-    BlockedByPolicy,
-    /// A `network.deny` rule matches the host (deny wins over allow).
-    DeniedByRule,
-    /// The address is private, loopback, link-local, multicast, reserved or a translation
-    /// form (hard deny: no rule can allow it).
-    BlockedPrivateAddress,
-    /// The address is a cloud metadata endpoint (hard deny: no rule can allow it).
-    BlockedMetadataAddress,
-    /// The host is an IP literal that no exact rule lists.
-    BlockedIpLiteral,
-    /// An allow rule matches the host, but not the port.
-    BlockedPort,
-    /// The host is not a valid host (see `host::HostError`).
-    InvalidHost,
-    /// The TLS server name differs from the CONNECT authority.
-    SniMismatch,
-    /// The HTTP `Host` differs from the CONNECT authority or the TLS server name.
-    HostMismatch,
-    /// A transparently redirected connection whose host cannot be determined (no SNI, no
-    /// `Host`).
-    UnknownHost,
-    /// The allowed host did not resolve to a usable address.
-    ResolveFailed,
-    /// The allowed host resolved, but the connection to it failed.
-    UpstreamUnreachable,
-    /// The request could not be parsed as HTTP.
-    MalformedRequest,
-    /// The request head exceeds the proxy's limits.
-    RequestTooLarge,
-    /// A DNS question of a type the DNS filter does not answer.
-    DnsQueryType,
-    /// The agent holds more connections than the proxy allows.
-    TooManyConnections,
-    /// A credential placeholder or a real secret was about to leave for a host it is not
-    /// bound to.
-    CredentialLeak,
-    /// A git push that did not come through the git API (or that the git rules refuse).
-    GitPushBlocked,
-    /// An intercepted request matches a deny rule of `[[rules]]` (method and path), a
-    /// preset's deny rule, or no allow rule of a host that has allow rules.
-    RequestDeniedByRule,
-    /// The upstream's TLS certificate did not verify; the request was never sent.
-    UpstreamCertificateInvalid,
-    /// A TLS handshake with the agent failed on an intercepted connection (e.g. the agent
-    /// does not trust the appliance CA).
-    ClientTlsFailed,
-    /// An `Upgrade` other than a `GET` with exactly `Upgrade: websocket` (`h2c`, `TLS/1.x`,
-    /// anything else): the proxy would lose sight of the connection after a `101`.
-    UpgradeNotSupported,
-    /// A WebSocket upgrade on a host where a credential is bound or L7 rules apply: after the
-    /// `101` no rule, leak scan or scrubber would see the frames.
-    UpgradeDenied,
-    /// A method that echoes the request (`TRACE`, `TRACK`) or opens a tunnel (`CONNECT`
-    /// inside an intercepted connection) on a host a credential is bound to: a credential
-    /// is never injected into it.
-    CredentialMethodRefused,
-    /// The audit log cannot be written (full volume, write error): nothing is served
-    /// unaudited, so every request is refused until writing works again.
-    AuditUnavailable,
-    /// A TLS ClientHello carrying Encrypted ClientHello on a connection the proxy does not
-    /// decrypt: the real destination would be hidden behind the allowed outer name.
-    EchRefused,
-    /// A credential of a known format (a secret detector's match) on its way to a host
-    /// that is not its provider's.
-    ForeignSecret,
-    /// A DNS name under a wildcard allow whose labels below the wildcard zone look like an
-    /// encoded payload, or whose zone has carried more query-name bytes this session than
-    /// the budget: data leaving through the resolver.
-    DnsExfilSuspect,
-    /// A method that writes (anything but `GET`, `HEAD`, `OPTIONS` and git fetches) to a
-    /// host the policy does not name writable (`network.writable`, an `allow` rule).
-    ReadOnlyHost,
-    /// A raw (neither TLS nor HTTP) stream to a host the proxy must inspect: only a
-    /// `network.passthrough` host is tunnelled without being read.
-    NotInspectable,
-    /// A request a credential of the policy would have authenticated, while that
-    /// credential was not configured when the sandbox started (its variable unset, its
-    /// secret file absent): the answer names it and how the operator provides it.
-    CredentialMissing,
-    /// A request body carrying a long base64 or hex run, to a host outside the LLM APIs,
-    /// where the policy's `[signals] encoded_blob = "deny"` turns the signal into a refusal.
-    EncodedBlob,
-    /// A high-entropy (compressed or encrypted-looking) request body, to a host outside
-    /// the LLM APIs, where the policy's `[signals] high_entropy = "deny"` refuses it.
-    HighEntropy,
+airlock_channels::stable_codes! {
+    /// Why a connection, request or lookup was refused.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Reason {
+        /// No allow rule matches the host.
+        BlockedByPolicy => "blocked-by-policy",
+        /// A `network.deny` rule matches the host (deny wins over allow).
+        DeniedByRule => "denied-by-rule",
+        /// The address is private, loopback, link-local, multicast, reserved or a translation
+        /// form (hard deny: no rule can allow it).
+        BlockedPrivateAddress => "blocked-private-address",
+        /// The address is a cloud metadata endpoint (hard deny: no rule can allow it).
+        BlockedMetadataAddress => "blocked-metadata-address",
+        /// The host is an IP literal that no exact rule lists.
+        BlockedIpLiteral => "blocked-ip-literal",
+        /// An allow rule matches the host, but not the port.
+        BlockedPort => "blocked-port",
+        /// The host is not a valid host (see `host::HostError`).
+        InvalidHost => "invalid-host",
+        /// The TLS server name differs from the CONNECT authority.
+        SniMismatch => "sni-mismatch",
+        /// The HTTP `Host` differs from the CONNECT authority or the TLS server name.
+        HostMismatch => "host-mismatch",
+        /// A transparently redirected connection whose host cannot be determined (no SNI, no
+        /// `Host`).
+        UnknownHost => "unknown-host",
+        /// The allowed host did not resolve to a usable address.
+        ResolveFailed => "resolve-failed",
+        /// The allowed host resolved, but the connection to it failed.
+        UpstreamUnreachable => "upstream-unreachable",
+        /// The request could not be parsed as HTTP.
+        MalformedRequest => "malformed-request",
+        /// The request head exceeds the proxy's limits.
+        RequestTooLarge => "request-too-large",
+        /// A DNS question of a type the DNS filter does not answer.
+        DnsQueryType => "dns-query-type",
+        /// The agent holds more connections than the proxy allows.
+        TooManyConnections => "too-many-connections",
+        /// A credential placeholder or a real secret was about to leave for a host it is not
+        /// bound to.
+        CredentialLeak => "credential-leak",
+        /// A git push that did not come through the git API (or that the git rules refuse).
+        GitPushBlocked => "git-push-blocked",
+        /// An intercepted request matches a deny rule of `[[rules]]` (method and path), a
+        /// preset's deny rule, or no allow rule of a host that has allow rules.
+        RequestDeniedByRule => "request-denied-by-rule",
+        /// The upstream's TLS certificate did not verify; the request was never sent.
+        UpstreamCertificateInvalid => "upstream-certificate-invalid",
+        /// A TLS handshake with the agent failed on an intercepted connection (e.g. the agent
+        /// does not trust the appliance CA).
+        ClientTlsFailed => "client-tls-failed",
+        /// An `Upgrade` other than a `GET` with exactly `Upgrade: websocket` (`h2c`, `TLS/1.x`,
+        /// anything else): the proxy would lose sight of the connection after a `101`.
+        UpgradeNotSupported => "upgrade-not-supported",
+        /// A WebSocket upgrade on a host where a credential is bound or L7 rules apply: after the
+        /// `101` no rule, leak scan or scrubber would see the frames.
+        UpgradeDenied => "upgrade-denied",
+        /// A method that echoes the request (`TRACE`, `TRACK`) or opens a tunnel (`CONNECT`
+        /// inside an intercepted connection) on a host a credential is bound to: a credential
+        /// is never injected into it.
+        CredentialMethodRefused => "credential-method-refused",
+        /// The audit log cannot be written (full volume, write error): nothing is served
+        /// unaudited, so every request is refused until writing works again.
+        AuditUnavailable => "audit-unavailable",
+        /// A TLS ClientHello carrying Encrypted ClientHello on a connection the proxy does not
+        /// decrypt: the real destination would be hidden behind the allowed outer name.
+        EchRefused => "ech-refused",
+        /// A credential of a known format (a secret detector's match) on its way to a host
+        /// that is not its provider's.
+        ForeignSecret => "foreign-secret",
+        /// A DNS name under a wildcard allow whose labels below the wildcard zone look like an
+        /// encoded payload, or whose zone has carried more query-name bytes this session than
+        /// the budget: data leaving through the resolver.
+        DnsExfilSuspect => "dns-exfil-suspect",
+        /// A method that writes (anything but `GET`, `HEAD`, `OPTIONS` and git fetches) to a
+        /// host the policy does not name writable (`network.writable`, an `allow` rule).
+        ReadOnlyHost => "read-only-host",
+        /// A raw (neither TLS nor HTTP) stream to a host the proxy must inspect: only a
+        /// `network.passthrough` host is tunnelled without being read.
+        NotInspectable => "not-inspectable",
+        /// A request a credential of the policy would have authenticated, while that
+        /// credential was not configured when the sandbox started (its variable unset, its
+        /// secret file absent): the answer names it and how the operator provides it.
+        CredentialMissing => "credential-missing",
+        /// A request body carrying a long base64 or hex run, to a host outside the LLM APIs,
+        /// where the policy's `[signals] encoded_blob = "deny"` turns the signal into a refusal.
+        EncodedBlob => "encoded-blob",
+        /// A high-entropy (compressed or encrypted-looking) request body, to a host outside
+        /// the LLM APIs, where the policy's `[signals] high_entropy = "deny"` refuses it.
+        HighEntropy => "high-entropy",
+    }
 }
 
 impl Reason {
-    /// Every reason, in declaration order (for docs and exhaustive tests).
-    pub const ALL: [Reason; 33] = [
-        Reason::BlockedByPolicy,
-        Reason::DeniedByRule,
-        Reason::BlockedPrivateAddress,
-        Reason::BlockedMetadataAddress,
-        Reason::BlockedIpLiteral,
-        Reason::BlockedPort,
-        Reason::InvalidHost,
-        Reason::SniMismatch,
-        Reason::HostMismatch,
-        Reason::UnknownHost,
-        Reason::ResolveFailed,
-        Reason::UpstreamUnreachable,
-        Reason::MalformedRequest,
-        Reason::RequestTooLarge,
-        Reason::DnsQueryType,
-        Reason::TooManyConnections,
-        Reason::CredentialLeak,
-        Reason::GitPushBlocked,
-        Reason::RequestDeniedByRule,
-        Reason::UpstreamCertificateInvalid,
-        Reason::ClientTlsFailed,
-        Reason::UpgradeNotSupported,
-        Reason::UpgradeDenied,
-        Reason::CredentialMethodRefused,
-        Reason::AuditUnavailable,
-        Reason::EchRefused,
-        Reason::ForeignSecret,
-        Reason::DnsExfilSuspect,
-        Reason::ReadOnlyHost,
-        Reason::NotInspectable,
-        Reason::CredentialMissing,
-        Reason::EncodedBlob,
-        Reason::HighEntropy,
-    ];
-
-    /// The stable code (kebab-case) for headers and the audit log.
-    #[must_use]
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            Reason::BlockedByPolicy => "blocked-by-policy",
-            Reason::DeniedByRule => "denied-by-rule",
-            Reason::BlockedPrivateAddress => "blocked-private-address",
-            Reason::BlockedMetadataAddress => "blocked-metadata-address",
-            Reason::BlockedIpLiteral => "blocked-ip-literal",
-            Reason::BlockedPort => "blocked-port",
-            Reason::InvalidHost => "invalid-host",
-            Reason::SniMismatch => "sni-mismatch",
-            Reason::HostMismatch => "host-mismatch",
-            Reason::UnknownHost => "unknown-host",
-            Reason::ResolveFailed => "resolve-failed",
-            Reason::UpstreamUnreachable => "upstream-unreachable",
-            Reason::MalformedRequest => "malformed-request",
-            Reason::RequestTooLarge => "request-too-large",
-            Reason::DnsQueryType => "dns-query-type",
-            Reason::TooManyConnections => "too-many-connections",
-            Reason::CredentialLeak => "credential-leak",
-            Reason::GitPushBlocked => "git-push-blocked",
-            Reason::RequestDeniedByRule => "request-denied-by-rule",
-            Reason::UpstreamCertificateInvalid => "upstream-certificate-invalid",
-            Reason::ClientTlsFailed => "client-tls-failed",
-            Reason::UpgradeNotSupported => "upgrade-not-supported",
-            Reason::UpgradeDenied => "upgrade-denied",
-            Reason::CredentialMethodRefused => "credential-method-refused",
-            Reason::AuditUnavailable => "audit-unavailable",
-            Reason::EchRefused => "ech-refused",
-            Reason::DnsExfilSuspect => "dns-exfil-suspect",
-            Reason::ReadOnlyHost => "read-only-host",
-            Reason::NotInspectable => "not-inspectable",
-            Reason::ForeignSecret => "foreign-secret",
-            Reason::CredentialMissing => "credential-missing",
-            Reason::EncodedBlob => "encoded-blob",
-            Reason::HighEntropy => "high-entropy",
-        }
-    }
-
     /// One sentence for the user: how an operator would allow this, or why nobody can.
     #[must_use]
     pub const fn hint(&self) -> &'static str {
@@ -377,12 +302,6 @@ impl Reason {
     }
 }
 
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 impl serde::Serialize for Reason {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
@@ -400,6 +319,7 @@ mod tests {
         for r in Reason::ALL {
             let code = r.as_str();
             assert!(seen.insert(code), "duplicate code {code}");
+            assert_eq!(code.parse::<Reason>(), Ok(r), "the code reads back");
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
                 "{code}"

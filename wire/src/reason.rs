@@ -2,112 +2,81 @@
 //!
 //! The code is what tests, logs and the shim match on; the human message that travels with
 //! it (in [`crate::Denied`]) names the rule and how an operator would allow the operation.
+//! Declared with the workspace's one code generator ([`airlock_channels::stable_codes!`], as
+//! the proxy's kebab-case reasons are).
 
-use std::fmt;
-use std::str::FromStr;
-
-macro_rules! reasons {
-    ($( $(#[$doc:meta])* $variant:ident => $code:literal, )*) => {
-        /// A denial reason. `as_str` is stable: never change an existing string.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Reason {
-            $( $(#[$doc])* $variant, )*
-        }
-
-        impl Reason {
-            /// Every reason, in declaration order.
-            pub const ALL: &'static [Reason] = &[ $( Reason::$variant, )* ];
-
-            /// The stable code.
-            #[must_use]
-            pub const fn as_str(self) -> &'static str {
-                match self { $( Reason::$variant => $code, )* }
-            }
-        }
-
-        impl FromStr for Reason {
-            type Err = ();
-            fn from_str(s: &str) -> Result<Reason, ()> {
-                match s { $( $code => Ok(Reason::$variant), )* _ => Err(()) }
-            }
-        }
-    };
-}
-
-reasons! {
-    // --- transport and authentication ---
-    /// The request's protocol version is not the server's.
-    UnsupportedVersion => "unsupported_version",
-    /// The frames did not form a well-formed request.
-    MalformedRequest => "malformed_request",
-    /// A frame or the request exceeded a size limit.
-    RequestTooLarge => "request_too_large",
-    /// The connecting process is not the agent's uid (`SO_PEERCRED`).
-    PeerNotAgent => "peer_not_agent",
-    /// The HMAC did not verify.
-    BadSignature => "bad_signature",
-    /// The timestamp is outside the replay window.
-    StaleTimestamp => "stale_timestamp",
-    /// The nonce was already used inside the window.
-    ReplayedNonce => "replayed_nonce",
-    /// Too many distinct nonces inside one window; the server refuses rather than forget one.
-    NonceCacheFull => "nonce_cache_full",
-    /// More signed requests than the rate limit admits (sustained per second, or in one
-    /// burst); refused before the nonce cache, so a flood cannot fill it. Retry shortly.
-    RateLimited => "rate_limited",
-    /// The server is at its connection limit.
-    Busy => "busy",
-    // --- command policy ---
-    /// A global option that would change where or how git runs (`-c`, `--git-dir`, ...).
-    GlobalOptionRefused => "global_option_refused",
-    /// The subcommand is not on the allowlist (aliases included).
-    SubcommandNotAllowed => "subcommand_not_allowed",
-    /// An option that runs a program or reads/writes outside the workspace.
-    OptionRefused => "option_refused",
-    /// An option that is not on the subcommand's allowlist.
-    OptionNotAllowed => "option_not_allowed",
-    /// An interactive mode (`-i`, `-p`, `--edit`, ...): there is no terminal on the server.
-    InteractiveRefused => "interactive_refused",
-    /// `git config` write to a key outside the writable allowlist, or to another scope.
-    ConfigKeyNotWritable => "config_key_not_writable",
-    /// The working directory or a path argument is outside the workspace.
-    OutsideWorkspace => "outside_workspace",
-    /// A command that would open an editor for its message.
-    MessageRequired => "message_required",
-    /// An environment variable the shim may not pass.
-    EnvNotAllowed => "env_not_allowed",
-    /// `git <name>` names no git command and no `git-<name>` is installed (`git lfs` where
-    /// git-lfs is absent): not a policy decision.
-    NotInstalled => "not_installed",
-    // --- push and fetch policy ---
-    /// The remote is not one of the policy's `git.repositories`.
-    RepositoryNotAuthorized => "repository_not_authorized",
-    /// The destination branch matches none of the sandbox's push patterns.
-    BranchNotAllowed => "branch_not_allowed",
-    /// The destination branch is protected.
-    BranchProtected => "branch_protected",
-    /// The update is not a fast-forward (a force push or a rewritten history).
-    NotFastForward => "not_fast_forward",
-    /// The push would delete a remote ref.
-    Deletion => "deletion",
-    /// The push would create or move a tag and tags are not allowed.
-    TagPush => "tag_push",
-    /// A pushed commit touches a restricted path.
-    RestrictedPath => "restricted_path",
-    /// A push form the API does not resolve (`--mirror`, `--all`, wildcards, ...).
-    PushFormNotSupported => "push_form_not_supported",
-    /// A fetch, pull or ls-remote names another sandbox's branch (hidden from this one).
-    BranchHidden => "branch_hidden",
-    /// A fetch or pull form the API does not resolve (`git pull` without an upstream, ...).
-    FetchFormNotSupported => "fetch_form_not_supported",
-    // --- server side ---
-    /// The server failed to run the operation (not a policy decision).
-    Internal => "internal",
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+airlock_channels::stable_codes! {
+    /// A denial reason. `as_str` is stable: never change an existing string.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Reason {
+        // --- transport and authentication ---
+        /// The request's protocol version is not the server's.
+        UnsupportedVersion => "unsupported_version",
+        /// The frames did not form a well-formed request.
+        MalformedRequest => "malformed_request",
+        /// A frame or the request exceeded a size limit.
+        RequestTooLarge => "request_too_large",
+        /// The connecting process is not the agent's uid (`SO_PEERCRED`).
+        PeerNotAgent => "peer_not_agent",
+        /// The HMAC did not verify.
+        BadSignature => "bad_signature",
+        /// The timestamp is outside the replay window.
+        StaleTimestamp => "stale_timestamp",
+        /// The nonce was already used inside the window.
+        ReplayedNonce => "replayed_nonce",
+        /// Too many distinct nonces inside one window; the server refuses rather than forget one.
+        NonceCacheFull => "nonce_cache_full",
+        /// More signed requests than the rate limit admits (sustained per second, or in one
+        /// burst); refused before the nonce cache, so a flood cannot fill it. Retry shortly.
+        RateLimited => "rate_limited",
+        /// The server is at its connection limit.
+        Busy => "busy",
+        // --- command policy ---
+        /// A global option that would change where or how git runs (`-c`, `--git-dir`, ...).
+        GlobalOptionRefused => "global_option_refused",
+        /// The subcommand is not on the allowlist (aliases included).
+        SubcommandNotAllowed => "subcommand_not_allowed",
+        /// An option that runs a program or reads/writes outside the workspace.
+        OptionRefused => "option_refused",
+        /// An option that is not on the subcommand's allowlist.
+        OptionNotAllowed => "option_not_allowed",
+        /// An interactive mode (`-i`, `-p`, `--edit`, ...): there is no terminal on the server.
+        InteractiveRefused => "interactive_refused",
+        /// `git config` write to a key outside the writable allowlist, or to another scope.
+        ConfigKeyNotWritable => "config_key_not_writable",
+        /// The working directory or a path argument is outside the workspace.
+        OutsideWorkspace => "outside_workspace",
+        /// A command that would open an editor for its message.
+        MessageRequired => "message_required",
+        /// An environment variable the shim may not pass.
+        EnvNotAllowed => "env_not_allowed",
+        /// `git <name>` names no git command and no `git-<name>` is installed (`git lfs` where
+        /// git-lfs is absent): not a policy decision.
+        NotInstalled => "not_installed",
+        // --- push and fetch policy ---
+        /// The remote is not one of the policy's `git.repositories`.
+        RepositoryNotAuthorized => "repository_not_authorized",
+        /// The destination branch matches none of the sandbox's push patterns.
+        BranchNotAllowed => "branch_not_allowed",
+        /// The destination branch is protected.
+        BranchProtected => "branch_protected",
+        /// The update is not a fast-forward (a force push or a rewritten history).
+        NotFastForward => "not_fast_forward",
+        /// The push would delete a remote ref.
+        Deletion => "deletion",
+        /// The push would create or move a tag and tags are not allowed.
+        TagPush => "tag_push",
+        /// A pushed commit touches a restricted path.
+        RestrictedPath => "restricted_path",
+        /// A push form the API does not resolve (`--mirror`, `--all`, wildcards, ...).
+        PushFormNotSupported => "push_form_not_supported",
+        /// A fetch, pull or ls-remote names another sandbox's branch (hidden from this one).
+        BranchHidden => "branch_hidden",
+        /// A fetch or pull form the API does not resolve (`git pull` without an upstream, ...).
+        FetchFormNotSupported => "fetch_form_not_supported",
+        // --- server side ---
+        /// The server failed to run the operation (not a policy decision).
+        Internal => "internal",
     }
 }
 
@@ -120,7 +89,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for r in Reason::ALL {
             assert!(seen.insert(r.as_str()), "duplicate code {r}");
-            assert_eq!(r.as_str().parse::<Reason>(), Ok(*r));
+            assert_eq!(r.as_str().parse::<Reason>(), Ok(r));
             assert!(
                 r.as_str()
                     .bytes()
