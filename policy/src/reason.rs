@@ -308,6 +308,16 @@ impl serde::Serialize for Reason {
     }
 }
 
+/// A reader of the audit log gets the typed reason back from its code; any other string is
+/// an error naming it.
+impl<'de> serde::Deserialize<'de> for Reason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        code.parse()
+            .map_err(|()| serde::de::Error::custom(format!("unknown refusal code {code:?}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +330,12 @@ mod tests {
             let code = r.as_str();
             assert!(seen.insert(code), "duplicate code {code}");
             assert_eq!(code.parse::<Reason>(), Ok(r), "the code reads back");
+            let json = serde_json::to_string(&r).unwrap_or_default();
+            assert_eq!(
+                serde_json::from_str::<Reason>(&json).ok(),
+                Some(r),
+                "{json}"
+            );
             assert!(
                 code.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
                 "{code}"
