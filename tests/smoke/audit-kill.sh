@@ -26,7 +26,7 @@ KILLS=4
 
 for tool in docker pgrep python3; do command -v "$tool" >/dev/null || die "$tool is required"; done
 [ "$(id -u)" = 0 ] || die "root is needed (the audit volume and the proxy's pid on the host)"
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 docker image inspect "$SMOKE_IMAGE" >/dev/null 2>&1 || die "no image $SMOKE_IMAGE"
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"

@@ -18,7 +18,7 @@ SB=${SMOKE_ID#airlock-}-wire    # sandbox smoke-<pid>-wire, container airlock-sm
 UP4=203.0.113.138
 UP6=2001:db8:187::10
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 (cd "$SMOKE_ROOT" && cargo build --locked --quiet -p airlock-cli) || die "cannot build the airlock CLI"
 dir=${CARGO_TARGET_DIR:-target}

@@ -18,7 +18,7 @@ APP6=2001:db8:113::2
 UP4=203.0.113.10
 UP6=2001:db8:113::10
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"
 

@@ -28,7 +28,7 @@ APP6=2001:db8:117::2
 UP4=192.0.2.140
 UP6=2001:db8:117::10
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 # The private CA: the corporate proxy's or the mirror's root.
 smoke_ca "$SMOKE_DIR"

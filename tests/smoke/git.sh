@@ -34,7 +34,7 @@ BRANCH=sandbox/smoke/work
 TOKEN=ghp_SMOKETOKEN$RANDOM$RANDOM$RANDOM
 ZERO=0000000000000000000000000000000000000000
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"
 

@@ -13,7 +13,7 @@ smoke_sweep
 
 NET=$SMOKE_ID-inet
 AUDIT=$SMOKE_ID-audit
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 img=$SMOKE_IMAGE
 
 say "image contents"

@@ -19,7 +19,7 @@ AUDIT=$SMOKE_ID-laudit
 APP4=192.0.2.2
 UP4=192.0.2.10
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"
 

@@ -34,7 +34,7 @@ NAME=app
 BRANCH=sandbox/smoke/work
 TOKEN=ghp_NOSECRETSTOKEN$RANDOM$RANDOM
 
-[ "${AIRLOCK_SMOKE_SKIP_BUILD:-}" = 1 ] || smoke_build_image
+[ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
 smoke_ca "$SMOKE_DIR"
 

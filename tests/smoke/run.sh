@@ -20,7 +20,7 @@ stale_c=$(docker ps -aq --filter name=airlock-smoke-)
 stale_n=$(docker network ls -q --filter name=airlock-smoke-)
 [ -z "$stale_n" ] || { echo "removing stale smoke networks: $(echo $stale_n)"; docker network rm $stale_n >/dev/null; }
 scripts/build-image "${AIRLOCK_IMAGE:-airlock:latest}" >/dev/null
-export AIRLOCK_SMOKE_SKIP_BUILD=1
+export AIRLOCK_SMOKE_IMAGE_BUILT=1
 tests/smoke/wire_check_selftest.sh
 tests/smoke/image.sh
 tests/smoke/egress.sh
