@@ -69,6 +69,10 @@ fn main() {
     let host = Host::parse("registry.example.com").expect("host");
     let builtin = Detectors::builtin().expect("detectors");
     let with_ws = Detectors::with_workspace(&workspace()).expect("detectors");
+    let ws_label = format!(
+        "secret detectors + 20 workspace values ({} needles: every form)",
+        with_ws.workspace_needles()
+    );
     let large = large_body();
     let small = small_body();
     let reps = 2_000; // small requests per round
@@ -105,10 +109,7 @@ fn main() {
             "secret detectors, built-in formats",
             &detectors as &dyn Fn(&[u8]),
         ),
-        (
-            "secret detectors + 20 workspace values (40 needles)",
-            &detectors_ws,
-        ),
+        (ws_label.as_str(), &detectors_ws),
         ("signals: encoded runs + byte entropy", &signals),
         ("all of the above", &all),
     ] {
