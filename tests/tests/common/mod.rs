@@ -171,7 +171,16 @@ impl Airlock {
     pub fn audit_all(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.audit_dir.join("audit.jsonl")).unwrap_or_default();
         text.lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}")))
+            .map(|l| {
+                // Every line is also read typed, refusal codes included: what the real
+                // proxy writes is what the schema promises readers.
+                if let Err(e) =
+                    serde_json::from_str::<airlock_audit_schema::Line<airlock_policy::Reason>>(l)
+                {
+                    panic!("audit line off the schema: {e}: {l}");
+                }
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line {l:?}: {e}"))
+            })
             .collect()
     }
 }
