@@ -121,19 +121,9 @@ fn pager_off(kv: &str) -> bool {
         || (key.starts_with("pager.") && matches!(value, "false" | "no" | "off" | "0"))
 }
 
-/// The subcommand (first non-option argument; the value of `-c` is not one).
-#[must_use]
-pub fn subcommand(argv: &[String]) -> Option<&str> {
-    let mut it = argv.iter().map(String::as_str);
-    while let Some(a) = it.next() {
-        if a == "-c" {
-            it.next();
-        } else if !a.starts_with('-') {
-            return Some(a);
-        }
-    }
-    None
-}
+/// The subcommand (first non-option argument; the value of `-c` is not one): the wire's
+/// reading, the one the git API uses too.
+pub use airlock_wire::invocation::subcommand;
 
 /// Whether git would page this subcommand by default.
 #[must_use]

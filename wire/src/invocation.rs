@@ -17,6 +17,22 @@ pub const PASSED_ENV: &[&str] = &[
     "LC_ALL",
 ];
 
+/// The subcommand of a git argv: the first argument after the global options and the values
+/// of `-c`, as written. The shim and the git API read it with this one function, so they
+/// cannot disagree on which subcommand an invocation is.
+#[must_use]
+pub fn subcommand(argv: &[String]) -> Option<&str> {
+    let mut it = argv.iter().map(String::as_str);
+    while let Some(a) = it.next() {
+        if a == "-c" {
+            it.next();
+        } else if !a.starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
+}
+
 /// One git invocation. Serialized as JSON; these exact bytes are what the MAC covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

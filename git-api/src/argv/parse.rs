@@ -79,19 +79,8 @@ pub(super) fn check_globals(argv: &[String]) -> Result<Globals<'_>, Refusal> {
 }
 
 /// The subcommand name of an argv (the first argument after the global options and the
-/// values of `-c`), as written.
-#[must_use]
-pub fn subcommand_name(argv: &[String]) -> Option<&str> {
-    let mut it = argv.iter().map(String::as_str);
-    while let Some(a) = it.next() {
-        if a == "-c" {
-            it.next();
-        } else if !a.starts_with('-') {
-            return Some(a);
-        }
-    }
-    None
-}
+/// values of `-c`), as written: the wire's reading, the one the shim uses too.
+pub use airlock_wire::invocation::subcommand as subcommand_name;
 
 /// One option as the caller wrote it, normalised to its spec's names.
 #[derive(Debug, Clone, PartialEq, Eq)]
