@@ -52,13 +52,7 @@ chmod 0644 "$SMOKE_DIR/policy.toml"
 mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 chown 1000:1000 "$SMOKE_DIR/repo"
 
-track_network "$NET"
-docker network create --internal --subnet 203.0.113.192/26 --gateway 203.0.113.193 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-smoke_wait_ready "$UP"
+smoke_fakenet_up "$fakenet" "$NET" 203.0.113.192/26 203.0.113.193 "$UP" "$UP4"
 
 # The agent: one curl per batch of 50 URLs (keep-alive to the proxy; a transfer that fails
 # does not stop the next), one line per request: URL and status (000: it failed).

@@ -49,14 +49,7 @@ git -C "$SMOKE_DIR/repo" init -q -b main
 git -C "$SMOKE_DIR/repo" -c user.name=o -c user.email=o@example.invalid commit -q --allow-empty -m base
 
 say "network $NET (internal, 203.0.113.128/25 and 2001:db8:187::/64), upstream $UP"
-track_network "$NET"
-docker network create --internal --subnet 203.0.113.128/25 --gateway 203.0.113.129 \
-    --ipv6 --subnet 2001:db8:187::/64 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-smoke_wait_ready "$UP"
+smoke_fakenet_up "$fakenet" "$NET" 203.0.113.128/25 203.0.113.129 "$UP" "$UP4" 2001:db8:187::/64 "$UP6"
 
 smoke_capture "$NET"
 

@@ -59,14 +59,7 @@ mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 chown 1000:1000 "$SMOKE_DIR/repo"
 
 say "network $NET (internal, 203.0.113.0/24 and 2001:db8:113::/64), upstream $UP"
-track_network "$NET"
-docker network create --internal --subnet 203.0.113.0/24 --gateway 203.0.113.1 \
-    --ipv6 --subnet 2001:db8:113::/64 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-smoke_wait_ready "$UP"
+smoke_fakenet_up "$fakenet" "$NET" 203.0.113.0/24 203.0.113.1 "$UP" "$UP4" 2001:db8:113::/64 "$UP6"
 
 smoke_capture "$NET"
 

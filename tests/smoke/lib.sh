@@ -98,6 +98,23 @@ smoke_wait_ready() {
     die "$1 did not start: $(docker logs "$1" 2>&1 | tail -3)"
 }
 
+# smoke_fakenet_up FAKENET NET SUBNET GATEWAY UP IP [SUBNET6 IP6]: the test network
+# (internal, IPv6 too when SUBNET6 is given) and the fake internet on it at IP (and IP6),
+# reading $SMOKE_DIR/fakenet.json as /cfg, logging into $SMOKE_DIR/log; both tracked,
+# waited for until ready.
+smoke_fakenet_up() {
+    local fakenet=$1 net=$2 subnet=$3 gw=$4 up=$5 ip=$6 subnet6=${7:-} ip6=${8:-}
+    local v6=() ip6_args=()
+    if [ -n "$subnet6" ]; then v6=(--ipv6 --subnet "$subnet6"); ip6_args=(--ip6 "$ip6"); fi
+    track_network "$net"
+    docker network create --internal --subnet "$subnet" --gateway "$gw" "${v6[@]}" "$net" >/dev/null
+    track_container "$up"
+    docker run -d --name "$up" --network "$net" --ip "$ip" "${ip6_args[@]}" \
+        -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
+        airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
+    smoke_wait_ready "$up"
+}
+
 # smoke_capture NET: tcpdump on NET's bridge into $SMOKE_DIR/wire.pcap (tracked, so it is
 # stopped at exit), once it listens; sets BR (the bridge) and tcpdump_pid.
 smoke_capture() {

@@ -45,13 +45,7 @@ chmod 0644 "$SMOKE_DIR/policy.toml"
 mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 chown 1000:1000 "$SMOKE_DIR/repo"
 
-track_network "$NET"
-docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-smoke_wait_ready "$UP"
+smoke_fakenet_up "$fakenet" "$NET" 192.0.2.0/24 192.0.2.1 "$UP" "$UP4"
 
 # The agent: fill, report KEY=VALUE lines, then stay up for the host's checks.
 cat >"$SMOKE_DIR/repo/fill.sh" <<'SH'

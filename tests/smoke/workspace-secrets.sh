@@ -83,14 +83,7 @@ say "workspace: $files files ($((SECONDS - t0)) s to write)"
 chown -R 1000:1000 "$repo"
 
 say "network $NET (internal, 203.0.113.64/26 and 2001:db8:1821::/64), upstream $UP"
-track_network "$NET"
-docker network create --internal --subnet 203.0.113.64/26 --gateway 203.0.113.65 \
-    --ipv6 --subnet 2001:db8:1821::/64 "$NET" >/dev/null
-track_container "$UP"
-docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
-    -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR:/cfg:ro" -v "$SMOKE_DIR/log:/log" \
-    airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
-smoke_wait_ready "$UP"
+smoke_fakenet_up "$fakenet" "$NET" 203.0.113.64/26 203.0.113.65 "$UP" "$UP4" 2001:db8:1821::/64 "$UP6"
 
 smoke_capture "$NET"
 
