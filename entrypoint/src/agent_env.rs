@@ -222,14 +222,7 @@ mod tests {
     use super::*;
 
     fn agent() -> Identity {
-        Identity {
-            name: "agent".into(),
-            uid: 1000,
-            gid: 1000,
-            groups: vec![1000],
-            home: "/home/agent".into(),
-            shell: "/bin/bash".into(),
-        }
+        Identity::test_agent()
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -16,6 +16,21 @@ pub struct Identity {
     pub shell: PathBuf,
 }
 
+#[cfg(test)]
+impl Identity {
+    /// The agent as the unit tests see it: `agent`, uid and gid 1000, home `/home/agent`.
+    pub(crate) fn test_agent() -> Identity {
+        Identity {
+            name: "agent".into(),
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000],
+            home: "/home/agent".into(),
+            shell: "/bin/bash".into(),
+        }
+    }
+}
+
 impl Identity {
     /// Whether this identity could read a file with this owner and mode (its uid, its
     /// primary or any supplementary group, or everyone). Root's overrides are not counted:

@@ -103,14 +103,7 @@ mod tests {
     use clap::Parser;
 
     fn agent() -> Identity {
-        Identity {
-            name: "agent".into(),
-            uid: 1000,
-            gid: 1000,
-            groups: vec![1000],
-            home: "/home/agent".into(),
-            shell: "/bin/bash".into(),
-        }
+        Identity::test_agent()
     }
 
     fn cli(extra: &[&str]) -> Cli {
