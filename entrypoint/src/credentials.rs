@@ -2,7 +2,7 @@
 //!
 //! A secret comes from the entrypoint's environment (`-e NAME`) or from a secret file. It is
 //! written, with its per-start placeholder, to the hand-off file that only the proxy user can
-//! read (see `airlock_policy::handoff`); it never appears in any process's argv or in the
+//! read (see `airlock_handoff`); it never appears in any process's argv or in the
 //! agent's environment, which gets the placeholder under the same variable name instead. A
 //! secret file the agent could read itself is refused: a placeholder is pointless if the
 //! real value sits next to it.
@@ -19,7 +19,7 @@
 
 use crate::identity::Identity;
 use crate::proxy_state;
-use airlock_policy::handoff::{
+use airlock_handoff::{
     HANDOFF_VERSION, Handoff, MissingCredential, ResolvedCredential, Secret, placeholder,
 };
 use airlock_policy::{CredentialSource, Policy};

@@ -2,7 +2,7 @@
 //!
 //! At start, before the agent runs, PID 1 (root) reads the workspace's obvious secret
 //! files and hands every secret value in them to the proxy
-//! ([`airlock_policy::handoff::WorkspaceSecret`]), which refuses each one on its way to any
+//! ([`airlock_handoff::WorkspaceSecret`]), which refuses each one on its way to any
 //! host (`foreign-secret`, detector `workspace:<file>`; redacted on the LLM API hosts), in
 //! whatever format it is: a database password is caught as exactly as an AWS key.
 //!
@@ -44,8 +44,8 @@
 //! Not done: a rescan while the sandbox runs (the proxy builds its needles once, at its
 //! start; a file the agent writes later is not read), base64 forms of the values.
 
+use airlock_handoff::{Secret, WorkspaceSecret};
 use airlock_policy::detect::{Formats, needle_refusal};
-use airlock_policy::handoff::{Secret, WorkspaceSecret};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Read;

@@ -164,7 +164,6 @@ pub mod github;
 pub mod github_api;
 pub mod glob;
 pub mod graphql;
-pub mod handoff;
 pub mod host;
 pub mod json;
 pub mod l7;

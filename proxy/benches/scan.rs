@@ -12,8 +12,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use airlock_handoff::{Secret, WorkspaceSecret};
 use airlock_policy::Host;
-use airlock_policy::handoff::{Secret, WorkspaceSecret};
 use airlock_policy::signals::Signals;
 use airlock_proxy::detect::Detectors;
 use airlock_proxy::signal;

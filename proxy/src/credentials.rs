@@ -35,8 +35,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use airlock_handoff::{HANDOFF_VERSION, Handoff, WorkspaceSecret};
 use airlock_policy::github_api;
-use airlock_policy::handoff::{HANDOFF_VERSION, Handoff, WorkspaceSecret};
 use airlock_policy::{CredentialFormat, Host, HostRule, Policy};
 use base64::Engine as _;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -661,7 +661,7 @@ pub fn percent_decode(s: &[u8]) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_policy::handoff::{ResolvedCredential, Secret};
+    use airlock_handoff::{ResolvedCredential, Secret};
 
     const POLICY: &str = r#"
 [sandbox]
@@ -999,12 +999,12 @@ repositories = ["github.com/o/r"]
             version: HANDOFF_VERSION,
             session: "s".into(),
             missing: vec![
-                airlock_policy::handoff::MissingCredential {
+                airlock_handoff::MissingCredential {
                     name: "anthropic".into(),
                     placeholder: "airlock-placeholder-anthropic-02".into(),
                     fix: "set A on the host".into(),
                 },
-                airlock_policy::handoff::MissingCredential {
+                airlock_handoff::MissingCredential {
                     name: "github".into(),
                     placeholder: "airlock-placeholder-github-02".into(),
                     fix: "set GITHUB_TOKEN_FILE".into(),
@@ -1108,7 +1108,7 @@ repositories = ["github.com/o/r"]
         )
         .replace("[git]\nrepositories = [\"github.com/o/r\"]\n", "");
         let policy = Policy::parse(&policy_text, Path::new("p.toml")).unwrap();
-        let missing = |name: &str| airlock_policy::handoff::MissingCredential {
+        let missing = |name: &str| airlock_handoff::MissingCredential {
             name: name.into(),
             placeholder: format!("airlock-placeholder-{name}-04"),
             fix: format!("set {name}"),
@@ -1168,7 +1168,7 @@ repositories = ["github.com/o/r"]
                 value: Secret::new("ghp_x".into()),
                 placeholder: "airlock-placeholder-github-05".into(),
             }],
-            missing: vec![airlock_policy::handoff::MissingCredential {
+            missing: vec![airlock_handoff::MissingCredential {
                 name: "anthropic".into(),
                 placeholder: "airlock-placeholder-anthropic-05".into(),
                 fix: "f".into(),
@@ -1187,7 +1187,7 @@ repositories = ["github.com/o/r"]
     #[test]
     fn each_credential_is_handed_over_exactly_once() {
         let policy = Policy::parse(POLICY, Path::new("p.toml")).unwrap();
-        let missing = |name: &str| airlock_policy::handoff::MissingCredential {
+        let missing = |name: &str| airlock_handoff::MissingCredential {
             name: name.into(),
             placeholder: format!("airlock-placeholder-{name}-03"),
             fix: "f".into(),

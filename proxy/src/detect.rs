@@ -4,7 +4,7 @@
 //!
 //! The formats are [`airlock_policy::detect`] (one set, shared with the entrypoint, which
 //! classifies the workspace's values with it). The workspace's values come in the
-//! hand-off ([`airlock_policy::handoff::WorkspaceSecret`]): each is an exact needle of a
+//! hand-off ([`airlock_handoff::WorkspaceSecret`]): each is an exact needle of a
 //! detector named `workspace:<file>`, searched in one Aho-Corasick pass (linear time) in
 //! every form an agent's tools send it in (as is, percent-encoded in the common ways,
 //! form-encoded, JSON-escaped); it may go to no host, unless a built-in format recognised
@@ -27,9 +27,9 @@
 use std::borrow::Cow;
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use airlock_handoff::WorkspaceSecret;
 use airlock_policy::Host;
 use airlock_policy::detect::Formats;
-use airlock_policy::handoff::WorkspaceSecret;
 use airlock_policy::rule::HostRule;
 
 pub use airlock_policy::detect::{BUILTIN_VERSION, DetectError};
@@ -312,7 +312,7 @@ pub fn redact<'d>(detectors: &'d Detectors, body: &mut [u8], host: &Host) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_policy::handoff::Secret;
+    use airlock_handoff::Secret;
 
     fn set() -> Detectors {
         Detectors::builtin().unwrap()

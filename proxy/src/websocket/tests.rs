@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use airlock_policy::Policy;
-use airlock_policy::handoff::{HANDOFF_VERSION, Handoff, ResolvedCredential, Secret};
+use airlock_handoff::{HANDOFF_VERSION, Handoff, ResolvedCredential, Secret};
 
 use super::*;
 use crate::credentials::Credentials;

@@ -152,16 +152,16 @@ impl Harness {
         {
             airlock_proxy::credentials::Credentials::none()
         } else {
-            let handoff = airlock_policy::handoff::Handoff {
-                version: airlock_policy::handoff::HANDOFF_VERSION,
+            let handoff = airlock_handoff::Handoff {
+                version: airlock_handoff::HANDOFF_VERSION,
                 session: "sess-1".into(),
                 credentials: extra
                     .credentials
                     .iter()
                     .map(
-                        |(name, value, placeholder)| airlock_policy::handoff::ResolvedCredential {
+                        |(name, value, placeholder)| airlock_handoff::ResolvedCredential {
                             name: (*name).to_owned(),
-                            value: airlock_policy::handoff::Secret::new((*value).to_owned()),
+                            value: airlock_handoff::Secret::new((*value).to_owned()),
                             placeholder: (*placeholder).to_owned(),
                         },
                     )
@@ -170,18 +170,18 @@ impl Harness {
                 workspace_secrets: extra
                     .workspace
                     .iter()
-                    .map(|(file, value)| airlock_policy::handoff::WorkspaceSecret {
+                    .map(|(file, value)| airlock_handoff::WorkspaceSecret {
                         file: (*file).to_owned(),
                         name: "TEST".into(),
                         detector: None,
-                        value: airlock_policy::handoff::Secret::new((*value).to_owned()),
+                        value: airlock_handoff::Secret::new((*value).to_owned()),
                     })
                     .collect(),
                 missing: extra
                     .missing
                     .iter()
                     .map(
-                        |(name, placeholder, fix)| airlock_policy::handoff::MissingCredential {
+                        |(name, placeholder, fix)| airlock_handoff::MissingCredential {
                             name: (*name).to_owned(),
                             placeholder: (*placeholder).to_owned(),
                             fix: (*fix).to_owned(),

@@ -1,4 +1,5 @@
-//! The credential hand-off from the entrypoint to the proxy.
+//! The credential hand-off from the entrypoint to the proxy: the one crate whose types
+//! carry real secrets.
 //!
 //! The entrypoint reads each credential of the policy exactly once (from its environment
 //! variable or secret file), invents a per-start placeholder for the agent, and writes this
@@ -13,6 +14,12 @@
 //! agent's placeholder, and the fix in the operator's terms. The sandbox starts without it
 //! and the proxy refuses what it would have authenticated (`credential-missing`, naming it
 //! and the fix).
+//!
+//! This crate holds the file's types only ([`Secret`] never prints its value). It does not
+//! read or write the file (the entrypoint writes it 0400 for the proxy user; the proxy
+//! reads it), and it knows nothing of the policy: the proxy checks the hand-off against
+//! its policy when it loads it. It lives apart from `airlock-policy`, whose types hold no
+//! secrets, so that a crate that needs the policy never links the secret types by accident.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
