@@ -4,12 +4,10 @@
 // Test helpers outside #[test] fns may panic too: a failed helper is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::PathBuf;
 
+use crate::common::{docker, plan};
 use airlock_firewall::{PreservedNat, render_v4, render_v6};
-use common::{docker, plan};
 
 fn check(name: &str, rendered: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -10,19 +10,17 @@
 // Test helpers outside #[test] fns may panic too: a failed helper is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::fs::File;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use crate::common::{DOCKER_NAT_SAVE, docker, without_comments};
 use airlock_firewall::{
     Family, FirewallError, Plan, PreservedNat, Runner, preserved_nat_from_save, render_v4,
     render_v6,
 };
-use common::{DOCKER_NAT_SAVE, docker, without_comments};
 use nix::sched::{CloneFlags, setns};
 use nix::sys::socket::{getsockopt, sockopt::OriginalDst};
 use nix::unistd::geteuid;
@@ -38,7 +36,7 @@ fn require_root() {
     assert!(
         geteuid().is_root(),
         "netns_apply needs root (network namespaces, iptables-restore): run it as root, e.g. \
-         `sudo -E cargo test -p airlock-firewall --test netns_apply`. CI runs it as root; \
+         `sudo -E cargo test -p airlock-firewall --test integration netns_apply::`. CI runs it as root; \
          it never skips."
     );
 }

@@ -4,13 +4,11 @@
 // Test helpers outside #[test] fns may panic too: a failed helper is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{DOCKER_NAT_SAVE, GIT_GID, PROXY_UID, chain, docker, plan, position, table};
 use airlock_channels::{DNS_PORT, GIT_SERVICE_PORT, TRANSPARENT_PORT};
 use airlock_firewall::{
     FirewallError, PreservedNat, preserved_nat_from_save, render_v4, render_v6,
 };
-use common::{DOCKER_NAT_SAVE, GIT_GID, PROXY_UID, chain, docker, plan, position, table};
 
 fn v4() -> String {
     render_v4(&plan(docker()))

@@ -96,12 +96,14 @@ pub mod ca;
 pub mod capture;
 pub mod fakenet;
 mod netns;
+pub mod seed;
 pub mod tools;
 pub mod topology;
 pub mod users;
 mod world;
 
 pub use capture::{Capture, Frame, Packet, Proto, TcpFlags};
+pub use seed::seed_git;
 pub use tools::workspace_binary;
 pub use users::Users;
 pub use world::World;

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// A tmpfs of `size` on `dir`, unmounted when dropped (before the world's directory is
 /// removed: declare it after the world).

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 
 const SECRET: &str = "sk-ant-REALSECRET-7f3a9c1e";

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Unset every proxy variable, as a tool that ignores them would behave.
 const NO_PROXY_ENV: &str = "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy";

@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 /// Sends one UDP datagram to the fake internet's UDP sink (203.0.113.10:443, as QUIC would).

@@ -7,11 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use airlock_tests::World;
+use crate::common::*;
 use airlock_tests::topology::{GIT_UID, GITHUB_HOST, GITHUB_TOKEN};
-use common::*;
+use airlock_tests::{World, seed_git};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -54,29 +52,6 @@ struct GitWorld {
     main: String,
 }
 
-fn git(cwd: &Path, args: &[&str]) -> String {
-    let out = Command::new("/usr/bin/git")
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", cwd)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Seed")
-        .env("GIT_AUTHOR_EMAIL", "seed@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Seed")
-        .env("GIT_COMMITTER_EMAIL", "seed@example.invalid")
-        .args(["-c", "safe.directory=*"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 fn chown_r(path: &Path, uid: u32) {
     let ok = Command::new("chown")
         .args(["-R", &format!("{uid}:{uid}")])
@@ -93,22 +68,22 @@ impl GitWorld {
         let upstream = world.git_upstream("acme", "app").unwrap();
         let up = format!("file://{}", upstream.display());
         let seed = world.dir().join("seed");
-        git(world.dir(), &["clone", "-q", &up, seed.to_str().unwrap()]);
+        seed_git(world.dir(), &["clone", "-q", &up, seed.to_str().unwrap()]);
         std::fs::create_dir_all(seed.join(".github/workflows")).unwrap();
         std::fs::create_dir_all(seed.join("src")).unwrap();
         std::fs::write(seed.join("README.md"), "hello\n").unwrap();
         std::fs::write(seed.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
         std::fs::write(seed.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
-        git(&seed, &["add", "-A"]);
-        git(&seed, &["commit", "-q", "-m", "seed"]);
-        git(&seed, &["push", "-q", "origin", "main"]);
+        seed_git(&seed, &["add", "-A"]);
+        seed_git(&seed, &["commit", "-q", "-m", "seed"]);
+        seed_git(&seed, &["push", "-q", "origin", "main"]);
         // Another sandbox's branch and one of ours that the agent will try to rewrite.
         std::fs::write(seed.join("other.txt"), "other\n").unwrap();
-        git(&seed, &["checkout", "-q", "-b", "sandbox/other/feature"]);
-        git(&seed, &["add", "-A"]);
-        git(&seed, &["commit", "-q", "-m", "other sandbox"]);
-        git(&seed, &["push", "-q", "origin", "sandbox/other/feature"]);
-        git(
+        seed_git(&seed, &["checkout", "-q", "-b", "sandbox/other/feature"]);
+        seed_git(&seed, &["add", "-A"]);
+        seed_git(&seed, &["commit", "-q", "-m", "other sandbox"]);
+        seed_git(&seed, &["push", "-q", "origin", "sandbox/other/feature"]);
+        seed_git(
             &seed,
             &[
                 "push",
@@ -117,7 +92,7 @@ impl GitWorld {
                 "sandbox/other/feature:sandbox/nstest/existing",
             ],
         );
-        let main = git(&seed, &["rev-parse", "main"]);
+        let main = seed_git(&seed, &["rev-parse", "main"]);
         // The hook log starts with the seeding; tests compare against what follows.
         std::fs::remove_file(world.git_hook_log()).unwrap();
 
@@ -126,8 +101,8 @@ impl GitWorld {
         std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o400)).unwrap();
         let airlock = Airlock::new(&world, &policy(&token_file));
         let ws = &airlock.workdir;
-        git(world.dir(), &["clone", "-q", &up, ws.to_str().unwrap()]);
-        git(
+        seed_git(world.dir(), &["clone", "-q", &up, ws.to_str().unwrap()]);
+        seed_git(
             ws,
             &[
                 "remote",
@@ -214,7 +189,7 @@ impl GitWorld {
     }
 
     fn upstream_refs(&self) -> String {
-        git(&self.upstream, &["for-each-ref"])
+        seed_git(&self.upstream, &["for-each-ref"])
     }
 
     /// The git API's decision log.
@@ -989,20 +964,20 @@ fn other_sandboxes_branches_never_reach_the_agent() {
     // Pushed upstream after the workspace was cloned (the clone itself holds
     // origin/sandbox/other/feature, which the git API deletes when it starts).
     let seed = g.world.dir().join("seed");
-    git(&seed, &["checkout", "-q", "main"]);
-    git(&seed, &["checkout", "-q", "-b", "sandbox/other/secret"]);
+    seed_git(&seed, &["checkout", "-q", "main"]);
+    seed_git(&seed, &["checkout", "-q", "-b", "sandbox/other/secret"]);
     std::fs::write(seed.join("classified.txt"), "classified\n").unwrap();
-    git(&seed, &["add", "-A"]);
-    git(&seed, &["commit", "-q", "-m", "classified work"]);
-    git(&seed, &["push", "-q", "origin", "sandbox/other/secret"]);
-    let secret = git(&seed, &["rev-parse", "HEAD"]);
-    git(&seed, &["checkout", "-q", "main"]);
-    git(&seed, &["checkout", "-q", "-b", "sandbox/nstest/mine"]);
+    seed_git(&seed, &["add", "-A"]);
+    seed_git(&seed, &["commit", "-q", "-m", "classified work"]);
+    seed_git(&seed, &["push", "-q", "origin", "sandbox/other/secret"]);
+    let secret = seed_git(&seed, &["rev-parse", "HEAD"]);
+    seed_git(&seed, &["checkout", "-q", "main"]);
+    seed_git(&seed, &["checkout", "-q", "-b", "sandbox/nstest/mine"]);
     std::fs::write(seed.join("mine.txt"), "mine\n").unwrap();
-    git(&seed, &["add", "-A"]);
-    git(&seed, &["commit", "-q", "-m", "my work"]);
-    git(&seed, &["push", "-q", "origin", "sandbox/nstest/mine"]);
-    let mine = git(&seed, &["rev-parse", "HEAD"]);
+    seed_git(&seed, &["add", "-A"]);
+    seed_git(&seed, &["commit", "-q", "-m", "my work"]);
+    seed_git(&seed, &["push", "-q", "origin", "sandbox/nstest/mine"]);
+    let mine = seed_git(&seed, &["rev-parse", "HEAD"]);
     std::fs::remove_file(g.world.git_hook_log()).unwrap();
 
     let script = format!(
@@ -1125,7 +1100,7 @@ t log-final git log --all --oneline
 fn the_git_an_honest_agent_runs_works_with_an_ssh_origin() {
     let g = GitWorld::new();
     // The operator's clone has the SSH form of the authorized repository.
-    git(
+    seed_git(
         g.world.dir(),
         &[
             "--git-dir",

@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 
+use crate::common::*;
 use airlock_tests::topology::{GITHUB_HOST, GITHUB_TOKEN};
-use common::*;
 
 fn policy(token_file: &std::path::Path) -> String {
     format!(

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const SECRET: &str = "sk-ant-REALSECRET-5d1b7e";
 const OTHER_SECRET: &str = "other-REALSECRET-88aa";

@@ -3,9 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
+use airlock_tests::seed_git;
 
 /// `mode = "report"` (the documented way to learn which hosts an agent needs) starts: the
 /// self-test proves the firewall with what report mode still denies, a policy denial is let
@@ -145,26 +144,6 @@ fn an_interactive_terminal_carries_only_the_agents_output() {
 /// developer is not uid 1000.
 const HOST_UID: u32 = 64200;
 
-fn run_git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "safe.directory=*",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out).trim().to_owned()
-}
-
 /// A workspace checkout with its `.git` hidden as the docker flags hide it, owned by
 /// `owner`, and the entrypoint (with the shims at the image's path) running `agent` there.
 struct GitCheckout {
@@ -180,10 +159,10 @@ impl GitCheckout {
         let world = world();
         let airlock = Airlock::new(&world, POLICY);
         let ws = &airlock.workdir;
-        run_git(ws, &["init", "-q"]);
+        seed_git(ws, &["init", "-q"]);
         std::fs::write(ws.join("README.md"), "hello\n").unwrap();
-        run_git(ws, &["add", "-A"]);
-        run_git(ws, &["commit", "-q", "-m", "seed"]);
+        seed_git(ws, &["add", "-A"]);
+        seed_git(ws, &["commit", "-q", "-m", "seed"]);
         // The image's layout: the hidden git dir under root:airlock-git 0710, the cover root's.
         let parent = world.dir().join("airlock").join("git");
         std::fs::create_dir(&parent).unwrap();
@@ -275,7 +254,7 @@ fn the_agent_runs_as_the_workspace_owner() {
         std::fs::metadata(ws.join("new.txt")).unwrap().uid(),
         HOST_UID
     );
-    let log = run_git(&g.git_dir, &["log", "--format=%s", "-1"]);
+    let log = seed_git(&g.git_dir, &["log", "--format=%s", "-1"]);
     assert_eq!(log, "agent");
     // Everything in the repository is still the user's: host git keeps working.
     let foreign = std::process::Command::new("find")
@@ -350,7 +329,7 @@ fn a_second_sandbox_on_a_checkout_in_use_is_refused() {
 #[test]
 fn the_sandbox_name_comes_from_the_environment_and_origin_is_authorized() {
     let g = GitCheckout::new(HOST_UID);
-    run_git(
+    seed_git(
         &g.git_dir,
         &["config", "remote.origin.url", "git@github.com:Acme/App.git"],
     );

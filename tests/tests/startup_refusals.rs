@@ -3,10 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use airlock_tests::World;
-use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 

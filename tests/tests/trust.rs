@@ -8,9 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 
 /// `allowed.test` carries an L7 rule, so it is intercepted; `other.test` has none and is
