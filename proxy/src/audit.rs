@@ -450,6 +450,17 @@ impl Sink {
         true
     }
 
+    /// Whether a denial of this kind would be written now rather than folded (its bucket
+    /// has a token); nothing is taken.
+    fn admits(&self, kind: Kind, reason: Reason) -> bool {
+        let st = self.lock();
+        let Some(fold) = st.folds.get(&(kind, reason)) else {
+            return true;
+        };
+        let waited = std::time::Instant::now().duration_since(fold.last);
+        fold.tokens + waited.as_secs_f64() * f64::from(st.bounds.per_second) >= 1.0
+    }
+
     /// Queues the `suppressed` line of every kind that has held denials back.
     fn flush_folds(&self) {
         let mut st = self.lock();
@@ -619,6 +630,14 @@ impl Audit {
         let _ = self.sink.flush();
     }
 
+    /// Whether a denial of `kind` with `reason` would have its own line now, rather than be
+    /// folded into its kind's counted `suppressed` line (nothing is taken from the
+    /// budget). For work worth doing only for a line that is written (a uid lookup).
+    #[must_use]
+    pub fn admits_denial(&self, kind: Kind, reason: Reason) -> bool {
+        self.sink.admits(kind, reason)
+    }
+
     /// Whether the log can be written (false from a failed write until one works again).
     #[must_use]
     pub fn available(&self) -> bool {
@@ -731,11 +750,21 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mut rec) = self.rec.take() {
             rec.event.get_or_insert(Event::ClientGone);
-            if !self.forwarded && rec.decision != Verdict::Deny {
-                rec.decision = Verdict::Abandoned;
+            if !self.forwarded {
+                abandoned(&mut rec);
             }
             self.audit.emit_detached(rec);
         }
+    }
+}
+
+/// `rec` was allowed but its client left before anything of its went upstream: its line
+/// says `abandoned`, not `allow` (the rule that allowed it stays named). A denial stays a
+/// denial, and a `report` stays a report: what the policy would have refused is the signal
+/// report mode exists for, whether or not the client stayed.
+pub fn abandoned(rec: &mut Record) {
+    if rec.decision == Verdict::Allow {
+        rec.decision = Verdict::Abandoned;
     }
 }
 

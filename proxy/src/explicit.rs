@@ -424,14 +424,21 @@ async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: P
     let _slot = Arc::clone(&t.slot);
     rec.event = Some(Event::Close);
     let meter = Arc::clone(&t.meter);
-    let end = match on_upgrade.await {
+    let (end, went_upstream) = match on_upgrade.await {
         Ok(upgraded) if t.intercept => intercepted_tunnel(t, upgraded, &mut rec).await,
-        Ok(upgraded) => relayed_tunnel(t, upgraded, &mut rec).await,
+        Ok(upgraded) => {
+            let end = relayed_tunnel(t, upgraded, &mut rec).await;
+            // Relayed bytes are counted as they cross: none either way, none went up.
+            (end, meter.up() > 0 || meter.down() > 0)
+        }
         Err(e) => {
             tracing::debug!("upgrade failed: {e}");
-            tunnel::End::Error
+            (tunnel::End::Error, false)
         }
     };
+    if !went_upstream {
+        crate::audit::abandoned(&mut rec);
+    }
     rec.event = Some(end.into());
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
@@ -439,17 +446,19 @@ async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: P
     rec.emit().await;
 }
 
-/// The agent's TLS terminated with a leaf of the appliance CA; each request judged.
+/// The agent's TLS terminated with a leaf of the appliance CA; each request judged. Also
+/// says whether the client made a request (only a request sends anything upstream).
 async fn intercepted_tunnel(
     t: Tunnel,
     upgraded: hyper::upgrade::Upgraded,
     rec: &mut Pending,
-) -> tunnel::End {
+) -> (tunnel::End, bool) {
     let mut ctx = Ctx::new(Arc::clone(&t.shared), t.peer, t.uid, t.kind, t.slot);
     ctx.service = t.service;
     let route = Route::new(t.target, t.addrs, true, true);
     let ctx = Arc::new(ctx);
-    match gate::upgraded_tcp(upgraded) {
+    let requests = Arc::clone(&ctx);
+    let end = match gate::upgraded_tcp(upgraded) {
         // The bare socket: no dynamic IO layers under the TLS.
         Ok(tcp) => {
             let client = Metered::both(tcp, Arc::clone(&t.meter), Dir::Up);
@@ -459,7 +468,9 @@ async fn intercepted_tunnel(
             let client = Metered::both(TokioIo::new(upgraded), Arc::clone(&t.meter), Dir::Up);
             intercept::serve_tls(client, ctx, route, t.upstream, rec).await
         }
-    }
+    };
+    let asked = requests.requests.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    (end, asked)
 }
 
 /// Not intercepted: the first bytes must name the same host (no fronting, no ECH), then

@@ -222,8 +222,13 @@ async fn handle(
         );
         let route = Route::new(target, vec![orig.ip()], true, true);
         let client = Metered::both(stream, Arc::clone(&meter), Dir::Up);
+        let ctx = Arc::new(ctx);
         let end =
-            crate::intercept::serve_tls(client, Arc::new(ctx), route, upstream, &mut rec).await;
+            crate::intercept::serve_tls(client, Arc::clone(&ctx), route, upstream, &mut rec).await;
+        // Only a request sends anything upstream: none, and the client left first.
+        if ctx.requests.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            crate::audit::abandoned(&mut rec);
+        }
         rec.event = Some(end.into());
         rec.bytes_up = meter.up();
         rec.bytes_down = meter.down();
@@ -246,6 +251,10 @@ async fn handle(
         shared.shutdown.subscribe(),
     )
     .await;
+    // Relayed bytes are counted as they cross: none either way, none went upstream.
+    if meter.up() == 0 && meter.down() == 0 {
+        crate::audit::abandoned(&mut rec);
+    }
     rec.event = Some(end.into());
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();

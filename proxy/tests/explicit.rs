@@ -1291,3 +1291,58 @@ async fn a_known_secret_split_across_chunks_to_the_llm_api_is_redacted() {
     drop(s);
     h.finish().await;
 }
+
+/// Issue 13 item 4: the agent opens `CONNECT` tunnels to allowed hosts and hangs up before a
+/// byte of its went upstream: tunnelled (passthrough) with nothing sent, intercepted with
+/// nothing sent, and intercepted after a finished TLS handshake but no request. The upstream
+/// saw no byte, so no tunnel's final line may say `allow`: each says `abandoned` (the rule
+/// that allowed it kept), with no bytes counted upstream.
+#[tokio::test]
+async fn a_tunnel_the_agent_leaves_before_a_byte_went_upstream_is_abandoned() {
+    let (up, got) = recorder().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("raw.test", &[ALLOWED_IP]), ("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, up)],
+    )
+    .await;
+    for target in ["raw.test:443", "allowed.test:443"] {
+        let (s, r) = request(
+            h.addr,
+            &format!("CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{target}");
+        drop(s); // gone before saying anything inside the tunnel
+    }
+    let (s, r) = request(
+        h.addr,
+        "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let tls = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(
+            rustls::pki_types::ServerName::try_from("allowed.test").unwrap(),
+            s,
+        )
+        .await
+        .expect("the handshake with the proxy's leaf");
+    drop(tls); // gone after the handshake, before any request
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = h.finish().await;
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "the upstream saw bytes: the test is wrong"
+    );
+    let tunnels: Vec<_> = lines.iter().filter(|l| l["kind"] == "connect").collect();
+    assert_eq!(tunnels.len(), 3, "one final line per tunnel: {lines:#?}");
+    for l in tunnels {
+        assert_eq!(l["decision"], "abandoned", "{l}");
+        assert!(l["rule"].is_string(), "the allowing rule is kept: {l}");
+    }
+    // The tunnelled one counts what crossed it (nothing); an intercepted one counts the
+    // client's side of its TLS.
+    let raw = lines_for(&lines, "raw.test");
+    assert_eq!(raw[0]["bytes_up"], 0, "{:?}", raw[0]);
+}

@@ -498,3 +498,36 @@ async fn the_refusal_never_mints_a_leaf_for_another_name() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["decision"], "deny");
 }
+
+/// Issue 13 item 4: a transparent TLS connection to an intercepted host whose client
+/// finishes the handshake with the proxy and leaves without a request: nothing reached the
+/// upstream (its recorder saw no byte), so the line says `abandoned`, not `allow`.
+#[tokio::test]
+async fn a_transparent_client_that_leaves_before_anything_went_upstream_is_abandoned() {
+    let (up, got) = recorder().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, up)],
+    )
+    .await;
+    *h.orig_dst.0.lock().unwrap() = dst(ALLOWED_IP, 443);
+    let s = TcpStream::connect(h.transparent).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(
+            rustls::pki_types::ServerName::try_from("allowed.test").unwrap(),
+            s,
+        )
+        .await
+        .expect("the handshake with the proxy's leaf");
+    drop(tls);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = h.finish().await;
+    assert!(got.lock().unwrap().is_empty(), "the upstream saw bytes");
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let l = &lines[0];
+    assert_eq!(l["kind"], "transparent");
+    assert_eq!(l["intercepted"], true, "{l}");
+    assert_eq!(l["decision"], "abandoned", "{l}");
+    assert_eq!(l["rule"], "allowed.test", "{l}");
+}
