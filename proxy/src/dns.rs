@@ -371,7 +371,15 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
         let Ok(permit) = Arc::clone(&inflight).try_acquire_owned() else {
             // Dropped unanswered (the client retries), but still a decision: audited.
             let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
-            rec.reason = Some(Reason::TooManyConnections);
+            let reason = Reason::TooManyConnections;
+            // The asking uid, looked up (a sock_diag dump, tens of µs on this loop) only
+            // for a line that is written: past its first few, the log folds a flood of
+            // drops into one counted line, so the lookups are bounded by the log's own
+            // rate and a flood cannot make this loop pay per datagram.
+            if shared.audit.admits_denial(Kind::Dns, reason) {
+                rec.uid = local.and_then(|l| shared.identity.uid(Proto::Udp, peer, l));
+            }
+            rec.reason = Some(reason);
             rec.event = Some(Event::DroppedOverload);
             rec.bytes_up = n as u64;
             let _ = shared.audit.commit(&rec);

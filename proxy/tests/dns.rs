@@ -339,3 +339,51 @@ async fn report_mode_keeps_the_signal_when_the_suspect_name_does_not_resolve() {
         "{lines:?}"
     );
 }
+
+/// Issue 13 item 4: a flood of UDP queries past the in-flight cap. Every dropped query's
+/// line names the uid that asked (here the test's own), and a flood past the log's folding
+/// burst is counted in a `suppressed` line instead of costing a line (and a uid lookup)
+/// each: every drop is accounted for, one way or the other.
+#[tokio::test]
+async fn a_dropped_query_names_the_uid_that_asked() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let me = u64::from(nix::unistd::geteuid().as_raw());
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let total = 600;
+    for i in 0..total {
+        s.send_to(&query("hang.test.", RecordType::A), h.dns)
+            .await
+            .unwrap();
+        if i % 32 == 31 {
+            // Paced so that the kernel's socket buffer never overflows: every datagram
+            // reaches the proxy, which must account for each.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines = h.finish().await;
+    let dropped: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "dns" && l["event"] == "dropped-overload")
+        .collect();
+    assert!(!dropped.is_empty(), "{lines:#?}");
+    for l in &dropped {
+        assert_eq!(l["uid"], me, "a dropped query without its uid: {l}");
+    }
+    let folded: u64 = lines
+        .iter()
+        .filter(|l| l["kind"] == "dns" && l["event"] == "suppressed")
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    let answered = lines
+        .iter()
+        .filter(|l| l["kind"] == "dns" && l["event"] != "dropped-overload")
+        .filter(|l| l["event"] != "suppressed")
+        .count();
+    assert_eq!(
+        answered as u64 + dropped.len() as u64 + folded,
+        total,
+        "every query accounted for"
+    );
+    assert!(folded > 0, "the flood went past the fold's burst");
+}
