@@ -1,4 +1,4 @@
-//! The git service (design §5): the per-start session key, the hidden git dir, and the git
+//! The git service (docs/design.md §5): the per-start session key, the hidden git dir, and the git
 //! API started with its split identity.
 //!
 //! Layout (docs/docker.md): the repository's `.git` is bind-mounted at the hidden git dir

@@ -108,7 +108,7 @@ impl AgentIds {
     }
 }
 
-/// The users of design §2, resolved.
+/// The users of docs/design.md §2, resolved.
 #[derive(Debug, Clone)]
 pub struct Users {
     pub proxy: Identity,

@@ -1,7 +1,7 @@
 //! `airlock-entrypoint`: PID 1 of the airlock appliance, as a library.
 //!
 //! One job: bring the container from "root with NET_ADMIN" to "the agent runs behind a
-//! verified firewall with no privileges", in the order of design §3, and then stay as a small
+//! verified firewall with no privileges", in the order of docs/design.md §3, and then stay as a small
 //! supervisor. Validate the policy and environment → per-start session → scrub credentials
 //! from what the agent inherits → start the proxy as its user and wait until it answers →
 //! apply the firewall atomically (IPv4 and IPv6) → drop to the agent user (caps, groups,

@@ -1,4 +1,4 @@
-//! PID 1's start, after the checks: the effects in their order (design §3), then
+//! PID 1's start, after the checks: the effects in their order (docs/design.md §3), then
 //! supervision until the agent exits.
 
 use crate::checks::{self, Checked};

@@ -12,7 +12,7 @@ use std::fmt;
 pub struct Expected<'a> {
     /// Effective and filesystem uid.
     pub uid: u32,
-    /// Real uid (equal to `uid` except for the git API: `airlock-git`, see design §5).
+    /// Real uid (equal to `uid` except for the git API: `airlock-git`, see docs/design.md §5).
     pub real_uid: u32,
     /// Saved uid (equal to `uid` except for the running git API, which makes it its real
     /// uid so that the agent cannot signal it).

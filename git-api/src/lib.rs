@@ -11,7 +11,7 @@
 //! streams the output back. Its log ([`log`]) is JSON lines with every field bounded. It does
 //! not hold credentials (the proxy injects the token on the service port), does not page, and
 //! does not install itself (the entrypoint starts it with the split identity described in
-//! design §5).
+//! docs/design.md §5).
 
 pub mod argv;
 pub mod dashc;

@@ -31,7 +31,7 @@ pub struct GitEnv {
 }
 
 /// Configuration every git the server runs gets on its command line (which wins over the
-/// repository's own config). See design §5.
+/// repository's own config). See docs/design.md §5.
 const PROTECTED: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",

@@ -142,7 +142,7 @@ fn split(authority: &str, default_port: u16) -> Result<Target, Rejected> {
 #[must_use]
 pub const fn is_hard(reason: Reason) -> bool {
     // Only "no rule allows this name/port" is a matter of configuration. Address hard
-    // denies (`Reason::is_hard_deny`), IP literals (design §4 lists "IP literals unless
+    // denies (`Reason::is_hard_deny`), IP literals (docs/design.md §4 lists "IP literals unless
     // listed" among the hard denies) and protocol violations (invalid host, fronting) stay
     // denied.
     !matches!(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end proof for Aider (issue 16 item 6, design §9): the real aider in airlock:aider
+# End-to-end proof for Aider (issue 16 item 6, docs/design.md §9): the real aider in airlock:aider
 # (its venv, installed offline from the locked wheels), started as the README says
 # (scripts/docker-run REPO -- ..., the profile's unattended form: aider --yes-always
 # --no-pretty --message TASK, plus --test-cmd/--auto-test), against a scripted fake of the

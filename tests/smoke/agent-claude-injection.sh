@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prompt-injected model (issue 16 item 7, design §9), same rig as tests/smoke/agent-claude.sh:
+# The prompt-injected model (issue 16 item 7, docs/design.md §9), same rig as tests/smoke/agent-claude.sh:
 # the real Claude Code CLI in airlock:claude, started as the README says (scripts/docker-run
 # REPO -- the unattended command of agents/claude.toml),
 # against a scripted fake of the Anthropic Messages API (tests/smoke/fake_anthropic.py: SSE

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end proof for the OpenAI Codex CLI (issue 16 item 6, design §9): the real CLI in
+# End-to-end proof for the OpenAI Codex CLI (issue 16 item 6, docs/design.md §9): the real CLI in
 # airlock:codex, started as the README says (scripts/docker-run REPO -- codex exec
 # --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check TASK, the profile's
 # unattended form), against a scripted fake of the OpenAI Responses API

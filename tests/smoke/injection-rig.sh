@@ -1,4 +1,4 @@
-# The prompt-injected model (issue 16 item 7, design §9), shared by
+# The prompt-injected model (issue 16 item 7, docs/design.md §9), shared by
 # tests/smoke/agent-{claude,codex,aider}-injection.sh and scripts/demo-injection. Sourced after
 # lib.sh and before agent-rig.sh (whose RIG_GIT_EXTRA is $INJ_GIT_EXTRA); the functions run
 # after it.

@@ -1,4 +1,4 @@
-//! airlock's namespace test harness (design §6, tier 2) and the fake internet it runs.
+//! airlock's namespace test harness (docs/design.md §6, tier 2) and the fake internet it runs.
 //!
 //! One job: give a test a disposable, observable network to run the real airlock in — a
 //! sandbox network namespace wired to a fake internet — and tell the test what reached that

@@ -16,7 +16,7 @@ pub mod k8s;
 
 use std::path::PathBuf;
 
-/// Where the repository is handed to the git service: the hidden git dir (design §5).
+/// Where the repository is handed to the git service: the hidden git dir (docs/design.md §5).
 pub const HIDDEN_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
 /// Where a sandbox's shared object store is mounted (read-only) for the git service: a
 /// sibling of [`HIDDEN_GIT_DIR`] under the same `root:airlock-git 0710` parent, so the agent

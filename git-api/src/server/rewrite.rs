@@ -1,6 +1,6 @@
 //! How a checked argv is reshaped before git runs: its global options and subcommand, its
 //! options and operands, `--no-ext-diff`/`--no-textconv` added, and the builtin helpers of
-//! the commands a shell script would run (a shell drops the split identity, design §5).
+//! the commands a shell script would run (a shell drops the split identity, docs/design.md §5).
 
 use super::Server;
 use crate::argv::Checked;
@@ -8,7 +8,7 @@ use std::path::Path;
 
 impl Server {
     /// git < 2.40 (Debian bookworm's 2.39) runs `git bisect` as a shell script, and a shell
-    /// drops the split identity (design §5): every bisect step then fails on the hidden git
+    /// drops the split identity (docs/design.md §5): every bisect step then fails on the hidden git
     /// dir. Such a git ships the builtin `bisect--helper` the script calls.
     pub(super) fn bisect_is_script(&self) -> bool {
         *self.bisect_script.get_or_init(|| {
@@ -47,7 +47,7 @@ pub(super) fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
 /// `--no-textconv`); `git remote show` never queries the remote (`-n`): its listing would
 /// include other sandboxes' branches.
 pub(super) fn harden_args(c: &Checked, args: &mut Vec<String>) {
-    // `git submodule` is a shell script, and a shell drops the split identity (design §5):
+    // `git submodule` is a shell script, and a shell drops the split identity (docs/design.md §5):
     // its status is the builtin helper's.
     if c.subcommand == "submodule" {
         if let Some(&p) = c.operands.first()
