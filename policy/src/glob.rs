@@ -19,7 +19,6 @@
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::model::GitPolicy;
 use crate::path::Segments;
 
 /// Most segments in a path glob.
@@ -287,28 +286,6 @@ pub struct GitRules {
     pub protected_branches: GitGlobs,
     /// `git.restricted_paths`.
     pub restricted_paths: GitGlobs,
-}
-
-impl GitRules {
-    /// Compile the globs of `git`.
-    ///
-    /// # Errors
-    /// [`GitGlobError`] naming the first glob that does not compile.
-    pub fn compile(git: &GitPolicy) -> Result<GitRules, GitGlobError> {
-        Ok(GitRules {
-            push_branches: GitGlobs::new(&git.push_branches)?,
-            protected_branches: GitGlobs::new(&git.protected_branches)?,
-            restricted_paths: GitGlobs::new(&git.restricted_paths)?,
-        })
-    }
-
-    /// Whether these were compiled from exactly the globs of `git`.
-    #[must_use]
-    pub fn compiled_from(&self, git: &GitPolicy) -> bool {
-        self.push_branches.written() == git.push_branches
-            && self.protected_branches.written() == git.protected_branches
-            && self.restricted_paths.written() == git.restricted_paths
-    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,7 @@ pub mod github_api;
 pub mod glob;
 pub mod graphql;
 pub mod host;
+pub mod judge;
 pub mod json;
 pub mod l7;
 mod load;

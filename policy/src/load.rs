@@ -14,7 +14,7 @@ use toml::Spanned;
 use crate::error::{PolicyError, Source};
 use crate::git;
 use crate::github;
-use crate::glob::{GitRules, PathGlob};
+use crate::glob::PathGlob;
 use crate::l7::{Action, L7Rule, L7Rules, Methods, Preset};
 use crate::model::{
     Credential, CredentialFormat, CredentialScope, CredentialSource, GitPolicy, Mode, Network,
@@ -228,7 +228,7 @@ impl Policy {
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
         let git = v.git(raw.git, &sandbox.name)?;
         // Each glob was checked above; a set that still fails to build names its glob.
-        let git_rules = GitRules::compile(&git).map_err(|e| v.fail(0..0, "git", &e.to_string()))?;
+        let git_rules = git.compile().map_err(|e| v.fail(0..0, "git", &e.to_string()))?;
         let mut l7 = L7Rules {
             rules: v.l7_rules(raw.rules, &network.passthrough)?,
             ..L7Rules::default()

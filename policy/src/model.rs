@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::glob::PathGlob;
-use crate::glob::{GitGlobError, GitRules};
+use crate::glob::{GitGlobError, GitGlobs, GitRules};
 use crate::host::Host;
 use crate::l7::{L7Rules, Methods};
 use crate::path::PathForms;
@@ -36,10 +36,10 @@ impl Policy {
     /// # Errors
     /// [`GitGlobError`] when a changed glob does not compile.
     pub fn git_rules(&self) -> Result<std::borrow::Cow<'_, GitRules>, GitGlobError> {
-        if self.git_rules.compiled_from(&self.git) {
+        if self.git.compiled_as(&self.git_rules) {
             Ok(std::borrow::Cow::Borrowed(&self.git_rules))
         } else {
-            GitRules::compile(&self.git).map(std::borrow::Cow::Owned)
+            self.git.compile().map(std::borrow::Cow::Owned)
         }
     }
 }
@@ -255,6 +255,28 @@ pub struct GitPolicy {
     pub restricted_paths: Vec<String>,
     /// Whether tags may be pushed.
     pub allow_tags: bool,
+}
+
+impl GitPolicy {
+    /// Compile the globs of this `[git]` section.
+    ///
+    /// # Errors
+    /// [`GitGlobError`] naming the first glob that does not compile.
+    pub fn compile(&self) -> Result<GitRules, GitGlobError> {
+        Ok(GitRules {
+            push_branches: GitGlobs::new(&self.push_branches)?,
+            protected_branches: GitGlobs::new(&self.protected_branches)?,
+            restricted_paths: GitGlobs::new(&self.restricted_paths)?,
+        })
+    }
+
+    /// Whether `rules` were compiled from exactly these globs.
+    #[must_use]
+    pub fn compiled_as(&self, rules: &GitRules) -> bool {
+        rules.push_branches.written() == self.push_branches
+            && rules.protected_branches.written() == self.protected_branches
+            && rules.restricted_paths.written() == self.restricted_paths
+    }
 }
 
 impl GitPolicy {
