@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{World, commit_script, processes_holding, sh};
+use crate::common::{World, commit_script, processes_holding, sh};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

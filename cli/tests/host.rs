@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::World;
+use crate::common::{self, World};
 use serde_json::Value;
 
 fn doctor_json(w: &World, extra_env: &[(&str, &str)], args: &[&str]) -> (Option<i32>, Value) {

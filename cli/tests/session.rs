@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{World, sh};
+use crate::common::{World, sh};
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
