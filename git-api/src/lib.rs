@@ -1,7 +1,7 @@
 //! The git API: runs the real git on the agent's behalf against the hidden git dir, under
-//! airlock's command policy ([`argv`]; `-c` keys from [`dashc`]'s allowlist of display and
-//! identity keys; the read-only forms of plumbing in [`plumbing`]; patches as bytes in
-//! [`patch`]), push policy ([`push`]: SSH origins are their https repository; a refused
+//! airlock's command policy ([`argv`]; `-c` keys from [`argv::dashc`]'s allowlist of display and
+//! identity keys; the read-only forms of plumbing in [`argv::plumbing`]; patches as bytes in
+//! [`argv::patch`]), push policy ([`push`]: SSH origins are their https repository; a refused
 //! branch names the command that works) and branch visibility ([`visible`]: `ls-remote`,
 //! `fetch` and `pull` never show another sandbox's branches), and the operator's default
 //! commit identity as git's system layer ([`identity`]).
@@ -14,12 +14,9 @@
 //! docs/design.md §5).
 
 pub mod argv;
-pub mod dashc;
 pub mod glob;
 pub mod identity;
 pub mod log;
-pub mod patch;
-pub mod plumbing;
 pub mod push;
 pub mod run;
 pub mod server;

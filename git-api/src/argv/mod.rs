@@ -21,14 +21,16 @@
 //! config → parse → refused → table → refusal), never back.
 
 mod config;
+pub mod dashc;
 mod parse;
+pub mod patch;
+pub mod plumbing;
 mod refusal;
 mod refused;
 mod rules;
 mod table;
 
 pub use config::{WRITABLE_CONFIG, config_key_writable};
-pub(crate) use parse::Arg;
 pub use parse::subcommand_name;
 pub use refusal::{Refusal, Why};
 pub use refused::known_subcommand;
@@ -78,9 +80,9 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     let Some(sub) = table::find(sub_name, rest) else {
         return Err(refused::unknown_subcommand(sub_name));
     };
-    crate::plumbing::check_verb(sub.name, rest)?;
+    plumbing::check_verb(sub.name, rest)?;
     let parsed = parse::check_args(sub, rest)?;
-    let after = rules::check_sub(sub, &parsed, crate::dashc::editor_is_true(&globals.dash_c))?;
+    let after = rules::check_sub(sub, &parsed, dashc::editor_is_true(&globals.dash_c))?;
     let mut out = global;
     let sub_index = out.len();
     out.push(sub.name.to_owned());

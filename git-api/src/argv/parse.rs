@@ -31,7 +31,7 @@ pub(super) fn check_globals(argv: &[String]) -> Result<Globals<'_>, Refusal> {
             let kv = argv.get(i + 1).ok_or_else(|| {
                 Refusal::new(Reason::GlobalOptionRefused, "git -c needs key=value")
             })?;
-            crate::dashc::check(kv)?;
+            super::dashc::check(kv)?;
             dash_c.push(kv);
             global.push(arg.clone());
             global.push(kv.clone());

@@ -49,9 +49,9 @@ pub(super) fn check_sub(sub: &Sub, parsed: &Parsed, editor_true: bool) -> Result
                 pull_rebase(args)?;
             }
         }
-        Rule::Plumbing => crate::plumbing::check(sub.name, args, operands)?,
+        Rule::Plumbing => super::plumbing::check(sub.name, args, operands)?,
         Rule::Patch | Rule::Am => {
-            crate::patch::check(sub.name, args, operands)?;
+            super::patch::check(sub.name, args, operands)?;
             after.editor_true |= sub.rule == Rule::Am && has(args, &["continue", "r", "resolved"]);
         }
     }

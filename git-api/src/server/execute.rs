@@ -60,7 +60,7 @@ impl Server {
         if matches!(checked.subcommand.as_str(), "apply" | "am")
             && let Some(patch) = &inv.stdin
         {
-            crate::patch::refuse_git_dir(&checked.subcommand, patch)?;
+            crate::argv::patch::refuse_git_dir(&checked.subcommand, patch)?;
         }
         let edited;
         let inv = if checked.editor_true {

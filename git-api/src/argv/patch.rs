@@ -9,7 +9,8 @@
 //! before git sees it (git's own `verify_path` refuses it too), and `--unsafe-paths` is
 //! refused wherever it appears.
 
-use crate::argv::{Arg, Refusal};
+use super::parse::Arg;
+use super::refusal::Refusal;
 use airlock_wire::Reason;
 
 /// Judge the options and operands of `apply`, `am` and `format-patch`.

@@ -6,7 +6,8 @@
 //! would run the agent's command inside the git API; the shim runs that loop itself, as
 //! the agent, sending `bisect good`/`bad`/`skip` after each run.
 
-use crate::argv::{Arg, Refusal};
+use super::parse::Arg;
+use super::refusal::Refusal;
 use airlock_wire::Reason;
 
 fn refuse(message: String) -> Result<(), Refusal> {

@@ -9,7 +9,7 @@
 //! protected value matters (`core.editor`, `core.pager`, `commit.gpgsign`, `gc.auto`).
 //! The git API's environment (`GIT_EDITOR`, `GIT_PAGER`) still wins over all of them.
 
-use crate::argv::Refusal;
+use super::refusal::Refusal;
 use airlock_wire::Reason;
 
 /// What values a key takes.
