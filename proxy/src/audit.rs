@@ -22,7 +22,9 @@
 //!
 //! Writes happen on the caller's thread under one lock (appending to a page-cached file
 //! takes microseconds); a helper thread only flushes lingering final lines and writes the
-//! human echo. Each record is also echoed as one compact human line on stderr (at the
+//! human echo. While lines keep coming the helper looks for them every [`LINGER`] on its
+//! own, so a request never pays a wake-up of another thread (a futex call) for its final
+//! line; after a quiet spell it sleeps until a line wakes it. Each record is also echoed as one compact human line on stderr (at the
 //! `info` level of `AIRLOCK_PROXY_LOG`), one `write(2)` per batch.
 //!
 //! Schema (the types: `airlock-audit-schema`, which readers deserialize with; every field is
@@ -276,6 +278,9 @@ struct State {
     /// The first write error met (reported by [`AuditWriter::finish`]).
     first_err: Option<io::Error>,
     closed: bool,
+    /// The helper thread waits without a deadline: only a notify wakes it (cleared by
+    /// whoever notifies). Awake, it looks for lines every [`LINGER`] on its own.
+    asleep: bool,
     bounds: Bounds,
     /// Denials folded per (listener, reason).
     folds: std::collections::HashMap<(Kind, Reason), Fold>,
@@ -310,7 +315,7 @@ impl Sink {
 
     /// Writes everything queued, then `st.line` when `with_line`, in one go; on failure cuts
     /// the file back to its last whole line and enters (or stays in) the outage.
-    fn write_out(&self, st: &mut State, with_line: bool, who: &Who) -> Result<(), Unavailable> {
+    fn write_out(&self, st: &mut State, with_line: bool) -> Result<(), Unavailable> {
         let incoming = st.queued.len() as u64 + if with_line { st.line.len() as u64 } else { 0 };
         if st.len > 0 && st.len + incoming > st.bounds.file_max() {
             match st.file.rotate() {
@@ -321,6 +326,7 @@ impl Sink {
         let result = if let Some(o) = &st.outage {
             // Recovering: the outage line first, then what waited, then this line.
             let mut buf = Vec::new();
+            let who = &st.who;
             let line = airlock_audit_schema::Outage {
                 ts: Timestamp::now(),
                 session: Arc::clone(&who.session),
@@ -496,14 +502,13 @@ impl Sink {
         if rec.event != Some(Event::Open) {
             add_human(&mut st.human, rec);
         }
-        let who = st.who.clone();
-        let r = self.write_out(st, true, &who);
+        let r = self.write_out(st, true);
         if r.is_err()
             && let Some(o) = &mut st.outage
         {
             o.refused += 1;
         }
-        if !st.human.is_empty() {
+        if !st.human.is_empty() && std::mem::take(&mut st.asleep) {
             self.wake.notify_one();
         }
         r
@@ -518,13 +523,14 @@ impl Sink {
             tracing::error!("audit log already closed: a record reached stderr only");
             return;
         }
-        let was_empty = st.queued.is_empty() && st.human.is_empty();
         if serde_json::to_writer(&mut st.queued, rec).is_ok() {
             st.queued.push(b'\n');
         }
         add_human(&mut st.human, rec);
+        // A helper awake ticks every LINGER and finds the line itself: no wake per line.
+        let wake = std::mem::take(&mut st.asleep);
         drop(st);
-        if was_empty {
+        if wake {
             self.wake.notify_one();
         }
     }
@@ -535,8 +541,7 @@ impl Sink {
         if st.queued.is_empty() {
             return Ok(());
         }
-        let who = st.who.clone();
-        self.write_out(&mut st, false, &who)
+        self.write_out(&mut st, false)
     }
 }
 
@@ -818,6 +823,7 @@ pub fn start(
             outage: None,
             first_err: None,
             closed: false,
+            asleep: false,
             bounds,
             folds: std::collections::HashMap::new(),
             who,
@@ -870,28 +876,49 @@ impl AuditWriter {
     }
 }
 
-/// Waits for queued lines, lets them linger, writes them and the human echo.
+/// Ticks of [`LINGER`] with nothing to write after which the helper thread sleeps until a
+/// line wakes it (an idle proxy costs no wakes; a busy one no notify per line).
+const AWAKE_TICKS: u32 = 64;
+
+/// Waits for queued lines, lets them linger, writes them and the human echo. While lines
+/// keep coming it ticks every [`LINGER`] and writes what no commit carried; after
+/// [`AWAKE_TICKS`] idle ticks it sleeps until a producer wakes it (then the line lingers
+/// for company first).
 fn helper_loop(sink: &Sink) {
+    let mut folds_reported = std::time::Instant::now();
     loop {
-        {
+        let woken = {
             let mut st = sink.lock();
+            let (mut idle, mut woken) = (0, false);
             while st.queued.is_empty() && st.human.is_empty() && !st.closed {
                 let held = st.folds.values().any(|f| f.suppressed > 0);
-                let (next, timeout) = sink
-                    .wake
-                    .wait_timeout(st, FOLD_REPORT)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                st = next;
-                if timeout.timed_out() && held {
+                if held && folds_reported.elapsed() >= FOLD_REPORT {
                     break;
                 }
+                st.asleep = idle >= AWAKE_TICKS;
+                let wait = if st.asleep { FOLD_REPORT } else { LINGER };
+                let (next, _) = sink
+                    .wake
+                    .wait_timeout(st, wait)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                st = next;
+                // A producer that woke a sleeping helper cleared the flag.
+                woken = idle >= AWAKE_TICKS && !st.asleep;
+                st.asleep = false;
+                idle += 1;
             }
             if st.closed {
                 return;
             }
+            woken
+        };
+        if folds_reported.elapsed() >= FOLD_REPORT {
+            sink.flush_folds();
+            folds_reported = std::time::Instant::now();
         }
-        sink.flush_folds();
-        std::thread::sleep(LINGER);
+        if woken {
+            std::thread::sleep(LINGER);
+        }
         let _ = sink.flush();
         let mut human = {
             let mut st = sink.lock();
@@ -1275,6 +1302,32 @@ mod tests {
                 "the lingering line never left"
             );
             tokio::time::sleep(LINGER).await;
+        }
+        writer.finish().await.unwrap();
+    }
+
+    /// A final line leaves on its own within a few lingers whether the helper thread is
+    /// awake (ticking) or has gone to sleep after a quiet spell (then the line wakes it),
+    /// and the helper is not woken per line while awake.
+    #[tokio::test]
+    async fn a_lone_final_line_leaves_whether_the_helper_is_awake_or_asleep() {
+        let v = Volume::new(1 << 20);
+        let (audit, writer) = on_volume(&v);
+        // Three times the ticks it takes to fall asleep: a loaded machine oversleeps ticks.
+        let quiet = LINGER * AWAKE_TICKS * 3;
+        for (i, pause) in [(1, LINGER), (2, quiet), (3, quiet)] {
+            tokio::time::sleep(pause).await;
+            let asleep = audit.sink.lock().asleep;
+            assert_eq!(asleep, pause >= quiet, "after {pause:?}");
+            audit.emit(rec(i)).await;
+            let deadline = std::time::Instant::now() + LINGER * 50;
+            while v.lines().len() < usize::try_from(i).unwrap() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "line {i} never left (pause {pause:?})"
+                );
+                tokio::time::sleep(LINGER / 2).await;
+            }
         }
         writer.finish().await.unwrap();
     }

@@ -1,0 +1,132 @@
+//! What write-before-answer costs a request (issue 13 item 1's benchmark): the process's
+//! CPU time (user + system, every thread: the helper thread's wakes and writes included)
+//! per allowed request, whose `open` line is written before it goes upstream and whose
+//! final line follows, against a reference that only buffers both lines and writes 64 KiB
+//! at a time (what a writer that answers first costs). Sequential requests, the worst case
+//! for group commit: nothing to share a `write(2)` with. Prints a table (median of
+//! rounds). Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the
+//! human echo on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to
+//! `/dev/null` then). For instruction counts, the same under
+//! `perf stat -e instructions:u,instructions:k`.
+
+#![allow(clippy::expect_used)] // a bench that cannot open its log has nothing to measure
+
+use std::io::Write;
+use std::time::{Instant, SystemTime};
+
+use airlock_proxy::audit::{self, Bounds, Kind, Record, Verdict, Who};
+
+const ROUNDS: usize = 7;
+const REQUESTS: u64 = 20_000;
+
+/// CPU seconds (user + system) of the whole process so far.
+fn cpu() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a zeroed rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
+    let secs = |t: libc::timeval| {
+        #[allow(clippy::cast_precision_loss)] // seconds of CPU: far below 2^52
+        let s = t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        s
+    };
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// A request's record as the proxy fills it for a plain allowed GET.
+fn record(who: &Who, i: u64) -> Record {
+    let mut r = Record::new(
+        who,
+        SystemTime::now(),
+        Kind::Http,
+        Some("127.0.0.1:40000".parse().expect("addr")),
+    );
+    r.uid = Some(1000);
+    r.method = Some("GET".into());
+    r.host = Some("api.example.com".into());
+    r.port = Some(443);
+    r.path = Some(format!("/v1/items/{i}"));
+    r.decision = Verdict::Allow;
+    r.rule = Some("api.example.com".into());
+    r.upstream = Some("203.0.113.10:443".parse().expect("addr"));
+    r.upstream_local_port = Some(51000);
+    r
+}
+
+/// Median (CPU µs, wall µs) per request of `ROUNDS` runs of `run`.
+fn median(mut run: impl FnMut(u64)) -> (f64, f64) {
+    let mut cpus = Vec::new();
+    let mut walls = Vec::new();
+    for round in 0..ROUNDS as u64 {
+        let (c, t) = (cpu(), Instant::now());
+        run(round);
+        #[allow(clippy::cast_precision_loss)]
+        let n = REQUESTS as f64;
+        cpus.push((cpu() - c) / n * 1e6);
+        walls.push(t.elapsed().as_secs_f64() / n * 1e6);
+    }
+    cpus.sort_by(f64::total_cmp);
+    walls.sort_by(f64::total_cmp);
+    (cpus[ROUNDS / 2], walls[ROUNDS / 2])
+}
+
+fn main() {
+    if std::env::var_os("AUDIT_ECHO").is_some() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .init();
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let who = Who::new("bench", "bench", Some("c0ffee"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let path = dir.path().join("audit.jsonl");
+    let (log, writer) = audit::open(
+        &path,
+        who.clone(),
+        Bounds {
+            cap: 1 << 40,
+            ..Bounds::default()
+        },
+    )
+    .expect("open");
+    let (wba_cpu, wba_wall) = median(|round| {
+        for i in 0..REQUESTS {
+            let mut r = record(&who, round * REQUESTS + i);
+            log.commit_open(&mut r).expect("written");
+            r.status = Some(200);
+            r.bytes_down = 512;
+            log.emit_detached(r);
+        }
+    });
+    rt.block_on(writer.finish()).expect("finish");
+
+    let mut file = std::fs::File::create(dir.path().join("buffered.jsonl")).expect("create");
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let (buf_cpu, buf_wall) = median(|round| {
+        for i in 0..REQUESTS {
+            let mut r = record(&who, round * REQUESTS + i);
+            r.status = Some(200);
+            r.bytes_down = 512;
+            serde_json::to_writer(&mut buf, &r).expect("json");
+            buf.push(b'\n');
+            if buf.len() > 60 * 1024 {
+                file.write_all(&buf).expect("write");
+                buf.clear();
+            }
+        }
+    });
+
+    println!("per sequential allowed request     CPU µs   wall µs");
+    println!("write-before-answer (open+final) {wba_cpu:>8.2} {wba_wall:>9.2}");
+    println!("buffered final line (reference)  {buf_cpu:>8.2} {buf_wall:>9.2}");
+    println!(
+        "difference                       {:>8.2} {:>9.2}",
+        wba_cpu - buf_cpu,
+        wba_wall - buf_wall
+    );
+}
