@@ -144,7 +144,15 @@ pub fn run(cli: Cli) -> Result<i32> {
     setup::give_home(&users.agent)?;
     warn_forced(&plan.forced);
     credentials::warn_missing(&creds);
-    hand_off_credentials(&cli, &plan, creds, &session_key, &session.id, &users)?;
+    hand_off_credentials(
+        &cli,
+        &plan,
+        creds,
+        &session_key,
+        &session.id,
+        &users,
+        &policy,
+    )?;
     let files = prepare_files(&cli, &plan, &users, &operator_ca, &policy, &git_plan)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
     let git_spec = match git_api_bin {
@@ -178,7 +186,8 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 /// The proxy's credential hand-off: the resolved credentials, the git placeholder of this
-/// session and the workspace's own secrets, written for the proxy user; then dropped.
+/// session and the workspace's own secrets (classified by the detectors as `policy` changes
+/// them, the proxy's set), written for the proxy user; then dropped.
 fn hand_off_credentials(
     cli: &Cli,
     plan: &Plan,
@@ -186,12 +195,14 @@ fn hand_off_credentials(
     session_key: &airlock_wire::SessionKey,
     session_id: &str,
     users: &Users,
+    policy: &Policy,
 ) -> Result<()> {
     creds.handoff.git_placeholder = Some(airlock_wire::placeholder::placeholder(
         session_key,
         session_id,
     ));
-    creds.handoff.workspace_secrets = workspace_secrets::at_start(&cli.workdir, &cli.run_dir);
+    creds.handoff.workspace_secrets =
+        workspace_secrets::at_start(&cli.workdir, &cli.run_dir, &policy.secrets);
     credentials::write_handoff(&plan.state_dir, &creds.handoff, &users.proxy)?;
     Ok(())
 }

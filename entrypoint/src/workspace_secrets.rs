@@ -19,18 +19,19 @@
 //!   such as `key`, `token`, `secret`, `password`, `pass`, `pwd`, `credentials`, not
 //!   `public`/`publishable`, not ending in `path`/`file`/`dir`); JSON string fields of
 //!   `credentials*.json` by the same rule; a `.netrc`'s `password` and `account`;
-//! - every value the built-in detectors ([`airlock_policy::detect`]) recognise, whatever
-//!   its name, and every detector hit elsewhere in these files that is a single token;
-//!   such a value may still go to that format's provider hosts (a GitHub token to
-//!   `api.github.com`);
+//! - every value the detectors ([`airlock_policy::detect`]: the built-in ones as the
+//!   policy changes them, the proxy's own set) recognise, whatever its name, and every
+//!   detector hit elsewhere in these files that is a single token; such a value may still
+//!   go to that format's provider hosts (a GitHub token to `api.github.com`);
 //! - every line of a PEM private key (`-----BEGIN ... PRIVATE KEY-----`), in a file or in
 //!   a value; certificates and public keys are not secrets;
 //! - the password of a URL with credentials (`postgres://app:pw@db/app`), whatever the
 //!   name; a URL without one is not a secret, even under a secret-looking name.
 //!
-//! A value becomes a needle only if [`airlock_policy::detect::needle_refusal`] allows it
+//! A value becomes a needle only if [`Formats::needle_refusal`] allows it
 //! (at least 8 bytes, not a common value such as `true` or `localhost`, not a reference
-//! like `${VAR}`, not one repeated character, not a documented example), and a value
+//! like `${VAR}`, not one repeated character, not a documented example, the policy's
+//! `[secrets] allow` included), and a value
 //! found only by its name must not look like a word: one of lowercase letters and `-_.`
 //! only, shorter than 16 bytes (`created_at`, `us-east-1`), is taken for a setting. Those
 //! refused are named in the report with the reason.
@@ -45,7 +46,8 @@
 //! start; a file the agent writes later is not read), base64 forms of the values.
 
 use airlock_handoff::{Secret, WorkspaceSecret};
-use airlock_policy::detect::{Formats, needle_refusal};
+use airlock_policy::detect::Formats;
+use airlock_policy::secrets::Secrets;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Read;
@@ -84,8 +86,8 @@ pub struct Found {
     pub file: String,
     /// What it is called there.
     pub name: String,
-    /// The built-in format that recognised it.
-    pub detector: Option<&'static str>,
+    /// The format (detector) that recognised it.
+    pub detector: Option<String>,
     value: String,
 }
 
@@ -106,11 +108,12 @@ pub struct Scan {
     pub elapsed: Duration,
 }
 
-/// The one call at start: scan `workdir`, print the report when it has something to say
-/// (one line, plus one per problem), write it to `run_dir/`[`REPORT_FILE`] and return the needles for the hand-off.
+/// The one call at start: scan `workdir` with the detectors as `policy` changes them (the
+/// proxy's set), print the report when it has something to say (one line, plus one per
+/// problem), write it to `run_dir/`[`REPORT_FILE`] and return the needles for the hand-off.
 /// Never fails: a problem is a line, start-up goes on.
-pub fn at_start(workdir: &Path, run_dir: &Path) -> Vec<WorkspaceSecret> {
-    let scan = match Formats::builtin() {
+pub fn at_start(workdir: &Path, run_dir: &Path, policy: &Secrets) -> Vec<WorkspaceSecret> {
+    let scan = match Formats::with_policy(policy) {
         Ok(formats) => scan(workdir, &formats),
         Err(e) => Scan {
             problems: vec![format!("workspace secrets not read: {e}")],
@@ -140,7 +143,7 @@ pub fn at_start(workdir: &Path, run_dir: &Path) -> Vec<WorkspaceSecret> {
         .map(|f| WorkspaceSecret {
             file: f.file,
             name: f.name,
-            detector: f.detector.map(str::to_owned),
+            detector: f.detector,
             value: Secret::new(f.value),
         })
         .collect()
@@ -151,7 +154,7 @@ pub fn report(scan: &Scan) -> Vec<String> {
     let ms = scan.elapsed.as_millis();
     let mut by_file: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for f in &scan.found {
-        let label = match f.detector {
+        let label = match f.detector.as_deref() {
             Some(d) if d != "private-key" && !f.name.contains(d) => format!("{} ({d})", f.name),
             _ => f.name.clone(),
         };
@@ -425,10 +428,10 @@ fn extract(file: &str, text: &str, formats: &Formats, out: &mut Scan) {
     } else {
         values.extend(assignments(text));
     }
-    let hits: Vec<(&'static str, &str)> = formats
+    let hits: Vec<(&str, &str)> = formats
         .find(text.as_bytes())
         .into_iter()
-        .map(|h| (formats.get(h.format).name, &text[h.range]))
+        .map(|h| (formats.get(h.format).name.as_ref(), &text[h.range]))
         .collect();
     let mut sink = Sink {
         file,
@@ -470,7 +473,7 @@ struct Sink<'a> {
     formats: &'a Formats,
     /// The formats' hits in the whole file: a value inside one is that format's (the
     /// id and the secret of an AWS key pair, each on its own line).
-    hits: &'a [(&'static str, &'a str)],
+    hits: &'a [(&'a str, &'a str)],
     out: &'a mut Scan,
     values: HashSet<String>,
 }
@@ -489,8 +492,9 @@ impl Sink<'_> {
             }
             return;
         }
-        if let Some(hit) = self.formats.find(value.as_bytes()).first() {
-            let format = self.formats.get(hit.format).name;
+        let formats = self.formats;
+        if let Some(hit) = formats.find(value.as_bytes()).first() {
+            let format = formats.get(hit.format).name.as_ref();
             self.push(name, value, Some(format), true);
             return;
         }
@@ -513,11 +517,12 @@ impl Sink<'_> {
     fn pem(&mut self, label: &str, lines: &[&str]) {
         let mut n = 0;
         for line in lines {
-            if needle_refusal(line).is_none() && self.values.insert((*line).to_owned()) {
+            if self.formats.needle_refusal(line).is_none() && self.values.insert((*line).to_owned())
+            {
                 self.out.found.push(Found {
                     file: self.file.to_owned(),
                     name: label.to_owned(),
-                    detector: Some("private-key"),
+                    detector: Some("private-key".to_owned()),
                     value: (*line).to_owned(),
                 });
                 n += 1;
@@ -534,8 +539,8 @@ impl Sink<'_> {
 
     /// A needle unless the rule refuses it (`by_format`: a format or the file's kind vouches
     /// for it; else it was only its name, and it must not look like a word).
-    fn push(&mut self, name: &str, value: &str, detector: Option<&'static str>, by_format: bool) {
-        let why = needle_refusal(value).or_else(|| {
+    fn push(&mut self, name: &str, value: &str, detector: Option<&str>, by_format: bool) {
+        let why = self.formats.needle_refusal(value).or_else(|| {
             (!by_format && looks_like_word(value)).then_some("looks like a word, not a secret")
         });
         if let Some(why) = why {
@@ -548,7 +553,7 @@ impl Sink<'_> {
             self.out.found.push(Found {
                 file: self.file.to_owned(),
                 name: name.to_owned(),
-                detector,
+                detector: detector.map(str::to_owned),
                 value: value.to_owned(),
             });
         }
@@ -834,6 +839,45 @@ mod tests {
     const AWS_SECRET: &str = "abcdEFGH1234ijklMNOP5678qrstUVWX9012yzAB";
     const PEM: &str = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEowIBAAKCAQEAx1b2c3d4e5f6g7h8i9j0kLmNoPqRsTuVwXyZ0123456789ab\nZ2h1aTJrM2w0bTVuNm83cDhxOXIwczF0MnUzdjR3NXg2eTd6OEE5QjBDMUQy\nAB==\n-----END RSA PRIVATE KEY-----\n";
 
+    /// The policy's detectors classify the workspace's values as the proxy will: a value of
+    /// its own format under an innocent name is that detector's, an allowed example value
+    /// is no needle.
+    #[test]
+    fn the_policys_detectors_and_allowed_values_classify_the_workspace() {
+        let policy = airlock_policy::Policy::parse(
+            "[sandbox]\nname = \"t\"\n[secrets]\nallow = [\"acme_EXAMPLEEXAMPLEEXAMPLEEXAMPLE0000\"]\n\
+             [[detectors]]\nname = \"acme-token\"\npattern = 'acme_[A-Za-z0-9]{32}'\n",
+            Path::new("p.toml"),
+        )
+        .unwrap();
+        let f = Formats::with_policy(&policy.secrets).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(".env"),
+            "BUILD_LABEL=acme_0123456789abcdefghijABCDEFGHIJkl\nAPI_TOKEN=acme_EXAMPLEEXAMPLEEXAMPLEEXAMPLE0000\n",
+        )
+        .unwrap();
+        let found = scan(dir.path(), &f);
+        let acme: Vec<_> = found
+            .found
+            .iter()
+            .map(|x| (x.name.as_str(), x.detector.as_deref()))
+            .collect();
+        assert_eq!(acme, [("BUILD_LABEL", Some("acme-token"))]);
+        assert!(
+            found
+                .refused
+                .iter()
+                .any(|(_, n, why)| n == "API_TOKEN" && *why == "a documented example value"),
+            "{:?}",
+            found.refused
+        );
+        // Without the policy: BUILD_LABEL's name is no secret's, API_TOKEN's is.
+        let builtin = scan(dir.path(), &formats());
+        let names: Vec<_> = builtin.found.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["API_TOKEN"]);
+    }
+
     /// The issue's bad input in one workspace: a `.env`, a private key, a certificate, a
     /// huge file, a binary, a symlink out of the workspace, a pipe; each a line, the good
     /// values needles, nothing read through the symlink.
@@ -882,7 +926,12 @@ mod tests {
         let gh = v.iter().find(|(_, n, _)| *n == "GH").unwrap();
         assert!(gh.2.starts_with("ghp_"));
         assert_eq!(
-            scan.found.iter().find(|f| f.name == "GH").unwrap().detector,
+            scan.found
+                .iter()
+                .find(|f| f.name == "GH")
+                .unwrap()
+                .detector
+                .as_deref(),
             Some("github-token")
         );
         // Two body lines of the key (the short last line and the header are not needles).

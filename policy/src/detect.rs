@@ -2,24 +2,32 @@
 //! may legitimately go), and the rule for which values become exact needles.
 //!
 //! [`Formats::builtin`] is a versioned set ([`BUILTIN_VERSION`]) written from the
-//! providers' documented formats. All patterns run as one [`RegexSet`] (the `regex` crate:
-//! linear time, no backtracking); a hit is then located by its own pattern and checked
-//! against the allowlist of documented example values (AWS's documentation key, ...).
+//! providers' documented formats; [`Formats::with_policy`] is that set as the policy
+//! changes it (`[[detectors]]`, `[secrets]`: [`crate::secrets`]): detectors of its own
+//! added, a built-in one's action changed or provider hosts added, `off` ones left out,
+//! the policy's example values allowed. All patterns run as one [`RegexSet`] (the `regex`
+//! crate: linear time, no backtracking); a hit is then located by its own pattern and
+//! checked against the allowlist of documented example values (AWS's documentation key,
+//! ...). A policy that adds nothing runs the very same set as the built-in one.
 //!
 //! Two readers: the proxy (`airlock_proxy::detect`) searches every inspected request with
 //! them, and the entrypoint classifies the values it finds in the workspace's secret files
-//! with them (which detector a value is, and so where it may go). Both go through here so
-//! they agree.
+//! with them (which detector a value is, and so where it may go). Both go through here, with
+//! the same policy, so they agree.
 //!
-//! **Exact needles** ([`needle_refusal`]): a value from the workspace becomes a needle only
-//! if it is at least [`MIN_NEEDLE`] bytes long, is not one of [`COMMON_VALUES`] (compared
-//! without case), is not a reference to something else (`${VAR}`, `$VAR`, `<...>`), does
-//! not repeat one character, and is not a documented example. A shorter or common value
-//! would refuse honest requests that merely contain the same word.
+//! **Exact needles** ([`needle_refusal`], [`Formats::needle_refusal`]): a value from the
+//! workspace becomes a needle only if it is at least [`MIN_NEEDLE`] bytes long, is not one
+//! of [`COMMON_VALUES`] (compared without case), is not a reference to something else
+//! (`${VAR}`, `$VAR`, `<...>`), does not repeat one character, and is not a documented
+//! example (the policy's included). A shorter or common value would refuse honest requests
+//! that merely contain the same word.
+
+use std::borrow::Cow;
 
 use crate::Host;
 use crate::rule::HostRule;
-use regex::bytes::{Regex, RegexSet};
+use crate::secrets::{MAX_SHORTEST_MATCH, MIN_MATCH, PATTERN_SIZE_LIMIT, SecretAction, Secrets};
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
 /// Version of the built-in set; bump when a detector is added or changed.
 pub const BUILTIN_VERSION: u32 = 1;
@@ -27,11 +35,14 @@ pub const BUILTIN_VERSION: u32 = 1;
 /// One known credential format.
 #[derive(Debug)]
 pub struct Format {
-    /// Stable name (audit `rule`, the 403 body).
-    pub name: &'static str,
+    /// Stable name (audit `rule`, the 403 body): a built-in's, or one the policy added.
+    pub name: Cow<'static, str>,
     pattern: Regex,
-    /// Hosts the secret may go to (its provider's); empty: nowhere.
+    /// Hosts the secret may go to (its provider's, and the policy's); empty: nowhere.
     providers: Vec<HostRule>,
+    /// What happens to the secret on its way to any other host (never `Off`: an `off`
+    /// detector is left out of the set).
+    pub action: SecretAction,
 }
 
 impl Format {
@@ -62,8 +73,9 @@ pub struct Hit {
 pub struct Formats {
     set: RegexSet,
     formats: Vec<Format>,
-    /// Documented example values that are never secrets.
-    allowed: Vec<&'static [u8]>,
+    /// Documented example values that are never secrets (the built-in ones, then the
+    /// policy's).
+    allowed: Vec<Cow<'static, [u8]>>,
 }
 
 /// `(name, pattern, provider host rules)`: the built-in formats.
@@ -141,8 +153,10 @@ const DOCUMENTED_EXAMPLES: &[&[u8]] = &[
     b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 ];
 
-/// Setting up the detectors failed (a built-in pattern or host rule that does not compile:
-/// a bug, caught by the unit tests).
+/// Setting up the detectors failed: a built-in pattern or host rule that does not compile
+/// (a bug, caught by the unit tests), or a policy's pattern that was never checked (a
+/// [`Secrets`] built by hand rather than read by `Policy::parse`), or a set past the
+/// `regex` crate's size limit.
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
     /// A pattern did not compile.
@@ -156,32 +170,75 @@ impl Formats {
     /// # Errors
     /// [`DetectError::Compile`].
     pub fn builtin() -> Result<Self, DetectError> {
+        Self::with_policy(&Secrets::default())
+    }
+
+    /// The built-in set as the policy changes it (see the module docs): each built-in
+    /// detector with its action and added hosts (left out when `off`), then the policy's
+    /// own in file order, and the policy's example values allowed.
+    ///
+    /// # Errors
+    /// [`DetectError::Compile`] (a built-in that does not compile is a bug; a policy's
+    /// pattern was checked when the policy was read).
+    pub fn with_policy(secrets: &Secrets) -> Result<Self, DetectError> {
         let err = |name: &str, detail: String| DetectError::Compile {
             name: name.to_owned(),
             detail,
         };
-        // ASCII-only classes and word boundaries (`(?-u)`): every format is ASCII, and the
-        // Unicode tables would cost resident memory for nothing.
-        let ascii = |p: &str| format!("(?-u){p}");
         let mut formats = Vec::new();
+        let mut patterns = Vec::new();
         for (name, pattern, hosts) in BUILTIN {
-            let regex = Regex::new(&ascii(pattern)).map_err(|e| err(name, e.to_string()))?;
-            let providers = hosts
+            let change = secrets.change_of(name);
+            let action = change.and_then(|c| c.action).unwrap_or_default();
+            if action == SecretAction::Off {
+                continue;
+            }
+            let mut providers = hosts
                 .iter()
                 .map(|h| HostRule::parse(h).map_err(|e| err(name, e.to_string())))
                 .collect::<Result<Vec<_>, _>>()?;
+            providers.extend(change.iter().flat_map(|c| c.hosts.iter().cloned()));
             formats.push(Format {
-                name,
-                pattern: regex,
+                name: Cow::Borrowed(name),
+                pattern: compile(pattern).map_err(|e| err(name, e))?,
                 providers,
+                action,
             });
+            patterns.push(ascii(pattern));
         }
-        let set = RegexSet::new(BUILTIN.iter().map(|(_, p, _)| ascii(p)))
+        for d in secrets.added() {
+            let action = d.action.unwrap_or_default();
+            let Some(pattern) = d.pattern.as_deref() else {
+                continue;
+            };
+            if action == SecretAction::Off {
+                continue;
+            }
+            formats.push(Format {
+                name: Cow::Owned(d.name.clone()),
+                pattern: compile(pattern).map_err(|e| err(&d.name, e))?,
+                providers: d.hosts.clone(),
+                action,
+            });
+            patterns.push(ascii(pattern));
+        }
+        let set = RegexSetBuilder::new(patterns)
+            .build()
             .map_err(|e| err("set", e.to_string()))?;
+        let mut allowed: Vec<Cow<'static, [u8]>> = DOCUMENTED_EXAMPLES
+            .iter()
+            .map(|e| Cow::Borrowed(*e))
+            .collect();
+        allowed.extend(
+            secrets
+                .allow
+                .iter()
+                .map(|v| Cow::Owned(v.as_bytes().to_vec())),
+        );
         Ok(Self {
             set,
             formats,
-            allowed: DOCUMENTED_EXAMPLES.to_vec(),
+            allowed,
         })
     }
 
@@ -224,13 +281,88 @@ impl Formats {
         hits
     }
 
-    /// Whether `bytes` holds one of the documented example values.
+    /// Whether `bytes` holds one of the documented example values (the policy's included).
     #[must_use]
     pub fn is_example(&self, bytes: &[u8]) -> bool {
         self.allowed
             .iter()
-            .any(|ex| bytes.windows(ex.len()).any(|w| w == *ex))
+            .any(|ex| bytes.windows(ex.len()).any(|w| w == ex.as_ref()))
     }
+
+    /// Why `value` may not be an exact needle, the policy's example values included
+    /// ([`needle_refusal`], then [`Formats::is_example`]); `None`: it may.
+    #[must_use]
+    pub fn needle_refusal(&self, value: &str) -> Option<&'static str> {
+        needle_refusal(value).or_else(|| {
+            self.is_example(value.trim().as_bytes())
+                .then_some("a documented example value")
+        })
+    }
+}
+
+/// ASCII-only classes and word boundaries (`(?-u)`): every built-in format is ASCII, and
+/// the Unicode tables would cost resident memory for nothing.
+fn ascii(pattern: &str) -> String {
+    format!("(?-u){pattern}")
+}
+
+/// One detector's pattern, compiled as the set compiles it (ASCII mode, bounded size).
+fn compile(pattern: &str) -> Result<Regex, String> {
+    RegexBuilder::new(&ascii(pattern))
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| match e {
+            regex::Error::CompiledTooBig(_) => format!(
+                "compiles to more than {} KiB: write a smaller pattern (shorter repetitions, ASCII classes)",
+                PATTERN_SIZE_LIMIT / 1024
+            ),
+            other => {
+                // The syntax error's last line says what is wrong (the lines above draw
+                // the pattern with a caret, ASCII-mode prefix included).
+                let text = other.to_string();
+                let what = text
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("error: "))
+                    .unwrap_or(&text)
+                    .to_owned();
+                if what.contains("look-around") || what.contains("backreference") {
+                    format!(
+                        "does not compile: {what} (a detector must match in linear time: no look-around, no backreferences)"
+                    )
+                } else {
+                    format!("does not compile: {what}")
+                }
+            }
+        })
+}
+
+/// Whether a policy's pattern may be a detector: it compiles (linear time, at most
+/// [`PATTERN_SIZE_LIMIT`]) and its shortest match is [`MIN_MATCH`] to
+/// [`MAX_SHORTEST_MATCH`] bytes. The error is the reason, one line.
+pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
+    compile(pattern)?;
+    let hir = regex_syntax::ParserBuilder::new()
+        .utf8(false)
+        .build()
+        .parse(&ascii(pattern))
+        .map_err(|e| format!("does not compile: {e}"))?;
+    match hir.properties().minimum_len() {
+        Some(0) => Err("matches the empty string: a detector must match a secret".into()),
+        Some(n) if n < MIN_MATCH => Err(format!(
+            "matches as few as {n} bytes: a detector's shortest match must be at least {MIN_MATCH} bytes, or it refuses honest requests that merely contain a short word"
+        )),
+        Some(n) if n > MAX_SHORTEST_MATCH => Err(format!(
+            "its shortest match is {n} bytes: at most {MAX_SHORTEST_MATCH}, so a secret split across a streamed body's chunks is seen whole"
+        )),
+        Some(_) => Ok(()),
+        None => Err("can never match".into()),
+    }
+}
+
+/// The names of the built-in detectors, in order.
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTIN.iter().map(|(name, _, _)| *name)
 }
 
 /// The shortest value that becomes an exact needle, in bytes.
@@ -314,10 +446,10 @@ mod tests {
         Formats::builtin().unwrap()
     }
 
-    fn names(f: &Formats, text: &str) -> Vec<&'static str> {
+    fn names<'f>(f: &'f Formats, text: &str) -> Vec<&'f str> {
         f.find(text.as_bytes())
             .iter()
-            .map(|h| f.get(h.format).name)
+            .map(|h| f.get(h.format).name.as_ref())
             .collect()
     }
 

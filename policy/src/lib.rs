@@ -14,7 +14,8 @@
 //! ranges), [`reason`] (denial codes), [`l7`] (request rules and the verdict), [`path`]
 //! (the readings of a request path), [`glob`] (path globs), [`github`] (the GitHub
 //! preset), [`graphql`] (mutations of a GraphQL document), [`json`] (strict JSON bodies),
-//! [`repo`] (`host/owner/repo`, read one way by the policy, the git API and the proxy).
+//! [`repo`] (`host/owner/repo`, read one way by the policy, the git API and the proxy),
+//! [`detect`] (the secret detectors) and [`secrets`] (the policy's changes to them).
 //!
 //! # The policy file
 //!
@@ -154,6 +155,32 @@
 //! denied) and denied if a mutation operation runs a denied mutation, however aliased or
 //! spread through fragments. Requests whose body is judged must be JSON and carry no
 //! query string (Rails-style parameter merging would let `?branch=main` override the body).
+//!
+//! ## `[[detectors]]` and `[secrets]` (optional): secret detectors
+//!
+//! The proxy refuses a secret of a well-known format on its way to a host that is not its
+//! provider's (`foreign-secret`, the detector named in the audit line and the 403; redacted
+//! in a body to an LLM API host instead). [`detect`] holds the built-in, versioned set
+//! (`github-token`, `github-fine-grained-token`, `aws-access-key`, `aws-secret-key`,
+//! `private-key`, `gcp-service-account`, `slack-token`, `stripe-live-key`, `openai-key`,
+//! `anthropic-key`, `npm-token`, `pypi-token`), each with its provider's hosts. A
+//! `[[detectors]]` entry **with** `pattern` adds a detector; one **without** changes the
+//! built-in detector of that name ([`secrets`] has the details and an example):
+//!
+//! | key | value |
+//! |---|---|
+//! | `name` | required; 1-64 characters of `[a-z0-9_-]`, unique. With `pattern`: not a built-in's name. Without: a built-in's (an unknown name is an error that lists them), and the entry must set `action` or `hosts`. |
+//! | `pattern` | a new detector's regex, `regex` crate syntax, matched on bytes with ASCII classes (`(?-u)`), in linear time: look-around and backreferences are errors. It must compile within 128 KiB, and its shortest match must be 8 to 512 bytes (an empty-matching pattern is an error). |
+//! | `hosts` | host rules without ports, **added** to the detector's provider hosts: where its secret may go (`hosts = ["hooks.example.com"]` on `slack-token`). A new detector without `hosts` may go nowhere. |
+//! | `action` | what happens on the way to any other host. `"deny"` (default): refused, `foreign-secret`; in a body to an LLM API host redacted instead. `"redact"`: in a body or WebSocket frame overwritten with `*` (same length) on every host, `event: secret-redacted`, the request goes on; in the URL or a header refused. `"log"`: let through, its line says `decision: report`, `reason: foreign-secret` and the detector in `rule`. `"off"`: the detector is not run. |
+//!
+//! At most 64 entries. The entrypoint classifies the workspace's secret files with the same
+//! set, so a workspace value a detector recognises may go where that detector's may and has
+//! its action.
+//!
+//! `[secrets] allow = ["...", ...]`: documented example values (each at least 16 bytes),
+//! never secrets: a detector's hit that contains one is none, nor is a workspace value.
+//! Added to the built-in ones (AWS's `AKIAIOSFODNN7EXAMPLE`).
 
 pub mod address;
 mod decide;
@@ -175,6 +202,7 @@ pub mod reason;
 pub mod registries;
 pub mod repo;
 pub mod rule;
+pub mod secrets;
 pub mod signals;
 
 pub use error::PolicyError;

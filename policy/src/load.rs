@@ -64,6 +64,10 @@ struct RawPolicy {
     l7: RawL7,
     #[serde(default)]
     signals: crate::signals::RawSignals,
+    #[serde(default)]
+    detectors: Vec<Spanned<crate::secrets::RawDetector>>,
+    #[serde(default)]
+    secrets: crate::secrets::RawSecrets,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +242,8 @@ impl Policy {
             .signals
             .check()
             .map_err(|e| v.fail(e.span, e.key, &e.reason))?;
+        let secrets = crate::secrets::check(raw.detectors, raw.secrets, &|at| src.line_of(at))
+            .map_err(|e| v.fail(e.span, &e.key, &e.reason))?;
         Ok(Policy {
             sandbox,
             network,
@@ -246,6 +252,7 @@ impl Policy {
             git_rules,
             l7,
             signals,
+            secrets,
         })
     }
 }

@@ -1,5 +1,7 @@
 //! What reading a request body costs the proxy (issue 21's benchmark): the secret
 //! detectors (known formats, one `RegexSet` pass behind an Aho-Corasick prefilter), the
+//! same as a policy changes them (built-ins' actions and hosts changed, nothing added: the
+//! same set; four detectors of its own added; one without a literal prefix added), the
 //! workspace's exact needles, and the signals (encoded runs, byte entropy), per MiB of a
 //! large body and per small JSON request, each alone and all together. Prints a table
 //! (median of rounds). Run: `cargo bench -p airlock-proxy --bench scan`.
@@ -65,9 +67,40 @@ fn workspace() -> Vec<WorkspaceSecret> {
         .collect()
 }
 
+/// A policy that changes built-in detectors (an action, a provider host) and adds `added`
+/// detectors of its own (typical vendor-token shapes, each with a literal prefix), and
+/// `bare` a detector with none (a hex run: searched from every position).
+fn policy(added: usize, bare: bool) -> airlock_policy::secrets::Secrets {
+    let mut text = String::from(
+        "[sandbox]\nname = \"b\"\n[secrets]\nallow = [\"xoxb-000000000000-EXAMPLEONLY\"]\n\
+         [[detectors]]\nname = \"slack-token\"\nhosts = [\"hooks.example.com\"]\n\
+         [[detectors]]\nname = \"stripe-live-key\"\naction = \"log\"\n",
+    );
+    let shapes = [
+        r"\bacme_[A-Za-z0-9]{32}\b",
+        r"\bdd[a-z]{2}_[A-Fa-f0-9]{40}\b",
+        r"(?i)vault_token\s*[:=]\s*hvs\.[A-Za-z0-9_-]{24,}",
+        r"\bsq0csp-[A-Za-z0-9_-]{43}\b",
+    ];
+    for (i, p) in shapes.iter().cycle().take(added).enumerate() {
+        text.push_str(&format!(
+            "[[detectors]]\nname = \"own-{i}\"\npattern = '{p}'\nhosts = [\"api.example.com\"]\n"
+        ));
+    }
+    if bare {
+        text.push_str("[[detectors]]\nname = \"bare-hex\"\npattern = '\\b[a-f0-9]{40}\\b'\n");
+    }
+    airlock_policy::Policy::parse(&text, std::path::Path::new("bench.toml"))
+        .expect("policy")
+        .secrets
+}
+
 fn main() {
     let host = Host::parse("registry.example.com").expect("host");
     let builtin = Detectors::builtin().expect("detectors");
+    let changed = Detectors::new(&policy(0, false), &[]).expect("detectors");
+    let added = Detectors::new(&policy(4, false), &[]).expect("detectors");
+    let bare = Detectors::new(&policy(0, true), &[]).expect("detectors");
     let with_ws = Detectors::with_workspace(&workspace()).expect("detectors");
     let ws_label = format!(
         "secret detectors + 20 workspace values ({} needles: every form)",
@@ -89,6 +122,15 @@ fn main() {
     let detectors = |b: &[u8]| {
         black_box(builtin.foreign(b, &host));
     };
+    let detectors_changed = |b: &[u8]| {
+        black_box(changed.foreign(b, &host));
+    };
+    let detectors_added = |b: &[u8]| {
+        black_box(added.foreign(b, &host));
+    };
+    let detectors_bare = |b: &[u8]| {
+        black_box(bare.foreign(b, &host));
+    };
     let detectors_ws = |b: &[u8]| {
         black_box(with_ws.foreign(b, &host));
     };
@@ -108,6 +150,18 @@ fn main() {
         (
             "secret detectors, built-in formats",
             &detectors as &dyn Fn(&[u8]),
+        ),
+        (
+            "secret detectors, a policy changing built-ins, adding none",
+            &detectors_changed,
+        ),
+        (
+            "secret detectors, a policy adding 4 of its own",
+            &detectors_added,
+        ),
+        (
+            "secret detectors, a policy adding 1 without a literal prefix",
+            &detectors_bare,
         ),
         (ws_label.as_str(), &detectors_ws),
         ("signals: encoded runs + byte entropy", &signals),

@@ -179,6 +179,8 @@ pub struct AuditOnDrop {
     leak: Option<CutFlag>,
     /// The signals of a streamed request body, measured as it went.
     signals: Option<SignalNote>,
+    /// The secrets a streamed request body let through (redacted, logged).
+    secrets: Option<crate::detect::Note>,
 }
 
 /// Where a streamed request body's signals are left for its record (first note wins).
@@ -194,6 +196,7 @@ impl AuditOnDrop {
             audit,
             leak: None,
             signals: None,
+            secrets: None,
         }
     }
 
@@ -201,6 +204,14 @@ impl AuditOnDrop {
     #[must_use]
     pub fn with_signals(mut self, note: SignalNote) -> Self {
         self.signals = Some(note);
+        self
+    }
+
+    /// Notes on the record the secrets a streamed body let through, as `note` holds them by
+    /// the time the record is written ([`crate::detect::note`]).
+    #[must_use]
+    pub fn with_secrets(mut self, note: crate::detect::Note) -> Self {
+        self.secrets = Some(note);
         self
     }
 
@@ -225,6 +236,9 @@ impl Drop for AuditOnDrop {
                         rec.signals.push(*s);
                     }
                 }
+            }
+            if let Some(note) = &self.secrets {
+                note.apply(&mut rec);
             }
             if let Some(cut) = self.leak.as_ref().and_then(|f| f.get()) {
                 rec.decision = crate::audit::Verdict::Deny;

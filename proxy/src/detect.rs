@@ -2,37 +2,50 @@
 //! its provider's hosts (the only places it may legitimately go), and the exact values
 //! found in the workspace's own secret files.
 //!
-//! The formats are [`airlock_policy::detect`] (one set, shared with the entrypoint, which
-//! classifies the workspace's values with it). The workspace's values come in the
+//! The formats are [`airlock_policy::detect`] as the policy changes them (`[[detectors]]`,
+//! `[secrets]`: detectors of its own, an action per detector, more provider hosts, example
+//! values allowed; [`airlock_policy::secrets`]): one set, shared with the entrypoint, which
+//! classifies the workspace's values with it. The workspace's values come in the
 //! hand-off ([`airlock_handoff::WorkspaceSecret`]): each is an exact needle of a
 //! detector named `workspace:<file>`, searched in one Aho-Corasick pass (linear time) in
 //! every form an agent's tools send it in (as is, percent-encoded in the common ways,
-//! form-encoded, JSON-escaped); it may go to no host, unless a built-in format recognised
-//! the value, whose provider hosts it may then go to as that format may.
+//! form-encoded, JSON-escaped); it may go to no host, unless a format recognised the
+//! value, whose provider hosts it may then go to, and whose action it has, as that format.
 //! A needle is at most [`MAX_NEEDLE`] bytes (a longer form is matched by its start), so a
 //! streamed body's hold-back always sees it whole.
 //!
-//! What the proxy does with a hit is the request pipeline's business (`intercept`): a secret
-//! on its way to a host that is not its provider's is refused `foreign-secret` with the
-//! detector's name (never the value) in the audit line; on an LLM API host, where agents
-//! send file contents as context, it is redacted in the body instead (same length) and the
-//! request goes on.
+//! A secret on its way to a host that is not its provider's gets its detector's action
+//! ([`SecretAction`]), decided here ([`Detectors::judge`] for the URL and headers,
+//! [`Detectors::judge_body`] for a body or a WebSocket payload) and written on the record by
+//! the request pipeline ([`Verdict::note`]):
+//! - `deny` (the default): refused `foreign-secret` with the detector's name (never the
+//!   value) in the audit line and the 403; in a body to an LLM API host, where agents send
+//!   file contents as context, redacted instead (same length) and the request goes on;
+//! - `redact`: in a body, redacted on every host; in the URL or a header, refused;
+//! - `log`: the request goes on as it is, its line says `decision: report`,
+//!   `reason: foreign-secret` and the detector;
+//! - `off`: the detector is not in the set.
 //!
 //! Base64 forms: the value's stable run at each of the three alignments, standard and
 //! URL-safe (a line break of wrapped base64 inside the run hides it: the signals see the
 //! blob instead).
 //!
-//! Not here (yet): detectors from the policy, per-detector actions, DNS labels.
+//! Not here (yet): DNS labels.
 
 use std::borrow::Cow;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use airlock_handoff::WorkspaceSecret;
 use airlock_policy::Host;
+use airlock_policy::Reason;
 use airlock_policy::detect::Formats;
 use airlock_policy::rule::HostRule;
+use airlock_policy::secrets::Secrets;
+
+use crate::audit::{Event, Record, Verdict as Decision};
 
 pub use airlock_policy::detect::{BUILTIN_VERSION, DetectError};
+pub use airlock_policy::secrets::SecretAction;
 
 /// The longest needle, in bytes: below the streamed hold-back (`intercept::SECRET_HOLD`),
 /// so a needle split across chunks is always seen whole.
@@ -49,6 +62,8 @@ pub struct Detector {
     pub name: Cow<'static, str>,
     /// Hosts the secret may go to (its provider's); empty: nowhere.
     providers: Vec<HostRule>,
+    /// What happens to the secret on its way to any other host (never `Off`).
+    pub action: SecretAction,
 }
 
 impl Detector {
@@ -93,13 +108,23 @@ impl Detectors {
     /// # Errors
     /// [`DetectError::Compile`].
     pub fn with_workspace(secrets: &[WorkspaceSecret]) -> Result<Self, DetectError> {
-        let formats = Formats::builtin()?;
+        Self::new(&Secrets::default(), secrets)
+    }
+
+    /// The formats as the policy changes them ([`Formats::with_policy`]) and the
+    /// workspace's values as exact needles (a value the policy allows is none).
+    ///
+    /// # Errors
+    /// [`DetectError::Compile`].
+    pub fn new(policy: &Secrets, secrets: &[WorkspaceSecret]) -> Result<Self, DetectError> {
+        let formats = Formats::with_policy(policy)?;
         let mut detectors: Vec<Detector> = formats
             .all()
             .iter()
             .map(|f| Detector {
-                name: Cow::Borrowed(f.name),
+                name: f.name.clone(),
                 providers: f.providers().to_vec(),
+                action: f.action,
             })
             .collect();
         // One detector per (file, format that recognised the value).
@@ -109,11 +134,11 @@ impl Detectors {
         let mut seen = std::collections::HashSet::new();
         for s in secrets {
             let value = s.value.expose();
-            if airlock_policy::detect::needle_refusal(value).is_some() {
+            if formats.needle_refusal(value).is_some() {
                 continue; // the entrypoint applies the same rule: a hand-edited hand-off
             }
             let format = s.detector.as_deref().and_then(|n| formats.named(n));
-            let key = (s.file.as_str(), format.map(|f| f.name));
+            let key = (s.file.as_str(), format.map(|f| f.name.as_ref()));
             let index = if let Some(k) = keys.iter().position(|k| *k == key) {
                 formats.all().len() + k
             } else {
@@ -121,6 +146,7 @@ impl Detectors {
                 detectors.push(Detector {
                     name: Cow::Owned(format!("{WORKSPACE_PREFIX}{}", s.file)),
                     providers: format.map(|f| f.providers().to_vec()).unwrap_or_default(),
+                    action: format.map_or(SecretAction::Deny, |f| f.action),
                 });
                 detectors.len() - 1
             };
@@ -186,13 +212,190 @@ impl Detectors {
         hits
     }
 
-    /// The first secret in `bytes` that may not go to `host`.
+    /// The first secret in `bytes` that refuses them on their way to `host`
+    /// ([`Detectors::judge`]).
     #[must_use]
     pub fn foreign(&self, bytes: &[u8], host: &Host) -> Option<&Detector> {
-        self.find(bytes)
-            .into_iter()
-            .map(|h| &self.detectors[h.detector])
-            .find(|d| !d.provider(host))
+        self.judge(bytes, host).refused
+    }
+
+    /// Bytes that are not rewritten (the URL, a header) on their way to `host`: the first
+    /// secret not for `host` whose action is `deny` or `redact` refuses them; those whose
+    /// action is `log` are named.
+    #[must_use]
+    pub fn judge(&self, bytes: &[u8], host: &Host) -> Verdict<'_> {
+        let mut v = Verdict::default();
+        for hit in self.find(bytes) {
+            let d = &self.detectors[hit.detector];
+            if d.provider(host) {
+                continue;
+            }
+            match d.action {
+                SecretAction::Log => add(&mut v.logged, d),
+                SecretAction::Off => {}
+                SecretAction::Deny | SecretAction::Redact => {
+                    return Verdict {
+                        refused: Some(d),
+                        ..Verdict::default()
+                    };
+                }
+            }
+        }
+        v
+    }
+
+    /// A body read whole ([`Detectors::judge_body`]): copied only when a secret is found
+    /// (most bodies hold none), and the copy sent only when something was rewritten.
+    #[must_use]
+    pub fn judge_whole(&self, bytes: bytes::Bytes, host: &Host) -> (bytes::Bytes, Verdict<'_>) {
+        if self.find(&bytes).is_empty() {
+            return (bytes, Verdict::default());
+        }
+        let mut body = bytes.to_vec();
+        let v = self.judge_body(&mut body, host);
+        if v.redacted.is_empty() {
+            (bytes, v)
+        } else {
+            (bytes::Bytes::from(body), v)
+        }
+    }
+
+    /// A body (or a WebSocket payload) on its way to `host`, rewritten in place: the first
+    /// secret not for `host` whose action is `deny` refuses it (nothing is rewritten),
+    /// except on an LLM API host ([`llm_host`]) where it is redacted like one whose action
+    /// is `redact` (overwritten with `*`, same length, so framing stays valid); those whose
+    /// action is `log` stay and are named.
+    #[must_use]
+    pub fn judge_body(&self, body: &mut [u8], host: &Host) -> Verdict<'_> {
+        let hits = self.find(body);
+        let mut v = Verdict::default();
+        if hits.is_empty() {
+            return v;
+        }
+        let llm = llm_host(host);
+        let foreign: Vec<(&Hit, &Detector)> = hits
+            .iter()
+            .map(|h| (h, &self.detectors[h.detector]))
+            .filter(|(_, d)| !d.provider(host))
+            .collect();
+        if !llm && let Some((_, d)) = foreign.iter().find(|(_, d)| d.action == SecretAction::Deny) {
+            v.refused = Some(d);
+            return v;
+        }
+        for (hit, d) in foreign {
+            match d.action {
+                SecretAction::Deny | SecretAction::Redact => {
+                    body[hit.range.clone()].fill(b'*');
+                    add(&mut v.redacted, d);
+                }
+                SecretAction::Log => add(&mut v.logged, d),
+                SecretAction::Off => {}
+            }
+        }
+        v
+    }
+}
+
+/// Adds `d`'s name to `names` once.
+fn add<'d>(names: &mut Vec<&'d str>, d: &'d Detector) {
+    if !names.contains(&d.name.as_ref()) {
+        names.push(d.name.as_ref());
+    }
+}
+
+/// What the detectors make of bytes on their way to a host ([`Detectors::judge`],
+/// [`Detectors::judge_body`]).
+#[derive(Debug, Default)]
+pub struct Verdict<'d> {
+    /// The secret that refuses the request (`foreign-secret`); nothing else is then set.
+    pub refused: Option<&'d Detector>,
+    /// Detectors whose secrets were overwritten in place, by name.
+    pub redacted: Vec<&'d str>,
+    /// Detectors whose secrets go on as they are (action `log`), by name.
+    pub logged: Vec<&'d str>,
+}
+
+/// The record's `rule` for the detectors that fired: `secret detector <name>,<name>`.
+pub const RULE_PREFIX: &str = "secret detector ";
+
+impl Verdict<'_> {
+    /// Whether anything fired.
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.refused.is_some() || !self.redacted.is_empty() || !self.logged.is_empty()
+    }
+
+    /// Writes what was let through on the request's record ([`note`]). Nothing for a
+    /// refusal (the pipeline refuses with [`Verdict::refused`]).
+    pub fn note(&self, rec: &mut Record) {
+        if self.refused.is_none() {
+            note(rec, &self.redacted, &self.logged);
+        }
+    }
+}
+
+/// Writes secrets let through on a request's record: redacted ones as
+/// `event: secret-redacted`, logged ones as `decision: report`, `reason: foreign-secret`;
+/// both name their detectors in `rule` (`secret detector a,b`, merged with the names
+/// already there). Nothing when both are empty.
+pub fn note<S: AsRef<str>>(rec: &mut Record, redacted: &[S], logged: &[S]) {
+    if redacted.is_empty() && logged.is_empty() {
+        return;
+    }
+    if !redacted.is_empty() {
+        rec.event = Some(Event::SecretRedacted);
+    }
+    if !logged.is_empty() {
+        rec.decision = Decision::Report;
+        rec.reason = Some(Reason::ForeignSecret);
+    }
+    let mut names: Vec<String> = rec
+        .rule
+        .as_deref()
+        .and_then(|r| r.strip_prefix(RULE_PREFIX))
+        .map(|r| r.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    for n in redacted.iter().chain(logged) {
+        if !names.iter().any(|m| m == n.as_ref()) {
+            names.push(n.as_ref().to_owned());
+        }
+    }
+    rec.rule = Some(format!("{RULE_PREFIX}{}", names.join(",")));
+}
+
+/// What a streamed body's detectors let through, kept for the request's final line (the
+/// body may still stream when its `open` line is long written): [`Note::add`] as it goes,
+/// [`Note::apply`] when the line is written.
+#[derive(Debug, Default, Clone)]
+pub struct Note(std::sync::Arc<std::sync::Mutex<(Vec<String>, Vec<String>)>>);
+
+impl Note {
+    /// Keeps `v`'s redacted and logged detectors (each name once).
+    pub fn add(&self, v: &Verdict<'_>) {
+        if v.redacted.is_empty() && v.logged.is_empty() {
+            return;
+        }
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (redacted, logged) = &mut *kept;
+        for (to, from) in [(redacted, &v.redacted), (logged, &v.logged)] {
+            for n in from {
+                if !to.iter().any(|m| m == n) {
+                    to.push((*n).to_owned());
+                }
+            }
+        }
+    }
+
+    /// Writes what was kept on `rec` ([`note`]).
+    pub fn apply(&self, rec: &mut Record) {
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        note(rec, &kept.0, &kept.1);
     }
 }
 
@@ -291,24 +494,6 @@ pub fn llm_host(host: &Host) -> bool {
     LLM_HOSTS.contains(&host.as_str())
 }
 
-/// Overwrites every foreign secret in `body` with `*` (same length: framing stays valid);
-/// returns the detectors that fired, by name.
-#[must_use]
-pub fn redact<'d>(detectors: &'d Detectors, body: &mut [u8], host: &Host) -> Vec<&'d str> {
-    let mut names = Vec::new();
-    for hit in detectors.find(body) {
-        let d = detectors.get(hit.detector);
-        if d.provider(host) {
-            continue;
-        }
-        body[hit.range].fill(b'*');
-        if !names.contains(&d.name.as_ref()) {
-            names.push(d.name.as_ref());
-        }
-    }
-    names
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,12 +544,12 @@ mod tests {
         let gh = format!("ghp_{}", "a1B2".repeat(9));
         let text = format!("{{\"file\": \"TOKEN={gh}\"}}");
         let mut body = text.clone().into_bytes();
-        let names = redact(&d, &mut body, &host("api.anthropic.com"));
+        let names = d.judge_body(&mut body, &host("api.anthropic.com")).redacted;
         assert_eq!(names, ["github-token"]);
         assert_eq!(body.len(), text.len());
         assert!(!String::from_utf8_lossy(&body).contains(&gh));
         let mut body = text.clone().into_bytes();
-        assert!(redact(&d, &mut body, &host("api.github.com")).is_empty());
+        assert!(!d.judge_body(&mut body, &host("api.github.com")).any());
         assert_eq!(body, text.into_bytes());
     }
 
@@ -408,7 +593,7 @@ mod tests {
         );
         let mut body = b"x hunter2-correct-horse y".to_vec();
         assert_eq!(
-            redact(&d, &mut body, &host("api.anthropic.com")),
+            d.judge_body(&mut body, &host("api.anthropic.com")).redacted,
             ["workspace:.env"]
         );
         assert_eq!(body, b"x ********************* y");
@@ -454,5 +639,152 @@ mod tests {
         );
         assert!(d.foreign(long.as_bytes(), &host("allowed.test")).is_some());
         assert!(forms(long.as_bytes()).iter().all(|f| f.len() <= MAX_NEEDLE));
+    }
+
+    /// A set as a policy changes it: `acme-token` of its own (to `api.acme.example`),
+    /// `slack-token` also to `hooks.example.com`, `stripe-live-key` logged,
+    /// `github-token` redacted, `npm-token` off, one example value allowed.
+    fn policy_set(workspace: &[WorkspaceSecret]) -> Detectors {
+        let text = format!(
+            "[sandbox]\nname = \"t\"\n[secrets]\nallow = [\"{ALLOWED}\"]\n\
+             [[detectors]]\nname = \"acme-token\"\npattern = '\\bacme_[A-Za-z0-9]{{32}}\\b'\nhosts = [\"api.acme.example\"]\n\
+             [[detectors]]\nname = \"slack-token\"\nhosts = [\"hooks.example.com\"]\n\
+             [[detectors]]\nname = \"stripe-live-key\"\naction = \"log\"\n\
+             [[detectors]]\nname = \"github-token\"\naction = \"redact\"\n\
+             [[detectors]]\nname = \"npm-token\"\naction = \"off\"\n"
+        );
+        let policy = airlock_policy::Policy::parse(&text, std::path::Path::new("p.toml")).unwrap();
+        Detectors::new(&policy.secrets, workspace).unwrap()
+    }
+
+    const ACME: &str = "acme_0123456789abcdefghijABCDEFGHIJkl";
+    const ALLOWED: &str = "acme_EXAMPLEEXAMPLEEXAMPLEEXAMPLE0000";
+    const SLACK: &str = "xoxb-1234567890-abcdefghijkl";
+    const STRIPE: &str = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
+
+    #[test]
+    fn the_policys_detectors_and_actions_decide() {
+        let d = policy_set(&[]);
+        // Its own detector: refused to another host, fine to its provider's.
+        let body = format!("token={ACME}");
+        assert_eq!(
+            foreign_name(&d, body.as_bytes(), "allowed.test").as_deref(),
+            Some("acme-token")
+        );
+        assert!(
+            d.foreign(body.as_bytes(), &host("api.acme.example"))
+                .is_none()
+        );
+        // An allowed example value is no secret.
+        assert!(d.find(format!("token={ALLOWED}").as_bytes()).is_empty());
+        // A host added to a built-in.
+        assert!(
+            d.foreign(SLACK.as_bytes(), &host("hooks.example.com"))
+                .is_none()
+        );
+        assert!(d.foreign(SLACK.as_bytes(), &host("allowed.test")).is_some());
+        // Off: not searched.
+        let npm = format!("npm_{}", "k".repeat(36));
+        assert!(d.find(npm.as_bytes()).is_empty());
+        // Log: goes on as it is, named.
+        let mut body = format!("key={STRIPE}").into_bytes();
+        let before = body.clone();
+        let v = d.judge_body(&mut body, &host("allowed.test"));
+        assert!(v.refused.is_none());
+        assert_eq!(v.logged, ["stripe-live-key"]);
+        assert_eq!(body, before);
+        assert_eq!(
+            d.judge(STRIPE.as_bytes(), &host("allowed.test")).logged,
+            ["stripe-live-key"]
+        );
+        // Redact: rewritten in a body on any host, refused in a URL or header.
+        let gh = format!("ghp_{}", "a1B2".repeat(9));
+        let mut body = format!("t={gh}&k={STRIPE}").into_bytes();
+        let v = d.judge_body(&mut body, &host("allowed.test"));
+        assert!(v.refused.is_none());
+        assert_eq!(
+            (v.redacted.as_slice(), v.logged.as_slice()),
+            (&["github-token"][..], &["stripe-live-key"][..])
+        );
+        assert_eq!(
+            body,
+            format!("t={}&k={STRIPE}", "*".repeat(gh.len())).into_bytes()
+        );
+        assert_eq!(
+            d.judge(gh.as_bytes(), &host("allowed.test"))
+                .refused
+                .map(|x| x.name.as_ref()),
+            Some("github-token")
+        );
+        // Deny: refused, nothing rewritten; on an LLM API host redacted instead.
+        let mut body = format!("t={gh} a={ACME}").into_bytes();
+        let before = body.clone();
+        let v = d.judge_body(&mut body, &host("allowed.test"));
+        assert_eq!(v.refused.map(|x| x.name.as_ref()), Some("acme-token"));
+        assert_eq!(body, before);
+        let v = d.judge_body(&mut body, &host("api.anthropic.com"));
+        assert!(v.refused.is_none());
+        assert_eq!(v.redacted, ["github-token", "acme-token"]);
+        assert!(!String::from_utf8_lossy(&body).contains("acme_"));
+    }
+
+    #[test]
+    fn a_workspace_value_takes_its_formats_action_and_hosts() {
+        let d = policy_set(&[
+            ws(".env", Some("stripe-live-key"), STRIPE),
+            ws(".env", Some("slack-token"), SLACK),
+            ws(".env", None, ALLOWED),
+            ws(".env", None, "hunter2-correct-horse"),
+        ]);
+        // A form only the workspace's needle finds (base64 of the file) is the workspace
+        // detector's, with the format's action.
+        use base64::Engine as _;
+        let file = base64::engine::general_purpose::STANDARD.encode(format!("KEY={STRIPE}\n"));
+        let v = d.judge(file.as_bytes(), &host("allowed.test"));
+        assert!(v.refused.is_none());
+        assert_eq!(v.logged, ["workspace:.env"]);
+        assert!(
+            d.foreign(SLACK.as_bytes(), &host("hooks.example.com"))
+                .is_none()
+        );
+        assert!(
+            d.find(ALLOWED.as_bytes()).is_empty(),
+            "an allowed value is no needle"
+        );
+        assert_eq!(
+            foreign_name(&d, b"p=hunter2-correct-horse", "hooks.example.com").as_deref(),
+            Some("workspace:.env")
+        );
+    }
+
+    #[test]
+    fn what_went_on_is_noted_on_the_record() {
+        use crate::audit::{Kind, Who};
+        let who = Who::new("s", "t", None);
+        let mut rec = Record::new(&who, std::time::SystemTime::now(), Kind::Http, None);
+        rec.rule = Some("allowed.test".into());
+        rec.decision = Decision::Allow;
+        note::<&str>(&mut rec, &[], &[]);
+        assert_eq!(rec.rule.as_deref(), Some("allowed.test"), "nothing fired");
+        note(&mut rec, &["github-token"], &[]);
+        assert_eq!(rec.event, Some(Event::SecretRedacted));
+        assert_eq!(rec.decision, Decision::Allow);
+        note(&mut rec, &[], &["stripe-live-key", "github-token"]);
+        assert_eq!(rec.decision, Decision::Report);
+        assert_eq!(rec.reason, Some(Reason::ForeignSecret));
+        assert_eq!(
+            rec.rule.as_deref(),
+            Some("secret detector github-token,stripe-live-key")
+        );
+        let kept = Note::default();
+        let d = policy_set(&[]);
+        let mut body = format!("{STRIPE} {STRIPE}").into_bytes();
+        kept.add(&d.judge_body(&mut body, &host("allowed.test")));
+        kept.add(&d.judge_body(&mut body, &host("allowed.test")));
+        let mut rec = Record::new(&who, std::time::SystemTime::now(), Kind::Http, None);
+        rec.decision = Decision::Allow;
+        kept.apply(&mut rec);
+        assert_eq!(rec.rule.as_deref(), Some("secret detector stripe-live-key"));
+        assert_eq!(rec.decision, Decision::Report);
     }
 }

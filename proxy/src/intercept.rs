@@ -599,6 +599,8 @@ struct Prepared {
     leak_flag: CutFlag,
     /// A streamed body's signals, for the record.
     signals: SignalNote,
+    /// A streamed body's secrets let through, for the record.
+    secrets: detect::Note,
     /// Whether a credential was injected (the response is then scrubbed).
     injected: bool,
 }
@@ -657,6 +659,7 @@ async fn prepare(
         meter: tally.meter,
         leak_flag: tally.leak_flag,
         signals: tally.signals,
+        secrets: tally.secrets,
         injected: injected.is_some(),
     })
 }
@@ -861,7 +864,8 @@ fn check_missing(
 
 /// Secrets of known formats in the URL (as sent and percent-decoded) and the agent's
 /// headers, on their way to a host that is not their provider's: `foreign-secret`, the
-/// detector named in the record's rule.
+/// detector named in the record's rule (one whose action is `log` goes on, noted on the
+/// record: [`detect::Detectors::judge`]).
 fn check_foreign_secrets(
     ctx: &Cx<'_>,
     route: &Route,
@@ -875,40 +879,37 @@ fn check_foreign_secrets(
     let decoded = pq
         .contains('%')
         .then(|| airlock_policy::path::percent_decode(pq.as_bytes()));
-    let found = std::iter::once(pq.as_bytes())
+    let places = std::iter::once(pq.as_bytes())
         .chain(decoded.as_deref())
-        .chain(parts.headers.values().map(HeaderValue::as_bytes))
-        .find_map(|bytes| detectors.foreign(bytes, host));
-    match found {
-        Some(d) => {
+        .chain(parts.headers.values().map(HeaderValue::as_bytes));
+    for bytes in places {
+        let v = detectors.judge(bytes, host);
+        if let Some(d) = v.refused {
             rec.rule = Some(format!("secret detector {}", d.name));
-            Err(Reason::ForeignSecret)
+            return Err(Reason::ForeignSecret);
         }
-        None => Ok(()),
+        v.note(rec);
     }
+    Ok(())
 }
 
 /// A body read whole: a foreign secret in it is refused, or on an LLM API host (where file
-/// contents legitimately go) overwritten in place (same length) and the request goes on.
+/// contents legitimately go) or by its detector's `redact` action overwritten in place
+/// (same length) and the request goes on; one whose action is `log` goes on as it is
+/// ([`detect::Detectors::judge_body`]). What went on is noted on the record.
 fn check_body_secrets(
     ctx: &Cx<'_>,
     host: &Host,
     bytes: Bytes,
     rec: &mut Pending,
 ) -> Result<Bytes, Reason> {
-    let detectors = &ctx.rules.detectors;
-    let Some(d) = detectors.foreign(&bytes, host) else {
-        return Ok(bytes);
-    };
-    if !detect::llm_host(host) {
+    let (bytes, v) = ctx.rules.detectors.judge_whole(bytes, host);
+    if let Some(d) = v.refused {
         rec.rule = Some(format!("secret detector {}", d.name));
         return Err(Reason::ForeignSecret);
     }
-    let mut body = bytes.to_vec();
-    let names = detect::redact(detectors, &mut body, host);
-    rec.event = Some(Event::SecretRedacted);
-    rec.rule = Some(format!("secret detector {}", names.join(",")));
-    Ok(Bytes::from(body))
+    v.note(rec);
+    Ok(bytes)
 }
 
 /// Whether a request body to `host` is measured for signals ([`crate::signal`]): not on
@@ -974,6 +975,8 @@ struct Tally {
     meter: Arc<Meter>,
     leak_flag: CutFlag,
     signals: SignalNote,
+    /// Secrets a streamed body let through (redacted, logged).
+    secrets: detect::Note,
 }
 
 /// The body as it will be sent: judged (read up to the rule's cap), searched before
@@ -1036,7 +1039,7 @@ async fn prepare_body(
     let secrets = SecretScan {
         rules: Arc::clone(&ctx.rules),
         host: host.clone(),
-        redact: detect::llm_host(host),
+        note: tally.secrets.clone(),
         held: Vec::new(),
     };
     let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
@@ -1122,6 +1125,7 @@ async fn forward(
         meter,
         leak_flag,
         signals,
+        secrets,
         injected,
     } = prepared;
     // The record reaches the log before anything of the request goes upstream.
@@ -1180,6 +1184,7 @@ async fn forward(
         meter,
         leak_flag,
         signals,
+        secrets,
     };
     respond(ctx, rparts, rbody, tally, injected, rec)
 }
@@ -1293,7 +1298,8 @@ fn respond(
         shared.audit.clone(),
     )
     .with_leak_flag(tally.leak_flag)
-    .with_signals(tally.signals);
+    .with_signals(tally.signals)
+    .with_secrets(tally.secrets);
     let counted = Counted::new(rbody, tally.meter, Dir::Down).with_audit(guard);
     let body = if injected && creds.scrub_needles().is_some() {
         creds.scrub_headers(&mut rparts.headers);
@@ -1429,12 +1435,13 @@ where
 /// Secrets of known formats in a streamed request body: the last [`SECRET_HOLD`] bytes
 /// are held back until more arrive (or the body ends), so a secret is always seen whole
 /// before any byte of it is sent. A foreign secret cuts the body ([`Cut::Secret`]: the
-/// request is refused `foreign-secret`); with `redact` (an LLM API host) it is overwritten
-/// in place instead.
+/// request is refused `foreign-secret`); on an LLM API host, or by its detector's `redact`
+/// action, it is overwritten in place instead; by `log` it goes on
+/// ([`detect::Detectors::judge_body`]). What went on is left in the note for the record.
 struct SecretScan {
     rules: Arc<Rules>,
     host: Host,
-    redact: bool,
+    note: detect::Note,
     held: Vec<u8>,
 }
 
@@ -1445,12 +1452,11 @@ impl SecretScan {
     /// Checks `window` (what was held plus a new chunk); returns what may go now, keeping
     /// the tail unless `last`.
     fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, Cut> {
-        let detectors = &self.rules.detectors;
-        if self.redact {
-            let _ = detect::redact(detectors, &mut window, &self.host);
-        } else if let Some(d) = detectors.foreign(&window, &self.host) {
+        let v = self.rules.detectors.judge_body(&mut window, &self.host);
+        if let Some(d) = v.refused {
             return Err(Cut::Secret(d.name.clone()));
         }
+        self.note.add(&v);
         let keep = if last {
             0
         } else {

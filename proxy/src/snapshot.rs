@@ -3,13 +3,13 @@
 //!
 //! [`Rules`] is everything a decision reads that an operator may change: the policy, the
 //! credentials bound by it (their hosts, headers, scopes and secrets) and the secret
-//! detectors (built-in formats and the workspace's needles). A connection or request takes
-//! one [`Snapshot::load`] at its start and decides everything with it, so a
-//! [`Snapshot::replace`] between two requests takes effect at the next one and a request
-//! never sees half of two policies. Replacing is the control plane's job (design §10);
-//! this module only makes it a one-line swap. What does not change with the rules (the CA
-//! and its leaves, the upstream TLS roots, limits, the audit) lives elsewhere in the shared
-//! state.
+//! detectors (the formats as the policy changes them, and the workspace's needles). A
+//! connection or request takes one [`Snapshot::load`] at its start and decides everything
+//! with it, so a [`Snapshot::replace`] between two requests takes effect at the next one
+//! and a request never sees half of two policies. Replacing is the control plane's job
+//! (docs/design.md §10); this module only makes it a one-line swap. What does not change
+//! with the rules (the CA and its leaves, the upstream TLS roots, limits, the audit) lives
+//! elsewhere in the shared state.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -25,18 +25,20 @@ pub struct Rules {
     pub policy: Policy,
     /// The credentials it binds, with their secrets.
     pub credentials: Credentials,
-    /// The secret detectors: built-in formats and the workspace's needles.
+    /// The secret detectors: the formats (built-in, as the policy changes them) and the
+    /// workspace's needles.
     pub detectors: Detectors,
 }
 
 impl Rules {
     /// The rules of `policy` with `credentials` (made from the same policy); the detectors
-    /// are the built-in formats plus the credentials' workspace needles.
+    /// are the built-in formats as the policy changes them (`[[detectors]]`, `[secrets]`)
+    /// plus the credentials' workspace needles.
     ///
     /// # Errors
     /// [`DetectError`] when the detectors cannot be built.
     pub fn new(policy: Policy, credentials: Credentials) -> Result<Self, DetectError> {
-        let detectors = Detectors::with_workspace(credentials.workspace_secrets())?;
+        let detectors = Detectors::new(&policy.secrets, credentials.workspace_secrets())?;
         Ok(Self {
             policy,
             credentials,

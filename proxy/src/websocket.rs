@@ -380,20 +380,16 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    /// Searches `frame`'s payload with what went before; on an LLM API host (`redact`)
-    /// foreign secrets are overwritten in place and their detectors returned. After a hit
-    /// nothing of what went before is kept (in report mode the frame goes on, and the next
-    /// one is searched from its own start: the hit is not reported twice).
+    /// Searches `frame`'s payload with what went before; foreign secrets on an LLM API
+    /// host, or whose detector's action is `redact`, are overwritten in place, those whose
+    /// action is `log` go on ([`detect::Detectors::judge_body`]); both are returned by
+    /// detector. After a hit nothing of what went before is kept (in report mode the frame
+    /// goes on, and the next one is searched from its own start: the hit is not reported
+    /// twice).
     ///
     /// # Errors
     /// The [`Cut`]: a credential's secret, or a secret going to a host not its provider's.
-    pub fn check(
-        &mut self,
-        rules: &Rules,
-        host: &Host,
-        redact: bool,
-        frame: &mut Frame,
-    ) -> Result<Vec<String>, Cut> {
+    pub fn check(&mut self, rules: &Rules, host: &Host, frame: &mut Frame) -> Result<Seen, Cut> {
         let creds = &rules.credentials;
         let data = !frame.opcode.is_control();
         // A control frame is whole in itself: searched alone, no context kept.
@@ -407,24 +403,34 @@ impl Outbound {
             self.context = Context::default();
             return Err(Cut::Credential(creds.name_of(tag).to_owned()));
         }
-        let detectors = &rules.detectors;
-        let mut redacted = Vec::new();
-        if redact {
-            redacted = detect::redact(detectors, &mut window, host)
-                .into_iter()
-                .map(str::to_owned)
-                .collect();
-            frame.payload.copy_from_slice(&window[start..]);
-        } else if let Some(d) = detectors.foreign(&window, host) {
+        let v = rules.detectors.judge_body(&mut window, host);
+        if let Some(d) = v.refused {
             self.context = Context::default();
             return Err(Cut::Secret(d.name.clone()));
         }
+        if !v.redacted.is_empty() {
+            frame.payload.copy_from_slice(&window[start..]);
+        }
+        let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        let seen = Seen {
+            redacted: owned(&v.redacted),
+            logged: owned(&v.logged),
+        };
         if data {
             let keep = CONTEXT.max(needles.map_or(0, |n| n.max_len()));
             self.context.advance(window, keep);
         }
-        Ok(redacted)
+        Ok(seen)
     }
+}
+
+/// Foreign secrets a frame let through, by detector.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// Overwritten in place.
+    pub redacted: Vec<String>,
+    /// Gone on as they were (action `log`).
+    pub logged: Vec<String>,
 }
 
 /// The upstream's payloads, scrubbed of the real values in order (see the module docs).
@@ -502,8 +508,10 @@ pub struct Summary {
     pub cut: Option<Cut>,
     /// A hit logged and let through (report mode).
     pub reported: Option<Cut>,
-    /// Detectors whose secrets were redacted (LLM API host).
+    /// Detectors whose secrets were redacted (LLM API host, action `redact`).
     pub redacted: Vec<String>,
+    /// Detectors whose secrets went on, logged (action `log`).
+    pub logged: Vec<String>,
     /// A protocol violation, and whose.
     pub violation: Option<(Violation, &'static str)>,
     /// How it ended.
@@ -537,9 +545,11 @@ impl Summary {
                 Verdict::Report
             };
             rec.event = Some(Event::LeakInBody);
-        } else if !self.redacted.is_empty() {
-            rec.event = Some(Event::SecretRedacted);
-            rec.rule = Some(format!("secret detector {}", self.redacted.join(",")));
+        } else if !self.redacted.is_empty() || !self.logged.is_empty() {
+            detect::note(rec, &self.redacted, &self.logged);
+            if rec.event.is_none() {
+                rec.event = self.end;
+            }
         } else if let Some(e) = self.end {
             rec.event = Some(e);
         }
@@ -710,7 +720,6 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut out = Outbound::default();
-    let redact = detect::llm_host(&sh.session.host);
     // A fragment that is not its message's last waits for the next one, so a secret split
     // across two fragments is refused with neither sent.
     let mut held: Option<Frame> = None;
@@ -725,11 +734,16 @@ where
         };
         sh.counts.up.fetch_add(1, Ordering::Relaxed);
         sh.saw_close(&frame, "agent");
-        match out.check(&sh.session.rules, &sh.session.host, redact, &mut frame) {
-            Ok(names) if !names.is_empty() => sh.note(|s| {
-                for n in names {
-                    if !s.redacted.contains(&n) {
-                        s.redacted.push(n);
+        match out.check(&sh.session.rules, &sh.session.host, &mut frame) {
+            Ok(seen) if seen != Seen::default() => sh.note(|s| {
+                for (to, names) in [
+                    (&mut s.redacted, seen.redacted),
+                    (&mut s.logged, seen.logged),
+                ] {
+                    for n in names {
+                        if !to.contains(&n) {
+                            to.push(n);
+                        }
                     }
                 }
             }),

@@ -190,3 +190,171 @@ async fn a_workspace_value_in_a_prompt_reaches_the_llm_api_redacted() {
     assert_eq!(l[0]["event"], "secret-redacted", "{l:?}");
     assert_eq!(l[0]["rule"], "secret detector workspace:.env");
 }
+
+// The policy's own detectors and actions (issue 21 item 1: `[[detectors]]`, `[secrets]`),
+// from the agent's seat.
+
+/// A format of the policy's own: `acme-token`, whose provider is `acme.allowed.test`.
+const ACME: &str = "acme_0123456789abcdefghijABCDEFGHIJkl";
+/// The vendor's documented example, allowed by the policy.
+const ACME_EXAMPLE: &str = "acme_EXAMPLEEXAMPLEEXAMPLEEXAMPLE0000";
+const SLACK: &str = "xoxb-1234567890-abcdefghijkl";
+const STRIPE: &str = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
+
+/// The harness with a policy that adds `acme-token`, logs `slack-token`, turns
+/// `stripe-live-key` off and redacts `github-token` everywhere.
+async fn policy_harness(upstream: SocketAddr) -> Harness {
+    let extra = Extra {
+        policy: format!(
+            "\n[secrets]\nallow = [\"{ACME_EXAMPLE}\"]\n\n\
+             [[detectors]]\nname = \"acme-token\"\npattern = '\\bacme_[A-Za-z0-9]{{32}}\\b'\nhosts = [\"acme.allowed.test\"]\n\n\
+             [[detectors]]\nname = \"slack-token\"\naction = \"log\"\n\n\
+             [[detectors]]\nname = \"stripe-live-key\"\naction = \"off\"\n\n\
+             [[detectors]]\nname = \"github-token\"\naction = \"redact\"\n"
+        ),
+        ..Extra::default()
+    };
+    Harness::start_extra(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("acme.allowed.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 80, upstream)],
+        Limits::default(),
+        &extra,
+    )
+    .await
+}
+
+fn post_to(host: &str, body: &str) -> String {
+    format!(
+        "POST http://{host}/paste HTTP/1.1\r\nhost: {host}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The policy's detector refuses its secret to a host that is not its provider's, in a
+/// body and in a header, naming the detector, with nothing reaching the upstream; to its
+/// provider's host it goes; the vendor's documented example (allowed) goes anywhere.
+#[tokio::test]
+async fn a_policy_detectors_secret_goes_to_its_provider_only() {
+    let (up, got) = recorder().await;
+    let mut h = policy_harness(up).await;
+    for raw in [
+        post_to("allowed.test", &format!("ACME_TOKEN={ACME}\n")),
+        format!(
+            "GET http://allowed.test/h HTTP/1.1\r\nhost: allowed.test\r\nauthorization: Bearer {ACME}\r\n\r\n"
+        ),
+    ] {
+        let (_s, r) = request(h.addr, &raw).await;
+        assert_eq!(r.status, 403, "{raw}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("foreign-secret")
+        );
+        assert_eq!(r.json()["rule"], "secret detector acme-token");
+        assert!(!r.body.contains(ACME));
+    }
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "a request reached the upstream"
+    );
+    let (_s, r) = request(h.addr, &post_to("acme.allowed.test", &format!("t={ACME}"))).await;
+    assert_eq!(r.status, 200, "its provider's host takes it");
+    let (_s, r) = request(
+        h.addr,
+        &post_to("allowed.test", &format!("t={ACME_EXAMPLE}")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "the documented example is no secret");
+    let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert_eq!(
+        sent.matches(ACME).count(),
+        1,
+        "only to acme.allowed.test: {sent}"
+    );
+    assert!(sent.contains(ACME_EXAMPLE));
+    let lines = h.finish().await;
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "foreign-secret")
+        .collect();
+    assert_eq!(refused.len(), 2, "{lines:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|l| l["decision"] == "deny" && l["rule"] == "secret detector acme-token")
+    );
+    assert!(
+        !serde_json::to_string(&lines).unwrap().contains(ACME),
+        "the value reached the log"
+    );
+}
+
+/// `log`: the request goes on as it is and its line says so (`report`, `foreign-secret`,
+/// the detector), read whole or streamed; `off`: nothing happens; `redact` on a host that
+/// is no LLM API: the upstream gets the value overwritten.
+#[tokio::test]
+async fn a_detectors_action_log_off_or_redact_is_applied() {
+    let (up, got) = recorder().await;
+    let mut h = policy_harness(up).await;
+    let (_s, r) = request(h.addr, &post_to("allowed.test", &format!("SLACK={SLACK}"))).await;
+    assert_eq!(r.status, 200, "log lets it through");
+    let (_s, r) = request(
+        h.addr,
+        &post_to("allowed.test", &format!("STRIPE={STRIPE}")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "off finds nothing");
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let (_s, r) = request(h.addr, &post_to("allowed.test", &format!("GH={gh}"))).await;
+    assert_eq!(r.status, 200, "redact lets the request go on");
+    // Streamed (chunked, past what is read whole): logged on the request's final line.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"POST http://allowed.test/upload HTTP/1.1\r\nhost: allowed.test\r\ntransfer-encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let filler = "f".repeat(70_000);
+    for part in [filler.as_str(), "\nslack=", SLACK, "\n"] {
+        s.write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())
+            .await
+            .unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), read_resp(&mut s))
+        .await
+        .expect("an answer");
+    assert_eq!(r.status, 200);
+    drop(s);
+    let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert_eq!(sent.matches(SLACK).count(), 2, "logged, sent as it is");
+    assert!(sent.contains(&format!("STRIPE={STRIPE}")));
+    assert!(!sent.contains(&gh), "redacted on its way");
+    assert!(
+        sent.contains(&format!("GH={}", "*".repeat(gh.len()))),
+        "same length: {sent}"
+    );
+    let lines = h.finish().await;
+    let paste: Vec<_> = lines.iter().filter(|l| l["path"] == "/paste").collect();
+    assert_eq!(paste.len(), 3, "{lines:?}");
+    for l in [
+        paste[0],
+        lines.iter().find(|l| l["path"] == "/upload").unwrap(),
+    ] {
+        assert_eq!(l["decision"], "report", "{l}");
+        assert_eq!(l["reason"], "foreign-secret", "{l}");
+        assert_eq!(l["rule"], "secret detector slack-token", "{l}");
+        assert_eq!(l["status"], 200, "{l}");
+    }
+    assert_eq!(paste[1]["decision"], "allow", "off: {}", paste[1]);
+    assert!(paste[1]["reason"].is_null() && !paste[1]["rule"].to_string().contains("stripe"));
+    assert_eq!(paste[2]["decision"], "allow", "{}", paste[2]);
+    assert_eq!(paste[2]["event"], "secret-redacted");
+    assert_eq!(paste[2]["rule"], "secret detector github-token");
+    let text = serde_json::to_string(&lines).unwrap();
+    assert!(
+        !text.contains(SLACK) && !text.contains(&gh),
+        "a value reached the log"
+    );
+}

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use airlock_policy::Policy;
 use airlock_handoff::{HANDOFF_VERSION, Handoff, ResolvedCredential, Secret};
+use airlock_policy::Policy;
 
 use super::*;
 use crate::credentials::Credentials;
@@ -229,7 +229,7 @@ fn first_cut(out: &mut Outbound, rules: &Rules, to: &str, parts: &[&str]) -> Opt
             Opcode::Continuation
         };
         let mut f = data(i + 1 == parts.len(), opcode, p.as_bytes());
-        if let Err(cut) = out.check(rules, &host(to), false, &mut f) {
+        if let Err(cut) = out.check(rules, &host(to), &mut f) {
             return Some((i, cut));
         }
     }
@@ -265,7 +265,7 @@ fn a_secret_split_anywhere_across_frames_is_caught_at_the_frame_completing_it() 
     let mut ping = data(true, Opcode::Ping, PLACEHOLDER.as_bytes());
     assert!(
         Outbound::default()
-            .check(&r, &host("allowed.test"), false, &mut ping)
+            .check(&r, &host("allowed.test"), &mut ping)
             .is_err()
     );
 }
@@ -277,8 +277,8 @@ fn honest_frames_pass_unchanged() {
     let mut f = data(true, Opcode::Text, b"{\"op\":\"subscribe\",\"airlock\":1}");
     let before = f.clone();
     assert_eq!(
-        out.check(&r, &host("allowed.test"), false, &mut f),
-        Ok(vec![])
+        out.check(&r, &host("allowed.test"), &mut f),
+        Ok(Seen::default())
     );
     assert_eq!(f, before);
 }
@@ -297,12 +297,66 @@ fn a_known_format_secret_to_a_foreign_host_is_refused_and_redacted_on_an_llm_hos
     }
     let mut f = data(true, Opcode::Text, text.as_bytes());
     let names = Outbound::default()
-        .check(&r, &host("api.anthropic.com"), true, &mut f)
-        .unwrap();
+        .check(&r, &host("api.anthropic.com"), &mut f)
+        .unwrap()
+        .redacted;
     assert!(names.iter().all(|n| n.starts_with("aws-")), "{names:?}");
     assert!(!names.is_empty());
     assert_eq!(f.payload.len(), text.len());
     assert!(!String::from_utf8_lossy(&f.payload).contains(secret));
+}
+
+/// The policy's actions hold for frames too: `log` lets the frame go as it is and the
+/// relay's line says `report`, `foreign-secret`, the detector; `redact` overwrites it on a
+/// host that is no LLM API.
+#[test]
+fn a_detectors_log_or_redact_action_applies_to_frames() {
+    let policy = Policy::parse(
+        "[sandbox]\nname = \"t\"\n[network]\nallow = [\"allowed.test\"]\nwebsocket = [\"allowed.test\"]\n\
+         [[detectors]]\nname = \"slack-token\"\naction = \"log\"\n\
+         [[detectors]]\nname = \"github-token\"\naction = \"redact\"\n",
+        Path::new("p.toml"),
+    )
+    .unwrap();
+    let r = Rules::new(policy, Credentials::none()).unwrap();
+    let slack = "xoxb-1234567890-abcdefghijkl";
+    let gh = format!("ghp_{}", "a1B2".repeat(9));
+    let text = format!("{{\"a\":\"{slack}\",\"b\":\"{gh}\"}}");
+    let mut f = data(true, Opcode::Text, text.as_bytes());
+    let seen = Outbound::default()
+        .check(&r, &host("allowed.test"), &mut f)
+        .unwrap();
+    assert_eq!(seen.logged, ["slack-token"]);
+    assert_eq!(seen.redacted, ["github-token"]);
+    let sent = String::from_utf8_lossy(&f.payload).into_owned();
+    assert!(sent.contains(slack) && !sent.contains(&gh), "{sent}");
+    assert_eq!(f.payload.len(), text.len());
+    let summary = Summary {
+        logged: seen.logged,
+        redacted: seen.redacted,
+        end: Some(Event::Close),
+        ..Summary::default()
+    };
+    let who = crate::audit::Who::new("s", "t", None);
+    let mut rec = Record::new(
+        &who,
+        std::time::SystemTime::now(),
+        crate::audit::Kind::Http,
+        None,
+    );
+    rec.decision = Verdict::Allow;
+    summary.apply(&mut rec);
+    assert_eq!(rec.decision, Verdict::Report);
+    assert_eq!(rec.reason, Some(Reason::ForeignSecret));
+    assert_eq!(rec.event, Some(Event::SecretRedacted));
+    assert!(
+        rec.rule
+            .as_deref()
+            .unwrap()
+            .starts_with("secret detector github-token,slack-token; websocket:"),
+        "{:?}",
+        rec.rule
+    );
 }
 
 #[test]
