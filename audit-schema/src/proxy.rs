@@ -47,7 +47,9 @@ pub enum Verdict {
     Allow,
     /// Refused.
     Deny,
-    /// Would have been refused, but the sandbox is in report mode: it passed.
+    /// Would have been refused, but it passed and is only reported: the sandbox is in
+    /// report mode, or the refusal's own rule says `log` (a secret detector with
+    /// `action = "log"`, such as the built-in `jwt`).
     Report,
     /// Allowed (or reported), but its client hung up before anything of it went upstream
     /// (while the proxy resolved, connected or waited for the audit): never forwarded.

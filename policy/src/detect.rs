@@ -25,12 +25,12 @@
 use std::borrow::Cow;
 
 use crate::Host;
+use crate::detector::{BUILTIN, DOCUMENTED_EXAMPLES, SecretAction, ascii, compile};
 use crate::rule::HostRule;
-use crate::secrets::{MAX_SHORTEST_MATCH, MIN_MATCH, PATTERN_SIZE_LIMIT, SecretAction, Secrets};
-use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use crate::secrets::Secrets;
+use regex::bytes::{Regex, RegexSet, RegexSetBuilder};
 
-/// Version of the built-in set; bump when a detector is added or changed.
-pub const BUILTIN_VERSION: u32 = 1;
+pub use crate::detector::{BUILTIN_VERSION, builtin_names};
 
 /// One known credential format.
 #[derive(Debug)]
@@ -78,81 +78,6 @@ pub struct Formats {
     allowed: Vec<Cow<'static, [u8]>>,
 }
 
-/// `(name, pattern, provider host rules)`: the built-in formats.
-const BUILTIN: &[(&str, &str, &[&str])] = &[
-    (
-        "github-token",
-        r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b",
-        &["github.com", "api.github.com", "uploads.github.com"],
-    ),
-    (
-        "github-fine-grained-token",
-        r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b",
-        &["github.com", "api.github.com", "uploads.github.com"],
-    ),
-    (
-        // An access key id with a 40-character secret at most 100 bytes after it (as in a
-        // credentials file, an environment dump or a JSON object): the id alone is not a
-        // secret.
-        "aws-access-key",
-        r"(?s)\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b.{0,100}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)",
-        &["amazonaws.com", "*.amazonaws.com"],
-    ),
-    (
-        "aws-secret-key",
-        r#"(?i)aws_?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}\b"#,
-        &["amazonaws.com", "*.amazonaws.com"],
-    ),
-    (
-        "private-key",
-        r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY(?: BLOCK)?-----",
-        &[],
-    ),
-    (
-        "gcp-service-account",
-        r#""private_key_id"\s*:\s*"[a-f0-9]{40}""#,
-        &["googleapis.com", "*.googleapis.com"],
-    ),
-    (
-        "slack-token",
-        r"\bxox[baprs]-[A-Za-z0-9]{10,}-[A-Za-z0-9-]{10,}",
-        &["slack.com", "*.slack.com"],
-    ),
-    (
-        "stripe-live-key",
-        r"\b(?:sk|rk)_live_[A-Za-z0-9]{24,}\b",
-        &["api.stripe.com"],
-    ),
-    (
-        // Project, service-account and admin keys carry "OpenAI" in base64 (T3BlbkFJ).
-        "openai-key",
-        r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{16,}T3BlbkFJ[A-Za-z0-9_-]{16,}",
-        &["api.openai.com"],
-    ),
-    (
-        "anthropic-key",
-        r"\bsk-ant-(?:api|admin|oat)\d{2}-[A-Za-z0-9_-]{80,}",
-        &["api.anthropic.com"],
-    ),
-    (
-        "npm-token",
-        r"\bnpm_[A-Za-z0-9]{36}\b",
-        &["registry.npmjs.org"],
-    ),
-    (
-        // A PyPI API token is a macaroon whose location is "pypi.org".
-        "pypi-token",
-        r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
-        &["upload.pypi.org", "pypi.org", "test.pypi.org"],
-    ),
-];
-
-/// Example values the providers publish in their documentation.
-const DOCUMENTED_EXAMPLES: &[&[u8]] = &[
-    b"AKIAIOSFODNN7EXAMPLE",
-    b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-];
-
 /// Setting up the detectors failed: a built-in pattern or host rule that does not compile
 /// (a bug, caught by the unit tests), or a policy's pattern that was never checked (a
 /// [`Secrets`] built by hand rather than read by `Policy::parse`), or a set past the
@@ -187,13 +112,15 @@ impl Formats {
         };
         let mut formats = Vec::new();
         let mut patterns = Vec::new();
-        for (name, pattern, hosts) in BUILTIN {
+        for builtin in BUILTIN {
+            let (name, pattern) = (builtin.name, builtin.pattern);
             let change = secrets.change_of(name);
-            let action = change.and_then(|c| c.action).unwrap_or_default();
+            let action = change.and_then(|c| c.action).unwrap_or(builtin.action);
             if action == SecretAction::Off {
                 continue;
             }
-            let mut providers = hosts
+            let mut providers = builtin
+                .hosts
                 .iter()
                 .map(|h| HostRule::parse(h).map_err(|e| err(name, e.to_string())))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -300,71 +227,6 @@ impl Formats {
     }
 }
 
-/// ASCII-only classes and word boundaries (`(?-u)`): every built-in format is ASCII, and
-/// the Unicode tables would cost resident memory for nothing.
-fn ascii(pattern: &str) -> String {
-    format!("(?-u){pattern}")
-}
-
-/// One detector's pattern, compiled as the set compiles it (ASCII mode, bounded size).
-fn compile(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(&ascii(pattern))
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .build()
-        .map_err(|e| match e {
-            regex::Error::CompiledTooBig(_) => format!(
-                "compiles to more than {} KiB: write a smaller pattern (shorter repetitions, ASCII classes)",
-                PATTERN_SIZE_LIMIT / 1024
-            ),
-            other => {
-                // The syntax error's last line says what is wrong (the lines above draw
-                // the pattern with a caret, ASCII-mode prefix included).
-                let text = other.to_string();
-                let what = text
-                    .lines()
-                    .rev()
-                    .find_map(|l| l.strip_prefix("error: "))
-                    .unwrap_or(&text)
-                    .to_owned();
-                if what.contains("look-around") || what.contains("backreference") {
-                    format!(
-                        "does not compile: {what} (a detector must match in linear time: no look-around, no backreferences)"
-                    )
-                } else {
-                    format!("does not compile: {what}")
-                }
-            }
-        })
-}
-
-/// Whether a policy's pattern may be a detector: it compiles (linear time, at most
-/// [`PATTERN_SIZE_LIMIT`]) and its shortest match is [`MIN_MATCH`] to
-/// [`MAX_SHORTEST_MATCH`] bytes. The error is the reason, one line.
-pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
-    compile(pattern)?;
-    let hir = regex_syntax::ParserBuilder::new()
-        .utf8(false)
-        .build()
-        .parse(&ascii(pattern))
-        .map_err(|e| format!("does not compile: {e}"))?;
-    match hir.properties().minimum_len() {
-        Some(0) => Err("matches the empty string: a detector must match a secret".into()),
-        Some(n) if n < MIN_MATCH => Err(format!(
-            "matches as few as {n} bytes: a detector's shortest match must be at least {MIN_MATCH} bytes, or it refuses honest requests that merely contain a short word"
-        )),
-        Some(n) if n > MAX_SHORTEST_MATCH => Err(format!(
-            "its shortest match is {n} bytes: at most {MAX_SHORTEST_MATCH}, so a secret split across a streamed body's chunks is seen whole"
-        )),
-        Some(_) => Ok(()),
-        None => Err("can never match".into()),
-    }
-}
-
-/// The names of the built-in detectors, in order.
-pub fn builtin_names() -> impl Iterator<Item = &'static str> {
-    BUILTIN.iter().map(|(name, _, _)| *name)
-}
-
 /// The shortest value that becomes an exact needle, in bytes.
 pub const MIN_NEEDLE: usize = 8;
 
@@ -464,7 +326,7 @@ mod tests {
         let openai = format!("sk-proj-{}T3BlbkFJ{}", "x".repeat(20), "y".repeat(20));
         let anthropic = format!("sk-ant-api03-{}", "Z".repeat(90));
         let pypi = format!("pypi-AgEIcHlwaS5vcmc{}", "q".repeat(60));
-        let cases: [(&str, String, String); 11] = [
+        let cases: [(&str, String, String); 12] = [
             ("github-token", gh.clone(), format!("ghp_{}", "short")),
             (
                 "github-fine-grained-token",
@@ -512,6 +374,14 @@ mod tests {
                 "sk-ant-REALSECRET-5d1b7e".into(),
             ),
             ("pypi-token", pypi, "pypi-AgEIcHlwaS5vcmcshort".into()),
+            (
+                "jwt",
+                format!(
+                    "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.{}",
+                    "s1G".repeat(14)
+                ),
+                "eyJhbGciOiJIUzI1NiJ9 alone, or eyJ.eyJ.sig".into(),
+            ),
         ];
         for (name, yes, no) in cases {
             let found = names(&d, &yes);

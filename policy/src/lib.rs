@@ -160,10 +160,12 @@
 //!
 //! The proxy refuses a secret of a well-known format on its way to a host that is not its
 //! provider's (`foreign-secret`, the detector named in the audit line and the 403; redacted
-//! in a body to an LLM API host instead). [`detect`] holds the built-in, versioned set
+//! in a body to an LLM API host instead). [`detector`] holds the built-in, versioned set
 //! (`github-token`, `github-fine-grained-token`, `aws-access-key`, `aws-secret-key`,
 //! `private-key`, `gcp-service-account`, `slack-token`, `stripe-live-key`, `openai-key`,
-//! `anthropic-key`, `npm-token`, `pypi-token`), each with its provider's hosts. A
+//! `anthropic-key`, `npm-token`, `pypi-token`), each with its provider's hosts, and `jwt`,
+//! which has no provider host and is logged (`action = "log"`) rather than refused; [`detect`]
+//! compiles it as the policy changes it. A
 //! `[[detectors]]` entry **with** `pattern` adds a detector; one **without** changes the
 //! built-in detector of that name ([`secrets`] has the details and an example):
 //!
@@ -185,6 +187,7 @@
 pub mod address;
 mod decide;
 pub mod detect;
+pub mod detector;
 mod error;
 mod git;
 pub mod github;

@@ -44,41 +44,10 @@
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::detector::{builtin_names, check_pattern};
 use crate::rule::{HostRule, RuleError};
 
-/// What happens to a secret on its way to a host that is not one of its detector's
-/// provider hosts (to a provider host it simply goes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SecretAction {
-    /// Refused, `foreign-secret`, the detector named in the audit line and the 403; in a
-    /// request body to an LLM API host (where agents send files as context) redacted in
-    /// place instead, `secret-redacted`.
-    #[default]
-    Deny,
-    /// In a request body (or WebSocket frame): overwritten in place with `*` (same length),
-    /// audited `secret-redacted`, and the request goes on, on every host. In the URL or a
-    /// header (which are not rewritten): refused as `deny`.
-    Redact,
-    /// Let through as it is; the request's audit line says so (`decision: report`,
-    /// `reason: foreign-secret`, the detector in `rule`).
-    Log,
-    /// The detector is not run.
-    Off,
-}
-
-impl SecretAction {
-    /// The value as written in the policy.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SecretAction::Deny => "deny",
-            SecretAction::Redact => "redact",
-            SecretAction::Log => "log",
-            SecretAction::Off => "off",
-        }
-    }
-}
+pub use crate::detector::{MAX_SHORTEST_MATCH, MIN_MATCH, PATTERN_SIZE_LIMIT, SecretAction};
 
 /// One `[[detectors]]` entry, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,15 +91,6 @@ impl Secrets {
 pub const MAX_DETECTORS: usize = 64;
 /// Longest detector name.
 pub const MAX_DETECTOR_NAME_LEN: usize = 64;
-/// The compiled size a pattern may reach (`regex::bytes::RegexBuilder::size_limit`): four
-/// times the largest built-in's, far below what a Unicode class repeated a hundred times
-/// costs.
-pub const PATTERN_SIZE_LIMIT: usize = 128 * 1024;
-/// The shortest a detector's shortest match may be, in bytes (as an exact needle's).
-pub const MIN_MATCH: usize = 8;
-/// The longest a detector's shortest match may be, in bytes: half the streamed hold-back
-/// of the proxy, so a secret split across a body's chunks is seen whole.
-pub const MAX_SHORTEST_MATCH: usize = 512;
 /// The shortest `[secrets] allow` value, in bytes: a hit that merely contains a shorter
 /// one (a word, a prefix) would no longer be a secret.
 pub const MIN_ALLOW: usize = 16;
@@ -202,7 +162,7 @@ pub(crate) fn check(
                 line_of(name_at[first])
             )));
         }
-        let builtin = crate::detect::builtin_names().any(|b| b == name);
+        let builtin = builtin_names().any(|b| b == name);
         let pattern = match (&raw.pattern, builtin) {
             (Some(_), true) => {
                 return Err(bad_name(
@@ -213,13 +173,11 @@ pub(crate) fn check(
             (None, false) => {
                 return Err(bad_name(format!(
                     "is not a built-in detector ({}); a detector of the policy's own needs a `pattern`",
-                    crate::detect::builtin_names()
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    builtin_names().collect::<Vec<_>>().join(", ")
                 )));
             }
             (Some(p), false) => {
-                crate::detect::check_pattern(p.get_ref()).map_err(|reason| Invalid {
+                check_pattern(p.get_ref()).map_err(|reason| Invalid {
                     span: p.span(),
                     key: key("pattern"),
                     reason: format!("{:?}: {reason}", p.get_ref()),
@@ -322,7 +280,13 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(names(&f), names(&b));
-        assert!(f.all().iter().all(|x| x.action == SecretAction::Deny));
+        // Every built-in keeps its own action: deny, but `jwt` (no provider host) logs.
+        assert!(f.all().iter().all(|x| x.action
+            == if x.name == "jwt" {
+                SecretAction::Log
+            } else {
+                SecretAction::Deny
+            }));
     }
 
     #[test]
@@ -452,11 +416,11 @@ mod tests {
         let clash =
             format!("{BASE}[[detectors]]\nname = \"github-token\"\npattern = 'ghx_[a-z]{{30}}'\n");
         refused(&clash, 4, "is a built-in detector: leave out `pattern`");
-        let unknown = format!("{BASE}[[detectors]]\nname = \"jwt\"\naction = \"log\"\n");
+        let unknown = format!("{BASE}[[detectors]]\nname = \"jwt-token\"\naction = \"log\"\n");
         let msg = refused(
             &unknown,
             4,
-            "\"jwt\": is not a built-in detector (github-token,",
+            "\"jwt-token\": is not a built-in detector (github-token,",
         );
         assert!(msg.contains("needs a `pattern`"), "{msg}");
         let bad =

@@ -358,3 +358,42 @@ async fn a_detectors_action_log_off_or_redact_is_applied() {
         "a value reached the log"
     );
 }
+
+/// The built-in `jwt` detector has no provider host, so by default it logs instead of
+/// refusing: a token in a header or a body goes on as it is, and each request's line says
+/// `report`, `foreign-secret`, `secret detector jwt` (never the value), so an operator sees
+/// where the agent sent one and can make it `deny` with `[[detectors]] name = "jwt"`.
+#[tokio::test]
+async fn a_jwt_going_anywhere_is_logged_not_refused() {
+    let (up, got) = recorder().await;
+    let mut h = harness(up).await;
+    let jwt = format!(
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZ2VudCJ9.{}",
+        "Zm9vYmFyYmF6".repeat(4)
+    );
+    for raw in [
+        post("/paste", "text/plain", &format!("token={jwt}")),
+        format!(
+            "GET http://allowed.test/me HTTP/1.1\r\nhost: allowed.test\r\nauthorization: Bearer {jwt}\r\n\r\n"
+        ),
+    ] {
+        let (_s, r) = request(h.addr, &raw).await;
+        assert_eq!(r.status, 200, "{raw}");
+    }
+    let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert_eq!(sent.matches(&jwt).count(), 2, "sent as it is: {sent}");
+    let lines = h.finish().await;
+    let logged: Vec<_> = lines
+        .iter()
+        .filter(|l| l["rule"] == "secret detector jwt")
+        .collect();
+    assert_eq!(logged.len(), 2, "{lines:?}");
+    for l in logged {
+        assert_eq!(l["decision"], "report", "{l}");
+        assert_eq!(l["reason"], "foreign-secret", "{l}");
+    }
+    assert!(
+        !serde_json::to_string(&lines).unwrap().contains(&jwt),
+        "the value reached the log"
+    );
+}
