@@ -43,6 +43,8 @@ pub struct Format {
     /// What happens to the secret on its way to any other host (never `Off`: an `off`
     /// detector is left out of the set).
     pub action: SecretAction,
+    /// Whether the policy chose `action` (`false`: the built-in's own default).
+    chosen: bool,
 }
 
 impl Format {
@@ -56,6 +58,19 @@ impl Format {
     #[must_use]
     pub fn providers(&self) -> &[HostRule] {
         &self.providers
+    }
+
+    /// The action for a value of this format found in the workspace's secret files: the
+    /// policy's choice if it made one, else `deny`. A value from those files is the
+    /// repository's own secret, so a built-in default that lets the format pass where it
+    /// goes (`jwt` logs, having no provider host) does not apply to it.
+    #[must_use]
+    pub fn workspace_action(&self) -> SecretAction {
+        if self.chosen {
+            self.action
+        } else {
+            SecretAction::Deny
+        }
     }
 }
 
@@ -130,6 +145,7 @@ impl Formats {
                 pattern: compile(pattern).map_err(|e| err(name, e))?,
                 providers,
                 action,
+                chosen: change.is_some_and(|c| c.action.is_some()),
             });
             patterns.push(ascii(pattern));
         }
@@ -146,6 +162,7 @@ impl Formats {
                 pattern: compile(pattern).map_err(|e| err(&d.name, e))?,
                 providers: d.hosts.clone(),
                 action,
+                chosen: d.action.is_some(),
             });
             patterns.push(ascii(pattern));
         }

@@ -38,7 +38,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use airlock_handoff::WorkspaceSecret;
 use airlock_policy::Host;
 use airlock_policy::Reason;
-use airlock_policy::detect::Formats;
+use airlock_policy::detect::{Format, Formats};
 use airlock_policy::rule::HostRule;
 use airlock_policy::secrets::Secrets;
 
@@ -146,7 +146,7 @@ impl Detectors {
                 detectors.push(Detector {
                     name: Cow::Owned(format!("{WORKSPACE_PREFIX}{}", s.file)),
                     providers: format.map(|f| f.providers().to_vec()).unwrap_or_default(),
-                    action: format.map_or(SecretAction::Deny, |f| f.action),
+                    action: format.map_or(SecretAction::Deny, Format::workspace_action),
                 });
                 detectors.len() - 1
             };
@@ -755,6 +755,30 @@ mod tests {
             foreign_name(&d, b"p=hunter2-correct-horse", "hooks.example.com").as_deref(),
             Some("workspace:.env")
         );
+    }
+
+    /// A JWT in the workspace's `.env` is the repository's own secret: the built-in `jwt`
+    /// logs a token found in traffic (it has no provider host), but the workspace's value
+    /// is refused everywhere.
+    #[test]
+    fn a_workspace_jwt_is_refused_though_the_format_only_logs() {
+        let jwt = format!(
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJvcHMifQ.{}",
+            "c2lnbmF0dXJl".repeat(3)
+        );
+        let d = Detectors::new(&Secrets::default(), &[ws(".env", Some("jwt"), &jwt)]).unwrap();
+        let v = d.judge(format!("t={jwt}").as_bytes(), &host("allowed.test"));
+        assert_eq!(
+            v.refused.map(|x| x.name.to_string()).as_deref(),
+            Some("workspace:.env")
+        );
+        let other = format!(
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJkZXYifQ.{}",
+            "b3RoZXJzaWc".repeat(3)
+        );
+        let v = d.judge(format!("t={other}").as_bytes(), &host("allowed.test"));
+        assert!(v.refused.is_none(), "another JWT is only logged");
+        assert_eq!(v.logged, ["jwt"]);
     }
 
     #[test]
