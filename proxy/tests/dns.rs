@@ -3,12 +3,10 @@
 // Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::str::FromStr;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::rr::{Name, RData, RecordType};

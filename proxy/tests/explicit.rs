@@ -3,14 +3,12 @@
 // Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::common::*;
 use airlock_audit_schema::{Event, Record, Verdict};
 use airlock_proxy::limits::Limits;
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

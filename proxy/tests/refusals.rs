@@ -6,15 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rustls::pki_types::ServerName;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// The broken heads: (name, bytes, status, reason).
@@ -80,12 +78,6 @@ fn attacks() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
         ("head over the limit", big.into_bytes(), 431, "request-too-large"),
         ("too many headers", many, 431, "request-too-large"),
     ]
-}
-
-async fn read_all<S: AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    out
 }
 
 /// The denial in `out` (a whole response followed by the close).

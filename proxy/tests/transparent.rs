@@ -4,14 +4,12 @@
 // Test helpers outside `#[test]` fns are test code too (clippy.toml only sees `#[test]`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::common::*;
 use airlock_proxy::sniff::test_client_hello;
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -24,14 +22,6 @@ async fn transparent(h: &Harness, to: Option<SocketAddr>, first: &[u8]) -> TcpSt
     let mut s = TcpStream::connect(h.transparent).await.unwrap();
     s.write_all(first).await.unwrap();
     s
-}
-
-async fn read_all(s: &mut TcpStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
-        .await
-        .unwrap();
-    out
 }
 
 #[tokio::test]
@@ -50,7 +40,7 @@ async fn tls_with_an_allowed_sni_reaches_the_original_destination() {
     s.read_exact(&mut back).await.unwrap();
     assert_eq!(back, hello);
     s.shutdown().await.unwrap();
-    let _ = read_all(&mut s).await;
+    let _ = read_to_close(&mut s).await;
     let upstream_peer = peers.recv().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let lines = h.finish().await;
@@ -82,7 +72,10 @@ async fn sni_of_an_allowed_host_sent_to_another_address_is_refused() {
         &test_client_hello(Some("allowed.test")),
     )
     .await;
-    assert!(read_all(&mut s).await.is_empty(), "closed without a byte");
+    assert!(
+        read_to_close(&mut s).await.is_empty(),
+        "closed without a byte"
+    );
     assert_eq!(h.connects.load(Ordering::SeqCst), 0);
     let lines = h.finish().await;
     assert_eq!(lines.len(), 1);
@@ -100,14 +93,14 @@ async fn blocked_sni_no_sni_and_unknown_protocols_are_refused() {
         &test_client_hello(Some("evil.test")),
     )
     .await;
-    let _ = read_all(&mut s).await;
+    let _ = read_to_close(&mut s).await;
     let mut s = transparent(&h, dst(ALLOWED_IP, 443), &test_client_hello(None)).await;
-    assert!(read_all(&mut s).await.is_empty());
+    assert!(read_to_close(&mut s).await.is_empty());
     let mut s = transparent(&h, dst(ALLOWED_IP, 22), b"SSH-2.0-OpenSSH_9.6\r\n").await;
-    assert!(read_all(&mut s).await.is_empty());
+    assert!(read_to_close(&mut s).await.is_empty());
     // Not redirected at all (no original destination).
     let mut s = transparent(&h, None, b"GET / HTTP/1.1\r\nhost: allowed.test\r\n\r\n").await;
-    assert!(read_all(&mut s).await.is_empty());
+    assert!(read_to_close(&mut s).await.is_empty());
     assert_eq!(h.connects.load(Ordering::SeqCst), 0);
     let lines = h.finish().await;
     let reasons: Vec<_> = lines
@@ -196,7 +189,7 @@ async fn rebinding_through_the_transparent_path_is_refused() {
     )
     .await;
     // At most the legible refusal comes back (TLS from the proxy itself); nothing connects.
-    let _ = read_all(&mut s).await;
+    let _ = read_to_close(&mut s).await;
     assert_eq!(h.connects.load(Ordering::SeqCst), 0);
     let lines = h.finish().await;
     assert_eq!(lines[0]["reason"], "blocked-private-address");

@@ -7,14 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::*;
 use airlock_proxy::limits::Limits;
 use base64::Engine as _;
-use common::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

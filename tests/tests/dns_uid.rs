@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Unconnected `sendto` from an IPv4 socket and from a dual-stack IPv6 socket (the address
 /// is IPv4-mapped, the datagram IPv4), each waiting for its answer.

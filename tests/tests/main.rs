@@ -14,6 +14,7 @@ mod common;
 mod audit;
 mod build_scripts;
 mod credentials;
+mod dns_uid;
 mod egress;
 mod foundation;
 mod git;

@@ -490,3 +490,21 @@ pub fn complete(buf: &[u8]) -> bool {
         .map_or(0, |v| v.trim().parse().unwrap());
     body.len() >= len
 }
+
+/// Everything `s` sends until it closes or 5 s pass (a TLS stream included): what a
+/// refused connection got before its close.
+pub async fn read_all<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+/// Everything `s` sends until it closes (or resets); panics when it is still open after
+/// 3 s (the proxy must have closed it).
+pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes the connection within 3 s");
+    out
+}

@@ -1,0 +1,21 @@
+//! The proxy's in-process tier: one test binary (linked once) whose modules attack the real
+//! proxy (its listeners, policy, interception and audit) over loopback, with the test seams
+//! of `common` standing in for DNS and the network.
+//!
+//! `cargo test -p airlock-proxy --test integration intercept::` runs one module.
+
+// Tests may unwrap and panic (clippy.toml); clippy only knows that inside `#[test]` fns, and
+// the modules' helpers are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod dns;
+mod explicit;
+mod intercept;
+mod missing;
+mod refusals;
+mod signals;
+mod transparent;
+mod websocket;
+mod workspace;
