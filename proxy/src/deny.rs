@@ -231,3 +231,22 @@ pub fn health(session: &str, audit: bool) -> Response<ProxyBody> {
     );
     resp
 }
+
+/// Writes `response` and closes gracefully. The unread request is drained first: closing a
+/// socket with unread data makes the kernel send a reset, which can destroy the response
+/// before the client reads it.
+pub(crate) async fn answer_and_close(stream: &mut tokio::net::TcpStream, response: &[u8]) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.try_read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    use tokio::io::AsyncWriteExt as _;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        stream.write_all(response).await?;
+        stream.shutdown().await
+    })
+    .await;
+}

@@ -91,7 +91,7 @@ async fn refuse(
         Ok(()) => reason,
         Err(crate::audit::Unavailable) => Reason::AuditUnavailable,
     };
-    crate::transparent::answer_and_close(&mut stream, &deny::raw_denial(reason, "", 0)).await;
+    deny::answer_and_close(&mut stream, &deny::raw_denial(reason, "", 0)).await;
 }
 
 /// Which listener a connection arrived on.

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use airlock_policy::reason::Reason;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
@@ -336,24 +335,6 @@ async fn admit(
         .connect_checked(&[orig.ip()], orig.port())
         .await?;
     Ok((target, Some(up)))
-}
-
-/// Writes `response` and closes gracefully. The unread request is drained first: closing a
-/// socket with unread data makes the kernel send a reset, which can destroy the response
-/// before the client reads it.
-pub(crate) async fn answer_and_close(stream: &mut TcpStream, response: &[u8]) {
-    let mut sink = [0u8; 4096];
-    for _ in 0..16 {
-        match stream.try_read(&mut sink) {
-            Ok(n) if n > 0 => {}
-            _ => break,
-        }
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        stream.write_all(response).await?;
-        stream.shutdown().await
-    })
-    .await;
 }
 
 async fn first_byte(stream: &TcpStream) -> Option<u8> {
