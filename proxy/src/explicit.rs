@@ -32,43 +32,68 @@ use crate::snapshot::Rules;
 use crate::sniff::{self, Sniff};
 use crate::tunnel::{self, Dir, Meter, Metered};
 
-/// Accepts on `listener` until draining starts. `service`: the git service port (CONNECT
-/// only, always intercepted, git smart-HTTP of authorized repositories only).
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, service: bool) {
+/// The two ports that speak the explicit-proxy protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// The agent's HTTP proxy.
+    Explicit,
+    /// The git service port: CONNECT only, always intercepted, git smart-HTTP of authorized
+    /// repositories only.
+    GitService,
+}
+
+impl Port {
+    /// The listener's name in the proxy's own messages.
+    fn name(self) -> &'static str {
+        match self {
+            Port::Explicit => "explicit",
+            Port::GitService => "git-service",
+        }
+    }
+
+    /// How its connections are served.
+    fn mode(self) -> Mode {
+        match self {
+            Port::Explicit => Mode::Explicit,
+            Port::GitService => Mode::Service,
+        }
+    }
+
+    /// Its connections' audit kind.
+    fn kind(self) -> Kind {
+        match self {
+            Port::Explicit => Kind::Http,
+            Port::GitService => Kind::GitService,
+        }
+    }
+}
+
+/// Accepts on `listener` until draining starts; each port has its own connection slots.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, port: Port) {
     let mut phase = shared.shutdown.subscribe();
-    let name = if service { "git-service" } else { "explicit" };
-    while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, name).await {
+    while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, port.name()).await
+    {
         let uid = stream
             .local_addr()
             .ok()
             .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
-        let slots = if service {
-            &shared.service_slots
-        } else {
-            &shared.slots
+        let slots = match port {
+            Port::Explicit => &shared.slots,
+            Port::GitService => &shared.service_slots,
         };
         match slots.try_take(Client::of(uid, peer)) {
             Ok(slot) => {
-                let mode = if service {
-                    Mode::Service
-                } else {
-                    Mode::Explicit
-                };
                 tokio::spawn(serve_conn(
                     stream,
                     peer,
                     uid,
                     Arc::clone(&shared),
                     Arc::new(slot),
-                    mode,
+                    port.mode(),
                 ));
             }
             Err(reason) => {
-                let kind = if service {
-                    Kind::GitService
-                } else {
-                    Kind::Http
-                };
+                let kind = port.kind();
                 tokio::spawn(refuse(stream, peer, uid, Arc::clone(&shared), kind, reason));
             }
         }

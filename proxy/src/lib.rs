@@ -185,10 +185,14 @@ impl Proxy {
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,
             Arc::clone(&shared),
-            false,
+            explicit::Port::Explicit,
         ))];
         if let Some(s) = service {
-            listeners.push(tokio::spawn(explicit::serve(s, Arc::clone(&shared), true)));
+            listeners.push(tokio::spawn(explicit::serve(
+                s,
+                Arc::clone(&shared),
+                explicit::Port::GitService,
+            )));
         }
         if let Some(t) = transparent {
             listeners.push(tokio::spawn(transparent::serve(t, Arc::clone(&shared))));
