@@ -232,7 +232,9 @@ impl Policy {
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
         let git = v.git(raw.git, &sandbox.name)?;
         // Each glob was checked above; a set that still fails to build names its glob.
-        let git_rules = git.compile().map_err(|e| v.fail(0..0, "git", &e.to_string()))?;
+        let git_rules = git
+            .compile()
+            .map_err(|e| v.fail(0..0, "git", &e.to_string()))?;
         let mut l7 = L7Rules {
             rules: v.l7_rules(raw.rules, &network.passthrough)?,
             ..L7Rules::default()
@@ -895,7 +897,7 @@ fn check_template(template: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Policy, PolicyError> {
@@ -958,7 +960,9 @@ mod tests {
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }
 
-    fn refused(text: &str, line: usize, needle: &str) -> String {
+    /// The one-line error of the policy `text` (as `policy.toml`), which must point at
+    /// `line` and say `needle`: every section's bad-input tests check their errors with it.
+    pub(crate) fn refused(text: &str, line: usize, needle: &str) -> String {
         let err = match parse(text) {
             Ok(p) => panic!("accepted: {p:?}"),
             Err(e) => e,

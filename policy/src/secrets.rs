@@ -240,25 +240,12 @@ mod tests {
     use crate::Host;
     use crate::Policy;
     use crate::detect::Formats;
+    use crate::load::tests::refused;
 
     const BASE: &str = "[sandbox]\nname = \"demo\"\n";
 
     fn parse(text: &str) -> Result<Policy, crate::PolicyError> {
         Policy::parse(text, Path::new("policy.toml"))
-    }
-
-    /// The one-line error of `text`, which must point at `line` and say `needle`.
-    fn refused(text: &str, line: usize, needle: &str) -> String {
-        let err = match parse(text) {
-            Ok(p) => panic!("accepted: {:?}", p.secrets),
-            Err(e) => e,
-        };
-        let msg = err.to_string();
-        assert_eq!(err.line(), Some(line), "{msg}");
-        assert!(msg.starts_with(&format!("policy.toml:{line}:")), "{msg}");
-        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
-        assert!(!msg.contains('\n'), "not one line: {msg:?}");
-        msg
     }
 
     fn host(h: &str) -> Host {
