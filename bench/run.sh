@@ -53,7 +53,10 @@ export BENCH_JSON=${BENCH_JSON:-$TARGET_DIR/bench/proxy.json}
 PROXY_TUNABLES=$("$ROOT/bench/proxy-tunables")
 export PROXY_TUNABLES
 # The credential hand-off format the proxy reads (policy/src/handoff.rs).
-export HANDOFF_VERSION=${HANDOFF_VERSION:-$(sed -n 's/^pub const HANDOFF_VERSION: u32 = \([0-9]*\);/\1/p' "$ROOT/policy/src/handoff.rs")}
+# (the constant moved from the policy crate to its own handoff crate: read whichever exists).
+export HANDOFF_VERSION=${HANDOFF_VERSION:-$(cat "$ROOT/handoff/src/lib.rs" "$ROOT/policy/src/handoff.rs" 2>/dev/null |
+  sed -n 's/^pub const HANDOFF_VERSION: u32 = \([0-9]*\);/\1/p' | head -1)}
+[ -n "$HANDOFF_VERSION" ] || { echo "bench: no HANDOFF_VERSION in handoff/src/lib.rs nor policy/src/handoff.rs" >&2; exit 1; }
 
 if [ "${AIRLOCK_BENCH_INNER:-}" != 1 ]; then
   [ "$(id -u)" = 0 ] || { echo "run as root (network namespace, taskset)" >&2; exit 1; }
