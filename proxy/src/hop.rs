@@ -32,26 +32,21 @@ pub fn strip(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        if headers.contains_key(&name) {
-            headers.remove(name);
-        }
-    }
-    if headers.contains_key("keep-alive") {
-        headers.remove("keep-alive");
-    }
-    // The settings of an `h2c` upgrade (RFC 7540 §3.2.1): meaningless without the upgrade,
-    // which is never relayed.
-    if headers.contains_key("http2-settings") {
-        headers.remove("http2-settings");
-    }
-    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
-        let proxy: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("proxy-"))
-            .cloned()
-            .collect();
-        for name in proxy {
+    // The h2c upgrade's `HTTP2-Settings` (RFC 7540 §3.2.1) is meaningless without the
+    // upgrade, which is never relayed.
+    remove_where(headers, |k| {
+        HOP_BY_HOP.contains(k)
+            || matches!(k.as_str(), "keep-alive" | "http2-settings")
+            || k.as_str().starts_with("proxy-")
+    });
+}
+
+/// Removes every header whose name `doomed` picks: one pass over the names, a second only
+/// when one is there (a lookup per listed name would hash and, for a `&str`, parse each).
+fn remove_where(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
+    if headers.keys().any(&doomed) {
+        let names: Vec<HeaderName> = headers.keys().filter(|k| doomed(k)).cloned().collect();
+        for name in names {
             headers.remove(name);
         }
     }
@@ -74,21 +69,9 @@ const PROXY_CLAIMS: [&str; 7] = [
 /// and every `x-airlock-*` header (airlock's own vocabulary: an upstream must never take
 /// one from the agent for the proxy's word).
 pub fn strip_claims(headers: &mut HeaderMap) {
-    for name in PROXY_CLAIMS {
-        if headers.contains_key(name) {
-            headers.remove(name);
-        }
-    }
-    if headers.keys().any(|k| k.as_str().starts_with("x-airlock-")) {
-        let ours: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-airlock-"))
-            .cloned()
-            .collect();
-        for name in ours {
-            headers.remove(name);
-        }
-    }
+    remove_where(headers, |k| {
+        PROXY_CLAIMS.contains(&k.as_str()) || k.as_str().starts_with("x-airlock-")
+    });
 }
 
 #[cfg(test)]
