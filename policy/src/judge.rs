@@ -172,7 +172,12 @@ impl Policy {
     /// [`Policy::judge_body`]. `None`: the head's verdict is final.
     #[must_use]
     pub fn body_needed(&self, req: &RequestView<'_>) -> Option<usize> {
-        if self.is_passthrough(req.host) || !self.judge(req).is_pass() {
+        // No rule or body judge on the host: nothing to read, without judging the head
+        // again (the caller already did) or analysing the path.
+        if !self.l7.has_rules_for(req.host)
+            || self.is_passthrough(req.host)
+            || !self.judge(req).is_pass()
+        {
             return None;
         }
         let forms = PathForms::analyse(req.path).ok()?;

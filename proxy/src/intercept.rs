@@ -757,12 +757,7 @@ fn judge_head(
     for h in METHOD_OVERRIDE_HEADERS {
         req.headers_mut().remove(h);
     }
-    // A body is judged only by a body rule of the host: with no L7 rule (body rules
-    // included) for it, skip `body_needed`, which judges the head again and analyses the
-    // path before finding none.
-    if !ctx.rules.policy.l7.has_rules_for(view.host) {
-        return Ok(None);
-    }
+    // A host without L7 rules answers at once (`body_needed` checks that first).
     Ok(ctx.rules.policy.body_needed(view))
 }
 
