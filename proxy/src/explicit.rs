@@ -24,7 +24,7 @@ use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::gate::{self, Gate, GateShared};
 use crate::identity::Proto;
-use crate::intercept::{self, Ctx, Route};
+use crate::intercept::{self, Ctx, Leg, Route};
 use crate::limits::{Client, Slot};
 use crate::pool;
 use crate::shutdown::{Phase, accept_until_draining, reached};
@@ -206,7 +206,8 @@ pub(crate) async fn serve_conn(
             let upgrade = gate::wants_upgrade(&req).then(|| req.method() == Method::CONNECT);
             let resp = handle(Arc::clone(&st), req).await;
             if let Some(connect) = upgrade {
-                st.gate.upgrade_decided(upgrades(connect, resp.status()));
+                st.gate
+                    .upgrade_decided(gate::upgrades(connect, resp.status()));
             }
             Ok::<_, Infallible>(resp)
         }
@@ -267,11 +268,6 @@ pub(crate) async fn serve_conn(
             tracing::debug!("client {peer}: {e}");
         }
     }
-}
-
-/// Whether hyper hands the connection over after this answer to an upgrade request.
-pub(crate) fn upgrades(connect: bool, status: http::StatusCode) -> bool {
-    status == http::StatusCode::SWITCHING_PROTOCOLS || (connect && status.is_success())
 }
 
 /// The gate refused a request head: the uniform denial, the connection closes after it,
@@ -351,7 +347,12 @@ async fn admit(
 }
 
 async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<ProxyBody> {
-    let service = st.mode == Mode::Service;
+    let lane = if st.mode == Mode::Service {
+        pool::Lane::GitService
+    } else {
+        pool::Lane::Agent
+    };
+    let service = lane == pool::Lane::GitService;
     let kind = if service {
         Kind::GitService
     } else {
@@ -389,8 +390,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     // An intercepted connection whose target has an idle pooled upstream connection makes
     // none now (its requests go on the pooled one; `pool`). Otherwise the upstream is
     // reached before the tunnel is granted, so an unreachable one is a `502` to CONNECT.
-    let pooled =
-        intercept && intercept::pooled(&st.shared, &target, pool::Lane::of(service), &addrs);
+    let pooled = intercept && intercept::pooled(&st.shared, &target, lane, &addrs);
     let upstream = if pooled {
         None
     } else {
@@ -414,7 +414,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         uid: st.uid,
         kind,
         slot: Arc::clone(&st.slot),
-        service,
+        lane,
         intercept,
         target,
         addrs,
@@ -434,7 +434,8 @@ struct Tunnel {
     kind: Kind,
     /// The client's connection slot: the tunnel counts against its cap.
     slot: Arc<Slot>,
-    service: bool,
+    /// The listeners whose pooled connections it may share.
+    lane: pool::Lane,
     intercept: bool,
     target: Target,
     addrs: Vec<std::net::IpAddr>,
@@ -479,8 +480,8 @@ async fn intercepted_tunnel(
     rec: &mut Pending,
 ) -> (tunnel::End, bool) {
     let mut ctx = Ctx::new(Arc::clone(&t.shared), t.peer, t.uid, t.kind, t.slot);
-    ctx.service = t.service;
-    let route = Route::new(t.target, t.addrs, true, true);
+    ctx.lane = t.lane;
+    let route = Route::new(t.target, t.addrs, Leg::Intercepted);
     let ctx = Arc::new(ctx);
     let requests = Arc::clone(&ctx);
     let end = match gate::upgraded_tcp(upgraded) {
@@ -632,7 +633,7 @@ async fn forward_with(
         }
         addrs = vec![orig.ip()];
     }
-    let route = Route::new(target, addrs, false, false);
+    let route = Route::new(target, addrs, Leg::Plain);
     intercept::exchange(&st.ctx, rules, req, &route, rec).await
 }
 
@@ -665,7 +666,7 @@ async fn base_url(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pr
         Ok(a) => a,
         Err(reason) => return deny::audited(rec, reason, &host, port).await,
     };
-    let route = Route::new(target, addrs, true, false);
+    let route = Route::new(target, addrs, Leg::BaseUrl);
     intercept::exchange(&st.ctx, rules, req, &route, rec).await
 }
 

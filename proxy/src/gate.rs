@@ -746,6 +746,12 @@ pub fn upgraded_tcp(
     Ok(Prefixed::new(pre, metered.into_inner()))
 }
 
+/// Whether hyper hands the connection over after this answer to an upgrade request (a
+/// `101`, or a `2xx` to `CONNECT`): the gate then stops reading heads on it.
+pub(crate) fn upgrades(connect: bool, status: http::StatusCode) -> bool {
+    status == http::StatusCode::SWITCHING_PROTOCOLS || (connect && status.is_success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

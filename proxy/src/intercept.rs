@@ -181,6 +181,19 @@ impl Interception {
     }
 }
 
+/// How a route reaches its upstream, and what the request's `Host` must say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leg {
+    /// The agent's own TLS terminated here (CONNECT, transparent): TLS to the upstream, and
+    /// `Host` must name the target.
+    Intercepted,
+    /// Base-URL mode (`http://127.0.0.1:3128/https/<host>/...`): TLS to the upstream;
+    /// `Host` names the proxy, not the target.
+    BaseUrl,
+    /// Plain HTTP forwarded from an absolute-form request: the target is the URL's.
+    Plain,
+}
+
 /// Where one request goes.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
@@ -196,7 +209,9 @@ pub(crate) struct Route {
 }
 
 impl Route {
-    pub fn new(target: Target, addrs: Vec<IpAddr>, tls: bool, check_host: bool) -> Self {
+    pub fn new(target: Target, addrs: Vec<IpAddr>, leg: Leg) -> Self {
+        let tls = leg != Leg::Plain;
+        let check_host = leg == Leg::Intercepted;
         let host_header = HeaderValue::from_str(&host_value(&target, tls)).ok();
         Self {
             target,
@@ -214,8 +229,8 @@ pub(crate) struct Ctx {
     pub peer: SocketAddr,
     pub uid: Option<u32>,
     pub kind: Kind,
-    /// The git service port.
-    pub service: bool,
+    /// Which listeners' connections it may share: the agent's, or the git service port's.
+    pub lane: pool::Lane,
     pub slot: Arc<Slot>,
     pub requests: AtomicU64,
     pool: Mutex<Option<Live>>,
@@ -284,12 +299,17 @@ impl Ctx {
             peer,
             uid,
             kind,
-            service: false,
+            lane: pool::Lane::Agent,
             slot,
             requests: AtomicU64::new(0),
             pool: Mutex::new(None),
             pre: Mutex::new(None),
         }
+    }
+
+    /// Whether the connection came in on the git service port.
+    pub fn git_service(&self) -> bool {
+        self.lane == pool::Lane::GitService
     }
 
     /// An audit record for a request of this connection, written even if the client hangs
@@ -314,7 +334,7 @@ impl Ctx {
         pool::Key {
             target: target.clone(),
             tls,
-            lane: pool::Lane::of(self.service),
+            lane: self.lane,
         }
     }
 
@@ -710,7 +730,7 @@ fn git_scope(
     rec: &mut Pending,
 ) -> Result<GitScope, Reason> {
     let policy = &ctx.rules.policy;
-    if !ctx.service && policy.github_api_bound(&route.target.host) {
+    if !ctx.git_service() && policy.github_api_bound(&route.target.host) {
         return match policy.github_api_use(method, path) {
             ApiUse::Token => Ok(GitScope::Api),
             ApiUse::Anonymous => Ok(GitScope::None),
@@ -725,7 +745,7 @@ fn git_scope(
         let repo = g.repository(route.target.host.as_str());
         ctx.rules.policy.git.repositories.contains(&repo)
     });
-    if ctx.service {
+    if ctx.git_service() {
         if !authorized {
             rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
             return Err(Reason::RequestDeniedByRule);
@@ -749,7 +769,7 @@ fn judge_head(
     view: &RequestView<'_>,
     rec: &mut Pending,
 ) -> Result<Option<usize>, Reason> {
-    if ctx.service {
+    if ctx.git_service() {
         return Ok(None);
     }
     let verdict = reported(&ctx.rules.policy, ctx.rules.policy.judge(view), rec);
@@ -822,7 +842,7 @@ fn check_credential_use(
     // Listed in `network.websocket`: the relay reads the frames (never on the git service
     // port, whose only business is smart HTTP).
     let frames = || {
-        (!ctx.service && policy.network.websocket_allowed(host)).then(|| websocket::Session {
+        (!ctx.git_service() && policy.network.websocket_allowed(host)).then(|| websocket::Session {
             rules: Arc::clone(&ctx.rules),
             host: host.clone(),
             report: matches!(policy.sandbox.mode, airlock_policy::Mode::Report),
@@ -831,7 +851,7 @@ fn check_credential_use(
     upgrade_verdict(req, frames, || {
         // After the `101` of a raw relay every frame is a write nobody judges: only a
         // writable host may carry one.
-        ctx.service
+        ctx.git_service()
             || creds.any_bound_to(host)
             || policy.l7.has_rules_for(host)
             || !(policy.is_writable(host) || policy.is_passthrough(host))
@@ -924,7 +944,7 @@ fn check_body_secrets(
 /// an LLM API host (agents send files there as context), not a git push on the service
 /// port (a pack is compressed by design), and only when the policy measures any.
 fn measures_signals(ctx: &Cx<'_>, host: &Host) -> bool {
-    !ctx.service && !detect::llm_host(host) && ctx.rules.policy.signals.any()
+    !ctx.git_service() && !detect::llm_host(host) && ctx.rules.policy.signals.any()
 }
 
 /// A body read whole: its signals go on the record; one the policy denies refuses the
@@ -1779,7 +1799,7 @@ where
             rec.decision = Verdict::Allow;
             let resp = exchange(&ctx, ctx.shared.rules.load(), req, &route, rec).await;
             if let Some(connect) = upgrade {
-                gate.upgrade_decided(crate::explicit::upgrades(connect, resp.status()));
+                gate.upgrade_decided(crate::gate::upgrades(connect, resp.status()));
             }
             Ok::<_, std::convert::Infallible>(resp)
         }
@@ -1862,7 +1882,8 @@ mod tests {
                     let value = host_value(&target, tls);
                     let back = airlock_policy::host::split_host_port(&value, port).unwrap();
                     assert_eq!(back, (target.host.clone(), port), "{value}");
-                    let route = Route::new(target, Vec::new(), tls, true);
+                    let leg = if tls { Leg::Intercepted } else { Leg::Plain };
+                    let route = Route::new(target, Vec::new(), leg);
                     assert!(route.host_header.is_some(), "{value}");
                 }
             }

@@ -46,19 +46,6 @@ pub enum Lane {
     GitService,
 }
 
-impl Lane {
-    /// The lane of a connection that came in on the git service port (`true`) or on one
-    /// of the agent's listeners.
-    #[must_use]
-    pub const fn of(service_port: bool) -> Self {
-        if service_port {
-            Self::GitService
-        } else {
-            Self::Agent
-        }
-    }
-}
-
 /// What a pooled connection is kept under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {

@@ -21,7 +21,7 @@ use crate::Shared;
 use crate::audit::{Event, Kind, Record, Verdict};
 use crate::decide;
 use crate::identity::Proto;
-use crate::intercept::{Ctx, Route};
+use crate::intercept::{Ctx, Leg, Route};
 use crate::limits::{Client, Slot};
 use crate::pool::Lane;
 use crate::shutdown::{Phase, accept_until_draining, reached};
@@ -219,7 +219,7 @@ async fn handle(
             Kind::Transparent,
             Arc::new(slot),
         );
-        let route = Route::new(target, vec![orig.ip()], true, true);
+        let route = Route::new(target, vec![orig.ip()], Leg::Intercepted);
         let client = Metered::both(stream, Arc::clone(&meter), Dir::Up);
         let ctx = Arc::new(ctx);
         let end =
