@@ -1686,6 +1686,17 @@ fn hello_failure(e: &std::io::Error) -> Reason {
     }
 }
 
+/// Whether a handshake failed because the client went away (end of stream, reset, broken
+/// pipe) rather than because of what it sent.
+fn client_left(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+    )
+}
+
 /// Terminates the agent's TLS on an intercepted connection to `route.target` and serves
 /// its requests. `pre` is the TCP connection already made to the target. Returns how the
 /// connection ended, for the connection's audit line (`rec`, written by the caller).
@@ -1753,6 +1764,12 @@ where
     };
     let tls = match handshake {
         Ok(Ok(t)) => t,
+        // Gone in the middle of the handshake: the client left, nothing was refused (its
+        // line says `abandoned` when no request went upstream).
+        Ok(Err(e)) if client_left(&e) => {
+            tracing::debug!("client {} left during its TLS handshake: {e}", ctx.peer);
+            return tunnel::End::Closed;
+        }
         Ok(Err(e)) => {
             tracing::info!("client TLS with {} failed: {e}", ctx.peer);
             rec.decision = Verdict::Deny;

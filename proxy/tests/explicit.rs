@@ -1327,6 +1327,29 @@ async fn a_tunnel_the_agent_leaves_before_a_byte_went_upstream_is_abandoned() {
         .await
         .expect("the handshake with the proxy's leaf");
     drop(tls); // gone after the handshake, before any request
+    // Gone in the middle of the handshake: its ClientHello sent, the proxy's answer read,
+    // never finished. The client left; the proxy refused nothing.
+    let (mut s, r) = request(
+        h.addr,
+        "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut conn = rustls::ClientConnection::new(
+        h.trusting_client(),
+        rustls::pki_types::ServerName::try_from("allowed.test").unwrap(),
+    )
+    .unwrap();
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    s.write_all(&hello).await.unwrap();
+    let mut answer = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut answer))
+        .await
+        .expect("the proxy answers the hello")
+        .unwrap();
+    assert!(n > 0 && answer[0] == 0x16, "a TLS handshake record");
+    drop(s);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let lines = h.finish().await;
     assert!(
@@ -1334,13 +1357,55 @@ async fn a_tunnel_the_agent_leaves_before_a_byte_went_upstream_is_abandoned() {
         "the upstream saw bytes: the test is wrong"
     );
     let tunnels: Vec<_> = lines.iter().filter(|l| l["kind"] == "connect").collect();
-    assert_eq!(tunnels.len(), 3, "one final line per tunnel: {lines:#?}");
+    assert_eq!(tunnels.len(), 4, "one final line per tunnel: {lines:#?}");
     for l in tunnels {
         assert_eq!(l["decision"], "abandoned", "{l}");
+        assert!(l["reason"].is_null(), "nothing was refused: {l}");
         assert!(l["rule"].is_string(), "the allowing rule is kept: {l}");
     }
     // The tunnelled one counts what crossed it (nothing); an intercepted one counts the
     // client's side of its TLS.
     let raw = lines_for(&lines, "raw.test");
     assert_eq!(raw[0]["bytes_up"], 0, "{:?}", raw[0]);
+}
+
+/// The other side of the line above: a client that does not trust the proxy's leaf says so
+/// with an alert and leaves; that is a failed TLS (`deny`, `client-tls-failed`), not a
+/// client that merely went away.
+#[tokio::test]
+async fn a_client_that_refuses_the_leaf_is_recorded_as_a_failed_handshake() {
+    let (up, got) = recorder().await;
+    let mut h = Harness::start(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, up)],
+    )
+    .await;
+    let (s, r) = request(
+        h.addr,
+        "CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let untrusting = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let refused = tokio_rustls::TlsConnector::from(std::sync::Arc::new(untrusting))
+        .connect(
+            rustls::pki_types::ServerName::try_from("allowed.test").unwrap(),
+            s,
+        )
+        .await;
+    assert!(refused.is_err(), "a client without the CA refuses the leaf");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = h.finish().await;
+    assert!(got.lock().unwrap().is_empty(), "nothing went upstream");
+    let tunnel: Vec<_> = lines.iter().filter(|l| l["kind"] == "connect").collect();
+    assert_eq!(tunnel.len(), 1, "{lines:#?}");
+    assert_eq!(tunnel[0]["decision"], "deny", "{}", tunnel[0]);
+    assert_eq!(tunnel[0]["reason"], "client-tls-failed", "{}", tunnel[0]);
 }
