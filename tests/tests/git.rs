@@ -633,15 +633,19 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
   for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null; done | tr '\0' '\n' | grep -c '{token_re}'
 done | sort -u | tr '\n' ' '; echo proc-scan-done
 wait
-echo files=$( (find /run $HOME . -path '{repo}' -prune -o -type f -print0; find /tmp -path '{repo}' -prune -o -type f -newer "$HOME/.scan-start" -print0) 2>/dev/null | xargs -0 grep -sl '{token_re}' 2>/dev/null | wc -l)
+echo files=$( (find /run $HOME . -path '{repo}' -prune -o -type f -print0; find /tmp \( -path '{repo}' -o \( -path '/tmp/alk-*' ! -path '{own}' ! -path '{own}/*' \) \) -prune -o -type f -newer "$HOME/.scan-start" -print0) 2>/dev/null | xargs -0 grep -sl '{token_re}' 2>/dev/null | wc -l)
 "#,
         // The test's own checkout (its sources and build name the fake token) and other
         // copies of it may live under a world-readable /tmp: they are not something airlock
-        // gave the agent. /tmp is searched for what appeared during the session.
+        // gave the agent. /tmp is searched for what appeared during the session, in this
+        // World's directory and outside every World: the namespace tests share one binary,
+        // so other tests' Worlds (`/tmp/alk-*`, their own fake tokens) come and go beside
+        // this one, and the appliance's agent has its own /tmp where the harness's does not.
         repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .unwrap()
-            .display()
+            .display(),
+        own = g.world.dir().display(),
     );
     let out = g.run(&script);
     assert_ok(&out);
