@@ -157,14 +157,7 @@ mod tests {
     fn the_saved_agent_is_root_only_and_reads_back() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let agent = Identity {
-            name: "agent".into(),
-            uid: 1000,
-            gid: 1000,
-            groups: vec![1000],
-            home: "/home/agent".into(),
-            shell: "/bin/bash".into(),
-        };
+        let agent = Identity::test_agent();
         let env = BTreeMap::from([("HTTP_PROXY".to_owned(), "http://127.0.0.1:3128".to_owned())]);
         save(dir.path(), &agent, Path::new("/workspace"), &env).unwrap();
         let meta = std::fs::metadata(dir.path().join(FILE)).unwrap();

@@ -1387,14 +1387,8 @@ async fn a_client_that_refuses_the_leaf_is_recorded_as_a_failed_handshake() {
     )
     .await;
     assert_eq!(r.status, 200);
-    let untrusting = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(rustls::RootCertStore::empty())
-    .with_no_client_auth();
-    let refused = tokio_rustls::TlsConnector::from(std::sync::Arc::new(untrusting))
+    let untrusting = client_with_roots(rustls::RootCertStore::empty());
+    let refused = tokio_rustls::TlsConnector::from(untrusting)
         .connect(
             rustls::pki_types::ServerName::try_from("allowed.test").unwrap(),
             s,

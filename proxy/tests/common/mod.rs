@@ -250,10 +250,6 @@ impl Harness {
         }
     }
 
-    /// Stops the proxy, flushes the log and returns its final lines (one per decision):
-    /// the `open` lines written before anything went upstream are checked, not returned.
-    /// Every `open` line must come before a final line of the same request, and every
-    /// final line of an allowed request must have one.
     /// A TLS client trusting the appliance CA, as every client in the sandbox does.
     pub fn trusting_client(&self) -> Arc<rustls::ClientConfig> {
         use rustls::pki_types::pem::PemObject;
@@ -261,16 +257,13 @@ impl Harness {
         roots
             .add(rustls::pki_types::CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap())
             .unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        Arc::new(config)
+        client_with_roots(roots)
     }
 
+    /// Stops the proxy, flushes the log and returns its final lines (one per decision):
+    /// the `open` lines written before anything went upstream are checked, not returned.
+    /// Every `open` line must come before a final line of the same request, and every
+    /// final line of an allowed request must have one.
     pub async fn finish(&mut self) -> Vec<Value> {
         let all = self.finish_all().await;
         check_open_lines(&all);
@@ -416,6 +409,19 @@ fn request_key(l: &Value) -> String {
         .map(|k| l[*k].to_string())
         .collect::<Vec<_>>()
         .join("|")
+}
+
+/// A TLS client (ring, safe default versions) trusting exactly `roots`: empty, it trusts
+/// nothing, as a client without the appliance CA.
+pub fn client_with_roots(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Arc::new(config)
 }
 
 /// Write-before-answer, checked on a whole log: each `open` line is followed by its
