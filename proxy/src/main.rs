@@ -8,7 +8,6 @@ use clap::Parser;
 
 use airlock_proxy::ca::Ca;
 use airlock_proxy::config::Args;
-use airlock_proxy::credentials::Credentials;
 use airlock_proxy::identity::{NoIdentity, PeerIdentity, SockDiag};
 use airlock_proxy::intercept::Interception;
 use airlock_proxy::limits::Limits;
@@ -43,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     };
     // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
     // line), never a proxy that runs without what the policy asked for.
+    let reload_policy = policy.clone();
     let (rules, interception) = match setup_interception(&args, policy) {
         Ok(i) => i,
         Err(e) => {
@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
         .thread_keep_alive(Duration::from_secs(1))
         .build()
         .context("building the tokio runtime")?;
-    rt.block_on(run(args, rules, interception))
+    rt.block_on(run(args, rules, reload_policy, interception))
 }
 
 /// `EX_CONFIG`: the entrypoint reports it as a refused start.
@@ -68,11 +68,10 @@ fn setup_interception(
     args: &Args,
     policy: airlock_policy::Policy,
 ) -> anyhow::Result<(Rules, Interception)> {
-    let credentials = Credentials::load(
-        &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
+    let rules = Rules::reload(
         &policy,
+        &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
     )?;
-    let rules = Rules::new(policy, credentials).context("building the secret detectors")?;
     let ca = Ca::load_or_generate(&args.state_dir)?;
     let mut roots = Vec::new();
     for path in &args.upstream_ca {
@@ -83,7 +82,15 @@ fn setup_interception(
     Ok((rules, Interception::new(ca, roots)?))
 }
 
-async fn run(args: Args, rules: Rules, interception: Interception) -> anyhow::Result<()> {
+async fn run(
+    args: Args,
+    rules: Rules,
+    policy: airlock_policy::Policy,
+    interception: Interception,
+) -> anyhow::Result<()> {
+    // Before the listeners answer: a SIGHUP must never meet the default action (exit).
+    let mut signals = shutdown::Signals::install().context("installing signal handlers")?;
+    let mut needles = rules.credentials.workspace_secrets().to_vec();
     let limits = Limits::default();
     let resolver = SystemResolver::from_resolv_conf(&args.resolv_conf)
         .context("building the proxy's resolver")?;
@@ -124,9 +131,26 @@ async fn run(args: Args, rules: Rules, interception: Interception) -> anyhow::Re
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;
     tracing::info!("airlock-proxy ready on {}", running.explicit_addr);
-    let sig = shutdown::signal()
-        .await
-        .context("installing signal handlers")?;
+    let handoff = args.state_dir.join(airlock_channels::CREDENTIALS_FILE);
+    let sig = loop {
+        match signals.next().await {
+            shutdown::Asked::Stop(sig) => break sig,
+            // The entrypoint's rescan rewrote the hand-off: the same policy with the
+            // hand-off's needles (the credentials are the same); a hand-off that cannot be
+            // used keeps the rules in force (one line). Not an audit line: the audit
+            // schema has no event outside a connection (stderr, the operator's log).
+            shutdown::Asked::Reload => match Rules::reload(&policy, &handoff) {
+                Ok(new) => {
+                    tracing::info!("SIGHUP: {}", new.change(&needles));
+                    needles = new.credentials.workspace_secrets().to_vec();
+                    running.replace_rules(new);
+                }
+                Err(e) => tracing::warn!(
+                    "SIGHUP: workspace secrets not reloaded, the needles loaded before stay: {e}"
+                ),
+            },
+        }
+    };
     tracing::info!("{sig}: draining");
     running.stop().await;
     writer.finish().await.context("flushing the audit log")?;

@@ -2,6 +2,8 @@
 //!
 //! `Running` → `Draining` (listeners stop accepting, HTTP connections finish their current
 //! request, tunnels keep flowing) → `Stopping` (after the grace: tunnels are cut and audited).
+//! SIGTERM and SIGINT start it; SIGHUP is no stop at all but [`Asked::Reload`] (the
+//! workspace-secrets rescan: the caller re-reads the hand-off).
 
 use tokio::sync::watch;
 
@@ -87,18 +89,61 @@ pub async fn accept_until_draining(
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
+/// What a signal asks of the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// SIGTERM or SIGINT (named): drain and exit.
+    Stop(&'static str),
+    /// SIGHUP: re-read the credential hand-off (the entrypoint's workspace-secrets rescan
+    /// rewrote it) and swap in the rules built from it. Not a shutdown.
+    Reload,
+}
+
+/// The proxy's signals, installed once at start (before the listeners answer, so a
+/// SIGHUP is never the default action, which would kill the proxy).
+#[derive(Debug)]
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers for SIGTERM, SIGINT and SIGHUP.
+    ///
+    /// # Errors
+    /// When a handler cannot be installed.
+    pub fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal's request.
+    pub async fn next(&mut self) -> Asked {
+        tokio::select! {
+            _ = self.term.recv() => Asked::Stop("SIGTERM"),
+            _ = self.int.recv() => Asked::Stop("SIGINT"),
+            _ = self.hup.recv() => Asked::Reload,
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT (a SIGHUP in between is ignored; the proxy's
+/// own loop is [`Signals`]).
 ///
 /// # Errors
 /// When the signal handlers cannot be installed.
 pub async fn signal() -> std::io::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+    let mut signals = Signals::install()?;
+    loop {
+        if let Asked::Stop(name) = signals.next().await {
+            return Ok(name);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,16 +7,31 @@
 //! connection or request takes one [`Snapshot::load`] at its start and decides everything
 //! with it, so a [`Snapshot::replace`] between two requests takes effect at the next one
 //! and a request never sees half of two policies. Replacing is the control plane's job
-//! (docs/design.md §10); this module only makes it a one-line swap. What does not change
+//! (docs/design.md §10); this module only makes it a one-line swap. The one replacement
+//! built today is [`Rules::reload`]: the same policy with the credential hand-off read
+//! again (on SIGHUP, after the entrypoint's workspace-secrets rescan rewrote it). What does not change
 //! with the rules (the CA and its leaves, the upstream TLS roots, limits, the audit) lives
 //! elsewhere in the shared state.
 
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
+use airlock_handoff::WorkspaceSecret;
 use airlock_policy::Policy;
 
-use crate::credentials::Credentials;
+use crate::credentials::{Credentials, CredentialsError};
 use crate::detect::{DetectError, Detectors};
+
+/// Rebuilding the rules from the hand-off failed: the caller keeps the rules it has.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The hand-off cannot be read, parsed or matched with the policy.
+    #[error(transparent)]
+    Handoff(#[from] CredentialsError),
+    /// The detectors cannot be built from the new needles.
+    #[error("building the secret detectors: {0}")]
+    Detectors(#[from] DetectError),
+}
 
 /// What one request is decided under.
 #[derive(Debug)]
@@ -44,6 +59,35 @@ impl Rules {
             credentials,
             detectors,
         })
+    }
+}
+
+impl Rules {
+    /// The rules of `policy` with the credentials of the hand-off at `handoff` (read
+    /// again: credentials and workspace needles) and the detectors built for them.
+    ///
+    /// # Errors
+    /// [`ReloadError`]; the caller keeps the rules it has.
+    pub fn reload(policy: &Policy, handoff: &Path) -> Result<Self, ReloadError> {
+        let credentials = Credentials::load(handoff, policy)?;
+        Ok(Self::new(policy.clone(), credentials)?)
+    }
+
+    /// What a reload from the needles `before` to these rules changed, in counts (never
+    /// values): the line the proxy writes on stderr for it.
+    #[must_use]
+    pub fn change(&self, before: &[WorkspaceSecret]) -> String {
+        let after = self.credentials.workspace_secrets();
+        let added = after.iter().filter(|s| !before.contains(s)).count();
+        let dropped = before.iter().filter(|s| !after.contains(s)).count();
+        let mut files: Vec<&str> = after.iter().map(|s| s.file.as_str()).collect();
+        files.sort_unstable();
+        files.dedup();
+        format!(
+            "workspace secrets reloaded: {} needles from {} files ({added} new, {dropped} gone)",
+            after.len(),
+            files.len()
+        )
     }
 }
 
@@ -79,6 +123,57 @@ impl<T> Snapshot<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use airlock_handoff::{HANDOFF_VERSION, Handoff, Secret};
+
+    fn needle(file: &str, value: &str) -> WorkspaceSecret {
+        WorkspaceSecret {
+            file: file.into(),
+            name: "DB_PASSWORD".into(),
+            detector: None,
+            value: Secret::new(value.into()),
+        }
+    }
+
+    fn handoff(secrets: Vec<WorkspaceSecret>) -> Vec<u8> {
+        let h = Handoff {
+            version: HANDOFF_VERSION,
+            session: "s".into(),
+            workspace_secrets: secrets,
+            ..Handoff::default()
+        };
+        serde_json::to_vec(&h).unwrap_or_default()
+    }
+
+    /// The agent's rescanned `.env`: a needle the first rules did not have is in the
+    /// reloaded ones, the old one stays, and a hand-off that cannot be read replaces
+    /// nothing (the caller keeps what it has).
+    #[test]
+    fn a_reload_reads_the_new_needles_and_a_bad_handoff_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("credentials.json");
+        let policy = Policy::parse(
+            "[sandbox]\nname = \"t\"\n[network]\nallow = [\"a.test\"]\n",
+            Path::new("p.toml"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let first = vec![needle(".env", "old-Secret-value-1234")];
+        std::fs::write(&path, handoff(first.clone())).unwrap_or_else(|e| panic!("{e}"));
+        let rules = Rules::reload(&policy, &path).unwrap_or_else(|e| panic!("{e}"));
+        let mut both = first;
+        both.push(needle("api/.env", "new-Secret-value-5678"));
+        std::fs::write(&path, handoff(both.clone())).unwrap_or_else(|e| panic!("{e}"));
+        let new = Rules::reload(&policy, &path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(new.credentials.workspace_secrets(), both.as_slice());
+        let line = new.change(rules.credentials.workspace_secrets());
+        assert_eq!(
+            line,
+            "workspace secrets reloaded: 2 needles from 2 files (1 new, 0 gone)"
+        );
+        assert!(!line.contains("Secret-value"));
+        std::fs::write(&path, b"{\"version\": ").unwrap_or_else(|e| panic!("{e}"));
+        let err = Rules::reload(&policy, &path).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("malformed"), "{err}");
+    }
 
     #[test]
     fn a_loaded_value_outlives_its_replacement() {
