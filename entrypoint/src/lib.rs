@@ -32,6 +32,7 @@ pub mod problems;
 pub mod procfs;
 pub mod proxy_ctl;
 pub mod proxy_state;
+pub mod rescan;
 pub mod seccomp;
 pub mod second;
 pub mod selftest;
@@ -56,6 +57,11 @@ pub const EXIT_REFUSED: u8 = airlock_channels::EXIT_REFUSED;
 pub enum Invocation {
     /// `__self-test [MODE]`: run the self-test probes (as the agent, spawned by PID 1).
     SelfTest(Option<String>),
+    /// `__rescan-scan ARGS`: the workspace-secrets rescan's scan (as the agent, spawned by
+    /// PID 1 on SIGHUP; see [`rescan`]).
+    RescanScan(Vec<OsString>),
+    /// `__rescan-handoff ARGS`: the rescan's hand-off rewrite (as the proxy user).
+    RescanHandoff(Vec<OsString>),
     /// `airlock-session [ARGS]` or `__session [ARGS]`: a second confined session.
     Session(Vec<OsString>),
     /// Anything else: PID 1's start, with the command line [`config::Cli`] parses.
@@ -68,6 +74,13 @@ impl Invocation {
         let first = args.get(1).map(OsString::as_os_str);
         if first == Some(OsStr::new(selftest::ARG)) {
             return Invocation::SelfTest(args.get(2).and_then(|a| a.to_str()).map(str::to_owned));
+        }
+        let rest = || args.iter().skip(2).cloned().collect();
+        if first == Some(OsStr::new(rescan::SCAN_ARG)) {
+            return Invocation::RescanScan(rest());
+        }
+        if first == Some(OsStr::new(rescan::HANDOFF_ARG)) {
+            return Invocation::RescanHandoff(rest());
         }
         let as_session = args
             .first()
@@ -117,6 +130,14 @@ mod tests {
         assert_eq!(
             Invocation::of(&os(&["airlock-entrypoint", "--check"])),
             Invocation::Start
+        );
+        assert_eq!(
+            Invocation::of(&os(&["airlock-entrypoint", "__rescan-scan", "/w", "/p"])),
+            Invocation::RescanScan(os(&["/w", "/p"]))
+        );
+        assert_eq!(
+            Invocation::of(&os(&["airlock-entrypoint", "__rescan-handoff", "/s"])),
+            Invocation::RescanHandoff(os(&["/s"]))
         );
         assert_eq!(Invocation::of(&[]), Invocation::Start);
     }

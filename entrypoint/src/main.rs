@@ -3,7 +3,9 @@
 //! the exit status.
 
 use airlock_entrypoint::config::Cli;
-use airlock_entrypoint::{EXIT_REFUSED, Invocation, console, problems, second, selftest, start};
+use airlock_entrypoint::{
+    EXIT_REFUSED, Invocation, console, problems, rescan, second, selftest, start,
+};
 use anyhow::anyhow;
 use clap::Parser;
 use std::ffi::OsString;
@@ -13,6 +15,8 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     match Invocation::of(&args) {
         Invocation::SelfTest(mode) => selftest::main(mode.as_deref()),
+        Invocation::RescanScan(args) => rescan::scan_main(&args),
+        Invocation::RescanHandoff(args) => rescan::handoff_main(&args),
         Invocation::Session(args) => {
             let err = second::main(&args).err();
             eprintln!(

@@ -8,8 +8,8 @@ use crate::plan::{self, Plan};
 use crate::proxy_ctl::{self, ProxySpec};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::{
-    agent_env, console, credentials, effective, git, seccomp, second, selftest, setup, supervise,
-    trust, workspace_secrets,
+    agent_env, console, credentials, effective, git, rescan, seccomp, second, selftest, setup,
+    supervise, trust, workspace_secrets,
 };
 use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
@@ -181,8 +181,44 @@ pub fn run(cli: Cli) -> Result<i32> {
 
     setup::reduce_pid1_caps()?;
     let ready = clock.ready_line(&session.id);
+    let rescan = rescan_spec(&cli, &users, &filters, &proxy_spec);
     let child = spawn_agent(&cli, &plan, &users, filters, &ready)?;
-    supervise_until_exit(&child, &mut proxy, proxy_spec, &mut git_api, git_spec)
+    supervise_until_exit(
+        &child,
+        &mut proxy,
+        proxy_spec,
+        &mut git_api,
+        git_spec,
+        rescan,
+    )
+}
+
+/// What SIGHUP's workspace-secrets rescan runs: the scan as the agent (its seccomp
+/// filters too), the hand-off rewrite as the proxy user.
+fn rescan_spec(
+    cli: &Cli,
+    users: &Users,
+    filters: &Arc<Vec<seccompiler::BpfProgram>>,
+    proxy: &ProxySpec,
+) -> rescan::Rescan {
+    rescan::Rescan {
+        agent: RunAs {
+            identity: users.agent.clone(),
+            filters: Some(Arc::clone(filters)),
+            session: TtySession::Inherit,
+            real_uid: None,
+        },
+        proxy: RunAs {
+            identity: users.proxy.clone(),
+            filters: None,
+            session: TtySession::Inherit,
+            real_uid: None,
+        },
+        workdir: cli.workdir.clone(),
+        policy: proxy.policy.clone(),
+        state_dir: proxy.state_dir.clone(),
+        run_dir: cli.run_dir.clone(),
+    }
 }
 
 /// The proxy's credential hand-off: the resolved credentials, the git placeholder of this
@@ -304,6 +340,7 @@ fn supervise_until_exit(
     proxy_spec: ProxySpec,
     git_api: &mut git::ApiGuard,
     git_spec: Option<git::ApiSpec>,
+    rescan: rescan::Rescan,
 ) -> Result<i32> {
     let proxy_pid = Pid::from_raw(
         proxy
@@ -313,7 +350,8 @@ fn supervise_until_exit(
             .context("proxy handle lost")? as i32,
     );
     let mut supervisor =
-        supervise::Supervisor::new(Pid::from_raw(agent.id() as i32), proxy_pid, proxy_spec);
+        supervise::Supervisor::new(Pid::from_raw(agent.id() as i32), proxy_pid, proxy_spec)
+            .with_rescan(rescan);
     if let (Some(api), Some(spec)) = (git_api.0.take(), git_spec) {
         supervisor = supervisor.with_git(Pid::from_raw(api.id() as i32), spec);
     }

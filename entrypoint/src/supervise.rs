@@ -2,6 +2,13 @@
 //! the proxy and the git API alive (a crash; the agent can signal neither: other real and
 //! saved uids), and when the agent exits let the proxy flush its audit log before the
 //! container stops with the agent's status.
+//!
+//! Which signal does what ([`route`]): SIGCHLD reaps; **SIGHUP is the operator's
+//! workspace-secrets rescan** (`docker kill -s HUP <container>`, `airlock rescan <name>`:
+//! [`crate::rescan`]) and is not forwarded, so the agent never sees it (a terminal hang-up
+//! does not reach PID 1 of a container); every other handled signal goes to the agent's
+//! process group, which decides how to exit. The agent cannot send PID 1 a signal (other
+//! uid), so only the operator starts a rescan.
 
 use crate::git::ApiSpec;
 use crate::proxy_ctl::ProxySpec;
@@ -38,6 +45,27 @@ pub fn block_signals() -> Result<()> {
         .context("blocking signals in PID 1")
 }
 
+/// What PID 1 does with a signal it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Reap exited children.
+    Reap,
+    /// Rescan the workspace's secret files ([`crate::rescan`]).
+    Rescan,
+    /// Forward it to the agent's process group.
+    Forward,
+}
+
+/// The [`Route`] of `sig`. Pure.
+#[must_use]
+pub fn route(sig: Signal) -> Route {
+    match sig {
+        Signal::SIGCHLD => Route::Reap,
+        Signal::SIGHUP => Route::Rescan,
+        _ => Route::Forward,
+    }
+}
+
 /// More proxy deaths than this within [`RESTART_WINDOW`] stops the container.
 const MAX_RESTARTS: usize = 5;
 const RESTART_WINDOW: Duration = Duration::from_secs(60);
@@ -52,6 +80,8 @@ pub struct Supervisor {
     restarts: VecDeque<Instant>,
     /// The git API, when git runs, and its own restart history.
     git: Option<(Pid, ApiSpec, VecDeque<Instant>)>,
+    /// The workspace-secrets rescan SIGHUP runs (none: SIGHUP is ignored).
+    rescan: Option<crate::rescan::Rescan>,
 }
 
 /// The container's exit status for a waited child: its code, or 128 + signal.
@@ -71,7 +101,14 @@ impl Supervisor {
             proxy_spec,
             restarts: VecDeque::new(),
             git: None,
+            rescan: None,
         }
+    }
+
+    /// Run `rescan` on SIGHUP.
+    pub fn with_rescan(mut self, rescan: crate::rescan::Rescan) -> Self {
+        self.rescan = Some(rescan);
+        self
     }
 
     /// Also keep the git API alive (restarted like the proxy, same budget).
@@ -85,10 +122,20 @@ impl Supervisor {
         let signals = handled_signals();
         loop {
             let sig = signals.wait().context("waiting for signals")?;
-            if sig != Signal::SIGCHLD {
-                // Forward to the agent's group; it decides how to exit.
-                let _ = killpg(self.agent, sig);
-                continue;
+            match route(sig) {
+                Route::Forward => {
+                    // The agent's group decides how to exit.
+                    let _ = killpg(self.agent, sig);
+                    continue;
+                }
+                Route::Rescan => {
+                    // Its children are waited for by pid; their SIGCHLD is taken next.
+                    if let Some(rescan) = &self.rescan {
+                        rescan.run(self.proxy);
+                    }
+                    continue;
+                }
+                Route::Reap => {}
             }
             if let Some(code) = self.reap()? {
                 if let Some((pid, ..)) = &self.git {
@@ -192,6 +239,17 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sighup_rescans_sigchld_reaps_and_the_rest_reach_the_agent() {
+        assert_eq!(route(Signal::SIGHUP), Route::Rescan);
+        assert_eq!(route(Signal::SIGCHLD), Route::Reap);
+        for sig in handled_signals().iter() {
+            if sig != Signal::SIGHUP && sig != Signal::SIGCHLD {
+                assert_eq!(route(sig), Route::Forward, "{sig}");
+            }
+        }
+    }
 
     #[test]
     fn exit_status_follows_the_shell_convention() {

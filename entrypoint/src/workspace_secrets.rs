@@ -42,8 +42,13 @@
 //! symlink out of the workspace, not a regular file, past the file limit) gets one line
 //! saying what was not read and why; start-up goes on (its values are simply not needles).
 //!
-//! Not done: a rescan while the sandbox runs (the proxy builds its needles once, at its
-//! start; a file the agent writes later is not read), base64 forms of the values.
+//! **Rescan**: a file the agent writes after start is read only when the operator asks:
+//! SIGHUP to the container (`airlock rescan <name>`) runs the same [`scan`] as the agent
+//! and adds the new needles to the proxy's ([`crate::rescan`]); a needle is never taken
+//! away before the container stops. Until that rescan, a secret the agent wrote itself is
+//! refused only if a detector recognises it.
+//!
+//! Not done: rescanning on its own (a file watch), base64 forms of the values.
 
 use airlock_handoff::{Secret, WorkspaceSecret};
 use airlock_policy::detect::Formats;
@@ -138,7 +143,13 @@ pub fn at_start(workdir: &Path, run_dir: &Path, policy: &Secrets) -> Vec<Workspa
     if let Err(e) = written {
         crate::console::info(&format!("workspace secrets: no report file: {e:#}"));
     }
-    scan.found
+    needles(scan.found)
+}
+
+/// The hand-off's form of the values found.
+#[must_use]
+pub fn needles(found: Vec<Found>) -> Vec<WorkspaceSecret> {
+    found
         .into_iter()
         .map(|f| WorkspaceSecret {
             file: f.file,

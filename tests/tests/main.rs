@@ -22,5 +22,6 @@ mod github_api;
 mod harness;
 mod intercept;
 mod newcomer;
+mod rescan;
 mod startup_refusals;
 mod trust;

