@@ -90,6 +90,16 @@ Examples:
     /// Stop a sandbox's container (its checkout and branch stay); fetches its branch first.
     #[command(after_help = "Examples:\n  airlock stop fix-login")]
     Stop(NameArg),
+    /// Read the sandbox's workspace secret files again (`.env*`, `*.pem`, ...): a secret the
+    /// agent wrote since the start is refused on its way to any host from then on.
+    #[command(after_help = "\
+Examples:
+  airlock rescan fix-login
+  airlock exec fix-login -- cat /run/airlock/workspace-secrets   # what it found (names, never values)
+
+Sends SIGHUP to the sandbox's entrypoint (as `docker kill -s HUP <container>` would); the
+secrets already found stay refused. The result is a line in `airlock logs <name>`.")]
+    Rescan(NameArg),
     /// Start a stopped sandbox again (a new session is recorded).
     #[command(after_help = "Examples:\n  airlock start fix-login")]
     Start(NameArg),

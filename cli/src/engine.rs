@@ -6,8 +6,8 @@ use crate::flags::RunSpec;
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
 };
 use futures_util::StreamExt;
 use std::time::{Duration, Instant};
@@ -271,6 +271,17 @@ impl Engine {
             Err(e) if !is_404(&e) => Err(call("stop", id)(e)),
             _ => Ok(()),
         }
+    }
+
+    /// Send `signal` (`SIGHUP`) to its PID 1.
+    pub async fn signal(&self, id: &str, signal: &str) -> Result<(), EngineError> {
+        let opts = KillContainerOptions {
+            signal: signal.to_owned(),
+        };
+        self.docker
+            .kill_container(id, Some(opts))
+            .await
+            .map_err(call("kill", id))
     }
 
     /// Remove it with its anonymous volumes; a container already gone is fine.

@@ -6,6 +6,7 @@ mod gc;
 mod lifecycle;
 mod new;
 mod render;
+mod rescan;
 mod run;
 mod secret;
 mod view;
@@ -107,6 +108,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Attach(a) => lifecycle::attach(&ctx, &a.name).await,
         Command::Stop(a) => lifecycle::stop(&ctx, &a.name).await,
         Command::Start(a) => lifecycle::start(&ctx, &a.name).await,
+        Command::Rescan(a) => rescan::run(&ctx, &a.name).await,
         Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
