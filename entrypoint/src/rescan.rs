@@ -149,32 +149,43 @@ impl Rescan {
         let exe = std::env::current_exe().context("cannot locate the entrypoint binary")?;
         let env = BTreeMap::new();
         let (from_scanner, to_writer) = std::io::pipe().context("cannot create a pipe")?;
-        let scanner = self
-            .agent
-            .command(&exe, &env, Path::new("/"))
+        let mut scanner = self.agent.command(&exe, &env, Path::new("/"));
+        scanner
             .arg(SCAN_ARG)
             .arg(&self.workdir)
             .arg(&self.policy)
             .stdin(Stdio::null())
-            .stdout(to_writer)
-            .spawn()
+            .stdout(to_writer);
+        // On a terminal, their lines go to airlock's log (as the proxy's), not the agent's
+        // screen.
+        if let Some(log) = console::child_stream()? {
+            scanner.stderr(log);
+        }
+        let spawned = scanner.spawn();
+        // The command holds PID 1's copy of the pipe's write end: gone now, so the writer
+        // sees end of file when the scanner exits.
+        drop(scanner);
+        let spawned = spawned
             .with_context(|| format!("cannot start the scan as {}", self.agent.identity.name));
-        let mut scanner = Reaped(Some(scanner?));
-        let writer = self
-            .proxy
-            .command(&exe, &env, Path::new("/"))
+        let mut scanner = Reaped(Some(spawned?));
+        let mut writer = self.proxy.command(&exe, &env, Path::new("/"));
+        writer
             .arg(HANDOFF_ARG)
             .arg(&self.state_dir)
             .stdin(from_scanner)
-            .stdout(Stdio::piped())
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "cannot start the hand-off rewrite as {}",
-                    self.proxy.identity.name
-                )
-            });
-        let mut writer = Reaped(Some(writer?));
+            .stdout(Stdio::piped());
+        if let Some(log) = console::child_stream()? {
+            writer.stderr(log);
+        }
+        let spawned = writer.spawn();
+        drop(writer);
+        let spawned = spawned.with_context(|| {
+            format!(
+                "cannot start the hand-off rewrite as {}",
+                self.proxy.identity.name
+            )
+        });
+        let mut writer = Reaped(Some(spawned?));
         let out = writer.read_stdout(deadline)?;
         let scanned = scanner.wait(deadline)?;
         let written = writer.wait(deadline)?;
