@@ -17,6 +17,15 @@ use airlock_proxy::upstream::{SystemResolver, TcpConnect, Upstreams};
 use airlock_proxy::{Proxy, audit, shutdown};
 
 fn main() -> anyhow::Result<()> {
+    // A SIGHUP (the entrypoint's workspace-secrets rescan) that comes while the proxy reads
+    // its files, before `Signals::install` takes it, must not kill it: ignored until then.
+    // SAFETY: SIG_IGN installs no handler code; no other thread exists yet.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGHUP,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
