@@ -208,13 +208,17 @@ impl Rescan {
             .collect();
         let mut text = lines.join("\n");
         text.push('\n');
-        crate::proxy_state::write_atomic(
+        // The needles are the proxy's already: a report that cannot be written is its own
+        // line, not a failed rescan.
+        if let Err(e) = crate::proxy_state::write_atomic(
             &self.run_dir,
             workspace_secrets::REPORT_FILE,
             text.as_bytes(),
             0o644,
             None,
-        )?;
+        ) {
+            console::info(&format!("workspace secrets: no report file: {e:#}"));
+        }
         Ok(lines)
     }
 }
