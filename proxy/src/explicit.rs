@@ -12,9 +12,8 @@ use airlock_policy::reason::Reason;
 use http::header;
 use http::{Method, Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper::server::conn::http1 as server_http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -212,13 +211,9 @@ pub(crate) async fn serve_conn(
             Ok::<_, Infallible>(resp)
         }
     });
-    let mut builder = server_http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    gate::hyper_limits(&mut builder, limits.max_header_bytes);
-    builder.keep_alive(true);
-    let conn = builder.serve_connection(io, svc).with_upgrades();
+    let conn = gate::http1_server(&shared.head_timer, limits)
+        .serve_connection(io, svc)
+        .with_upgrades();
     tokio::pin!(conn);
     let mut phase = shared.shutdown.subscribe();
     let result = tokio::select! {

@@ -35,6 +35,9 @@ use bytes::{Buf, BytesMut};
 use http::{Method, Request, Uri};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+mod head_timer;
+pub use head_timer::HeadTimer;
+
 /// Most headers in one request head (more: `request-too-large`). hyper is configured with
 /// a higher cap so that it never refuses first.
 pub const MAX_HEADERS: usize = 100;
@@ -373,11 +376,23 @@ impl Default for GateShared {
     }
 }
 
-/// hyper's own limits, set above the gate's so that hyper never refuses a head first.
-pub fn hyper_limits(builder: &mut hyper::server::conn::http1::Builder, max_head: usize) {
+/// hyper's HTTP/1.1 server for a gated client connection: keep-alive, the head-read
+/// timeout on `timer` ([`HeadTimer`]: no syscall per request), and hyper's own size limits
+/// set above the gate's so that hyper never refuses a head first.
+#[must_use]
+pub fn http1_server(
+    timer: &HeadTimer,
+    limits: &crate::limits::Limits,
+) -> hyper::server::conn::http1::Builder {
+    let max_head = limits.max_header_bytes;
+    let mut builder = hyper::server::conn::http1::Builder::new();
     builder
+        .timer(timer.clone())
+        .header_read_timeout(limits.header_read_timeout)
         .max_buf_size((max_head + 16 * 1024).max(8192))
-        .max_header_size(max_head + 8 * 1024);
+        .max_header_size(max_head + 8 * 1024)
+        .keep_alive(true);
+    builder
 }
 
 /// `response` with `connection: close` (hyper then closes after writing it).

@@ -45,9 +45,8 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1 as client_http1;
-use hyper::server::conn::http1 as server_http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -1821,14 +1820,9 @@ where
             Ok::<_, std::convert::Infallible>(resp)
         }
     });
-    let limits = &shared.limits;
-    let mut builder = server_http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    crate::gate::hyper_limits(&mut builder, limits.max_header_bytes);
-    builder.keep_alive(true);
-    let conn = builder.serve_connection(io, svc).with_upgrades();
+    let conn = crate::gate::http1_server(&shared.head_timer, &shared.limits)
+        .serve_connection(io, svc)
+        .with_upgrades();
     tokio::pin!(conn);
     let mut phase = shared.shutdown.subscribe();
     let result = tokio::select! {

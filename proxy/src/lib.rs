@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     pub pool: pool::Pool<intercept::Live>,
     /// Query-name bytes carried below each wildcard-allowed zone (`dns::exfil`).
     pub dns_budget: dns::exfil::Budget,
+    /// hyper's head-read timeout clock for every client connection.
+    pub head_timer: gate::HeadTimer,
 }
 
 /// Everything a proxy instance needs.
@@ -166,6 +168,7 @@ impl Proxy {
         let slots = Slots::new(&self.limits);
         let service_slots = Slots::service(&self.limits);
         let shutdown = Shutdown::new();
+        let head_timer = gate::HeadTimer::new(self.limits.header_read_timeout);
         let shared = Arc::new(Shared {
             rules: snapshot::Snapshot::new(self.rules),
             upstreams: self.upstreams.with_phase(shutdown.subscribe()),
@@ -181,6 +184,7 @@ impl Proxy {
             interception: self.interception,
             pool: pool::Pool::default(),
             dns_budget: dns::exfil::Budget::default(),
+            head_timer,
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,
