@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 20] = [
+const SUBCOMMANDS: [&str; 21] = [
     "run",
     "new",
     "list",
@@ -30,6 +30,7 @@ const SUBCOMMANDS: [&str; 20] = [
     "gc",
     "doctor",
     "secret",
+    "rescan",
     "devcontainer",
     "k8s",
     "build",
