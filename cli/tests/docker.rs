@@ -73,6 +73,14 @@ fn stop_start_restart_missing_destroy_and_gc() {
     w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     w.ok(&["stop", &s]);
     assert_eq!(w.row(&s)["state"], "stopped");
+    // A rescan needs a running sandbox: one line that says how to get one.
+    let o = w.run(&["rescan", &s]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is not running") && err.contains("airlock start"),
+        "{err}"
+    );
     w.ok(&["start", &s]);
     let row = w.row(&s);
     assert_eq!(
@@ -85,6 +93,24 @@ fn stop_start_restart_missing_destroy_and_gc() {
         &format!("docker restart -t 1 airlock-{s} >/dev/null"),
     );
     assert_eq!(w.row(&s)["sessions"], 3);
+    // The operator's rescan reaches PID 1 (SIGHUP), which reads the workspace's secret
+    // files again and says so in the sandbox's report.
+    let out = w.ok(&["rescan", &s]);
+    assert!(out.contains("SIGHUP"), "{out}");
+    let start = std::time::Instant::now();
+    loop {
+        let o = w.run(&["exec", &s, "--", "cat", "/run/airlock/workspace-secrets"]);
+        let report = String::from_utf8_lossy(&o.stdout).into_owned();
+        if report.contains("rescanned at") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no rescan in the report: {report}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // A container removed by hand shows as missing, never a crash.
     sh(&w.repo(), &format!("docker rm -f airlock-{s} >/dev/null"));
     assert_eq!(w.row(&s)["state"], "missing");
