@@ -48,7 +48,8 @@
 //! away before the container stops. Until that rescan, a secret the agent wrote itself is
 //! refused only if a detector recognises it.
 //!
-//! Not done: rescanning on its own (a file watch), base64 forms of the values.
+//! Not done here: rescanning on its own (a file watch). The encoded forms of each value
+//! (percent, JSON, base64) are the proxy's (`airlock_proxy::detect`), not this module's.
 
 use airlock_handoff::{Secret, WorkspaceSecret};
 use airlock_policy::detect::Formats;
