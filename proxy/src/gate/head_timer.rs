@@ -197,7 +197,11 @@ async fn tick(wheel: Weak<Wheel>, told: Arc<Notify>, resolution: Duration) {
         };
         drop(w);
         for e in due {
-            let waker = e.waker.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let waker = e
+                .waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             if let Some(waker) = waker {
                 waker.wake();
             }
@@ -222,7 +226,11 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), timer.sleep(TIMEOUT))
             .await
             .expect("the sleep fires");
-        assert!(start.elapsed() >= TIMEOUT, "fired early: {:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= TIMEOUT,
+            "fired early: {:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test]
