@@ -218,23 +218,45 @@ pub fn plan(users: &Users, preserved_nat: airlock_firewall::PreservedNat) -> Pla
     }
 }
 
-/// Render and apply the firewall, one atomic `iptables-restore` per family.
+/// Render and apply the firewall, one atomic `iptables-restore` per family. The two
+/// families are applied at once (two processes, on two cores when there are two): the IPv6
+/// rules are the `filter` table alone and do not depend on the `nat` table Docker left,
+/// which only the IPv4 side reads first. Either failing stops the start; IPv6 rules applied
+/// beside a failed IPv4 side only refuse more.
 pub fn apply_firewall(users: &Users) -> Result<()> {
     const CAP_HINT: &str = "run the container with --cap-add NET_ADMIN";
+    let v6 = match airlock_firewall::ipv6_state() {
+        Ipv6State::Enabled => Some(airlock_firewall::render_v6(&plan(
+            users,
+            airlock_firewall::PreservedNat::default(),
+        ))),
+        Ipv6State::Disabled => None,
+    };
+    let (v4, v6) = std::thread::scope(|scope| {
+        let v6 = v6.map(|rules| scope.spawn(move || airlock_firewall::apply(Family::V6, &rules)));
+        let v4 = apply_v4(users, CAP_HINT);
+        (v4, v6.map(|job| job.join()))
+    });
+    v4?;
+    match v6 {
+        Some(Ok(applied)) => applied.context(
+            "IPv6 is up but cannot be filtered: make ip6tables work in the container or disable IPv6 (--sysctl net.ipv6.conf.all.disable_ipv6=1)",
+        )?,
+        Some(Err(_)) => bail!("applying the IPv6 firewall panicked"),
+        None => crate::console::info("IPv6 is disabled in this container; no IPv6 rules needed"),
+    }
+    Ok(())
+}
+
+/// The IPv4 side: read the `nat` table (Docker's embedded-DNS rules are kept), then apply.
+fn apply_v4(users: &Users, cap_hint: &str) -> Result<()> {
     let save = airlock_firewall::save_nat_v4()
-        .with_context(|| format!("cannot read the current nat table ({CAP_HINT})"))?;
+        .with_context(|| format!("cannot read the current nat table ({cap_hint})"))?;
     let preserved = airlock_firewall::preserved_nat_from_save(&save)
         .context("cannot keep Docker's nat rules")?;
     let plan = plan(users, preserved);
     airlock_firewall::apply(Family::V4, &airlock_firewall::render_v4(&plan))
-        .with_context(|| format!("cannot apply the IPv4 firewall ({CAP_HINT})"))?;
-    match airlock_firewall::ipv6_state() {
-        Ipv6State::Enabled => airlock_firewall::apply(Family::V6, &airlock_firewall::render_v6(&plan)).context(
-            "IPv6 is up but cannot be filtered: make ip6tables work in the container or disable IPv6 (--sysctl net.ipv6.conf.all.disable_ipv6=1)",
-        )?,
-        Ipv6State::Disabled => crate::console::info("IPv6 is disabled in this container; no IPv6 rules needed"),
-    }
-    Ok(())
+        .with_context(|| format!("cannot apply the IPv4 firewall ({cap_hint})"))
 }
 
 /// After set-up PID 1 keeps only what supervising needs: starting the proxy again as its

@@ -362,6 +362,16 @@ mod tests {
     }
 
     #[test]
+    fn the_v6_rules_do_not_depend_on_dockers_v4_nat_table() {
+        // The entrypoint applies IPv6 before it has read Docker's nat table.
+        let docker = preserved_nat_from_save(DOCKER).unwrap();
+        assert_eq!(
+            render_v6(&plan(docker)),
+            render_v6(&plan(PreservedNat::default()))
+        );
+    }
+
+    #[test]
     fn no_line_of_the_output_contains_a_control_byte_or_stray_table() {
         let docker = preserved_nat_from_save(DOCKER).unwrap();
         for text in [
