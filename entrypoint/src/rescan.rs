@@ -43,7 +43,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Argument of the scanner (this binary as the agent): `__rescan-scan WORKDIR POLICY`.
 pub const SCAN_ARG: &str = "__rescan-scan";
@@ -89,29 +89,7 @@ pub fn merge(handoff: &mut Handoff, found: Vec<WorkspaceSecret>) -> usize {
 pub fn summary(added: usize, total: usize, at: SystemTime) -> String {
     format!(
         "workspace secrets rescanned at {}: {added} new needles, {total} in all (needles found earlier stay until the container stops)",
-        utc(at)
-    )
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` for `t`.
-fn utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
+        airlock_audit_schema::rfc3339_ms(at)
     )
 }
 
@@ -367,6 +345,7 @@ fn rewrite_handoff(args: &[OsString]) -> Result<Vec<String>> {
 mod tests {
     use super::*;
     use airlock_handoff::{HANDOFF_VERSION, MissingCredential, ResolvedCredential, Secret};
+    use std::time::UNIX_EPOCH;
 
     fn needle(file: &str, name: &str, value: &str) -> WorkspaceSecret {
         WorkspaceSecret {
@@ -426,12 +405,7 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(1_764_084_000);
         assert_eq!(
             summary(1, 3, t),
-            "workspace secrets rescanned at 2025-11-25T15:20:00Z: 1 new needles, 3 in all (needles found earlier stay until the container stops)"
-        );
-        assert_eq!(utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
+            "workspace secrets rescanned at 2025-11-25T15:20:00.000Z: 1 new needles, 3 in all (needles found earlier stay until the container stops)"
         );
     }
 }
