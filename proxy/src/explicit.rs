@@ -235,14 +235,14 @@ pub(crate) async fn serve_conn(
     if let Err(e) = result {
         // The gate refuses every head hyper would: hyper's own bare 400/431 is not expected
         // here any more, but stays audited if it ever comes.
-        let served = state.requests.load(Ordering::Relaxed);
         let reason = if e.is_parse_too_large() {
             Some(Reason::RequestTooLarge)
         } else if e.is_parse() {
             Some(Reason::MalformedRequest)
-        } else if e.is_timeout() && served == 0 && read_meter.up() > 0 {
-            // A request head that never completed: slowloris. (An idle keep-alive
-            // connection timing out between requests is not a decision.)
+        } else if e.is_timeout() && state.gate.head_unfinished() {
+            // A request head that never completed: slowloris, on the connection's first
+            // request or a later one. (An idle keep-alive connection timing out between
+            // requests is not a decision.)
             Some(Reason::MalformedRequest)
         } else {
             None

@@ -295,6 +295,10 @@ pub struct GateShared {
     dispatched: AtomicU64,
     /// A chunked body the gate could not follow: no message end can be vouched for.
     lost: AtomicBool,
+    /// The gate holds the first bytes of a head whose end has not arrived (as of its last
+    /// read): what tells a slowloris head from an idle connection when the head-read
+    /// deadline fires.
+    head_unfinished: AtomicBool,
 }
 
 /// Where one request's message ends, as the gate saw it: lets the request's body tell a
@@ -332,7 +336,15 @@ impl GateShared {
             ended: AtomicU64::new(0),
             dispatched: AtomicU64::new(0),
             lost: AtomicBool::new(false),
+            head_unfinished: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the client had begun a request head and not finished it (as of the gate's
+    /// last read): a head-read timeout then cut a slowloris, not an idle connection.
+    #[must_use]
+    pub fn head_unfinished(&self) -> bool {
+        self.head_unfinished.load(Ordering::Acquire)
     }
 
     /// Called by the service for every request hyper hands it, in order: where that
@@ -561,6 +573,29 @@ impl<IO> Gate<IO> {
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Gate<IO> {
     fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let polled = self.as_mut().poll_gated(cx, buf);
+        // Stray line ends between requests are not a head.
+        let unfinished = self.state == State::Head
+            && self.held[self.ready.min(self.held.len())..]
+                .iter()
+                .any(|b| !matches!(b, b'\r' | b'\n'));
+        if self.shared.head_unfinished.load(Ordering::Relaxed) != unfinished {
+            self.shared
+                .head_unfinished
+                .store(unfinished, Ordering::Release);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncRead + Unpin> Gate<IO> {
+    /// [`AsyncRead::poll_read`] itself; the trait's method notes whether a head is
+    /// unfinished after each read.
+    fn poll_gated(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,

@@ -1796,6 +1796,7 @@ where
     ));
     let svc_ctx = Arc::clone(&ctx);
     let route = Arc::new(route);
+    let heads = Arc::clone(&gate);
     let svc = service_fn(move |req: Request<Incoming>| {
         let ctx = Arc::clone(&svc_ctx);
         let route = Arc::clone(&route);
@@ -1804,7 +1805,7 @@ where
             let mut req = req;
             req.extensions_mut().insert(gate.next_message());
             if let Some(reason) = gate.refusal_for(&req) {
-                parse_error(&ctx, &route.target, reason).await;
+                parse_error(&ctx, &route.target, reason, Event::ParseError).await;
                 let denial = deny::denial(reason, route.target.host.as_str(), route.target.port);
                 return Ok(crate::gate::closing(denial));
             }
@@ -1850,7 +1851,16 @@ where
                 None
             };
             if let Some(reason) = reason {
-                parse_error(&ctx, &target, reason).await;
+                parse_error(&ctx, &target, reason, Event::ParseError).await;
+            } else if e.is_timeout() && heads.head_unfinished() {
+                // A head begun and never finished: slowloris, not an idle connection.
+                parse_error(
+                    &ctx,
+                    &target,
+                    Reason::MalformedRequest,
+                    Event::HeaderTimeout,
+                )
+                .await;
             }
             if e.is_timeout() {
                 tunnel::End::Idle
@@ -1861,15 +1871,16 @@ where
     }
 }
 
-/// The connection's one `parse-error` line (a request head refused before any request).
-async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason) {
+/// The connection's one `parse-error` line (a request head refused before any request),
+/// or its `header-timeout` line (a head that never finished).
+async fn parse_error(ctx: &Ctx, target: &Target, reason: Reason, event: Event) {
     let mut rec = ctx.record(&http::Method::GET);
     rec.method = None;
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
     rec.intercepted = true;
     rec.reason = Some(reason);
-    rec.event = Some(Event::ParseError);
+    rec.event = Some(event);
     let _ = rec.commit();
 }
 

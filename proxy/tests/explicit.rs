@@ -410,6 +410,52 @@ async fn slowloris_head_is_cut_and_audited() {
     assert_eq!(lines[0]["event"], "header-timeout");
 }
 
+/// Slowloris after an honest request on the same keep-alive connection: the second head
+/// dribbles and never ends; it is cut at the deadline and audited `header-timeout` like a
+/// first one (it was not: only a connection's first head counted), and never reaches the
+/// upstream.
+#[tokio::test]
+async fn slowloris_on_a_later_request_of_a_keep_alive_connection_is_cut_and_audited() {
+    let (up, mut heads) = http_server().await;
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        limits,
+    )
+    .await;
+    let (mut s, r) = request(
+        h.addr,
+        "GET http://allowed.test/first HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(heads.recv().await.unwrap().contains("/first"));
+    s.write_all(b"GET http://allowed.test/slow HTTP/1.1\r\nx-a: ")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let cut = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(cut.is_ok(), "the dribbling connection was never cut");
+    assert!(
+        heads.try_recv().is_err(),
+        "the dribbled head reached the upstream"
+    );
+    let lines = h.finish().await;
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["event"] == "header-timeout")
+            .count(),
+        1,
+        "{lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn per_client_connection_cap() {
     let limits = Limits {

@@ -558,3 +558,72 @@ async fn replaced_rules_decide_the_next_request() {
     assert!(heads.recv().await.unwrap().starts_with("POST /upload"));
     h.finish().await;
 }
+
+/// Slowloris inside an intercepted connection: after CONNECT and the TLS handshake the
+/// agent dribbles a request head and never ends it. The head-read deadline (hyper's, on
+/// the proxy's own coarse clock) cuts the connection and audits `header-timeout` (it was
+/// recorded as an idle connection before); nothing reaches the upstream. A connection
+/// silent since its handshake is idle, not slowloris.
+#[tokio::test]
+async fn attack_a_head_dribbled_inside_tls_is_cut_at_the_deadline() {
+    let (up, got) = recorder().await;
+    let timeout = std::time::Duration::from_millis(300);
+    let limits = airlock_proxy::limits::Limits {
+        header_read_timeout: timeout,
+        ..airlock_proxy::limits::Limits::default()
+    };
+    let mut h = Harness::start_with(
+        "enforce",
+        &[("readonly.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, up)],
+        limits,
+    )
+    .await;
+    let (s, r) = request(h.addr, "CONNECT readonly.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    let mut tls = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(ServerName::try_from("readonly.test").unwrap(), s)
+        .await
+        .expect("the leaf verifies against the appliance CA");
+    // Beside it, a connection that stays silent after its handshake: idle, not slowloris.
+    let (quiet, r) = request(h.addr, "CONNECT readonly.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    let _quiet = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(ServerName::try_from("readonly.test").unwrap(), quiet)
+        .await
+        .expect("the leaf verifies against the appliance CA");
+    tls.write_all(b"GET /slow HTTP/1.1\r\nhost: readonly.test\r\nx-a: ")
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    // The agent keeps dribbling until the proxy hangs up.
+    let cut = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            tokio::select! {
+                r = tls.read_to_end(&mut out) => break r,
+                () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+                    if tls.write_all(b"a").await.is_err() {
+                        break Ok(0);
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(cut.is_ok(), "the dribbling connection was never cut");
+    let waited = t0.elapsed();
+    assert!(waited >= timeout, "cut before the deadline: {waited:?}");
+    assert!(got.lock().unwrap().is_empty(), "bytes reached the upstream");
+    let lines = h.finish().await;
+    let l = lines_for(&lines, "readonly.test");
+    assert_eq!(
+        l.iter().filter(|l| l["event"] == "header-timeout").count(),
+        1,
+        "one header-timeout line, the dribbler's (the silent one is idle): {lines:?}"
+    );
+    assert!(
+        !l.iter().any(|l| l["path"] == "/slow"),
+        "the dribbled request was recorded as served: {lines:?}"
+    );
+}
