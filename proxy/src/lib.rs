@@ -233,9 +233,15 @@ async fn bind_dns(addr: SocketAddr) -> io::Result<(tokio::net::UdpSocket, TcpLis
 impl Running {
     /// Makes `rules` the policy, credentials and detectors of every request and connection
     /// that starts from now on; what is in flight finishes under the rules it started with
-    /// ([`snapshot`]). The control plane's reload is this call.
-    pub fn replace_rules(&self, rules: snapshot::Rules) {
-        self.shared.rules.replace(rules);
+    /// ([`snapshot`]). The control plane's reload is this call. Returns the rules replaced.
+    pub fn replace_rules(&self, rules: snapshot::Rules) -> Arc<snapshot::Rules> {
+        self.shared.rules.replace(rules)
+    }
+
+    /// The rules new requests and connections start with.
+    #[must_use]
+    pub fn rules(&self) -> Arc<snapshot::Rules> {
+        self.shared.rules.load()
     }
 
     /// Stops accepting, lets in-flight work finish for the grace period, then cuts what is

@@ -99,7 +99,6 @@ async fn run(
 ) -> anyhow::Result<()> {
     // Before the listeners answer: a SIGHUP must never meet the default action (exit).
     let mut signals = shutdown::Signals::install().context("installing signal handlers")?;
-    let mut needles = rules.credentials.workspace_secrets().to_vec();
     let limits = Limits::default();
     let resolver = SystemResolver::from_resolv_conf(&args.resolv_conf)
         .context("building the proxy's resolver")?;
@@ -150,9 +149,11 @@ async fn run(
             // schema has no event outside a connection (stderr, the operator's log).
             shutdown::Asked::Reload => match Rules::reload(&policy, &handoff) {
                 Ok(new) => {
-                    tracing::info!("SIGHUP: {}", new.change(&needles));
-                    needles = new.credentials.workspace_secrets().to_vec();
-                    running.replace_rules(new);
+                    let before = running.replace_rules(new);
+                    let change = running
+                        .rules()
+                        .change(before.credentials.workspace_secrets());
+                    tracing::info!("SIGHUP: {change}");
                 }
                 Err(e) => tracing::warn!(
                     "SIGHUP: workspace secrets not reloaded, the needles loaded before stay: {e}"

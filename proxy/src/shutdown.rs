@@ -132,20 +132,6 @@ impl Signals {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT (a SIGHUP in between is ignored; the proxy's
-/// own loop is [`Signals`]).
-///
-/// # Errors
-/// When the signal handlers cannot be installed.
-pub async fn signal() -> std::io::Result<&'static str> {
-    let mut signals = Signals::install()?;
-    loop {
-        if let Asked::Stop(name) = signals.next().await {
-            return Ok(name);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
