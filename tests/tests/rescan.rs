@@ -290,7 +290,8 @@ fn a_rescan_of_unusable_files_says_so_and_keeps_the_old_needles() {
 }
 
 /// SIGHUP to PID 1 is the rescan, never forwarded: the agent's HUP trap does not fire. A
-/// signal PID 1 forwards (USR1) still reaches the agent.
+/// signal PID 1 forwards (USR1) still reaches the agent. Only the operator starts a
+/// rescan: the agent's own `kill -HUP 1` is refused (another uid) and starts nothing.
 #[test]
 fn sighup_no_longer_reaches_the_agent_other_signals_do() {
     let world = world();
@@ -299,6 +300,7 @@ fn sighup_no_longer_reaches_the_agent_other_signals_do() {
     let script = format!(
         "trap 'echo hup > {w}/hup' HUP\n\
          trap 'echo usr1 > {w}/usr1; exit 0' USR1\n\
+         kill -HUP 1 2>/dev/null; echo $? > {w}/agent-hup\n\
          touch {w}/ready\n\
          while :; do sleep 0.05; done\n"
     );
@@ -321,6 +323,13 @@ fn sighup_no_longer_reaches_the_agent_other_signals_do() {
     assert!(
         !airlock.workdir.join("hup").exists(),
         "SIGHUP reached the agent's process group"
+    );
+    let agent_hup = std::fs::read_to_string(airlock.workdir.join("agent-hup")).unwrap();
+    assert_ne!(agent_hup.trim(), "0", "the agent signalled PID 1");
+    assert_eq!(
+        errs.matches("workspace secrets rescanned at").count(),
+        1,
+        "only the operator's SIGHUP rescanned:\n{errs}"
     );
 }
 
