@@ -69,8 +69,49 @@ impl From<SystemTime> for Timestamp {
     }
 }
 
+impl Timestamp {
+    /// Its written form, digit by digit (no formatting machinery: every audit line carries
+    /// one), when the year has four digits, as it will until 9999.
+    fn ascii(self) -> Option<[u8; 24]> {
+        let secs = self.0 / 1000;
+        let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).ok()?);
+        let y = u64::try_from(y).ok().filter(|y| *y <= 9999)?;
+        let rem = secs % 86_400;
+        let mut b = *b"0000-00-00T00:00:00.000Z";
+        for (at, width, v) in [
+            (0, 4, y),
+            (5, 2, u64::from(m)),
+            (8, 2, u64::from(d)),
+            (11, 2, rem / 3600),
+            (14, 2, (rem % 3600) / 60),
+            (17, 2, rem % 60),
+            (20, 3, self.0 % 1000),
+        ] {
+            let mut v = v;
+            for slot in b[at..at + width].iter_mut().rev() {
+                // A decimal digit: below 10.
+                #[allow(clippy::cast_possible_truncation)]
+                let digit = (v % 10) as u8;
+                *slot = b'0' + digit;
+                v /= 10;
+            }
+        }
+        Some(b)
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ascii() {
+            Some(b) => f.write_str(std::str::from_utf8(&b).map_err(|_| fmt::Error)?),
+            None => self.write_any_year(f),
+        }
+    }
+}
+
+impl Timestamp {
+    /// The written form through `write!`: any year (five digits and more past 9999).
+    fn write_any_year(self, f: &mut impl fmt::Write) -> fmt::Result {
         let secs = self.0 / 1000;
         let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
         let rem = secs % 86_400;
@@ -94,7 +135,10 @@ pub fn rfc3339_ms(t: SystemTime) -> String {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.ascii() {
+            Some(b) => s.serialize_str(std::str::from_utf8(&b).map_err(serde::ser::Error::custom)?),
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -161,5 +205,31 @@ mod tests {
         ] {
             assert_eq!(Timestamp::parse(bad), None, "{bad}");
         }
+    }
+
+    /// The digit-by-digit form every line uses is the `write!` form, over the whole range
+    /// it covers; past 9999 the `write!` form is used, in the log and on screen alike.
+    #[test]
+    fn the_fast_form_is_the_formatted_one() {
+        let last = 253_402_300_799_999_u64; // 9999-12-31T23:59:59.999Z
+        let mut ms = 1_u64;
+        while ms <= last {
+            for t in [ms, ms - 1, last - ms, ms * 7 + 13] {
+                let t = Timestamp(t.min(last));
+                let mut slow = String::new();
+                t.write_any_year(&mut slow).unwrap();
+                let fast = t.ascii().map(|b| String::from_utf8(b.to_vec()).unwrap());
+                assert_eq!(fast.as_deref(), Some(slow.as_str()), "{}", t.0);
+                assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{slow}\""));
+            }
+            ms = ms * 3 + 1;
+        }
+        let far = Timestamp(last + 1);
+        assert_eq!(far.ascii(), None);
+        assert_eq!(far.to_string(), "10000-01-01T00:00:00.000Z");
+        assert_eq!(
+            serde_json::to_string(&far).unwrap(),
+            "\"10000-01-01T00:00:00.000Z\""
+        );
     }
 }

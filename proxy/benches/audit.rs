@@ -1,13 +1,15 @@
 //! What write-before-answer costs a request (issue 13 item 1's benchmark): the process's
 //! CPU time (user + system, every thread: the helper thread's wakes and writes included)
 //! per allowed request, whose `open` line is written before it goes upstream and whose
-//! final line follows, against a reference that only buffers both lines and writes 64 KiB
-//! at a time (what a writer that answers first costs). Sequential requests, the worst case
-//! for group commit: nothing to share a `write(2)` with. Prints a table (median of
-//! rounds). Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the
-//! human echo on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to
-//! `/dev/null` then). For instruction counts, the same under
-//! `perf stat -e instructions:u,instructions:k`.
+//! final line follows, against a reference that buffers the one line a writer that answers
+//! first needs (the final one) and writes 64 KiB at a time. Sequential requests, the worst
+//! case for group commit: nothing to share a `write(2)` with. Prints a table (median of
+//! rounds), then what the difference is made of: the same path into a log that writes
+//! nothing (the user-space share), one record's JSON (the `open` line is one more per
+//! request) and one bare append of a line (the kernel's share, which grows with the bytes).
+//! Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the human echo
+//! on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to `/dev/null` then).
+//! For instruction counts, the same under `perf stat -e instructions:u,instructions:k`.
 
 #![allow(clippy::expect_used)] // a bench that cannot open its log has nothing to measure
 
@@ -53,6 +55,40 @@ fn record(who: &Who, i: u64) -> Record {
     r
 }
 
+/// A log that takes every line and writes nothing: the same path without the kernel.
+struct Discard;
+
+impl audit::LogFile for Discard {
+    fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        std::hint::black_box(buf);
+        Ok(())
+    }
+
+    fn truncate(&mut self, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sequential allowed requests on `log`: the `open` line written, then the final line
+/// queued.
+fn write_before_answer(log: &audit::Audit, who: &Who, round: u64) {
+    for i in 0..REQUESTS {
+        let mut r = record(who, round * REQUESTS + i);
+        log.commit_open(&mut r).expect("written");
+        r.status = Some(200);
+        r.bytes_down = 512;
+        log.emit_detached(r);
+    }
+}
+
 /// Median (CPU µs, wall µs) per request of `ROUNDS` runs of `run`.
 fn median(mut run: impl FnMut(u64)) -> (f64, f64) {
     let mut cpus = Vec::new();
@@ -94,15 +130,21 @@ fn main() {
         },
     )
     .expect("open");
-    let (wba_cpu, wba_wall) = median(|round| {
-        for i in 0..REQUESTS {
-            let mut r = record(&who, round * REQUESTS + i);
-            log.commit_open(&mut r).expect("written");
-            r.status = Some(200);
-            r.bytes_down = 512;
-            log.emit_detached(r);
-        }
-    });
+    let (wba_cpu, wba_wall) = median(|round| write_before_answer(&log, &who, round));
+    rt.block_on(writer.finish()).expect("finish");
+
+    let (log, writer) = audit::start(
+        &path,
+        Box::new(Discard),
+        0,
+        who.clone(),
+        Bounds {
+            cap: 1 << 40,
+            ..Bounds::default()
+        },
+    )
+    .expect("start");
+    let (discard_cpu, discard_wall) = median(|round| write_before_answer(&log, &who, round));
     rt.block_on(writer.finish()).expect("finish");
 
     let mut file = std::fs::File::create(dir.path().join("buffered.jsonl")).expect("create");
@@ -121,6 +163,28 @@ fn main() {
         }
     });
 
+    // Where the difference goes: one record's JSON (the open line is one more of these per
+    // request) and one bare append of such a line (the `write(2)` itself).
+    let mut line: Vec<u8> = Vec::with_capacity(1024);
+    let sample = record(&who, 7);
+    let (json_cpu, json_wall) = median(|_| {
+        for _ in 0..REQUESTS {
+            line.clear();
+            serde_json::to_writer(&mut line, std::hint::black_box(&sample)).expect("json");
+        }
+    });
+    line.push(b'\n');
+    let mut bare = std::fs::File::options()
+        .append(true)
+        .create(true)
+        .open(dir.path().join("bare.jsonl"))
+        .expect("create");
+    let (write_cpu, write_wall) = median(|_| {
+        for _ in 0..REQUESTS {
+            bare.write_all(&line).expect("write");
+        }
+    });
+
     println!("per sequential allowed request     CPU µs   wall µs");
     println!("write-before-answer (open+final) {wba_cpu:>8.2} {wba_wall:>9.2}");
     println!("buffered final line (reference)  {buf_cpu:>8.2} {buf_wall:>9.2}");
@@ -128,5 +192,12 @@ fn main() {
         "difference                       {:>8.2} {:>9.2}",
         wba_cpu - buf_cpu,
         wba_wall - buf_wall
+    );
+    println!("of which, measured alone:");
+    println!("  the same, no write(2) at all   {discard_cpu:>8.2} {discard_wall:>9.2}");
+    println!("  one record's JSON              {json_cpu:>8.2} {json_wall:>9.2}");
+    println!(
+        "  one {}-byte append (write(2))  {write_cpu:>8.2} {write_wall:>9.2}",
+        line.len()
     );
 }
