@@ -112,35 +112,41 @@ impl From<crate::tunnel::End> for Event {
     }
 }
 
-/// The compact human line of `rec`.
-fn human(rec: &Record) -> String {
-    let host = rec.host.as_deref().unwrap_or("-");
-    let port = rec.port.unwrap_or(0);
-    let reason = rec.reason.map_or("-", |r| r.as_str());
-    let method = rec.method.as_deref().unwrap_or("-");
-    let event = rec.event.map_or("", Event::as_str);
-    let path = rec.path.as_deref().unwrap_or("");
-    let cred = rec.credential.as_deref().unwrap_or("");
-    let signals: String = rec
-        .signals
-        .iter()
-        .map(|s| format!(" [{}]", s.describe()))
-        .collect();
-    format!(
-        "{} {}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms{signals}",
-        rec.decision.as_str(),
-        rec.kind.as_str(),
-        if event.is_empty() { "" } else { "/" },
-        if cred.is_empty() { "" } else { " credential=" },
-        rec.bytes_up,
-        rec.bytes_down,
-        rec.duration_ms
-    )
+/// The compact human line of a record, written straight into the echo (no `String` of its
+/// own: the echo is on by default, once per final line).
+struct Human<'a>(&'a Record);
+
+impl std::fmt::Display for Human<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rec = self.0;
+        let host = rec.host.as_deref().unwrap_or("-");
+        let port = rec.port.unwrap_or(0);
+        let reason = rec.reason.map_or("-", |r| r.as_str());
+        let method = rec.method.as_deref().unwrap_or("-");
+        let event = rec.event.map_or("", Event::as_str);
+        let path = rec.path.as_deref().unwrap_or("");
+        let cred = rec.credential.as_deref().unwrap_or("");
+        write!(
+            f,
+            "{} {}{}{event} {method} {host}:{port}{path} {reason}{}{cred} up={} down={} {}ms",
+            rec.decision.as_str(),
+            rec.kind.as_str(),
+            if event.is_empty() { "" } else { "/" },
+            if cred.is_empty() { "" } else { " credential=" },
+            rec.bytes_up,
+            rec.bytes_down,
+            rec.duration_ms
+        )?;
+        for s in &rec.signals {
+            write!(f, " [{}]", s.describe())?;
+        }
+        Ok(())
+    }
 }
 
 /// The human line through `tracing` (records that never reach the writer).
 fn log_human(rec: &Record) {
-    tracing::info!("{}", human(rec));
+    tracing::info!("{}", Human(rec));
 }
 
 /// The log file as the writer uses it: the one seam between the audit logic and the disk,
@@ -951,12 +957,7 @@ fn add_human(out: &mut String, rec: &Record) -> bool {
     }
     if tracing::enabled!(tracing::Level::INFO) {
         use std::fmt::Write as _;
-        let _ = writeln!(
-            out,
-            "{}  INFO audit: {}",
-            clock::rfc3339_ms(SystemTime::now()),
-            human(rec)
-        );
+        let _ = writeln!(out, "{}  INFO audit: {}", Timestamp::now(), Human(rec));
         return true;
     }
     false
@@ -1007,6 +1008,37 @@ mod tests {
         let mut r = Record::new(&who(), SystemTime::now(), Kind::Connect, None);
         r.bytes_up = i;
         r
+    }
+
+    /// The human echo's line, pinned: people read it in `docker logs` and grep it.
+    #[test]
+    fn the_human_line_says_decision_kind_target_reason_and_counts() {
+        let mut r = rec(512);
+        r.decision = Verdict::Deny;
+        r.kind = Kind::Http;
+        r.event = Some(Event::LeakInBody);
+        r.method = Some("POST".into());
+        r.host = Some("paste.example".into());
+        r.port = Some(443);
+        r.path = Some("/up".into());
+        r.reason = Some(Reason::EncodedBlob);
+        r.credential = Some("github".into());
+        r.bytes_down = 7;
+        r.duration_ms = 3;
+        r.signals = vec![airlock_audit_schema::Signal::EncodedBlob {
+            alphabet: airlock_audit_schema::Alphabet::Base64,
+            run: 4096,
+        }];
+        assert_eq!(
+            Human(&r).to_string(),
+            "deny http/leak-in-body POST paste.example:443/up encoded-blob credential=github \
+             up=512 down=7 3ms [signal encoded-blob: base64 run of 4096 bytes]"
+        );
+        let bare = rec(0);
+        assert_eq!(
+            Human(&bare).to_string(),
+            "deny connect - -:0 - up=0 down=0 0ms"
+        );
     }
 
     #[tokio::test]
