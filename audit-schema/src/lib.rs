@@ -23,6 +23,7 @@
 //! git API's `start`, `decision`, `fatal` and `panic` records.
 
 mod git_api;
+mod json;
 mod proxy;
 mod time;
 

@@ -196,56 +196,62 @@ mod hundredths {
 
 /// `ip:port` written digit by digit for IPv4 (two on every request line; the standard
 /// `Display` goes through the formatting machinery), as `Display` writes it otherwise.
-mod addr {
-    use std::net::SocketAddr;
+pub(crate) mod addr {
+    use std::net::{SocketAddr, SocketAddrV4};
 
     use serde::{Serialize, Serializer};
+
+    /// `a.b.c.d:port` in a buffer (at most `255.255.255.255:65535`), and its length.
+    pub(crate) fn v4(v4: &SocketAddrV4) -> ([u8; 21], usize) {
+        let mut buf = [0_u8; 21];
+        let mut n = 0;
+        let mut put = |v: u16, end: Option<u8>| {
+            let mut digits = [0_u8; 5];
+            let mut k = digits.len();
+            let mut v = v;
+            loop {
+                k -= 1;
+                // A decimal digit: below 10.
+                #[allow(clippy::cast_possible_truncation)]
+                let digit = (v % 10) as u8;
+                digits[k] = b'0' + digit;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            let len = digits.len() - k;
+            buf[n..n + len].copy_from_slice(&digits[k..]);
+            n += len;
+            if let Some(end) = end {
+                buf[n] = end;
+                n += 1;
+            }
+        };
+        let [a, b, c, d] = v4.ip().octets();
+        put(a.into(), Some(b'.'));
+        put(b.into(), Some(b'.'));
+        put(c.into(), Some(b'.'));
+        put(d.into(), Some(b':'));
+        put(v4.port(), None);
+        (buf, n)
+    }
 
     struct Fast<'a>(&'a SocketAddr);
 
     impl Serialize for Fast<'_> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let SocketAddr::V4(v4) = self.0 else {
+            let SocketAddr::V4(a) = self.0 else {
                 return self.0.serialize(s);
             };
-            let mut buf = [0_u8; 21]; // 255.255.255.255:65535
-            let mut n = 0;
-            let mut put = |v: u16, end: u8| {
-                let mut digits = [0_u8; 5];
-                let mut k = digits.len();
-                let mut v = v;
-                loop {
-                    k -= 1;
-                    // A decimal digit: below 10.
-                    #[allow(clippy::cast_possible_truncation)]
-                    let digit = (v % 10) as u8;
-                    digits[k] = b'0' + digit;
-                    v /= 10;
-                    if v == 0 {
-                        break;
-                    }
-                }
-                let len = digits.len() - k;
-                buf[n..n + len].copy_from_slice(&digits[k..]);
-                n += len;
-                if end != 0 {
-                    buf[n] = end;
-                    n += 1;
-                }
-            };
-            let [a, b, c, d] = v4.ip().octets();
-            put(a.into(), b'.');
-            put(b.into(), b'.');
-            put(c.into(), b'.');
-            put(d.into(), b':');
-            put(v4.port(), 0);
+            let (buf, n) = v4(a);
             s.serialize_str(std::str::from_utf8(&buf[..n]).map_err(serde::ser::Error::custom)?)
         }
     }
 
     // serde's `serialize_with` hands the field by reference.
     #[allow(clippy::ref_option)]
-    pub(super) fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         a: &Option<SocketAddr>,
         s: S,
     ) -> Result<S::Ok, S::Error> {

@@ -72,7 +72,7 @@ impl From<SystemTime> for Timestamp {
 impl Timestamp {
     /// Its written form, digit by digit (no formatting machinery: every audit line carries
     /// one), when the year has four digits, as it will until 9999.
-    fn ascii(self) -> Option<[u8; 24]> {
+    pub(crate) fn ascii(self) -> Option<[u8; 24]> {
         let secs = self.0 / 1000;
         let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).ok()?);
         let y = u64::try_from(y).ok().filter(|y| *y <= 9999)?;
@@ -111,7 +111,7 @@ impl fmt::Display for Timestamp {
 
 impl Timestamp {
     /// The written form through `write!`: any year (five digits and more past 9999).
-    fn write_any_year(self, f: &mut impl fmt::Write) -> fmt::Result {
+    pub(crate) fn write_any_year(self, f: &mut impl fmt::Write) -> fmt::Result {
         let secs = self.0 / 1000;
         let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
         let rem = secs % 86_400;

@@ -500,7 +500,7 @@ impl Sink {
             return Ok(()); // counted: its kind's `suppressed` line says how many
         }
         st.line.clear();
-        if serde_json::to_writer(&mut st.line, rec).is_err() {
+        if rec.write_json(&mut st.line).is_err() {
             return Err(Unavailable);
         }
         st.line.push(b'\n');
@@ -529,8 +529,11 @@ impl Sink {
             tracing::error!("audit log already closed: a record reached stderr only");
             return;
         }
-        if serde_json::to_writer(&mut st.queued, rec).is_ok() {
+        let whole = st.queued.len();
+        if rec.write_json(&mut st.queued).is_ok() {
             st.queued.push(b'\n');
+        } else {
+            st.queued.truncate(whole); // whole lines only
         }
         add_human(&mut st.human, rec);
         // A helper awake ticks every LINGER and finds the line itself: no wake per line.
@@ -1008,6 +1011,19 @@ mod tests {
         let mut r = Record::new(&who(), SystemTime::now(), Kind::Connect, None);
         r.bytes_up = i;
         r
+    }
+
+    /// The proxy's lines (its reason type included) are written byte for byte as serde
+    /// writes them, for every refusal code.
+    #[test]
+    fn the_line_writer_writes_every_reason_as_serde_does() {
+        for reason in Reason::ALL {
+            let mut r = rec(1);
+            r.reason = Some(reason);
+            let mut fast = Vec::new();
+            r.write_json(&mut fast).unwrap();
+            assert_eq!(fast, serde_json::to_vec(&r).unwrap(), "{reason:?}");
+        }
     }
 
     /// The human echo's line, pinned: people read it in `docker logs` and grep it.
