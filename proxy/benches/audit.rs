@@ -1,12 +1,16 @@
 //! What write-before-answer costs a request (issue 13 item 1's benchmark): the process's
 //! CPU time (user + system, every thread: the helper thread's wakes and writes included)
 //! per allowed request, whose `open` line is written before it goes upstream and whose
-//! final line follows, against a reference that buffers the one line a writer that answers
-//! first needs (the final one) and writes 64 KiB at a time. Sequential requests, the worst
-//! case for group commit: nothing to share a `write(2)` with. Prints a table (median of
-//! rounds), then what the difference is made of: the same path into a log that writes
-//! nothing (the user-space share), one record's JSON (the `open` line is one more per
-//! request) and one bare append of a line (the kernel's share, which grows with the bytes).
+//! final line follows, against references that buffer the one line a writer that answers
+//! first needs (the final one) and write 64 KiB at a time: with serde_json (the writer
+//! before issue 13) and with the log's own line writer. Sequential requests, the worst case
+//! for group commit: nothing to share a `write(2)` with. Prints a table (median of rounds),
+//! then what the difference is made of: the same path into a log that writes nothing (the
+//! user-space share), one record's JSON (the `open` line is one more per request) and one
+//! bare append of a line (the kernel's share, which grows with the bytes); then the audit
+//! bytes an allowed request and a denial write, and what a flood of denials of one kind
+//! costs once the log folds it.
+//!
 //! Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the human echo
 //! on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to `/dev/null` then).
 //! For instruction counts, the same under `perf stat -e instructions:u,instructions:k`.
@@ -53,6 +57,22 @@ fn record(who: &Who, i: u64) -> Record {
     r.upstream = Some("203.0.113.10:443".parse().expect("addr"));
     r.upstream_local_port = Some(51000);
     r
+}
+
+/// A refusal as the proxy records it: a plain GET to a host the policy does not name.
+fn denial(who: &Who, i: u64) -> Record {
+    let mut r = record(who, i);
+    r.decision = Verdict::Deny;
+    r.reason = Some(airlock_policy::reason::Reason::BlockedByPolicy);
+    r.rule = None;
+    r.upstream = None;
+    r.upstream_local_port = None;
+    r
+}
+
+/// The size of the file at `path`.
+fn bytes(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).expect("the log is there").len()
 }
 
 /// A log that takes every line and writes nothing: the same path without the kernel.
@@ -132,6 +152,23 @@ fn main() {
     .expect("open");
     let (wba_cpu, wba_wall) = median(|round| write_before_answer(&log, &who, round));
     rt.block_on(writer.finish()).expect("finish");
+    let per_allowed = bytes(&path) / (ROUNDS as u64 * REQUESTS);
+
+    // Denials: a few, each its own line, then a flood of one kind from one client, which
+    // the log folds into counted lines after its first [`Bounds::burst`].
+    let denied = dir.path().join("denied.jsonl");
+    let (log, writer) = audit::open(&denied, who.clone(), Bounds::default()).expect("open");
+    let burst = u64::from(Bounds::default().burst);
+    for i in 0..burst {
+        log.commit(&denial(&who, i)).expect("written");
+    }
+    let per_denial = bytes(&denied) / burst;
+    const FLOOD: u64 = 100_000;
+    for i in burst..FLOOD {
+        log.commit(&denial(&who, i)).expect("written");
+    }
+    rt.block_on(writer.finish()).expect("finish");
+    let flood_bytes = bytes(&denied);
 
     let (log, writer) = audit::start(
         &path,
@@ -217,5 +254,12 @@ fn main() {
     println!(
         "  one {}-byte append (write(2))       {write_cpu:>8.2} {write_wall:>9.2}",
         line.len()
+    );
+    println!("audit bytes (path /v1/items/N)");
+    println!("  per allowed request (open + final)  {per_allowed:>8}");
+    println!("  per denial (its own line)           {per_denial:>8}");
+    println!(
+        "  a flood of {FLOOD} denials (folded)  {flood_bytes:>8} ({:.1} per denial)",
+        flood_bytes as f64 / FLOOD as f64
     );
 }
