@@ -5,6 +5,10 @@
 //!   [`Suppressed`] count of held-back denials, or an [`Outage`] of the log itself.
 //! - `git-api.jsonl` (the git API): one [`GitApiRecord`] per line.
 //!
+//! The proxy writes its records with [`Record::write_json`], a hand-written writer for its
+//! hottest line (two per allowed request, before the request is answered) whose bytes the
+//! tests hold to serde_json's for the same record; everything else goes through serde.
+//!
 //! The closed sets ([`Kind`], [`Event`], [`Verdict`], [`Signal`], [`GitApiEvent`]) are
 //! interfaces: their strings are never renamed. The refusal code (`reason`) is
 //! `airlock_policy::Reason` in the proxy; this crate keeps it a type parameter (a `String`
