@@ -2,7 +2,8 @@
 //! API serialize, and what the tests, the host CLI and any other reader deserialize.
 //!
 //! - `audit.jsonl` (the proxy): one [`Line`] per line: a request's [`Record`], a
-//!   [`Suppressed`] count of held-back denials, or an [`Outage`] of the log itself.
+//!   [`Suppressed`] count of held-back denials, an [`Outage`] of the log itself, or a
+//!   [`Reload`] of the rules in force.
 //! - `git-api.jsonl` (the git API): one [`GitApiRecord`] per line.
 //!
 //! The proxy writes its records with [`Record::write_json`], a hand-written writer for its
@@ -25,6 +26,9 @@
 //!
 //! Version 1: the proxy's record as of issue 13 (`decision: abandoned` included) and the
 //! git API's `start`, `decision`, `fatal` and `panic` records.
+//!
+//! Version 2: the proxy's `kind: audit`, `event: reload` line ([`Reload`]), which a
+//! version-1 reader of [`Line`] cannot read.
 
 mod git_api;
 mod json;
@@ -33,10 +37,10 @@ mod time;
 
 pub use git_api::{Component, GitApiEvent, GitApiRecord};
 pub use proxy::{
-    Alphabet, AuditKind, Event, Kind, Line, Outage, OutageEvent, Record, Signal, Suppressed,
-    Verdict, Who,
+    Alphabet, AuditKind, Event, Kind, Line, Outage, OutageEvent, Record, Reload, ReloadEvent,
+    Signal, Suppressed, Verdict, Who,
 };
 pub use time::{Timestamp, rfc3339_ms};
 
 /// The version of the schema this crate describes (see the crate docs for the rule).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;

@@ -415,12 +415,48 @@ pub struct Outage<R = String> {
     pub lost: u64,
 }
 
-/// Any line of `audit.jsonl` (tried in this order: outage, suppressed, record).
+/// `event` of a [`Reload`] line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReloadEvent {
+    #[serde(rename = "reload")]
+    Reload,
+}
+
+/// The rules in force were replaced while the proxy ran, or a replacement was refused and
+/// the rules in force stay (`kind: audit`, `event: reload`). Today the one cause is the
+/// operator's rescan of the workspace (SIGHUP): its workspace needles, in counts, never
+/// values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reload {
+    /// When the new rules took effect (or were refused).
+    pub ts: Timestamp,
+    pub session: Arc<str>,
+    pub sandbox: Arc<str>,
+    pub container: Option<Arc<str>>,
+    pub kind: AuditKind,
+    pub event: ReloadEvent,
+    /// [`Verdict::Allow`]: the new rules are in force; [`Verdict::Deny`]: they could not be
+    /// loaded and the rules before stay.
+    pub decision: Verdict,
+    /// Workspace secrets the rules in force protect (needles) afterwards.
+    pub needles: u64,
+    /// Files those needles were found in.
+    pub files: u64,
+    /// Needles the reload added.
+    pub added: u64,
+    /// Needles it dropped (a rescan only adds: 0 unless that changes).
+    pub dropped: u64,
+    /// Why the new rules were refused (`null` when they took effect).
+    pub error: Option<String>,
+}
+
+/// Any line of `audit.jsonl` (tried in this order: outage, suppressed, reload, record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Line<R = String> {
     Outage(Outage<R>),
     Suppressed(Suppressed<R>),
+    Reload(Reload),
     Record(Box<Record<R>>),
 }
 

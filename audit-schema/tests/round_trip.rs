@@ -31,6 +31,10 @@ const SUPPRESSED: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","san
 
 const OUTAGE: &str = r#"{"ts":"2026-11-25T10:48:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"outage","decision":"deny","reason":"audit-unavailable","since":"2026-11-25T10:47:30.250Z","error":"No space left on device (os error 28)","refused":8,"lost":0}"#;
 
+const RELOADED: &str = r#"{"ts":"2026-11-25T10:49:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"audit","event":"reload","decision":"allow","needles":3,"files":2,"added":1,"dropped":0,"error":null}"#;
+
+const RELOAD_REFUSED: &str = r#"{"ts":"2026-11-25T10:49:30.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"reload","decision":"deny","needles":3,"files":2,"added":0,"dropped":0,"error":"cannot read /run/airlock/state/credentials.json: Permission denied (os error 13)"}"#;
+
 #[test]
 fn proxy_lines_read_and_write_back_unchanged() {
     let r: Record = round_trip(ALLOWED);
@@ -62,6 +66,8 @@ fn every_line_of_the_audit_log_reads_as_a_line() {
         (ABANDONED, "record"),
         (SUPPRESSED, "suppressed"),
         (OUTAGE, "outage"),
+        (RELOADED, "reload"),
+        (RELOAD_REFUSED, "reload refused"),
     ] {
         let line: Line = round_trip(text);
         let got = match line {
@@ -73,6 +79,14 @@ fn every_line_of_the_audit_log_reads_as_a_line() {
             Line::Outage(o) => {
                 assert_eq!(o.refused, 8);
                 "outage"
+            }
+            Line::Reload(r) => {
+                assert_eq!((r.needles, r.files), (3, 2));
+                match r.decision {
+                    Verdict::Allow if r.error.is_none() => "reload",
+                    Verdict::Deny if r.error.is_some() => "reload refused",
+                    _ => "a reload that contradicts itself",
+                }
             }
         };
         assert_eq!(got, what, "{text}");
@@ -137,5 +151,5 @@ fn git_api_lines_read_and_write_back_unchanged() {
         }
     ));
     round_trip::<GitApiRecord>(GIT_FATAL);
-    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(SCHEMA_VERSION, 2, "version 2: the reload line");
 }

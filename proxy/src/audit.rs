@@ -43,6 +43,10 @@
 //! the request, comma-separated), `status` (the upstream's response status, when the
 //! proxy read it), `bytes_up`, `bytes_down`, `duration_ms`.
 //!
+//! The reload line ([`Audit::reload`]): `ts`, `session`, `sandbox`, `container`, `kind:
+//! audit`, `event: reload`, `decision` (`allow`: the new rules are in force; `deny`: they
+//! were refused and `error` says why), `needles`, `files`, `added`, `dropped` (counts).
+//!
 //! The outage line: `ts` (when writing worked again), `session`, `sandbox`, `container`,
 //! `kind: audit`,
 //! `event: outage`, `decision: deny`, `reason: audit-unavailable`, `since` (the first failed
@@ -520,6 +524,46 @@ impl Sink {
         r
     }
 
+    /// Writes the reload line now (with the lines queued before it).
+    fn commit_reload(
+        &self,
+        change: &crate::snapshot::Change,
+        refused: Option<String>,
+    ) -> Result<(), Unavailable> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let line = airlock_audit_schema::Reload {
+            ts: Timestamp::now(),
+            session: Arc::clone(&st.who.session),
+            sandbox: Arc::clone(&st.who.sandbox),
+            container: st.who.container.clone(),
+            kind: airlock_audit_schema::AuditKind::Audit,
+            event: airlock_audit_schema::ReloadEvent::Reload,
+            decision: if refused.is_none() {
+                Verdict::Allow
+            } else {
+                Verdict::Deny
+            },
+            needles: change.needles,
+            files: change.files,
+            added: change.added,
+            dropped: change.dropped,
+            error: refused,
+        };
+        st.line.clear();
+        if serde_json::to_writer(&mut st.line, &line).is_err() {
+            return Err(Unavailable);
+        }
+        st.line.push(b'\n');
+        let r = self.write_out(st, true);
+        if r.is_err()
+            && let Some(o) = &mut st.outage
+        {
+            o.refused += 1;
+        }
+        r
+    }
+
     /// Queues `rec` for the next write (at the latest after [`LINGER`]).
     fn queue(&self, rec: &Record) {
         let mut st = self.lock();
@@ -608,6 +652,20 @@ impl Audit {
     /// [`Unavailable`].
     pub fn commit(&self, rec: &Record) -> Result<(), Unavailable> {
         self.sink.commit(rec)
+    }
+
+    /// Writes the line of a reload of the rules in force now (`kind: audit`, `event:
+    /// reload`): `refused` is `None` when the new rules took effect (`change` is what they
+    /// changed), else why they were refused (`change` is then what stays in force).
+    ///
+    /// # Errors
+    /// [`Unavailable`]: the log cannot be written (the outage line counts it).
+    pub fn reload(
+        &self,
+        change: &crate::snapshot::Change,
+        refused: Option<String>,
+    ) -> Result<(), Unavailable> {
+        self.sink.commit_reload(change, refused)
     }
 
     /// Writes `rec` as its `event: open` line now, before anything goes upstream; `rec`
@@ -1023,6 +1081,41 @@ mod tests {
             let mut fast = Vec::new();
             r.write_json(&mut fast).unwrap();
             assert_eq!(fast, serde_json::to_vec(&r).unwrap(), "{reason:?}");
+        }
+    }
+
+    /// A reload of the rules is one line of its own, in counts: taken effect (`allow`,
+    /// no error) or refused (`deny`, why); readers read it as a `Line::Reload`.
+    #[tokio::test]
+    async fn a_reload_is_audited_whether_it_took_effect_or_not() {
+        let v = Volume::new(1 << 20);
+        let (audit, writer) = on_volume(&v);
+        let change = crate::snapshot::Change {
+            needles: 3,
+            files: 2,
+            added: 1,
+            dropped: 0,
+        };
+        audit.reload(&change, None).unwrap();
+        let kept = crate::snapshot::Change { added: 0, ..change };
+        audit
+            .reload(&kept, Some("malformed hand-off".into()))
+            .unwrap();
+        writer.finish().await.unwrap();
+        let lines = v.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        for (l, decision, added, error) in [
+            (&lines[0], "allow", 1, serde_json::Value::Null),
+            (&lines[1], "deny", 0, "malformed hand-off".into()),
+        ] {
+            assert_eq!(
+                (&l["kind"], &l["event"], &l["decision"]),
+                (&"audit".into(), &"reload".into(), &decision.into())
+            );
+            assert_eq!((&l["needles"], &l["added"]), (&3.into(), &added.into()));
+            assert_eq!(l["error"], error);
+            let read: airlock_audit_schema::Line = serde_json::from_value(l.clone()).unwrap();
+            assert!(matches!(read, airlock_audit_schema::Line::Reload(_)), "{l}");
         }
     }
 

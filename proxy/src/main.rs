@@ -127,7 +127,7 @@ async fn run(
         rules,
         who,
         upstreams,
-        audit,
+        audit: audit.clone(),
         limits,
         explicit_addr: airlock_channels::explicit_addr(),
         transparent_addr: Some(airlock_channels::transparent_addr()),
@@ -145,20 +145,28 @@ async fn run(
             shutdown::Asked::Stop(sig) => break sig,
             // The entrypoint's rescan rewrote the hand-off: the same policy with the
             // hand-off's needles (the credentials are the same); a hand-off that cannot be
-            // used keeps the rules in force (one line). Not an audit line: the audit
-            // schema has no event outside a connection (stderr, the operator's log).
-            shutdown::Asked::Reload => match Rules::reload(&policy, &handoff) {
-                Ok(new) => {
-                    let before = running.replace_rules(new);
-                    let change = running
-                        .rules()
-                        .change(before.credentials.workspace_secrets());
-                    tracing::info!("SIGHUP: {change}");
-                }
-                Err(e) => tracing::warn!(
-                    "SIGHUP: workspace secrets not reloaded, the needles loaded before stay: {e}"
-                ),
-            },
+            // used keeps the rules in force. Either way one audit line (`event: reload`,
+            // counts only) and one stderr line.
+            shutdown::Asked::Reload => {
+                let (change, refused) = match Rules::reload(&policy, &handoff) {
+                    Ok(new) => {
+                        let before = running.replace_rules(new);
+                        let change = running
+                            .rules()
+                            .change(before.credentials.workspace_secrets());
+                        tracing::info!("SIGHUP: {change}");
+                        (change, None)
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "SIGHUP: workspace secrets not reloaded, the needles loaded before stay: {e}"
+                        );
+                        (running.rules().unchanged(), Some(e.to_string()))
+                    }
+                };
+                // A log that cannot be written says so itself (stderr, health, outage line).
+                let _ = audit.reload(&change, refused);
+            }
         }
     };
     tracing::info!("{sig}: draining");

@@ -74,19 +74,54 @@ impl Rules {
     }
 
     /// What a reload from the needles `before` to these rules changed, in counts (never
-    /// values): the line the proxy writes on stderr for it.
+    /// values): the audit's reload line and the proxy's stderr line say it.
     #[must_use]
-    pub fn change(&self, before: &[WorkspaceSecret]) -> String {
+    pub fn change(&self, before: &[WorkspaceSecret]) -> Change {
         let after = self.credentials.workspace_secrets();
-        let added = after.iter().filter(|s| !before.contains(s)).count();
-        let dropped = before.iter().filter(|s| !after.contains(s)).count();
-        let mut files: Vec<&str> = after.iter().map(|s| s.file.as_str()).collect();
-        files.sort_unstable();
-        files.dedup();
-        format!(
-            "workspace secrets reloaded: {} needles from {} files ({added} new, {dropped} gone)",
-            after.len(),
-            files.len()
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        Change {
+            needles: count(after.len()),
+            files: count(files(after)),
+            added: count(after.iter().filter(|s| !before.contains(s)).count()),
+            dropped: count(before.iter().filter(|s| !after.contains(s)).count()),
+        }
+    }
+
+    /// These rules' workspace needles, as a change that changed nothing (what a refused
+    /// reload leaves in force).
+    #[must_use]
+    pub fn unchanged(&self) -> Change {
+        self.change(self.credentials.workspace_secrets())
+    }
+}
+
+/// Distinct files the needles were found in.
+fn files(needles: &[WorkspaceSecret]) -> usize {
+    let mut files: Vec<&str> = needles.iter().map(|s| s.file.as_str()).collect();
+    files.sort_unstable();
+    files.dedup();
+    files.len()
+}
+
+/// What a reload of the rules changed, in counts (never values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// Workspace needles in force afterwards.
+    pub needles: u64,
+    /// Files they were found in.
+    pub files: u64,
+    /// Needles the reload added.
+    pub added: u64,
+    /// Needles it dropped.
+    pub dropped: u64,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "workspace secrets reloaded: {} needles from {} files ({} new, {} gone)",
+            self.needles, self.files, self.added, self.dropped
         )
     }
 }
@@ -164,11 +199,13 @@ mod tests {
         std::fs::write(&path, handoff(both.clone())).unwrap_or_else(|e| panic!("{e}"));
         let new = Rules::reload(&policy, &path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(new.credentials.workspace_secrets(), both.as_slice());
-        let line = new.change(rules.credentials.workspace_secrets());
+        let change = new.change(rules.credentials.workspace_secrets());
+        let line = change.to_string();
         assert_eq!(
             line,
             "workspace secrets reloaded: 2 needles from 2 files (1 new, 0 gone)"
         );
+        assert_eq!(new.unchanged(), Change { added: 0, ..change });
         assert!(!line.contains("Secret-value"));
         std::fs::write(&path, b"{\"version\": ").unwrap_or_else(|e| panic!("{e}"));
         let err = Rules::reload(&policy, &path).map(|_| ()).unwrap_err();

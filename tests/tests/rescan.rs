@@ -205,6 +205,27 @@ fn a_secret_written_after_start_is_refused_after_a_rescan_and_none_is_lost() {
     );
     let audit_text = serde_json::to_string(&audit).unwrap();
     assert!(!audit_text.contains(LATER) && !audit_text.contains(START));
+    // The reload is in the audit too: one line, in counts.
+    let reloads: Vec<_> = audit.iter().filter(|l| l["event"] == "reload").collect();
+    assert_eq!(reloads.len(), 1, "{audit:?}");
+    let r = reloads[0];
+    assert_eq!(
+        (
+            &r["kind"],
+            &r["decision"],
+            &r["needles"],
+            &r["added"],
+            &r["error"]
+        ),
+        (
+            &"audit".into(),
+            &"allow".into(),
+            &2.into(),
+            &1.into(),
+            &serde_json::Value::Null
+        ),
+        "{r}"
+    );
 
     // Report: the new name, when, the counts; never a value.
     let report = std::fs::read_to_string(airlock.run_dir.join("workspace-secrets")).unwrap();
@@ -374,4 +395,7 @@ fn a_failed_rescan_is_one_line_and_the_proxy_keeps_its_needles() {
     );
     assert!(why[0].contains("Permission denied"), "{why:?}");
     assert!(!errs.contains(LATER) && !errs.contains(START));
+    // The proxy was never asked: nothing reloaded, nothing audited as reloaded.
+    let audit = airlock.audit();
+    assert!(audit.iter().all(|l| l["event"] != "reload"), "{audit:?}");
 }
