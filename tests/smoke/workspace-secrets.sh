@@ -204,6 +204,9 @@ audit="$(volume_path "$AUDIT")/audit.jsonl"
 check "the audit names the detector workspace:.env" \
     grep -q '"reason":"foreign-secret".*"rule":"secret detector workspace:.env"\|"rule":"secret detector workspace:.env".*"reason":"foreign-secret"' "$audit"
 check "the LLM request is audited secret-redacted" grep -q '"event":"secret-redacted"' "$audit"
+check "the rescan is audited: one reload line, allow, 1 added" \
+    bash -c '[ "$(grep -c "\"event\":\"reload\"" "$1")" = 1 ] &&
+        grep -q "\"event\":\"reload\",\"decision\":\"allow\",.*\"added\":1," "$1"' _ "$audit"
 for v in AWS_SECRET DB_PASSWORD; do
     check "$v is not in the audit log" bash -c '! grep -qF -- "$1" "$2"' _ "${!v}" "$audit"
 done
