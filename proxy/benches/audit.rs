@@ -140,16 +140,13 @@ fn main() {
         .build()
         .expect("runtime");
 
+    // A cap the rounds never reach: no rotation inside a measurement.
+    let unrotated = Bounds {
+        cap: 1 << 40,
+        ..Bounds::default()
+    };
     let path = dir.path().join("audit.jsonl");
-    let (log, writer) = audit::open(
-        &path,
-        who.clone(),
-        Bounds {
-            cap: 1 << 40,
-            ..Bounds::default()
-        },
-    )
-    .expect("open");
+    let (log, writer) = audit::open(&path, who.clone(), unrotated).expect("open");
     let (wba_cpu, wba_wall) = median(|round| write_before_answer(&log, &who, round));
     rt.block_on(writer.finish()).expect("finish");
     let per_allowed = bytes(&path) / (ROUNDS as u64 * REQUESTS);
@@ -170,17 +167,8 @@ fn main() {
     rt.block_on(writer.finish()).expect("finish");
     let flood_bytes = bytes(&denied);
 
-    let (log, writer) = audit::start(
-        &path,
-        Box::new(Discard),
-        0,
-        who.clone(),
-        Bounds {
-            cap: 1 << 40,
-            ..Bounds::default()
-        },
-    )
-    .expect("start");
+    let (log, writer) =
+        audit::start(&path, Box::new(Discard), 0, who.clone(), unrotated).expect("start");
     let (discard_cpu, discard_wall) = median(|round| write_before_answer(&log, &who, round));
     rt.block_on(writer.finish()).expect("finish");
 
