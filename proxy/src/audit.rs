@@ -556,10 +556,11 @@ impl Sink {
         }
         st.line.push(b'\n');
         let r = self.write_out(st, true);
-        if r.is_err()
-            && let Some(o) = &mut st.outage
-        {
-            o.refused += 1;
+        if r.is_err() {
+            // Not a request to refuse: the line waits, and follows the outage line.
+            let line = std::mem::take(&mut st.line);
+            st.queued.extend_from_slice(&line);
+            st.line = line;
         }
         r
     }
@@ -659,7 +660,8 @@ impl Audit {
     /// changed), else why they were refused (`change` is then what stays in force).
     ///
     /// # Errors
-    /// [`Unavailable`]: the log cannot be written (the outage line counts it).
+    /// [`Unavailable`]: the log cannot be written now; the line waits with the final lines
+    /// and follows the outage line when writing works again.
     pub fn reload(
         &self,
         change: &crate::snapshot::Change,
@@ -1101,9 +1103,22 @@ mod tests {
         audit
             .reload(&kept, Some("malformed hand-off".into()))
             .unwrap();
-        writer.finish().await.unwrap();
+        // In an outage the line waits and follows the outage line; no request counted.
+        v.set_cap(0);
+        assert_eq!(audit.reload(&kept, None), Err(Unavailable));
+        v.set_cap(1 << 20);
+        audit.commit(&rec(9)).unwrap();
+        writer.finish().await.unwrap_err(); // the outage's error, reported at the end
         let lines = v.lines();
-        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert_eq!(
+            (&lines[2]["event"], &lines[2]["refused"]),
+            (&"outage".into(), &0.into())
+        );
+        assert_eq!(
+            (&lines[3]["event"], &lines[4]["bytes_up"]),
+            (&"reload".into(), &9.into())
+        );
         for (l, decision, added, error) in [
             (&lines[0], "allow", 1, serde_json::Value::Null),
             (&lines[1], "deny", 0, "malformed hand-off".into()),
