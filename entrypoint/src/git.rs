@@ -473,6 +473,14 @@ impl ApiSpec {
     /// Spawn the git API, wait until it listens on its socket, and verify its identity from
     /// `/proc/<pid>/status`.
     pub fn start(&self) -> Result<Child> {
+        let mut child = self.spawn()?;
+        self.wait_ready(&mut child)?;
+        Ok(child)
+    }
+
+    /// Spawn the git API without waiting: the first start waits with [`ApiSpec::wait_ready`]
+    /// after the proxy and the firewall came up meanwhile.
+    pub fn spawn(&self) -> Result<Child> {
         let mut env = BTreeMap::new();
         env.insert("PATH".to_owned(), "/usr/bin:/bin".to_owned());
         // The operator's default commit identity (scripts/docker-run), read by the git API.
@@ -520,23 +528,28 @@ impl ApiSpec {
         unsafe {
             cmd.pre_exec(move || keep_across_exec(previous));
         }
-        let mut child = cmd.spawn().with_context(|| {
+        cmd.spawn().with_context(|| {
             format!(
                 "cannot start the git API {} as {} (real) / uid {} (effective)",
                 self.bin.display(),
                 airlock_channels::GIT_USER,
                 self.run_as.identity.uid
             )
-        })?;
-        if let Err(e) = self.wait_ready(&mut child) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e);
-        }
-        Ok(child)
+        })
     }
 
-    fn wait_ready(&self, child: &mut Child) -> Result<()> {
+    /// Wait until the spawned git API answers with the split identity; kill it when it does
+    /// not.
+    pub fn wait_ready(&self, child: &mut Child) -> Result<()> {
+        let ready = self.check_ready(child);
+        if ready.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        ready
+    }
+
+    fn check_ready(&self, child: &mut Child) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait().context("waiting for the git API")? {

@@ -67,6 +67,14 @@ impl ProxySpec {
 
     /// Spawn the proxy and wait until its health check answers.
     pub fn start(&self) -> Result<Child> {
+        let mut child = self.spawn()?;
+        wait_ready(&mut child)?;
+        Ok(child)
+    }
+
+    /// Spawn the proxy without waiting: the first start waits with [`wait_ready`] after it
+    /// has done other work (the firewall) meanwhile.
+    pub fn spawn(&self) -> Result<Child> {
         let env = Self::env(self.log_filter.as_deref());
         let mut cmd = self.run_as.command(&self.bin, &env, Path::new("/"));
         cmd.arg("--policy")
@@ -94,19 +102,18 @@ impl ProxySpec {
         if let Some(id) = &self.container {
             cmd.arg("--container").arg(id);
         }
-        let mut child = cmd.spawn().with_context(|| {
+        cmd.spawn().with_context(|| {
             format!(
                 "cannot start the proxy {} as user {}",
                 self.bin.display(),
                 self.run_as.identity.name
             )
-        })?;
-        wait_ready(&mut child)?;
-        Ok(child)
+        })
     }
 }
 
-fn wait_ready(child: &mut Child) -> Result<()> {
+/// Wait until the spawned proxy's health check answers; kill it when it does not in time.
+pub fn wait_ready(child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = child.try_wait().context("waiting for the proxy")? {

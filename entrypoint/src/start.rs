@@ -1,5 +1,6 @@
 //! PID 1's start, after the checks: the effects in their order (docs/design.md §3), then
-//! supervision until the agent exits.
+//! supervision until the agent exits. The proxy and the git API come up while the firewall is
+//! applied; the agent starts only after all three.
 
 use crate::checks::{self, Checked};
 use crate::config::Cli;
@@ -52,16 +53,17 @@ fn warn_forced(forced: &[String]) {
     }
 }
 
-/// The one ready line, with the time each start-up step took.
-fn ready_line(session_id: &str, t0: Instant, steps: [std::time::Duration; 4]) -> String {
-    let [validate, proxy, firewall, selftest] = steps;
+/// The one ready line, with the time each start-up step took. The proxy (with the git API)
+/// and the firewall start at once, so their two times overlap; the five numbers keep their
+/// order (total, validate, proxy, firewall, self-test) for `scripts/bench-startup`.
+fn ready_line(session_id: &str, total: Duration, steps: &Steps) -> String {
     format!(
-        "session {session_id} ready in {} ms (validate {} ms, proxy {} ms, firewall {} ms, self-test {} ms)",
-        t0.elapsed().as_millis(),
-        validate.as_millis(),
-        (proxy - validate).as_millis(),
-        (firewall - proxy).as_millis(),
-        (selftest - firewall).as_millis(),
+        "session {session_id} ready in {} ms (validate {} ms, proxy {} ms beside firewall {} ms, self-test {} ms)",
+        total.as_millis(),
+        steps.validate.as_millis(),
+        steps.services.as_millis(),
+        steps.firewall.as_millis(),
+        steps.self_test.as_millis(),
     )
 }
 
@@ -82,33 +84,48 @@ fn effective_policy(
     effective::install(&cli.policy, &cli.run_dir, policy, &overrides)
 }
 
-/// When each start-up step ended, for the ready line.
+/// How long each start-up step took, for the ready line.
+#[derive(Debug, Default)]
+struct Steps {
+    /// The checks and the files prepared before any process starts.
+    validate: Duration,
+    /// From the proxy's and the git API's spawn until both answer (the firewall meanwhile).
+    services: Duration,
+    /// The firewall's own time, inside `services`.
+    firewall: Duration,
+    /// The self-test as the agent.
+    self_test: Duration,
+}
+
+/// The start-up's clock: when the current step began, and the steps so far.
 #[derive(Debug)]
 struct Clock {
     t0: Instant,
-    marks: Vec<Duration>,
+    step: Instant,
+    steps: Steps,
 }
 
 impl Clock {
     fn start() -> Clock {
+        let now = Instant::now();
         Clock {
-            t0: Instant::now(),
-            marks: Vec::new(),
+            t0: now,
+            step: now,
+            steps: Steps::default(),
         }
     }
 
-    /// The step that just ended.
-    fn mark(&mut self) {
-        self.marks.push(self.t0.elapsed());
+    /// The time since the last lap, and a new lap begins.
+    fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let lap = now - self.step;
+        self.step = now;
+        lap
     }
 
-    /// The one ready line, with the time each of the four steps took.
+    /// The one ready line.
     fn ready_line(&self, session_id: &str) -> String {
-        let mut steps = [Duration::ZERO; 4];
-        for (step, mark) in steps.iter_mut().zip(&self.marks) {
-            *step = *mark;
-        }
-        ready_line(session_id, self.t0, steps)
+        ready_line(session_id, self.t0.elapsed(), &self.steps)
     }
 }
 
@@ -159,25 +176,33 @@ pub fn run(cli: Cli) -> Result<i32> {
         Some(bin) => Some(git_api_spec(&cli, &plan, bin, &users, &files, &session.id)?),
         None => None,
     };
-    clock.mark();
+    clock.steps.validate = clock.lap();
 
     supervise::block_signals()?;
-    let (mut proxy, proxy_spec) = start_proxy(&cli, &plan, proxy_bin, files, &session.id, &users)?;
+    // The proxy and the git API start while PID 1 applies the firewall: the three are
+    // independent (the git API needs the proxy and the CA bundle only when a push comes),
+    // and nothing runs as the agent until all three are done. Both services are spawned
+    // before the firewall's threads exist, so no fork happens beside another thread.
+    let (mut proxy, proxy_spec) = spawn_proxy(&cli, &plan, proxy_bin, files, &session.id, &users)?;
+    let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::spawn).transpose()?);
+    setup::apply_firewall(&users)?;
+    clock.steps.firewall = clock.step.elapsed();
+    if let Some(child) = proxy.0.as_mut() {
+        proxy_ctl::wait_ready(child)?;
+    }
     trust::write_bundle(
         &cli.run_dir,
         &proxy_spec.ca_export,
         operator_ca.extra.as_ref(),
     )?;
-    // The git API after the proxy (its pushes go through the service port), before the firewall.
-    let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::start).transpose()?);
-    clock.mark();
-
-    setup::apply_firewall(&users)?;
-    clock.mark();
+    if let (Some(child), Some(spec)) = (git_api.0.as_mut(), git_spec.as_ref()) {
+        spec.wait_ready(child)?;
+    }
+    clock.steps.services = clock.lap();
 
     let filters = Arc::new(seccomp::agent_filters()?);
     self_test_as_agent(&users, &filters, plan.self_test)?;
-    clock.mark();
+    clock.steps.self_test = clock.lap();
 
     setup::reduce_pid1_caps()?;
     let ready = clock.ready_line(&session.id);
@@ -306,8 +331,8 @@ fn git_api_spec(
     )
 }
 
-/// Start the proxy as its user and wait until it answers.
-fn start_proxy(
+/// Spawn the proxy as its user (its readiness is awaited by the caller).
+fn spawn_proxy(
     cli: &Cli,
     plan: &Plan,
     bin: std::path::PathBuf,
@@ -328,7 +353,7 @@ fn start_proxy(
         log_filter: files.route.proxy_filter.clone(),
         run_as: RunAs::detached(users.proxy.clone()),
     };
-    let proxy = ProxyGuard(Some(spec.start()?));
+    let proxy = ProxyGuard(Some(spec.spawn()?));
     Ok((proxy, spec))
 }
 
@@ -429,4 +454,32 @@ fn run_self_test(run_as: &RunAs, mode: selftest::Mode) -> Result<()> {
     Err(anyhow!(
         "self-test as the agent failed, refusing to start: {first}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_line_keeps_its_five_numbers_in_order() {
+        let ms = Duration::from_millis;
+        let steps = Steps {
+            validate: ms(6),
+            services: ms(41),
+            firewall: ms(38),
+            self_test: ms(8),
+        };
+        let line = ready_line("s1", ms(55), &steps);
+        assert_eq!(
+            line,
+            "session s1 ready in 55 ms (validate 6 ms, proxy 41 ms beside firewall 38 ms, self-test 8 ms)"
+        );
+        // scripts/bench-startup reads the numbers before each " ms" in this order.
+        let numbers: Vec<&str> = line
+            .split(" ms")
+            .filter_map(|part| part.rsplit(' ').next())
+            .filter(|n| n.parse::<u32>().is_ok())
+            .collect();
+        assert_eq!(numbers, ["55", "6", "41", "38", "8"]);
+    }
 }
