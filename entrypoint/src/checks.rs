@@ -149,7 +149,10 @@ fn agent_side(
         |k| std::env::var(k).ok(),
         session::nonce,
     ));
-    let trust_vars = trust::agent_vars(&cli.run_dir.join(trust::BUNDLE_FILE));
+    let trust_vars = trust::agent_vars(
+        &cli.run_dir.join(trust::BUNDLE_FILE),
+        &cli.run_dir.join(trust::EMPTY_CA_DIR),
+    );
     let agent_env = creds.as_ref().and_then(|creds| {
         problems.take(agent_env::build(
             std::env::vars(),

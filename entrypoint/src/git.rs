@@ -26,6 +26,7 @@
 use crate::identity::{Identity, Users};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::status::{self, Expected};
+use crate::trust;
 use airlock_wire::SessionKey;
 use anyhow::{Context, Result, anyhow, bail};
 use nix::unistd::{Gid, Uid, chown};
@@ -375,6 +376,9 @@ pub struct ApiSpec {
     pub policy: PathBuf,
     /// The CA git trusts on the proxy's service port (where every connection is intercepted).
     pub ca_file: PathBuf,
+    /// The empty CA directory git reads instead of the system's ([`trust::EMPTY_CA_DIR`],
+    /// made by [`trust::empty_ca_dir`] before any process starts).
+    pub ca_dir: PathBuf,
     pub run_as: RunAs,
     /// The airlock-git user's uid (the real uid).
     pub git_uid: u32,
@@ -445,6 +449,7 @@ impl ApiSpec {
                     .file_name()
                     .unwrap_or_default(),
             ),
+            ca_dir: run_dir.join(trust::EMPTY_CA_DIR),
             run_as: RunAs {
                 identity: Identity {
                     name: airlock_channels::GIT_USER.to_owned(),
@@ -509,6 +514,8 @@ impl ApiSpec {
             .arg(&self.policy)
             .arg("--ca-file")
             .arg(&self.ca_file)
+            .arg("--ca-dir")
+            .arg(&self.ca_dir)
             .arg("--git")
             .arg(REAL_GIT)
             .arg("--start-branch")

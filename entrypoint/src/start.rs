@@ -295,6 +295,7 @@ fn prepare_files(
         cli.upstream_ca.as_deref(),
     )?;
     let audit_file = setup::prepare_dirs(cli, users)?;
+    trust::empty_ca_dir(&cli.run_dir)?;
     let policy_file = effective_policy(cli, policy, git_plan)?;
     let route = console::Route::detect();
     console::open(&route, &cli.audit_dir)?;

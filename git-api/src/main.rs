@@ -55,6 +55,10 @@ struct Cli {
     /// CA bundle git trusts for the proxy's interception on the service port.
     #[arg(long)]
     ca_file: Option<PathBuf>,
+    /// An empty directory git reads as its CA directory instead of the system's (root-owned:
+    /// nothing the agent could add a root to).
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
     /// The real git.
     #[arg(long, default_value = "/usr/bin/git")]
     git: PathBuf,
@@ -236,6 +240,7 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
             airlock_channels::GIT_SERVICE_PORT
         ),
         ca_file: cli.ca_file.clone(),
+        ca_dir: cli.ca_dir.clone(),
         test_upstreams,
         system_config: identity.as_ref().map(DefaultIdentity::path),
     };

@@ -74,6 +74,7 @@ fn start(verifier: Verifier) -> Api {
         home: root.join("empty-home"),
         proxy_url: "http://127.0.0.1:9".into(),
         ca_file: None,
+        ca_dir: None,
         test_upstreams: Vec::new(),
         system_config: None,
     };

@@ -120,6 +120,7 @@ impl World {
             home: root.join("empty-home"),
             proxy_url: "http://127.0.0.1:9".into(),
             ca_file: None,
+            ca_dir: None,
             test_upstreams: vec![("github.com/acme/app".into(), upstream.clone())],
             system_config,
         };

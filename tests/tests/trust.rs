@@ -112,7 +112,7 @@ fn the_agent_does_not_trust_the_upstreams_own_ca_without_the_proxy() {
 }
 
 #[test]
-fn the_bundle_holds_the_appliance_ca_and_the_ca_key_is_out_of_reach() {
+fn the_bundle_holds_the_appliance_ca_and_the_agent_can_change_no_trust_nor_read_the_ca_key() {
     let world = world();
     let airlock = Airlock::new(&world, POLICY_INTERCEPT);
     let state = airlock.run_dir.join("proxy");
@@ -120,7 +120,9 @@ fn the_bundle_holds_the_appliance_ca_and_the_ca_key_is_out_of_reach() {
         "grep -c 'BEGIN CERTIFICATE' $SSL_CERT_FILE | sed 's/^/certs=/'\n\
          cat {key} >/dev/null 2>&1; echo key=$?\n\
          ls {state} >/dev/null 2>&1; echo state=$?\n\
-         echo junk >> $SSL_CERT_FILE 2>/dev/null; echo append=$?",
+         echo junk >> $SSL_CERT_FILE 2>/dev/null; echo append=$?\n\
+         cp $SSL_CERT_FILE $GIT_SSL_CAPATH/planted.pem 2>/dev/null; echo plant=$?\n\
+         echo capath=$GIT_SSL_CAPATH entries=$(ls -A $GIT_SSL_CAPATH | wc -l)",
         key = state.join("ca-key.pem").display(),
         state = state.display(),
     );
@@ -133,9 +135,15 @@ fn the_bundle_holds_the_appliance_ca_and_the_ca_key_is_out_of_reach() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
     assert!(certs >= 2, "system roots + the appliance CA:\n{text}");
-    for refused in ["key=0", "state=0", "append=0"] {
+    for refused in ["key=0", "state=0", "append=0", "plant=0"] {
         assert!(!text.contains(refused), "{refused}:\n{text}");
     }
+    // git's CA directory (instead of all of /etc/ssl/certs) is empty and stays so.
+    let capath = airlock.run_dir.join("empty-ca-dir");
+    assert!(
+        text.contains(&format!("capath={} entries=0", capath.display())),
+        "{text}"
+    );
     let key = std::fs::metadata(state.join("ca-key.pem")).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(key.permissions().mode() & 0o077, 0, "CA key is private");
