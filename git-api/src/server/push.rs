@@ -6,6 +6,14 @@ use crate::argv::{Checked, Refusal};
 use crate::push::{self, Facts, Update};
 use airlock_wire::Reason;
 
+/// A refspec's source resolved to a ref, its destination, and the source's object id when
+/// resolving already read it (`rev-parse --verify -q` of that ref).
+pub(super) struct Resolved {
+    src_ref: String,
+    dst: String,
+    oid: Option<String>,
+}
+
 impl Server {
     /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
     /// Also returns the transport configuration of the remote (see `check_remote`).
@@ -48,16 +56,20 @@ impl Server {
         };
         let mut refspecs = Vec::new();
         for spec in specs {
-            let (src_ref, dst) = self.resolve_refspec(&spec, branch.as_deref())?;
-            let new = self
-                .query(&["rev-parse", "--verify", "-q", &src_ref])?
-                .line()
-                .ok_or_else(|| {
-                    Refusal::new(
-                        Reason::PushFormNotSupported,
-                        format!("{} does not name a commit", spec.src),
-                    )
-                })?;
+            let Resolved { src_ref, dst, oid } = self.resolve_refspec(&spec, branch.as_deref())?;
+            // What resolving already read (the same `rev-parse`), else one query.
+            let new = match oid {
+                Some(oid) => Some(oid),
+                None => self
+                    .query(&["rev-parse", "--verify", "-q", &src_ref])?
+                    .line(),
+            }
+            .ok_or_else(|| {
+                Refusal::new(
+                    Reason::PushFormNotSupported,
+                    format!("{} does not name a commit", spec.src),
+                )
+            })?;
             let old = match dst.strip_prefix("refs/heads/") {
                 Some(b) => self
                     .query(&[
@@ -90,10 +102,12 @@ impl Server {
         &self,
         spec: &push::Refspec,
         branch: Option<&str>,
-    ) -> Result<(String, String), Refusal> {
-        let exists = |r: &str| -> Result<bool, Refusal> {
-            Ok(self.query(&["rev-parse", "--verify", "-q", r])?.ok)
+    ) -> Result<Resolved, Refusal> {
+        // The object id `r` names, when it names one.
+        let lookup = |r: &str| -> Result<Option<String>, Refusal> {
+            Ok(self.query(&["rev-parse", "--verify", "-q", r])?.line())
         };
+        let mut oid = None;
         let (src_ref, default_dst) = if spec.src == "HEAD" || spec.src == "@" {
             match branch {
                 Some(b) => (format!("refs/heads/{b}"), Some(format!("refs/heads/{b}"))),
@@ -101,12 +115,14 @@ impl Server {
             }
         } else if spec.src.starts_with("refs/heads/") || spec.src.starts_with("refs/tags/") {
             (spec.src.clone(), Some(spec.src.clone()))
-        } else if exists(&format!("refs/heads/{}", spec.src))? {
+        } else if let Some(id) = lookup(&format!("refs/heads/{}", spec.src))? {
+            oid = Some(id);
             (
                 format!("refs/heads/{}", spec.src),
                 Some(format!("refs/heads/{}", spec.src)),
             )
-        } else if exists(&format!("refs/tags/{}", spec.src))? {
+        } else if let Some(id) = lookup(&format!("refs/tags/{}", spec.src))? {
+            oid = Some(id);
             (
                 format!("refs/tags/{}", spec.src),
                 Some(format!("refs/tags/{}", spec.src)),
@@ -135,7 +151,7 @@ impl Server {
                 format!("{dst} is not a valid ref name"),
             ));
         }
-        Ok((src_ref, dst))
+        Ok(Resolved { src_ref, dst, oid })
     }
 
     pub(super) fn facts(
