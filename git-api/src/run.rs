@@ -223,7 +223,7 @@ mod tests {
             home: tmp.path().join("home"),
             proxy_url: "http://127.0.0.1:1".to_owned(),
             ca_file: Some(PathBuf::from("/run/airlock/ca.pem")),
-            ca_dir: Some(PathBuf::from("/run/airlock/git-ca-dir")),
+            ca_dir: Some(PathBuf::from("/run/airlock/empty-ca-dir")),
             test_upstreams: Vec::new(),
             system_config: None,
         };
@@ -234,7 +234,7 @@ mod tests {
         );
         assert_eq!(
             get("http.sslCAPath").as_deref(),
-            Some("/run/airlock/git-ca-dir")
+            Some("/run/airlock/empty-ca-dir")
         );
     }
 }
