@@ -185,8 +185,9 @@ pub fn run(cli: Cli) -> Result<i32> {
     // before the firewall's threads exist, so no fork happens beside another thread.
     let (mut proxy, proxy_spec) = spawn_proxy(&cli, &plan, proxy_bin, files, &session.id, &users)?;
     let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::spawn).transpose()?);
+    let firewall = Instant::now();
     setup::apply_firewall(&users)?;
-    clock.steps.firewall = clock.step.elapsed();
+    clock.steps.firewall = firewall.elapsed();
     if let Some(child) = proxy.0.as_mut() {
         proxy_ctl::wait_ready(child)?;
     }
