@@ -6,8 +6,8 @@ use crate::argv::{Checked, Refusal};
 use crate::push::{self, Facts, Update};
 use airlock_wire::Reason;
 
-/// A refspec's source resolved to a ref, its destination, and the source's object id when
-/// resolving already read it (`rev-parse --verify -q` of that ref).
+/// A refspec's source resolved to a ref, its destination, and the object id the source
+/// names (`rev-parse --verify -q` of that ref; `None`: it names none).
 pub(super) struct Resolved {
     src_ref: String,
     dst: String,
@@ -57,14 +57,7 @@ impl Server {
         let mut refspecs = Vec::new();
         for spec in specs {
             let Resolved { src_ref, dst, oid } = self.resolve_refspec(&spec, branch.as_deref())?;
-            // What resolving already read (the same `rev-parse`), else one query.
-            let new = match oid {
-                Some(oid) => Some(oid),
-                None => self
-                    .query(&["rev-parse", "--verify", "-q", &src_ref])?
-                    .line(),
-            }
-            .ok_or_else(|| {
+            let new = oid.ok_or_else(|| {
                 Refusal::new(
                     Reason::PushFormNotSupported,
                     format!("{} does not name a commit", spec.src),
@@ -151,6 +144,11 @@ impl Server {
                 format!("{dst} is not a valid ref name"),
             ));
         }
+        // Read once: the ref's lookup above already gave it when it chose the ref.
+        let oid = match oid {
+            Some(oid) => Some(oid),
+            None => lookup(&src_ref)?,
+        };
         Ok(Resolved { src_ref, dst, oid })
     }
 
