@@ -127,12 +127,21 @@ client() { taskset -c 0 "$BENCH_BIN" "$@"; }
 cells() { # row via proxy pid [target ca]
   local row=$1 via=$2 proxy=$3 pid=${4:-} target=${5:-$T} ca=${6:-} p=()
   [ -n "$pid" ] && p+=(--pid "$pid")
-  [ -n "$ca" ] && p+=(--ca "$ca")
+  local ca_arg=()
+  [ -n "$ca" ] && p+=(--ca "$ca") && ca_arg=(--ca "$ca")
   echo "  $row" >&2
   echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|new|$(client load --via $via --proxy "$proxy" --target $target --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $target --mode bulk --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  # Fairness: one keep-alive connection while a 1 MiB download runs on another (a request
+  # must not wait behind a bulk transfer on the proxy's one thread).
+  client load --via $via --proxy "$proxy" --target $target --mode bulk --conns 1 --secs "$((SECS + 1))" "${ca_arg[@]}" >"$work/beside-bulk" &
+  local bulk_pid=$!
+  sleep 0.5
+  echo "$row|beside|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${ca_arg[@]}")" >>"$results"
+  wait $bulk_pid
+  echo "$row|beside-bulk|$(cat "$work/beside-bulk")" >>"$results"
   if [ "$via" = intercept ]; then
     # Every address from .10 up is a host this proxy has not minted a leaf for yet.
     echo "$row|newhost|$(client load --via $via --proxy "$proxy" --target $target --mode new-host --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"

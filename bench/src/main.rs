@@ -232,6 +232,12 @@ fn tables(results: &std::path::Path, json: Option<&std::path::Path>) -> anyhow::
     if !peers.is_empty() {
         println!("\nagainst each peer (same mode, same run):\n\n{peers}");
     }
+    let beside = table::render_beside(&text);
+    if !beside.is_empty() {
+        println!(
+            "\nfairness (one keep-alive connection while a 1 MiB download runs on another through the same proxy):\n\n{beside}"
+        );
+    }
     let scale = table::render_scale(&text);
     if !scale.is_empty() {
         println!(

@@ -208,6 +208,40 @@ pub fn render_scale(text: &str) -> String {
     out
 }
 
+/// The fairness cells (`beside`: one keep-alive connection while `beside-bulk`, a 1 MiB
+/// download, runs on another): per row, the keep-alive rate and its share of the row's
+/// one-connection rate alone (`lat`), its latency, and the download's throughput meanwhile.
+pub fn render_beside(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let mut out = String::new();
+    for name in &order {
+        let c = &rows[name];
+        let Some(rps) = num(c, "beside", "rps") else {
+            continue;
+        };
+        if out.is_empty() {
+            out.push_str("| target | req/s keep-alive beside the download (% of alone) | latency p50 / p99 ms | 1 MiB download MiB/s meanwhile |\n");
+            out.push_str("|---|---:|---:|---:|\n");
+        }
+        let share = num(c, "lat", "rps")
+            .filter(|a| *a > 0.0)
+            .map_or_else(String::new, |a| format!(" ({:.0}%)", rps * 100.0 / a));
+        let ms = |k: &str| {
+            num(c, "beside", k).map_or_else(|| "—".into(), |v| format!("{:.3}", v / 1000.0))
+        };
+        let bulk = num(c, "beside-bulk", "mib_s").map_or_else(|| "—".into(), |v| format!("{v:.0}"));
+        let _ = writeln!(
+            out,
+            "| {name} | {rps:.0}{share}{} | {} / {} | {bulk}{} |",
+            errs(c, "beside"),
+            ms("p50_us"),
+            ms("p99_us"),
+            errs(c, "beside-bulk"),
+        );
+    }
+    out
+}
+
 /// The mode word of a row name ("airlock connect" → "connect"; "mitmproxy intercept
 /// (credential injected)" → "intercept").
 fn mode_of(row: &str) -> Option<&str> {
@@ -322,6 +356,27 @@ mod tests {
             t.contains("| i intercept | — | — | — | 250.0 (new host, leaf minted: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn fairness_rows_show_the_share_of_the_rate_alone() {
+        let t = render_beside(
+            "direct|lat|rps=10000 p50_us=90\n\
+             direct|beside|rps=8000 p50_us=120 p99_us=300 errors=0\n\
+             direct|beside-bulk|mib_s=4000.5\n\
+             p|lat|rps=5000\n\
+             p|beside|rps=2500 p50_us=400 p99_us=900 errors=1\n\
+             q|lat|rps=100\n",
+        );
+        assert!(
+            t.contains("| direct | 8000 (80%) | 0.120 / 0.300 | 4000 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| p | 2500 (50%) (1 err) | 0.400 / 0.900 | — |"),
+            "{t}"
+        );
+        assert!(!t.contains("| q |"), "{t}");
     }
 
     #[test]

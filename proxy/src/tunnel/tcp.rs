@@ -37,7 +37,8 @@ const PIPE_SIZES: [libc::c_int; 2] = [1 << 20, 256 << 10];
 /// How long a bulk direction polls its empty source before sleeping in the reactor. A
 /// sender on another core refills a loopback socket every few microseconds; sleeping in
 /// between costs a wake-up (an inter-processor interrupt, a VM exit under a hypervisor)
-/// per 64 KiB segment, far more than the poll.
+/// per 64 KiB segment, far more than the poll. The poll yields to the runtime between
+/// attempts: every other connection is served on the same thread meanwhile.
 const BULK_POLL: Duration = Duration::from_micros(40);
 
 /// A relay end: a bare TCP socket (with bytes already read from it but not yet relayed),
@@ -267,7 +268,8 @@ async fn splice_burst(
             Ok(0) if total == 0 => return Ok(None),
             Ok(0) => return Ok(Some(total)),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poll_source(from, pipe)? {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poll_source(from, pipe).await?
+            {
                 0 if total == 0 => return Ok(None),
                 0 => return Ok(Some(total)),
                 n if n == usize::MAX => return Ok(Some(total)),
@@ -293,11 +295,14 @@ async fn splice_burst(
     }
 }
 
-/// The source of a bulk direction is empty: splice again, without the reactor, for up to
-/// [`BULK_POLL`]. The bytes moved, 0 at EOF, `usize::MAX` when nothing came (then the
-/// caller sleeps on readiness, which the failed `try_io` cleared: edge-triggered epoll
-/// reports any byte that arrives after this last attempt).
-fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
+/// The source of a bulk direction is empty: splice again for up to [`BULK_POLL`], yielding
+/// to the runtime between attempts (never spinning inside it: the other direction of this
+/// tunnel, and every other connection, run on the same thread, and the request that makes
+/// the next response come may be waiting right there). The bytes moved, 0 at EOF,
+/// `usize::MAX` when nothing came (then the caller sleeps on readiness, which the failed
+/// `try_io` cleared: edge-triggered epoll reports any byte that arrives after this last
+/// attempt).
+async fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
     let until = std::time::Instant::now() + BULK_POLL;
     loop {
         match splice(from.as_raw_fd(), pipe.w.as_raw_fd(), SPLICE_MAX) {
@@ -309,6 +314,66 @@ fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
         if std::time::Instant::now() >= until {
             return Ok(usize::MAX);
         }
-        std::hint::spin_loop();
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A bulk direction whose source has gone quiet polls it for a while; the proxy's one
+    /// runtime thread keeps serving everything else meanwhile (the other direction of the
+    /// same tunnel carries the request that makes the next response come). Before, the
+    /// poll spun inside the thread: nothing else ran until it gave up.
+    #[tokio::test(flavor = "current_thread")]
+    async fn polling_a_quiet_source_lets_the_other_tasks_run() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (connected, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (_peer, (source, _)) = (connected.unwrap(), accepted.unwrap());
+        let pipe = Pipe::new().unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+        let moved = poll_source(&source, &pipe).await.unwrap();
+        assert_eq!(moved, usize::MAX, "nothing was sent: the poll gives up");
+        assert!(
+            ran.load(Ordering::SeqCst),
+            "another task ran while the quiet source was polled"
+        );
+    }
+
+    /// Bytes that arrive during the poll are taken by it (a splice into the pipe), and
+    /// an end of stream is seen as 0.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_poll_takes_what_arrives_and_sees_the_end() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (connected, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut peer, (source, _)) = (connected.unwrap(), accepted.unwrap());
+        let pipe = Pipe::new().unwrap();
+        peer.write_all(b"twelve bytes").await.unwrap();
+        let mut moved = usize::MAX;
+        for _ in 0..1000 {
+            moved = poll_source(&source, &pipe).await.unwrap();
+            if moved != usize::MAX {
+                break;
+            }
+        }
+        assert_eq!(moved, 12);
+        peer.shutdown().await.unwrap();
+        drop(peer);
+        let mut end = usize::MAX;
+        for _ in 0..1000 {
+            end = poll_source(&source, &pipe).await.unwrap();
+            if end != usize::MAX {
+                break;
+            }
+        }
+        assert_eq!(end, 0);
     }
 }
