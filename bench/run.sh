@@ -13,6 +13,7 @@
 #   --no-install  do not apt-get/pip install missing squid, tinyproxy, mitmproxy
 #   --no-build    use existing release binaries ($CARGO_TARGET_DIR or target/)
 #   env CONNS     concurrent connections of the keep-alive / new-connection cells (default 8)
+#   env BULK_CONNS  concurrent 1 MiB downloads of the throughput cell (default 1)
 #   env PROXY_TUNABLES  GLIBC_TUNABLES for our proxy (default: what the entrypoint gives it,
 #                 bench/proxy-tunables; empty: glibc's defaults)
 #   env BENCH_TUNABLES  GLIBC_TUNABLES for every other process of the run: the client, the
@@ -43,6 +44,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
+export BULK_CONNS=${BULK_CONNS:-1}
 export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
 export SCALE_TUNNELS=${SCALE_TUNNELS:-1,10,100,1000}
@@ -133,7 +135,7 @@ cells() { # row via proxy pid [target ca]
   echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|new|$(client load --via $via --proxy "$proxy" --target $target --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
-  echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $target --mode bulk --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+  echo "$row|bulk|$(client load --via $via --proxy "$proxy" --target $target --mode bulk --conns "$BULK_CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
   # Fairness: one keep-alive connection while a 1 MiB download runs on another (a request
   # must not wait behind a bulk transfer on the proxy's one thread).
   client load --via $via --proxy "$proxy" --target $target --mode bulk --conns 1 --secs "$((SECS + 1))" "${ca_arg[@]}" >"$work/beside-bulk" &
@@ -312,5 +314,5 @@ echo
 mkdir -p "$(dirname "$BENCH_JSON")"
 "$BENCH_BIN" table "$results" --json "$BENCH_JSON"
 echo
-echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close; latency: 1 connection, keep-alive, minus direct; 1 MiB: one keep-alive connection; RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."
+echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close; latency: 1 connection, keep-alive, minus direct; 1 MiB: $BULK_CONNS keep-alive connection(s); RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."
 echo "JSON: $BENCH_JSON"
