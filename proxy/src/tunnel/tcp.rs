@@ -325,16 +325,32 @@ mod tests {
 
     use super::*;
 
+    /// A connected pair: (the peer that sends, the source a bulk direction reads).
+    async fn connected() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (peer, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (peer.unwrap(), accepted.unwrap().0)
+    }
+
+    /// Polls until the source moves bytes or ends (at most 1,000 polls).
+    async fn poll_until_something(source: &TcpStream, pipe: &Pipe) -> usize {
+        for _ in 0..1000 {
+            let moved = poll_source(source, pipe).await.unwrap();
+            if moved != usize::MAX {
+                return moved;
+            }
+        }
+        usize::MAX
+    }
+
     /// A bulk direction whose source has gone quiet polls it for a while; the proxy's one
     /// runtime thread keeps serving everything else meanwhile (the other direction of the
     /// same tunnel carries the request that makes the next response come). Before, the
     /// poll spun inside the thread: nothing else ran until it gave up.
     #[tokio::test(flavor = "current_thread")]
     async fn polling_a_quiet_source_lets_the_other_tasks_run() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (connected, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let (_peer, (source, _)) = (connected.unwrap(), accepted.unwrap());
+        let (_peer, source) = connected().await;
         let pipe = Pipe::new().unwrap();
         let ran = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&ran);
@@ -351,29 +367,12 @@ mod tests {
     /// an end of stream is seen as 0.
     #[tokio::test(flavor = "current_thread")]
     async fn the_poll_takes_what_arrives_and_sees_the_end() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (connected, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let (mut peer, (source, _)) = (connected.unwrap(), accepted.unwrap());
+        let (mut peer, source) = connected().await;
         let pipe = Pipe::new().unwrap();
         peer.write_all(b"twelve bytes").await.unwrap();
-        let mut moved = usize::MAX;
-        for _ in 0..1000 {
-            moved = poll_source(&source, &pipe).await.unwrap();
-            if moved != usize::MAX {
-                break;
-            }
-        }
-        assert_eq!(moved, 12);
+        assert_eq!(poll_until_something(&source, &pipe).await, 12);
         peer.shutdown().await.unwrap();
         drop(peer);
-        let mut end = usize::MAX;
-        for _ in 0..1000 {
-            end = poll_source(&source, &pipe).await.unwrap();
-            if end != usize::MAX {
-                break;
-            }
-        }
-        assert_eq!(end, 0);
+        assert_eq!(poll_until_something(&source, &pipe).await, 0);
     }
 }
