@@ -329,9 +329,7 @@ pub fn bundle(system_roots: &[u8], extra: Option<&ExtraCa>, appliance_ca: &str) 
 /// fresh so that nothing from an earlier start can be mistaken for this proxy's export.
 pub fn prepare_export_dir(run_dir: &Path, proxy: &Identity) -> Result<PathBuf> {
     let dir = run_dir.join(airlock_channels::PROXY_PUBLIC_SUBDIR);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
-    }
+    remove_earlier(&dir)?;
     proxy_state::ensure_dir_mode(&dir, proxy, 0o755)?;
     Ok(dir.join(EXPORT_FILE))
 }
@@ -361,13 +359,23 @@ pub fn write_bundle(run_dir: &Path, export: &Path, extra: Option<&ExtraCa>) -> R
 /// starts: root's, 0555 and empty, so nobody can add a root to it.
 pub fn empty_ca_dir(run_dir: &Path) -> Result<PathBuf> {
     let dir = run_dir.join(EMPTY_CA_DIR);
-    if std::fs::symlink_metadata(&dir).is_ok() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
-    }
+    remove_earlier(&dir)?;
     std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))
         .with_context(|| format!("cannot set the mode of {}", dir.display()))?;
     Ok(dir)
+}
+
+/// Removes whatever an earlier start left at `path` (a directory with its contents, a file
+/// or a symlink, never following it), so the caller makes it fresh.
+fn remove_earlier(path: &Path) -> Result<()> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+    };
+    removed.with_context(|| format!("cannot clear {}", path.display()))
 }
 
 /// Variables that make the common tools trust `bundle` (and Node use the proxy variables);
@@ -419,6 +427,26 @@ mod tests {
         let meta = std::fs::symlink_metadata(&dir).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.permissions().mode() & 0o7777, 0o555);
+    }
+
+    #[test]
+    fn the_ca_dir_replaces_a_file_or_a_symlink_left_in_its_place() {
+        let run = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("evil-root.pem"), "x").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), run.path().join(EMPTY_CA_DIR)).unwrap();
+        let dir = empty_ca_dir(run.path()).unwrap();
+        assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(
+            elsewhere.path().join("evil-root.pem").exists(),
+            "the symlink was removed, not followed"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::write(&dir, "a file").unwrap();
+        let dir = empty_ca_dir(run.path()).unwrap();
+        assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
     }
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
