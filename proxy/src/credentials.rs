@@ -176,16 +176,18 @@ const GIT_INDEX: usize = usize::MAX;
 /// Headers that carry authentication for some provider. On a host a credential is bound
 /// to, the agent's values of all of them are removed: only the injected credential speaks
 /// for the request.
-pub const AUTH_HEADERS: [&str; 9] = [
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "x-auth-token",
-    "private-token",
-    "x-amz-security-token",
+/// (`HeaderName`s, not strings: a `&str` key is parsed again on every lookup, nine times
+/// per request.)
+pub const AUTH_HEADERS: [HeaderName; 9] = [
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+    HeaderName::from_static("x-auth-token"),
+    HeaderName::from_static("private-token"),
+    HeaderName::from_static("x-amz-security-token"),
 ];
 
 impl Credentials {
@@ -559,7 +561,7 @@ impl Credentials {
         // One identity per credential host: whatever else the agent sends to authenticate
         // (its own token, a session cookie) would decide which account the request acts for.
         if self.any_bound_to(host) {
-            for name in AUTH_HEADERS {
+            for name in &AUTH_HEADERS {
                 if headers.contains_key(name) {
                     headers.remove(name);
                 }
