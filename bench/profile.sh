@@ -11,7 +11,7 @@
 #           CONNECT tunnel), new-int (a new intercepted connection per request), newhost
 #     prints requests, Ir (instructions in the window) and Ir/req; OUT.<pid>.1 is the
 #     callgrind file for callgrind_annotate
-#   env NATIVE=1   no valgrind: three windows, proxy CPU per request split user / system
+#   env NATIVE=1   no valgrind: three windows (one for newhost), proxy CPU per request split user / system
 #   env PERF=1     (with NATIVE) perf record -e cpu-clock -g of the window into OUT.perf
 #   env STRACE=1   (with NATIVE) strace -f -c of the window (STRACE_OPTS to change)
 #   env BENCH_BIN  airlock-bench (default target/release/airlock-bench)
@@ -45,11 +45,16 @@ if [ -n "${NATIVE:-}" ]; then VG=(taskset -c 1); else VG=(valgrind --tool=callgr
 GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=0x1000000000 "${VG[@]}" "$P" "${args[@]}" >$w/proxy.log 2>&1 & PP=$!
 for i in $(seq 300); do ss -Htln 'sport = :3128' | grep -q . && break; sleep 0.1; done
 sleep 0.5
+# The warm-up mode: newhost warms up with new connections to .1, because a new-host warm-up
+# would mint the leaves of the very hosts (.10 up) that the timed window then connects to.
 case $MODE in
-  ka-*) m=ka ;; new-int) m=new ;; newhost) m=new-host ;;
+  ka-*) m=ka warm=ka ;; new-int) m=new warm=new ;; newhost) m=new-host warm=new ;;
 esac
+# One window for newhost (each window starts again at .10: a second would find its leaves
+# cached), three otherwise.
+windows="1 2 3"; [ $MODE = newhost ] && windows=1
 # warm-up (and for new-int: the pool fill)
-taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $m --conns 1 --secs 1 "${ca[@]}" >/dev/null
+taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $warm --conns 1 --secs 1 "${ca[@]}" >/dev/null
 if [ -n "${NATIVE:-}" ]; then
   if [ -n "${STRACE:-}" ]; then
     strace ${STRACE_OPTS:--f -c} -p $PP -o $OUT.strace & PF=$!
@@ -66,7 +71,7 @@ if [ -n "${NATIVE:-}" ]; then
     kill -INT $PF; wait $PF || true
     exit 0
   fi
-  for r in 1 2 3; do
+  for r in $windows; do
   s0=$(awk '{print $14, $15}' /proc/$PP/stat)
   taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $m --conns 1 --secs $SECS "${ca[@]}" --pid $PP > $OUT.load
   s1=$(awk '{print $14, $15}' /proc/$PP/stat)
