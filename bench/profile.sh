@@ -8,11 +8,14 @@
 #
 #   bench/profile.sh PROXY OUT MODE [SECS]
 #     MODE  ka-int (intercepted keep-alive, a credential injected), ka-tun (passthrough
-#           CONNECT tunnel), new-int (a new intercepted connection per request), newhost
+#           CONNECT tunnel), bulk-tun (1 MiB downloads through that tunnel), new-int (a new
+#           intercepted connection per request), newhost (a new host, a leaf minted, each)
 #     prints requests, Ir (instructions in the window) and Ir/req; OUT.<pid>.1 is the
 #     callgrind file for callgrind_annotate
 #   env NATIVE=1   no valgrind: three windows (one for newhost), proxy CPU per request split user / system
-#   env PERF=1     (with NATIVE) perf record -e cpu-clock -g of the window into OUT.perf
+#   env PERF=1     (with NATIVE) perf record -e cpu-clock -g of the window into OUT.perf;
+#                  PERF_G="--call-graph dwarf,32768" for Rust frames (the release build has no
+#                  frame pointers, so -g stops at the first of them), PERF_F for the rate
 #   env STRACE=1   (with NATIVE) strace -f -c of the window (STRACE_OPTS to change)
 #   env BENCH_BIN  airlock-bench (default target/release/airlock-bench)
 # Runs PROXY under callgrind in a private netns; prints instructions per request for the window.
@@ -26,7 +29,7 @@ mkdir $w/tls; $B gen-tls $w/tls >/dev/null
 taskset -c 0 $B serve --listen 198.51.100.1:8080 --tls-listen 0.0.0.0:8443 --tls-dir $w/tls & SP=$!
 PP=; trap 'kill $SP $PP 2>/dev/null; sleep 0.5; rm -rf $w' EXIT
 printf 'nameserver 127.0.0.53\n' >$w/resolv.conf
-if [ $MODE = ka-tun ]; then
+if [ $MODE = ka-tun ] || [ $MODE = bulk-tun ]; then
   printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n' >$w/policy.toml
   mkdir -m 700 $w/state
   args=(--policy $w/policy.toml --audit $w/audit.jsonl --session bench --resolv-conf $w/resolv.conf --state-dir $w/state --ca-export $w/ca.pem)
@@ -48,7 +51,7 @@ sleep 0.5
 # The warm-up mode: newhost warms up with new connections to .1, because a new-host warm-up
 # would mint the leaves of the very hosts (.10 up) that the timed window then connects to.
 case $MODE in
-  ka-*) m=ka warm=ka ;; new-int) m=new warm=new ;; newhost) m=new-host warm=new ;;
+  ka-*) m=ka warm=ka ;; bulk-tun) m=bulk warm=ka ;; new-int) m=new warm=new ;; newhost) m=new-host warm=new ;;
 esac
 # One window for newhost (each window starts again at .10: a second would find its leaves
 # cached), three otherwise.
@@ -65,7 +68,7 @@ if [ -n "${NATIVE:-}" ]; then
     exit 0
   fi
   if [ -n "${PERF:-}" ]; then
-    perf record -e cpu-clock -F 20000 -g -p $PP -o $OUT.perf 2>/dev/null & PF=$!
+    perf record -e cpu-clock -F ${PERF_F:-20000} ${PERF_G:--g} -p $PP -o $OUT.perf 2>/dev/null & PF=$!
     sleep 0.3
     taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $m --conns 1 --secs $SECS "${ca[@]}" --pid $PP | tee $OUT.load
     kill -INT $PF; wait $PF || true
@@ -76,7 +79,7 @@ if [ -n "${NATIVE:-}" ]; then
   taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $m --conns 1 --secs $SECS "${ca[@]}" --pid $PP > $OUT.load
   s1=$(awk '{print $14, $15}' /proc/$PP/stat)
   n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' $OUT.load)
-  echo "$(sed -n 's/.*\(cpu_us_per_req=[0-9.]*\).*/\1/p' $OUT.load) requests=$n" $(echo $s0 $s1 | awk -v n=$n '{printf "user_us/req=%.1f sys_us/req=%.1f", ($3-$1)*1e4/n, ($4-$2)*1e4/n}')
+  echo "$(sed -n 's/.*\(cpu_us_per_req=[0-9.]*\).*/\1/p' $OUT.load) requests=$n $(sed -n 's/.*\(mib_s=[0-9.]*\).*/\1/p' $OUT.load)" $(echo $s0 $s1 | awk -v n=$n '{printf "user_us/req=%.1f sys_us/req=%.1f", ($3-$1)*1e4/n, ($4-$2)*1e4/n}')
   done
   exit 0
 fi
