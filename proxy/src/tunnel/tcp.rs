@@ -270,10 +270,9 @@ async fn splice_burst(
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poll_source(from, pipe).await?
             {
-                0 if total == 0 => return Ok(None),
-                0 => return Ok(Some(total)),
-                n if n == usize::MAX => return Ok(Some(total)),
-                n => n,
+                Some(0) if total == 0 => return Ok(None),
+                Some(0) | None => return Ok(Some(total)),
+                Some(n) => n,
             },
             Err(e) => return Err(e),
         };
@@ -298,21 +297,20 @@ async fn splice_burst(
 /// The source of a bulk direction is empty: splice again for up to [`BULK_POLL`], yielding
 /// to the runtime between attempts (never spinning inside it: the other direction of this
 /// tunnel, and every other connection, run on the same thread, and the request that makes
-/// the next response come may be waiting right there). The bytes moved, 0 at EOF,
-/// `usize::MAX` when nothing came (then the caller sleeps on readiness, which the failed
-/// `try_io` cleared: edge-triggered epoll reports any byte that arrives after this last
-/// attempt).
-async fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
+/// the next response come may be waiting right there). The bytes moved, `Some(0)` at EOF,
+/// `None` when nothing came (then the caller sleeps on readiness, which the failed `try_io`
+/// cleared: edge-triggered epoll reports any byte that arrives after this last attempt).
+async fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<Option<usize>> {
     let until = std::time::Instant::now() + BULK_POLL;
     loop {
         match splice(from.as_raw_fd(), pipe.w.as_raw_fd(), SPLICE_MAX) {
-            Ok(n) => return Ok(n),
+            Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
         if std::time::Instant::now() >= until {
-            return Ok(usize::MAX);
+            return Ok(None);
         }
         tokio::task::yield_now().await;
     }
@@ -334,14 +332,13 @@ mod tests {
     }
 
     /// Polls until the source moves bytes or ends (at most 1,000 polls).
-    async fn poll_until_something(source: &TcpStream, pipe: &Pipe) -> usize {
+    async fn poll_until_something(source: &TcpStream, pipe: &Pipe) -> Option<usize> {
         for _ in 0..1000 {
-            let moved = poll_source(source, pipe).await.unwrap();
-            if moved != usize::MAX {
-                return moved;
+            if let Some(moved) = poll_source(source, pipe).await.unwrap() {
+                return Some(moved);
             }
         }
-        usize::MAX
+        None
     }
 
     /// A bulk direction whose source has gone quiet polls it for a while; the proxy's one
@@ -356,7 +353,7 @@ mod tests {
         let flag = Arc::clone(&ran);
         tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
         let moved = poll_source(&source, &pipe).await.unwrap();
-        assert_eq!(moved, usize::MAX, "nothing was sent: the poll gives up");
+        assert_eq!(moved, None, "nothing was sent: the poll gives up");
         assert!(
             ran.load(Ordering::SeqCst),
             "another task ran while the quiet source was polled"
@@ -370,9 +367,9 @@ mod tests {
         let (mut peer, source) = connected().await;
         let pipe = Pipe::new().unwrap();
         peer.write_all(b"twelve bytes").await.unwrap();
-        assert_eq!(poll_until_something(&source, &pipe).await, 12);
+        assert_eq!(poll_until_something(&source, &pipe).await, Some(12));
         peer.shutdown().await.unwrap();
         drop(peer);
-        assert_eq!(poll_until_something(&source, &pipe).await, 0);
+        assert_eq!(poll_until_something(&source, &pipe).await, Some(0));
     }
 }
