@@ -128,9 +128,10 @@ until "$BENCH_BIN" load --via direct --target $T --mode ka --secs 0 >/dev/null 2
 client() { taskset -c 0 "$BENCH_BIN" "$@"; }
 cells() { # row via proxy pid [target ca]
   local row=$1 via=$2 proxy=$3 pid=${4:-} target=${5:-$T} ca=${6:-} p=()
-  [ -n "$pid" ] && p+=(--pid "$pid")
   local ca_arg=()
-  [ -n "$ca" ] && p+=(--ca "$ca") && ca_arg=(--ca "$ca")
+  [ -n "$ca" ] && ca_arg=(--ca "$ca")
+  p+=("${ca_arg[@]}")
+  [ -n "$pid" ] && p+=(--pid "$pid")
   echo "  $row" >&2
   echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
