@@ -316,8 +316,18 @@ if wants intercept; then
   fi
 fi
 
+# How this machine's idle cores wake up. On a VM it decides the one-connection figures: a
+# vCPU that halts when idle costs whoever wakes it a VM exit (an IPI) per wake-up, while
+# one that polls first (haltpoll's guest_halt_poll_ns) is woken for free (README,
+# "Limitations").
+idle_desc() {
+  local hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+  printf '%s' "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)"
+  [ -r $hp ] && printf ', guest_halt_poll_ns=%s' "$(cat $hp)"
+  return 0
+}
 echo
-echo "proxy benchmark, $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1; GLIBC_TUNABLES: our proxy ${PROXY_TUNABLES:-none}, everything else ${GLIBC_TUNABLES:-none}"
+echo "proxy benchmark, $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r), ${SECS}s per cell; concurrent cells: $CONNS connections on one client thread (core 0, with the upstream); proxy pinned to core 1; GLIBC_TUNABLES: our proxy ${PROXY_TUNABLES:-none}, everything else ${GLIBC_TUNABLES:-none}; cpuidle: $(idle_desc)"
 echo
 mkdir -p "$(dirname "$BENCH_JSON")"
 "$BENCH_BIN" table "$results" --json "$BENCH_JSON"
