@@ -115,14 +115,16 @@ trap cleanup EXIT
 ip link set lo up
 ip addr add 198.51.100.1/32 dev lo
 # Many short connections: wide port range, reuse TIME_WAIT for outgoing connections. Every
-# port the run listens on is reserved: the proxies' (3128, 3130-3133), the upstream's, and
-# our proxy's other listeners (transparent 15001, git service 15002, DNS 15353: see
-# airlock-channels). A run makes some 100,000 connections, so an ephemeral port would
-# otherwise land on one of them, and a client socket lingering there (TIME_WAIT, no
-# SO_REUSEADDR) fails the next proxy's bind: seen on a fresh machine, mitmproxy on 3132
-# and our intercepting proxy after the peers.
+# port the run listens on is reserved: the peers' (3130-3133), the upstream's, and all of
+# our proxy's listeners (the *_PORT constants of airlock-channels, read from the source as
+# bench/proxy-tunables reads the tunables). A run makes some 100,000 connections, so an
+# ephemeral port would otherwise land on one of them, and a client socket lingering there
+# (TIME_WAIT, no SO_REUSEADDR) fails the next proxy's bind: seen on a fresh machine,
+# mitmproxy on 3132 and our intercepting proxy after the peers.
+ours=$(sed -n 's/^pub const [A-Z_]*_PORT: u16 = \([0-9]*\);$/\1/p' "$ROOT/channels/src/lib.rs" | paste -sd,)
+[ -n "$ours" ] || { echo "bench: no *_PORT constants in $ROOT/channels/src/lib.rs" >&2; exit 1; }
 sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 \
-  net.ipv4.ip_local_reserved_ports="3128-3133,8080,8443,15001,15002,15353"
+  net.ipv4.ip_local_reserved_ports="$ours,3130-3133,8080,8443"
 # Every 198.51.100.0/24 address is local: "a new host" for the leaf-minting cell is a new address.
 ip route add local 198.51.100.0/24 dev lo
 T=198.51.100.1:8080
