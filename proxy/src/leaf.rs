@@ -24,8 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyPair,
-    KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose,
 };
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
@@ -61,7 +60,23 @@ pub fn mint(ca: &Ca, host: &str, now: SystemTime) -> Result<CertifiedKey, LeafEr
         host: host.to_owned(),
         detail,
     };
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| err(e.to_string()))?;
+    // The key: made as PKCS#8 and parsed once, into the signer the handshakes use; the
+    // certificate only needs its public half, read back from that signer. (rcgen's
+    // `KeyPair::generate_for` would parse the PKCS#8 a second time, and each parse
+    // recomputes the public key: a P-256 multiplication per new host.)
+    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        &ring::rand::SystemRandom::new(),
+    )
+    .map_err(|e| err(format!("key generation: {e}")))?;
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_ref().to_vec()));
+    let signing =
+        rustls::crypto::ring::sign::any_ecdsa_type(&der).map_err(|e| err(e.to_string()))?;
+    let spki = signing
+        .public_key()
+        .ok_or_else(|| err("the new key has no public key".to_owned()))?;
+    let public =
+        rcgen::SubjectPublicKeyInfo::from_der(spki.as_ref()).map_err(|e| err(e.to_string()))?;
     // `new` makes an IP address SAN for an IP literal, a DNS name otherwise.
     let mut params =
         CertificateParams::new(vec![host.to_owned()]).map_err(|e| err(e.to_string()))?;
@@ -74,11 +89,8 @@ pub fn mint(ca: &Ca, host: &str, now: SystemTime) -> Result<CertifiedKey, LeafEr
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     let cert = params
-        .signed_by(&key, ca.issuer())
+        .signed_by(&public, ca.issuer())
         .map_err(|e| err(e.to_string()))?;
-    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let signing =
-        rustls::crypto::ring::sign::any_ecdsa_type(&der).map_err(|e| err(e.to_string()))?;
     Ok(CertifiedKey::new(
         vec![cert.der().clone(), ca.cert_der().clone()],
         signing,
@@ -292,6 +304,11 @@ mod tests {
         assert_ne!(spki(&a), spki(&b));
         let ca_spki = rcgen::PublicKeyData::subject_public_key_info(ca.issuer().key());
         assert_ne!(spki(&a), ca_spki);
+        // The certificate names the very key the handshakes sign with.
+        for leaf in [&a, &b] {
+            leaf.keys_match()
+                .expect("the certificate's key is the signer's");
+        }
     }
 
     #[test]
