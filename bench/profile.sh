@@ -18,11 +18,15 @@
 #                  frame pointers, so -g stops at the first of them), PERF_F for the rate
 #   env STRACE=1   (with NATIVE) strace -f -c of the window (STRACE_OPTS to change)
 #   env BENCH_BIN  airlock-bench (default target/release/airlock-bench)
+#   env PROXY_TUNABLES  GLIBC_TUNABLES for the proxy (default: the entrypoint's, bench/proxy-tunables)
 # Runs PROXY under callgrind in a private netns; prints instructions per request for the window.
 set -euo pipefail
 if [ "${CG_INNER:-}" != 1 ]; then CG_INNER=1 exec unshare -n "$0" "$@"; fi
 P=$1 OUT=$2 MODE=$3 SECS=${4:-3}
 B=${BENCH_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/airlock-bench}
+# The glibc tuning the entrypoint gives the proxy (PROXY_TUNABLES= for glibc's defaults),
+# read from its source like every other bench script, never copied here.
+PT=$("$(dirname "$0")/proxy-tunables")
 w=$(mktemp -d /tmp/airlock-profile.XXXX); chmod 755 $w
 ip link set lo up; ip addr add 198.51.100.1/32 dev lo; ip route add local 198.51.100.0/24 dev lo
 mkdir $w/tls; $B gen-tls $w/tls >/dev/null
@@ -45,7 +49,7 @@ else
   via=intercept; target=198.51.100.1:8443; ca=(--ca $w/ca.pem)
 fi
 if [ -n "${NATIVE:-}" ]; then VG=(taskset -c 1); else VG=(valgrind --tool=callgrind --callgrind-out-file=$OUT.%p ${CG_OPTS:-}); fi
-GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=0x1000000000 "${VG[@]}" "$P" "${args[@]}" >$w/proxy.log 2>&1 & PP=$!
+GLIBC_TUNABLES="$PT" "${VG[@]}" "$P" "${args[@]}" >$w/proxy.log 2>&1 & PP=$!
 for i in $(seq 300); do ss -Htln 'sport = :3128' | grep -q . && break; sleep 0.1; done
 sleep 0.5
 # The warm-up mode: newhost warms up with new connections to .1, because a new-host warm-up
