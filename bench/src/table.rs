@@ -75,7 +75,7 @@ pub fn render(text: &str) -> String {
     let (order, rows) = parse(text);
     let mut out = String::new();
     out.push_str(
-        "| target | req/s keep-alive | req/s new conn | proxy CPU µs/req keep-alive (1 conn / concurrent) | proxy CPU µs/req new conn | added latency p50 / p99 ms | 1 MiB throughput MiB/s (% of direct) | RSS idle / peak MiB | start-up ms |\n",
+        "| target | req/s keep-alive | req/s new conn | proxy CPU µs/req keep-alive (1 conn / concurrent) | proxy CPU µs/req new conn | added latency p50 / p99 ms | 1 MiB throughput MiB/s (% of direct), proxy CPU per MiB (share of its core) | RSS idle / peak MiB | start-up ms |\n",
     );
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for name in &order {
@@ -117,9 +117,18 @@ pub fn render(text: &str) -> String {
                 _ => None,
             }
         };
-        let bulk = num(c, "bulk", "mib_s").map(|v| match base_bulk {
-            Some(b) if b > 0.0 => format!("{v:.0} ({:.0}%){}", v * 100.0 / b, errs(c, "bulk")),
-            _ => format!("{v:.0}{}", errs(c, "bulk")),
+        let bulk = num(c, "bulk", "mib_s").map(|v| {
+            let mut s = match base_bulk {
+                Some(b) if b > 0.0 => format!("{v:.0} ({:.0}%)", v * 100.0 / b),
+                _ => format!("{v:.0}"),
+            };
+            // One request is one MiB: the proxy's CPU per MiB, and how busy that kept its
+            // core (near 100%: the proxy's own work bounds the row, not waiting on peers).
+            if let Some(us) = num(c, "bulk", "cpu_us_per_req") {
+                let _ = write!(s, ", {us:.0} µs/MiB ({:.0}% of a core)", us * v / 1e4);
+            }
+            s.push_str(&errs(c, "bulk"));
+            s
         });
         let mib = |cell: &str, key: &str| num(c, cell, key).map(|k| format!("{:.1}", k / 1024.0));
         let rss = match (mib("idle", "rss_kib"), mib("peak", "hwm_kib")) {
@@ -337,7 +346,7 @@ mod tests {
              direct|bulk|mib_s=1000\n\
              p|lat|p50_us=80 p99_us=150 cpu_us_per_req=20.0 errors=0\n\
              p|ka|rps=20000 cpu_us_per_req=12.5 errors=2\n\
-             p|bulk|mib_s=950\n\
+             p|bulk|mib_s=950 cpu_us_per_req=400.0\n\
              p|idle|rss_kib=5120 hwm_kib=5120\n\
              p|peak|rss_kib=6000 hwm_kib=7168\n\
              p|startup|pid=1 startup_ms=12.3\n\
@@ -349,7 +358,7 @@ mod tests {
              i intercept|new|cpu_us_per_req=250.0\n\
              i intercept|newhost|cpu_us_per_req=900.0\n",
         );
-        assert!(t.contains("| p | 20000 (2 err) | — | 20.0 / 12.5 | — | 0.050 / 0.100 | 950 (95%) | 5.0 / 7.0 | 12 |"), "{t}");
+        assert!(t.contains("| p | 20000 (2 err) | — | 20.0 / 12.5 | — | 0.050 / 0.100 | 950 (95%), 400 µs/MiB (38% of a core) | 5.0 / 7.0 | 12 |"), "{t}");
         assert!(t.contains("| q | not installed: no squid |"), "{t}");
         assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
         assert!(
