@@ -175,6 +175,7 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
         }
     }
     let cpu0 = spec.pid.map(procfs::cpu_ticks);
+    let steal0 = procfs::steal_ticks()?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(spec.secs);
     let mut tasks = Vec::new();
@@ -206,6 +207,7 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = spec.pid.map(procfs::cpu_ticks);
+    let steal1 = procfs::steal_ticks()?;
     all.lat_ns.sort_unstable();
     let mut out = format!(
         "requests={} errors={} reconnects={} secs={secs:.3} rps={:.0} p50_us={:.1} p99_us={:.1} mib_s={:.1}",
@@ -225,6 +227,11 @@ pub async fn run(spec: Spec) -> anyhow::Result<()> {
             f64::NAN
         };
         out.push_str(&format!(" cpu_us={us:.0} cpu_us_per_req={per:.1}"));
+    }
+    let ticks = steal1.1.saturating_sub(steal0.1);
+    if ticks > 0 {
+        let stolen = steal1.0.saturating_sub(steal0.0) as f64 * 100.0 / ticks as f64;
+        out.push_str(&format!(" steal_pct={stolen:.1}"));
     }
     if let Some(e) = all.first_error {
         out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));

@@ -160,12 +160,79 @@ pub fn render(text: &str) -> String {
             }
         }
     }
+    out.push_str(&steal_note(&order, &rows));
     if !firsts.is_empty() {
         out.push_str("\nfirst errors: ");
         out.push_str(&firsts.join("; "));
         out.push('\n');
     }
     out
+}
+
+/// Share of CPU time above which a cell's figures say more about the host than the proxy.
+const STEAL_NOISY: f64 = 5.0;
+
+/// One line on the hypervisor's steal over the timed windows (cells report `steal_pct`):
+/// its median and worst, and which cells a busy host inflated.
+fn steal_note(order: &[String], rows: &HashMap<String, Cells>) -> String {
+    let mut all: Vec<(f64, String)> = Vec::new();
+    for name in order {
+        let mut cells: Vec<_> = rows[name].iter().collect();
+        cells.sort_by(|a, b| a.0.cmp(b.0));
+        for (cell, kv) in cells {
+            if let Some(v) = kv.get("steal_pct").and_then(|v| v.parse::<f64>().ok()) {
+                all.push((v, format!("{name}/{cell}")));
+            }
+        }
+    }
+    if all.is_empty() {
+        return String::new();
+    }
+    let noisy: Vec<&str> = all
+        .iter()
+        .filter(|(v, _)| *v > STEAL_NOISY)
+        .map(|(_, c)| c.as_str())
+        .collect();
+    let mut sorted: Vec<f64> = all.iter().map(|(v, _)| *v).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let worst = all
+        .iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or(String::new(), |(v, c)| format!("{v:.1}% ({c})"));
+    let mut s = format!(
+        "\nsteal (CPU time the hypervisor gave to other guests) over the timed windows: median {median:.1}%, worst {worst}"
+    );
+    if noisy.is_empty() {
+        s.push_str(": a quiet host.\n");
+        return s;
+    }
+    let _ = write!(
+        s,
+        "; {} of {} cells above {STEAL_NOISY}%, their CPU and latency figures inflated by the host",
+        noisy.len(),
+        all.len(),
+    );
+    // Name the smaller set: the inflated cells, or when most are, the clean ones.
+    if noisy.len() * 2 <= all.len() {
+        let _ = writeln!(s, ": {}", noisy.join(", "));
+    } else {
+        let quiet: Vec<&str> = all
+            .iter()
+            .filter(|(v, _)| *v <= STEAL_NOISY)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        let _ = writeln!(
+            s,
+            "; clean: {}",
+            if quiet.is_empty() {
+                "none".to_owned()
+            } else {
+                quiet.join(", ")
+            }
+        );
+    }
+    s
 }
 
 /// The scale curve rows (`scale-N` cells, written by `airlock-bench scale`) as a second
@@ -360,10 +427,36 @@ mod tests {
         );
         assert!(t.contains("| p | 20000 (2 err) | — | 20.0 / 12.5 | — | 0.050 / 0.100 | 950 (95%), 400 µs/MiB (38% of a core) | 5.0 / 7.0 | 12 |"), "{t}");
         assert!(t.contains("| q | not installed: no squid |"), "{t}");
+        assert!(!t.contains("steal"), "no cell reported steal: {t}");
         assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
         assert!(
             t.contains("| i intercept | — | — | — | 250.0 (new host, leaf minted: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn cells_taken_under_steal_are_named() {
+        let t = render(
+            "direct|lat|p50_us=30 p99_us=50 steal_pct=0.5\n\
+             p|lat|p50_us=80 p99_us=150 steal_pct=1.0\n\
+             p|ka|rps=100 steal_pct=12.5\n",
+        );
+        assert!(
+            t.contains("median 1.0%, worst 12.5% (p/ka); 1 of 3 cells above 5%"),
+            "{t}"
+        );
+        assert!(t.trim_end().ends_with("by the host: p/ka"), "{t}");
+        let busy = render("direct|lat|steal_pct=40\np|lat|steal_pct=30\np|ka|steal_pct=1\n");
+        assert!(busy.contains("2 of 3 cells above 5%"), "{busy}");
+        assert!(
+            busy.trim_end().ends_with("by the host; clean: p/ka"),
+            "{busy}"
+        );
+        let quiet = render("direct|lat|p50_us=30 steal_pct=0.2\n");
+        assert!(
+            quiet.contains("worst 0.2% (direct/lat): a quiet host."),
+            "{quiet}"
         );
     }
 
