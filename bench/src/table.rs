@@ -188,20 +188,19 @@ fn steal_note(order: &[String], rows: &HashMap<String, Cells>) -> String {
     if all.is_empty() {
         return String::new();
     }
-    let noisy: Vec<&str> = all
-        .iter()
-        .filter(|(v, _)| *v > STEAL_NOISY)
-        .map(|(_, c)| c.as_str())
-        .collect();
-    let mut sorted: Vec<f64> = all.iter().map(|(v, _)| *v).collect();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
-    let worst = all
-        .iter()
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map_or(String::new(), |(v, c)| format!("{v:.1}% ({c})"));
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (median, (top, worst)) = (all[all.len() / 2].0, &all[all.len() - 1]);
+    let (noisy, quiet): (Vec<_>, Vec<_>) = all.iter().partition(|(v, _)| *v > STEAL_NOISY);
+    let names = |cells: &[&(f64, String)]| {
+        let v: Vec<&str> = cells.iter().map(|(_, c)| c.as_str()).collect();
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
     let mut s = format!(
-        "\nsteal (CPU time the hypervisor gave to other guests) over the timed windows: median {median:.1}%, worst {worst}"
+        "\nsteal (CPU time the hypervisor gave to other guests) over the timed windows: median {median:.1}%, worst {top:.1}% ({worst})"
     );
     if noisy.is_empty() {
         s.push_str(": a quiet host.\n");
@@ -214,23 +213,10 @@ fn steal_note(order: &[String], rows: &HashMap<String, Cells>) -> String {
         all.len(),
     );
     // Name the smaller set: the inflated cells, or when most are, the clean ones.
-    if noisy.len() * 2 <= all.len() {
-        let _ = writeln!(s, ": {}", noisy.join(", "));
+    if noisy.len() <= quiet.len() {
+        let _ = writeln!(s, ": {}", names(&noisy));
     } else {
-        let quiet: Vec<&str> = all
-            .iter()
-            .filter(|(v, _)| *v <= STEAL_NOISY)
-            .map(|(_, c)| c.as_str())
-            .collect();
-        let _ = writeln!(
-            s,
-            "; clean: {}",
-            if quiet.is_empty() {
-                "none".to_owned()
-            } else {
-                quiet.join(", ")
-            }
-        );
+        let _ = writeln!(s, "; clean: {}", names(&quiet));
     }
     s
 }
