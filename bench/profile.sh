@@ -83,7 +83,7 @@ if [ -n "${NATIVE:-}" ]; then
   taskset -c 0 $B load --via $via --proxy 127.0.0.1:3128 --target $target --mode $m --conns 1 --secs $SECS "${ca[@]}" --pid $PP > $OUT.load
   s1=$(awk '{print $14, $15}' /proc/$PP/stat)
   n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' $OUT.load)
-  echo "$(sed -n 's/.*\(cpu_us_per_req=[0-9.]*\).*/\1/p' $OUT.load) requests=$n $(sed -n 's/.*\(mib_s=[0-9.]*\).*/\1/p' $OUT.load) $(sed -n 's/.*\(steal_pct=[0-9.]*\).*/\1/p' $OUT.load)" $(echo $s0 $s1 | awk -v n=$n '{printf "user_us/req=%.1f sys_us/req=%.1f", ($3-$1)*1e4/n, ($4-$2)*1e4/n}')
+  echo "requests=$n $(grep -oE '(mib_s|cpu_us_per_req|steal_pct)=[0-9.]+' $OUT.load | paste -sd' ')" $(echo $s0 $s1 | awk -v n=$n '{printf "user_us/req=%.1f sys_us/req=%.1f", ($3-$1)*1e4/n, ($4-$2)*1e4/n}')
   done
   exit 0
 fi
