@@ -8,7 +8,8 @@
 #
 #   bench/profile.sh PROXY OUT MODE [SECS]
 #     MODE  ka-int (intercepted keep-alive, a credential injected), ka-tun (passthrough
-#           CONNECT tunnel), bulk-tun (1 MiB downloads through that tunnel), new-int (a new
+#           CONNECT tunnel), bulk-tun (1 MiB downloads through that tunnel), bulk-int (1 MiB
+#           downloads intercepted, through TLS both sides), new-int (a new
 #           intercepted connection per request), newhost (a new host, a leaf minted, each)
 #     prints requests, Ir (instructions in the window) and Ir/req; OUT.<pid>.1 is the
 #     callgrind file for callgrind_annotate
@@ -55,7 +56,7 @@ sleep 0.5
 # The warm-up mode: newhost warms up with new connections to .1, because a new-host warm-up
 # would mint the leaves of the very hosts (.10 up) that the timed window then connects to.
 case $MODE in
-  ka-*) m=ka warm=ka ;; bulk-tun) m=bulk warm=ka ;; new-int) m=new warm=new ;; newhost) m=new-host warm=new ;;
+  ka-*) m=ka warm=ka ;; bulk-*) m=bulk warm=ka ;; new-int) m=new warm=new ;; newhost) m=new-host warm=new ;;
 esac
 # One window for newhost (each window starts again at .10: a second would find its leaves
 # cached), three otherwise.

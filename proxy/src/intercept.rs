@@ -65,6 +65,7 @@ use crate::hop;
 use crate::leaf::{self, Leaves};
 use crate::limits::Slot;
 use crate::pool::{self, Pooled};
+use crate::read_ahead::ReadAhead;
 use crate::scan;
 use crate::shutdown::{Phase, reached};
 use crate::signal;
@@ -373,7 +374,7 @@ impl Ctx {
                 tokio_rustls::TlsConnector::from(Arc::clone(&self.shared.interception.client));
             let tls = tokio::time::timeout(
                 self.shared.limits.connect_timeout,
-                connector.connect(name, up.stream),
+                connector.connect(name, ReadAhead::new(up.stream)),
             )
             .await
             .map_err(|_| Reason::UpstreamUnreachable)?
@@ -1714,8 +1715,10 @@ where
     if let Ok(mut p) = ctx.pre.lock() {
         *p = pre;
     }
-    let acceptor =
-        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let acceptor = tokio_rustls::LazyConfigAcceptor::new(
+        rustls::server::Acceptor::default(),
+        ReadAhead::new(client),
+    );
     // A client that never finishes its handshake is cut at shutdown like any other.
     let mut phase = shared.shutdown.subscribe();
     let hello = tokio::select! {

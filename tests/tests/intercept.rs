@@ -766,52 +766,74 @@ curl -sS --max-time 10 -H "authorization: Bearer $OTHER_KEY" https://other.test/
     assert!(aborted["status"].is_null(), "{aborted}");
 }
 
-/// Records that tell the truth: 2 MiB go down through an intercepted `CONNECT` and through
-/// an intercepted transparent connection; the connection's closing line counts them (it
-/// said `bytes_down = 0` when only the agent's reads were counted), as does the request's
-/// own line.
+/// Records that tell the truth, and bulk bodies that arrive whole: 2 MiB go down and a
+/// 2.7 MB upload goes up through an intercepted `CONNECT` and through an intercepted
+/// transparent connection (both sockets read ahead of rustls, `read_ahead`); what the agent
+/// downloaded and what the upstream received hash to what was sent, and the connection's
+/// closing line counts the bytes (it said `bytes_down = 0` when only the agent's reads were
+/// counted), as does the request's own line.
 #[test]
-fn an_intercepted_connection_counts_its_bytes_both_ways() {
+fn an_intercepted_connection_carries_and_counts_bulk_bytes_both_ways() {
     let world = world();
     let airlock = Airlock::new(&world, &policy());
     let script = r#"
-curl -sS --max-time 20 -o /dev/null -w 'explicit=%{size_download}\n' -H "x-api-key: $ANTHROPIC_API_KEY" https://allowed.test/bytes/2097152
-curl -sS --max-time 20 --noproxy '*' -o /dev/null -w 'transparent=%{size_download}\n' -H "x-api-key: $ANTHROPIC_API_KEY" https://allowed.test/bytes/2097152
+set -f
+f=$(mktemp); seq 1 400000 >"$f"
+echo "sent=$(sha256sum <"$f" | cut -d' ' -f1) $(wc -c <"$f")"
+for how in explicit transparent; do
+  np=; [ $how = transparent ] && np="--noproxy *"
+  echo "$how-down=$(curl -sS --max-time 20 $np -H "x-api-key: $ANTHROPIC_API_KEY" https://allowed.test/bytes/2097152 | sha256sum | cut -d' ' -f1)"
+  echo "$how-up=$(curl -sS --max-time 20 $np -H "x-api-key: $ANTHROPIC_API_KEY" --data-binary @"$f" https://allowed.test/upload)"
+done
 "#;
     let out = run_with_secrets(&airlock, &world, script);
     assert_ok(&out);
     let text = stdout(&out);
-    assert_eq!(
-        line(&text, "explicit"),
-        "2097152",
-        "{text}\n{}",
-        stderr(&out)
-    );
-    assert_eq!(
-        line(&text, "transparent"),
-        "2097152",
-        "{text}\n{}",
-        stderr(&out)
-    );
+    let why = || format!("{text}\n{}", stderr(&out));
+    // /bytes/<n> is the byte pattern i mod 256.
+    let pattern: Vec<u8> = (0..2_097_152u32).map(|i| (i % 256) as u8).collect();
+    let down = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&pattern));
+    let (sent_sha, sent_len) = line(&text, "sent").split_once(' ').unwrap_or_default();
+    assert_eq!(sent_len, "2688895", "{}", why());
+    for how in ["explicit", "transparent"] {
+        assert_eq!(
+            line(&text, &format!("{how}-down")),
+            down,
+            "{how}: {}",
+            why()
+        );
+        let up: serde_json::Value = serde_json::from_str(line(&text, &format!("{how}-up")))
+            .unwrap_or_else(|e| panic!("{how}: {e}: {}", why()));
+        assert_eq!(up["len"], 2_688_895, "{how}: {}", why());
+        assert_eq!(up["sha256"], sent_sha, "{how}: {}", why());
+    }
     let audit = airlock.audit();
     for kind in ["connect", "transparent"] {
-        let close = audit
+        let closes: Vec<_> = audit
             .iter()
-            .find(|l| {
+            .filter(|l| {
                 l["kind"] == kind
                     && l["intercepted"] == true
                     && l["event"].as_str().is_some_and(|e| e.starts_with("close"))
             })
-            .unwrap_or_else(|| panic!("no closing {kind} line: {audit:?}"));
-        let down = close["bytes_down"].as_u64().unwrap();
-        let up = close["bytes_up"].as_u64().unwrap();
-        assert!(down > 2_097_152, "{kind}: {close}");
-        assert!(up > 0, "{kind}: {close}");
-        let request = audit
-            .iter()
-            .find(|l| l["kind"] == kind && l["path"] == "/bytes/2097152" && l["event"].is_null())
-            .unwrap_or_else(|| panic!("no {kind} request line: {audit:?}"));
-        assert_eq!(request["bytes_down"], 2_097_152, "{request}");
+            .collect();
+        let counted = |field: &str, floor: u64| {
+            closes
+                .iter()
+                .any(|l| l[field].as_u64().is_some_and(|n| n > floor))
+        };
+        assert!(counted("bytes_down", 2_097_152), "{kind}: {closes:?}");
+        assert!(counted("bytes_up", 2_688_895), "{kind}: {closes:?}");
+        let request = |path: &str| {
+            audit
+                .iter()
+                .find(|l| l["kind"] == kind && l["path"] == path && l["event"].is_null())
+                .unwrap_or_else(|| panic!("no {kind} line for {path}: {audit:?}"))
+        };
+        let down = request("/bytes/2097152");
+        assert_eq!(down["bytes_down"], 2_097_152, "{down}");
+        let up = request("/upload");
+        assert_eq!(up["bytes_up"], 2_688_895, "{up}");
     }
 }
 
