@@ -52,13 +52,14 @@ impl<S> ReadAhead<S> {
     }
 
     /// Whether a read-ahead buffer is held (for tests of the memory promise).
-    #[must_use]
-    pub const fn holds_buffer(&self) -> bool {
+    #[cfg(test)]
+    const fn holds_buffer(&self) -> bool {
         self.buf.is_some()
     }
 
     /// The wrapped IO.
-    pub const fn get_ref(&self) -> &S {
+    #[cfg(test)]
+    const fn get_ref(&self) -> &S {
         &self.inner
     }
 
