@@ -9,7 +9,7 @@
 //!
 //! It holds no memory on a quiet connection: a read goes straight into the caller's buffer
 //! until one fills it completely (more is probably waiting), the read-ahead buffer is
-//! allocated only then, and it is freed once a read came back short or found nothing (the
+//! allocated (never zeroed) only then, and it is freed once a read came back short or found nothing (the
 //! socket was drained) and everything it holds has been handed on. A keep-alive connection
 //! of small requests never allocates it, and an idle one holds none.
 //!
@@ -21,6 +21,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The most one socket read takes while reading ahead: four full TLS records.
@@ -31,30 +32,28 @@ pub const CAPACITY: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct ReadAhead<S> {
     inner: S,
-    /// Read ahead, `buf[pos..end]` not yet handed on; `None` while reading straight through.
-    buf: Option<Box<[u8]>>,
-    pos: usize,
-    end: usize,
+    /// Read ahead and not yet handed on; no allocation while reading straight through. Its
+    /// spare room is never zeroed (`poll_read_buf` reads into it as it is).
+    buf: BytesMut,
     /// The last socket read filled all it was given: read ahead on the next one.
     bulk: bool,
 }
 
 impl<S> ReadAhead<S> {
     /// Wraps `inner`; nothing is allocated until a read fills what it was given.
-    pub const fn new(inner: S) -> Self {
+    pub fn new(inner: S) -> Self {
         Self {
             inner,
-            buf: None,
-            pos: 0,
-            end: 0,
+            buf: BytesMut::new(),
             bulk: false,
         }
     }
 
-    /// Whether a read-ahead buffer is held (for tests of the memory promise).
+    /// Whether a read-ahead buffer is held (for tests of the memory promise). Only as true
+    /// as `capacity`: one drained in the middle of a burst (kept for the next read) says no.
     #[cfg(test)]
-    const fn holds_buffer(&self) -> bool {
-        self.buf.is_some()
+    fn holds_buffer(&self) -> bool {
+        self.buf.capacity() > 0
     }
 
     /// The wrapped IO.
@@ -65,16 +64,11 @@ impl<S> ReadAhead<S> {
 
     /// Hands on what is held; frees the buffer once it is empty and the socket was drained.
     fn serve(&mut self, out: &mut ReadBuf<'_>) {
-        let Some(buf) = &self.buf else { return };
-        let n = out.remaining().min(self.end - self.pos);
-        out.put_slice(&buf[self.pos..self.pos + n]);
-        self.pos += n;
-        if self.pos == self.end {
-            self.pos = 0;
-            self.end = 0;
-            if !self.bulk {
-                self.buf = None;
-            }
+        let n = out.remaining().min(self.buf.len());
+        out.put_slice(&self.buf[..n]);
+        self.buf.advance(n);
+        if self.buf.is_empty() && !self.bulk {
+            self.buf = BytesMut::new();
         }
     }
 }
@@ -86,7 +80,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.pos < this.end {
+        if !this.buf.is_empty() {
             this.serve(out);
             return Poll::Ready(Ok(()));
         }
@@ -97,32 +91,23 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
             this.bulk = asked > 0 && out.filled().len() - before == asked;
             return Poll::Ready(Ok(()));
         }
-        let buf = this
-            .buf
-            .get_or_insert_with(|| vec![0; CAPACITY].into_boxed_slice());
-        let mut ahead = ReadBuf::new(buf);
-        let polled = Pin::new(&mut this.inner).poll_read(cx, &mut ahead);
-        let n = ahead.filled().len();
-        if polled.is_pending() {
-            // Nothing waiting: the burst is over; hold no memory while the socket is quiet.
-            this.buf = None;
-            this.bulk = false;
-            return Poll::Pending;
+        // Empty here: reserving takes back the room already handed on, or allocates.
+        this.buf.reserve(CAPACITY);
+        let room = this.buf.capacity();
+        match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.buf) {
+            Poll::Ready(Ok(n)) => {
+                this.bulk = n == room;
+                // An empty read is the end of stream: nothing held, the caller sees it so.
+                this.serve(out);
+                Poll::Ready(Ok(()))
+            }
+            // Nothing waiting (the burst is over) or a failed read: hold no memory.
+            other => {
+                this.buf = BytesMut::new();
+                this.bulk = false;
+                other.map_ok(|_| ())
+            }
         }
-        if let Poll::Ready(Err(e)) = polled {
-            this.buf = None;
-            this.bulk = false;
-            return Poll::Ready(Err(e));
-        }
-        this.bulk = n == CAPACITY;
-        this.end = n;
-        if n == 0 {
-            // End of stream: nothing to hold; the caller sees it as an empty read.
-            this.buf = None;
-        } else {
-            this.serve(out);
-        }
-        Poll::Ready(Ok(()))
     }
 }
 
