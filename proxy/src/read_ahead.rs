@@ -1,17 +1,17 @@
 //! One socket read per many TLS records on an intercepted connection's two sockets.
 //!
-//! rustls's `read_tls` offers its reader at most 4 KiB at a time, so a stream of 16 KiB
-//! records costs four `recvfrom` per record on each socket the proxy decrypts: about 256
-//! syscalls per MiB downloaded, each walking the socket's receive path again.
-//! [`ReadAhead`] sits between the socket and the TLS layer and, while the socket keeps
-//! filling what is asked of it (a bulk transfer), reads up to [`CAPACITY`] at once and
-//! serves rustls's small reads from memory.
+//! rustls's `read_tls` offers its reader 4 KiB more than it already holds of an unfinished
+//! record, so a stream of 16 KiB records cost about 69 `recvfrom` per MiB on each socket the
+//! proxy decrypts (strace of `bench/profile.sh … bulk-int`), each walking the socket's
+//! receive path again. [`ReadAhead`] sits between the socket and the TLS layer and, while
+//! the socket keeps filling what is asked of it (a bulk transfer), reads up to [`CAPACITY`]
+//! at once and serves rustls's small reads from memory (18 `recvfrom` per MiB).
 //!
 //! It holds no memory on a quiet connection: a read goes straight into the caller's buffer
-//! until one fills it completely (more is probably waiting), the read-ahead buffer is
-//! allocated (never zeroed) only then, and it is freed once a read came back short or found nothing (the
-//! socket was drained) and everything it holds has been handed on. A keep-alive connection
-//! of small requests never allocates it, and an idle one holds none.
+//! until one fills it completely (more is probably waiting); only then is the read-ahead
+//! buffer allocated (never zeroed), and it is freed once a read came back short or found
+//! nothing (the socket was drained) and everything it holds has been handed on. A
+//! keep-alive connection of small requests never allocates it, and an idle one holds none.
 //!
 //! It does not change a byte, their order or an end of stream, and it never reads ahead of
 //! a caller's read (no read is made that nobody asked for): writes, flushes and shutdown go
