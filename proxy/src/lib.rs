@@ -43,7 +43,7 @@ pub mod leaf;
 pub mod legible;
 pub mod limits;
 pub mod pool;
-pub mod read_ahead;
+mod read_ahead;
 pub mod scan;
 pub mod shutdown;
 pub mod signal;
