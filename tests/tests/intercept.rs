@@ -790,8 +790,7 @@ done
     assert_ok(&out);
     let text = stdout(&out);
     let why = || format!("{text}\n{}", stderr(&out));
-    // /bytes/<n> is the byte pattern i mod 256.
-    let pattern: Vec<u8> = (0..2_097_152u32).map(|i| (i % 256) as u8).collect();
+    let pattern = airlock_tests::fakenet::bytes_pattern(2_097_152);
     let down = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&pattern));
     let (sent_sha, sent_len) = line(&text, "sent").split_once(' ').unwrap_or_default();
     assert_eq!(sent_len, "2688895", "{}", why());

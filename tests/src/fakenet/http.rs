@@ -363,7 +363,8 @@ async fn upload(mut body: Incoming) -> (Response<FakeBody>, (u64, Option<String>
 }
 
 fn bytes(n: u64, chunked: bool) -> Response<FakeBody> {
-    let pattern: Vec<u8> = (0..CHUNK).map(|i| (i % 256) as u8).collect();
+    // CHUNK is a multiple of 256, so every chunk continues the pattern where the last ended.
+    let pattern = super::bytes_pattern(CHUNK);
     let body = FakeBody::Pattern {
         remaining: n,
         chunk: Bytes::from(pattern),

@@ -46,6 +46,15 @@ use serde::{Deserialize, Serialize};
 pub use dns::{Answer, answer};
 pub use log::Log;
 
+/// The body of `/bytes/<len>`: byte `i` is `i % 256` (the contract above), for tests that
+/// check what arrived byte for byte.
+#[must_use]
+pub fn bytes_pattern(len: usize) -> Vec<u8> {
+    // A value mod 256 fits a byte.
+    #[allow(clippy::cast_possible_truncation)]
+    (0..len).map(|i| (i % 256) as u8).collect()
+}
+
 /// What fakenet serves; written as JSON by the harness, read by the binary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Config {
