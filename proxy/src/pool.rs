@@ -146,9 +146,10 @@ impl<C: Pooled> Pool<C> {
         })
     }
 
-    /// Keeps `conn` when it is ready and there is room; otherwise it is dropped (closing
-    /// it). A full key gives up its oldest connection; a full pool first drops what went
-    /// stale, then keeps what it has.
+    /// Keeps `conn` when it is ready (a connection that is not is dropped, closing it). A
+    /// full key gives up its oldest connection; a full pool first drops what went stale,
+    /// then the connection returned longest ago under any key, so the host an agent keeps
+    /// coming back to keeps its connection however many one-off hosts came in between.
     pub fn put(&self, key: Key, conn: C, now: Instant) {
         if !conn.ready() {
             return;
@@ -168,7 +169,7 @@ impl<C: Pooled> Pool<C> {
             }
             map.retain(|_, l| !l.is_empty());
             if held(&map) >= self.total {
-                return;
+                evict_oldest(&mut map);
             }
         }
         let list = map.entry(key).or_default();
@@ -185,6 +186,24 @@ impl<C: Pooled> Pool<C> {
     /// Not idle too long, and still ready (the upstream has not closed it).
     fn fresh(&self, i: &Idle<C>, now: Instant) -> bool {
         now.duration_since(i.since) < self.max_idle && i.conn.ready()
+    }
+}
+
+/// Drops the connection returned longest ago under any key (each key's list is oldest
+/// first): a scan of at most [`TOTAL`] entries, only when a full pool takes a new one.
+fn evict_oldest<C>(map: &mut HashMap<Key, Vec<Idle<C>>>) {
+    let oldest = map
+        .iter()
+        .filter_map(|(k, l)| l.first().map(|i| (i.since, k)))
+        .min_by_key(|(since, _)| *since)
+        .map(|(_, k)| k.clone());
+    if let Some(key) = oldest
+        && let Some(list) = map.get_mut(&key)
+    {
+        list.remove(0);
+        if list.is_empty() {
+            map.remove(&key);
+        }
     }
 }
 
@@ -317,10 +336,44 @@ mod tests {
         pool.put(key("b.test", Lane::Agent), fake("192.0.2.1", 6), now);
         assert_eq!(pool.len(), 3);
         pool.put(key("c.test", Lane::Agent), fake("192.0.2.1", 7), now);
-        assert_eq!(pool.len(), 3, "full: nothing more is kept");
-        // Stale entries make room.
+        assert_eq!(pool.len(), 3, "full: one out for each one in");
+        // When room is needed, what went stale goes first, and only it.
         let later = now + IDLE;
         pool.put(key("c.test", Lane::Agent), fake("192.0.2.1", 8), later);
-        assert_eq!(pool.len(), 1);
+        pool.put(key("d.test", Lane::Agent), fake("192.0.2.1", 9), later);
+        assert_eq!(pool.len(), 2);
+        assert_eq!(
+            pool.take(&key("c.test", Lane::Agent), &addrs, later)
+                .map(|c| c.id),
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn a_full_pool_gives_up_its_least_recently_returned_connection() {
+        // The agent's API host is in use (its connection taken) while one-off hosts fill
+        // the pool; when its request ends, its connection must still be kept.
+        let pool = Pool::new(IDLE, 8, 3);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let api = key("api.test", Lane::Agent);
+        let addrs = ips(&["192.0.2.1"]);
+        pool.put(api.clone(), fake("192.0.2.1", 1), at(0));
+        let in_use = pool.take(&api, &addrs, at(1)).expect("pooled");
+        for (ms, host) in [(2, "one.test"), (3, "two.test"), (4, "three.test")] {
+            pool.put(key(host, Lane::Agent), fake("192.0.2.1", 10), at(ms));
+        }
+        assert_eq!(pool.len(), 3);
+        pool.put(api.clone(), in_use, at(5));
+        assert_eq!(pool.len(), 3, "still bounded");
+        assert_eq!(pool.take(&api, &addrs, at(6)).map(|c| c.id), Some(1));
+        assert!(
+            pool.take(&key("one.test", Lane::Agent), &addrs, at(6))
+                .is_none(),
+            "the one returned longest ago made room"
+        );
+        for host in ["two.test", "three.test"] {
+            assert!(pool.take(&key(host, Lane::Agent), &addrs, at(6)).is_some());
+        }
     }
 }
