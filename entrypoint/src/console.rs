@@ -94,14 +94,25 @@ pub fn log_path() -> Option<&'static Path> {
     LOG.get().map(|(_, p)| p.as_path())
 }
 
+/// Writes `airlock: {line}` and its newline in one `write_all` (one `write(2)` for any line
+/// shorter than a pipe's atomic size). The proxy and the git API write to the same stderr
+/// and log file; `eprintln!` would write the prefix, the line and the newline separately, and
+/// a child's line could land in between (seen: `airlock: <a proxy line>` then `session …`).
+fn emit(mut out: impl Write, line: &str) {
+    let _ = out.write_all(format!("airlock: {line}\n").as_bytes());
+}
+
+/// One line (`airlock: ` is prefixed) on stderr only, whole: warnings about the start that
+/// the user must see on the terminal.
+pub fn stderr_line(line: &str) {
+    emit(std::io::stderr(), line);
+}
+
 /// One informational line (`airlock: ` is prefixed): into the log on a terminal, else stderr.
 pub fn info(line: &str) {
     match LOG.get() {
-        Some((file, _)) => {
-            let mut file: &File = file;
-            let _ = writeln!(file, "airlock: {line}");
-        }
-        None => eprintln!("airlock: {line}"),
+        Some((file, _)) => emit(file, line),
+        None => stderr_line(line),
     }
 }
 
@@ -114,10 +125,9 @@ pub fn banner(line: &str) {
 /// A line that stops the container: on stderr (the user's terminal) and in the log.
 pub fn fatal(line: &str) {
     if let Some((file, _)) = LOG.get() {
-        let mut file: &File = file;
-        let _ = writeln!(file, "airlock: {line}");
+        emit(file, line);
     }
-    eprintln!("airlock: {line}");
+    stderr_line(line);
 }
 
 /// The last non-empty line of the log (a child that died at start wrote its reason there).
@@ -133,6 +143,30 @@ pub fn last_line() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records each `write` call it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_is_one_write_so_a_childs_line_cannot_split_it() {
+        let mut out = Writes::default();
+        emit(&mut out, "session s1 ready in 55 ms");
+        assert_eq!(
+            out.0,
+            vec![b"airlock: session s1 ready in 55 ms\n".to_vec()]
+        );
+    }
 
     #[test]
     fn a_terminal_sends_lines_to_the_file_at_warn() {

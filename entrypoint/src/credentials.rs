@@ -42,7 +42,7 @@ pub struct Resolved {
 /// Print the warnings of credentials that are not configured (the start goes on).
 pub fn warn_missing(resolved: &Resolved) {
     for line in &resolved.warnings {
-        eprintln!("airlock: warning: {line}");
+        crate::console::stderr_line(&format!("warning: {line}"));
     }
 }
 

@@ -46,10 +46,10 @@ fn check_only(cli: &Cli) -> Result<i32> {
 /// One warning per forced variable: the agent can read it and send it anywhere allowed.
 fn warn_forced(forced: &[String]) {
     for name in forced {
-        eprintln!(
-            "airlock: warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",
+        console::stderr_line(&format!(
+            "warning: {} hands {name} to the agent as it is: the agent can read it and send it to any host the policy allows",
             agent_env::FORCE_VAR
-        );
+        ));
     }
 }
 
