@@ -42,11 +42,7 @@ fn main() -> anyhow::Result<()> {
     let policy = match airlock_policy::Policy::load(&args.policy) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!(
-                "airlock-proxy: loading policy {}: {e}",
-                args.policy.display()
-            );
-            std::process::exit(EXIT_CONFIG);
+            refuse(&format!("loading policy {}: {e}", args.policy.display()));
         }
     };
     // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
@@ -55,8 +51,7 @@ fn main() -> anyhow::Result<()> {
     let (rules, interception) = match setup_interception(&args, policy) {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("airlock-proxy: {e:#}");
-            std::process::exit(EXIT_CONFIG);
+            refuse(&format!("{e:#}"));
         }
     };
     // One thread: the proxy's work is small per byte and the client saturates first on a
@@ -72,6 +67,15 @@ fn main() -> anyhow::Result<()> {
 
 /// `EX_CONFIG`: the entrypoint reports it as a refused start.
 const EXIT_CONFIG: i32 = airlock_channels::EXIT_REFUSED as i32;
+
+/// A refused start: one line, written whole (one `write(2)`, where `eprintln!` makes three
+/// that the git API's lines on the same stderr could land between; the entrypoint reads
+/// this line back as the reason), then [`EXIT_CONFIG`].
+fn refuse(line: &str) -> ! {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("airlock-proxy: {line}\n").as_bytes());
+    std::process::exit(EXIT_CONFIG);
+}
 
 fn setup_interception(
     args: &Args,
