@@ -190,7 +190,8 @@ impl<C: Pooled> Pool<C> {
 }
 
 /// Drops the connection returned longest ago under any key (each key's list is oldest
-/// first): a scan of at most [`TOTAL`] entries, only when a full pool takes a new one.
+/// first): a look at the first entry of each key held (at most the pool's `total`), only
+/// when a full pool takes a new connection.
 fn evict_oldest<C>(map: &mut HashMap<Key, Vec<Idle<C>>>) {
     let oldest = map
         .iter()
