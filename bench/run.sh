@@ -23,8 +23,10 @@
 #   env SCALE_TUNNELS / SCALE_INTERCEPT  steps of the scale curve (default 1,10,100,1000 tunnels;
 #                 1,10,100,200 intercepted connections)
 #   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json)
-#   env ONLY      space-separated rows to run besides direct (airlock squid tinyproxy mitmproxy
-#                 intercept); "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
+#   env ONLY      space-separated rows to run besides direct (airlock bare squid tinyproxy
+#                 mitmproxy intercept); "bare" adds the least a CONNECT relay can be
+#                 (`airlock-bench relay`: copy, splice, a BPF sockmap), what the tunnel reads
+#                 against; "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +47,7 @@ export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export BULK_CONNS=${BULK_CONNS:-1}
-export ONLY=${ONLY:-airlock squid tinyproxy mitmproxy intercept}
+export ONLY=${ONLY:-airlock bare squid tinyproxy mitmproxy intercept}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
 export SCALE_TUNNELS=${SCALE_TUNNELS:-1,10,100,1000}
 export SCALE_INTERCEPT=${SCALE_INTERCEPT:-1,10,100,200}
@@ -115,7 +117,7 @@ trap cleanup EXIT
 ip link set lo up
 ip addr add 198.51.100.1/32 dev lo
 # Many short connections: wide port range, reuse TIME_WAIT for outgoing connections. Every
-# port the run listens on is reserved: the peers' (3130-3133), the upstream's, and all of
+# port the run listens on is reserved: the peers' (3130-3133), the bare relays' (3134), the upstream's, and all of
 # our proxy's listeners (the *_PORT constants of airlock-channels, read from the source as
 # bench/proxy-tunables reads the tunables). A run makes some 100,000 connections, so an
 # ephemeral port would otherwise land on one of them, and a client socket lingering there
@@ -124,7 +126,7 @@ ip addr add 198.51.100.1/32 dev lo
 ours=$(sed -n 's/^pub const [A-Z_]*_PORT: u16 = \([0-9]*\);$/\1/p' "$ROOT/channels/src/lib.rs" | paste -sd,)
 [ -n "$ours" ] || { echo "bench: no *_PORT constants in $ROOT/channels/src/lib.rs" >&2; exit 1; }
 sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 \
-  net.ipv4.ip_local_reserved_ports="$ours,3130-3133,8080,8443"
+  net.ipv4.ip_local_reserved_ports="$ours,3130-3134,8080,8443"
 # Every 198.51.100.0/24 address is local: "a new host" for the leaf-minting cell is a new address.
 ip route add local 198.51.100.0/24 dev lo
 T=198.51.100.1:8080
@@ -242,6 +244,20 @@ if wants airlock; then
     scale=""; [ $via = connect ] && scale=$SCALE_TUNNELS
     SCALE=$scale proxy_row "airlock $via" $via 127.0.0.1:3128 env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml" \
       --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
+  done
+fi
+
+if wants bare; then
+  # Bare relays: a CONNECT relay that does nothing but relay (`airlock-bench relay`: no
+  # policy, no audit, no epoll, a blocking thread per direction), pinned to core 1 like
+  # every proxy: what any relay of that kind costs on this machine, beside which the
+  # airlock tunnel reads (direct pays for neither the second connection nor the cross-core
+  # wake-ups). Their new-connection column includes spawning three threads. In the sockmap
+  # row the kernel relays: its work runs on core 0 (the senders' softirq and a kworker),
+  # charged to no process, so its proxy CPU reads about 0; it needs bpf(2) (root, CAP_BPF),
+  # and a kernel without sockmap makes the row absent with the reason.
+  for mode in splice copy sockmap; do
+    proxy_row "bare connect ($mode relay)" connect 127.0.0.1:3134 "$BENCH_BIN" relay --listen 127.0.0.1:3134 --mode $mode
   done
 fi
 

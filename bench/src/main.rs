@@ -8,6 +8,8 @@
 //! - `rss`: a proxy's resident memory now and at its peak.
 //! - `scale`: the scale curve (RSS, CPU per request and descriptors at 1…1,000 open
 //!   connections, and no descriptor left after they close).
+//! - `relay`: the least a `CONNECT` tunnel can be (copy, splice or a BPF sockmap), the
+//!   floor rows the airlock tunnel is read against.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
@@ -16,6 +18,7 @@
 mod http;
 mod load;
 mod procfs;
+mod relay;
 mod scale;
 mod server;
 mod table;
@@ -120,6 +123,13 @@ enum Cmd {
         #[arg(long)]
         ca: Option<PathBuf>,
     },
+    /// Serve `CONNECT` tunnels with nothing but the relay (a floor row), until killed.
+    Relay {
+        #[arg(long)]
+        listen: String,
+        #[arg(long, value_enum)]
+        mode: relay::Mode,
+    },
     /// Print the results file as markdown tables; `--json FILE` also writes it as JSON.
     Table {
         results: PathBuf,
@@ -219,6 +229,7 @@ fn main() -> anyhow::Result<()> {
             pid,
             row,
         })),
+        Cmd::Relay { listen, mode } => relay::run(&listen, mode),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
     }
 }
