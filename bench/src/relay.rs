@@ -13,9 +13,11 @@
 //!   the same core). Root only (`bpf(2)`, `CAP_BPF` and `CAP_NET_ADMIN`); the relay thread
 //!   only waits for the ends to close, and passes a half-close on once `TCP_INFO` says the
 //!   bytes before it went out. It relays requests and responses (what the bench's cells
-//!   do); with bulk data both ways at once, kernel 6.18 failed the redirect (the socket
-//!   reported an error, the rest of the stream was lost) in two runs of three, so a
-//!   full-duplex stream is not what this mode measures.
+//!   do). With bulk data both ways at once (this module's byte-for-byte test with 3 MiB
+//!   each way) kernel 6.18 fails the redirect in nearly every run: the kernel's send on
+//!   one socket's behalf ends in `EPIPE`, which it reports as that socket's error, and the
+//!   rest of the stream is lost. So a full-duplex stream is not what this mode measures,
+//!   and it is one reason the proxy does not relay this way (proxy/README.md).
 //!
 //! It is a measuring instrument, not a proxy: it trusts its client, and it never runs
 //! outside the benchmark's namespace. The rows it gives say what a relay of that kind
