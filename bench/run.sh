@@ -25,8 +25,9 @@
 #   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json)
 #   env ONLY      space-separated rows to run besides direct (airlock bare squid tinyproxy
 #                 mitmproxy intercept); "bare" adds the least a CONNECT relay can be
-#                 (`airlock-bench relay`: copy, splice, a BPF sockmap), what the tunnel reads
-#                 against; "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
+#                 (`airlock-bench relay`: copy, splice, a BPF sockmap; with "intercept",
+#                 `relay-tls`: TLS both sides and a copy), what our rows read against;
+#                 "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -117,16 +118,17 @@ trap cleanup EXIT
 ip link set lo up
 ip addr add 198.51.100.1/32 dev lo
 # Many short connections: wide port range, reuse TIME_WAIT for outgoing connections. Every
-# port the run listens on is reserved: the peers' (3130-3133), the bare relays' (3134), the upstream's, and all of
-# our proxy's listeners (the *_PORT constants of airlock-channels, read from the source as
-# bench/proxy-tunables reads the tunables). A run makes some 100,000 connections, so an
-# ephemeral port would otherwise land on one of them, and a client socket lingering there
-# (TIME_WAIT, no SO_REUSEADDR) fails the next proxy's bind: seen on a fresh machine,
-# mitmproxy on 3132 and our intercepting proxy after the peers.
+# port the run listens on is reserved: the peers' (3130-3133), the bare relays' (3134,
+# 3135), the upstream's, and all of our proxy's listeners (the *_PORT constants of
+# airlock-channels, read from the source as bench/proxy-tunables reads the tunables). A
+# run makes some 100,000 connections, so an ephemeral port would otherwise land on one of
+# them, and a client socket lingering there (TIME_WAIT, no SO_REUSEADDR) fails the next
+# proxy's bind: seen on a fresh machine, mitmproxy on 3132 and our intercepting proxy
+# after the peers.
 ours=$(sed -n 's/^pub const [A-Z_]*_PORT: u16 = \([0-9]*\);$/\1/p' "$ROOT/channels/src/lib.rs" | paste -sd,)
 [ -n "$ours" ] || { echo "bench: no *_PORT constants in $ROOT/channels/src/lib.rs" >&2; exit 1; }
 sysctl -qw net.ipv4.ip_local_port_range="1024 65000" net.ipv4.tcp_tw_reuse=1 \
-  net.ipv4.ip_local_reserved_ports="$ours,3130-3134,8080,8443"
+  net.ipv4.ip_local_reserved_ports="$ours,3130-3135,8080,8443"
 # Every 198.51.100.0/24 address is local: "a new host" for the leaf-minting cell is a new address.
 ip route add local 198.51.100.0/24 dev lo
 T=198.51.100.1:8080
@@ -324,6 +326,14 @@ if wants intercept; then
       env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy-tls.toml" --audit "$work/audit-tls.jsonl" --session bench \
       --resolv-conf "$work/resolv.conf" --state-dir "$work/state-tls" --ca-export "$work/ca-tls.pem" \
       --upstream-ca "$work/tls/ca.pem"
+  fi
+  if wants bare; then
+    # The bare intercepting relay: TLS both sides with the proxy's crypto choices and a copy
+    # between them, nothing else (no leaf minted: it serves the upstream's own certificate,
+    # which the client trusts through the test CA). Its 1 MiB column is the floor of the
+    # intercepted bulk here: decrypt once, encrypt once, two loopback connections.
+    proxy_row "bare intercept (rustls relay)" intercept 127.0.0.1:3135 --tls "$work/tls/ca.pem" \
+      "$BENCH_BIN" relay-tls --listen 127.0.0.1:3135 --tls-dir "$work/tls"
   fi
   if wants mitmproxy && ! absent mitmproxy; then
     printf 'def request(flow):\n    flow.request.headers["authorization"] = "Bearer bench-real-token-0123456789"\n' >"$work/inject.py"

@@ -9,7 +9,9 @@
 //! - `scale`: the scale curve (RSS, CPU per request and descriptors at 1…1,000 open
 //!   connections, and no descriptor left after they close).
 //! - `relay`: the least a `CONNECT` tunnel can be (copy, splice or a BPF sockmap), the
-//!   floor rows the airlock tunnel is read against.
+//!   bare rows the airlock tunnel is read against.
+//! - `relay-tls`: the least an intercepting `CONNECT` relay can be (decrypt and encrypt,
+//!   nothing else), the bare row the airlock interception rows are read against.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
@@ -19,6 +21,7 @@ mod http;
 mod load;
 mod procfs;
 mod relay;
+mod relay_tls;
 mod scale;
 mod server;
 mod table;
@@ -123,12 +126,21 @@ enum Cmd {
         #[arg(long)]
         ca: Option<PathBuf>,
     },
-    /// Serve `CONNECT` tunnels with nothing but the relay (a floor row), until killed.
+    /// Serve `CONNECT` tunnels with nothing but the relay (a bare row), until killed.
     Relay {
         #[arg(long)]
         listen: String,
         #[arg(long, value_enum)]
         mode: relay::Mode,
+    },
+    /// Serve intercepted `CONNECT` tunnels with nothing but TLS both sides and a copy
+    /// between them (a bare row), until killed.
+    RelayTls {
+        #[arg(long)]
+        listen: String,
+        /// The upstream's certificate, key and test CA (written by `gen-tls`).
+        #[arg(long)]
+        tls_dir: PathBuf,
     },
     /// Print the results file as markdown tables; `--json FILE` also writes it as JSON.
     Table {
@@ -230,6 +242,7 @@ fn main() -> anyhow::Result<()> {
             row,
         })),
         Cmd::Relay { listen, mode } => relay::run(&listen, mode),
+        Cmd::RelayTls { listen, tls_dir } => rt.block_on(relay_tls::run(&listen, &tls_dir)),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
     }
 }

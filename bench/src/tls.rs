@@ -55,10 +55,18 @@ fn certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 
 /// The upstream's TLS configuration from `dir` (written by [`generate`]).
 pub fn server(dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    server_with(dir, provider())
+}
+
+/// [`server`] with another crypto provider (the bare TLS relay's suite order).
+pub fn server_with(
+    dir: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let chain = certs(&dir.join("cert.pem"))?;
     let pem = std::fs::read(dir.join("key.pem"))?;
     let key = PrivatePkcs8KeyDer::from_pem_slice(&pem).context("no PKCS#8 key in key.pem")?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, PrivateKeyDer::Pkcs8(key))?;
@@ -69,11 +77,19 @@ pub fn server(dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
 /// A client configuration trusting only the CA in `ca` (the proxy's exported CA, or the
 /// test CA for direct TLS).
 pub fn client(ca: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    client_with(ca, provider())
+}
+
+/// [`client`] with another crypto provider (the bare TLS relay's suite order).
+pub fn client_with(
+    ca: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for c in certs(ca)? {
         roots.add(c)?;
     }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
