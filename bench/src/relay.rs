@@ -503,35 +503,52 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// An upstream that echoes every byte and half-closes when its client does.
-    fn echo() -> String {
+    /// An upstream on loopback serving every connection with `serve` on a thread of its own.
+    fn upstream(serve: fn(TcpStream)) -> String {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         std::thread::spawn(move || {
             for c in l.incoming() {
-                let mut c = c.unwrap();
-                std::thread::spawn(move || {
-                    let mut w = c.try_clone().unwrap();
-                    std::io::copy(&mut c, &mut w).unwrap();
-                    w.shutdown(Shutdown::Write).unwrap();
-                });
+                let c = c.unwrap();
+                std::thread::spawn(move || serve(c));
             }
         });
         addr
     }
 
-    /// Through the relay: `CONNECT`, 200, then 3 MiB each way and both half-closes, byte
-    /// for byte (the floor rows are only worth reading if the relay relays).
-    fn relays_every_byte(mode: Mode) {
-        let target = echo();
+    /// Echoes every byte and half-closes when its client does.
+    fn echo(mut c: TcpStream) {
+        let mut w = c.try_clone().unwrap();
+        std::io::copy(&mut c, &mut w).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    }
+
+    /// Answers every 4-byte request with 256 KiB, until its client closes.
+    fn answering(mut c: TcpStream) {
+        let answer = vec![7u8; 256 << 10];
+        let mut req = [0u8; 4];
+        while c.read_exact(&mut req).is_ok() {
+            c.write_all(&answer).unwrap();
+        }
+    }
+
+    /// A relay of `mode` on loopback, and a tunnel through it to `target` (its `200` read).
+    fn tunnel(mode: Mode, target: &str) -> TcpStream {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let relay = l.local_addr().unwrap();
         std::thread::spawn(move || serve_on(&l, mode));
         let mut c = TcpStream::connect(relay).unwrap();
         write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
-        let mut head = [0u8; 39];
+        let mut head = [0u8; OK.len()];
         c.read_exact(&mut head).unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+        assert_eq!(&head, OK);
+        c
+    }
+
+    /// 3 MiB each way at once and both half-closes, byte for byte (the bare rows are only
+    /// worth reading if the relay relays).
+    fn relays_every_byte(mode: Mode) {
+        let mut c = tunnel(mode, &upstream(echo));
         let sent: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
         let mut w = c.try_clone().unwrap();
         let body = sent.clone();
@@ -563,39 +580,12 @@ mod tests {
         relays_every_byte(Mode::Splice);
     }
 
-    /// An upstream that answers every 4-byte request with 256 KiB, until its client closes.
-    fn answering() -> String {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            for c in l.incoming() {
-                let mut c = c.unwrap();
-                std::thread::spawn(move || {
-                    let answer = vec![7u8; 256 << 10];
-                    let mut req = [0u8; 4];
-                    while c.read_exact(&mut req).is_ok() {
-                        c.write_all(&answer).unwrap();
-                    }
-                });
-            }
-        });
-        addr
-    }
-
     /// Root (scripts/test runs the tests as root): the kernel relays through the map, the
     /// way the bench's cells use a tunnel (a request, then its response), and the ends'
     /// closes are passed on only after the bytes before them.
     #[test]
     fn the_sockmap_relay_relays_requests_and_responses() {
-        let target = answering();
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let relay = l.local_addr().unwrap();
-        std::thread::spawn(move || serve_on(&l, Mode::Sockmap));
-        let mut c = TcpStream::connect(relay).unwrap();
-        write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
-        let mut head = [0u8; 39];
-        c.read_exact(&mut head).unwrap();
-        assert_eq!(&head, OK);
+        let mut c = tunnel(Mode::Sockmap, &upstream(answering));
         let mut answer = vec![0u8; 256 << 10];
         for _ in 0..40 {
             c.write_all(b"more").unwrap();
