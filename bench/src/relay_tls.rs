@@ -6,9 +6,10 @@
 //! which the client trusts through the test CA: no leaf is minted), one with the upstream
 //! (trusting the test CA), then copy plaintext both ways (`tokio::io::copy_bidirectional`)
 //! until both ends close. No HTTP parsing, policy, audit, credential or scrub: every byte is
-//! decrypted once and encrypted once, with the same stack and the same choices as the proxy
-//! (rustls with the ring provider, AES-128-GCM preferred on both sides and the client's
-//! order ignored, records capped at exactly 16 KiB on the wire: `proxy/src/crypto.rs`).
+//! decrypted once and encrypted once, with the same stack and the same choices as the proxy,
+//! taken from it (`airlock_proxy::crypto`: rustls with the ring provider, AES-128-GCM
+//! preferred on both sides and the client's order ignored, records capped at exactly 16 KiB
+//! on the wire).
 //!
 //! So its CPU per MiB is the floor of the proxy's intercepted bulk on the machine at hand:
 //! the AES-GCM work both ways, the kernel's loopback TCP for two connections, and tokio's
@@ -19,44 +20,27 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use airlock_proxy::crypto;
 use anyhow::{Context, bail};
-use rustls::CipherSuite;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-/// The proxy's record cap (`crypto::MAX_FRAGMENT_SIZE`: a full TLS 1.3 record is 16 KiB on
-/// the wire).
-const MAX_FRAGMENT_SIZE: usize = 16_367;
 /// Largest `CONNECT` head read.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// ring's provider with the AES-128-GCM suites first, as the proxy's.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    let mut p = rustls::crypto::ring::default_provider();
-    p.cipher_suites.sort_by_key(|s| {
-        !matches!(
-            s.suite(),
-            CipherSuite::TLS13_AES_128_GCM_SHA256
-                | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
-                | CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
-        )
-    });
-    Arc::new(p)
-}
-
 /// Serves intercepted `CONNECT` tunnels on `listen` until killed.
 pub async fn run(listen: &str, tls_dir: &Path) -> anyhow::Result<()> {
-    let mut server = Arc::unwrap_or_clone(crate::tls::server_with(tls_dir, provider())?);
+    let mut server = Arc::unwrap_or_clone(crate::tls::server_with(tls_dir, crypto::provider())?);
     server.ignore_client_order = true;
-    server.max_fragment_size = Some(MAX_FRAGMENT_SIZE);
+    server.max_fragment_size = Some(crypto::MAX_FRAGMENT_SIZE);
     let acceptor = TlsAcceptor::from(Arc::new(server));
     let mut client = Arc::unwrap_or_clone(crate::tls::client_with(
         &tls_dir.join("ca.pem"),
-        provider(),
+        crypto::provider(),
     )?);
-    client.max_fragment_size = Some(MAX_FRAGMENT_SIZE);
+    client.max_fragment_size = Some(crypto::MAX_FRAGMENT_SIZE);
     let connector = TlsConnector::from(Arc::new(client));
     let listener = TcpListener::bind(listen)
         .await

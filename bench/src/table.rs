@@ -143,7 +143,7 @@ pub fn render(text: &str) -> String {
             or_dash(rps("new")),
             or_dash(cpu_ka),
             or_dash(match (cpu("new"), cpu("newhost")) {
-                (n, Some(h)) => Some(format!("{} (new host, leaf minted: {h})", or_dash(n))),
+                (n, Some(h)) => Some(format!("{} (new host: {h})", or_dash(n))),
                 (n, None) => n,
             }),
             or_dash(lat),
@@ -416,7 +416,7 @@ mod tests {
         assert!(!t.contains("steal"), "no cell reported steal: {t}");
         assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
         assert!(
-            t.contains("| i intercept | — | — | — | 250.0 (new host, leaf minted: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
+            t.contains("| i intercept | — | — | — | 250.0 (new host: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
             "{t}"
         );
     }
