@@ -105,8 +105,9 @@ fn serve(mut client: TcpStream, mode: Mode, map: Option<&sockmap::Redirect>) -> 
     }
     client.write_all(OK)?;
     let (c2, u2) = (client.try_clone()?, upstream.try_clone()?);
-    let up = std::thread::spawn(move || direction(c2, u2, mode));
-    let down = direction(upstream, client, mode);
+    let spliced = mode == Mode::Splice;
+    let up = std::thread::spawn(move || direction(c2, u2, spliced));
+    let down = direction(upstream, client, spliced);
     let up = up
         .join()
         .map_err(|_| anyhow::anyhow!("relay thread panicked"))?;
@@ -122,52 +123,62 @@ const OK: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 fn connect_head(client: &mut TcpStream) -> anyhow::Result<(String, usize, Vec<u8>)> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let end = loop {
+    loop {
         let n = client.read(&mut chunk)?;
         if n == 0 {
             bail!("client closed before its CONNECT head ended");
         }
         head.extend_from_slice(&chunk[..n]);
-        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
+        if let Some((target, end)) = parse_head(&head)? {
+            return Ok((target, head.len(), head[end..].to_vec()));
         }
-        if head.len() > MAX_HEAD {
-            bail!("CONNECT head over {MAX_HEAD} bytes");
-        }
-    };
-    let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)]);
+    }
+}
+
+/// The target a `CONNECT` head names and where the head ends, `None` while it has not
+/// ended; an error for a head over [`MAX_HEAD`] or a request that is not a `CONNECT`. Both
+/// bare relays read their heads through it.
+pub(crate) fn parse_head(head: &[u8]) -> anyhow::Result<Option<(String, usize)>> {
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    if end.unwrap_or(head.len()) > MAX_HEAD {
+        bail!("CONNECT head over {MAX_HEAD} bytes");
+    }
+    let Some(end) = end else { return Ok(None) };
+    let line = &head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)];
+    let line = String::from_utf8_lossy(line);
     let mut words = line.split(' ');
     let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
         bail!("not a CONNECT: {line}");
     };
-    Ok((target.to_owned(), head.len(), head[end..].to_vec()))
+    Ok(Some((target.to_owned(), end)))
 }
 
-/// One direction until its source ends; then the half-close goes on to the other side.
-fn direction(mut from: TcpStream, mut to: TcpStream, mode: Mode) -> io::Result<()> {
-    match mode {
-        Mode::Splice => {
-            let pipe = Pipe::new()?;
-            loop {
-                let n = splice(from.as_raw_fd(), pipe.w.as_raw_fd(), PIPE_SIZE as usize)?;
-                if n == 0 {
-                    break;
-                }
-                let mut left = n;
-                while left > 0 {
-                    left -= splice(pipe.r.as_raw_fd(), to.as_raw_fd(), left)?.min(left);
-                }
+/// One direction until its source ends (by `splice` or by `read`/`write`); then the
+/// half-close goes on to the other side.
+fn direction(mut from: TcpStream, mut to: TcpStream, spliced: bool) -> io::Result<()> {
+    if spliced {
+        let pipe = Pipe::new()?;
+        loop {
+            let n = splice(from.as_raw_fd(), pipe.w.as_raw_fd(), PIPE_SIZE as usize)?;
+            if n == 0 {
+                break;
+            }
+            let mut left = n;
+            while left > 0 {
+                left -= splice(pipe.r.as_raw_fd(), to.as_raw_fd(), left)?.min(left);
             }
         }
-        Mode::Copy | Mode::Sockmap => {
-            let mut buf = vec![0u8; COPY_BUF];
-            loop {
-                let n = from.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                to.write_all(&buf[..n])?;
+    } else {
+        let mut buf = vec![0u8; COPY_BUF];
+        loop {
+            let n = from.read(&mut buf)?;
+            if n == 0 {
+                break;
             }
+            to.write_all(&buf[..n])?;
         }
     }
     to.shutdown(Shutdown::Write)
@@ -217,8 +228,9 @@ fn wait_closed(ends: &[End<'_>; 2]) -> io::Result<()> {
     let mut open = [true, true];
     let mut passed = [false, false];
     let mut waited = 0u32;
+    // An end that closed but whose half-close is not passed on yet.
+    let draining = |open: [bool; 2], passed: [bool; 2]| (0..2).any(|i| !open[i] && !passed[i]);
     while passed != [true, true] {
-        let draining = (0..2).any(|i| !open[i] && !passed[i]);
         if open.iter().any(|&o| o) {
             // A closed end is left out (a negative fd), or its POLLHUP would wake every poll.
             let mut fds = [0, 1].map(|i| libc::pollfd {
@@ -231,7 +243,13 @@ fn wait_closed(ends: &[End<'_>; 2]) -> io::Result<()> {
                 revents: 0,
             });
             // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, if draining { 0 } else { -1 }) };
+            let rc = unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    2,
+                    if draining(open, passed) { 0 } else { -1 },
+                )
+            };
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -262,7 +280,7 @@ fn wait_closed(ends: &[End<'_>; 2]) -> io::Result<()> {
                 let _ = to.sock.shutdown(Shutdown::Write);
             }
         }
-        if (0..2).any(|i| !open[i] && !passed[i]) {
+        if draining(open, passed) {
             std::thread::sleep(std::time::Duration::from_micros(100));
             waited += 1;
         }
@@ -568,6 +586,26 @@ mod tests {
             got == sent,
             "{mode:?}: the bytes came back in order, unchanged"
         );
+    }
+
+    /// A head is read until it ends; a request that is not a `CONNECT`, or a head that
+    /// never ends within [`MAX_HEAD`], is refused with the reason.
+    #[test]
+    fn a_connect_head_is_parsed_and_bad_heads_are_refused() {
+        assert!(
+            parse_head(b"CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n")
+                .unwrap()
+                .is_none()
+        );
+        let head = b"CONNECT 198.51.100.1:8080 HTTP/1.1\r\nHost: x\r\n\r\nearly";
+        assert_eq!(
+            parse_head(head).unwrap(),
+            Some(("198.51.100.1:8080".to_owned(), head.len() - 5))
+        );
+        let not = parse_head(b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
+        assert!(not.to_string().contains("not a CONNECT"), "{not}");
+        let long = parse_head(&vec![b'a'; MAX_HEAD + 1]).unwrap_err();
+        assert!(long.to_string().contains("over"), "{long}");
     }
 
     #[test]

@@ -27,9 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-/// Largest `CONNECT` head read.
-const MAX_HEAD: usize = 8 * 1024;
-
 /// Serves intercepted `CONNECT` tunnels on `listen` until killed.
 pub async fn run(listen: &str, tls_dir: &Path) -> anyhow::Result<()> {
     let mut server = Arc::unwrap_or_clone(crate::tls::server_with(tls_dir, crypto::provider())?);
@@ -94,21 +91,15 @@ async fn serve(
 /// Reads the `CONNECT` head (the client sends nothing more before the `200`); its target.
 async fn connect_head(client: &mut TcpStream) -> anyhow::Result<String> {
     let mut head = Vec::with_capacity(256);
-    let mut byte = [0u8; 512];
-    while !head.ends_with(b"\r\n\r\n") {
-        let n = client.read(&mut byte).await?;
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = client.read(&mut chunk).await?;
         if n == 0 {
             bail!("client closed before its CONNECT head ended");
         }
-        head.extend_from_slice(&byte[..n]);
-        if head.len() > MAX_HEAD {
-            bail!("CONNECT head over {MAX_HEAD} bytes");
+        head.extend_from_slice(&chunk[..n]);
+        if let Some((target, _)) = crate::relay::parse_head(&head)? {
+            return Ok(target);
         }
     }
-    let line = String::from_utf8_lossy(&head);
-    let mut words = line.split(' ');
-    let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
-        bail!("not a CONNECT: {}", line.lines().next().unwrap_or(""));
-    };
-    Ok(target.to_owned())
 }
