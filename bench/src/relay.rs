@@ -13,11 +13,15 @@
 //!   the same core). Root only (`bpf(2)`, `CAP_BPF` and `CAP_NET_ADMIN`); the relay thread
 //!   only waits for the ends to close, and passes a half-close on once `TCP_INFO` says the
 //!   bytes before it went out. It relays requests and responses (what the bench's cells
-//!   do). With bulk data both ways at once (this module's byte-for-byte test with 3 MiB
-//!   each way) kernel 6.18 fails the redirect in nearly every run: the kernel's send on
-//!   one socket's behalf ends in `EPIPE`, which it reports as that socket's error, and the
-//!   rest of the stream is lost. So a full-duplex stream is not what this mode measures,
-//!   and it is one reason the proxy does not relay this way (proxy/README.md).
+//!   do: each response read whole before the next request, the close after the last).
+//!   Two patterns fail on kernel 6.18, in nearly every run, the same way: the kernel's send
+//!   on one socket's behalf ends in `EPIPE`, which it reports as that socket's error, and
+//!   the rest of the stream is lost. One is bulk data both ways at once (3 MiB each way);
+//!   the other is a client that closes its side while its response is still flowing (40
+//!   requests and the close at once: the upstream's socket fails after the first answer,
+//!   although the close was passed on only after the requests had been acknowledged). So
+//!   neither is what this mode measures, and both are reasons the proxy does not relay
+//!   this way (proxy/README.md).
 //!
 //! It is a measuring instrument, not a proxy: it trusts its client, and it never runs
 //! outside the benchmark's namespace. The rows it gives say what a relay of that kind
@@ -619,8 +623,9 @@ mod tests {
     }
 
     /// Root (scripts/test runs the tests as root): the kernel relays through the map, the
-    /// way the bench's cells use a tunnel (a request, then its response), and the ends'
-    /// closes are passed on only after the bytes before them.
+    /// way the bench's cells use a tunnel: a request, its whole response, and the close
+    /// once the last response is in. (A client that closes its side while a response is
+    /// still flowing loses that response on kernel 6.18: see the module doc.)
     #[test]
     fn the_sockmap_relay_relays_requests_and_responses() {
         let mut c = tunnel(Mode::Sockmap, &upstream(answering));
