@@ -15,7 +15,9 @@
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
-//! address the caller did not give it.
+//! address the caller did not give it; the bare relays connect wherever their client's
+//! `CONNECT` names (in `bench/run.sh`, the upstream in its private network namespace), so
+//! they are not to be left listening anywhere else.
 
 mod http;
 mod load;
