@@ -82,7 +82,9 @@ fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     if e.downcast_ref::<crate::names::NameError>().is_some() {
         return Some(Code::Usage);
     }
-    if let Some(CheckoutError::NotARepository { .. }) = e.downcast_ref::<CheckoutError>() {
+    if let Some(CheckoutError::NotARepository { .. } | CheckoutError::Refused { .. }) =
+        e.downcast_ref::<CheckoutError>()
+    {
         return Some(Code::Usage);
     }
     match e.downcast_ref::<crate::secrets::SecretError>() {

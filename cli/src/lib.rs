@@ -23,5 +23,6 @@ pub mod lock;
 pub mod names;
 pub mod paths;
 pub mod registry;
+pub mod review;
 pub mod secrets;
 pub mod term;

@@ -13,19 +13,30 @@
 //!                         /var/lib/airlock/git/shared.git/objects, so the relative path
 //!                         resolves on both sides)
 //! work/                   the work tree, with an empty .git (the mount point of the cover)
+//! host.git/               the CLI's own git dir for reading the sandbox (never mounted):
+//!                         only our config, the sandbox's objects through alternates, the
+//!                         branch tip the CLI read and validated itself
 //! ```
 //!
 //! This is the entrypoint's hidden-`.git` layout (docs/docker.md#git) with the git dir kept
 //! out of the work tree, so the entrypoint and the git API need no change; an extra sandbox
 //! costs its checkout plus the objects its agent writes.
 //!
-//! Nothing here runs what a sandbox wrote: the sandbox's git dir is only ever read by
-//! `git fetch` from the operator's repository (upload-pack honours none of the sandbox's
-//! config that runs commands), with `core.hooksPath=/dev/null` and `core.fsmonitor=false`
-//! on the command line.
+//! **Nothing a sandbox wrote runs here.** After its agent has run, `repo.git` and `work/` are
+//! the agent's: the host never runs git with `repo.git` as its repository (its config,
+//! hooks, attributes, commit-graph, index), never lets git walk into a repository inside
+//! `work/`, and reads the branch tip itself ([`refs`]). Whether the work tree holds
+//! uncommitted changes and the fetch-back both go through `host.git` ([`git::ours`]):
+//! "uncommitted" compares `work/` with the tip in an index of ours (submodules ignored, no
+//! attribute driver configured, so no filter can run); the fetch runs `upload-pack` in
+//! `host.git`. The operator's repository is run with its owner's config and git's ownership
+//! check as git has it ([`git::operator`]).
 
+mod git;
+pub mod refs;
+
+use git::{ours, run, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use thiserror::Error;
 
 /// The relative alternates line, valid on the host and in the container.
@@ -46,6 +57,16 @@ pub enum CheckoutError {
         /// What git said.
         why: String,
     },
+    /// git refuses the repository (another account's, an unknown format, ...).
+    #[error(
+        "git refuses the repository {path} ({why}); run airlock as the account that owns it (under sudo, git accepts the invoking user's repositories)"
+    )]
+    Refused {
+        /// The repository.
+        path: PathBuf,
+        /// git's reason, one line.
+        why: String,
+    },
     /// `git` itself could not be run.
     #[error("cannot run git ({source}); install git on the host")]
     Spawn {
@@ -59,8 +80,16 @@ pub enum CheckoutError {
         step: &'static str,
         /// Where.
         path: PathBuf,
-        /// git's last line.
+        /// git's reason, one line.
         stderr: String,
+    },
+    /// The sandbox's branch (or its object store) is not what the CLI accepts as such.
+    #[error("cannot read the sandbox's branch at {path}: {why}")]
+    BadRef {
+        /// The file read.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
     },
     /// A file step failed.
     #[error("cannot {step} {path}: {source}")]
@@ -77,34 +106,6 @@ pub enum CheckoutError {
 fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckoutError {
     let path = path.to_path_buf();
     move |source| CheckoutError::Io { step, path, source }
-}
-
-/// `git` with the options every host-side call carries: no hooks, no fsmonitor, no pager,
-/// no prompt.
-fn git() -> Command {
-    let mut c = Command::new("git");
-    c.args([
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-    ]);
-    c.env("GIT_TERMINAL_PROMPT", "0").env("GIT_PAGER", "cat");
-    c
-}
-
-/// `git` in the operator's repository at `top`. Its owner may not be us (`sudo airlock run
-/// ~/src/app` is root working on the user's repository): git's ownership check is told this
-/// repository is the operator's to use (`safe.directory`, as for a repository of our own;
-/// hooks and fsmonitor stay off), and whatever git writes there goes back to the owner
-/// ([`restore_owner`]) so the owner's own git keeps working.
-fn op_git(top: &Path) -> Command {
-    let mut c = git();
-    c.arg("-c")
-        .arg(format!("safe.directory={}", top.display()))
-        .arg("-C")
-        .arg(top);
-    c
 }
 
 /// After a write into the operator's repository as root: hand every file and directory of
@@ -142,31 +143,6 @@ pub fn restore_owner(top: &Path) -> Result<(), CheckoutError> {
     Ok(())
 }
 
-fn run(step: &'static str, path: &Path, cmd: &mut Command) -> Result<Output, CheckoutError> {
-    let out = cmd
-        .output()
-        .map_err(|source| CheckoutError::Spawn { source })?;
-    if out.status.success() {
-        return Ok(out);
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    Err(CheckoutError::Git {
-        step,
-        path: path.into(),
-        stderr: last.to_string(),
-    })
-}
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The operator's repository, as `new` needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Operator {
@@ -180,7 +156,9 @@ pub struct Operator {
     pub dirty: bool,
 }
 
-/// Inspect `path`: it must be the top of a checkout whose `.git` is a directory.
+/// Inspect `path`: it must be the top of a checkout whose `.git` is a directory, and one git
+/// accepts (its ownership check included: a repository git refuses is refused with git's
+/// reason).
 pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
     let not = |why: String| CheckoutError::NotARepository {
         path: path.into(),
@@ -191,21 +169,26 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
     if !git_dir.is_dir() {
         return Err(not("it has no .git directory at its top".into()));
     }
-    let head = op_git(&top)
+    let head = git::operator(&top)
         .args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
         .output()
         .map_err(|source| CheckoutError::Spawn { source })?;
     if !head.status.success() {
-        return Err(not("it has no commit yet".into()));
+        let why = git::reason(&head.stderr);
+        if why.is_empty() {
+            return Err(not("it has no commit yet".into()));
+        }
+        return Err(CheckoutError::Refused { path: top, why });
     }
     let status = run(
         "status",
         &top,
-        op_git(&top).args([
+        git::operator(&top).args([
             "--no-optional-locks",
             "status",
             "--porcelain",
             "--untracked-files=no",
+            "--ignore-submodules=all",
         ]),
     )?;
     Ok(Operator {
@@ -222,12 +205,8 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
 pub fn identity(top: &Path) -> (Option<String>, Option<String>) {
     let home = sudo_home();
     let get = |key: &str| {
-        let mut c = git();
-        c.arg("-c")
-            .arg(format!("safe.directory={}", top.display()))
-            .arg("-C")
-            .arg(top)
-            .args(["config", "--get", key]);
+        let mut c = git::operator(top);
+        c.args(["config", "--get", key]);
         if let Some(h) = &home {
             c.env("HOME", h);
         }
@@ -267,6 +246,10 @@ impl Checkout {
     pub fn audit(&self) -> PathBuf {
         self.dir.join("audit")
     }
+    /// The CLI's own git dir for reading the sandbox (see the module docs).
+    pub fn host_git(&self) -> PathBuf {
+        self.dir.join("host.git")
+    }
     fn shared(&self) -> PathBuf {
         self.dir.join("shared.git")
     }
@@ -276,16 +259,7 @@ impl Checkout {
     pub fn create(&self, op: &Operator, branch: &str, base: &str) -> Result<(), CheckoutError> {
         std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         let gd = self.git_dir();
-        let empty_template = self.dir.join(".template");
-        std::fs::create_dir_all(&empty_template).map_err(io("create", &empty_template))?;
-        let mut tpl = std::ffi::OsString::from("--template=");
-        tpl.push(&empty_template);
-        run(
-            "init",
-            &gd,
-            git().args(["init", "--bare", "--quiet"]).arg(tpl).arg(&gd),
-        )?;
-        std::fs::remove_dir_all(&empty_template).map_err(io("remove", &empty_template))?;
+        init_bare(&gd, base)?;
         let shared = self.shared();
         std::fs::create_dir_all(&shared).map_err(io("create", &shared))?;
         std::os::unix::fs::symlink(op.git_dir.join("objects"), shared.join("objects"))
@@ -294,30 +268,24 @@ impl Checkout {
         std::fs::create_dir_all(&info).map_err(io("create", &info))?;
         std::fs::write(info.join("alternates"), format!("{ALTERNATES}\n"))
             .map_err(io("write the alternates of", &gd))?;
-        let g = |c: &mut Command| {
-            c.arg("--git-dir").arg(&gd);
-        };
-        let mut c = git();
-        g(&mut c);
-        run("config", &gd, c.args(["config", "core.bare", "false"]))?;
-        let mut c = git();
-        g(&mut c);
+        run(
+            "config",
+            &gd,
+            ours(&gd).args(["config", "core.bare", "false"]),
+        )?;
         run(
             "update-ref",
             &gd,
-            c.args(["update-ref", &format!("refs/heads/{branch}"), base]),
+            ours(&gd).args(["update-ref", &format!("refs/heads/{branch}"), base]),
         )?;
-        let mut c = git();
-        g(&mut c);
         run(
             "symbolic-ref",
             &gd,
-            c.args(["symbolic-ref", "HEAD", &format!("refs/heads/{branch}")]),
+            ours(&gd).args(["symbolic-ref", "HEAD", &format!("refs/heads/{branch}")]),
         )?;
         let work = self.work_tree();
         std::fs::create_dir_all(&work).map_err(io("create", &work))?;
-        let mut c = git();
-        g(&mut c);
+        let mut c = ours(&gd);
         c.arg("--work-tree")
             .arg(&work)
             .args(["reset", "--hard", "--quiet"]);
@@ -328,19 +296,78 @@ impl Checkout {
         chown_tree(&work, AGENT_ID)
     }
 
-    /// Whether the work tree holds changes not committed to its branch (tracked files
-    /// changed, or new files not ignored). Hooks and fsmonitor off, as everywhere here.
-    pub fn uncommitted(&self) -> Result<bool, CheckoutError> {
-        let gd = self.git_dir();
-        let mut c = git();
-        c.arg("-c")
-            .arg(format!("safe.directory={}", gd.display()))
-            .arg("--git-dir")
-            .arg(&gd)
-            .arg("--work-tree")
-            .arg(self.work_tree())
-            .args(["--no-optional-locks", "status", "--porcelain"]);
-        let out = run("status", &self.work_tree(), &mut c)?;
+    /// `host.git` made ready to read the sandbox at `tip`: only our config, the sandbox's
+    /// objects through alternates (after checking that the sandbox's own alternates line is
+    /// still the one written at creation), `refs/heads/tip` and HEAD at `tip` (git checks
+    /// that it is a commit the objects hold).
+    fn host_at(&self, tip: &str) -> Result<PathBuf, CheckoutError> {
+        let hg = self.host_git();
+        if !hg.join("HEAD").is_file() {
+            init_bare(&hg, tip)?;
+        }
+        let objects = self.git_dir().join("objects");
+        match std::fs::symlink_metadata(&objects) {
+            Ok(m) if m.is_dir() => {}
+            _ => {
+                return Err(CheckoutError::BadRef {
+                    path: objects,
+                    why: "it is not a directory".into(),
+                });
+            }
+        }
+        let alternates = objects.join("info/alternates");
+        let line = refs::read_plain(&alternates, 4096)?.unwrap_or_default();
+        if line != format!("{ALTERNATES}\n").as_bytes() {
+            return Err(CheckoutError::BadRef {
+                path: alternates,
+                why: format!(
+                    "it names {:?}, not the store airlock gave the sandbox",
+                    crate::review::escape(&line)
+                ),
+            });
+        }
+        let objects = objects.display().to_string();
+        if objects.contains('\n') || objects.starts_with('"') {
+            return Err(CheckoutError::BadRef {
+                path: objects.into(),
+                why: "the data directory's path holds a newline or starts with a quote".into(),
+            });
+        }
+        let info = hg.join("objects/info");
+        std::fs::create_dir_all(&info).map_err(io("create", &info))?;
+        std::fs::write(info.join("alternates"), format!("{objects}\n"))
+            .map_err(io("write the alternates of", &hg))?;
+        run(
+            "update-ref",
+            &hg,
+            ours(&hg).args(["update-ref", "--no-deref", "refs/heads/tip", tip]),
+        )?;
+        Ok(hg)
+    }
+
+    /// Whether the work tree holds changes not committed to `branch` (tracked files
+    /// changed, or new files not ignored): the work tree compared with the branch's tip in
+    /// an index of ours, never the sandbox's git dir, submodules ignored.
+    pub fn uncommitted(&self, branch: &str) -> Result<bool, CheckoutError> {
+        let tip = refs::branch_tip(&self.git_dir(), branch)?;
+        let hg = self.host_at(&tip)?;
+        run(
+            "read-tree",
+            &hg,
+            ours(&hg).args(["read-tree", "refs/heads/tip"]),
+        )?;
+        let work = self.work_tree();
+        let mut c = ours(&hg);
+        c.arg("--work-tree").arg(&work).args([
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "-z",
+            "--ignore-submodules=all",
+            "--untracked-files=normal",
+            "--no-renames",
+        ]);
+        let out = run("status", &work, &mut c)?;
         Ok(!out.stdout.is_empty())
     }
 
@@ -351,6 +378,29 @@ impl Checkout {
             _ => Ok(()),
         }
     }
+}
+
+/// `git init --bare` of `path` with no template (no sample hooks), in the object format of
+/// the object id `like`; HEAD on `refs/heads/tip`.
+fn init_bare(path: &Path, like: &str) -> Result<(), CheckoutError> {
+    let format = if like.len() == 64 { "sha256" } else { "sha1" };
+    run(
+        "init",
+        path,
+        ours(path).args([
+            "init",
+            "--bare",
+            "--quiet",
+            "--template=",
+            &format!("--object-format={format}"),
+        ]),
+    )?;
+    run(
+        "symbolic-ref",
+        path,
+        ours(path).args(["symbolic-ref", "HEAD", "refs/heads/tip"]),
+    )?;
+    Ok(())
 }
 
 fn chown_tree(path: &Path, id: u32) -> Result<(), CheckoutError> {
@@ -367,15 +417,16 @@ fn chown_tree(path: &Path, id: u32) -> Result<(), CheckoutError> {
 }
 
 /// The hidden ref the operator's repository keeps a sandbox's tip under (so that `ahead`
-/// can be counted without running git in the sandbox's git dir).
+/// can be counted without reading the sandbox again).
 pub fn tip_ref(name: &str) -> String {
     format!("refs/airlock/sandboxes/{name}")
 }
 
 /// Fetch the sandbox's branch into the operator's repository: its tip under [`tip_ref`]
 /// (forced: it mirrors the sandbox) and, unless `branch_back` is `None`, as that branch
-/// (not forced: never overwrites the operator's own commits). Hooks off, the sandbox's
-/// config never executed. Returns the tip.
+/// (not forced: never overwrites the operator's own commits). The tip is read by the CLI
+/// ([`refs::branch_tip`]) and fetched from `host.git` (see the module docs): nothing of the
+/// sandbox's config, hooks or attributes is used. Returns the tip.
 pub fn fetch(
     op_top: &Path,
     ck: &Checkout,
@@ -383,14 +434,16 @@ pub fn fetch(
     branch: &str,
     branch_back: Option<&str>,
 ) -> Result<String, CheckoutError> {
-    let gd = ck.git_dir();
-    // The local transport runs upload-pack in the sandbox's git dir with our `-c` options
-    // cleared; it must be told there (the dir belongs to the agent's uid, not ours).
-    let quoted = shell_quote(&gd.display().to_string());
-    let upload_pack = format!(
-        "git -c safe.directory={quoted} -c core.hooksPath=/dev/null -c core.fsmonitor=false upload-pack"
-    );
-    let mut c = op_git(op_top);
+    let tip = refs::branch_tip(&ck.git_dir(), branch)?;
+    let hg = ck.host_at(&tip)?;
+    // The local transport runs upload-pack in host.git with the fetch's environment and
+    // `-c` options cleared: it is given ours again.
+    let env: Vec<String> = git::OURS_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let upload_pack = format!("{} git {} upload-pack", env.join(" "), git::ours_options());
+    let mut c = git::operator(op_top);
     c.args([
         "fetch",
         "--quiet",
@@ -399,25 +452,16 @@ pub fn fetch(
         "--no-recurse-submodules",
     ]);
     c.arg(format!("--upload-pack={upload_pack}"));
-    c.arg(&gd);
-    c.arg(format!("+refs/heads/{branch}:{}", tip_ref(name)));
+    c.arg("--");
+    c.arg(&hg);
+    c.arg(format!("+refs/heads/tip:{}", tip_ref(name)));
     if let Some(back) = branch_back {
-        c.arg(format!("refs/heads/{branch}:refs/heads/{back}"));
+        c.arg(format!("refs/heads/tip:refs/heads/{back}"));
     }
     let fetched = run("fetch", op_top, &mut c);
     restore_owner(op_top)?;
     fetched?;
-    let out = run(
-        "rev-parse",
-        op_top,
-        op_git(op_top).args(["rev-parse", &tip_ref(name)]),
-    )?;
-    Ok(text(&out))
-}
-
-/// `text` as one single-quoted shell word.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "'\\''"))
+    Ok(tip)
 }
 
 /// How many commits of `tip` the operator's repository has in no branch, tag or
@@ -426,7 +470,7 @@ pub fn ahead(op_top: &Path, tip: &str) -> Result<u64, CheckoutError> {
     let out = run(
         "rev-list",
         op_top,
-        op_git(op_top).args([
+        git::operator(op_top).args([
             "rev-list",
             "--count",
             tip,
@@ -441,7 +485,7 @@ pub fn ahead(op_top: &Path, tip: &str) -> Result<u64, CheckoutError> {
 
 /// The paths that differ between `base` and `tip` (in the operator's repository).
 pub fn changed_paths(op_top: &Path, base: &str, tip: &str) -> Result<Vec<String>, CheckoutError> {
-    let mut c = op_git(op_top);
+    let mut c = git::operator(op_top);
     c.args([
         "diff",
         "--name-only",
@@ -500,7 +544,7 @@ pub fn risky(changed: &[String]) -> Vec<String> {
 
 /// Forget the hidden tip ref (at destroy).
 pub fn drop_tip(op_top: &Path, name: &str) -> Result<(), CheckoutError> {
-    let mut c = op_git(op_top);
+    let mut c = git::operator(op_top);
     c.args(["update-ref", "-d", &tip_ref(name)]);
     let done = run("update-ref -d", op_top, &mut c).map(|_| ());
     restore_owner(op_top)?;

@@ -209,19 +209,314 @@ fn risky_paths_are_the_ones_that_run_without_a_command() {
     );
 }
 
+/// A command that, run by any git on the host, leaves a line in `marker` (who ran it).
+fn payload(marker: &Path) -> String {
+    format!("sh -c 'id >> {}; cat'", marker.display())
+}
+
+fn assert_nothing_ran(marker: &Path) {
+    assert!(
+        !marker.exists(),
+        "something the sandbox wrote ran on the host: {:?}",
+        std::fs::read_to_string(marker)
+    );
+}
+
+/// The environment variable a child test run by [`child`] finds.
+const CHILD: &str = "AIRLOCK_CHECKOUT_TEST_CHILD";
+
+/// Run this module's test `name` (an `#[ignore]`d one that refuses to run on its own) in a
+/// child process of this test binary: as `uid` (setpriv) when given, with `env`.
+fn child(name: &str, uid: Option<u32>, env: &[(&str, String)]) {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = match uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={u}"))
+                .arg(format!("--regid={u}"))
+                .args(["--clear-groups", "--"])
+                .arg(&exe);
+            c.env("HOME", "/tmp");
+            c
+        }
+        None => Command::new(&exe),
+    };
+    c.args([
+        &format!("checkout::tests::{name}"),
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    c.env(CHILD, "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{name} as {uid:?}: {text}"
+    );
+}
+
+/// Refuse to run but as [`child`]'s child.
+fn only_as_child() {
+    assert!(
+        std::env::var_os(CHILD).is_some(),
+        "this test is run by its parent test in a child process (another uid or SUDO_UID)"
+    );
+}
+
+/// The issue's attack: the agent makes a nested repository whose clean filter is a payload,
+/// adds it to its index as a gitlink, commits, and leaves a file of the nested repository
+/// modified, so that a `git status` recursing into it has to run the filter.
+fn gitlink_filter_attack(root: &Path) {
+    let op = operator(&operator_repo(root)).unwrap();
+    let ck = Checkout {
+        dir: root.join("sb"),
+    };
+    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    let marker = root.join("marker");
+    let sub = ck.work_tree().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    sh(
+        &sub,
+        "git init -q . && git config user.email a@x && git config user.name a \
+         && echo '* filter=x' > .gitattributes && echo data > f && git add . && git commit -qm sub",
+    );
+    sh(
+        &sub,
+        &format!("git config filter.x.clean \"{}\"", payload(&marker)),
+    );
+    std::fs::write(sub.join("f"), "changed\n").unwrap();
+    in_sandbox(
+        &ck,
+        "update-index --add --cacheinfo 160000,$(git -C work/sub rev-parse HEAD),sub",
+    );
+    in_sandbox(&ck, "commit -qm gitlink");
+    assert_nothing_ran(&marker);
+    let uncommitted = ck.uncommitted("sandbox/evil");
+    let fetched = fetch(&op.top, &ck, "evil", "sandbox/evil", Some("sandbox/evil"));
+    assert_nothing_ran(&marker);
+    // Never entered: what changed inside the nested repository is not looked at.
+    assert!(!uncommitted.unwrap(), "the gitlink is committed");
+    let tip = fetched.unwrap();
+    assert_eq!(
+        sh(&op.top, &format!("git ls-tree {tip} sub"))
+            .split_whitespace()
+            .next(),
+        Some("160000"),
+        "the gitlink came back as data"
+    );
+}
+
+/// Everything git can be told to run, in the sandbox's own config, its info/attributes, its
+/// hooks directory and the work tree's .gitattributes, with tracked files changed and new
+/// ones, so that a status has to read every one of them.
+fn sandbox_config_attack(root: &Path) {
+    let op = operator(&operator_repo(root)).unwrap();
+    let ck = Checkout {
+        dir: root.join("sb"),
+    };
+    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    let marker = root.join("marker");
+    let script = root.join("payload");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nid >> {}\ncat\n", marker.display()),
+    )
+    .unwrap();
+    sh(root, "chmod 755 payload");
+    let p = script.display().to_string();
+    let hooks = ck.git_dir().join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in [
+        "pre-upload-pack",
+        "post-checkout",
+        "post-index-change",
+        "reference-transaction",
+        "fsmonitor-watchman",
+        "pre-auto-gc",
+    ] {
+        std::fs::copy(&script, hooks.join(hook)).unwrap();
+    }
+    let mut cfg = String::new();
+    for (k, v) in [
+        ("core.fsmonitor", p.as_str()),
+        ("core.hooksPath", &hooks.display().to_string()),
+        ("filter.x.clean", &p),
+        ("filter.x.smudge", &p),
+        ("filter.x.process", &p),
+        ("filter.x.required", "true"),
+        ("diff.x.textconv", &p),
+        ("diff.external", &p),
+        ("core.pager", &p),
+        ("uploadpack.packObjectsHook", &p),
+        ("core.sshCommand", &p),
+        ("core.alternateRefsCommand", &p),
+        ("submodule.recurse", "true"),
+        ("status.submoduleSummary", "true"),
+    ] {
+        cfg.push_str(&format!("git config --file repo.git/config {k} '{v}' && "));
+    }
+    cfg.push_str("mkdir -p repo.git/info && echo '* filter=x diff=x' > repo.git/info/attributes");
+    sh(&ck.dir, &cfg);
+    std::fs::write(ck.work_tree().join(".gitattributes"), "* filter=x diff=x\n").unwrap();
+    std::fs::write(ck.work_tree().join("a"), "changed by the agent\n").unwrap();
+    std::fs::write(ck.work_tree().join("new"), "new\n").unwrap();
+    assert_nothing_ran(&marker);
+    let uncommitted = ck.uncommitted("sandbox/evil");
+    let fetched = fetch(&op.top, &ck, "evil", "sandbox/evil", Some("sandbox/evil"));
+    assert_nothing_ran(&marker);
+    assert!(uncommitted.unwrap(), "the changes are seen");
+    fetched.unwrap();
+}
+
+/// An embedded bare repository (`HEAD`, `objects/`, `refs/`, a `config` with
+/// `core.fsmonitor`) committed on the sandbox's branch and changed in its work tree.
+fn embedded_bare_attack(root: &Path) {
+    let op = operator(&operator_repo(root)).unwrap();
+    let ck = Checkout {
+        dir: root.join("sb"),
+    };
+    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    let marker = root.join("marker");
+    let tools = ck.work_tree().join("tools");
+    for d in ["objects/info", "refs/heads"] {
+        std::fs::create_dir_all(tools.join(d)).unwrap();
+        std::fs::write(tools.join(d).join("keep"), "").unwrap();
+    }
+    std::fs::write(tools.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(
+        tools.join("config"),
+        format!(
+            "[core]\n\tbare = true\n\tfsmonitor = \"{}\"\n",
+            payload(&marker)
+        ),
+    )
+    .unwrap();
+    in_sandbox(&ck, "add tools");
+    in_sandbox(&ck, "commit -qm tools");
+    std::fs::write(tools.join("objects/info/keep"), "x").unwrap();
+    let uncommitted = ck.uncommitted("sandbox/evil");
+    let fetched = fetch(&op.top, &ck, "evil", "sandbox/evil", Some("sandbox/evil"));
+    assert_nothing_ran(&marker);
+    assert!(uncommitted.unwrap());
+    fetched.unwrap();
+}
+
+/// An operator repository owned by uid 4242 whose config runs a filter on every tracked
+/// file git has to read (one is changed) and names an fsmonitor.
+fn foreign_operator_repo(root: &Path) -> (PathBuf, PathBuf) {
+    let repo = operator_repo(root);
+    let marker = root.join("marker");
+    sh(
+        &repo,
+        &format!(
+            "git config filter.x.clean \"{0}\" && git config core.fsmonitor \"{0}\" \
+             && echo '* filter=x' > .git/info/attributes && echo changed > a \
+             && chown -R 4242:4242 . && chmod -R a+rwX {1}",
+            payload(&marker),
+            root.display()
+        ),
+    );
+    (repo, marker)
+}
+
+fn foreign_operator_attack(repo: &Path, marker: &Path) {
+    let e = operator(repo).unwrap_err().to_string();
+    assert_nothing_ran(marker);
+    assert!(e.contains("dubious ownership"), "git's reason: {e}");
+    assert!(e.contains("run airlock as the account that owns it"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
 #[test]
-fn root_on_a_users_repository_reads_it_and_leaves_it_theirs() {
-    // `sudo airlock run ~/src/app`: root on a repository uid 1000 owns.
+fn the_gitlink_filter_attack_runs_nothing_at_wind_up_or_fetch() {
+    gitlink_filter_attack(tempfile::tempdir().unwrap().path());
+}
+
+#[test]
+fn a_sandbox_config_with_hooks_fsmonitor_and_filters_runs_nothing() {
+    sandbox_config_attack(tempfile::tempdir().unwrap().path());
+}
+
+#[test]
+fn an_embedded_bare_repository_runs_nothing_at_wind_up_or_fetch() {
+    embedded_bare_attack(tempfile::tempdir().unwrap().path());
+}
+
+#[test]
+fn an_operator_repository_owned_by_another_account_is_refused_with_gits_reason() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test chowns a repository to another user: run it as root (scripts/test does)"
     );
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, marker) = foreign_operator_repo(tmp.path());
+    foreign_operator_attack(&repo, &marker);
+}
+
+#[test]
+fn as_an_ordinary_user_the_same_attacks_run_nothing() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs its child as uid 1000 and chowns a repository to uid 4242: run it as root (scripts/test does)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, marker) = foreign_operator_repo(tmp.path());
+    child(
+        "child_attacks_as_an_ordinary_user",
+        Some(1000),
+        &[
+            ("FOREIGN_REPO", repo.display().to_string()),
+            ("FOREIGN_MARKER", marker.display().to_string()),
+        ],
+    );
+    assert_nothing_ran(&marker);
+}
+
+#[test]
+#[ignore = "run by as_an_ordinary_user_the_same_attacks_run_nothing as uid 1000"]
+fn child_attacks_as_an_ordinary_user() {
+    only_as_child();
+    assert_eq!(nix::unistd::geteuid().as_raw(), 1000);
+    gitlink_filter_attack(tempfile::tempdir().unwrap().path());
+    sandbox_config_attack(tempfile::tempdir().unwrap().path());
+    embedded_bare_attack(tempfile::tempdir().unwrap().path());
+    let repo = PathBuf::from(std::env::var("FOREIGN_REPO").unwrap());
+    let marker = PathBuf::from(std::env::var("FOREIGN_MARKER").unwrap());
+    foreign_operator_attack(&repo, &marker);
+}
+
+#[test]
+fn root_under_sudo_reads_the_invoking_users_repository_and_leaves_it_theirs() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test chowns a repository to another user: run it as root (scripts/test does)"
+    );
+    // `sudo airlock run ~/src/app` as uid 1000: git accepts the repository of SUDO_UID.
+    child(
+        "child_root_under_sudo",
+        None,
+        &[("SUDO_UID", "1000".into()), ("SUDO_GID", "1000".into())],
+    );
+}
+
+#[test]
+#[ignore = "run by root_under_sudo_reads_the_invoking_users_repository_and_leaves_it_theirs"]
+fn child_root_under_sudo() {
+    only_as_child();
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     let repo = operator_repo(tmp.path());
     sh(&repo, "chown -R 1000:1000 .");
-    let op =
-        operator(&repo).expect("git's ownership check does not refuse the operator's repository");
+    let op = operator(&repo).expect("git's ownership check accepts the invoking user's repository");
     assert!(!op.dirty);
     let ck = Checkout {
         dir: tmp.path().join("sb"),
@@ -250,4 +545,17 @@ fn root_on_a_users_repository_reads_it_and_leaves_it_theirs() {
         Vec::<PathBuf>::new(),
         "all of .git stays the owner's"
     );
+}
+
+#[test]
+fn root_without_sudo_on_another_users_repository_is_refused() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test chowns a repository to another user: run it as root (scripts/test does)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = operator_repo(tmp.path());
+    sh(&repo, "chown -R 1000:1000 .");
+    let e = operator(&repo).unwrap_err();
+    assert!(matches!(e, CheckoutError::Refused { .. }), "{e}");
 }

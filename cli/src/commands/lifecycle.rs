@@ -201,7 +201,7 @@ async fn wind_up_inner(ctx: &Ctx, name: &str) -> Result<Ending> {
     } else {
         format!("`airlock start {name}` and commit them, or `airlock destroy {name} --force`")
     };
-    match ck.uncommitted() {
+    match ck.uncommitted(&row.branch) {
         Ok(false) => {
             remove_all(ctx, &row).await?;
             Ok(Ending::Removed)
