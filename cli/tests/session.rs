@@ -481,3 +481,67 @@ fn run_detaches_on_ctrl_p_ctrl_q_and_gc_finishes_it_once_it_stops() {
     assert_eq!(subject, "from-detached");
     assert!(gone(&w, &n));
 }
+
+#[test]
+fn run_lists_what_can_run_on_the_host_first_and_the_wind_up_runs_none_of_it() {
+    let w = World::new("rrev");
+    let n = w.name("r");
+    let marker = w.dir.path().join("marker");
+    let payload = format!("sh -c 'id >> {}; cat'", marker.display());
+    // The agent plants, with the image's own git for the nested repositories: a nested
+    // repository whose clean filter is the payload (then added as a gitlink, if the git API
+    // lets it), an embedded bare repository whose fsmonitor is the payload, a symlinked and
+    // a case-varied .vscode, and a name that would erase the operator's terminal lines.
+    let script = format!(
+        "set -x; mkdir sub && cd sub && /usr/bin/git init -q . && /usr/bin/git config user.email a@x \
+         && /usr/bin/git config user.name a && echo '* filter=x' > .gitattributes && echo d > f \
+         && /usr/bin/git add . && /usr/bin/git commit -qm s && /usr/bin/git config filter.x.clean \"{payload}\" \
+         && echo changed > f && cd .. \
+         && mkdir -p tools/objects/info tools/refs/heads editor .VSCode .claude \
+         && echo 'ref: refs/heads/main' > tools/HEAD && touch tools/objects/info/k tools/refs/heads/k \
+         && /usr/bin/git config --file tools/config core.bare true \
+         && /usr/bin/git config --file tools/config core.fsmonitor \"{payload}\" \
+         && echo '{{}}' > editor/tasks.json && ln -s editor .vscode && echo '{{}}' > .VSCode/settings.json \
+         && echo x > \".claude/$(printf 'a\\033[2K\\033[1Ab')\"; \
+         git add tools editor .vscode .VSCode .claude; git add sub; git commit -qm plant; echo PLANTED"
+    );
+    let o = w.run(&strs(&run_args(&w, &n, &script)));
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(out.contains("PLANTED"), "{out}{err}");
+    assert!(
+        !marker.exists(),
+        "the wind-up ran what the sandbox wrote: {:?}",
+        std::fs::read_to_string(&marker)
+    );
+    assert!(
+        !err.contains('\u{1b}'),
+        "a raw escape reached the terminal: {err:?}"
+    );
+    // The CLI's wind-up lines (the container's own `airlock:` lines come before them).
+    let ours: Vec<&str> = err
+        .lines()
+        .skip_while(|l| !l.starts_with("airlock: review first:"))
+        .collect();
+    let at = err.find(&format!("sandbox/{n} is at")).unwrap_or(0);
+    assert!(
+        !ours.is_empty() && err.find("airlock: review first:").unwrap() < at,
+        "the list comes before anything else is said of the branch: {err}"
+    );
+    for p in [
+        "tools/:",
+        "editor/tasks.json:",
+        ".vscode:",
+        ".VSCode/settings.json:",
+        ".claude/a\\x1b[2K\\x1b[1Ab:",
+    ] {
+        assert!(
+            ours.iter()
+                .any(|l| l.starts_with(&format!("airlock:   {p}"))),
+            "{p} is not listed: {err}"
+        );
+    }
+    // The nested repository is untracked (or a gitlink): either way the sandbox is kept or
+    // gone without anything having run; clean up.
+    let _ = w.run(&["destroy", &n, "--force"]);
+    assert!(!marker.exists());
+}

@@ -122,6 +122,43 @@ pub fn run(step: &'static str, path: &Path, cmd: &mut Command) -> Result<Output,
     })
 }
 
+/// Run `cmd` with `input` on its stdin; as [`run`].
+pub fn run_with_input(
+    step: &'static str,
+    path: &Path,
+    cmd: &mut Command,
+    input: &[u8],
+) -> Result<Output, CheckoutError> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| CheckoutError::Spawn { source })?;
+    let stdin = child.stdin.take();
+    let input = input.to_vec();
+    // Written from a thread: git may fill its stdout before it has read all of its input.
+    let writer = std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            let _ = s.write_all(&input);
+        }
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|source| CheckoutError::Spawn { source })?;
+    let _ = writer.join();
+    if out.status.success() {
+        return Ok(out);
+    }
+    Err(CheckoutError::Git {
+        step,
+        path: path.into(),
+        stderr: reason(&out.stderr),
+    })
+}
+
 /// stdout, trimmed, as text.
 pub fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()

@@ -33,6 +33,7 @@
 //! check as git has it ([`git::operator`]).
 
 mod git;
+pub mod range;
 pub mod refs;
 
 use git::{ours, run, text};
@@ -481,65 +482,6 @@ pub fn ahead(op_top: &Path, tip: &str) -> Result<u64, CheckoutError> {
         ]),
     )?;
     Ok(text(&out).parse().unwrap_or(u64::MAX))
-}
-
-/// The paths that differ between `base` and `tip` (in the operator's repository).
-pub fn changed_paths(op_top: &Path, base: &str, tip: &str) -> Result<Vec<String>, CheckoutError> {
-    let mut c = git::operator(op_top);
-    c.args([
-        "diff",
-        "--name-only",
-        "-z",
-        "--no-renames",
-        "--no-ext-diff",
-        base,
-        tip,
-    ]);
-    let out = run("diff", op_top, &mut c)?;
-    Ok(out
-        .stdout
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .collect())
-}
-
-/// The paths among `changed` that can make the host run something without anyone typing a
-/// command for it (an editor opening the folder, a shell entering it, git reading it, CI, a
-/// package install): where a review should start.
-pub fn risky(changed: &[String]) -> Vec<String> {
-    const DIRS: [&str; 6] = [
-        ".vscode/",
-        ".devcontainer/",
-        ".github/workflows/",
-        ".husky/",
-        ".idea/",
-        ".gitlab/",
-    ];
-    const FILES: [&str; 9] = [
-        ".envrc",
-        ".env",
-        ".gitattributes",
-        ".gitmodules",
-        ".gitlab-ci.yml",
-        "package.json",
-        ".pre-commit-config.yaml",
-        ".npmrc",
-        ".lfsconfig",
-    ];
-    changed
-        .iter()
-        .filter(|p| {
-            let file = p.rsplit('/').next().unwrap_or(p);
-            let nested_git = p.split('/').any(|c| c.eq_ignore_ascii_case(".git"));
-            nested_git
-                || FILES.contains(&file)
-                || DIRS
-                    .iter()
-                    .any(|d| p.starts_with(d) || p.contains(&format!("/{d}")))
-        })
-        .cloned()
-        .collect()
 }
 
 /// Forget the hidden tip ref (at destroy).

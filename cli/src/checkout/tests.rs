@@ -176,39 +176,6 @@ fn a_dirty_checkout_is_seen() {
     assert!(operator(&repo).unwrap().dirty);
 }
 
-#[test]
-fn risky_paths_are_the_ones_that_run_without_a_command() {
-    let changed: Vec<String> = [
-        "src/main.rs",
-        ".vscode/tasks.json",
-        ".envrc",
-        "sub/.gitattributes",
-        "vendor/x/.git/config",
-        ".github/workflows/ci.yml",
-        "web/package.json",
-        ".devcontainer/devcontainer.json",
-        "docs/vscode.md",
-        "a/.vscode/settings.json",
-        "README.md",
-    ]
-    .map(String::from)
-    .to_vec();
-    let got = risky(&changed);
-    assert_eq!(
-        got,
-        [
-            ".vscode/tasks.json",
-            ".envrc",
-            "sub/.gitattributes",
-            "vendor/x/.git/config",
-            ".github/workflows/ci.yml",
-            "web/package.json",
-            ".devcontainer/devcontainer.json",
-            "a/.vscode/settings.json",
-        ]
-    );
-}
-
 /// A command that, run by any git on the host, leaves a line in `marker` (who ran it).
 fn payload(marker: &Path) -> String {
     format!("sh -c 'id >> {}; cat'", marker.display())
@@ -407,7 +374,15 @@ fn embedded_bare_attack(root: &Path) {
     let fetched = fetch(&op.top, &ck, "evil", "sandbox/evil", Some("sandbox/evil"));
     assert_nothing_ran(&marker);
     assert!(uncommitted.unwrap());
-    fetched.unwrap();
+    let tip = fetched.unwrap();
+    // And it is listed for the operator.
+    let (changes, tree) = range::brought(&op.top, &op.head, &tip).unwrap();
+    let found = crate::review::review(&changes, &tree);
+    assert!(
+        found.iter().any(|f| f.path == b"tools/"),
+        "{:?}",
+        crate::review::lines(&found)
+    );
 }
 
 /// An operator repository owned by uid 4242 whose config runs a filter on every tracked
@@ -527,7 +502,14 @@ fn child_root_under_sudo() {
     in_sandbox(&ck, "commit -qm agent");
     let tip = fetch(&op.top, &ck, "one", "sandbox/one", Some("sandbox/one")).unwrap();
     assert_eq!(ahead(&op.top, &tip).unwrap(), 0);
-    assert_eq!(changed_paths(&op.top, &op.head, &tip).unwrap(), ["c"]);
+    let (changes, _) = range::brought(&op.top, &op.head, &tip).unwrap();
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| c.path.as_slice())
+            .collect::<Vec<_>>(),
+        [b"c"]
+    );
     drop_tip(&op.top, "one").unwrap();
     let mut rooted = Vec::new();
     let mut stack = vec![op.git_dir.clone()];
@@ -558,4 +540,53 @@ fn root_without_sudo_on_another_users_repository_is_refused() {
     sh(&repo, "chown -R 1000:1000 .");
     let e = operator(&repo).unwrap_err();
     assert!(matches!(e, CheckoutError::Refused { .. }), "{e}");
+}
+
+#[test]
+fn what_a_branch_brings_is_listed_from_gits_trees_and_blobs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let op = operator(&operator_repo(tmp.path())).unwrap();
+    let ck = Checkout {
+        dir: tmp.path().join("sb"),
+    };
+    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    // Commits that plant, then one that removes a file again: every commit of the range
+    // counts, not only the net change.
+    sh(
+        &ck.work_tree(),
+        "mkdir -p editor .Claude sub && echo '{}' > editor/tasks.json && ln -s editor .vscode \
+         && echo '{}' > .Claude/settings.json && printf '* filter=x\\n' > .gitattributes \
+         && printf 'x' > \".Claude/$(printf 'a\\033[2Kb')\" && ln -s /home/u/.bashrc out \
+         && echo once > .envrc",
+    );
+    in_sandbox(&ck, "add -A");
+    in_sandbox(&ck, "commit -qm plant");
+    in_sandbox(&ck, "rm -q .envrc");
+    in_sandbox(
+        &ck,
+        "update-index --add --cacheinfo 160000,$(git --git-dir repo.git rev-parse HEAD),sub",
+    );
+    in_sandbox(&ck, "commit -qm more");
+    let tip = fetch(&op.top, &ck, "one", "sandbox/one", None).unwrap();
+    let (changes, tree) = range::brought(&op.top, &op.head, &tip).unwrap();
+    let found = crate::review::review(&changes, &tree);
+    let text = crate::review::lines(&found).join("\n");
+    let listed: Vec<&[u8]> = found.iter().map(|f| f.path.as_slice()).collect();
+    for p in [
+        &b".vscode"[..],
+        b"editor/tasks.json",
+        b".Claude/settings.json",
+        b".gitattributes",
+        b"out",
+        b".envrc",
+        b"sub",
+    ] {
+        assert!(
+            listed.contains(&p),
+            "{} missing from:\n{text}",
+            crate::review::escape(p)
+        );
+    }
+    assert!(text.contains(".Claude/a\\x1b[2Kb"), "{text}");
+    assert!(!text.contains('\x1b'), "{text}");
 }

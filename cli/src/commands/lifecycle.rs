@@ -7,7 +7,8 @@ use airlock_cli::engine::{Ended, Link};
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::lock::NameLock;
 use airlock_cli::registry::{Sandbox, State};
-use anyhow::Result;
+use airlock_cli::review;
+use anyhow::{Context, Result};
 use std::path::Path;
 use std::time::Duration;
 
@@ -72,29 +73,30 @@ pub async fn fetch(ctx: &Ctx, name: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Fetch the branch back; the lines saying where it is and which changed paths can run
-/// something on the host.
+/// Fetch the branch back; the lines to show: first the paths that can run something on the
+/// operator's machine (every one, escaped), then where the branch is.
 pub fn fetch_summary(ctx: &Ctx, name: &str) -> Result<Vec<String>> {
     let row = ctx.sandbox(name)?;
     let top = Path::new(&row.repository);
     let ck = ctx.checkout(name);
     let tip = checkout::fetch(top, &ck, name, &row.branch, Some(&row.branch))?;
-    let changed = checkout::changed_paths(top, &row.base, &tip).unwrap_or_default();
-    let mut lines = vec![format!(
+    let (changes, tree) = checkout::range::brought(top, &row.base, &tip).with_context(|| {
+        format!(
+            "{} came back, but what it brings cannot be listed",
+            row.branch
+        )
+    })?;
+    let mut lines = review::lines(&review::review(&changes, &tree));
+    let paths: std::collections::BTreeSet<&[u8]> =
+        changes.iter().map(|c| c.path.as_slice()).collect();
+    lines.push(format!(
         "{}: {} is at {} ({} path(s) changed since {})",
         name,
         row.branch,
         short(&tip),
-        changed.len(),
+        paths.len(),
         short(&row.base)
-    )];
-    let risky = checkout::risky(&changed);
-    if !risky.is_empty() {
-        lines.push(
-            "review these first: they can run on your machine without you typing a command:".into(),
-        );
-        lines.extend(risky.into_iter().map(|p| format!("  {p}")));
-    }
+    ));
     Ok(lines)
 }
 
