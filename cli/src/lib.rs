@@ -18,6 +18,7 @@ pub mod checkout;
 pub mod cli;
 pub mod engine;
 pub mod exit;
+pub mod files;
 pub mod flags;
 pub mod lock;
 pub mod names;

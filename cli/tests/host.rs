@@ -347,10 +347,29 @@ fn build_makes_the_image_with_the_repository_scripts() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("--source"), "{err}");
-    // The real build (cached base, release binaries, docker build) under a tag of its own.
+    // The real build (cached base, release binaries, docker build) under a tag of its own,
+    // run from a directory that holds a scripts/build-image of its own: never run.
+    let planted = w.dir.path().join("planted");
+    std::fs::create_dir_all(planted.join("scripts")).unwrap();
+    let marker = w.dir.path().join("planted-ran");
+    std::fs::write(
+        planted.join("scripts/build-image"),
+        format!("#!/bin/sh\nid > {}\n", marker.display()),
+    )
+    .unwrap();
+    common::sh(&planted, "chmod +x scripts/build-image");
     let tag = format!("airlock:clitest-{}", w.prefix);
-    let o = w.run(&["build", "--tag", &tag]);
+    let o = w
+        .cmd(&["build", "--tag", &tag])
+        .current_dir(&planted)
+        .env_remove("AIRLOCK_SOURCE")
+        .output()
+        .unwrap();
     let guard = RemoveImage(tag.clone());
+    assert!(
+        !marker.exists(),
+        "a build script of the current directory ran"
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), tag);
     let inspect = std::process::Command::new("docker")
@@ -362,6 +381,35 @@ fn build_makes_the_image_with_the_repository_scripts() {
         "{inspect:?}"
     );
     drop(guard);
+}
+
+#[test]
+fn devcontainer_never_writes_through_a_symlink_even_with_force() {
+    let w = World::new("dcl");
+    let repo = w.repo();
+    let r = repo.to_str().unwrap();
+    let outside = w.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let one_line_refusal = |o: &std::process::Output| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("is a symlink"), "{err}");
+    };
+    std::os::unix::fs::symlink(&outside, repo.join(".devcontainer")).unwrap();
+    one_line_refusal(&w.run(&["devcontainer", r]));
+    one_line_refusal(&w.run(&["devcontainer", r, "--force"]));
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    std::fs::remove_file(repo.join(".devcontainer")).unwrap();
+    std::fs::create_dir(repo.join(".devcontainer")).unwrap();
+    let target = outside.join("created-by-the-link");
+    std::os::unix::fs::symlink(&target, repo.join(".devcontainer/devcontainer.json")).unwrap();
+    one_line_refusal(&w.run(&["devcontainer", r]));
+    one_line_refusal(&w.run(&["devcontainer", r, "--force"]));
+    assert!(!target.exists(), "the dangling link's target was created");
+    std::fs::write(&target, "theirs").unwrap();
+    one_line_refusal(&w.run(&["devcontainer", r, "--force"]));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "theirs");
 }
 
 /// Removes an image tag when dropped (also when the test fails).

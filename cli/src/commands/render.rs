@@ -58,30 +58,43 @@ pub fn run(cli: &Cli, a: &RenderArgs) -> Result<i32> {
 }
 
 /// `airlock devcontainer PATH`: write `PATH/.devcontainer/devcontainer.json`; an existing
-/// one is kept unless `--force`.
+/// one is kept unless `--force`; never through a symlink (the directory or the file), even
+/// with `--force` ([`airlock_cli::files::write_in`]).
 pub fn devcontainer_file(cli: &Cli, a: &DevcontainerArgs) -> Result<i32> {
+    use airlock_cli::exit::{Code, Failure};
+    use airlock_cli::files::WriteError;
     airlock_cli::names::validate_name(&a.name)?;
     let paths = Paths::resolve(cli.data_dir.as_deref())?;
     let secrets = parse_secrets(&paths, &a.secrets)?;
     let spec = spec_for(cli, &a.path, &secrets, a.policy.as_deref())?;
-    let dir = a.path.join(".devcontainer");
-    let file = dir.join("devcontainer.json");
-    if file.exists() && !a.force {
-        return Err(airlock_cli::exit::Failure::new(
-            airlock_cli::exit::Code::Refused,
+    let text = pretty(&devcontainer::render(&spec, &a.name))?;
+    let top = std::fs::canonicalize(&a.path)
+        .with_context(|| format!("cannot read {}", a.path.display()))?;
+    match airlock_cli::files::write_in(
+        &top,
+        ".devcontainer",
+        "devcontainer.json",
+        text.as_bytes(),
+        a.force,
+    ) {
+        Ok(file) => {
+            println!("{}", file.display());
+            Ok(0)
+        }
+        Err(WriteError::Exists { path }) => Err(Failure::new(
+            Code::Refused,
             format!(
                 "{} exists already: `airlock devcontainer {} --force` replaces it",
-                file.display(),
+                path.display(),
                 a.path.display()
             ),
         )
-        .into());
+        .into()),
+        Err(e @ (WriteError::Symlink { .. } | WriteError::NotA { .. })) => {
+            Err(Failure::new(Code::Refused, e.to_string()).into())
+        }
+        Err(e) => Err(e.into()),
     }
-    let text = pretty(&devcontainer::render(&spec, &a.name))?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
-    println!("{}", file.display());
-    Ok(0)
 }
 
 /// `airlock k8s render NAME`: the Secret (the named secrets' values) and the Pod.
