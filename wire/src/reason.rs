@@ -50,6 +50,10 @@ airlock_channels::stable_codes! {
         MessageRequired => "message_required",
         /// An environment variable the shim may not pass.
         EnvNotAllowed => "env_not_allowed",
+        /// A nested git repository (a gitlink, mode 160000, or a path with a `.git`
+        /// component) would enter the index, a commit or a patch: the git API never records
+        /// or enters one.
+        NestedRepository => "nested_repository",
         /// `git <name>` names no git command and no `git-<name>` is installed (`git lfs` where
         /// git-lfs is absent): not a policy decision.
         NotInstalled => "not_installed",
@@ -108,5 +112,6 @@ mod tests {
         assert_eq!(Reason::RestrictedPath.as_str(), "restricted_path");
         assert_eq!(Reason::RateLimited.as_str(), "rate_limited");
         assert_eq!(Reason::NotInstalled.as_str(), "not_installed");
+        assert_eq!(Reason::NestedRepository.as_str(), "nested_repository");
     }
 }

@@ -63,6 +63,17 @@ pub(super) fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal>
         return Ok(false);
     }
     let key = rest.first().copied().unwrap_or("");
+    let unsets = verb == "unset" || has(args, &["unset", "unset-all"]);
+    if config_key_writable(key)
+        && !unsets
+        && let Some(value) = rest.get(1)
+        && let Err(why) = value_fits(key, value)
+    {
+        return Err(Refusal::new(
+            Reason::ConfigKeyNotWritable,
+            format!("git config {key} {value:?} is refused: {why}"),
+        ));
+    }
     if !config_key_writable(key) {
         return Err(Refusal::new(
             Reason::ConfigKeyNotWritable,
@@ -109,6 +120,53 @@ pub(super) fn global_is_local(
         }
     }
     notice
+}
+
+/// Whether `value` is one `key` (writable) takes: values that would send git elsewhere or
+/// into an editor are refused (a URL as a branch's remote, an interactive rebase, a control
+/// character).
+fn value_fits(key: &str, value: &str) -> Result<(), &'static str> {
+    if value.chars().any(char::is_control) {
+        return Err("a value with a control character (a newline, a tab, ...) is not written");
+    }
+    let name = key.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+    let section = key.split('.').next().unwrap_or("").to_ascii_lowercase();
+    let v = value.to_ascii_lowercase();
+    let boolean = ["true", "false", "yes", "no", "on", "off", "1", "0"];
+    match (section.as_str(), name.as_str()) {
+        ("branch", "remote") => {
+            let plain = value == "."
+                || (!value.is_empty()
+                    && !value.starts_with('-')
+                    && value
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+            if plain {
+                Ok(())
+            } else {
+                Err(
+                    "a branch's remote is the name of a configured remote (git remote -v), not a URL",
+                )
+            }
+        }
+        ("branch" | "pull", "rebase") => {
+            if boolean.contains(&v.as_str()) || v == "merges" {
+                Ok(())
+            } else {
+                Err(
+                    "an interactive rebase needs an editor the git API does not have; use true, false or merges",
+                )
+            }
+        }
+        ("branch", "merge") => {
+            if value.is_empty() || value.contains([' ', ':', '\\']) || value.starts_with('-') {
+                Err("a branch's merge is a ref name (refs/heads/<branch>)")
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether `key` (as written) matches [`WRITABLE_CONFIG`]: section and name are
@@ -174,6 +232,30 @@ mod tests {
             );
         }
         ok("config User.Name x");
+        ok("config branch.x.remote origin");
+        ok("config branch.x.remote .");
+        ok("config branch.x.merge refs/heads/x");
+        ok("config pull.rebase merges");
+        ok("config --unset branch.x.remote");
+        for s in [
+            "config branch.main.remote ext::sh",
+            "config branch.main.remote https://evil.example/x",
+            "config set branch.main.remote /tmp/repo",
+            "config branch.main.rebase interactive",
+            "config pull.rebase i",
+            "config --add branch.x.merge a:b",
+        ] {
+            assert_eq!(refused(s).reason, Reason::ConfigKeyNotWritable, "{s}");
+        }
+        let newline = vec![
+            "config".to_owned(),
+            "user.name".to_owned(),
+            "x\n[core]\n\tfsmonitor = /tmp/evil".to_owned(),
+        ];
+        assert_eq!(
+            crate::argv::check(&newline).unwrap_err().reason,
+            Reason::ConfigKeyNotWritable
+        );
         ok("config branch.sandbox/demo/x.remote origin");
         ok("config --unset user.email");
         assert!(config_key_writable("branch.a.b.merge"));

@@ -71,7 +71,9 @@ const ALLOWED: &[(&str, Values)] = &[
     ("diff.wserrorhighlight", Values::Any),
     ("diff.srcprefix", Values::Any),
     ("diff.dstprefix", Values::Any),
-    ("diff.ignoresubmodules", Values::Any),
+    // The git API pins `all` after the agent's options: nested repositories are never
+    // entered (their configuration would run); the same value is accepted.
+    ("diff.ignoresubmodules", Values::Only(&["all"])),
     ("log.date", Values::Any),
     ("log.decorate", Values::Any),
     ("log.abbrevcommit", Values::Any),
@@ -313,6 +315,12 @@ mod tests {
             ("pager.log=sh -c evil", "not on the git API's list"),
             ("color.ui\n[alias]\nx=!sh", "not a configuration key"),
             ("core.worktree=/", "work tree"),
+            ("diff.ignoreSubmodules=none", "not on the git API's list"),
+            ("diff.ignoreSubmodules=dirty", "not on the git API's list"),
+            ("status.submoduleSummary=true", "not on the git API's list"),
+            ("diff.submodule=diff", "not on the git API's list"),
+            ("submodule.recurse=true", "submodules are not run"),
+            ("core.protectNTFS=false", "not on the git API's list"),
             ("nosuchkey", "not a configuration key"),
             ("=x", "not a configuration key"),
             ("a..b=x", "not a configuration key"),

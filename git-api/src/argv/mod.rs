@@ -15,13 +15,15 @@
 //! class, paging, allowlist, refused short options, rule, hardening options), `parse` reads
 //! an argv against it, `refused` lists what is refused everywhere and why, `rules` are the
 //! per-subcommand rules after the allowlist (chosen by the row's `Rule`), `config` judges
-//! `git config`, and `refusal` is the refusal with [`Why`], the closed set of reasons an
+//! `git config`, `gitdirs` refuses paths that name a `.git` directory and patches that
+//! record a gitlink, and `refusal` is the refusal with [`Why`], the closed set of reasons an
 //! option is refused (which picks the wire code). Only [`check`] and what it returns are the
 //! module's interface. The modules import one another in one direction (mod → rules →
-//! config → parse → refused → table → refusal), never back.
+//! config → parse → refused → table → refusal; patch → gitdirs → refusal), never back.
 
 mod config;
 pub mod dashc;
+pub mod gitdirs;
 mod parse;
 pub mod patch;
 pub mod plumbing;
@@ -61,6 +63,10 @@ pub struct Checked {
     /// Options the server adds right after the subcommand (`--no-ext-diff`, `--no-textconv`):
     /// what would run a program the repository's attributes name is off.
     pub harden: &'static [&'static str],
+    /// Index in `argv` where the subcommand's options end: its `--` (or `--end-of-options`)
+    /// when written, else the end. What the server adds here comes after every option the
+    /// agent wrote, so it wins.
+    pub options_end: usize,
 }
 
 /// Check an invocation's argv (everything after `git`).
@@ -83,11 +89,13 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     plumbing::check_verb(sub.name, rest)?;
     let parsed = parse::check_args(sub, rest)?;
     let after = rules::check_sub(sub, &parsed, dashc::editor_is_true(&globals.dash_c))?;
+    gitdirs::check_operands(sub.name, &parsed.operands)?;
     let mut out = global;
     let sub_index = out.len();
     out.push(sub.name.to_owned());
     let base = out.len();
     out.extend(rest.iter().cloned());
+    let options_end = parsed.separator.map_or(out.len(), |s| base + s);
     let mut checked = Checked {
         subcommand: sub.name.to_owned(),
         argv: out,
@@ -98,16 +106,29 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
         editor_true: after.editor_true,
         notice: None,
         harden: sub.harden,
+        options_end,
     };
     if sub.rule == table::Rule::Config && parse::has(&parsed.args, &["global"]) {
+        let len = checked.argv.len();
         checked.notice = config::global_is_local(
             &mut checked.argv,
             &mut checked.operands,
             sub_index,
             after.config_writes,
         );
+        let removed = len - checked.argv.len();
+        checked.options_end = checked
+            .options_end
+            .saturating_sub(removed)
+            .min(checked.argv.len());
     }
     Ok(checked)
+}
+
+/// Every subcommand the git API runs (one per row of the command table), in table order.
+#[must_use]
+pub fn subcommands() -> Vec<&'static str> {
+    table::SUBS.iter().map(|s| s.name).collect()
 }
 
 /// `git --version`, `git -h`, `git --help` alone; any other argv without a subcommand is
@@ -128,6 +149,7 @@ fn no_subcommand(global: Vec<String>) -> Result<Checked, Refusal> {
             editor_true: false,
             notice: None,
             harden: &[],
+            options_end: sub_index,
         });
     }
     Err(Refusal::new(

@@ -98,6 +98,8 @@ pub(super) struct Parsed {
     pub(super) operands: Vec<String>,
     /// Where each operand is among the subcommand's arguments.
     pub(super) positions: Vec<usize>,
+    /// Where `--` (or `--end-of-options`) is among them, when written.
+    pub(super) separator: Option<usize>,
 }
 
 /// Whether any option in `args` is one of `names`.
@@ -110,10 +112,12 @@ pub(super) fn check_args(sub: &Sub, rest: &[String]) -> Result<Parsed, Refusal> 
     let mut args = Vec::new();
     let mut operands = Vec::new();
     let mut positions = Vec::new();
+    let mut separator = None;
     let mut i = 0;
     while let Some(arg) = rest.get(i) {
         i += 1;
         if arg == "--" || arg == "--end-of-options" {
+            separator = Some(i - 1);
             operands.extend(rest[i..].iter().cloned());
             positions.extend(i..rest.len());
             break;
@@ -150,6 +154,7 @@ pub(super) fn check_args(sub: &Sub, rest: &[String]) -> Result<Parsed, Refusal> 
         args,
         operands,
         positions,
+        separator,
     })
 }
 

@@ -9,6 +9,7 @@
 //! before git sees it (git's own `verify_path` refuses it too), and `--unsafe-paths` is
 //! refused wherever it appears.
 
+use super::gitdirs::names_git_dir;
 use super::parse::Arg;
 use super::refusal::Refusal;
 use airlock_wire::Reason;
@@ -58,15 +59,6 @@ fn touches_git(sub: &str, path: &str) -> Refusal {
              work tree files only"
         ),
     )
-}
-
-/// Whether a path has a component git would treat as `.git` (case, trailing dots and
-/// spaces ignored, as on case-insensitive or NTFS file systems).
-fn names_git_dir(path: &str) -> bool {
-    path.split(['/', '\\']).any(|c| {
-        let c = c.trim_end_matches(['.', ' ']).to_ascii_lowercase();
-        c == ".git" || c == "git~1"
-    })
 }
 
 /// The first path a patch (or mailbox) names that lies inside a `.git` directory.
