@@ -14,9 +14,11 @@
 //! docs/design.md §5).
 
 pub mod argv;
+pub mod gitindex;
 pub mod glob;
 pub mod identity;
 pub mod log;
+pub mod nested;
 pub mod push;
 pub mod run;
 pub mod server;

@@ -4,13 +4,14 @@
 
 use super::audit::decision;
 use super::listen::{deny, peer_uid};
-use super::rewrite::{bisect_helper, harden_args, needs_fresh_index};
+use super::rewrite::{bisect_helper, harden_args, needs_fresh_index, pin_config, pin_tail};
 use super::spawn::Job;
 use super::{Server, resolve_cwd};
 use crate::argv::{self, Class, Refusal};
-use airlock_wire::frame::write_frame;
+use crate::nested::{self, Watch};
+use airlock_wire::frame::{write_frame, write_json};
 use airlock_wire::invocation::PASSED_ENV;
-use airlock_wire::{FrameKind, Invocation, Reason};
+use airlock_wire::{Exit, FrameKind, Invocation, Reason};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::MutexGuard;
@@ -61,6 +62,7 @@ impl Server {
             && let Some(patch) = &inv.stdin
         {
             crate::argv::patch::refuse_git_dir(&checked.subcommand, patch)?;
+            crate::argv::gitdirs::refuse_gitlink_patch(&checked.subcommand, patch)?;
         }
         let edited;
         let inv = if checked.editor_true {
@@ -72,15 +74,23 @@ impl Server {
         } else {
             inv
         };
-        let mut config = Vec::new();
+        // Nested repositories stay closed on every command, including those whose argv is
+        // built elsewhere (fetch, pull, ls-remote): the agent's `-c` cannot set these keys
+        // to anything else (argv::dashc), and the argv below repeats them after its own.
+        let mut config: Vec<String> = nested::PINNED_CONFIG
+            .iter()
+            .map(|kv| (*kv).to_owned())
+            .collect();
         if inv.stdout_tty {
             config.push("color.ui=always".to_owned());
         }
         let mut args = checked.argv.clone();
+        pin_tail(&checked, &mut args);
         harden_args(&checked, &mut args);
         if checked.subcommand == "bisect" && self.bisect_is_script() {
             bisect_helper(&checked, &mut args);
         }
+        pin_config(&checked, &mut args);
         if let Some(n) = &checked.notice {
             let _ = write_frame(stream, FrameKind::Stderr, n.as_bytes());
         }
@@ -99,7 +109,10 @@ impl Server {
                     // git API's reads take no optional locks, so they never refresh it).
                     let _ = self.query(&["update-index", "-q", "--refresh"]);
                 }
-                self.stream_git(&mut job, &args, false)
+                match Watch::of(&checked.subcommand) {
+                    None => self.stream_git(&mut job, &args, false),
+                    Some(watch) => self.watched(&mut job, &args, watch),
+                }
             }
             Class::Fetch => {
                 let _g = self.write_guard()?;
@@ -108,11 +121,22 @@ impl Server {
             Class::ListRemote => self.ls_remote(&mut job, &checked),
             Class::Push => {
                 let _g = self.write_guard()?;
-                let (args, transport) = self.resolve_push(&checked)?;
+                let (mut args, transport) = self.resolve_push(&checked)?;
+                pin_config(&checked, &mut args);
                 job.config.extend(transport);
                 self.stream_git(&mut job, &args, false)
             }
         }
+    }
+
+    /// A command whose index (and commit) must not record a nested repository: run, then
+    /// checked, and undone with a refusal instead of its exit status when it did.
+    fn watched(&self, job: &mut Job<'_>, args: &[String], watch: Watch) -> Result<i32, Refusal> {
+        let guard = nested::Guard::before(&self.env, watch)?;
+        let code = self.run_streamed(job, args, false)?;
+        guard.after(code)?;
+        let _ = write_json(job.stream, FrameKind::Exit, &Exit { code }, "exit");
+        Ok(code)
     }
 
     /// The repository lock: held while a command writes the repository or the work tree.

@@ -4,6 +4,7 @@
 
 use super::Server;
 use crate::argv::Checked;
+use crate::nested;
 use std::path::Path;
 
 impl Server {
@@ -41,6 +42,27 @@ pub(super) fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
         }
     }
     (options, operands)
+}
+
+/// The options that keep git out of nested repositories ([`nested::tail_options`]) after
+/// the agent's options, where git takes the last of each: before `--`, else at the end.
+/// Runs before [`harden_args`] (which inserts before this point).
+pub(super) fn pin_tail(c: &Checked, args: &mut Vec<String>) {
+    let first = c
+        .operands
+        .first()
+        .and_then(|&i| c.argv.get(i))
+        .map(String::as_str);
+    let tail = nested::tail_options(&c.subcommand, first);
+    let at = c.options_end.min(args.len());
+    args.splice(at..at, tail.iter().map(|s| (*s).to_owned()));
+}
+
+/// [`nested::PINNED_CONFIG`] as `-c` options right before the subcommand: after the
+/// agent's own `-c` options, so they win. `args` starts with `c`'s global options.
+pub(super) fn pin_config(c: &Checked, args: &mut Vec<String>) {
+    let at = c.sub_index.min(args.len());
+    args.splice(at..at, nested::pinned_args());
 }
 
 /// Add the row's hardening options after the subcommand ([`Checked::harden`]: `--no-ext-diff`,
