@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
+mod archive;
 mod io;
 mod probe;
 pub use io::{Attached, DETACH_KEYS, Ended, Link, SESSION};

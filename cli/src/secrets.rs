@@ -5,9 +5,16 @@
 //! A value only ever travels from the operator's stdin (or a prompt) into that file, and from
 //! the file into a sandbox as a read-only bind mount at `/run/secrets/<name>`: never through
 //! a host process's argv or environment, never into a container's configuration.
+//!
+//! What a sandbox mounts is never the operator's file itself but a copy the CLI makes when
+//! it creates the sandbox ([`install_copies`]): mode 0400 in a 0700 directory of the sandbox,
+//! owned by the CLI's user, which is root when the CLI runs as root, so inside the container
+//! the file is root's and unreadable by the agent whatever the original's owner and mode
+//! (a 0644 file, or one owned by the agent's uid). Only a secret a credential of the
+//! sandbox's policy reads is handed over at all ([`unbound`]): one nothing reads is refused.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -36,6 +43,14 @@ pub enum SecretError {
         /// The secret.
         name: String,
     },
+    /// The file is larger than a secret can be.
+    #[error(
+        "the secret file {path} is larger than {SECRET_LIMIT} bytes: give the file that holds only the secret"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
     /// A file step failed.
     #[error("cannot {step} {path}: {source}")]
     Io {
@@ -51,6 +66,72 @@ pub enum SecretError {
 fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SecretError {
     let path = path.to_path_buf();
     move |source| SecretError::Io { step, path, source }
+}
+
+/// The largest secret file handed to a sandbox.
+pub const SECRET_LIMIT: u64 = 1 << 20;
+
+/// Where a sandbox's secrets are mounted: `/run/secrets/<name>`.
+pub fn mount_path(name: &str) -> String {
+    format!("{}/{name}", crate::flags::SECRETS_DIR)
+}
+
+/// Copy each `(name, file)` into the new directory `dir` (mode 0700) as `dir/<name>`, mode
+/// 0400, owned by this process's user; returns the copies, to mount instead of the files.
+pub fn install_copies(
+    dir: &Path,
+    secrets: &[(String, PathBuf)],
+) -> Result<Vec<(String, PathBuf)>, SecretError> {
+    use std::io::Read;
+    if secrets.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))?;
+    let mut out = Vec::new();
+    for (name, file) in secrets {
+        validate(name)?;
+        let src = std::fs::File::open(file).map_err(io("read", file))?;
+        let mut value = Vec::new();
+        src.take(SECRET_LIMIT + 1)
+            .read_to_end(&mut value)
+            .map_err(io("read", file))?;
+        if value.len() as u64 > SECRET_LIMIT {
+            return Err(SecretError::TooLarge { path: file.clone() });
+        }
+        let copy = dir.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .open(&copy)
+            .map_err(io("create", &copy))?;
+        f.write_all(&value).map_err(io("write", &copy))?;
+        out.push((name.clone(), copy));
+    }
+    Ok(out)
+}
+
+/// The names among `secrets` that no credential of the policy `text` reads from
+/// `/run/secrets/<name>`: they would sit in the sandbox unused.
+pub fn unbound(
+    text: &str,
+    origin: &Path,
+    secrets: &[String],
+) -> Result<Vec<String>, airlock_policy::PolicyError> {
+    let policy = airlock_policy::Policy::parse(text, origin)?;
+    let read: Vec<PathBuf> = policy
+        .credentials
+        .iter()
+        .filter_map(|c| c.source.file().map(Path::to_path_buf))
+        .collect();
+    Ok(secrets
+        .iter()
+        .filter(|n| !read.contains(&PathBuf::from(mount_path(n))))
+        .cloned()
+        .collect())
 }
 
 /// Check a secret name: `[a-z][a-z0-9_]{0,63}`.
@@ -174,6 +255,39 @@ mod tests {
             s.remove("github_token"),
             Err(SecretError::Missing { .. })
         ));
+    }
+
+    #[test]
+    fn a_copy_is_0400_in_a_0700_directory_whatever_the_original() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let open = d.path().join("open");
+        std::fs::write(&open, "v").unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let dir = d.path().join("copies");
+        let got = install_copies(&dir, &[("tok".into(), open.clone())]).unwrap();
+        assert_eq!(got, vec![("tok".to_string(), dir.join("tok"))]);
+        let m = std::fs::metadata(dir.join("tok")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o400);
+        assert_eq!(m.uid(), nix::unistd::geteuid().as_raw());
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::read(dir.join("tok")).unwrap(), b"v");
+        let big = d.path().join("big");
+        std::fs::write(&big, vec![b'x'; SECRET_LIMIT as usize + 1]).unwrap();
+        let e = install_copies(&d.path().join("c2"), &[("b".into(), big)]);
+        assert!(matches!(e, Err(SecretError::TooLarge { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn a_secret_no_credential_reads_is_unbound() {
+        let text = "[sandbox]\nname = \"t\"\n[[credentials]]\npreset = \"github\"\nsource = { file = \"/run/secrets/github_token\" }\n";
+        let got = unbound(
+            text,
+            Path::new("p.toml"),
+            &["github_token".into(), "claude_code_oauth_token".into()],
+        )
+        .unwrap();
+        assert_eq!(got, vec!["claude_code_oauth_token"]);
     }
 
     #[test]

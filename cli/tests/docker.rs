@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::{World, commit_script, processes_holding, sh};
+use crate::common::{World, commit_script, policy_reading, processes_holding, sh};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -289,6 +289,11 @@ fn secrets_are_mounted_files_never_in_a_host_process_or_the_container_config() {
     let file = w.dir.path().join("token");
     std::fs::write(&file, &value).unwrap();
     let s = w.name("s");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        policy_reading("github_token"),
+    )
+    .unwrap();
     let args = w.new_args(&s, Some("exec sleep 600"));
     let mut args: Vec<String> = args;
     args.splice(
@@ -323,4 +328,104 @@ fn secrets_are_mounted_files_never_in_a_host_process_or_the_container_config() {
         "mounted read-only"
     );
     w.ok(&["destroy", &s]);
+}
+
+/// `airlock exec NAME -- sh -c SCRIPT` as the agent: its stdout and stderr.
+fn as_agent(w: &World, name: &str, script: &str) -> String {
+    let o = w.run(&["exec", name, "--", "sh", "-c", script]);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn every_secret_is_root_only_inside_and_one_no_credential_reads_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new("sck");
+    let value = format!("agent-readable-{}", w.prefix);
+    // The operator's files as the issue found them: 0644, and owned by the agent's uid.
+    let open = w.dir.path().join("open");
+    std::fs::write(&open, &value).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let owned = w.dir.path().join("owned");
+    std::fs::write(&owned, &value).unwrap();
+    std::os::unix::fs::chown(&owned, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(&owned, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let policy = w.dir.path().join("policy.toml");
+
+    // Bound by a credential: the sandbox starts, the copy inside is root's 0400, the agent
+    // cannot read it.
+    for (tag, file) in [("o", &open), ("u", &owned)] {
+        std::fs::write(&policy, policy_reading("api_token")).unwrap();
+        let s = w.name(tag);
+        let mut args = w.new_args(&s, Some("exec sleep 600"));
+        args.splice(
+            2..2,
+            [
+                "--secret".to_string(),
+                format!("api_token={}", file.display()),
+            ],
+        );
+        w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let seen = as_agent(
+            &w,
+            &s,
+            "stat -c 'mode=%u:%g:%a' /run/secrets/api_token; cat /run/secrets/api_token",
+        );
+        assert!(seen.contains("mode=0:0:400"), "{seen}");
+        assert!(!seen.contains(&value), "the agent read the secret: {seen}");
+        assert!(seen.contains("Permission denied"), "{seen}");
+        w.ok(&["destroy", &s]);
+    }
+
+    // Bound by nothing: refused before start, with one line naming it; nothing left.
+    std::fs::write(&policy, crate::common::POLICY).unwrap();
+    let s = w.name("n");
+    let mut args = w.new_args(&s, Some("exec sleep 600"));
+    args.splice(
+        2..2,
+        [
+            "--secret".to_string(),
+            format!("claude_code_oauth_token={}", open.display()),
+        ],
+    );
+    let o = w.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--secret claude_code_oauth_token") && err.contains("no credential"),
+        "{err}"
+    );
+    // The image's own policy (no --policy) is read from the image: same refusal.
+    let o = w.run(&[
+        "new",
+        &w.name("d"),
+        "--repo",
+        w.repo().to_str().unwrap(),
+        "--secret",
+        &format!("claude_code_oauth_token={}", open.display()),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("airlock:latest:/etc/airlock/policy.toml"),
+        "{err}"
+    );
+    assert!(w.list().is_empty(), "nothing left");
+    let left = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=dev.airlock.data={}", w.data().display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "a container is left"
+    );
 }

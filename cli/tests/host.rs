@@ -132,6 +132,11 @@ fn secrets_are_stored_0600_and_reach_a_sandbox_only_as_files() {
     assert_eq!(typed, format!("typed-{}", w.prefix));
 
     // A sandbox gets it as a read-only file; no host process has it in argv or environment.
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        common::policy_reading("api_token"),
+    )
+    .unwrap();
     let s = w.name("s");
     let mut args = w.new_args(&s, Some("exec sleep 600"));
     args.splice(2..2, ["--secret".to_string(), "api_token".to_string()]);
@@ -159,7 +164,13 @@ fn secrets_are_stored_0600_and_reach_a_sandbox_only_as_files() {
         !inspect.contains(&value),
         "never in the container's configuration"
     );
-    assert!(inspect.contains(&format!("{}:/run/secrets/api_token:ro", file.display())));
+    // What is mounted is the sandbox's root-only copy, not the store's file.
+    let copy = w
+        .data()
+        .join("sandboxes")
+        .join(&s)
+        .join("secrets/api_token");
+    assert!(inspect.contains(&format!("{}:/run/secrets/api_token:ro", copy.display())));
     w.ok(&["destroy", &s]);
 
     // Removed: gone from the list, and a sandbox asking for it is refused before anything.

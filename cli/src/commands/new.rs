@@ -8,11 +8,12 @@ use super::{Ctx, container_name, now};
 use airlock_cli::checkout::{self, Checkout, Operator};
 use airlock_cli::cli::NewArgs;
 use airlock_cli::engine::{EngineError, LABEL_DATA, LABEL_ONESHOT, LABEL_SANDBOX};
-use airlock_cli::flags::{DEFAULT_IMAGE, Layout, RunSpec, Source};
+use airlock_cli::flags::{DEFAULT_IMAGE, Layout, POLICY, RunSpec, Source};
 use airlock_cli::lock::NameLock;
 use airlock_cli::names;
 use airlock_cli::paths::Paths;
 use airlock_cli::registry::{RegistryError, Sandbox, State};
+use airlock_cli::secrets;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -117,6 +118,13 @@ impl Plan {
         };
         let upstream_ca = file(w.upstream_ca, "upstream CA")?;
         let extra_ca = file(w.extra_ca, "extra CA")?;
+        // A host policy is known now: a secret it does not read is refused before anything
+        // is made (the image's own policy is read once the container exists, in `create`).
+        if let (Some(p), false) = (&policy, secrets.is_empty()) {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the policy {}", p.display()))?;
+            refuse_unbound(&text, p, &secrets)?;
+        }
         Ok(Plan {
             name: w.name.into(),
             repo: w.repo.into(),
@@ -280,14 +288,85 @@ pub async fn create(ctx: &Ctx, plan: &Plan, op: &Operator, row: &Sandbox) -> Res
         );
     }
     ck.create(op, &row.branch, &row.base)?;
-    let spec = spec_of(ctx, plan, op, &ck);
+    // The sandbox mounts root-only copies of its secrets, never the operator's files.
+    let mut mounted = plan.clone();
+    if !plan.secrets.is_empty() {
+        secrets_unreadable_inside(ctx).await?;
+        mounted.secrets = secrets::install_copies(&ck.dir.join("secrets"), &plan.secrets)?;
+    }
+    let spec = spec_of(ctx, &mounted, op, &ck);
     let id = ctx
         .engine
         .create(&container_name(&plan.name), &spec)
         .await?;
     ctx.registry
         .set_container(&plan.name, &id, &row.image_digest)?;
+    if plan.policy.is_none() && !plan.secrets.is_empty() {
+        // The image's own policy decides which secrets are read.
+        let path = ctx
+            .engine
+            .image_env(&plan.image)
+            .await?
+            .iter()
+            .find_map(|kv| kv.strip_prefix("AIRLOCK_POLICY=").map(str::to_string))
+            .unwrap_or_else(|| POLICY.to_string());
+        let text =
+            ctx.engine.read_file(&id, &path).await?.ok_or_else(|| {
+                anyhow::anyhow!("the image {} has no policy at {path}", plan.image)
+            })?;
+        let origin = PathBuf::from(format!("{}:{path}", plan.image));
+        refuse_unbound(&String::from_utf8_lossy(&text), &origin, &plan.secrets)?;
+    }
     Ok(id)
+}
+
+/// Refuse the secrets no credential of the policy `text` reads (one line naming them all).
+fn refuse_unbound(text: &str, origin: &Path, given: &[(String, PathBuf)]) -> Result<()> {
+    let names: Vec<String> = given.iter().map(|(n, _)| n.clone()).collect();
+    let unbound = secrets::unbound(text, origin, &names)
+        .with_context(|| format!("cannot read the policy {}", origin.display()))?;
+    if unbound.is_empty() {
+        return Ok(());
+    }
+    let files: Vec<String> = unbound.iter().map(|n| secrets::mount_path(n)).collect();
+    Err(airlock_cli::exit::Failure::new(
+        airlock_cli::exit::Code::Usage,
+        format!(
+            "--secret {}: no credential of the policy {} reads {}, so the sandbox would hold it unused; bind it in the policy ([[credentials]] ... source = {{ file = \"{}\" }}) or leave it out",
+            unbound.join(", --secret "),
+            origin.display(),
+            files.join(", "),
+            files[0]
+        ),
+    )
+    .into())
+}
+
+/// A secret copy is the CLI's user's: root's inside the container when the CLI runs as root
+/// (or on a rootless engine, where the CLI's user is the container's root). A non-root CLI
+/// on a rootful engine would hand the agent (the same uid inside) a file it can read.
+async fn secrets_unreadable_inside(ctx: &Ctx) -> Result<()> {
+    let uid = nix::unistd::geteuid().as_raw();
+    if uid == 0 {
+        return Ok(());
+    }
+    let rootless = ctx
+        .engine
+        .facts()
+        .await?
+        .security_options
+        .iter()
+        .any(|o| o.contains("rootless"));
+    if rootless {
+        return Ok(());
+    }
+    Err(airlock_cli::exit::Failure::new(
+        airlock_cli::exit::Code::Refused,
+        format!(
+            "--secret: as uid {uid} on a rootful engine the secret file would be uid {uid}'s inside the container, readable by the agent; run airlock with sudo, or use rootless Docker or Podman"
+        ),
+    )
+    .into())
 }
 
 /// The run flags of this sandbox: the one definition on its layout, with its labels.

@@ -26,6 +26,9 @@ pub const SHARED_OBJECTS_DIR: &str = "/var/lib/airlock/git/shared.git/objects";
 pub const WORKSPACE: &str = "/workspace";
 /// The audit log directory.
 pub const AUDIT_DIR: &str = "/var/log/airlock";
+/// Where the policy is read in the container (the image's default, or the operator's file
+/// mounted over it), unless the image's environment names another (`AIRLOCK_POLICY`).
+pub const POLICY: &str = "/etc/airlock/policy.toml";
 /// Where secrets are mounted, one read-only file each.
 pub const SECRETS_DIR: &str = "/run/secrets";
 /// The default image.
@@ -257,7 +260,7 @@ impl RunSpec {
         if let Some(policy) = &layout.policy {
             mounts.push(Mount {
                 source: Source::Host(policy.clone()),
-                target: "/etc/airlock/policy.toml".into(),
+                target: POLICY.into(),
                 read_only: true,
             });
         }

@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 pub const POLICY: &str =
     "[sandbox]\nname = \"clitest\"\nmode = \"enforce\"\n\n[network]\nallow = [\"allowed.test\"]\n";
 
+/// [`POLICY`] with a credential that reads `/run/secrets/<secret>` (so `--secret <secret>` is
+/// bound).
+pub fn policy_reading(secret: &str) -> String {
+    format!(
+        "{POLICY}\n[[credentials]]\nname = \"{secret}\"\nsource = {{ file = \"/run/secrets/{secret}\" }}\nhosts = [\"allowed.test\"]\nheader = \"x-api-key\"\nformat = \"{{}}\"\n"
+    )
+}
+
 /// One test's world: a data directory, an operator repository, a policy, a name prefix.
 pub struct World {
     pub dir: tempfile::TempDir,
