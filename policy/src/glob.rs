@@ -188,12 +188,62 @@ pub(crate) fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|c| *c == b'*')
 }
 
+/// How a set of `[git]` globs compares names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameCase {
+    /// ASCII letters folded: the branch globs, and `restricted_paths` before its option.
+    Ascii,
+    /// Exactly as written (`git.restricted_paths_case_insensitive = false`): the reading of
+    /// a case-sensitive checkout.
+    Exact,
+    /// As a case-insensitive checkout (macOS, Windows) names a file
+    /// (`git.restricted_paths_case_insensitive = true`, the default): see [`fold_path`].
+    Folded,
+}
+
+/// A name as a case-insensitive checkout reads it: Unicode lowercase, with the letters whose
+/// case folding is an ASCII letter folded to it (`ſ` → `s`, the Kelvin sign → `k`), the
+/// code points HFS+ ignores dropped (`.vs\u{200c}code` is `.vscode` there), and each
+/// component's trailing dots and spaces dropped (NTFS opens `.vscode.` as `.vscode`).
+#[must_use]
+pub fn fold_path(name: &str) -> String {
+    let folded = fold_chars(name);
+    folded
+        .split('/')
+        .map(|c| {
+            let t = c.trim_end_matches(['.', ' ']);
+            if t.is_empty() { c } else { t }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// [`fold_path`] without the per-component trimming (what a pattern goes through).
+fn fold_chars(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\u{200c}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{206a}'..='\u{206f}'
+            | '\u{feff}' => {}
+            // Case-folded to an ASCII letter, though already lowercase (long s).
+            '\u{17f}' => out.push('s'),
+            c => out.extend(c.to_lowercase()),
+        }
+    }
+    out
+}
+
 /// Compiled `[git]` globs (see the module documentation for the syntax), remembering how
 /// they were written for refusal messages. Equal when written alike.
 #[derive(Debug, Clone)]
 pub struct GitGlobs {
     set: GlobSet,
     written: Vec<String>,
+    case: NameCase,
+    /// Each glob's regex, for [`GitGlobs::first_match_below`].
+    regexes: Vec<String>,
 }
 
 /// A `[git]` glob that does not compile.
@@ -207,14 +257,38 @@ pub struct GitGlobError {
 }
 
 impl GitGlobs {
-    /// Compile `patterns` with the one set of options every `[git]` glob uses.
+    /// Compile `patterns` with the one set of options every `[git]` glob uses, ASCII case
+    /// folded ([`NameCase::Ascii`]).
     ///
     /// # Errors
     /// [`GitGlobError`] naming the first glob that does not compile.
     pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<GitGlobs, GitGlobError> {
+        GitGlobs::with_case(patterns, NameCase::Ascii)
+    }
+
+    /// Compile `patterns` comparing names as `case` says.
+    ///
+    /// # Errors
+    /// [`GitGlobError`] naming the first glob that does not compile.
+    pub fn with_case<S: AsRef<str>>(
+        patterns: &[S],
+        case: NameCase,
+    ) -> Result<GitGlobs, GitGlobError> {
         let mut set = GlobSetBuilder::new();
+        let mut regexes = Vec::with_capacity(patterns.len());
         for p in patterns {
-            set.add(git_glob(p.as_ref())?);
+            let p = p.as_ref();
+            let glob = match case {
+                NameCase::Folded => git_glob(&fold_chars(p), true),
+                NameCase::Ascii => git_glob(p, true),
+                NameCase::Exact => git_glob(p, false),
+            }
+            .map_err(|mut e| {
+                p.clone_into(&mut e.pattern);
+                e
+            })?;
+            regexes.push(glob.regex().to_owned());
+            set.add(glob);
         }
         let set = set.build().map_err(|e| GitGlobError {
             pattern: String::new(),
@@ -223,22 +297,53 @@ impl GitGlobs {
         Ok(GitGlobs {
             set,
             written: patterns.iter().map(|p| p.as_ref().to_owned()).collect(),
+            case,
+            regexes,
         })
+    }
+
+    /// How names are compared.
+    #[must_use]
+    pub fn case(&self) -> NameCase {
+        self.case
+    }
+
+    /// `name` as the globs read it.
+    fn key<'n>(&self, name: &'n str) -> std::borrow::Cow<'n, str> {
+        match self.case {
+            NameCase::Folded => std::borrow::Cow::Owned(fold_path(name)),
+            NameCase::Ascii | NameCase::Exact => std::borrow::Cow::Borrowed(name),
+        }
     }
 
     /// Whether any glob matches `name`.
     #[must_use]
     pub fn matches(&self, name: &str) -> bool {
-        self.set.is_match(name)
+        self.set.is_match(self.key(name).as_ref())
     }
 
     /// The first glob (in written order) that matches `name`, as written.
     #[must_use]
     pub fn first_match(&self, name: &str) -> Option<&str> {
         self.set
-            .matches(name)
+            .matches(self.key(name).as_ref())
             .first()
             .and_then(|i| self.written.get(*i))
+            .map(String::as_str)
+    }
+
+    /// The first glob (in written order) that matches some path below the directory `dir`
+    /// (`dir/...`), as written: what a symbolic link at `dir` (or one pointing at it) would
+    /// let a checkout reach under that name. Decided on each glob's automaton (a lazy DFA
+    /// walked over `dir/`: the glob can still match unless the walk is dead), never guessed;
+    /// a glob whose automaton cannot be walked counts as matching.
+    #[must_use]
+    pub fn first_match_below(&self, dir: &str) -> Option<&str> {
+        let key = format!("{}/", self.key(dir).trim_end_matches('/'));
+        self.regexes
+            .iter()
+            .position(|re| can_continue(re, key.as_bytes()))
+            .and_then(|i| self.written.get(i))
             .map(String::as_str)
     }
 
@@ -249,21 +354,47 @@ impl GitGlobs {
     }
 }
 
+/// Whether some text that starts with `prefix` matches the (anchored) regex `re`.
+fn can_continue(re: &str, prefix: &[u8]) -> bool {
+    use regex_automata::hybrid::dfa::DFA;
+    use regex_automata::{Anchored, Input, nfa::thompson, util::syntax};
+    let Ok(dfa) = DFA::builder()
+        .syntax(syntax::Config::new().utf8(false))
+        .thompson(thompson::Config::new().utf8(false))
+        .build(re)
+    else {
+        return true;
+    };
+    let mut cache = dfa.create_cache();
+    let input = Input::new(prefix).anchored(Anchored::Yes);
+    let Ok(mut state) = dfa.start_state_forward(&mut cache, &input) else {
+        return true;
+    };
+    for &b in prefix {
+        match dfa.next_state(&mut cache, state, b) {
+            Ok(next) if next.is_dead() => return false,
+            Ok(next) => state = next,
+            Err(_) => return true,
+        }
+    }
+    true
+}
+
 impl PartialEq for GitGlobs {
     fn eq(&self, other: &GitGlobs) -> bool {
-        self.written == other.written
+        self.written == other.written && self.case == other.case
     }
 }
 
 impl Eq for GitGlobs {}
 
 /// One `[git]` glob with the options every one of them is compiled with.
-fn git_glob(pattern: &str) -> Result<globset::Glob, GitGlobError> {
+fn git_glob(pattern: &str, case_insensitive: bool) -> Result<globset::Glob, GitGlobError> {
     GlobBuilder::new(pattern)
         .literal_separator(false)
         .backslash_escape(false)
         .empty_alternates(false)
-        .case_insensitive(true)
+        .case_insensitive(case_insensitive)
         .build()
         .map_err(|e| GitGlobError {
             pattern: pattern.to_owned(),
@@ -274,7 +405,7 @@ fn git_glob(pattern: &str) -> Result<globset::Glob, GitGlobError> {
 /// Check that one `[git]` glob compiles (the policy loader's check, so a bad glob is a
 /// file:line error, not a git API that cannot start).
 pub(crate) fn check_git_glob(pattern: &str) -> Result<(), String> {
-    git_glob(pattern).map(|_| ()).map_err(|e| e.why)
+    git_glob(pattern, true).map(|_| ()).map_err(|e| e.why)
 }
 
 /// The `[git]` table's globs, compiled once when the policy is loaded.
@@ -417,6 +548,81 @@ mod tests {
         }
         assert_eq!(g.first_match("src/k.pem"), Some("src/**/*.pem"));
         assert_eq!(g.first_match("x/main"), Some("**/main"));
+    }
+
+    /// A case-insensitive checkout opens `.VSCode/`, `.vſcode/`, `.vscode./` and
+    /// `.vs\u{200c}code/` as `.vscode/`: folded path globs match them all; exact ones only
+    /// the name as written; branch globs keep ASCII folding.
+    #[test]
+    fn folded_path_globs_match_every_name_a_checkout_reads_alike() {
+        let folded =
+            GitGlobs::with_case(&[".vscode/**", ".github/workflows/**"], NameCase::Folded).unwrap();
+        let exact =
+            GitGlobs::with_case(&[".vscode/**", ".github/workflows/**"], NameCase::Exact).unwrap();
+        for name in [
+            ".vscode/settings.json",
+            ".VSCode/settings.json",
+            ".vſcode/tasks.json",
+            ".vscode./tasks.json",
+            ".vscode /tasks.json",
+            ".vs\u{200c}code/tasks.json",
+            ".github/wor\u{212a}flows/ci.yml",
+            ".GITHUB/WORKFLOWS/CI-É.YML",
+        ] {
+            assert!(folded.matches(name), "{name}");
+        }
+        assert!(exact.matches(".vscode/settings.json"));
+        for name in [".VSCode/settings.json", ".vſcode/tasks.json", ".vscode./x"] {
+            assert!(!exact.matches(name), "{name}");
+        }
+        assert!(!folded.matches(".vscodex/settings.json"));
+        assert_eq!(fold_path("A./B /c"), "a/b/c");
+        assert_eq!(fold_path("../x"), "../x");
+        let names = GitGlobs::new(&["Main"]).unwrap();
+        assert!(names.matches("MAIN") && names.case() == NameCase::Ascii);
+    }
+
+    /// A symbolic link at `dir` shows whatever its target holds under `dir/`: it is judged by
+    /// every glob that can match something below it.
+    #[test]
+    fn globs_that_match_below_a_directory_are_found() {
+        let g = GitGlobs::with_case(
+            &[
+                ".github/workflows/**",
+                ".vscode/settings.json",
+                "src/**/*.pem",
+                "Makefile",
+            ],
+            NameCase::Folded,
+        )
+        .unwrap();
+        for (dir, glob) in [
+            (".github", ".github/workflows/**"),
+            (".github/workflows", ".github/workflows/**"),
+            (".github/workflows/sub", ".github/workflows/**"),
+            (".VSCode", ".vscode/settings.json"),
+            ("src", "src/**/*.pem"),
+            ("src/a/b", "src/**/*.pem"),
+        ] {
+            assert_eq!(g.first_match_below(dir), Some(glob), "{dir}");
+        }
+        for dir in [
+            ".gitlab",
+            "docs",
+            ".vscode/settings.json",
+            "Makefile",
+            "lib",
+        ] {
+            assert_eq!(g.first_match_below(dir), None, "{dir}");
+        }
+        let anywhere = GitGlobs::new(&["**/secrets.env"]).unwrap();
+        assert_eq!(
+            anywhere.first_match_below("any/dir"),
+            Some("**/secrets.env")
+        );
+        let star = GitGlobs::new(&["release/*"]).unwrap();
+        assert_eq!(star.first_match_below("release"), Some("release/*"));
+        assert_eq!(star.first_match_below("rel"), None);
     }
 
     #[test]

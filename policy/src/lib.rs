@@ -99,7 +99,8 @@
 //! | `repositories` | `[]` | repositories the git API may push to and fetch with the token, as `host/owner/repo` (no scheme, no `.git`); compared case-insensitively. |
 //! | `push_branches` | `["sandbox/{sandbox}/*"]` | branch globs the agent may push to; `{sandbox}` becomes `sandbox.name`. The branch checked out at start is added at runtime. |
 //! | `protected_branches` | `["main", "master", "release/*"]` | branch globs never pushed to, whatever `push_branches` says. |
-//! | `restricted_paths` | `[".github/workflows/**"]` | path globs, relative to the repository root, that no pushed commit may touch. |
+//! | `restricted_paths` | `[".github/workflows/**"]` | path globs, relative to the repository root, that no pushed commit may touch. A pushed symbolic link is judged by its own path, as a directory (a glob that matches anything below it refuses it), and by where it points. |
+//! | `restricted_paths_case_insensitive` | `true` | whether `restricted_paths` match names as a case-insensitive checkout (macOS, Windows) reads them: `.VSCode/`, `.vſcode/`, `.vscode./` and `.vs<U+200C>code/` are all `.vscode/` there (Unicode lowercase, the letters that fold to ASCII ones, the code points HFS+ ignores and NTFS's trailing dots and spaces dropped). `false` matches names exactly as written (case-sensitive). |
 //! | `allow_tags` | `false` | whether tags may be pushed. |
 //!
 //! Setting a key replaces its default (it does not add to it).

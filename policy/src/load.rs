@@ -189,6 +189,7 @@ struct RawGit {
     push_branches: Option<Vec<Spanned<String>>>,
     protected_branches: Option<Vec<Spanned<String>>>,
     restricted_paths: Option<Vec<Spanned<String>>>,
+    restricted_paths_case_insensitive: Option<bool>,
     allow_tags: Option<bool>,
 }
 
@@ -846,6 +847,9 @@ impl Validator<'_> {
         if let Some(paths) = raw.restricted_paths {
             out.restricted_paths = self.each(&paths, "git.restricted_paths", git::path_pattern)?;
         }
+        if let Some(fold) = raw.restricted_paths_case_insensitive {
+            out.restricted_paths_case_insensitive = fold;
+        }
         if let Some(tags) = raw.allow_tags {
             out.allow_tags = tags;
         }
@@ -1025,7 +1029,18 @@ pub(crate) mod tests {
         assert_eq!(p.git, GitPolicy::defaults_for("demo"));
         assert_eq!(p.git.protected_branches, ["main", "master", "release/*"]);
         assert_eq!(p.git.restricted_paths, [".github/workflows/**"]);
+        assert!(p.git.restricted_paths_case_insensitive);
         assert!(!p.git.allow_tags);
+        let exact = parse(&format!(
+            "{MINIMAL}[git]\nrestricted_paths_case_insensitive = false\n"
+        ))
+        .unwrap();
+        assert!(!exact.git.restricted_paths_case_insensitive);
+        let rules = exact.git.compile().unwrap();
+        assert!(rules.restricted_paths.matches(".github/workflows/x.yml"));
+        assert!(!rules.restricted_paths.matches(".GitHub/workflows/x.yml"));
+        let folded = p.git.compile().unwrap();
+        assert!(folded.restricted_paths.matches(".GitHub/Workflows./x.yml"));
     }
 
     #[test]
@@ -1095,6 +1110,16 @@ pub(crate) mod tests {
             "[sandbox]\nname = \"demo\"\n[git]\nallow_tags = \"yes\"\n",
             4,
             "",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nrestricted_paths = []\nrestricted_paths_case_insensitive = \"no\"\n",
+            5,
+            "",
+        );
+        refused(
+            "[sandbox]\nname = \"demo\"\n[git]\nrestricted_paths_case_sensitive = true\n",
+            4,
+            "unknown field",
         );
         refused("[sandbox]\nname = \"demo\"\nname = \"again\"\n", 3, "");
         let msg = refused("[network]\nallow = []\n", 1, "missing field `sandbox`");

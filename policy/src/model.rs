@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::glob::PathGlob;
-use crate::glob::{GitGlobError, GitGlobs, GitRules};
+use crate::glob::{GitGlobError, GitGlobs, GitRules, NameCase};
 use crate::host::Host;
 use crate::l7::{L7Rules, Methods};
 use crate::path::PathForms;
@@ -256,6 +256,10 @@ pub struct GitPolicy {
     pub protected_branches: Vec<String>,
     /// Path globs (relative to the repository root) no pushed commit may touch.
     pub restricted_paths: Vec<String>,
+    /// Whether `restricted_paths` match names as a case-insensitive checkout (macOS,
+    /// Windows) reads them (`.VSCode/`, `.vscode./` are `.vscode/` there): true by default;
+    /// false matches the names exactly as written.
+    pub restricted_paths_case_insensitive: bool,
     /// Whether tags may be pushed.
     pub allow_tags: bool,
 }
@@ -269,7 +273,10 @@ impl GitPolicy {
         Ok(GitRules {
             push_branches: GitGlobs::new(&self.push_branches)?,
             protected_branches: GitGlobs::new(&self.protected_branches)?,
-            restricted_paths: GitGlobs::new(&self.restricted_paths)?,
+            restricted_paths: GitGlobs::with_case(
+                &self.restricted_paths,
+                self.restricted_paths_case(),
+            )?,
         })
     }
 
@@ -279,6 +286,17 @@ impl GitPolicy {
         rules.push_branches.written() == self.push_branches
             && rules.protected_branches.written() == self.protected_branches
             && rules.restricted_paths.written() == self.restricted_paths
+            && rules.restricted_paths.case() == self.restricted_paths_case()
+    }
+
+    /// How `restricted_paths` compare names.
+    #[must_use]
+    pub fn restricted_paths_case(&self) -> NameCase {
+        if self.restricted_paths_case_insensitive {
+            NameCase::Folded
+        } else {
+            NameCase::Exact
+        }
     }
 }
 
@@ -294,6 +312,7 @@ impl GitPolicy {
                 .collect(),
             protected_branches: DEFAULT_PROTECTED_BRANCHES.map(String::from).to_vec(),
             restricted_paths: DEFAULT_RESTRICTED_PATHS.map(String::from).to_vec(),
+            restricted_paths_case_insensitive: true,
             allow_tags: false,
         }
     }
