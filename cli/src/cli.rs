@@ -189,7 +189,7 @@ Examples:
   airlock k8s render fix-login --repo /srv/app | kubectl apply -f -
   airlock k8s render fix-login --secret github_token > /dev/stdout   # the Secret holds the value
 
-See the README, \"Running on Kubernetes\", for what differs from Docker.")]
+docs/kubernetes.md says what differs from Docker.")]
     K8s(K8sArgs),
     /// Print a shell completion script.
     #[command(after_help = "\

@@ -12,10 +12,14 @@
 //! Modules: [`flags`] (the one definition of the run flags and its renderings), [`names`]
 //! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
 //! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes), [`lock`] (a live
-//! `new` or `run`'s hold on its sandbox name).
+//! `new` or `run`'s hold on its sandbox name), [`cli_doc`] (`docs/cli.md`, rendered from
+//! [`cli`]); the unit tier's documentation checks are `doc_check`.
 
 pub mod checkout;
 pub mod cli;
+pub mod cli_doc;
+#[cfg(test)]
+mod doc_check;
 pub mod engine;
 pub mod exit;
 pub mod files;
