@@ -3,9 +3,12 @@
 //!
 //! ```text
 //! <data>/registry.sqlite          the registry
-//! <data>/sandboxes/<name>/repo.git   the sandbox's git dir (a --shared clone)
+//! <data>/sandboxes/<name>/repo.git   the sandbox's git dir (objects borrowed from its store)
 //! <data>/sandboxes/<name>/work/      its work tree (mounted at /workspace)
 //! <data>/sandboxes/<name>/audit/     its audit log
+//! <data>/sandboxes/<name>/host.git   the CLI's own git dir for reading the sandbox
+//! <data>/sandboxes/<name>/secrets/   root-only copies of its secrets (mounted read-only)
+//! <data>/stores/<base>.git           the objects a base commit reaches (checkout::store)
 //! <data>/locks/<name>             held (flock) by a live `new` or `run` of that sandbox
 //! ```
 //!

@@ -429,3 +429,49 @@ fn every_secret_is_root_only_inside_and_one_no_credential_reads_is_refused() {
         "a container is left"
     );
 }
+
+#[test]
+fn a_sandbox_reads_only_the_objects_its_base_reaches() {
+    let w = World::new("obj");
+    let repo = w.repo();
+    // A password committed and reset away (only an unreachable object holds it), and an
+    // object only on another branch; the base has two commits of history.
+    let gone = sh(
+        &repo,
+        "echo DB_PASSWORD=hunter2 > .env && git add .env && git commit -qm oops \
+         && git rev-parse HEAD:.env && git reset -q --hard HEAD~1",
+    );
+    let other = sh(
+        &repo,
+        "git checkout -q -b other && echo only-on-other > o && git add o && git commit -qm o \
+         && git rev-parse HEAD:o && git checkout -q main",
+    );
+    let old_blob = sh(&repo, "git rev-parse HEAD:a");
+    sh(&repo, "echo two > a && git commit -qam two");
+    let s = w.name("s");
+    let script = format!(
+        "for id in {g7} {o7} {g} {o}; do git cat-file -p $id && echo LEAK-$id; done; \
+         echo OLD-$(git cat-file -p {b7}); echo COMMITS-$(git rev-list --count HEAD); echo DONE; \
+         exec sleep 600",
+        g7 = &gone[..7],
+        o7 = &other[..7],
+        g = gone,
+        o = other,
+        b7 = &old_blob[..7],
+    );
+    let args = w.new_args(&s, Some(&script));
+    w.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    w.wait_log(&s, "DONE");
+    let logs = w.ok(&["logs", &s]);
+    assert!(
+        !logs.contains("LEAK") && !logs.contains("hunter2"),
+        "{logs}"
+    );
+    assert!(!logs.contains("only-on-other"), "{logs}");
+    assert!(
+        logs.contains("OLD-one"),
+        "the base's history is readable: {logs}"
+    );
+    assert!(logs.contains("COMMITS-2"), "{logs}");
+    w.ok(&["destroy", &s]);
+}

@@ -1,5 +1,5 @@
-//! Host-side git: a sandbox's own checkout sharing the operator's objects, and bringing its
-//! branch back.
+//! Host-side git: a sandbox's own checkout, borrowing the objects of its base, and bringing
+//! its branch back.
 //!
 //! Layout under the sandbox's directory (`paths`):
 //!
@@ -8,10 +8,11 @@
 //!                         branch (refs/heads/<branch>) and HEAD on it; nothing else of the
 //!                         operator's refs, so the sandbox cannot list another's branch
 //! repo.git/objects/info/alternates = ../../shared.git/objects
-//! shared.git/objects  ->  <operator>/.git/objects   (a symlink on the host; in the container
-//!                         the same directory is mounted read-only at
-//!                         /var/lib/airlock/git/shared.git/objects, so the relative path
-//!                         resolves on both sides)
+//! shared.git/objects  ->  <data>/stores/<base>.git/objects   (a symlink on the host to the
+//!                         store of the sandbox's base ([`store`]); in the container that
+//!                         store is mounted read-only at /var/lib/airlock/git/shared.git/objects
+//!                         and its ancestors beside it, so the relative paths resolve on both
+//!                         sides)
 //! work/                   the work tree, with an empty .git (the mount point of the cover)
 //! host.git/               the CLI's own git dir for reading the sandbox (never mounted):
 //!                         only our config, the sandbox's objects through alternates, the
@@ -19,8 +20,9 @@
 //! ```
 //!
 //! This is the entrypoint's hidden-`.git` layout (docs/docker.md#git) with the git dir kept
-//! out of the work tree, so the entrypoint and the git API need no change; an extra sandbox
-//! costs its checkout plus the objects its agent writes.
+//! out of the work tree, so the entrypoint and the git API need no change. A sandbox reads
+//! the objects its base reaches and the ones it makes, nothing else of the operator's; what
+//! an extra sandbox costs on disk is in [`store`]'s docs.
 //!
 //! **Nothing a sandbox wrote runs here.** After its agent has run, `repo.git` and `work/` are
 //! the agent's: the host never runs git with `repo.git` as its repository (its config,
@@ -35,6 +37,7 @@
 mod git;
 pub mod range;
 pub mod refs;
+pub mod store;
 
 use git::{ours, run, text};
 use std::path::{Path, PathBuf};
@@ -104,7 +107,7 @@ pub enum CheckoutError {
     },
 }
 
-fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckoutError {
+pub(crate) fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckoutError {
     let path = path.to_path_buf();
     move |source| CheckoutError::Io { step, path, source }
 }
@@ -255,15 +258,16 @@ impl Checkout {
         self.dir.join("shared.git")
     }
 
-    /// Create the checkout of `branch` at `base`, borrowing `op`'s objects. The directory
-    /// must not exist (the registry row was claimed first, so no other `new` makes it).
-    pub fn create(&self, op: &Operator, branch: &str, base: &str) -> Result<(), CheckoutError> {
+    /// Create the checkout of `branch` at `base`, borrowing the objects of `store` (the
+    /// store of `base`, [`store::Stores::acquire`]). The directory must not exist (the
+    /// registry row was claimed first, so no other `new` makes it).
+    pub fn create(&self, store: &Path, branch: &str, base: &str) -> Result<(), CheckoutError> {
         std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         let gd = self.git_dir();
         init_bare(&gd, base)?;
         let shared = self.shared();
         std::fs::create_dir_all(&shared).map_err(io("create", &shared))?;
-        std::os::unix::fs::symlink(op.git_dir.join("objects"), shared.join("objects"))
+        std::os::unix::fs::symlink(store.join("objects"), shared.join("objects"))
             .map_err(io("link the shared objects at", &shared))?;
         let info = gd.join("objects/info");
         std::fs::create_dir_all(&info).map_err(io("create", &info))?;
@@ -295,6 +299,14 @@ impl Checkout {
         std::fs::create_dir_all(self.audit()).map_err(io("create", &self.audit()))?;
         chown_tree(&gd, AGENT_ID)?;
         chown_tree(&work, AGENT_ID)
+    }
+
+    /// The store this sandbox borrows from (its `shared.git/objects` link), if it is one of
+    /// `stores`.
+    pub fn store(&self, stores: &store::Stores) -> Option<PathBuf> {
+        let target = std::fs::read_link(self.shared().join("objects")).ok()?;
+        let store = target.parent()?;
+        (store.parent()? == stores.dir).then(|| store.to_path_buf())
     }
 
     /// `host.git` made ready to read the sandbox at `tip`: only our config, the sandbox's
@@ -372,7 +384,7 @@ impl Checkout {
         Ok(!out.stdout.is_empty())
     }
 
-    /// Remove the whole sandbox directory (never the operator's objects: the link only).
+    /// Remove the whole sandbox directory (never a store: the link only).
     pub fn remove(&self) -> Result<(), CheckoutError> {
         match std::fs::remove_dir_all(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &self.dir)(e)),
@@ -383,7 +395,7 @@ impl Checkout {
 
 /// `git init --bare` of `path` with no template (no sample hooks), in the object format of
 /// the object id `like`; HEAD on `refs/heads/tip`.
-fn init_bare(path: &Path, like: &str) -> Result<(), CheckoutError> {
+pub(crate) fn init_bare(path: &Path, like: &str) -> Result<(), CheckoutError> {
     let format = if like.len() == 64 { "sha256" } else { "sha1" };
     run(
         "init",

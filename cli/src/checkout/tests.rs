@@ -30,6 +30,14 @@ fn operator_repo(root: &Path) -> PathBuf {
     repo
 }
 
+/// Make the checkout `ck` of `branch` at the operator's HEAD, with the store of that base
+/// (under `ck`'s parent, as under the data directory).
+fn make(ck: &Checkout, op: &Operator, branch: &str) {
+    let stores = store::Stores::new(ck.dir.parent().unwrap());
+    let chain = stores.acquire(&op.top, &op.head).unwrap();
+    ck.create(&chain[0], branch, &op.head).unwrap();
+}
+
 /// Git as the git API would run it in the container, on the sandbox's dirs.
 fn in_sandbox(ck: &Checkout, args: &str) -> String {
     sh(
@@ -48,7 +56,7 @@ fn a_checkout_has_one_branch_the_operators_files_and_borrowed_objects() {
     let ck = Checkout {
         dir: tmp.path().join("sb"),
     };
-    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    make(&ck, &op, "sandbox/one");
     assert_eq!(
         std::fs::read_to_string(ck.work_tree().join("b")).unwrap(),
         "two\n"
@@ -82,7 +90,7 @@ fn commits_come_back_as_a_branch_and_ahead_counts_the_unfetched() {
     let ck = Checkout {
         dir: tmp.path().join("sb"),
     };
-    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    make(&ck, &op, "sandbox/one");
     std::fs::write(ck.work_tree().join("c"), "agent\n").unwrap();
     in_sandbox(&ck, "add c");
     in_sandbox(&ck, "commit -qm agent");
@@ -113,7 +121,7 @@ fn a_planted_hook_or_fsmonitor_never_runs_on_the_host_at_fetch() {
     let ck = Checkout {
         dir: tmp.path().join("sb"),
     };
-    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    make(&ck, &op, "sandbox/evil");
     let marker = tmp.path().join("marker");
     let payload = format!("#!/bin/sh\necho ran \"$0\" >> {}\n", marker.display());
     let hooks = ck.git_dir().join("hooks");
@@ -247,7 +255,7 @@ fn gitlink_filter_attack(root: &Path) {
     let ck = Checkout {
         dir: root.join("sb"),
     };
-    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    make(&ck, &op, "sandbox/evil");
     let marker = root.join("marker");
     let sub = ck.work_tree().join("sub");
     std::fs::create_dir(&sub).unwrap();
@@ -290,7 +298,7 @@ fn sandbox_config_attack(root: &Path) {
     let ck = Checkout {
         dir: root.join("sb"),
     };
-    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    make(&ck, &op, "sandbox/evil");
     let marker = root.join("marker");
     let script = root.join("payload");
     std::fs::write(
@@ -351,7 +359,7 @@ fn embedded_bare_attack(root: &Path) {
     let ck = Checkout {
         dir: root.join("sb"),
     };
-    ck.create(&op, "sandbox/evil", &op.head).unwrap();
+    make(&ck, &op, "sandbox/evil");
     let marker = root.join("marker");
     let tools = ck.work_tree().join("tools");
     for d in ["objects/info", "refs/heads"] {
@@ -496,7 +504,7 @@ fn child_root_under_sudo() {
     let ck = Checkout {
         dir: tmp.path().join("sb"),
     };
-    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    make(&ck, &op, "sandbox/one");
     std::fs::write(ck.work_tree().join("c"), "agent\n").unwrap();
     in_sandbox(&ck, "add c");
     in_sandbox(&ck, "commit -qm agent");
@@ -549,7 +557,7 @@ fn what_a_branch_brings_is_listed_from_gits_trees_and_blobs() {
     let ck = Checkout {
         dir: tmp.path().join("sb"),
     };
-    ck.create(&op, "sandbox/one", &op.head).unwrap();
+    make(&ck, &op, "sandbox/one");
     // Commits that plant, then one that removes a file again: every commit of the range
     // counts, not only the net change.
     sh(
@@ -589,4 +597,174 @@ fn what_a_branch_brings_is_listed_from_gits_trees_and_blobs() {
     }
     assert!(text.contains(".Claude/a\\x1b[2Kb"), "{text}");
     assert!(!text.contains('\x1b'), "{text}");
+}
+
+/// An operator repository whose main has history, a commit reset away holding a password,
+/// and a branch holding an object no other has. Returns (repo, the reset-away blob, the
+/// other branch's blob).
+fn repo_with_secrets(root: &Path) -> (PathBuf, String, String) {
+    let repo = operator_repo(root);
+    let gone = sh(
+        &repo,
+        "echo DB_PASSWORD=hunter2 > .env && git add .env && git commit -qm oops \
+         && git rev-parse HEAD:.env && git reset -q --hard HEAD~1",
+    );
+    let other = sh(
+        &repo,
+        "git checkout -q -b other && echo only-on-other > o && git add o && git commit -qm o \
+         && git rev-parse HEAD:o && git checkout -q main",
+    );
+    (repo, gone, other)
+}
+
+/// Every object `base` reaches in `repo`, sorted.
+fn reachable(repo: &Path, base: &str) -> Vec<String> {
+    let mut v: Vec<String> = sh(
+        repo,
+        &format!("git rev-list --objects {base} | cut -d' ' -f1"),
+    )
+    .lines()
+    .map(String::from)
+    .collect();
+    v.sort();
+    v
+}
+
+/// Every object a git dir reads (its own and its alternates'), sorted.
+fn readable(git_dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = sh(
+        git_dir,
+        "git -c safe.directory='*' --git-dir . cat-file --batch-all-objects --batch-check='%(objectname)'",
+    )
+    .lines()
+    .map(String::from)
+    .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_sandbox_reads_exactly_what_its_base_reaches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, gone, other) = repo_with_secrets(tmp.path());
+    let op = operator(&repo).unwrap();
+    let ck = Checkout {
+        dir: tmp.path().join("sb"),
+    };
+    make(&ck, &op, "sandbox/one");
+    assert_eq!(readable(&ck.git_dir()), reachable(&repo, &op.head));
+    for secret in [&gone, &other] {
+        let abbrev = &secret[..7];
+        let out = Command::new("git")
+            .args(["-c", "safe.directory=*", "--git-dir"])
+            .arg(ck.git_dir())
+            .args(["cat-file", "-p", abbrev])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{abbrev} resolved in the sandbox");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
+    }
+    assert_eq!(
+        in_sandbox(&ck, "rev-list --count HEAD"),
+        "2",
+        "the base's history"
+    );
+}
+
+#[test]
+fn a_later_base_chains_to_its_ancestors_store_the_union_still_exact_and_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = operator_repo(tmp.path());
+    let stores = store::Stores::new(tmp.path());
+    let mut lens = Vec::new();
+    for i in 0..7 {
+        let base = sh(
+            &repo,
+            &format!(
+                "echo {i} > f{i} && git add f{i} && git commit -qm c{i} && git rev-parse HEAD \
+                 && echo reset-{i} > r && git add r && git commit -qm r && git reset -q --hard HEAD~1"
+            ),
+        );
+        let base = base.lines().next().unwrap().to_string();
+        let chain = stores.acquire(&repo, &base).unwrap();
+        lens.push(chain.len());
+        assert!(chain.len() <= store::MAX_CHAIN);
+        // The chain's union is exactly what the base reaches, and each store in it holds
+        // only what its parent's base does not.
+        let ck = Checkout {
+            dir: tmp.path().join(format!("sb{i}")),
+        };
+        ck.create(&chain[0], "sandbox/x", &base).unwrap();
+        assert_eq!(readable(&ck.git_dir()), reachable(&repo, &base), "base {i}");
+        let own = sh(
+            &chain[0],
+            "git --git-dir . count-objects -v | sed -n 's/^in-pack: //p'",
+        );
+        let expected = match chain.get(1) {
+            Some(parent) => {
+                let pbase = parent
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace(".git", "");
+                reachable(&repo, &base).len() - reachable(&repo, &pbase).len()
+            }
+            None => reachable(&repo, &base).len(),
+        };
+        assert_eq!(
+            own.parse::<usize>().unwrap(),
+            expected,
+            "base {i}: {lens:?}"
+        );
+    }
+    assert_eq!(
+        lens,
+        [1, 2, 3, 4, 4, 4, 4],
+        "chained to the nearest store with room"
+    );
+    // Another sandbox on a base that has a store costs nothing more.
+    let before = std::fs::read_dir(&stores.dir).unwrap().count();
+    let head = sh(&repo, "git rev-parse HEAD");
+    stores.acquire(&repo, &head).unwrap();
+    assert_eq!(std::fs::read_dir(&stores.dir).unwrap().count(), before);
+}
+
+#[test]
+fn gc_sweeps_the_stores_no_sandbox_links_and_keeps_a_linked_chain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = operator_repo(tmp.path());
+    let stores = store::Stores::new(tmp.path());
+    let a = sh(&repo, "git rev-parse HEAD");
+    stores.acquire(&repo, &a).unwrap();
+    let b = sh(
+        &repo,
+        "echo b > b2 && git add b2 && git commit -qm b && git rev-parse HEAD",
+    );
+    let chain = stores.acquire(&repo, &b).unwrap();
+    assert_eq!(chain.len(), 2);
+    let c = sh(
+        &repo,
+        "git checkout -q --orphan lone && git commit -qm lone && git rev-parse HEAD",
+    );
+    stores.acquire(&repo, &c).unwrap();
+    let ck = Checkout {
+        dir: tmp.path().join("sb"),
+    };
+    ck.create(&chain[0], "sandbox/x", &b).unwrap();
+    let live: Vec<PathBuf> = ck.store(&stores).into_iter().collect();
+    assert_eq!(live, [stores.path(&b)]);
+    let _held = stores.lock().unwrap();
+    // Within the grace nothing goes; past it, only the unlinked store.
+    assert!(
+        stores
+            .sweep(&live, std::time::Duration::from_secs(3600))
+            .unwrap()
+            .is_empty()
+    );
+    let removed = stores.sweep(&live, std::time::Duration::ZERO).unwrap();
+    assert_eq!(removed, [format!("{c}.git")]);
+    assert!(stores.path(&a).exists(), "the linked store's parent stays");
+    ck.remove().unwrap();
+    let removed = stores.sweep(&[], std::time::Duration::ZERO).unwrap();
+    assert_eq!(removed.len(), 2);
 }

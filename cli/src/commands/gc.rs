@@ -16,6 +16,9 @@
 //!   are removed (left by a `new` killed part-way: the engine finishes a create whose client
 //!   has gone, so such a container may appear just after a `gc`; the next one removes it).
 //!
+//! - an object store of a base (`checkout::store`) that no sandbox links and none was made
+//!   on for [`STORE_GRACE`] is removed.
+//!
 //! `run` and `new` do the same on their way ([`opportunistic`]), but for the `creating` rows
 //! and the rowless leftovers, which only an explicit `gc` takes.
 
@@ -31,6 +34,19 @@ use serde::Serialize;
 /// How old a `creating` row must be before `gc` takes it for an interrupted `new`
 /// (`AIRLOCK_GC_CREATING_GRACE` seconds overrides it; the tests use 0).
 pub const STALE_CREATING: i64 = 600;
+
+/// How long an object store no sandbox uses is kept (seconds), so that a `run` after a
+/// `run` on the same base finds it (`AIRLOCK_GC_STORE_GRACE` overrides it; the tests use 0).
+pub const STORE_GRACE: u64 = 24 * 3600;
+
+fn store_grace() -> std::time::Duration {
+    std::time::Duration::from_secs(
+        std::env::var("AIRLOCK_GC_STORE_GRACE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STORE_GRACE),
+    )
+}
 
 fn creating_grace() -> i64 {
     std::env::var("AIRLOCK_GC_CREATING_GRACE")
@@ -101,6 +117,9 @@ async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
             continue;
         };
         one(ctx, p, row, lock, &mut out).await?;
+    }
+    if !p.dry_run {
+        sweep_stores(ctx, &mut out)?;
     }
     if !p.leftovers {
         return Ok(out);
@@ -211,6 +230,27 @@ async fn one(ctx: &Ctx, p: Pass, row: Sandbox, lock: NameLock, out: &mut Outcome
             "past its TTL but its branch cannot be read: check it, then `airlock destroy {} --force`",
             row.name
         ))),
+    }
+    Ok(())
+}
+
+/// Remove the object stores no sandbox links (directly or through a chain) once idle for
+/// the grace; under the stores' lock, so no `new` is between making and linking one.
+fn sweep_stores(ctx: &Ctx, out: &mut Outcome) -> Result<()> {
+    let stores = ctx.stores();
+    if !stores.dir.exists() {
+        return Ok(());
+    }
+    let _held = stores.lock()?;
+    let live: Vec<_> = sandbox_dirs(ctx)
+        .iter()
+        .filter_map(|d| ctx.checkout(d).store(&stores))
+        .collect();
+    for name in stores.sweep(&live, store_grace())? {
+        out.removed.push(Item {
+            name: format!("store {name}"),
+            reason: "an object store no sandbox uses".into(),
+        });
     }
     Ok(())
 }

@@ -51,6 +51,11 @@ impl Ctx {
         })
     }
 
+    /// The object stores sandboxes borrow from.
+    pub fn stores(&self) -> airlock_cli::checkout::store::Stores {
+        airlock_cli::checkout::store::Stores::new(&self.paths.data)
+    }
+
     /// A sandbox's checkout.
     pub fn checkout(&self, name: &str) -> Checkout {
         Checkout {

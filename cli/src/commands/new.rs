@@ -287,14 +287,22 @@ pub async fn create(ctx: &Ctx, plan: &Plan, op: &Operator, row: &Sandbox) -> Res
             ck.dir.display()
         );
     }
-    ck.create(op, &row.branch, &row.base)?;
+    // The store of the base: made (or found) and linked under the stores' lock, so `gc`
+    // never removes it in between.
+    let stores = ctx.stores();
+    let chain = {
+        let _held = stores.lock()?;
+        let chain = stores.acquire(&op.top, &row.base)?;
+        ck.create(&chain[0], &row.branch, &row.base)?;
+        chain
+    };
     // The sandbox mounts root-only copies of its secrets, never the operator's files.
     let mut mounted = plan.clone();
     if !plan.secrets.is_empty() {
         secrets_unreadable_inside(ctx).await?;
         mounted.secrets = secrets::install_copies(&ck.dir.join("secrets"), &plan.secrets)?;
     }
-    let spec = spec_of(ctx, &mounted, op, &ck);
+    let spec = spec_of(ctx, &mounted, op, &ck, &chain);
     let id = ctx
         .engine
         .create(&container_name(&plan.name), &spec)
@@ -369,12 +377,14 @@ async fn secrets_unreadable_inside(ctx: &Ctx) -> Result<()> {
     .into())
 }
 
-/// The run flags of this sandbox: the one definition on its layout, with its labels.
-pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout) -> RunSpec {
+/// The run flags of this sandbox: the one definition on its layout (its store `chain`,
+/// nearest first), with its labels.
+pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout, chain: &[PathBuf]) -> RunSpec {
     let layout = Layout {
         work_tree: ck.work_tree(),
         git_dir: Some(ck.git_dir()),
-        shared_objects: Some(op.git_dir.join("objects")),
+        shared_objects: chain.first().map(|s| s.join("objects")),
+        chained_stores: chain.iter().skip(1).cloned().collect(),
         audit: Source::Host(ck.audit()),
         secrets: plan.secrets.clone(),
         policy: plan.policy.clone(),

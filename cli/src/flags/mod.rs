@@ -22,6 +22,9 @@ pub const HIDDEN_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
 /// sibling of [`HIDDEN_GIT_DIR`] under the same `root:airlock-git 0710` parent, so the agent
 /// cannot traverse to it. The sandbox's `objects/info/alternates` names it relatively.
 pub const SHARED_OBJECTS_DIR: &str = "/var/lib/airlock/git/shared.git/objects";
+/// The directory the shared store's ancestors (`<name>/objects`, named relatively by its
+/// alternates) are mounted in, read-only, beside it.
+pub const STORES_PARENT: &str = "/var/lib/airlock/git";
 /// The agent's work tree.
 pub const WORKSPACE: &str = "/workspace";
 /// The audit log directory.
@@ -152,6 +155,9 @@ pub struct Layout {
     pub git_dir: Option<PathBuf>,
     /// Host path of an object store the git dir borrows from (a `--shared` clone).
     pub shared_objects: Option<PathBuf>,
+    /// Host paths of the stores `shared_objects` chains to (`<stores>/<name>.git`), each
+    /// mounted read-only at `STORES_PARENT/<name>.git/objects`.
+    pub chained_stores: Vec<PathBuf>,
     /// The audit volume or directory.
     pub audit: Source,
     /// `(name, host file)`: mounted read-only at `/run/secrets/<name>`.
@@ -175,6 +181,7 @@ impl Layout {
             work_tree,
             git_dir,
             shared_objects: None,
+            chained_stores: Vec::new(),
             audit,
             secrets: Vec::new(),
             policy: None,
@@ -247,6 +254,14 @@ impl RunSpec {
             mounts.push(Mount {
                 source: Source::Host(objects.clone()),
                 target: SHARED_OBJECTS_DIR.into(),
+                read_only: true,
+            });
+        }
+        for store in &layout.chained_stores {
+            let name = store.file_name().map(|n| n.to_string_lossy().into_owned());
+            mounts.push(Mount {
+                source: Source::Host(store.join("objects")),
+                target: format!("{STORES_PARENT}/{}/objects", name.unwrap_or_default()),
                 read_only: true,
             });
         }

@@ -337,7 +337,8 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
     let layout = Layout {
         work_tree: "/d/sb/work".into(),
         git_dir: Some("/d/sb/repo.git".into()),
-        shared_objects: Some("/src/repo/.git/objects".into()),
+        shared_objects: Some("/d/stores/b.git/objects".into()),
+        chained_stores: vec!["/d/stores/a.git".into()],
         audit: Source::Host("/d/sb/audit".into()),
         secrets: vec![("github_token".into(), "/cfg/secrets/github_token".into())],
         policy: Some("/cfg/policy.toml".into()),
@@ -352,7 +353,12 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
     let f = every_rendering_agrees(&spec);
     assert!(
         f.binds
-            .contains("/src/repo/.git/objects:/var/lib/airlock/git/shared.git/objects:ro")
+            .contains("/d/stores/b.git/objects:/var/lib/airlock/git/shared.git/objects:ro")
+    );
+    assert!(
+        f.binds
+            .contains("/d/stores/a.git/objects:/var/lib/airlock/git/a.git/objects:ro"),
+        "a chained store beside the shared one, where its alternates line leads"
     );
     assert!(
         f.binds
@@ -374,8 +380,8 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
     let pod = k8s::pod(&spec, "one");
     assert_eq!(
         pod["spec"]["volumes"].as_array().map(|v| v.len()),
-        Some(spec.tmpfs.len() + 6)
-    ); // 5 binds and one Secret volume
+        Some(spec.tmpfs.len() + 7)
+    ); // 6 binds and one Secret volume
 }
 
 #[test]
