@@ -32,6 +32,8 @@ tests/smoke/no-secrets.sh
 tests/smoke/extra-ca.sh
 # The same wire check for a sandbox the airlock CLI starts (issue 18).
 tests/smoke/cli-wire.sh
+# Nothing a CLI sandbox writes runs on the host; it reads only its base's objects.
+tests/smoke/cli-escape.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
 tests/friction/run.sh
 tests/smoke/limits.sh
