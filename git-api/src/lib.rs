@@ -20,6 +20,8 @@ pub mod identity;
 pub mod log;
 pub mod nested;
 pub mod push;
+pub mod pushed;
+pub mod rawdiff;
 pub mod run;
 pub mod server;
 pub mod visible;

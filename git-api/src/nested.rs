@@ -21,6 +21,7 @@
 
 use crate::argv::Refusal;
 use crate::gitindex::{self, Gitlink};
+use crate::rawdiff;
 use crate::run::GitEnv;
 use airlock_wire::Reason;
 use std::path::{Path, PathBuf};
@@ -366,21 +367,11 @@ fn staged_gitlinks(env: &GitEnv, index: &[Gitlink]) -> Result<Vec<String>, Refus
 
 /// The paths of `--raw -z` records (plain or combined) whose result mode is a gitlink.
 fn raw_gitlinks(out: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut fields = out.split('\0');
-    while let Some(head) = fields.next() {
-        let head = head.trim_start_matches('\n');
-        let colons = head.bytes().take_while(|b| *b == b':').count();
-        if colons == 0 {
-            continue;
-        }
-        let Some(path) = fields.next() else { break };
-        let modes: Vec<&str> = head[colons..].split(' ').take(colons + 1).collect();
-        if modes.get(colons) == Some(&"160000") {
-            found.push(path.to_owned());
-        }
-    }
-    found
+    rawdiff::records(out)
+        .into_iter()
+        .filter(|r| r.mode() == "160000")
+        .map(|r| r.path)
+        .collect()
 }
 
 /// The refusal for gitlinks `paths`, saying for each what works instead.

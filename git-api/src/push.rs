@@ -8,6 +8,13 @@
 //! refspecs replace them; `--all`, `--mirror`, `--tags`, wildcards, `+` and deletions are
 //! refused before any of that.
 //!
+//! Restricted paths are judged on what git pushes ([`PushRules::judge_paths`], the paths
+//! read NUL-separated by [`crate::pushed`]): each path as stored (a name with a quote, a
+//! newline or a non-ASCII byte is not quoted and missed), a symbolic link by its own path,
+//! as the directory a checkout shows there, and by where it points, and a gitlink is never
+//! pushed. `git.restricted_paths_case_insensitive` (default on) matches names as a
+//! case-insensitive checkout reads them.
+//!
 //! This module is pure: facts about commits (ancestry, touched paths) are computed by the
 //! server with git and passed in.
 
@@ -46,6 +53,31 @@ pub struct Facts {
     pub touched: Vec<String>,
 }
 
+/// One path a push would change, as git stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// The path (relative to the repository root, `/`-separated, not quoted).
+    pub path: String,
+    /// What the pushed commit leaves there.
+    pub kind: Kind,
+}
+
+/// What a pushed commit leaves at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Nothing (the path is deleted).
+    Removed,
+    /// A file (regular or executable).
+    File,
+    /// A symbolic link, with its target as stored.
+    Link {
+        /// The link's target.
+        target: String,
+    },
+    /// A gitlink (mode 160000): a nested repository's commit.
+    Gitlink,
+}
+
 /// A refspec as written by the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refspec {
@@ -67,7 +99,7 @@ impl PushRules {
             repositories: policy.repositories.clone(),
             allowed: Globs::new(&allowed)?,
             protected: Globs::new(&policy.protected_branches)?,
-            restricted: Globs::new(&policy.restricted_paths)?,
+            restricted: Globs::with_case(&policy.restricted_paths, policy.restricted_paths_case())?,
             allow_tags: policy.allow_tags,
         })
     }
@@ -223,17 +255,126 @@ impl PushRules {
         }
         for path in &f.touched {
             if let Some(p) = self.restricted.first_match(path) {
-                return Err(Refusal::new(
-                    Reason::RestrictedPath,
-                    format!(
-                        "a pushed commit touches {path}, restricted by {p:?} in git.restricted_paths; \
-                         leave that path unchanged, or an operator pushes it"
-                    ),
-                ));
+                return Err(restricted(path, p));
             }
         }
         Ok(())
     }
+}
+
+impl PushRules {
+    /// Judge the paths an update's commits change, as git stores them: a restricted path,
+    /// a symbolic link that shows a restricted path under its name or points at one, and a
+    /// gitlink are refused.
+    pub fn judge_paths(&self, u: &Update, touched: &[Touched]) -> Result<(), Refusal> {
+        for t in touched {
+            let path = &t.path;
+            if let Some(p) = self.restricted.first_match(path) {
+                return Err(restricted(path, p));
+            }
+            match &t.kind {
+                Kind::Link { target } => self.judge_link(path, target)?,
+                Kind::Gitlink => {
+                    return Err(Refusal::new(
+                        Reason::NestedRepository,
+                        format!(
+                            "a pushed commit to {} records {} as a nested repository (a \
+                             gitlink, mode 160000); the sandbox never pushes one: commit its \
+                             files as ordinary files, or leave it out of the commit",
+                            u.dst,
+                            shown(path)
+                        ),
+                    ));
+                }
+                Kind::Removed | Kind::File => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A symbolic link at `path`: what a checkout shows below it is under `path` (a link
+    /// named `.vscode` shows its target's files as `.vscode/...`), and where it points is
+    /// judged as the same path would be.
+    fn judge_link(&self, path: &str, target: &str) -> Result<(), Refusal> {
+        let link = shown(path);
+        let to = shown(target);
+        if let Some(p) = self.restricted.first_match_below(path) {
+            return Err(Refusal::new(
+                Reason::RestrictedPath,
+                format!(
+                    "a pushed commit makes {link} a symbolic link (to {to}); a checkout shows \
+                     the target's files under {link}/, which {p:?} in git.restricted_paths \
+                     restricts; push the files themselves outside the restricted paths, or an \
+                     operator pushes it"
+                ),
+            ));
+        }
+        let Some(at) = resolve_link(path, target) else {
+            // Absolute, or out of the repository: nothing the push carries is there.
+            return Ok(());
+        };
+        let hit = if at.is_empty() {
+            self.restricted.written().first().map(String::as_str)
+        } else {
+            self.restricted
+                .first_match(&at)
+                .or_else(|| self.restricted.first_match_below(&at))
+        };
+        match hit {
+            None => Ok(()),
+            Some(p) => Err(Refusal::new(
+                Reason::RestrictedPath,
+                format!(
+                    "a pushed commit adds the symbolic link {link}, which points at {}, \
+                     restricted by {p:?} in git.restricted_paths; leave that path alone, or an \
+                     operator pushes it",
+                    if at.is_empty() {
+                        "the repository's top".to_owned()
+                    } else {
+                        shown(&at)
+                    }
+                ),
+            )),
+        }
+    }
+}
+
+/// A path for a refusal message: control characters escaped (the message ends on the
+/// agent's terminal).
+fn shown(path: &str) -> String {
+    path.escape_debug().to_string()
+}
+
+fn restricted(path: &str, pattern: &str) -> Refusal {
+    Refusal::new(
+        Reason::RestrictedPath,
+        format!(
+            "a pushed commit touches {}, restricted by {pattern:?} in git.restricted_paths; \
+             leave that path unchanged, or an operator pushes it",
+            shown(path)
+        ),
+    )
+}
+
+/// Where a symbolic link at `link` with target `target` points, relative to the
+/// repository's top (`""`: the top itself); `None` when absolute or outside the repository.
+#[must_use]
+pub fn resolve_link(link: &str, target: &str) -> Option<String> {
+    if target.starts_with('/') || target.is_empty() {
+        return None;
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(parts.join("/"))
 }
 
 /// The branch a pattern made by [`escape_glob`] (or free of glob characters) matches, if it
@@ -643,6 +784,86 @@ mod tests {
             r.judge_facts(&u, &deep).unwrap_err().reason,
             Reason::RestrictedPath
         );
+    }
+
+    fn touched(path: &str, kind: Kind) -> Touched {
+        Touched {
+            path: path.into(),
+            kind,
+        }
+    }
+
+    fn link(path: &str, target: &str) -> Touched {
+        touched(
+            path,
+            Kind::Link {
+                target: target.into(),
+            },
+        )
+    }
+
+    /// Paths as git stores them (no quoting), symbolic links by their own path, as a
+    /// directory and by where they point, gitlinks never, case as a case-insensitive
+    /// checkout reads it.
+    #[test]
+    fn paths_are_judged_as_stored_links_by_both_ends_and_case_folded() {
+        let mut p = GitPolicy::defaults_for("demo");
+        p.restricted_paths = vec![".github/workflows/**".into(), ".vscode/**".into()];
+        let r = PushRules::new(&p, None).unwrap();
+        let u = up("refs/heads/sandbox/demo/x", Some(A), Some(B));
+        let refused = |t: Touched| {
+            let shown = format!("{t:?}");
+            r.judge_paths(&u, &[t])
+                .expect_err(&format!("allowed: {shown}"))
+        };
+        for t in [
+            touched(".github/workflows/ci-\u{e9}.yml", Kind::File),
+            touched(".github/workflows/a\"b\nc.yml", Kind::File),
+            touched(".GitHub/Workflows/ci.yml", Kind::File),
+            touched(".vscode./settings.json", Kind::File),
+            touched(".github/workflows/gone.yml", Kind::Removed),
+            link(".vscode", "tools/vsc"),
+            link(".github", "ci"),
+            link(".VSCode", "x"),
+            link("docs/ci", "../.github/workflows"),
+            link("docs/settings.json", "../.vscode/settings.json"),
+            link("a/top", ".."),
+        ] {
+            let shown = format!("{t:?}");
+            let e = refused(t);
+            assert_eq!(e.reason, Reason::RestrictedPath, "{shown}: {e:?}");
+            assert!(!e.message.contains('\n'), "{e:?}");
+        }
+        let e = refused(touched("vendor/lib", Kind::Gitlink));
+        assert_eq!(e.reason, Reason::NestedRepository);
+        for t in [
+            touched("src/lib.rs", Kind::File),
+            touched(".github/CODEOWNERS", Kind::File),
+            link("docs/readme", "../README.md"),
+            link("bin/python", "/usr/bin/python3"),
+            link("out", "../../elsewhere"),
+            touched(".vscodex/settings.json", Kind::File),
+        ] {
+            assert!(r.judge_paths(&u, std::slice::from_ref(&t)).is_ok(), "{t:?}");
+        }
+        // Case as written only, when the operator says so.
+        p.restricted_paths_case_insensitive = false;
+        let exact = PushRules::new(&p, None).unwrap();
+        assert!(
+            exact
+                .judge_paths(&u, &[touched(".GitHub/Workflows/ci.yml", Kind::File)])
+                .is_ok()
+        );
+        assert!(
+            exact
+                .judge_paths(&u, &[touched(".github/workflows/ci.yml", Kind::File)])
+                .is_err()
+        );
+        assert_eq!(resolve_link("a/b/l", "../c").as_deref(), Some("a/c"));
+        assert_eq!(resolve_link("l", "./x/./y/").as_deref(), Some("x/y"));
+        assert_eq!(resolve_link("a/l", ".."), Some(String::new()));
+        assert_eq!(resolve_link("l", ".."), None);
+        assert_eq!(resolve_link("l", "/etc"), None);
     }
 
     #[test]
