@@ -63,6 +63,7 @@ pub fn resolve(
             git_placeholder: None,
             workspace_secrets: Vec::new(),
             missing: Vec::new(),
+            git_service: None,
         },
         agent_vars: Vec::new(),
         secret_env_names: Vec::new(),

@@ -395,6 +395,9 @@ pub struct ApiSpec {
     pub start_branch: Option<String>,
     /// This start's session id, on every line of the git API's log.
     pub session: String,
+    /// The git service port's key ([`ApiSpec::with_service_key`]): handed to every start
+    /// of the git API on a pipe ([`ApiSpec::spawn`]), never in a file, argv or environment.
+    pub service_key: Option<airlock_ticket::ServiceKey>,
 }
 
 /// The four paths the git API is started on, by name (all of the same type, so never by
@@ -434,9 +437,7 @@ impl ApiSpec {
             key_file,
             policy,
         } = paths;
-        let start_branch = std::fs::read_to_string(git_dir.join("HEAD"))
-            .ok()
-            .and_then(|h| head_branch(&h));
+        let start_branch = start_branch(&git_dir);
         Ok(ApiSpec {
             bin,
             socket: sock_dir.join(SOCKET_FILE),
@@ -472,7 +473,15 @@ impl ApiSpec {
             ),
             start_branch,
             session: session.to_owned(),
+            service_key: None,
         })
+    }
+
+    /// The same spec handing `key` (the git service port's) to the git API.
+    #[must_use]
+    pub fn with_service_key(mut self, key: airlock_ticket::ServiceKey) -> ApiSpec {
+        self.service_key = Some(key);
+        self
     }
 
     /// Spawn the git API, wait until it listens on its socket, and verify its identity from
@@ -530,12 +539,28 @@ impl ApiSpec {
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
         let previous = self.previous_log.as_raw_fd();
-        // SAFETY: runs in the child between fork and exec, after the privilege drop; it makes
-        // one async-signal-safe system call on a descriptor the child inherited.
-        unsafe {
-            cmd.pre_exec(move || keep_across_exec(previous));
+        // The key on a pipe the git API reads once and closes: written whole before the
+        // spawn (65 bytes, far below a pipe's buffer), our copy of the read end closed
+        // right after it.
+        let key_pipe = match &self.service_key {
+            Some(key) => Some(key_pipe(key)?),
+            None => None,
+        };
+        let key_fd = key_pipe.as_ref().map(AsRawFd::as_raw_fd);
+        if let Some(fd) = key_fd {
+            cmd.arg("--service-key-fd").arg(fd.to_string());
         }
-        cmd.spawn().with_context(|| {
+        // SAFETY: runs in the child between fork and exec, after the privilege drop; it makes
+        // async-signal-safe system calls on descriptors the child inherited.
+        unsafe {
+            cmd.pre_exec(move || {
+                keep_across_exec(previous)?;
+                key_fd.map_or(Ok(()), keep_across_exec)
+            });
+        }
+        let child = cmd.spawn();
+        drop(key_pipe);
+        child.with_context(|| {
             format!(
                 "cannot start the git API {} as {} (real) / uid {} (effective)",
                 self.bin.display(),
@@ -656,6 +681,26 @@ fn open_log(path: &Path, append: bool) -> Result<File> {
     options
         .open(path)
         .with_context(|| format!("cannot open the git API's log {}", path.display()))
+}
+
+/// A pipe holding `key` (64 hex digits and a newline), its write end closed: the read end,
+/// close-on-exec (the git API's spawn keeps it across its own exec only).
+fn key_pipe(key: &airlock_ticket::ServiceKey) -> Result<std::os::fd::OwnedFd> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .context("cannot make the pipe that hands the git API its service key")?;
+    File::from(write)
+        .write_all(format!("{}\n", key.to_hex()).as_bytes())
+        .context("cannot write the git API's service key into its pipe")?;
+    Ok(read)
+}
+
+/// The branch the sandbox starts on: what the hidden git dir's `HEAD` names (`None`:
+/// detached or unreadable). Read once per start: the git API and the proxy get the same.
+#[must_use]
+pub fn start_branch(git_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(git_dir.join("HEAD"))
+        .ok()
+        .and_then(|h| head_branch(&h))
 }
 
 /// In a child before `exec`: keep `fd` open across `exec` under its own number (never

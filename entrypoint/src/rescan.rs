@@ -376,6 +376,7 @@ mod tests {
                 placeholder: "airlock-placeholder-gh-1".into(),
                 fix: "set it".into(),
             }],
+            git_service: None,
         };
         let mut h = start.clone();
         // The agent rewrote .env: the old value gone from it, a new one and a copy of a

@@ -143,7 +143,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         git_api_bin,
         session,
         session_key,
-        creds,
+        mut creds,
         operator_ca,
         agent_env,
         workspace: _workspace,
@@ -161,6 +161,19 @@ pub fn run(cli: Cli) -> Result<i32> {
     setup::give_home(&users.agent)?;
     warn_forced(&plan.forced);
     credentials::warn_missing(&creds);
+    // The git service port's proof: a key of this start for the proxy (the hand-off) and
+    // the git API (a pipe at every start of it), in no other process.
+    let service_key = match &git_api_bin {
+        Some(_) => Some(
+            airlock_ticket::ServiceKey::generate()
+                .context("cannot generate the git service port's key")?,
+        ),
+        None => None,
+    };
+    creds.handoff.git_service = service_key.as_ref().map(|k| airlock_handoff::GitService {
+        key: airlock_handoff::Secret::new(k.to_hex()),
+        start_branch: git::start_branch(&cli.git_dir),
+    });
     hand_off_credentials(
         &cli,
         &plan,
@@ -172,9 +185,11 @@ pub fn run(cli: Cli) -> Result<i32> {
     )?;
     let files = prepare_files(&cli, &plan, &users, &operator_ca, &policy, &git_plan)?;
     git::write_key(&cli.run_dir, &users.agent, &session_key)?;
-    let git_spec = match git_api_bin {
-        Some(bin) => Some(git_api_spec(&cli, &plan, bin, &users, &files, &session.id)?),
-        None => None,
+    let git_spec = match (git_api_bin, service_key) {
+        (Some(bin), Some(key)) => {
+            Some(git_api_spec(&cli, &plan, bin, &users, &files, &session.id)?.with_service_key(key))
+        }
+        _ => None,
     };
     clock.steps.validate = clock.lap();
 

@@ -8,8 +8,11 @@
 //! airlock-git-api --socket /run/airlock/git/git.sock --git-dir <hidden>/.git \
 //!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
 //!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or ""> \
-//!     [--session <session id>]
+//!     [--session <session id>] [--service-key-fd N]
 //! ```
+//!
+//! `--service-key-fd` names an inherited pipe holding the git service port's key (64 hex
+//! digits): read once, closed, then only in this process's memory ([`read_service_key`]).
 //!
 //! Its stderr is its log (`git-api.jsonl`): JSON lines only ([`airlock_git_api::log`]). With
 //! `--previous-log-fd N --log-cap BYTES` (the entrypoint passes both) it rotates into the
@@ -88,6 +91,11 @@ struct Cli {
     /// stderr as it is.
     #[arg(long)]
     previous_log_fd: Option<i32>,
+    /// An inherited descriptor (a pipe) holding the git service port's key, 64 hex digits:
+    /// read to its end and closed at start. Without it, network git commands carry no
+    /// ticket and the proxy refuses them.
+    #[arg(long)]
+    service_key_fd: Option<i32>,
     /// Bytes both log files may take together (with `--previous-log-fd`).
     #[arg(long, default_value_t = airlock_channels::git_log_cap(airlock_channels::DEFAULT_AUDIT_CAP))]
     log_cap: u64,
@@ -135,20 +143,8 @@ fn main() {
 
 /// The log sink over stderr (`git-api.jsonl`) and the inherited `fd` (`git-api.jsonl.1`).
 fn rotating_log(fd: i32, cap: u64) -> Result<Rotating> {
-    use std::os::fd::{AsFd, FromRawFd};
-    if fd <= 2 {
-        bail!("--previous-log-fd {fd} is a standard descriptor");
-    }
-    nix::fcntl::fcntl(
-        // SAFETY: borrowed only for this call; F_GETFD reads the flags of whatever `fd` is
-        // and fails with EBADF when it is not open.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
-        nix::fcntl::FcntlArg::F_GETFD,
-    )
-    .with_context(|| format!("--previous-log-fd {fd} is not an open descriptor"))?;
-    // SAFETY: `fd` is open (checked above) and was handed to this process by the entrypoint
-    // for this use alone; nothing else in the process owns or closes it.
-    let previous = unsafe { std::fs::File::from_raw_fd(fd) };
+    use std::os::fd::AsFd;
+    let previous = std::fs::File::from(inherited(fd, "--previous-log-fd")?);
     let kind = previous
         .metadata()
         .with_context(|| format!("--previous-log-fd {fd}"))?
@@ -161,6 +157,44 @@ fn rotating_log(fd: i32, cap: u64) -> Result<Rotating> {
         .try_clone_to_owned()
         .context("duplicating stderr (the log)")?;
     Rotating::new(std::fs::File::from(current), previous, cap).context("reading the log's size")
+}
+
+/// Takes ownership of the descriptor `fd` the entrypoint handed down (named `flag`), marked
+/// close-on-exec: no git this process starts inherits it (a program git runs could write
+/// the log's previous file, or read the service key's pipe).
+fn inherited(fd: i32, flag: &str) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if fd <= 2 {
+        bail!("{flag} {fd} is a standard descriptor");
+    }
+    nix::fcntl::fcntl(
+        // SAFETY: borrowed only for this call; F_GETFD reads the flags of whatever `fd` is
+        // and fails with EBADF when it is not open.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+        nix::fcntl::FcntlArg::F_GETFD,
+    )
+    .with_context(|| format!("{flag} {fd} is not an open descriptor"))?;
+    // SAFETY: `fd` is open (checked above) and was handed to this process by the entrypoint
+    // for this use alone; nothing else in the process owns or closes it.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    nix::fcntl::fcntl(
+        &owned,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .with_context(|| format!("{flag} {fd}: setting close-on-exec"))?;
+    Ok(owned)
+}
+
+/// The git service port's key from the pipe `fd` (64 hex digits and a newline), read to
+/// its end; the pipe is closed when this returns.
+fn read_service_key(fd: i32) -> Result<airlock_ticket::ServiceKey> {
+    use std::io::Read;
+    let pipe = std::fs::File::from(inherited(fd, "--service-key-fd")?);
+    let mut text = String::new();
+    pipe.take(128)
+        .read_to_string(&mut text)
+        .with_context(|| format!("--service-key-fd {fd}: reading the service key"))?;
+    airlock_ticket::ServiceKey::from_hex(&text, "--service-key-fd").map_err(Into::into)
 }
 
 /// Make the saved uid the real one (`airlock-git`) before anything else runs.
@@ -210,6 +244,7 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
     let policy = airlock_policy::Policy::load(&cli.policy)
         .with_context(|| format!("loading policy {}", cli.policy.display()))?;
     let key = SessionKey::read_file(&cli.key_file).context("reading the session key")?;
+    let service_key = cli.service_key_fd.map(read_service_key).transpose()?;
     let work_tree = cli
         .work_tree
         .canonicalize()
@@ -282,17 +317,19 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
         start_branch: start_branch.clone(),
         truncated: false,
     });
-    let server = Arc::new(
-        Server::new(
-            env,
-            cli.agent_uid,
-            rules,
-            vis,
-            verifier,
-            cli.max_connections,
-        )
-        .with_log(log.share()),
-    );
+    let mut server = Server::new(
+        env,
+        cli.agent_uid,
+        rules,
+        vis,
+        verifier,
+        cli.max_connections,
+    )
+    .with_log(log.share());
+    if let Some(k) = service_key {
+        server = server.with_service_key(k);
+    }
+    let server = Arc::new(server);
     // The operator's clone may hold other sandboxes' branches as remote-tracking refs.
     server
         .hide_existing()

@@ -62,6 +62,14 @@ const PROTECTED: &[&str] = &[
     "diff.tool=",
 ];
 
+/// The configuration key of an HTTP header git sends with every request. Its values carry
+/// the git service port's ticket (a credential): [`GitEnv::command`] gives them to git
+/// through its environment (`GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_<n>`, `GIT_CONFIG_VALUE_<n>`),
+/// never on its command line. Any process may read another's argv (`/proc/<pid>/cmdline`);
+/// only one allowed to trace it reads its environment, and the git API's git, started with
+/// a real and an effective uid that differ, is not dumpable, so nobody but root may.
+pub const HEADER_KEY: &str = "http.extraHeader";
+
 /// Environment variables of the git the server runs (besides those listed in the wire's
 /// `PASSED_ENV` that the agent sent).
 fn base_env(env: &GitEnv) -> BTreeMap<&'static str, OsString> {
@@ -115,6 +123,7 @@ impl GitEnv {
         work_tree.push(&self.work_tree);
         cmd.arg(git_dir).arg(work_tree);
         let mut config: Vec<String> = PROTECTED.iter().map(|s| (*s).to_owned()).collect();
+        let mut in_env: Vec<(&str, &str)> = Vec::new();
         config.push(format!("http.proxy={}", self.proxy_url));
         if let Some(ca) = &self.ca_file {
             config.push(format!("http.sslCAInfo={}", ca.display()));
@@ -135,9 +144,22 @@ impl GitEnv {
                 path.display()
             ));
         }
-        config.extend(extra_config.iter().cloned());
+        for c in extra_config {
+            match c.split_once('=') {
+                Some((key, value)) if key.eq_ignore_ascii_case(HEADER_KEY) => {
+                    in_env.push((key, value));
+                }
+                _ => config.push(c.clone()),
+            }
+        }
         for c in config {
             cmd.arg("-c").arg(c);
+        }
+        // After the agent's variables (none of which is git's configuration): ours win.
+        cmd.env("GIT_CONFIG_COUNT", in_env.len().to_string());
+        for (i, (key, value)) in in_env.iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{i}"), key);
+            cmd.env(format!("GIT_CONFIG_VALUE_{i}"), value);
         }
         cmd.args(args);
         cmd
@@ -205,6 +227,59 @@ impl Query {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An HTTP header given to git (the service port's ticket) reaches git's configuration
+    /// through the environment and is on no command line; the rest stays `-c`.
+    #[test]
+    fn a_header_goes_to_gits_environment_never_its_argv() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("w");
+        let status = Command::new("git")
+            .args(["init", "-q"])
+            .arg(&work)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git init");
+        let env = GitEnv {
+            git: PathBuf::from("git"),
+            git_dir: work.join(".git"),
+            work_tree: work.clone(),
+            home: tmp.path().join("home"),
+            proxy_url: "http://127.0.0.1:1".to_owned(),
+            ca_file: None,
+            ca_dir: None,
+            test_upstreams: Vec::new(),
+            system_config: None,
+        };
+        let config = [
+            "http.extraHeader=x-airlock-ticket: v1.secret.mac".to_owned(),
+            "color.ui=always".to_owned(),
+        ];
+        let args = [
+            "config".to_owned(),
+            "--get-all".to_owned(),
+            HEADER_KEY.to_owned(),
+        ];
+        let cmd = env.command(&work, &BTreeMap::new(), &config, &args);
+        let argv: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(!argv.iter().any(|a| a.contains("secret")), "{argv:?}");
+        assert!(argv.iter().any(|a| a == "color.ui=always"), "{argv:?}");
+        let mut cmd = cmd;
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "x-airlock-ticket: v1.secret.mac"
+        );
+        // Without one, git reads no configuration from the environment (the count is 0).
+        let out = env
+            .command(&work, &BTreeMap::new(), &[], &args)
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
 
     #[test]
     fn git_reads_the_ca_file_and_the_empty_ca_dir_from_the_command_line() {

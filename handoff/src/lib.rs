@@ -48,6 +48,23 @@ pub struct Handoff {
     /// of the policy is in exactly one of `credentials` and `missing`.
     #[serde(default)]
     pub missing: Vec<MissingCredential>,
+    /// The git service port's proof (`airlock-ticket`): the key the git API seals its
+    /// tickets with, and the branch the sandbox started on. `None` without git: the proxy
+    /// then refuses every request on the service port.
+    #[serde(default)]
+    pub git_service: Option<GitService>,
+}
+
+/// What the proxy needs to judge the git service port.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GitService {
+    /// This start's service key, 64 hex digits (never printed: [`Secret`]).
+    pub key: Secret,
+    /// The branch checked out when the sandbox started (`None`: detached): pushable like
+    /// the policy's `push_branches`, as the git API allows it.
+    #[serde(default)]
+    pub start_branch: Option<String>,
 }
 
 /// A credential of the policy that was not configured at start (no value).
@@ -143,10 +160,18 @@ mod tests {
                 value: Secret::new("hunter2-correct-horse".into()),
             }],
             missing: vec![],
+            git_service: Some(GitService {
+                key: Secret::new("00ff".repeat(16)),
+                start_branch: Some("main".into()),
+            }),
         };
         let shown = format!("{h:?}");
         assert!(!shown.contains("sk-ant-real") && shown.contains("REDACTED"));
         assert!(!shown.contains("hunter2") && shown.contains("DB_PASSWORD"));
+        assert!(
+            !shown.contains("00ff00ff"),
+            "the service key never prints: {shown}"
+        );
         assert_eq!(h.credentials[0].value.expose(), "sk-ant-real");
     }
 
@@ -163,6 +188,7 @@ mod tests {
                 placeholder: placeholder("github", "00"),
                 fix: "set GITHUB_TOKEN_FILE".into(),
             }],
+            git_service: None,
         };
         let json = serde_json::to_string(&h).unwrap();
         assert_eq!(serde_json::from_str::<Handoff>(&json).unwrap(), h);
@@ -170,6 +196,7 @@ mod tests {
         let old: Handoff =
             serde_json::from_str(r#"{"version":1,"session":"s","credentials":[]}"#).unwrap();
         assert!(old.missing.is_empty());
+        assert_eq!(old.git_service, None);
         assert!(
             serde_json::from_str::<Handoff>(
                 r#"{"version":1,"session":"s","credentials":[],"x":1}"#

@@ -96,6 +96,28 @@ airlock_channels::stable_codes! {
         /// A high-entropy (compressed or encrypted-looking) request body, to a host outside
         /// the LLM APIs, where the policy's `[signals] high_entropy = "deny"` refuses it.
         HighEntropy => "high-entropy",
+        /// A request on the git service port without the git API's ticket (the header the
+        /// git API gives every network git command it runs): whoever sent it is not the
+        /// git API.
+        GitTicketMissing => "git-ticket-missing",
+        /// A git service port ticket that does not verify (forged, altered, sealed with
+        /// another start's key, malformed) or is not for this request (another repository,
+        /// a fetch ticket on a push).
+        GitTicketInvalid => "git-ticket-invalid",
+        /// A git service port ticket past its expiry, or issued before the proxy started.
+        GitTicketExpired => "git-ticket-expired",
+        /// A push ticket whose ref updates were already taken once.
+        GitTicketReplayed => "git-ticket-replayed",
+        /// A push on the git service port carrying a ref update (ref, old, new) that its
+        /// ticket does not sign: the git API did not judge it.
+        GitRefUpdateUnsigned => "git-ref-update-unsigned",
+        /// A push on the git service port carrying a ref update the git rules refuse
+        /// whatever signed it: a deletion, a tag, a protected branch or a branch outside the
+        /// sandbox's own.
+        GitRefUpdateRefused => "git-ref-update-refused",
+        /// A push on the git service port whose ref-update commands cannot be read (bad
+        /// pkt-lines, too long, encoded, signed pushes).
+        GitPushMalformed => "git-push-malformed",
     }
 }
 
@@ -137,6 +159,13 @@ impl Reason {
             | Reason::CredentialMissing
             | Reason::EncodedBlob
             | Reason::HighEntropy => self.request_hint(),
+            Reason::GitTicketMissing
+            | Reason::GitTicketInvalid
+            | Reason::GitTicketExpired
+            | Reason::GitTicketReplayed
+            | Reason::GitRefUpdateUnsigned
+            | Reason::GitRefUpdateRefused
+            | Reason::GitPushMalformed => self.git_hint(),
         }
     }
 
@@ -291,6 +320,35 @@ impl Reason {
         }
     }
 
+    /// [`Reason::hint`] for a refusal on the git service port (only the git API uses it).
+    const fn git_hint(&self) -> &'static str {
+        match self {
+            Reason::GitTicketMissing
+            | Reason::GitTicketInvalid
+            | Reason::GitTicketExpired
+            | Reason::GitTicketReplayed => {
+                "Only the git API's own git commands use the git service port; run git \
+                 fetch and git push with the git command in the sandbox (a push or fetch that \
+                 took longer than the ticket's life is simply run again)."
+            }
+            Reason::GitRefUpdateUnsigned => {
+                "The git service port takes only the ref updates the git API judged; push \
+                 with the git command in the sandbox, and if the remote branch moved since \
+                 the last fetch, run git fetch and push again."
+            }
+            Reason::GitRefUpdateRefused => {
+                "Pushes never delete, tag, or touch protected branches or branches outside \
+                 the sandbox's own; push to a branch the policy's [git] push_branches allow \
+                 and open a pull request."
+            }
+            Reason::GitPushMalformed => {
+                "The push's ref-update commands could not be read; push with the git command \
+                 in the sandbox (signed pushes are not carried)."
+            }
+            _ => "",
+        }
+    }
+
     /// Hard denies (metadata and private addresses) hold even in report mode and can
     /// never be overridden by a rule or an approval.
     #[must_use]
@@ -396,6 +454,13 @@ mod tests {
             (Reason::CredentialMissing, "credential-missing"),
             (Reason::EncodedBlob, "encoded-blob"),
             (Reason::HighEntropy, "high-entropy"),
+            (Reason::GitTicketMissing, "git-ticket-missing"),
+            (Reason::GitTicketInvalid, "git-ticket-invalid"),
+            (Reason::GitTicketExpired, "git-ticket-expired"),
+            (Reason::GitTicketReplayed, "git-ticket-replayed"),
+            (Reason::GitRefUpdateUnsigned, "git-ref-update-unsigned"),
+            (Reason::GitRefUpdateRefused, "git-ref-update-refused"),
+            (Reason::GitPushMalformed, "git-push-malformed"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

@@ -126,6 +126,68 @@ where
     }
 }
 
+/// A request body with the bytes already read from it (to judge them before anything is
+/// sent) put back in front: the upstream gets the body byte for byte.
+#[derive(Debug)]
+pub struct Held<B> {
+    held: Option<Bytes>,
+    inner: B,
+}
+
+impl<B> Held<B> {
+    /// `inner` as it is.
+    pub const fn none(inner: B) -> Self {
+        Self { held: None, inner }
+    }
+
+    /// `held`, then the rest of `inner`.
+    pub fn new(held: Bytes, inner: B) -> Self {
+        Self {
+            held: (!held.is_empty()).then_some(held),
+            inner,
+        }
+    }
+}
+
+impl<B> Body for Held<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(held) = self.held.take() {
+            return Poll::Ready(Some(Ok(Frame::data(held))));
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let inner = self.inner.size_hint();
+        let n = self.held.as_ref().map_or(0, |h| h.len() as u64);
+        if n == 0 {
+            return inner;
+        }
+        if let Some(exact) = inner.exact() {
+            return SizeHint::with_exact(exact.saturating_add(n));
+        }
+        let mut hint = SizeHint::new();
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(n));
+        }
+        hint.set_lower(inner.lower().saturating_add(n));
+        hint
+    }
+}
+
 /// Why a streamed request body was cut on its way upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cut {

@@ -160,6 +160,18 @@ pub struct Credentials {
     scrub: Option<Needles>,
     /// The workspace's secret values (the detectors' exact needles, `detect`).
     workspace: Vec<WorkspaceSecret>,
+    /// The git service port's key and the sandbox's start branch (`None`: no git).
+    git_service: Option<ServicePass>,
+}
+
+/// What the git service port is judged with (from the hand-off's `git_service`): the key
+/// the git API's tickets are sealed with, and the branch the sandbox started on.
+#[derive(Debug, Clone)]
+pub struct ServicePass {
+    /// This start's service key.
+    pub key: airlock_ticket::ServiceKey,
+    /// The branch the sandbox started on: pushable like `git.push_branches`.
+    pub start_branch: Option<String>,
 }
 
 /// What [`Credentials::apply`] injected.
@@ -345,6 +357,14 @@ impl Credentials {
                 )
             })
             .collect();
+        let git_service = match h.git_service {
+            Some(g) => Some(ServicePass {
+                key: airlock_ticket::ServiceKey::from_hex(g.key.expose(), "the hand-off")
+                    .map_err(|e| e.to_string())?,
+                start_branch: g.start_branch,
+            }),
+            None => None,
+        };
         Ok(Self {
             bound,
             git_placeholder: h.git_placeholder,
@@ -352,7 +372,14 @@ impl Credentials {
             leak_except,
             scrub: Needles::new(scrub),
             workspace: h.workspace_secrets,
+            git_service,
         })
+    }
+
+    /// The git service port's key and start branch, when this start has git.
+    #[must_use]
+    pub const fn git_service(&self) -> Option<&ServicePass> {
+        self.git_service.as_ref()
     }
 
     /// The values found in the workspace's secret files at start.
@@ -709,6 +736,7 @@ repositories = ["github.com/o/r"]
             git_placeholder: Some("airlock-git.s.01".into()),
             workspace_secrets: Vec::new(),
             missing: vec![],
+            git_service: None,
         };
         Credentials::from_handoff(h, policy).unwrap()
     }
@@ -983,6 +1011,7 @@ repositories = ["github.com/o/r"]
             git_placeholder: None,
             workspace_secrets: Vec::new(),
             missing: vec![],
+            git_service: None,
         };
         assert!(Credentials::from_handoff(h, &policy).is_err());
         let dir = tempfile::tempdir().unwrap();

@@ -174,6 +174,21 @@ pub fn git_refusal(reason: Reason, service: &str, message: &str) -> Response<Pro
     resp
 }
 
+/// A refusal of a smart-HTTP `POST` (`service` is `git-upload-pack` or `git-receive-pack`):
+/// `200` with `body` (pkt-lines git reads: an `ERR` packet, a report-status) as the
+/// service's result; the header and the audit line say the reason.
+#[must_use]
+pub fn git_result(reason: Reason, service: &str, body: Vec<u8>) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(body));
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("application/x-{service}-result")) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(ERROR_HEADER, HeaderValue::from_static(reason.as_str()));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
 fn json_denial(reason: Reason, body: String) -> Response<ProxyBody> {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status_for(reason);

@@ -4,8 +4,10 @@
 //!
 //! 1. `Host` (and an absolute-form target) must name the connection's checked target (no
 //!    fronting inside an intercepted connection);
-//! 2. git: on the service port only smart-HTTP requests of authorized repositories pass; on
-//!    the agent's ports anything that looks like `git-receive-pack` is `git-push-blocked`;
+//! 2. git: on the service port only smart-HTTP requests of authorized repositories pass,
+//!    each with the git API's ticket, and a push only with the ref updates the ticket signed
+//!    and the git rules allow (`service`, read before anything is sent); on the agent's
+//!    ports anything that looks like `git-receive-pack` is `git-push-blocked`;
 //! 3. the policy's L7 rules (`judge`, and `judge_body` on the buffered body when asked);
 //! 4. credentials (`credentials` module): the URL and headers searched for secrets, the
 //!    bound header replaced; a body of a request that received no credential is searched
@@ -53,7 +55,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::Shared;
 use crate::audit::{Event, Kind, Pending, Record, Verdict};
-use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed, SignalNote};
+use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed, Held, SignalNote};
 use crate::ca::Ca;
 use crate::credentials::{GitScope, Injected};
 use crate::decide::Target;
@@ -67,6 +69,7 @@ use crate::limits::Slot;
 use crate::pool::{self, Pooled};
 use crate::read_ahead::ReadAhead;
 use crate::scan;
+use crate::service::{self, Admitted};
 use crate::shutdown::{Phase, reached};
 use crate::signal;
 use crate::signal::SignalPolicy as _;
@@ -93,6 +96,14 @@ const POOL_SETTLE: Duration = Duration::from_secs(1);
 /// Body type of requests sent upstream.
 pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
 
+/// An agent's (or the git API's) request body as it is judged: ending cleanly only where
+/// its message did, with what was read of it to judge it put back in front.
+type InBody = Held<Framed<Incoming>>;
+
+/// At most this much of a refused git service request's body is read (and dropped) before
+/// the refusal is sent, so that git, still sending, reads the refusal.
+const DRAIN_CAP: usize = 16 << 20;
+
 /// Setting up interception failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InterceptionError {
@@ -112,6 +123,9 @@ pub enum InterceptionError {
 pub struct Interception {
     leaves: Leaves,
     client: Arc<ClientConfig>,
+    /// The git service port's per-start state (it always intercepts): when this proxy
+    /// started, and the push tickets already taken.
+    service: service::ServiceState,
 }
 
 impl std::fmt::Debug for Interception {
@@ -149,6 +163,7 @@ impl Interception {
         Ok(Self {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
+            service: service::ServiceState::new(),
         })
     }
 
@@ -178,6 +193,11 @@ impl Interception {
     #[must_use]
     pub const fn leaves(&self) -> &Leaves {
         &self.leaves
+    }
+
+    /// The git service port's per-start state.
+    pub(crate) const fn service_state(&self) -> &service::ServiceState {
+        &self.service
     }
 }
 
@@ -558,8 +578,26 @@ pub(crate) async fn exchange(
     let uri = req.uri().clone();
     match prepare(ctx, req, route, &mut rec).await {
         Ok(prepared) => forward(ctx, prepared, route, rec).await,
-        Err(Reason::CredentialMissing) => missing_credential(ctx, rec, route, &uri),
-        Err(reason) => ctx.deny(rec, reason, route).await,
+        Err(Refuse::Plain(Reason::CredentialMissing)) => missing_credential(ctx, rec, route, &uri),
+        Err(Refuse::Plain(reason)) => ctx.deny(rec, reason, route).await,
+        Err(Refuse::Git(refusal)) => {
+            rec.rule = Some(refusal.rule.clone());
+            let (host, port) = (route.target.host.as_str(), route.target.port);
+            deny::audited_with(rec, refusal.reason, host, port, || refusal.answer())
+        }
+    }
+}
+
+/// Why a request is not sent: a reason (answered as JSON, or as git prints it where the
+/// request is git's), or a git service port refusal with its own answer.
+enum Refuse {
+    Plain(Reason),
+    Git(service::Refusal),
+}
+
+impl From<Reason> for Refuse {
+    fn from(reason: Reason) -> Self {
+        Refuse::Plain(reason)
     }
 }
 
@@ -636,10 +674,10 @@ struct Prepared {
 /// request's denial (the record already names the rule or credential involved).
 async fn prepare(
     ctx: &Cx<'_>,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     route: &Route,
     rec: &mut Pending,
-) -> Result<Prepared, Reason> {
+) -> Result<Prepared, Refuse> {
     describe(rec, &req, route);
     check_head(ctx, &req, route)?;
     // A cheap clone (shared bytes) the path and query are borrowed from.
@@ -647,6 +685,7 @@ async fn prepare(
     let (path, query) = (uri.path(), uri.query());
     let method = req.method().clone();
     let scope = git_scope(ctx, route, method.as_str(), path, query, rec)?;
+    let (mut req, admitted) = service_gate(ctx, req, route, rec).await?;
     let view = RequestView {
         host: &route.target.host,
         method: method.as_str(),
@@ -662,6 +701,10 @@ async fn prepare(
     // From here on the body ends cleanly only where its message really ended (`Framed`).
     let end = parts.extensions.remove::<MessageEnd>();
     let body = Framed::new(body, end);
+    let body = match admitted {
+        Some(a) => push_commands(ctx, &a, &method, body, &parts.headers).await?,
+        None => Held::none(body),
+    };
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
     hop::strip_claims(&mut parts.headers);
@@ -759,6 +802,98 @@ fn git_scope(
         Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
         _ => GitScope::None,
     })
+}
+
+/// On the git service port: the request's ticket, checked ([`service::admit`]); only `GET`
+/// and `POST` (all git sends). Elsewhere nothing. A refused request's body is drained first.
+async fn service_gate(
+    ctx: &Cx<'_>,
+    req: Request<Incoming>,
+    route: &Route,
+    rec: &mut Pending,
+) -> Result<(Request<Incoming>, Option<Admitted>), Refuse> {
+    if !ctx.git_service() {
+        return Ok((req, None));
+    }
+    // `git_scope` let only smart-HTTP requests of authorized repositories this far.
+    let Some(git) = gitpath::parse(req.uri().path(), req.uri().query()) else {
+        return Err(Reason::RequestDeniedByRule.into());
+    };
+    let post = req.method() == http::Method::POST;
+    if !post && req.method() != http::Method::GET {
+        rec.rule = Some("git service: GET and POST only".into());
+        return Err(Reason::RequestDeniedByRule.into());
+    }
+    let repository = git.repository(route.target.host.as_str());
+    let verdict = service::admit(
+        ctx.rules.credentials.git_service(),
+        ctx.shared.interception.service_state(),
+        req.headers(),
+        (git.service, &repository),
+        post,
+        SystemTime::now(),
+    );
+    match verdict {
+        Ok(admitted) => Ok((req, Some(admitted))),
+        Err(refusal) => {
+            let idle = ctx.shared.limits.idle_timeout;
+            service::drain(req.into_body(), DRAIN_CAP, idle).await;
+            Err(Refuse::Git(refusal))
+        }
+    }
+}
+
+/// A request the service port admitted, its body as it will be sent: a push's
+/// ref-update commands read and judged first ([`service::judge`]) and its ticket's updates
+/// taken ([`service::take`]); any other receive-pack request without a body.
+async fn push_commands(
+    ctx: &Cx<'_>,
+    admitted: &Admitted,
+    method: &http::Method,
+    mut body: Framed<Incoming>,
+    headers: &http::HeaderMap,
+) -> Result<InBody, Refuse> {
+    if admitted.service != Service::ReceivePack {
+        return Ok(Held::none(body));
+    }
+    let idle = ctx.shared.limits.idle_timeout;
+    let verdict = if *method != http::Method::POST {
+        if body.is_end_stream() {
+            return Ok(Held::none(body));
+        }
+        Err(service::malformed(
+            "a receive-pack request that is not a POST carries a body",
+        ))
+    } else if headers.contains_key(header::CONTENT_ENCODING) {
+        Err(service::malformed(
+            "a receive-pack body must not be content-encoded",
+        ))
+    } else {
+        match service::read_commands(&mut body, idle).await {
+            Err(why) => Err(service::malformed(why)),
+            Ok((held, commands)) => {
+                let start = ctx.rules.credentials.git_service();
+                let start = start.and_then(|p| p.start_branch.as_deref());
+                let now = SystemTime::now();
+                service::judge_policy(&commands, &admitted.ticket, &ctx.rules.policy, start)
+                    .and_then(|()| {
+                        if commands.updates.is_empty() {
+                            return Ok(());
+                        }
+                        let state = ctx.shared.interception.service_state();
+                        service::take(state, admitted, commands.caps, &commands, now)
+                    })
+                    .map(|()| held)
+            }
+        }
+    };
+    match verdict {
+        Ok(held) => Ok(Held::new(held, body)),
+        Err(refusal) => {
+            service::drain(body, DRAIN_CAP, idle).await;
+            Err(Refuse::Git(refusal))
+        }
+    }
 }
 
 /// The policy's L7 rules on the head (not on the service port), with the method-override
@@ -1012,7 +1147,7 @@ struct Tally {
 #[allow(clippy::too_many_arguments)] // the request's parts, each used once
 async fn prepare_body(
     ctx: &Cx<'_>,
-    body: Framed<Incoming>,
+    body: InBody,
     headers: &http::HeaderMap,
     body_cap: Option<usize>,
     view: &RequestView<'_>,
@@ -1091,7 +1226,7 @@ async fn prepare_body(
 /// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
 async fn judged_body(
     ctx: &Cx<'_>,
-    body: Framed<Incoming>,
+    body: InBody,
     headers: &http::HeaderMap,
     cap: usize,
     view: &RequestView<'_>,

@@ -15,6 +15,7 @@ mod explicit;
 mod intercept;
 mod missing;
 mod refusals;
+mod service;
 mod signals;
 mod transparent;
 mod websocket;

@@ -67,6 +67,21 @@ async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> String {
     String::from_utf8(buf).unwrap()
 }
 
+/// The git service port's key of the push test's start.
+const SERVICE_KEY: airlock_ticket::ServiceKey = airlock_ticket::ServiceKey::from_bytes([5; 32]);
+
+/// A ticket of the git API for `allowed.test/o/r`, sealed now.
+fn ticket(op: airlock_ticket::Op, updates: Vec<airlock_ticket::RefUpdate>) -> String {
+    airlock_ticket::Ticket::new(
+        op,
+        vec!["allowed.test/o/r".into()],
+        updates,
+        std::time::SystemTime::now(),
+    )
+    .unwrap()
+    .seal(&SERVICE_KEY)
+}
+
 /// One request on `s`: the head and the body (content-length).
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, raw: &str) -> (String, String) {
     s.write_all(raw.as_bytes()).await.unwrap();
@@ -166,6 +181,7 @@ repositories = ["allowed.test/o/r"]
 "#
         .into(),
         missing: vec![("github", "airlock-placeholder-github-0b", GIT_FIX)],
+        git_service: Some((SERVICE_KEY, None)),
         ..Extra::default()
     };
     let mut h = Harness::start_extra(
@@ -176,11 +192,18 @@ repositories = ["allowed.test/o/r"]
         &extra,
     )
     .await;
-    // What `git push` asks first, on the git API's service port.
+    // What `git push` asks first, on the git API's service port (with the git API's ticket).
+    let push = ticket(
+        airlock_ticket::Op::Push,
+        vec![
+            airlock_ticket::RefUpdate::new("refs/heads/sandbox/t/x", None, &"1".repeat(40))
+                .unwrap(),
+        ],
+    );
     let mut tls = tunnel(&h, h.service, "allowed.test").await;
     let (head, body) = exchange(
         &mut tls,
-        "GET /o/r.git/info/refs?service=git-receive-pack HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+        &format!("GET /o/r.git/info/refs?service=git-receive-pack HTTP/1.1\r\nhost: allowed.test\r\nx-airlock-ticket: {push}\r\n\r\n"),
     )
     .await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -208,10 +231,11 @@ repositories = ["allowed.test/o/r"]
     );
     // A fetch needs no token from a public repository: it goes upstream, unauthenticated
     // (here to an upstream that speaks no TLS, so the proxy answers 502).
+    let fetch = ticket(airlock_ticket::Op::Fetch, vec![]);
     let mut tls = tunnel(&h, h.service, "allowed.test").await;
     let (head, _) = exchange(
         &mut tls,
-        "GET /o/r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+        &format!("GET /o/r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nhost: allowed.test\r\nx-airlock-ticket: {fetch}\r\n\r\n"),
     )
     .await;
     assert!(head.starts_with("HTTP/1.1 502"), "{head}");

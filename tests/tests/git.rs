@@ -42,14 +42,14 @@ repositories = ["github.com/acme/app"]
 
 /// A World with `github.com/acme/app` upstream and the workspace a clone of it whose `.git`
 /// is hidden as the docker flags hide it.
-struct GitWorld {
-    world: World,
-    airlock: Airlock,
-    upstream: PathBuf,
+pub(crate) struct GitWorld {
+    pub(crate) world: World,
+    pub(crate) airlock: Airlock,
+    pub(crate) upstream: PathBuf,
     git_dir: PathBuf,
     shims: PathBuf,
     /// Commit of `main` upstream after seeding.
-    main: String,
+    pub(crate) main: String,
 }
 
 fn chown_r(path: &Path, uid: u32) {
@@ -63,7 +63,7 @@ fn chown_r(path: &Path, uid: u32) {
 }
 
 impl GitWorld {
-    fn new() -> GitWorld {
+    pub(crate) fn new() -> GitWorld {
         let world = world();
         let upstream = world.git_upstream("acme", "app").unwrap();
         let up = format!("file://{}", upstream.display());
@@ -143,7 +143,7 @@ impl GitWorld {
 
     /// The entrypoint behind a wrapper that does what `docker run` does for the image: an
     /// empty read-only tmpfs over `<workspace>/.git` and the shims at [`SHIM_DIR`].
-    fn command(&self, script: &str) -> Command {
+    pub(crate) fn command(&self, script: &str) -> Command {
         let a = &self.airlock;
         let mut cmd = self.world.sandbox_command(Path::new("/bin/sh"));
         cmd.arg("-c")
@@ -172,11 +172,11 @@ impl GitWorld {
         cmd
     }
 
-    fn run(&self, script: &str) -> Output {
+    pub(crate) fn run(&self, script: &str) -> Output {
         self.command(script).output().unwrap()
     }
 
-    fn upstream_ref(&self, name: &str) -> Option<String> {
+    pub(crate) fn upstream_ref(&self, name: &str) -> Option<String> {
         let out = Command::new("/usr/bin/git")
             .arg("--git-dir")
             .arg(&self.upstream)
@@ -188,7 +188,7 @@ impl GitWorld {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    fn upstream_refs(&self) -> String {
+    pub(crate) fn upstream_refs(&self) -> String {
         seed_git(&self.upstream, &["for-each-ref"])
     }
 
@@ -198,15 +198,21 @@ impl GitWorld {
     }
 }
 
+/// Sets `name` to `oid` in the upstream repository directly (no hook, as another client
+/// of the forge would have done before the sandbox looks).
+pub(crate) fn seed_upstream_ref(g: &GitWorld, name: &str, oid: &str) {
+    seed_git(&g.upstream, &["update-ref", name, oid]);
+}
+
 /// `t NAME cmd...` runs cmd and prints `NAME=<status> <output on one line>`.
-const HELPERS: &str = r#"
+pub(crate) const HELPERS: &str = r#"
 export GIT_AUTHOR_NAME=Agent GIT_AUTHOR_EMAIL=agent@example.invalid
 export GIT_COMMITTER_NAME=Agent GIT_COMMITTER_EMAIL=agent@example.invalid
 t() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf '%s=%s %s\n' "$n" "$r" "$(printf %s "$o" | tr '\n' ' ')"; }
 "#;
 
 /// The line `NAME=<status> ...` of the agent's output.
-fn step<'a>(text: &'a str, name: &str) -> (i32, &'a str) {
+pub(crate) fn step<'a>(text: &'a str, name: &str) -> (i32, &'a str) {
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{name}=")))
@@ -215,7 +221,7 @@ fn step<'a>(text: &'a str, name: &str) -> (i32, &'a str) {
     (code.parse().unwrap(), rest)
 }
 
-fn assert_step_ok(text: &str, name: &str) {
+pub(crate) fn assert_step_ok(text: &str, name: &str) {
     let (code, out) = step(text, name);
     assert_eq!(code, 0, "{name} failed: {out}\n--- all:\n{text}");
 }

@@ -18,6 +18,7 @@ mod dns_uid;
 mod egress;
 mod foundation;
 mod git;
+mod git_service;
 mod github_api;
 mod harness;
 mod intercept;

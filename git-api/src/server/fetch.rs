@@ -7,6 +7,7 @@ use super::rewrite::{global_and_sub, split_operands};
 use super::spawn::Job;
 use crate::argv::{Checked, Refusal};
 use crate::visible::{self, FetchSpec};
+use airlock_ticket::Op;
 use airlock_wire::frame::{CHUNK, write_frame, write_json};
 use airlock_wire::{Exit, FrameKind, Reason};
 use std::os::unix::net::UnixStream;
@@ -115,7 +116,10 @@ impl Server {
             Some(r) => r,
             None => self.fetch_remote(self.current_branch()?.as_deref())?,
         };
-        job.config.extend(self.check_remote(&remote, false)?);
+        let checked = self.check_remote(&remote, false)?;
+        job.config.extend(checked.transport);
+        job.config
+            .extend(self.ticket(Op::Fetch, &checked.repositories, Vec::new())?);
         let mut args = global_and_sub(c);
         args.extend(options);
         args.push("--".into());
@@ -187,9 +191,16 @@ impl Server {
             };
             vec![(remote, ops.collect())]
         };
+        let mut repositories = Vec::new();
         for (remote, _) in &plan {
-            job.config.extend(self.check_remote(remote, false)?);
+            let checked = self.check_remote(remote, false)?;
+            job.config.extend(checked.transport);
+            repositories.extend(checked.repositories);
         }
+        // One ticket for every remote of the command: git sends it on each request, and the
+        // proxy checks it names the request's repository.
+        job.config
+            .extend(self.ticket(Op::Fetch, &repositories, Vec::new())?);
         let mut status = 0;
         for (remote, written) in plan {
             let user_specs: Vec<FetchSpec> = written.iter().map(|s| FetchSpec::parse(s)).collect();

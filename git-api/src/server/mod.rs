@@ -2,8 +2,9 @@
 //!
 //! By job: `listen` accepts connections under the cap, `auth` authenticates them, `execute`
 //! decides and dispatches by class, `remote` reads and checks remotes, `fetch` and
-//! `push` orchestrate the commands that talk to one, `rewrite` reshapes the argv git runs,
-//! `spawn` runs git and streams its output, and `audit` is the log record of the outcome.
+//! `push` orchestrate the commands that talk to one (each with a `ticket` of the git
+//! service port), `rewrite` reshapes the argv git runs, `spawn` runs git and streams its
+//! output, and `audit` is the log record of the outcome.
 
 mod audit;
 mod auth;
@@ -14,6 +15,7 @@ mod push;
 mod remote;
 mod rewrite;
 mod spawn;
+mod ticket;
 
 use crate::argv::Refusal;
 use crate::log::Log;
@@ -44,6 +46,9 @@ pub struct Server {
     pub max_connections: usize,
     /// The decision log.
     pub log: Log,
+    /// The git service port's key (from the entrypoint): every network git command gets a
+    /// ticket sealed with it. `None` (tests, local upstreams): none do.
+    service_key: Option<airlock_ticket::ServiceKey>,
     active: AtomicUsize,
     /// Whether this git's `bisect` is the shell script of git < 2.40 (read once).
     bisect_script: std::sync::OnceLock<bool>,
@@ -69,6 +74,7 @@ impl Server {
             write_lock: Mutex::new(()),
             max_connections,
             log: Log::stderr(None),
+            service_key: None,
             active: AtomicUsize::new(0),
             bisect_script: std::sync::OnceLock::new(),
         }
@@ -78,6 +84,14 @@ impl Server {
     #[must_use]
     pub fn with_log(mut self, log: Log) -> Server {
         self.log = log;
+        self
+    }
+
+    /// The same server sealing a ticket of the git service port with `key` for every
+    /// network git command (see `airlock_ticket`).
+    #[must_use]
+    pub fn with_service_key(mut self, key: airlock_ticket::ServiceKey) -> Server {
+        self.service_key = Some(key);
         self
     }
 }

@@ -4,6 +4,7 @@
 use super::Server;
 use crate::argv::{Checked, Refusal};
 use crate::push::{self, Facts, Update};
+use airlock_ticket::Op;
 use airlock_wire::Reason;
 
 /// A refspec's source resolved to a ref, its destination, and the object id the source
@@ -16,7 +17,8 @@ pub(super) struct Resolved {
 
 impl Server {
     /// Resolve `git push ...` into explicit updates, judge them, and return the argv to run.
-    /// Also returns the transport configuration of the remote (see `check_remote`).
+    /// Also returns the configuration git runs with: the remote's transport (see
+    /// `check_remote`) and the ticket that signs exactly the judged updates (see `ticket`).
     pub(super) fn resolve_push(&self, c: &Checked) -> Result<(Vec<String>, Vec<String>), Refusal> {
         let (global, rest) = c.argv.split_at((c.sub_index + 1).min(c.argv.len()));
         let mut options = Vec::new();
@@ -36,7 +38,7 @@ impl Server {
             Some(r) => r.clone(),
             None => self.default_remote(branch.as_deref())?,
         };
-        let transport = self.check_remote(&remote, true)?;
+        let checked = self.check_remote(&remote, true)?;
         let specs: Vec<push::Refspec> = if operands.len() > 1 {
             operands[1..]
                 .iter()
@@ -55,6 +57,7 @@ impl Server {
             }]
         };
         let mut refspecs = Vec::new();
+        let mut signed = Vec::new();
         for spec in specs {
             let Resolved { src_ref, dst, oid } = self.resolve_refspec(&spec, branch.as_deref())?;
             let new = oid.ok_or_else(|| {
@@ -82,13 +85,16 @@ impl Server {
             self.rules.judge_push(&update, &remote, &spec.src)?;
             let facts = self.facts(&remote, old.as_deref(), &new)?;
             self.rules.judge_facts(&update, &facts)?;
+            signed.push(super::ticket::update(&dst, old.as_deref(), &new)?);
             refspecs.push(format!("{src_ref}:{dst}"));
         }
+        let mut config = checked.transport;
+        config.extend(self.ticket(Op::Push, &checked.repositories, signed)?);
         let mut out: Vec<String> = global.to_vec();
         out.extend(options);
         out.push(remote);
         out.extend(refspecs);
-        Ok((out, transport))
+        Ok((out, config))
     }
 
     pub(super) fn resolve_refspec(

@@ -7,6 +7,16 @@ use crate::push;
 use crate::visible::FetchSpec;
 use airlock_wire::Reason;
 
+/// A remote the git API may talk to.
+pub(super) struct Remote {
+    /// The configuration that makes git talk HTTPS to an authorized SSH URL
+    /// (`url.<https>.insteadOf=<the URL>`); the agent's configuration keeps the URL as
+    /// written.
+    pub(super) transport: Vec<String>,
+    /// The authorized repositories its URLs name (what its ticket lets git talk to).
+    pub(super) repositories: Vec<String>,
+}
+
 impl Server {
     /// A git query of the repository (`git config --get ...`, `git rev-parse ...`); git that
     /// does not start is an internal refusal.
@@ -46,10 +56,8 @@ impl Server {
         Ok("origin".into())
     }
 
-    /// The remote must be configured and every URL it uses authorized. Returns the
-    /// configuration that makes git talk HTTPS to an authorized SSH URL (`url.<https>.
-    /// insteadOf=<the URL>`); the agent's configuration keeps the URL as written.
-    pub(super) fn check_remote(&self, remote: &str, push: bool) -> Result<Vec<String>, Refusal> {
+    /// The remote must be configured and every URL it uses authorized.
+    pub(super) fn check_remote(&self, remote: &str, push: bool) -> Result<Remote, Refusal> {
         if !self.remotes()?.iter().any(|r| r == remote) {
             return Err(Refusal::new(
                 Reason::RepositoryNotAuthorized,
@@ -81,14 +89,18 @@ impl Server {
                 format!("remote {remote} has no URL"),
             ));
         }
-        let mut transport = Vec::new();
+        let mut checked = Remote {
+            transport: Vec::new(),
+            repositories: Vec::new(),
+        };
         for url in urls {
             let id = self.rules.check_repository(remote, &url)?;
             if let Some(https) = push::https_form(&url, &id) {
-                transport.push(self.env.rewrite(&url, &https, &id));
+                checked.transport.push(self.env.rewrite(&url, &https, &id));
             }
+            checked.repositories.push(id);
         }
-        Ok(transport)
+        Ok(checked)
     }
 
     /// The remote `fetch`, `pull` and `ls-remote` use when none is named.

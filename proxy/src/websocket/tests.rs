@@ -210,6 +210,7 @@ format = "Bearer {}"
         git_placeholder: None,
         workspace_secrets: Vec::new(),
         missing: vec![],
+        git_service: None,
     };
     let creds = Credentials::from_handoff(h, &policy).unwrap();
     Rules::new(policy, creds).unwrap()

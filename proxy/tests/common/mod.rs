@@ -83,6 +83,12 @@ pub struct Extra {
     /// Values found in the workspace's secret files (`(file, value)`), handed over as the
     /// entrypoint does.
     pub workspace: Vec<(&'static str, &'static str)>,
+    /// The git service port's key and the sandbox's start branch, handed over as the
+    /// entrypoint does.
+    pub git_service: Option<(airlock_ticket::ServiceKey, Option<&'static str>)>,
+    /// Roots the proxy trusts for upstream TLS besides webpki's (a test upstream's own, as
+    /// an operator passes `--upstream-ca`).
+    pub upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// The harness's session, sandbox and container.
@@ -149,6 +155,7 @@ impl Harness {
         let credentials = if extra.credentials.is_empty()
             && extra.missing.is_empty()
             && extra.workspace.is_empty()
+            && extra.git_service.is_none()
         {
             airlock_proxy::credentials::Credentials::none()
         } else {
@@ -188,6 +195,12 @@ impl Harness {
                         },
                     )
                     .collect(),
+                git_service: extra.git_service.as_ref().map(|(key, branch)| {
+                    airlock_handoff::GitService {
+                        key: airlock_handoff::Secret::new(key.to_hex()),
+                        start_branch: branch.map(str::to_owned),
+                    }
+                }),
             };
             airlock_proxy::credentials::Credentials::from_handoff(handoff, &policy).unwrap()
         };
@@ -228,7 +241,8 @@ impl Harness {
             identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
             interception: Arc::new(
-                airlock_proxy::intercept::Interception::new(ca, Vec::new()).unwrap(),
+                airlock_proxy::intercept::Interception::new(ca, extra.upstream_roots.clone())
+                    .unwrap(),
             ),
             git_service_addr: Some("127.0.0.1:0".parse().unwrap()),
         };
@@ -513,4 +527,59 @@ pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
         .await
         .expect("the proxy closes the connection within 3 s");
     out
+}
+
+/// A TLS upstream for `name` (a self-signed certificate: pass the returned root in
+/// [`Extra::upstream_roots`]) that answers each whole request with `200` and a 4-byte
+/// body (a git flush packet), and keeps every byte it was sent, decrypted.
+pub async fn tls_recorder(
+    name: &str,
+) -> (
+    SocketAddr,
+    rustls::pki_types::CertificateDer<'static>,
+    Arc<Mutex<Vec<u8>>>,
+) {
+    let certified = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+    let cert = certified.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let all = Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let all = Arc::clone(&all);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut s) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    all.lock().unwrap().extend_from_slice(&chunk[..n]);
+                    if complete(&buf) {
+                        buf.clear();
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n0000")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, cert, got)
 }
