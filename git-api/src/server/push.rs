@@ -83,8 +83,10 @@ impl Server {
                 new: Some(new.clone()),
             };
             self.rules.judge_push(&update, &remote, &spec.src)?;
-            let facts = self.facts(&remote, old.as_deref(), &new)?;
+            let facts = self.facts(old.as_deref(), &new)?;
             self.rules.judge_facts(&update, &facts)?;
+            let touched = crate::pushed::list(&self.env, &remote, old.as_deref(), &new)?;
+            self.rules.judge_paths(&update, &touched)?;
             signed.push(super::ticket::update(&dst, old.as_deref(), &new)?);
             refspecs.push(format!("{src_ref}:{dst}"));
         }
@@ -158,12 +160,9 @@ impl Server {
         Ok(Resolved { src_ref, dst, oid })
     }
 
-    pub(super) fn facts(
-        &self,
-        remote: &str,
-        old: Option<&str>,
-        new: &str,
-    ) -> Result<Facts, Refusal> {
+    /// Whether `new` fast-forwards `old` (a new ref always does). The paths it changes are
+    /// read as git stores them, by [`crate::pushed::list`].
+    pub(super) fn facts(&self, old: Option<&str>, new: &str) -> Result<Facts, Refusal> {
         let fast_forward = match old {
             None => true,
             Some(o) => {
@@ -180,36 +179,9 @@ impl Server {
                 }
             }
         };
-        let remotes = format!("--remotes={remote}");
-        let mut args = vec![
-            "log",
-            "--no-renames",
-            "--name-only",
-            "--format=format:",
-            "--cc",
-            new,
-            "--not",
-        ];
-        match old {
-            Some(o) => args.push(o),
-            None => args.push(&remotes),
-        }
-        let q = self.query(&args)?;
-        if !q.ok {
-            return Err(Refusal::new(
-                Reason::Internal,
-                format!("listing pushed paths failed: {}", q.stderr.trim()),
-            ));
-        }
-        let touched = q
-            .stdout
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect();
         Ok(Facts {
             fast_forward,
-            touched,
+            touched: Vec::new(),
         })
     }
 }
