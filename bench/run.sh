@@ -25,7 +25,7 @@
 #   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json)
 #   env ONLY      space-separated rows to run besides direct (airlock bare squid tinyproxy
 #                 mitmproxy intercept); "bare" adds the least a CONNECT relay can be
-#                 (`airlock-bench relay`: copy, splice, a BPF sockmap; with "intercept",
+#                 (`airlock-bench relay`: copy, splice; with "intercept",
 #                 `relay-tls`: TLS both sides and a copy), what our rows read against;
 #                 "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
 #                 intercepting with a credential injected; a leaf minted per new host)
@@ -254,11 +254,9 @@ if wants bare; then
   # policy, no audit, no epoll, a blocking thread per direction), pinned to core 1 like
   # every proxy: what any relay of that kind costs on this machine, beside which the
   # airlock tunnel reads (direct pays for neither the second connection nor the cross-core
-  # wake-ups). Their new-connection column includes spawning three threads. In the sockmap
-  # row the kernel relays: its work runs on core 0 (the senders' softirq and a kworker),
-  # charged to no process, so its proxy CPU reads about 0; it needs bpf(2) (root, CAP_BPF),
-  # and a kernel without sockmap makes the row absent with the reason.
-  for mode in splice copy sockmap; do
+  # wake-ups). Their new-connection column includes spawning three threads. The splice row
+  # moves bytes through the proxy's own pipe (airlock_proxy::tunnel::tcp).
+  for mode in splice copy; do
     proxy_row "bare connect ($mode relay)" connect 127.0.0.1:3134 "$BENCH_BIN" relay --listen 127.0.0.1:3134 --mode $mode
   done
 fi
@@ -346,8 +344,8 @@ fi
 
 # How this machine's idle cores wake up. On a VM it decides the one-connection figures: a
 # vCPU that halts when idle costs whoever wakes it a VM exit (an IPI) per wake-up, while
-# one that polls first (haltpoll's guest_halt_poll_ns) is woken for free (README,
-# "Limitations").
+# one that polls first (haltpoll's guest_halt_poll_ns) is woken for free (docs/performance.md;
+# the measurements: bench/RESULTS.md).
 idle_desc() {
   local hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
   printf '%s' "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)"

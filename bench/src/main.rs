@@ -8,8 +8,8 @@
 //! - `rss`: a proxy's resident memory now and at its peak.
 //! - `scale`: the scale curve (RSS, CPU per request and descriptors at 1…1,000 open
 //!   connections, and no descriptor left after they close).
-//! - `relay`: the least a `CONNECT` tunnel can be (copy, splice or a BPF sockmap), the
-//!   bare rows the airlock tunnel is read against.
+//! - `relay`: the least a `CONNECT` tunnel can be (copy, or splice through the proxy's own
+//!   pipe), the bare rows the airlock tunnel is read against.
 //! - `relay-tls`: the least an intercepting `CONNECT` relay can be (decrypt and encrypt,
 //!   nothing else), the bare row the airlock interception rows are read against.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).

@@ -416,7 +416,9 @@ mod tests {
         assert!(!t.contains("steal"), "no cell reported steal: {t}");
         assert!(t.contains("(base 0.030 / 0.050)"), "{t}");
         assert!(
-            t.contains("| i intercept | — | — | — | 250.0 (new host: 900.0) | 0.050 / 0.100 | 400 (80%) |"),
+            t.contains(
+                "| i intercept | — | — | — | 250.0 (new host: 900.0) | 0.050 / 0.100 | 400 (80%) |"
+            ),
             "{t}"
         );
     }

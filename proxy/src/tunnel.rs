@@ -270,7 +270,9 @@ where
     }
 }
 
-mod tcp;
+/// The TCP ↔ TCP relay; its splice pipe ([`tcp::Pipe`], [`tcp::splice`]) is public so that the
+/// benchmark's bare splice relay measures the same pipe.
+pub mod tcp;
 
 /// Resolves once `meter` has seen no byte for `idle`.
 pub async fn idle_watch(meter: &Meter, idle: Duration) {

@@ -6,10 +6,15 @@
 //! through its own pipe (socket → pipe → socket, the kernel moves page references, the
 //! proxy never copies the bytes) until a wake-up moves less than a buffer's worth again.
 //! A pipe that cannot be created (fd limit) just keeps the copy.
+//!
+//! Public: [`Pipe`] and [`splice`], the pipe and the one `splice(2)` call every bulk
+//! direction uses, so that `airlock-bench`'s bare splice relay moves bytes exactly this way
+//! (on blocking sockets, where the pipe's non-blocking ends never wait: the relay empties the
+//! pipe before it fills it again). Nothing else here is public.
 
 use std::any::Any;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -208,14 +213,20 @@ async fn pump(
     to.shutdown().await
 }
 
-/// A pipe's two ends (non-blocking, close-on-exec).
-struct Pipe {
+/// A pipe's two ends (non-blocking, close-on-exec), 1 MiB when the kernel allows it (else
+/// 256 KiB, else its default 64 KiB).
+#[derive(Debug)]
+pub struct Pipe {
     r: OwnedFd,
     w: OwnedFd,
 }
 
 impl Pipe {
-    fn new() -> io::Result<Self> {
+    /// A new pipe.
+    ///
+    /// # Errors
+    /// `pipe2(2)`'s (the descriptor limit).
+    pub fn new() -> io::Result<Self> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
@@ -233,9 +244,27 @@ impl Pipe {
         }
         Ok(Self { r, w })
     }
+
+    /// The end bytes are spliced out of.
+    #[must_use]
+    pub fn reader(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.r.as_fd()
+    }
+
+    /// The end bytes are spliced into.
+    #[must_use]
+    pub fn writer(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.w.as_fd()
+    }
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+/// One `splice(2)` of at most `len` bytes from `from` to `to` (one of them a pipe), never
+/// waiting on the pipe (`SPLICE_F_NONBLOCK`); a socket end waits only if it is blocking.
+///
+/// # Errors
+/// `splice(2)`'s, `WouldBlock` included.
+pub fn splice(from: impl AsFd, to: impl AsFd, len: usize) -> io::Result<usize> {
+    let (from, to): (RawFd, RawFd) = (from.as_fd().as_raw_fd(), to.as_fd().as_raw_fd());
     // SAFETY: plain fds, null offsets (both ends are pipes or sockets); no memory is passed.
     let n = unsafe {
         libc::splice(
@@ -262,9 +291,7 @@ async fn splice_burst(
     from.readable().await?;
     let mut total = 0;
     loop {
-        let n = match from.try_io(Interest::READABLE, || {
-            splice(from.as_raw_fd(), pipe.w.as_raw_fd(), SPLICE_MAX)
-        }) {
+        let n = match from.try_io(Interest::READABLE, || splice(from, &pipe.w, SPLICE_MAX)) {
             Ok(0) if total == 0 => return Ok(None),
             Ok(0) => return Ok(Some(total)),
             Ok(n) => n,
@@ -280,9 +307,7 @@ async fn splice_burst(
         let mut left = n;
         while left > 0 {
             to.writable().await?;
-            match to.try_io(Interest::WRITABLE, || {
-                splice(pipe.r.as_raw_fd(), to.as_raw_fd(), left)
-            }) {
+            match to.try_io(Interest::WRITABLE, || splice(&pipe.r, to, left)) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(m) => left -= m.min(left),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -303,7 +328,7 @@ async fn splice_burst(
 async fn poll_source(from: &TcpStream, pipe: &Pipe) -> io::Result<Option<usize>> {
     let until = std::time::Instant::now() + BULK_POLL;
     loop {
-        match splice(from.as_raw_fd(), pipe.w.as_raw_fd(), SPLICE_MAX) {
+        match splice(from, &pipe.w, SPLICE_MAX) {
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
