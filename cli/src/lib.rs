@@ -5,13 +5,17 @@
 //! It does not enforce anything itself: the firewall, the proxy, the git API and the
 //! privilege drop all run inside the container (`entrypoint/`), and no in-container crate
 //! depends on this one. It never shells out to the `docker` CLI (but for `airlock build`,
-//! which runs the repository's own `scripts/build-image`), never puts a secret in a host
-//! process's argv or environment (secrets are host files mounted read-only), and never runs
-//! anything a sandbox wrote (branches come back with hooks and the sandbox's config ignored).
+//! which runs airlock's own `scripts/build-image`), never puts a secret in a host process's
+//! argv or environment (secrets are host files, copied root-only for each sandbox and
+//! mounted read-only, [`secrets`]), and never runs anything a sandbox wrote: a sandbox's git
+//! dir and work tree are read only through a git dir of the CLI's own, and what its branch
+//! brings back is listed by what would run without being asked ([`checkout`], [`review`]).
 //!
 //! Modules: [`flags`] (the one definition of the run flags and its renderings), [`names`]
 //! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
-//! [`checkout`] (host-side git), [`engine`] (Docker), [`exit`] (exit codes), [`lock`] (a live
+//! [`checkout`] (host-side git: checkouts, per-base object stores, the fetch-back),
+//! [`review`] (what a branch brings back), [`files`] (writing into a project without
+//! following a symlink), [`engine`] (Docker), [`exit`] (exit codes), [`lock`] (a live
 //! `new` or `run`'s hold on its sandbox name), [`cli_doc`] (`docs/cli.md`, rendered from
 //! [`cli`]); the unit tier's documentation checks are `doc_check`.
 

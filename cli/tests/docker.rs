@@ -475,3 +475,50 @@ fn a_sandbox_reads_only_the_objects_its_base_reaches() {
     assert!(logs.contains("COMMITS-2"), "{logs}");
     w.ok(&["destroy", &s]);
 }
+
+#[test]
+fn as_an_ordinary_user_on_a_rootful_engine_a_secret_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new("sru");
+    // uid 1000, in the engine socket's group (as a docker-group user is), owns the world.
+    let sock = std::fs::metadata("/var/run/docker.sock").expect("the engine's socket");
+    let secret = w.dir.path().join("token");
+    std::fs::write(&secret, "v").unwrap();
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        policy_reading("api_token"),
+    )
+    .unwrap();
+    sh(w.dir.path(), "chown -R 1000:1000 . && chmod 0600 token");
+    let mut args = w.new_args(&w.name("s"), Some("exec sleep 600"));
+    args.splice(
+        2..2,
+        [
+            "--secret".to_string(),
+            format!("api_token={}", secret.display()),
+        ],
+    );
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=1000",
+            "--regid=1000",
+            &format!("--groups={}", sock.gid()),
+            "--",
+            env!("CARGO_BIN_EXE_airlock"),
+        ])
+        .args(&args)
+        .env("AIRLOCK_DATA_DIR", w.data())
+        .env("AIRLOCK_CONFIG_DIR", w.config())
+        .env("HOME", w.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("rootful engine") && err.contains("sudo"),
+        "{err}"
+    );
+    assert!(w.list().is_empty(), "nothing left");
+}
