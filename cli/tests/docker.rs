@@ -434,6 +434,14 @@ fn every_secret_is_root_only_inside_and_one_no_credential_reads_is_refused() {
 fn a_sandbox_reads_only_the_objects_its_base_reaches() {
     let w = World::new("obj");
     let repo = w.repo();
+    // A sandbox on the first commit: the later one's store chains to its store (mounted
+    // beside it in the container), where the first commit's objects are.
+    let p = w.name("p");
+    w.ok(&w
+        .new_args(&p, Some("exec sleep 600"))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
     // A password committed and reset away (only an unreachable object holds it), and an
     // object only on another branch; the base has two commits of history.
     let gone = sh(
@@ -473,7 +481,23 @@ fn a_sandbox_reads_only_the_objects_its_base_reaches() {
         "the base's history is readable: {logs}"
     );
     assert!(logs.contains("COMMITS-2"), "{logs}");
+    let stores: Vec<String> = std::fs::read_dir(w.data().join("stores"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".git"))
+        .collect();
+    assert_eq!(stores.len(), 2, "one store per base: {stores:?}");
+    let alternates = std::fs::read_to_string(
+        w.data()
+            .join("stores")
+            .join(format!("{}.git", sh(&repo, "git rev-parse HEAD")))
+            .join("objects/info/alternates"),
+    )
+    .unwrap();
+    assert!(alternates.starts_with("../../"), "chained: {alternates}");
     w.ok(&["destroy", &s]);
+    w.ok(&["destroy", &p]);
 }
 
 #[test]
