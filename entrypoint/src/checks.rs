@@ -5,7 +5,7 @@ use crate::agent_env::{self, AgentEnvInput};
 use crate::config::Cli;
 use crate::identity::{self, Users};
 use crate::problems::{Knobs, Problems};
-use crate::{credentials, effective, git, preflight, session, setup, trust};
+use crate::{credentials, effective, git, nested_repos, preflight, session, setup, trust};
 use airlock_channels as ch;
 use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
@@ -80,6 +80,9 @@ pub fn check_all(cli: &Cli) -> Result<Checked> {
             .map(Some),
         _ => Some(None),
     };
+    if let Some(git::Decision::Enabled) = &git_plan {
+        problems.take(nested_repos::check(&cli.workdir));
+    }
     let operator_ca = problems.take(trust::operator_trust(
         cli.ca_cert.as_deref(),
         cli.ca_key.as_deref(),

@@ -25,6 +25,7 @@ pub mod credentials;
 pub mod effective;
 pub mod git;
 pub mod identity;
+pub mod nested_repos;
 pub mod netinfo;
 pub mod plan;
 pub mod preflight;
