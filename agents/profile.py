@@ -13,6 +13,7 @@ error is one line on stderr and exit status 1.
 import json
 import os
 import shlex
+import shutil
 import stat
 import sys
 import tomllib
@@ -154,19 +155,31 @@ def wrapper(name, p):
     lines = [
         "#!/bin/sh",
         f"# {name}: generated from agents/{name}.toml by agents/profile.py. Sets the profile's",
-        "# environment, seeds the tmpfs home with its config (never overwriting), runs the CLI.",
+        "# environment, makes the home ready (home.py: [home.files] seeded unless there,",
+        "# [home.json] keys set at every start), runs the CLI.",
     ]
     for k, v in p.get("env", {}).items():
         lines.append(f"export {k}={shlex.quote(v)}")
     lines += [
-        f'if [ -d {SKEL}/{name}/home ] && [ -n "${{HOME:-}}" ] && [ -w "$HOME" ]; then',
-        f'    (cd {SKEL}/{name}/home && find . -type f | while read -r f; do',
-        '        [ -e "$HOME/$f" ] || { mkdir -p "$HOME/$(dirname "$f")" && cp "$f" "$HOME/$f"; }',
-        "    done)",
-        "fi",
+        f"/usr/bin/python3 -I -S {LIB}/home.py {SKEL}/{name} || true",
         f'exec {LIB}/{name}/{cmd["exec"]} "$@"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def home_json(name, p):
+    """[home.json]: FILE -> the keys set in it at every start, checked and rendered as JSON."""
+    out = {}
+    for rel, keys in p.get("home", {}).get("json", {}).items():
+        if rel.startswith("/") or ".." in rel.split("/"):
+            die(f"agents/{name}.toml: [home.json] {rel!r} must be a relative path inside the home")
+        if not isinstance(keys, dict):
+            die(f"agents/{name}.toml: [home.json] {rel!r} must be a table of keys")
+        try:
+            out[rel] = json.loads(json.dumps(keys))
+        except TypeError as e:
+            die(f"agents/{name}.toml: [home.json] {rel!r}: {e} (dates have no JSON form)")
+    return out
 
 
 def stage_venv(name, wheels, ctx):
@@ -183,7 +196,6 @@ def stage_venv(name, wheels, ctx):
         try:
             os.link(path, os.path.join(d, fname))
         except OSError:
-            import shutil
             shutil.copyfile(path, os.path.join(d, fname))
         reqs.append(f"{pkg}=={version} --hash=sha256:{sha}")
     with open(os.path.join(ctx, "venv", "requirements.txt"), "w") as f:
@@ -228,10 +240,27 @@ def stage(name, wheels, ctx):
     os.chmod(w, 0o755)
     home = os.path.join(payload, SKEL.lstrip("/"), name, "home")
     os.makedirs(home, exist_ok=True)
+    # The helper the wrapper runs at every start, and what it sets (home.py's docstring).
+    merges = os.path.join(payload, SKEL.lstrip("/"), name, "home.json")
+    with open(merges, "w") as f:
+        json.dump(home_json(name, p), f, indent=1, sort_keys=True)
+    helper = os.path.join(payload, LIB.lstrip("/"), "home.py")
+    shutil.copyfile(os.path.join(HERE, "home.py"), helper)
+    for f in (merges, helper):
+        os.chmod(f, 0o644)
     for rel, text in p.get("home", {}).get("files", {}).items():
         if rel.startswith("/") or ".." in rel.split("/"):
             die(f"agents/{name}.toml: [home.files] {rel!r} must be a relative path inside the home")
         target = os.path.join(home, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as f:
+            f.write(text.lstrip("\n"))
+        os.chmod(target, 0o644)
+    # [etc.files]: the agent's system-wide configuration, read-only in the image under /etc.
+    for rel, text in p.get("etc", {}).get("files", {}).items():
+        if rel.startswith("/") or ".." in rel.split("/") or rel.split("/")[0] in ("airlock", "profile.d"):
+            die(f"agents/{name}.toml: [etc.files] {rel!r} must be a relative path under /etc, outside airlock's own")
+        target = os.path.join(payload, "etc", rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "w") as f:
             f.write(text.lstrip("\n"))
