@@ -144,6 +144,12 @@ PY
     say "set-up $(ms "$T0") ms"
 }
 
+# The environment scripts/docker-run starts the agent with: the real key in $KEY_VAR, the
+# rig's policy, network, names and addresses, the smoke CA for the proxy's upstreams.
+RIG_ENV=("$KEY_VAR=$KEY" AIRLOCK_NO_BUILD=1 "AIRLOCK_IMAGE=$IMAGE" "AIRLOCK_POLICY=$SMOKE_DIR/policy.toml"
+    "AIRLOCK_AUDIT_VOLUME=$AUDIT" "GITHUB_TOKEN_FILE=$SMOKE_DIR/github_token"
+    "AIRLOCK_DOCKER_ARGS=--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -e $KEY_VAR -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem")
+
 # rig_run CMD...: the agent, started as the README says (scripts/docker-run REPO -- CMD),
 # on the rig's network with the real key in $KEY_VAR; stdout/stderr in agent.out/agent.err,
 # its status in $rc, the time in $session_ms (from $t0).
@@ -153,10 +159,7 @@ rig_run() {
     track_container "$APP"
     t0=$(date +%s%N)
     rc=0
-    env "$KEY_VAR=$KEY" AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE="$IMAGE" AIRLOCK_POLICY="$SMOKE_DIR/policy.toml" \
-        AIRLOCK_AUDIT_VOLUME="$AUDIT" GITHUB_TOKEN_FILE="$SMOKE_DIR/github_token" \
-        AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -e $KEY_VAR -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
-        timeout 300 "$SMOKE_ROOT/scripts/docker-run" "$repo" -- "$@" \
+    env "${RIG_ENV[@]}" timeout 300 "$SMOKE_ROOT/scripts/docker-run" "$repo" -- "$@" \
         >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || rc=$?
     session_ms=$(ms "$t0")
     sleep 0.5
@@ -256,4 +259,209 @@ PY
         say "audit denials:"; grep '"decision":"deny"' "$audit" | tail -10 >&2
         die "$SMOKE_FAILS check(s) failed"
     fi
+}
+
+# --- The agent in a real terminal (agent-claude-tty.sh, agent-codex-tty.sh, agent-aider-tty.sh)
+
+# What an agent shows when it does not start ready to work: a setup question, a login wall or
+# an error it stops at (the words of each agent's own dialogs).
+TTY_WALLS='trust this folder|trust the files|Detected a custom API key|use this API key|Not logged in|Please run /login|Select login method|Choose the text style|default permission mode\?|Bypass Permissions mode|no complete local package|--no-daemon|Sign in with ChatGPT|Create one to track|create a git repo|Add \.aider\*? to \.gitignore|API key not found|Missing API key'
+
+# rig_tty_start SESSION...: the agent as a user starts it interactively, in a tmux pane (a
+# real terminal, so docker run -it): each SESSION (a command line, its words shell-quoted) is
+# one start of the sandbox, `scripts/docker-run REPO -- SESSION` with $RIG_ENV, one after the
+# other; when one ends the terminal is cleared, then session-N.rc says its status. The home
+# is not a fresh tmpfs but one named volume ($HOME_VOLUME, its files in $home on the host)
+# that every start mounts at /home/agent, as the sessions of one CLI sandbox keep it
+# (docker-run and docker/run-flags.sh copied, with only that mount changed); each start mints
+# its own placeholders. tty.rc says rc=0 when every session exited 0. tmux's server is
+# stopped at exit.
+rig_tty_start() {
+    local tree=$SMOKE_DIR/tree i=0 s
+    command -v tmux >/dev/null ||
+        die "tmux is required to drive the agent in a terminal: scripts/install-test-deps installs it (apt-get install tmux)"
+    HOME_VOLUME=$SMOKE_ID-${RIG}home
+    track_volume "$HOME_VOLUME"
+    mkdir -p "$tree/scripts" "$tree/docker"
+    cp "$SMOKE_ROOT/scripts/docker-run" "$tree/scripts/"
+    sed "s|^\( *\)--tmpfs /home/agent:.*|\1-v $HOME_VOLUME:/home/agent|" \
+        "$SMOKE_ROOT/docker/run-flags.sh" >"$tree/docker/run-flags.sh"
+    [ "$(grep -c "^ *-v $HOME_VOLUME:/home/agent\$" "$tree/docker/run-flags.sh")" = 1 ] ||
+        die "docker/run-flags.sh has no --tmpfs /home/agent line to replace with the home volume"
+    TTY_SOCK=$SMOKE_DIR/tmux.sock
+    printf 'set -g remain-on-exit on\nset -g history-limit 5000\n' >"$SMOKE_DIR/tmux.conf"
+    {
+        echo '#!/usr/bin/env bash'
+        echo 'status=0'
+        for s in "$@"; do
+            i=$((i + 1))
+            printf '%q ' env "${RIG_ENV[@]}" "$tree/scripts/docker-run" "$repo" --
+            printf '%s ' "$s"
+            printf '2>>%q\n' "$SMOKE_DIR/agent.err"
+            echo 's=$?; [ "$s" = 0 ] || status=$s'
+            echo "printf '\\033[3J\\033[2J\\033[H'"
+            printf 'echo "rc=$s" >%q\n' "$SMOKE_DIR/session-$i.rc"
+        done
+        printf 'echo "rc=$status" >%q\n' "$SMOKE_DIR/tty.rc"
+    } >"$SMOKE_DIR/tty-run.sh"
+    say "in a terminal (tmux, 160x50), $# start(s) of scripts/docker-run REPO -- ... with the home volume $HOME_VOLUME"
+    track_volume "$AUDIT"
+    track_container "$APP"
+    t0=$(date +%s%N)
+    tmux -S "$TTY_SOCK" -f "$SMOKE_DIR/tmux.conf" new-session -d -s agent -x 160 -y 50 \
+        "bash $SMOKE_DIR/tty-run.sh" || die "tmux cannot start a session (tmux $(tmux -V))"
+    track_pid "$(tmux -S "$TTY_SOCK" display-message -p -t agent '#{pid}')"
+    # Everything the terminal is sent, escape sequences and all, for the key check.
+    tmux -S "$TTY_SOCK" pipe-pane -t agent "cat >>$SMOKE_DIR/pane.log"
+}
+
+# rig_tty_ended N: waits (60 s at most) for session N to end; checks its status.
+rig_tty_ended() {
+    local deadline=$((SECONDS + 60))
+    while [ ! -s "$SMOKE_DIR/session-$1.rc" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    check "session $1 ended with status 0 after the agent's exit command ($(cat "$SMOKE_DIR/session-$1.rc" 2>/dev/null || echo still running))" \
+        grep -qx 'rc=0' "$SMOKE_DIR/session-$1.rc"
+}
+
+# rig_tty_screen: what the terminal shows now (also in screen.txt).
+rig_tty_screen() {
+    tmux -S "$TTY_SOCK" capture-pane -p -t agent >"$SMOKE_DIR/screen.txt" 2>/dev/null || true
+    cat "$SMOKE_DIR/screen.txt"
+}
+
+# rig_tty_until WHAT CMD...: polls CMD (the screen is in screen.txt before each try) until it
+# succeeds; fails the check WHAT at once when a wall ($TTY_WALLS) shows, when the session
+# ends, or when $TTY_WAIT seconds (default 90) pass, printing the screen. Status 0 when CMD
+# succeeded.
+rig_tty_until() {
+    local what=$1 deadline=$((SECONDS + ${TTY_WAIT:-90}))
+    shift
+    while :; do
+        rig_tty_screen >/dev/null
+        if "$@"; then
+            pass "$what"
+            return 0
+        fi
+        if grep -qE "$TTY_WALLS" "$SMOKE_DIR/screen.txt"; then
+            fail "$what: the agent stopped at a setup question instead: $(grep -m1 -oE "$TTY_WALLS" "$SMOKE_DIR/screen.txt")"
+            break
+        fi
+        if [ -s "$SMOKE_DIR/tty.rc" ]; then
+            fail "$what: the session ended first ($(cat "$SMOKE_DIR/tty.rc"))"
+            break
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            fail "$what: not there after ${TTY_WAIT:-90} s"
+            break
+        fi
+        sleep 0.2
+    done
+    say "the screen:"
+    grep -v '^\s*$' "$SMOKE_DIR/screen.txt" | tail -40 >&2
+    return 1
+}
+
+# rig_tty_shows REGEX...: the screen matches every REGEX (extended, each on some line).
+rig_tty_shows() {
+    local re
+    for re in "$@"; do grep -qE -- "$re" "$SMOKE_DIR/screen.txt" || return 1; done
+}
+
+# rig_tty_wait WHAT REGEX...: rig_tty_until the screen shows every REGEX.
+rig_tty_wait() {
+    local what=$1
+    shift
+    rig_tty_until "$what" rig_tty_shows "$@"
+}
+
+# rig_tty_walls: no wall anywhere in what the terminal showed so far (its scrollback too).
+rig_tty_walls() {
+    tmux -S "$TTY_SOCK" capture-pane -p -S - -t agent >"$SMOKE_DIR/scrollback.txt" 2>/dev/null || true
+    local hit
+    hit=$(grep -m1 -oE "$TTY_WALLS" "$SMOKE_DIR/scrollback.txt" || true)
+    check "no setup question or login wall on the screen${hit:+ (saw: $hit)}" [ -z "$hit" ]
+}
+
+# rig_tty_type TEXT: types TEXT at the agent's prompt and, once it shows, presses Enter.
+rig_tty_type() {
+    local deadline=$((SECONDS + 10))
+    tmux -S "$TTY_SOCK" send-keys -t agent -l "$1"
+    until rig_tty_screen | grep -qF -- "$1" || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.1; done
+    tmux -S "$TTY_SOCK" send-keys -t agent Enter
+}
+
+# rig_tty_end: after the last session: the time, what the terminal was sent (agent.out), the
+# capture stopped, $audit set.
+rig_tty_end() {
+    session_ms=$(ms "$t0")
+    cp "$SMOKE_DIR/pane.log" "$SMOKE_DIR/agent.out" 2>/dev/null || : >"$SMOKE_DIR/agent.out"
+    sleep 0.5
+    kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
+    touch "$alog"
+    audit="$(volume_path "$AUDIT")/audit.jsonl"
+    home=$(volume_path "$HOME_VOLUME")
+}
+
+# rig_tty_home_has WHAT PATTERN: a file of the home volume matching PATTERN (a find -path
+# pattern under the home) holds the first conversation's answer.
+rig_tty_home_has() {
+    check "$1 (in the home, $2)" bash -c "find '$home' -path '$home/$2' -type f -print0 | xargs -0r grep -lF '$ANSWER' | grep -q ."
+}
+
+# rig_tty_key_checks PATH-RE: every model request (PATH-RE) the fake saw carried the real
+# key; the real key is nowhere on the screen.
+rig_tty_key_checks() {
+    local n real
+    n=$(grep -cE "\"path\": \"$1" "$alog" || true)
+    real=$(grep -E "\"path\": \"$1" "$alog" | grep -cF "\"$KEY_HEADER\": \"$KEY_FORMAT$KEY\"" || true)
+    check "the fake saw the real key on every model request ($real of $n)" eval '[ "$n" -gt 0 ] && [ "$real" = "$n" ]'
+    check "the real key is nowhere on the screen (in nothing the terminal was sent)" \
+        bash -c "[ -s '$SMOKE_DIR/agent.out' ] && ! grep -aqF '$KEY' '$SMOKE_DIR/agent.out'"
+}
+
+# rig_tty_sessions FAKE.py EXIT MODEL-PATH-RE READY-RE...: the interactive proof every agent
+# shares. The fake model answers every prompt with $ANSWER. Two starts of the sandbox with one
+# home (rig_tty_start), as the sessions of one CLI sandbox meet them: the profile's
+# interactive command (what `airlock run --agent NAME` starts), then its resume command in the
+# next start (new placeholders, the state of the first in the home). Each must open at its prompt
+# (every READY-RE on the screen, no wall of $TTY_WALLS first, no key pressed); the first
+# answers one prompt through the fake; the second shows the first conversation and sends it
+# with its own prompt. EXIT is typed to end each session. $TTY_RESUMED: what the resumed
+# session shows instead of the first answer (an agent that restores without replaying it).
+rig_tty_sessions() {
+    local fake=$1 exit_cmd=$2 path_re=$3 cmd resume before shown
+    shift 3
+    ANSWER="PONG-$RANDOM$RANDOM from the fake model"
+    python3 -c 'import json, sys; json.dump([{"text": sys.argv[2]}], open(sys.argv[1], "w"))' \
+        "$SMOKE_DIR/script.json" "$ANSWER"
+    rig_start "$fake"
+    mapfile -t cmd < <(python3 "$SMOKE_ROOT/agents/profile.py" command "$RIG_AGENT" interactive)
+    mapfile -t resume < <(python3 "$SMOKE_ROOT/agents/profile.py" command "$RIG_AGENT" resume)
+    rig_tty_start "$(printf '%q ' "${cmd[@]}")" "$(printf '%q ' "${resume[@]}")"
+
+    say "session 1: ${cmd[*]} (a fresh home)"
+    if rig_tty_wait "${cmd[*]} opens at its prompt, the profile's mode kept: $*" "$@"; then
+        rig_tty_walls
+        rig_tty_type "Say hello."
+        rig_tty_wait "the fake model's answer is on the screen" "$ANSWER" || true
+    fi
+    rig_tty_type "$exit_cmd"
+    rig_tty_ended 1
+
+    say "session 2: ${resume[*]} (the next start: the same home, new placeholders)"
+    if rig_tty_wait "${resume[*]} opens at its prompt: $*" "$@"; then
+        rig_tty_walls
+        rig_tty_wait "the first conversation is back: ${TTY_RESUMED:-its answer on the screen}" "${TTY_RESUMED:-$ANSWER}" || true
+        before=$(wc -l <"$alog")
+        shown=$(grep -cF "$ANSWER" "$SMOKE_DIR/screen.txt" || true)
+        rig_tty_type "Say it again."
+        rig_tty_until "the model was sent the first conversation with the new prompt" \
+            eval 'tail -n "+$((before + 1))" "$alog" | grep -E "\"path\": \"$path_re" | grep -qF "$ANSWER"' || true
+        rig_tty_until "the new answer is on the screen" \
+            eval '[ "$(grep -cF "$ANSWER" "$SMOKE_DIR/screen.txt")" -gt "$shown" ]' || true
+    fi
+    rig_tty_type "$exit_cmd"
+    rig_tty_ended 2
+    rig_tty_end
+    rig_tty_key_checks "$path_re"
 }

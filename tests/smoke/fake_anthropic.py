@@ -15,7 +15,8 @@ input_json_delta / text_delta, message_delta, message_stop, chunked transfer enc
                        tried, and what an injected command sent)
 
 Every request is one JSON line in LOG: method, path, the credential headers as received,
-the tool names offered, the step played. The script is a JSON file:
+the tool names offered, the step played, what the assistant said earlier in the
+conversation. The script is a JSON file:
   [{"tool": "Write", "input": {...}, "shell": "command for the fallback"}, ...,
    {"text": "final answer"}]
 
@@ -37,6 +38,18 @@ SHELL_TOOLS = ("Bash", "shell", "bash")
 def log(entry):
     with lock, open(LOG, "a") as f:
         f.write(json.dumps(entry) + "\n")
+
+
+def said(messages):
+    """The assistant's texts already in the conversation (each cut to 200 characters): a
+    resumed session sends what was said before."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            c = m.get("content")
+            blocks = [{"type": "text", "text": c}] if isinstance(c, str) else c if isinstance(c, list) else []
+            out += [b["text"][:200] for b in blocks if isinstance(b, dict) and b.get("type") == "text" and b.get("text")]
+    return out
 
 
 def tool_results(messages):
@@ -102,7 +115,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(req, [{"type": "text", "text": "ok"}], "end_turn")
         step = min(tool_results(req.get("messages", [])), len(STEPS) - 1)
         s = STEPS[step]
-        self.entry(tools=tools, step=step)
+        self.entry(tools=tools, step=step, said=said(req.get("messages", [])))
         if "text" in s:
             return self.reply(req, [{"type": "text", "text": s["text"]}], "end_turn")
         name, inp = s["tool"], s["input"]

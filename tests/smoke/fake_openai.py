@@ -21,7 +21,8 @@ turn, streamed as server-sent events the way the real API streams them.
                               the CLI tried, and what an injected command sent)
 
 Every request is one JSON line in LOG: method, path, the authorization header as
-received, the tools offered, the step played. The script is a JSON file, a list of steps:
+received, the tools offered, the step played, what the assistant said earlier in the
+conversation ("said"). The script is a JSON file, a list of steps:
   {"shell": "command"}            run a shell command (Responses)
   {"patch": "*** Begin Patch..."} apply_patch, or {"shell": ...} as "fallback" when the
                                   agent offers no apply_patch tool
@@ -163,7 +164,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         step = min(done, len(STEPS) - 1)
         s = STEPS[step]
         outputs = [i.get("output") for i in items if isinstance(i, dict) and i.get("type") in OUTPUTS]
-        self.entry(tools=names, step=step, stream=req.get("stream"),
+        said = [c.get("text", "")[:200] for i in items if isinstance(i, dict) and i.get("role") == "assistant"
+                for c in (i.get("content") if isinstance(i.get("content"), list) else []) if isinstance(c, dict)]
+        self.entry(tools=names, step=step, stream=req.get("stream"), said=[t for t in said if t],
                    last_output=str(outputs[-1])[:400] if outputs else None)
         if "text" in s:
             return self.stream_response(req, [self.message(s["text"])])
@@ -244,7 +247,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         system = " ".join(str(m.get("content")) for m in msgs if m.get("role") == "system")
         # Aider asks its weak model for each commit message; that is not a turn of the script.
         commit = "commit message" in system.lower()
-        self.entry(step=None if commit else step, commit_message=commit, stream=req.get("stream"),
+        said = [str(m.get("content") or "")[:200] for m in msgs if m.get("role") == "assistant"]
+        self.entry(step=None if commit else step, commit_message=commit, stream=req.get("stream"), said=said,
                    model=req.get("model"), roles="".join((m.get("role") or "?")[0] for m in msgs),
                    last_user=str(next((m.get("content") for m in reversed(msgs) if m.get("role") == "user"), ""))[:300])
         text = next((s["commit"] for s in STEPS if "commit" in s), "agent: change") if commit else texts[step]
