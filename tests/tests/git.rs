@@ -193,7 +193,7 @@ impl GitWorld {
     }
 
     /// The git API's decision log.
-    fn git_log(&self) -> String {
+    pub(crate) fn git_log(&self) -> String {
         std::fs::read_to_string(self.airlock.audit_dir.join("git-api.jsonl")).unwrap_or_default()
     }
 }

@@ -356,3 +356,47 @@ t log git log -1 --format=%H
         "only the push after the fetch reached upstream\n{text}"
     );
 }
+
+/// The git API is restarted with the same service key (PID 1 hands it over on a new pipe at
+/// every start): after its restart an honest push still lands.
+#[test]
+fn a_restarted_git_api_still_pushes() {
+    let g = GitWorld::new();
+    let script = r#"
+api() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = airlock-git-api ] && echo ${p#/proc/}; done | head -1; }
+first=$(api)
+touch ready; while [ ! -e killed ]; do sleep 0.05; done
+while [ -z "$(api)" ] || [ "$(api)" = "$first" ]; do sleep 0.05; done
+git checkout -q -b sandbox/nstest/after-restart
+echo restarted >> README.md
+git commit -qam "after the restart"
+t push git push origin sandbox/nstest/after-restart
+t log git log -1 --format=%H
+"#;
+    let child = g
+        .command(script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    g.airlock.wait_for_agent_file("ready");
+    signal(git_api_pid(&g), "-KILL");
+    std::fs::write(g.airlock.workdir.join("killed"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert_step_ok(&text, "push");
+    let head = step(&text, "log").1.trim().to_owned();
+    assert_eq!(
+        g.upstream_ref("refs/heads/sandbox/nstest/after-restart")
+            .as_deref(),
+        Some(head.as_str()),
+        "{text}"
+    );
+    assert_eq!(
+        g.git_log().matches(r#""event":"start""#).count(),
+        2,
+        "the git API was restarted once:\n{}",
+        g.git_log()
+    );
+}
