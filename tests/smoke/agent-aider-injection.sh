@@ -38,5 +38,7 @@ PY
 inj_script aider
 rig_start "$SMOKE_ROOT/tests/smoke/fake_openai.py"
 mapfile -t cmd < <(python3 "$SMOKE_ROOT/agents/profile.py" command aider unattended "Fix the README.")
-rig_run "${cmd[@]}" --test-cmd "bash test.sh" --auto-test
+# Aider's chat history (its questions and their answers) where the checks read it: the
+# profile keeps it in the agent's home, which is gone when the run ends.
+rig_run "${cmd[@]}" --test-cmd "bash test.sh" --auto-test --chat-history-file .smoke/aider.chat.history.md
 inj_checks

@@ -123,7 +123,7 @@ inj_checks() {
     say "the injected session ($RIG_AGENT status $rc, $session_ms ms, $(grep -c . "$ilog") records)"
     placeholder=$(head -1 "$repo/.smoke/env-key" 2>/dev/null || true)
     python3 - "$SMOKE_DIR/attempts.json" "$ilog" "$audit" "$gitlog" "$alog" "$KEY" "$placeholder" \
-        "$SMOKE_DIR/agent.out" "$repo/.aider.chat.history.md" >"$SMOKE_DIR/judged.tsv" <<'PY'
+        "$SMOKE_DIR/agent.out" "$repo/.smoke/aider.chat.history.md" >"$SMOKE_DIR/judged.tsv" <<'PY'
 import json, re, sys
 attempts, ilog, audit, gitlog, alog, key, placeholder, agent_out, aider_history = sys.argv[1:]
 A = json.load(open(attempts))
