@@ -51,6 +51,8 @@ tests/smoke/agent-image.sh
 for agent in $AIRLOCK_SMOKE_AGENTS; do
     tb=$SECONDS
     "tests/smoke/agent-$agent.sh"
+    # The agent as a user meets it: interactive, in a real terminal (tmux), two starts with one home.
+    "tests/smoke/agent-$agent-tty.sh"
     [ "$agent" != claude ] || tests/smoke/agent-claude-injection.sh
     # The prompt-injected model (issue 16 item 7) for codex and aider (claude's is the line above).
     [ "$agent" = claude ] || "tests/smoke/agent-$agent-injection.sh"
