@@ -44,7 +44,7 @@ pub mod legible;
 pub mod limits;
 pub mod pool;
 mod read_ahead;
-mod receive_pack;
+pub mod receive_pack;
 pub mod scan;
 mod service;
 pub mod shutdown;
