@@ -19,12 +19,14 @@
 //!   instead. Paths naming `.git` and patches recording a gitlink are refused before git
 //!   runs ([`crate::argv::gitdirs`]).
 
-use crate::argv::Refusal;
+use crate::argv::{Checked, Refusal};
 use crate::gitindex::{self, Gitlink};
 use crate::rawdiff;
 use crate::run::GitEnv;
 use airlock_wire::Reason;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 /// Configuration every git the server runs gets after the agent's `-c` options.
 pub const PINNED_CONFIG: &[&str] = &[
@@ -236,6 +238,69 @@ impl Drop for Guard<'_> {
             let _ = std::fs::remove_file(keep);
         }
     }
+}
+
+/// `git rm` (without `--cached`) of a gitlink whose directory holds a repository enters that
+/// repository (a status inside it, with its configuration, to see whether removing it loses
+/// work) and moves its `.git` into the hidden git dir (`modules/`, which is the operator's
+/// `.git` on the host). Refused before git runs; `git rm --cached` and deleting the
+/// directory yourself are what work. `cwd` is where the agent ran it (its pathspecs are
+/// relative to it).
+///
+/// # Errors
+/// [`Reason::NestedRepository`]; an internal refusal when git cannot be asked.
+pub fn check_rm(env: &GitEnv, c: &Checked, cwd: &Path) -> Result<(), Refusal> {
+    let options = &c.argv[(c.sub_index + 1).min(c.argv.len())..c.options_end.min(c.argv.len())];
+    if options.iter().any(|a| a == "--cached") {
+        return Ok(());
+    }
+    let populated: Vec<String> = read_gitlinks(env)?
+        .into_iter()
+        .map(|g| String::from_utf8_lossy(&g.path).into_owned())
+        .filter(|p| {
+            env.work_tree
+                .join(p)
+                .join(".git")
+                .symlink_metadata()
+                .is_ok()
+        })
+        .collect();
+    if populated.is_empty() {
+        return Ok(());
+    }
+    // Which entries the agent's pathspecs name, as git reads them (index only: nothing
+    // entered, nothing moved).
+    let mut args: Vec<String> = c.argv[..c.sub_index].to_vec();
+    args.extend(
+        ["rm", "--cached", "-n", "-r", "--ignore-unmatch", "--"]
+            .iter()
+            .map(|s| (*s).to_owned()),
+    );
+    args.extend(c.operands.iter().filter_map(|&i| c.argv.get(i).cloned()));
+    let config: Vec<String> = PINNED_CONFIG.iter().map(|s| (*s).to_owned()).collect();
+    let out = env
+        .command(cwd, &BTreeMap::new(), &config, &args)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| internal("running git", &e))?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let hit: Vec<&String> = populated
+        .iter()
+        .filter(|p| listed.lines().any(|l| l == format!("rm '{p}'")))
+        .collect();
+    let Some(first) = hit.first() else {
+        return Ok(());
+    };
+    Err(Refusal::new(
+        Reason::NestedRepository,
+        format!(
+            "git rm is refused: {first} holds a git repository of its own ({first}/.git), and \
+             git rm would enter it (running its configuration) and move its .git into the \
+             repository. git rm --cached {first} removes it from the index (the files stay); \
+             delete the directory yourself with rm -rf {first}"
+        ),
+    ))
 }
 
 fn internal(what: &str, e: &dyn std::fmt::Display) -> Refusal {

@@ -159,6 +159,14 @@ impl World {
             agent_git(&lib, &["commit", "-q", "-m", "lib"]);
             agent_git(&seed, &["clone", "-q", lib.to_str().unwrap(), "sub"]);
             agent_git(&seed, &["add", "sub"]);
+            // Registered, so that `git submodule status` looks at it.
+            write(
+                &seed.join(".gitmodules"),
+                &format!(
+                    "[submodule \"sub\"]\n\tpath = sub\n\turl = {}\n",
+                    lib.display()
+                ),
+            );
         }
         agent_git(&seed, &["add", "-A"]);
         agent_git(&seed, &["commit", "-q", "-m", "seed"]);
@@ -470,9 +478,7 @@ type Request = (Vec<String>, Option<Vec<u8>>);
 /// Requests that exercise one row of the command table against the trap. Every row must be
 /// here: a row added to the table without its requests fails the test that iterates them.
 fn requests(sub: &str, w: &World) -> Option<Vec<Request>> {
-    let v = |s: &[&str]| -> Request {
-        (s.iter().map(|x| (*x).to_owned()).collect(), None)
-    };
+    let v = |s: &[&str]| -> Request { (s.iter().map(|x| (*x).to_owned()).collect(), None) };
     let readme_patch = b"diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hello\n+hello there\n".to_vec();
     let gitlink_patch = format!(
         "diff --git a/planted b/planted\nnew file mode 160000\nindex 0000000..{h}\n--- /dev/null\n+++ b/planted\n@@ -0,0 +1 @@\n+Subproject commit {h}\n",
@@ -577,6 +583,9 @@ fn requests(sub: &str, w: &World) -> Option<Vec<Request>> {
         "rm" => vec![
             v(&["rm", "-n", "-r", "sub"]),
             v(&["rm", "-r", "sub"]),
+            v(&["rm", "-f", "-r", "sub"]),
+            v(&["rm", "-r", "-f", "."]),
+            v(&["rm", "-q", "README.md"]),
             v(&["rm", "--cached", "sub"]),
         ],
         "mv" => vec![v(&["mv", "-n", "sub", "sub2"]), v(&["mv", "sub", "sub2"])],
@@ -741,6 +750,16 @@ fn no_allowed_subcommand_enters_a_nested_repository() {
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
             let r = w.call(&argv, stdin.as_deref());
             any_ran |= ran(&r);
+            // A nested repository's .git moved into the hidden git dir (`git rm` absorbs
+            // it) would be the operator's .git/modules on the host.
+            if w.git_dir.join("modules").exists() {
+                ran_programs.push(format!(
+                    "git {}: {}\n    moved a nested .git into the hidden git dir",
+                    argv.join(" "),
+                    r.outcome()
+                ));
+                let _ = std::fs::remove_dir_all(w.git_dir.join("modules"));
+            }
             let mark = w.take_mark();
             if !mark.is_empty() {
                 ran_programs.push(format!(
@@ -1218,4 +1237,39 @@ fn the_hidden_config_takes_no_program_valued_key() {
             .any(|k| a.to_ascii_lowercase().contains(&k.to_ascii_lowercase()))),
         "allowed: {allowed:?}"
     );
+}
+
+/// `git rm` of a submodule whose directory holds a repository would run a status inside it
+/// (its filter ran) and move its .git into the hidden git dir (the operator's
+/// .git/modules): refused with what works; `--cached` works, and so does removing anything
+/// else.
+#[test]
+fn removing_a_populated_submodule_is_refused_with_what_works() {
+    let w = World::new(Start::Trapped);
+    for argv in [
+        &["rm", "-r", "sub"][..],
+        &["rm", "-n", "sub"],
+        &["rm", "-f", "sub"],
+        &["rm", "-r", "-q", "."],
+    ] {
+        let r = w.call(argv, None);
+        assert_eq!(
+            r.reason(),
+            Some("nested_repository"),
+            "git {argv:?}: {}",
+            r.outcome()
+        );
+        let msg = &r.denied.as_ref().unwrap().message;
+        assert!(msg.contains("git rm --cached sub"), "{msg}");
+        assert!(!w.git_dir.join("modules").exists(), "git {argv:?}");
+        assert_eq!(w.take_mark(), "", "git {argv:?}");
+    }
+    let r = w.call(&["rm", "-q", "README.md"], None);
+    assert_eq!(r.exit, Some(0), "{}", r.outcome());
+    let r = w.call(&["rm", "-q", "--cached", "sub"], None);
+    assert_eq!(r.exit, Some(0), "{}", r.outcome());
+    assert!(!w.index().contains("160000"));
+    assert!(w.ws.join("sub/.git").exists(), "the files stay");
+    assert!(!w.git_dir.join("modules").exists());
+    assert_eq!(w.take_mark(), "");
 }

@@ -109,6 +109,9 @@ impl Server {
                     // git API's reads take no optional locks, so they never refresh it).
                     let _ = self.query(&["update-index", "-q", "--refresh"]);
                 }
+                if checked.subcommand == "rm" {
+                    nested::check_rm(&self.env, &checked, &cwd)?;
+                }
                 match Watch::of(&checked.subcommand) {
                     None => self.stream_git(&mut job, &args, false),
                     Some(watch) => self.watched(&mut job, &args, watch),
