@@ -27,6 +27,8 @@ tests/smoke/egress.sh
 # The workspace's own secret files as exact needles (issue 21 item 2).
 tests/smoke/workspace-secrets.sh
 tests/smoke/git.sh
+# Nested repositories: never entered by the git API, refused at start.
+tests/smoke/git-nested.sh
 # Starting with neither key (issue 16 item 3) and the operator's extra CA (item 4).
 tests/smoke/no-secrets.sh
 tests/smoke/extra-ca.sh
