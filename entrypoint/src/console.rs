@@ -1,17 +1,18 @@
-//! Where airlock's own lines go, so that an interactive agent's terminal carries only the
+//! Where airlock's own lines go, so that the agent's terminal and output carry only the
 //! agent's output.
 //!
 //! `docker run -it` gives PID 1 a terminal on stdin, stdout and stderr, and `docker logs`
-//! then replays that same terminal: there is no second channel. So when any of PID 1's
-//! standard streams is a terminal ([`Route::for_streams`]), the proxy's log (its stdout and
-//! stderr) and the entrypoint's informational lines go to [`LOG_FILE`] in the audit
-//! directory instead, and the proxy logs at `warn` unless `AIRLOCK_LOG` says otherwise (every
-//! decision is in the audit log anyway; an uncapped `info` stream in the audit volume would
-//! let the agent fill it with allowed requests). Refusals to start, warnings about the start
-//! itself and the one `session … ready in N ms` line ([`banner`]) still go to the terminal:
-//! they come before the agent starts, the user must see them, and `docker logs` (the
-//! terminal's replay) is where the host CLI waits for the ready line. Without a terminal (`docker run -d`, compose `up`, CI) everything goes to stderr as
-//! before, where `docker logs` has it, at the proxy's default level (`info`).
+//! then replays that same terminal; without a terminal (`docker run` in a script, the host
+//! CLI's `airlock run` with its output piped, compose `up`, CI) the container's stderr is
+//! interleaved with the agent's own output in whatever reads it. There is no second channel
+//! either way. So the proxy's log (its stdout and stderr), the git API's and the
+//! entrypoint's informational lines always go to [`LOG_FILE`] in the audit directory, and the
+//! proxy logs at `warn` unless `AIRLOCK_LOG` says otherwise (every decision is in the audit
+//! log anyway; an uncapped `info` stream in the audit volume would let the agent fill it with
+//! allowed requests). Refusals to start, warnings about the start itself and the one
+//! `session … ready in N ms` line ([`banner`]) still go to stderr: they come before the agent
+//! starts, the user must see them, and `docker logs` is where the host CLI waits for the
+//! ready line.
 
 use anyhow::{Context, Result};
 use std::fs::File;
@@ -20,44 +21,33 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// airlock's own log in the audit directory when the terminal belongs to the agent.
+/// airlock's own log in the audit directory.
 pub const LOG_FILE: &str = "airlock.log";
-/// The proxy's level on a terminal when `AIRLOCK_LOG` is not set.
+/// The proxy's level when `AIRLOCK_LOG` is not set.
 pub const QUIET_LEVEL: &str = "warn";
 
 /// Where the lines go for this start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// Into [`LOG_FILE`] (a terminal is attached), else stderr.
+    /// Into [`LOG_FILE`] (always, once the audit directory is known), else stderr.
     pub to_file: bool,
-    /// The proxy's log filter (`AIRLOCK_PROXY_LOG`); `None`: the proxy's default.
+    /// The proxy's log filter (`AIRLOCK_PROXY_LOG`).
     pub proxy_filter: Option<String>,
 }
 
 impl Route {
-    /// Pure: from whether stdin, stdout and stderr are terminals and `AIRLOCK_LOG`.
-    pub fn for_streams(ttys: [bool; 3], airlock_log: Option<&str>) -> Route {
-        let to_file = ttys.iter().any(|t| *t);
+    /// Pure: from `AIRLOCK_LOG` (a level; unset or blank: [`QUIET_LEVEL`]).
+    pub fn for_level(airlock_log: Option<&str>) -> Route {
         let set = airlock_log.filter(|v| !v.trim().is_empty());
         Route {
-            to_file,
-            proxy_filter: match (set, to_file) {
-                (Some(v), _) => Some(v.to_owned()),
-                (None, true) => Some(QUIET_LEVEL.to_owned()),
-                (None, false) => None,
-            },
+            to_file: true,
+            proxy_filter: Some(set.unwrap_or(QUIET_LEVEL).to_owned()),
         }
     }
 
     /// This process's route.
     pub fn detect() -> Route {
-        use std::io::IsTerminal;
-        let ttys = [
-            std::io::stdin().is_terminal(),
-            std::io::stdout().is_terminal(),
-            std::io::stderr().is_terminal(),
-        ];
-        Route::for_streams(ttys, std::env::var("AIRLOCK_LOG").ok().as_deref())
+        Route::for_level(std::env::var("AIRLOCK_LOG").ok().as_deref())
     }
 }
 
@@ -169,45 +159,24 @@ mod tests {
     }
 
     #[test]
-    fn a_terminal_sends_lines_to_the_file_at_warn() {
-        for ttys in [
-            [true, true, true],
-            [false, true, false],
-            [true, false, false],
-        ] {
-            assert_eq!(
-                Route::for_streams(ttys, None),
-                Route {
-                    to_file: true,
-                    proxy_filter: Some("warn".into())
-                }
-            );
-        }
-    }
-
-    #[test]
-    fn no_terminal_keeps_stderr_and_the_proxys_default() {
+    fn lines_go_to_the_file_at_warn_with_or_without_a_terminal() {
         assert_eq!(
-            Route::for_streams([false; 3], None),
+            Route::for_level(None),
             Route {
-                to_file: false,
-                proxy_filter: None
+                to_file: true,
+                proxy_filter: Some("warn".into())
             }
         );
     }
 
     #[test]
-    fn airlock_log_sets_the_level_either_way() {
+    fn airlock_log_sets_the_level() {
         assert_eq!(
-            Route::for_streams([true; 3], Some("info")).proxy_filter,
+            Route::for_level(Some("info")).proxy_filter,
             Some("info".into())
         );
         assert_eq!(
-            Route::for_streams([false; 3], Some("debug")).proxy_filter,
-            Some("debug".into())
-        );
-        assert_eq!(
-            Route::for_streams([true; 3], Some(" ")).proxy_filter,
+            Route::for_level(Some(" ")).proxy_filter,
             Some("warn".into())
         );
     }

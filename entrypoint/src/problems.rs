@@ -102,6 +102,12 @@ impl Knobs {
 
     /// The user's name for a secret file the policy reads: the host file and its knob.
     pub fn secret_file(&self, path: &Path) -> String {
+        if let Some(name) = self.cli_secret(path) {
+            return format!(
+                "{} (the airlock CLI's secret {name}: `airlock secret set {name}`, or `--secret {name}=FILE`)",
+                path.display()
+            );
+        }
         if path == Path::new(GITHUB_TOKEN_MOUNT) {
             match &self.github_token {
                 Some(host) => {
@@ -122,6 +128,11 @@ impl Knobs {
 
     /// How to make a secret file root-owned 0400, on the host when it is known.
     pub fn secret_fix(&self, path: &Path) -> String {
+        if let Some(name) = self.cli_secret(path) {
+            return format!(
+                "the airlock CLI writes each secret root-only itself: start the sandbox again with the CLI (`airlock run ... --secret {name}` or the stored secret), not with a file mounted by hand"
+            );
+        }
         match (&self.github_token, path == Path::new(GITHUB_TOKEN_MOUNT)) {
             (Some(host), true) => {
                 format!("on the host: sudo chown root:root {host} && sudo chmod 0400 {host}")
@@ -171,7 +182,7 @@ impl Knobs {
     pub fn secret_missing_fix(&self, path: &Path) -> String {
         if let Some(name) = self.cli_secret(path) {
             return format!(
-                "store it with `airlock secret set {name}` and start the sandbox again with `--secret {name}` (or `--secret {name}=FILE`, a host file holding it)"
+                "store it with `airlock secret set {name}` and start a new sandbox (a stored secret that a credential reads is given to it; or `--secret {name}=FILE`, a host file holding it)"
             );
         }
         if path == Path::new(GITHUB_TOKEN_MOUNT) {
@@ -253,6 +264,21 @@ mod tests {
         );
         assert!(k.secret_fix(token).contains("sudo chmod 0400 /home/me/tok"));
         assert!(k.secret_fix(Path::new("/x")).contains("chmod 0400 FILE"));
+    }
+
+    #[test]
+    fn a_cli_sandbox_s_secret_fixes_speak_of_the_cli() {
+        let cli = Knobs::from_env(|v| (v == "AIRLOCK_LAUNCHER").then(|| "cli".to_owned()));
+        let p = Path::new("/run/secrets/anthropic_api_key");
+        for text in [
+            cli.secret_file(p),
+            cli.secret_fix(p),
+            cli.secret_missing_fix(p),
+        ] {
+            assert!(text.contains("airlock"), "{text}");
+            assert!(!text.contains("scripts/docker-run"), "{text}");
+            assert!(!text.contains("chown"), "{text}");
+        }
     }
 
     #[test]

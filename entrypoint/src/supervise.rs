@@ -9,6 +9,12 @@
 //! does not reach PID 1 of a container); every other handled signal goes to the agent's
 //! process group, which decides how to exit. The agent cannot send PID 1 a signal (other
 //! uid), so only the operator starts a rescan.
+//!
+//! A stop (`docker stop`, `airlock stop`: SIGTERM) of an agent that has a terminal is also
+//! the terminal going away, so the agent's group gets SIGHUP after the SIGTERM
+//! ([`forwarded`]): an interactive shell ignores SIGTERM and would hold the container for the
+//! engine's whole grace period before SIGKILL (the proxy's audit flush lost with it), while a
+//! hang-up ends it, and its jobs, at once.
 
 use crate::git::ApiSpec;
 use crate::proxy_ctl::ProxySpec;
@@ -63,6 +69,17 @@ pub fn route(sig: Signal) -> Route {
         Signal::SIGCHLD => Route::Reap,
         Signal::SIGHUP => Route::Rescan,
         _ => Route::Forward,
+    }
+}
+
+/// The signals the agent's group gets for a forwarded `sig`: `sig`, and after a SIGTERM
+/// SIGHUP too when the agent has a terminal (`tty`). Pure.
+#[must_use]
+pub fn forwarded(sig: Signal, tty: bool) -> Vec<Signal> {
+    if sig == Signal::SIGTERM && tty {
+        vec![Signal::SIGTERM, Signal::SIGHUP]
+    } else {
+        vec![sig]
     }
 }
 
@@ -125,7 +142,10 @@ impl Supervisor {
             match route(sig) {
                 Route::Forward => {
                     // The agent's group decides how to exit.
-                    let _ = killpg(self.agent, sig);
+                    let tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+                    for s in forwarded(sig, tty) {
+                        let _ = killpg(self.agent, s);
+                    }
                     continue;
                 }
                 Route::Rescan => {
@@ -249,6 +269,16 @@ mod tests {
                 assert_eq!(route(sig), Route::Forward, "{sig}");
             }
         }
+    }
+
+    #[test]
+    fn a_stop_hangs_up_an_agent_with_a_terminal() {
+        assert_eq!(
+            forwarded(Signal::SIGTERM, true),
+            [Signal::SIGTERM, Signal::SIGHUP]
+        );
+        assert_eq!(forwarded(Signal::SIGTERM, false), [Signal::SIGTERM]);
+        assert_eq!(forwarded(Signal::SIGINT, true), [Signal::SIGINT]);
     }
 
     #[test]
