@@ -40,10 +40,13 @@ pub(crate) fn check_verb(sub: &str, rest: &[String]) -> Result<(), Refusal> {
         },
         "bisect" => bisect(first),
         "notes" => match first {
-            None | Some("list" | "show") => Ok(()),
+            None
+            | Some("list" | "show" | "get-ref" | "add" | "append" | "copy" | "remove" | "prune") => {
+                Ok(())
+            }
             Some(other) => refuse(format!(
-                "git notes {other} is refused: notes are read-only in the sandbox (git notes \
-                 list, git notes show <commit>); put the text in a commit message instead"
+                "git notes {other} is refused: it opens an editor or merges notes refs; git \
+                 notes add|append -m <text>, copy, remove, list and show work"
             )),
         },
         _ => Ok(()),
@@ -53,6 +56,18 @@ pub(crate) fn check_verb(sub: &str, rest: &[String]) -> Result<(), Refusal> {
 /// Judge the operands of a plumbing command that passed its option allowlist.
 pub(crate) fn check(sub: &str, args: &[Arg], operands: &[String]) -> Result<(), Refusal> {
     match sub {
+        "notes"
+            if matches!(operands.first().map(String::as_str), Some("add" | "append"))
+                && !args
+                    .iter()
+                    .any(|a| ["m", "message", "C", "reuse-message"].contains(&a.name.as_str())) =>
+        {
+            refuse(
+                "git notes add/append without -m opens an editor the git API does not have; \
+                 pass -m <text> (or -C <blob>)"
+                    .to_owned(),
+            )
+        }
         "symbolic-ref" => symbolic_ref(operands),
         "worktree" if operands.len() != 1 => check_verb(sub, &[String::new()]),
         "gc" => {

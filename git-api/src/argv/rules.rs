@@ -260,9 +260,10 @@ mod tests {
             ("bisect run make test", "as you"),
             ("bisect replay /tmp/log", "good/bad"),
             ("bisect visualize", "bisect log"),
-            ("notes add -m x", "read-only"),
-            ("notes edit", "read-only"),
-            ("notes remove HEAD", "read-only"),
+            ("notes add", "pass -m"),
+            ("notes append HEAD", "pass -m"),
+            ("notes edit", "notes add|append -m"),
+            ("notes merge x", "notes add|append -m"),
             ("gc", "--auto"),
             ("gc --aggressive", "without it"),
             ("gc --prune=now", "without it"),
@@ -277,6 +278,25 @@ mod tests {
             assert!(r.message.contains(hint), "{s}: {r:?}");
             assert!(!r.message.contains("docker exec"), "{s}: {r:?}");
         }
+    }
+
+    #[test]
+    fn notes_are_written_like_a_commit_message() {
+        use crate::argv::Class;
+        for s in [
+            "notes add -m reviewed",
+            "notes add -f -m again HEAD~1",
+            "notes append -m more",
+            "notes --ref=review add -m x",
+            "notes add -C HEAD:README.md",
+            "notes copy HEAD HEAD~1",
+            "notes remove HEAD",
+            "notes prune -n",
+        ] {
+            assert_eq!(ok(s).class, Class::Write, "{s}");
+        }
+        assert_eq!(ok("notes show HEAD").class, Class::Read);
+        assert_eq!(refused("notes add -c HEAD").reason, Reason::OptionRefused);
     }
 
     #[test]

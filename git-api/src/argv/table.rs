@@ -192,6 +192,36 @@ pub(super) const STASH_SHOW: Sub = Sub {
     ],
 };
 
+/// `git notes add|append|copy|remove|prune`: notes are local refs (`refs/notes/*`), written
+/// like a commit's message (`-m`, `-C`); a push of them is judged like any push (only
+/// branches go upstream).
+pub(super) const NOTES_WRITE: Sub = Sub {
+    name: "notes",
+    class: Class::Write,
+    pages: false,
+    numeric: false,
+    rule: Rule::Plumbing,
+    harden: &[],
+    refused_short: &[('c', Why::Editor), ('e', Why::Editor)],
+    opts: &[&[
+        "ref=",
+        "m|message=",
+        "C|reuse-message=",
+        "allow-empty",
+        "f|force",
+        "ignore-missing",
+        "n|dry-run",
+        "v|verbose",
+        "no-stripspace",
+        "stripspace",
+        "separator=",
+        "no-separator",
+    ]],
+};
+
+/// The verbs of `git notes` that write ([`NOTES_WRITE`]).
+pub(super) const NOTES_WRITE_VERBS: [&str; 5] = ["add", "append", "copy", "remove", "prune"];
+
 const REVS: &[&str] = &[
     "n|max-count=",
     "skip=",
@@ -1819,9 +1849,15 @@ pub(super) fn find_sub(name: &str) -> Option<&'static Sub> {
 /// display command ([`STASH_SHOW`]). `rest` is what follows the subcommand.
 pub(super) fn find(name: &str, rest: &[String]) -> Option<&'static Sub> {
     let sub = find_sub(name)?;
+    let verb = rest
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str);
     Some(
         if sub.name == "stash" && rest.first().is_some_and(|a| a == "show") {
             &STASH_SHOW
+        } else if sub.name == "notes" && verb.is_some_and(|v| NOTES_WRITE_VERBS.contains(&v)) {
+            &NOTES_WRITE
         } else {
             sub
         },

@@ -56,8 +56,26 @@ impl Server {
         Ok("origin".into())
     }
 
-    /// The remote must be configured and every URL it uses authorized.
+    /// The remote must be configured and every URL it uses authorized. A refusal says, in a
+    /// sandbox the host CLI made, how the work comes back instead ([`way_back`]).
     pub(super) fn check_remote(&self, remote: &str, push: bool) -> Result<Remote, Refusal> {
+        self.check_remote_inner(remote, push).map_err(|r| {
+            if r.reason != Reason::RepositoryNotAuthorized {
+                return r;
+            }
+            let key = |k: &str| {
+                self.query(&["config", "--get", k])
+                    .ok()
+                    .and_then(|q| q.line())
+            };
+            match way_back(key("airlock.sandbox"), key("airlock.branch")) {
+                Some(why) => Refusal::new(r.reason, format!("{}; {why}", r.message)),
+                None => r,
+            }
+        })
+    }
+
+    fn check_remote_inner(&self, remote: &str, push: bool) -> Result<Remote, Refusal> {
         if !self.remotes()?.iter().any(|r| r == remote) {
             return Err(Refusal::new(
                 Reason::RepositoryNotAuthorized,
@@ -122,5 +140,30 @@ impl Server {
             .lines()
             .map(FetchSpec::parse)
             .collect())
+    }
+}
+
+/// What a sandbox the host CLI made (its git dir names it: `airlock.sandbox`,
+/// `airlock.branch`, keys the agent cannot write) does instead of reaching a remote it may
+/// not: its branch comes back to the operator's repository. Pure.
+pub(super) fn way_back(sandbox: Option<String>, branch: Option<String>) -> Option<String> {
+    let (sandbox, branch) = (sandbox?, branch?);
+    Some(format!(
+        "your commits still reach the operator: this sandbox's branch {branch} comes back to their repository as {branch} when the session ends (they can bring it sooner with `airlock fetch {sandbox}`), so commit your work and tell them"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::way_back;
+
+    #[test]
+    fn a_cli_sandbox_refusal_says_how_the_work_comes_back() {
+        let w = way_back(Some("fix".into()), Some("sandbox/fix".into())).unwrap_or_default();
+        assert!(
+            w.contains("sandbox/fix") && w.contains("airlock fetch fix"),
+            "{w}"
+        );
+        assert_eq!(way_back(None, Some("b".into())), None);
     }
 }
