@@ -20,9 +20,9 @@ AIRLOCK_RUN_FLAGS=(
     --cap-add DAC_OVERRIDE
     --security-opt no-new-privileges
     --read-only
-    --tmpfs /tmp:rw,nosuid,nodev,size=512m
+    --tmpfs /tmp:rw,exec,nosuid,nodev,size=512m
     --tmpfs /run:rw,nosuid,nodev,noexec,size=64m
-    --tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g
+    --tmpfs /home/agent:rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g
     --pids-limit 512
     --memory 4g
     --cpus 2

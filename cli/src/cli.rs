@@ -343,6 +343,10 @@ pub struct LogsArgs {
     /// Only the last N lines.
     #[arg(long)]
     pub tail: Option<u32>,
+    /// The proxy's and the git API's decisions (audit.jsonl, git-api.jsonl) instead of the
+    /// container's output; a removed sandbox's are kept for 30 days.
+    #[arg(long)]
+    pub audit: bool,
 }
 
 /// `secret`.
@@ -457,6 +461,9 @@ pub struct DevcontainerArgs {
     /// Replace an existing .devcontainer/devcontainer.json.
     #[arg(long)]
     pub force: bool,
+    /// The agent (its image airlock:<agent> and its command), or `shell`.
+    #[arg(long, default_value = "shell")]
+    pub agent: String,
 }
 
 /// `k8s`.
@@ -488,6 +495,9 @@ Examples:
         /// A policy file on the node instead of the image's default.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// The agent (its image airlock:<agent> and its command), or `shell`.
+        #[arg(long, default_value = "shell")]
+        agent: String,
     },
 }
 

@@ -16,8 +16,10 @@ use thiserror::Error;
 mod archive;
 mod io;
 mod probe;
+pub mod volumes;
 pub use io::{Attached, DETACH_KEYS, Ended, Link, SESSION};
 pub use probe::Facts;
+pub use volumes::{LABEL_ROLE, Role, RootFile};
 
 /// The label every container the CLI creates carries: its sandbox name.
 pub const LABEL_SANDBOX: &str = "dev.airlock.sandbox";
@@ -70,6 +72,14 @@ pub enum EngineError {
     /// The operator's terminal could not be switched to raw mode.
     #[error("{0}")]
     Terminal(crate::term::TermError),
+    /// A tar stream for the engine could not be made.
+    #[error("cannot make the archive for {name}: {why}")]
+    Archive {
+        /// The container.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// The container stopped before the entrypoint said it was ready.
     #[error(
         "sandbox container {name} did not become ready (exit {code:?}); its last output:\n{tail}"

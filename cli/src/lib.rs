@@ -6,8 +6,9 @@
 //! privilege drop all run inside the container (`entrypoint/`), and no in-container crate
 //! depends on this one. It never shells out to the `docker` CLI (but for `airlock build`,
 //! which runs airlock's own `scripts/build-image`), never puts a secret in a host process's
-//! argv or environment (secrets are host files, copied root-only for each sandbox and
-//! mounted read-only, [`secrets`]), and never runs anything a sandbox wrote: a sandbox's git
+//! argv or environment (secrets are host files whose values the engine writes root-only
+//! into each sandbox's own volume, [`secrets`], [`engine::volumes`]), and never runs
+//! anything a sandbox wrote: a sandbox's git
 //! dir and work tree are read only through a git dir of the CLI's own, and what its branch
 //! brings back is listed by what would run without being asked ([`checkout`], [`review`]).
 //!

@@ -7,10 +7,13 @@
 //! <data>/sandboxes/<name>/work/      its work tree (mounted at /workspace)
 //! <data>/sandboxes/<name>/audit/     its audit log
 //! <data>/sandboxes/<name>/host.git   the CLI's own git dir for reading the sandbox
-//! <data>/sandboxes/<name>/secrets/   root-only copies of its secrets (mounted read-only)
+//! <data>/audit/<name>-<created>/  a removed sandbox's audit logs (kept 30 days)
 //! <data>/stores/<base>.git           the objects a base commit reaches (checkout::store)
 //! <data>/locks/<name>             held (flock) by a live `new` or `run` of that sandbox
 //! ```
+//!
+//! A sandbox's agent home and secrets are volumes of the engine (`airlock-home-<name>`,
+//! `airlock-secrets-<name>`, [`crate::engine::volumes`]), never host directories.
 //!
 //! Configuration (the secret store, [`crate::secrets`]) lives in the XDG config directory:
 //! `$XDG_CONFIG_HOME/airlock`, else `~/.config/airlock`, or `AIRLOCK_CONFIG_DIR`.

@@ -3,18 +3,19 @@
 //! `~/.config/airlock/secrets/<name>`, or `AIRLOCK_CONFIG_DIR/secrets`).
 //!
 //! A value only ever travels from the operator's stdin (or a prompt) into that file, and from
-//! the file into a sandbox as a read-only bind mount at `/run/secrets/<name>`: never through
+//! the file into a sandbox as a read-only file at `/run/secrets/<name>`: never through
 //! a host process's argv or environment, never into a container's configuration.
 //!
-//! What a sandbox mounts is never the operator's file itself but a copy the CLI makes when
-//! it creates the sandbox ([`install_copies`]): mode 0400 in a 0700 directory of the sandbox,
-//! owned by the CLI's user, which is root when the CLI runs as root, so inside the container
-//! the file is root's and unreadable by the agent whatever the original's owner and mode
-//! (a 0644 file, or one owned by the agent's uid). Only a secret a credential of the
-//! sandbox's policy reads is handed over at all ([`unbound`]): one nothing reads is refused.
+//! What a sandbox mounts is never the operator's file itself but its value, written by the
+//! engine into the sandbox's secrets volume as a root-owned 0400 file
+//! ([`crate::engine::volumes`]), so inside the container it is root's and unreadable by the
+//! agent whatever the original's owner and mode (a 0644 file, or one owned by the agent's
+//! uid) and whichever user runs the CLI. Only a secret a credential of the sandbox's policy
+//! reads is handed over at all ([`unbound`]): a `--secret` nothing reads is refused; a
+//! stored secret a credential reads is handed over without `--secret` ([`read_by`]).
 
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -76,42 +77,42 @@ pub fn mount_path(name: &str) -> String {
     format!("{}/{name}", crate::flags::SECRETS_DIR)
 }
 
-/// Copy each `(name, file)` into the new directory `dir` (mode 0700) as `dir/<name>`, mode
-/// 0400, owned by this process's user; returns the copies, to mount instead of the files.
-pub fn install_copies(
-    dir: &Path,
-    secrets: &[(String, PathBuf)],
-) -> Result<Vec<(String, PathBuf)>, SecretError> {
+/// The value of the secret file `file` (at most [`SECRET_LIMIT`] bytes), to hand to a
+/// sandbox.
+pub fn read_value(file: &Path) -> Result<Vec<u8>, SecretError> {
     use std::io::Read;
-    if secrets.is_empty() {
-        return Ok(Vec::new());
+    let src = std::fs::File::open(file).map_err(io("read", file))?;
+    let mut value = Vec::new();
+    src.take(SECRET_LIMIT + 1)
+        .read_to_end(&mut value)
+        .map_err(io("read", file))?;
+    if value.len() as u64 > SECRET_LIMIT {
+        return Err(SecretError::TooLarge {
+            path: file.to_path_buf(),
+        });
     }
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(dir)
-        .map_err(io("create", dir))?;
-    let mut out = Vec::new();
-    for (name, file) in secrets {
-        validate(name)?;
-        let src = std::fs::File::open(file).map_err(io("read", file))?;
-        let mut value = Vec::new();
-        src.take(SECRET_LIMIT + 1)
-            .read_to_end(&mut value)
-            .map_err(io("read", file))?;
-        if value.len() as u64 > SECRET_LIMIT {
-            return Err(SecretError::TooLarge { path: file.clone() });
+    Ok(value)
+}
+
+/// The secret names the policy `text` reads: each credential's file source
+/// `/run/secrets/<name>`, in order, once each.
+pub fn read_by(text: &str, origin: &Path) -> Result<Vec<String>, airlock_policy::PolicyError> {
+    let policy = airlock_policy::Policy::parse(text, origin)?;
+    let mut names: Vec<String> = Vec::new();
+    for c in &policy.credentials {
+        let name = c
+            .source
+            .file()
+            .and_then(|f| f.strip_prefix(crate::flags::SECRETS_DIR).ok())
+            .and_then(Path::to_str)
+            .filter(|n| validate(n).is_ok());
+        if let Some(n) = name
+            && !names.iter().any(|m| m == n)
+        {
+            names.push(n.to_string());
         }
-        let copy = dir.join(name);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o400)
-            .open(&copy)
-            .map_err(io("create", &copy))?;
-        f.write_all(&value).map_err(io("write", &copy))?;
-        out.push((name.clone(), copy));
     }
-    Ok(out)
+    Ok(names)
 }
 
 /// The names among `secrets` that no credential of the policy `text` reads from
@@ -258,24 +259,23 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_is_0400_in_a_0700_directory_whatever_the_original() {
-        use std::os::unix::fs::MetadataExt;
+    fn a_value_is_read_whole_up_to_the_limit() {
         let d = tempfile::tempdir().unwrap();
         let open = d.path().join("open");
         std::fs::write(&open, "v").unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let dir = d.path().join("copies");
-        let got = install_copies(&dir, &[("tok".into(), open.clone())]).unwrap();
-        assert_eq!(got, vec![("tok".to_string(), dir.join("tok"))]);
-        let m = std::fs::metadata(dir.join("tok")).unwrap();
-        assert_eq!(m.mode() & 0o777, 0o400);
-        assert_eq!(m.uid(), nix::unistd::geteuid().as_raw());
-        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-        assert_eq!(std::fs::read(dir.join("tok")).unwrap(), b"v");
+        assert_eq!(read_value(&open).unwrap(), b"v");
         let big = d.path().join("big");
         std::fs::write(&big, vec![b'x'; SECRET_LIMIT as usize + 1]).unwrap();
-        let e = install_copies(&d.path().join("c2"), &[("b".into(), big)]);
+        let e = read_value(&big);
         assert!(matches!(e, Err(SecretError::TooLarge { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn the_names_a_policy_reads_are_its_file_sources_under_run_secrets() {
+        let text = "[sandbox]\nname = \"t\"\n[[credentials]]\npreset = \"github\"\nsource = { file = \"/run/secrets/github_token\" }\n[[credentials]]\npreset = \"anthropic\"\nsource = { env = \"ANTHROPIC_API_KEY\", file = \"/run/secrets/anthropic_api_key\" }\n[[credentials]]\npreset = \"openai\"\nsource = { file = \"/etc/other/key\" }\n";
+        let got = read_by(text, Path::new("p.toml")).unwrap();
+        assert_eq!(got, vec!["github_token", "anthropic_api_key"]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::{World, commit_script, policy_reading, processes_holding, sh};
+use crate::common::{World, commit_script, policy_reading, processes_holding, sh, volumes_of};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -324,8 +324,8 @@ fn secrets_are_mounted_files_never_in_a_host_process_or_the_container_config() {
         "the container config holds the secret"
     );
     assert!(
-        inspect.contains("/run/secrets/github_token:ro"),
-        "mounted read-only"
+        inspect.contains(&format!("airlock-secrets-{s}:/run/secrets:ro")),
+        "mounted read-only: {inspect}"
     );
     w.ok(&["destroy", &s]);
 }
@@ -501,48 +501,199 @@ fn a_sandbox_reads_only_the_objects_its_base_reaches() {
 }
 
 #[test]
-fn as_an_ordinary_user_on_a_rootful_engine_a_secret_is_refused() {
+fn as_a_docker_group_user_a_stored_secret_is_mounted_without_secret_and_root_only() {
     use std::os::unix::fs::MetadataExt;
     let w = World::new("sru");
-    // uid 1000, in the engine socket's group (as a docker-group user is), owns the world.
+    // uid 1000, in the engine socket's group (as a docker-group user is), owns the world and
+    // stores the key the way the README says (`airlock secret set`): a 0600 file of its own.
     let sock = std::fs::metadata("/var/run/docker.sock").expect("the engine's socket");
-    let secret = w.dir.path().join("token");
-    std::fs::write(&secret, "v").unwrap();
+    let value = format!("stored-{}", w.prefix);
     std::fs::write(
         w.dir.path().join("policy.toml"),
         policy_reading("api_token"),
     )
     .unwrap();
-    sh(w.dir.path(), "chown -R 1000:1000 . && chmod 0600 token");
-    let mut args = w.new_args(&w.name("s"), Some("exec sleep 600"));
-    args.splice(
-        2..2,
-        [
-            "--secret".to_string(),
-            format!("api_token={}", secret.display()),
-        ],
-    );
-    let o = Command::new("setpriv")
-        .args([
+    sh(w.dir.path(), "chown -R 1000:1000 .");
+    let as_user = |args: &[&str], input: Option<&str>| {
+        let mut c = Command::new("setpriv");
+        c.args([
             "--reuid=1000",
             "--regid=1000",
             &format!("--groups={}", sock.gid()),
             "--",
             env!("CARGO_BIN_EXE_airlock"),
         ])
-        .args(&args)
+        .args(args)
         .env("AIRLOCK_DATA_DIR", w.data())
         .env("AIRLOCK_CONFIG_DIR", w.config())
         .env("HOME", w.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(4), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("rootful engine") && err.contains("sudo"),
-        "{err}"
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(i) = input {
+            std::io::Write::write_all(&mut stdin, i.as_bytes()).unwrap();
+        }
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    for (name, v) in [("api_token", value.as_str()), ("unread_token", "other")] {
+        let o = as_user(&["secret", "set", name], Some(v));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let stored = w.config().join("secrets/api_token");
+    assert_eq!(std::fs::metadata(&stored).unwrap().uid(), 1000);
+    // No --secret: the policy's credential reads /run/secrets/api_token, the store has it.
+    let s = w.name("s");
+    let args = w.new_args(&s, Some("exec sleep 600"));
+    let o = as_user(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let seen = as_agent(
+        &w,
+        &s,
+        "stat -c 'mode=%u:%g:%a' /run/secrets/api_token; cat /run/secrets/api_token; ls /run/secrets",
     );
-    assert!(w.list().is_empty(), "nothing left");
+    assert!(seen.contains("mode=0:0:400"), "{seen}");
+    assert!(!seen.contains(&value), "the agent read the secret: {seen}");
+    assert!(seen.contains("Permission denied"), "{seen}");
+    assert!(
+        !seen.contains("unread_token"),
+        "a stored secret no credential reads stays out: {seen}"
+    );
+    // The proxy holds it: the start did not warn that the credential is missing.
+    let logs = w.ok(&["logs", &s]);
+    assert!(!logs.contains("\"api_token\" is not configured"), "{logs}");
+    // (As root without SUDO_UID, git refuses uid 1000's repository, so its branch cannot be
+    // counted: --force.)
+    w.ok(&["destroy", &s, "--force"]);
+    assert!(
+        volumes_of(&w).is_empty(),
+        "the secrets and the home go with the sandbox: {:?}",
+        volumes_of(&w)
+    );
+}
+
+#[test]
+fn the_agent_home_survives_stop_and_start_and_goes_with_destroy() {
+    let w = World::new("home");
+    let s = w.name("s");
+    w.ok(&w
+        .new_args(&s, Some("exec sleep 600"))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    // What an agent leaves in its home: history, a tool in ~/bin; and a file in /tmp.
+    let first = as_agent(
+        &w,
+        &s,
+        "echo remembered > ~/.history && mkdir -p ~/bin && printf '#!/bin/sh\\necho RAN-HOME\\n' > ~/bin/t \
+         && chmod +x ~/bin/t && ~/bin/t && echo scratch > /tmp/scratch && cat /run/airlock/session.key | sha256sum",
+    );
+    assert!(first.contains("RAN-HOME"), "{first}");
+    w.ok(&["stop", &s]);
+    w.ok(&["start", &s]);
+    let second = as_agent(
+        &w,
+        &s,
+        "cat ~/.history; ~/bin/t; ls /tmp/scratch 2>&1; cat /run/airlock/session.key | sha256sum",
+    );
+    assert!(
+        second.contains("remembered") && second.contains("RAN-HOME"),
+        "{second}"
+    );
+    assert!(
+        second.contains("No such file"),
+        "/tmp is per start: {second}"
+    );
+    let key = |t: &str| t.lines().last().unwrap_or_default().to_string();
+    assert_ne!(key(&first), key(&second), "the session key is per start");
+    assert!(volumes_of(&w).contains(&format!("airlock-home-{s}")));
+    w.ok(&["destroy", &s]);
+    assert!(volumes_of(&w).is_empty(), "{:?}", volumes_of(&w));
+}
+
+#[test]
+fn tmp_and_the_home_run_programs_but_honour_no_setuid_or_devices() {
+    let w = World::new("exec");
+    let s = w.name("s");
+    w.ok(&w
+        .new_args(&s, Some("exec sleep 600"))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let seen = as_agent(
+        &w,
+        &s,
+        "printf '#!/bin/sh\\necho RAN-TMP\\n' > /tmp/t && chmod +x /tmp/t && /tmp/t; \
+         grep -E ' /tmp ' /proc/self/mountinfo; \
+         cp /bin/cat /tmp/suid && chmod u+s /tmp/suid; /tmp/suid /proc/self/status | grep -E '^(Uid|NoNewPrivs)'",
+    );
+    assert!(seen.contains("RAN-TMP"), "{seen}");
+    let tmp = seen
+        .lines()
+        .find(|l| l.contains(" /tmp "))
+        .unwrap_or_default();
+    assert!(
+        tmp.contains("nosuid") && tmp.contains("nodev") && !tmp.contains("noexec"),
+        "{tmp}"
+    );
+    // A setuid bit the agent sets gives it nothing: its own uid, no_new_privs.
+    assert!(seen.contains("NoNewPrivs:\t1"), "{seen}");
+    assert!(!seen.contains("Uid:\t0"), "{seen}");
+    w.ok(&["destroy", &s]);
+}
+
+#[test]
+fn a_shell_sandbox_stops_by_hang_up_not_by_kill() {
+    let w = World::new("stop");
+    let s = w.name("s");
+    // The image's shell, interactive on the sandbox's terminal: it ignores SIGTERM.
+    w.ok(&w
+        .new_args(&s, None)
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    w.ok(&["stop", &s]);
+    let code = sh(
+        &w.repo(),
+        &format!("docker inspect -f '{{{{.State.ExitCode}}}}' airlock-{s}"),
+    );
+    // 137 is the engine's SIGKILL after its grace period; a hung-up bash ends with 129.
+    assert_ne!(code, "137", "the shell outlived the stop's SIGTERM");
+    w.ok(&["destroy", &s]);
+}
+
+#[test]
+fn a_sandbox_sees_the_operator_s_remotes_without_their_credentials() {
+    let w = World::new("rem");
+    sh(
+        &w.repo(),
+        "git remote add origin https://me:ghp_NOTFORTHEAGENT@github.com/acme/app.git \
+         && git remote add local /srv/git/app.git \
+         && git config remote.origin.uploadpack 'touch /tmp/x; git-upload-pack'",
+    );
+    let s = w.name("s");
+    let script = "git remote -v; git config --get-regexp '^remote\\.'; git fetch local; echo FETCHED; exec sleep 600";
+    w.ok(&w
+        .new_args(&s, Some(script))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    w.wait_log(&s, "FETCHED");
+    let logs = w.ok(&["logs", &s]);
+    assert!(
+        logs.contains("origin\thttps://github.com/acme/app.git (fetch)"),
+        "{logs}"
+    );
+    assert!(logs.contains("local\t/srv/git/app.git (push)"), "{logs}");
+    assert!(!logs.contains("NOTFORTHEAGENT"), "{logs}");
+    assert!(!logs.contains("uploadpack"), "{logs}");
+    // A remote the sandbox may not reach: the refusal says how the work comes back.
+    assert!(
+        logs.contains(&format!("comes back to their repository as sandbox/{s}"))
+            && logs.contains(&format!("airlock fetch {s}")),
+        "{logs}"
+    );
+    w.ok(&["destroy", &s]);
 }

@@ -164,13 +164,13 @@ fn secrets_are_stored_0600_and_reach_a_sandbox_only_as_files() {
         !inspect.contains(&value),
         "never in the container's configuration"
     );
-    // What is mounted is the sandbox's root-only copy, not the store's file.
-    let copy = w
-        .data()
-        .join("sandboxes")
-        .join(&s)
-        .join("secrets/api_token");
-    assert!(inspect.contains(&format!("{}:/run/secrets/api_token:ro", copy.display())));
+    // What is mounted is the sandbox's secrets volume (root's 0400 copies the engine wrote),
+    // not the store's file.
+    assert!(
+        inspect.contains(&format!("airlock-secrets-{s}:/run/secrets:ro")),
+        "{inspect}"
+    );
+    assert!(!inspect.contains(&w.config().join("secrets").display().to_string()));
     w.ok(&["destroy", &s]);
 
     // Removed: gone from the list, and a sandbox asking for it is refused before anything.
@@ -231,6 +231,8 @@ fn devcontainer_is_written_as_rendered(w: &World, r: &str) {
     let i = docker.iter().position(|a| *a == ws).unwrap();
     let mut expected = docker.clone();
     expected.drain(i - 1..=i);
+    // With a terminal first: the image's command (a shell, an agent) waits for its user.
+    expected.splice(0..0, ["--interactive".to_string(), "--tty".to_string()]);
     assert_eq!(run_args, expected);
     assert_eq!(
         written["workspaceMount"],

@@ -545,3 +545,58 @@ fn run_lists_what_can_run_on_the_host_first_and_the_wind_up_runs_none_of_it() {
     let _ = w.run(&["destroy", &n, "--force"]);
     assert!(!marker.exists());
 }
+
+#[test]
+fn a_run_that_changed_nothing_leaves_no_branch_but_its_audit_named_for_it() {
+    let w = World::new("quiet");
+    // What the sandbox will not have: an edit not committed, an ignored .env, a new file.
+    sh(
+        &w.repo(),
+        "printf '.env\\n' > .gitignore && git add .gitignore && git commit -qm ignore \
+         && echo SECRET=1 > .env && echo edit >> a && echo n > notes",
+    );
+    let n = w.name("q");
+    let o = w.run(&strs(&run_args(
+        &w,
+        &n,
+        "echo AGENT-ONLY; curl -s -o /dev/null https://blocked.test/ || true",
+    )));
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    // The agent's output is the agent's: no proxy line among it.
+    assert_eq!(out.trim(), "AGENT-ONLY", "{out}");
+    assert!(!err.contains(" INFO "), "{err}");
+    let warned = err
+        .lines()
+        .find(|l| l.contains("not in it"))
+        .unwrap_or_default();
+    assert!(
+        warned.contains("1 changed (a)")
+            && warned.contains("1 untracked (notes)")
+            && warned.contains("1 ignored (.env)"),
+        "{err}"
+    );
+    assert!(err.contains("no branch"), "{err}");
+    assert_eq!(
+        sh(&w.repo(), "git branch --list 'sandbox/*'"),
+        "",
+        "no branch made for a run that changed nothing"
+    );
+    assert!(w.list().is_empty());
+    // The audit outlives the sandbox, and every line names it.
+    let audit = w.ok(&["logs", &n, "--audit"]);
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().any(|l| l["host"] == "blocked.test"), "{audit}");
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.get("sandbox").is_some())
+            .all(|l| l["sandbox"] == n.as_str()),
+        "{audit}"
+    );
+    let o = w.run(&["logs", "never-was", "--audit"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+}

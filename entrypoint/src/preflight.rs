@@ -261,12 +261,12 @@ fn sized_flag(point: &Path, layout: &Layout) -> String {
             .map_or("64m", |(_, s)| s)
     };
     if point == Path::new("/tmp") {
-        format!("--tmpfs /tmp:rw,nosuid,nodev,size={}", size("/tmp"))
+        format!("--tmpfs /tmp:rw,exec,nosuid,nodev,size={}", size("/tmp"))
     } else if point == Path::new("/run") {
         format!("--tmpfs /run:rw,nosuid,nodev,noexec,size={}", size("/run"))
     } else if point == layout.agent_home {
         format!(
-            "--tmpfs {}:rw,nosuid,nodev,uid={uid},gid={uid},mode=0700,size={}",
+            "--tmpfs {}:rw,exec,nosuid,nodev,uid={uid},gid={uid},mode=0700,size={}",
             point.display(),
             size("/home/agent"),
             uid = layout.agent_uid
@@ -644,7 +644,7 @@ mod tests {
         assert_eq!(m.code(), "unsized-tmpfs");
         assert!(
             m.to_string().starts_with(
-                "--tmpfs /tmp:rw,nosuid,nodev,size=512m (/tmp is a tmpfs without a size"
+                "--tmpfs /tmp:rw,exec,nosuid,nodev,size=512m (/tmp is a tmpfs without a size"
             ),
             "{m}"
         );
@@ -653,7 +653,7 @@ mod tests {
         set_tmpfs(&mut f, "/home/agent", None);
         assert!(
             only(&f).to_string().starts_with(
-                "--tmpfs /home/agent:rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g "
+                "--tmpfs /home/agent:rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g "
             ),
             "{}",
             only(&f)

@@ -37,6 +37,7 @@
 mod git;
 pub mod range;
 pub mod refs;
+pub mod remotes;
 pub mod store;
 
 use git::{ours, run, text};
@@ -158,6 +159,76 @@ pub struct Operator {
     pub head: String,
     /// Whether the checkout has uncommitted changes (they do not go into a sandbox).
     pub dirty: bool,
+    /// What of the work tree a sandbox will not have: changed tracked files, untracked files
+    /// and ignored ones (an `.env`, `node_modules/`), as `git status` names them.
+    pub left_out: LeftOut,
+}
+
+/// The parts of the operator's work tree a sandbox does not get (it starts from HEAD).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Tracked files with changes not committed (staged or not).
+    pub changed: Vec<String>,
+    /// Untracked files (a directory of them as one `dir/`).
+    pub untracked: Vec<String>,
+    /// Ignored files (an ignored directory as one `dir/`).
+    pub ignored: Vec<String>,
+}
+
+impl LeftOut {
+    /// `git status --porcelain -z --ignored` output, read. Pure.
+    pub fn parse(status: &[u8]) -> LeftOut {
+        let mut out = LeftOut::default();
+        let mut records = status.split(|b| *b == 0).filter(|r| !r.is_empty());
+        while let Some(r) = records.next() {
+            if r.len() < 4 {
+                continue;
+            }
+            let path = String::from_utf8_lossy(&r[3..]).into_owned();
+            match &r[..2] {
+                b"??" => out.untracked.push(path),
+                b"!!" => out.ignored.push(path),
+                code => {
+                    // A rename or copy names its source in the next record.
+                    if code[0] == b'R' || code[0] == b'C' {
+                        records.next();
+                    }
+                    out.changed.push(path);
+                }
+            }
+        }
+        out
+    }
+
+    /// Nothing left out.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.untracked.is_empty() && self.ignored.is_empty()
+    }
+
+    /// `2 changed (a, b), 1 untracked (n), 3 ignored (.env, build/, ...)`: at most `shown`
+    /// names of each kind, escaped.
+    pub fn describe(&self, shown: usize) -> String {
+        let mut parts = Vec::new();
+        for (what, list) in [
+            ("changed", &self.changed),
+            ("untracked", &self.untracked),
+            ("ignored", &self.ignored),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            let mut names: Vec<String> = list
+                .iter()
+                .take(shown)
+                .map(|p| crate::review::escape(p.as_bytes()))
+                .collect();
+            if list.len() > shown {
+                names.push("...".into());
+            }
+            parts.push(format!("{} {what} ({})", list.len(), names.join(", ")));
+        }
+        parts.join(", ")
+    }
 }
 
 /// Inspect `path`: it must be the top of a checkout whose `.git` is a directory, and one git
@@ -191,15 +262,19 @@ pub fn operator(path: &Path) -> Result<Operator, CheckoutError> {
             "--no-optional-locks",
             "status",
             "--porcelain",
-            "--untracked-files=no",
+            "-z",
+            "--untracked-files=normal",
+            "--ignored=traditional",
             "--ignore-submodules=all",
         ]),
     )?;
+    let left_out = LeftOut::parse(&status.stdout);
     Ok(Operator {
         top,
         git_dir,
         head: text(&head),
-        dirty: !status.stdout.is_empty(),
+        dirty: !left_out.changed.is_empty(),
+        left_out,
     })
 }
 
@@ -299,6 +374,21 @@ impl Checkout {
         std::fs::create_dir_all(self.audit()).map_err(io("create", &self.audit()))?;
         chown_tree(&gd, AGENT_ID)?;
         chown_tree(&work, AGENT_ID)
+    }
+
+    /// Give the sandbox the operator's remotes (`entries`, [`remotes::of_operator`]) and the
+    /// keys that name it (`sandbox`, the `branch` that comes back), before its agent runs.
+    pub fn set_remotes(
+        &self,
+        entries: &[(String, String)],
+        sandbox: &str,
+        branch: &str,
+    ) -> Result<(), CheckoutError> {
+        let gd = self.git_dir();
+        remotes::write(&gd, entries, sandbox, branch)?;
+        let config = gd.join("config");
+        std::os::unix::fs::lchown(&config, Some(AGENT_ID), Some(AGENT_ID))
+            .map_err(io("chown", &config))
     }
 
     /// The store this sandbox borrows from (its `shared.git/objects` link), if it is one of
@@ -475,6 +565,20 @@ pub fn fetch(
     restore_owner(op_top)?;
     fetched?;
     Ok(tip)
+}
+
+/// Whether the operator's repository has the branch `branch`.
+pub fn has_branch(op_top: &Path, branch: &str) -> Result<bool, CheckoutError> {
+    let out = git::operator(op_top)
+        .args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ])
+        .output()
+        .map_err(|source| CheckoutError::Spawn { source })?;
+    Ok(out.status.success())
 }
 
 /// How many commits of `tip` the operator's repository has in no branch, tag or

@@ -768,3 +768,44 @@ fn gc_sweeps_the_stores_no_sandbox_links_and_keeps_a_linked_chain() {
     let removed = stores.sweep(&[], std::time::Duration::ZERO).unwrap();
     assert_eq!(removed.len(), 2);
 }
+
+#[test]
+fn what_a_sandbox_leaves_out_is_read_from_git_status_and_named() {
+    let status = b" M src/a.rs\0R  new.rs\0old.rs\0?? notes.txt\0!! .env\0!! node_modules/\0";
+    let l = LeftOut::parse(status);
+    assert_eq!(l.changed, ["src/a.rs", "new.rs"]);
+    assert_eq!(l.untracked, ["notes.txt"]);
+    assert_eq!(l.ignored, [".env", "node_modules/"]);
+    assert_eq!(
+        l.describe(1),
+        "2 changed (src/a.rs, ...), 1 untracked (notes.txt), 2 ignored (.env, ...)"
+    );
+    assert!(LeftOut::parse(b"").is_empty());
+}
+
+#[test]
+fn the_operator_repository_reports_changed_untracked_and_ignored_files() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    let sh = |s: &str| {
+        let o = std::process::Command::new("sh")
+            .arg("-ec")
+            .arg(s)
+            .current_dir(r)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{s}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    sh(
+        "git init -q -b main . && git config user.email o@x && git config user.name o && printf '.env\\nbuild/\\n' > .gitignore && echo a > a && git add -A && git commit -qm one && echo b >> a && echo s > .env && mkdir build && touch build/x && echo n > notes",
+    );
+    let op = operator(r).unwrap();
+    assert!(op.dirty);
+    assert_eq!(op.left_out.changed, ["a"]);
+    assert_eq!(op.left_out.untracked, ["notes"]);
+    assert_eq!(op.left_out.ignored, [".env", "build/"]);
+}

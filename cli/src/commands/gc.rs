@@ -16,6 +16,10 @@
 //!   are removed (left by a `new` killed part-way: the engine finishes a create whose client
 //!   has gone, so such a container may appear just after a `gc`; the next one removes it).
 //!
+//! - a volume labelled with this data directory (an agent's home, a sandbox's secrets) with
+//!   no row is removed, like such a container;
+//! - kept audit logs of removed sandboxes older than 30 days are removed;
+//!
 //! - an object store of a base (`checkout::store`) that no sandbox links and none was made
 //!   on for [`STORE_GRACE`] is removed.
 //!
@@ -121,6 +125,15 @@ async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
     if !p.dry_run {
         sweep_stores(ctx, &mut out)?;
     }
+    for name in super::audit::sweep(ctx, p.dry_run) {
+        out.removed.push(Item {
+            name: format!("audit {name}"),
+            reason: format!(
+                "the audit logs of a removed sandbox, older than {} days",
+                super::audit::KEEP_DAYS
+            ),
+        });
+    }
     if !p.leftovers {
         return Ok(out);
     }
@@ -136,6 +149,21 @@ async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
             });
             if !p.dry_run {
                 ctx.engine.remove(&id).await?;
+            }
+        }
+    }
+    for (volume, name) in ctx
+        .engine
+        .volumes_of(&ctx.paths.data.display().to_string())
+        .await?
+    {
+        if ctx.registry.get(&name)?.is_none() {
+            out.removed.push(Item {
+                name: volume.clone(),
+                reason: "a volume with no sandbox".into(),
+            });
+            if !p.dry_run {
+                ctx.engine.remove_volume(&volume).await?;
             }
         }
     }

@@ -3,7 +3,7 @@
 use super::view::reconcile;
 use super::{Ctx, now};
 use airlock_cli::checkout;
-use airlock_cli::engine::{Ended, Link};
+use airlock_cli::engine::{Ended, Link, Role, volumes};
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::lock::NameLock;
 use airlock_cli::registry::{Sandbox, State};
@@ -79,6 +79,16 @@ pub fn fetch_summary(ctx: &Ctx, name: &str) -> Result<Vec<String>> {
     let row = ctx.sandbox(name)?;
     let top = Path::new(&row.repository);
     let ck = ctx.checkout(name);
+    // Nothing moved and no branch of that name yet: none is made (the repository already
+    // has every commit of it).
+    let unmoved = checkout::refs::branch_tip(&ck.git_dir(), &row.branch)? == row.base;
+    if unmoved && !checkout::has_branch(top, &row.branch)? {
+        return Ok(vec![format!(
+            "{name}: no commit since {}, so no branch {} was made",
+            short(&row.base),
+            row.branch
+        )]);
+    }
     let tip = checkout::fetch(top, &ck, name, &row.branch, Some(&row.branch))?;
     let (changes, tree) = checkout::range::brought(top, &row.base, &tip).with_context(|| {
         format!(
@@ -148,12 +158,18 @@ pub fn unfetched(row: &Sandbox, ctx: &Ctx) -> Option<u64> {
     checkout::ahead(top, &tip).ok()
 }
 
-/// Remove container, checkout, hidden ref and row.
+/// Remove container, the agent's home and the secrets (volumes), checkout, hidden ref and
+/// row. The audit log is kept ([`super::audit::keep`]).
 pub async fn remove_all(ctx: &Ctx, row: &Sandbox) -> Result<()> {
     if !row.container_id.is_empty() {
         ctx.engine.remove(&row.container_id).await?;
     }
     ctx.engine.remove(&super::container_name(&row.name)).await?;
+    ctx.engine.remove(&volumes::setup_name(&row.name)).await?;
+    for role in [Role::Home, Role::Secrets] {
+        ctx.engine.remove_volume(&role.volume(&row.name)).await?;
+    }
+    super::audit::keep(ctx, row);
     ctx.checkout(&row.name).remove()?;
     let _ = checkout::drop_tip(Path::new(&row.repository), &row.name);
     ctx.registry.remove(&row.name)?;

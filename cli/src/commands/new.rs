@@ -7,7 +7,8 @@
 use super::{Ctx, container_name, now};
 use airlock_cli::checkout::{self, Checkout, Operator};
 use airlock_cli::cli::NewArgs;
-use airlock_cli::engine::{EngineError, LABEL_DATA, LABEL_ONESHOT, LABEL_SANDBOX};
+use airlock_cli::engine::volumes;
+use airlock_cli::engine::{EngineError, LABEL_DATA, LABEL_ONESHOT, LABEL_SANDBOX, Role, RootFile};
 use airlock_cli::flags::{DEFAULT_IMAGE, Layout, POLICY, RunSpec, Source};
 use airlock_cli::lock::NameLock;
 use airlock_cli::names;
@@ -83,7 +84,7 @@ impl Plan {
             .branch
             .map_or_else(|| names::default_branch(w.name), str::to_string);
         names::validate_branch(&branch)?;
-        let (image, command) = agent_image(ctx, w.agent, w.command)?;
+        let (image, command) = agent_image(&ctx.image, w.agent, w.command)?;
         let secrets = parse_secrets(&ctx.paths, w.secrets)?;
         let policy = w
             .policy
@@ -152,7 +153,7 @@ impl Plan {
 /// An agent with a profile (`agents/<agent>.toml`, e.g. claude) runs in its own image,
 /// `airlock:<agent>` (`airlock build --agent <agent>`), and is the default command, as in
 /// `scripts/docker-run`; `shell` is the base image's shell. An explicit `--image` wins.
-fn agent_image(ctx: &Ctx, agent: &str, command: &[String]) -> Result<(String, Vec<String>)> {
+pub fn agent_image(image: &str, agent: &str, command: &[String]) -> Result<(String, Vec<String>)> {
     let ok = !agent.is_empty()
         && agent.len() <= 32
         && agent
@@ -166,12 +167,12 @@ fn agent_image(ctx: &Ctx, agent: &str, command: &[String]) -> Result<(String, Ve
         .into());
     }
     if agent == "shell" {
-        return Ok((ctx.image.clone(), command.to_vec()));
+        return Ok((image.to_string(), command.to_vec()));
     }
-    let image = if ctx.image == DEFAULT_IMAGE {
+    let image = if image == DEFAULT_IMAGE {
         format!("airlock:{agent}")
     } else {
-        ctx.image.clone()
+        image.to_string()
     };
     let command = if command.is_empty() {
         vec![agent.to_string()]
@@ -237,11 +238,11 @@ pub struct Claimed {
 /// take the name's lock and register the name (`creating`).
 pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<Claimed> {
     let op = checkout::operator(&plan.repo)?;
-    if op.dirty {
+    if !op.left_out.is_empty() {
         eprintln!(
-            "airlock: warning: {} has uncommitted changes; the sandbox starts from the last commit ({}), commit first to include them",
-            op.top.display(),
-            &op.head[..12.min(op.head.len())]
+            "airlock: warning: the sandbox starts from your last commit ({}); not in it: {}; commit what the agent needs, or copy it into the sandbox's checkout (`airlock status NAME` shows where)",
+            &op.head[..12.min(op.head.len())],
+            op.left_out.describe(4)
         );
     }
     let digest = match ctx.engine.image_id(&plan.image).await {
@@ -278,7 +279,8 @@ pub async fn claim(ctx: &Ctx, plan: &Plan) -> Result<Claimed> {
     Ok(Claimed { op, row, lock })
 }
 
-/// Make the checkout and create (not start) the container; returns its id.
+/// Make the checkout, the agent's home and the secrets, and create (not start) the
+/// container; returns its id.
 pub async fn create(ctx: &Ctx, plan: &Plan, op: &Operator, row: &Sandbox) -> Result<String> {
     let ck = ctx.checkout(&plan.name);
     if ck.dir.exists() {
@@ -296,36 +298,131 @@ pub async fn create(ctx: &Ctx, plan: &Plan, op: &Operator, row: &Sandbox) -> Res
         ck.create(&chain[0], &row.branch, &row.base)?;
         chain
     };
-    // The sandbox mounts root-only copies of its secrets, never the operator's files.
-    let mut mounted = plan.clone();
-    if !plan.secrets.is_empty() {
-        secrets_unreadable_inside(ctx).await?;
-        mounted.secrets = secrets::install_copies(&ck.dir.join("secrets"), &plan.secrets)?;
-    }
-    let spec = spec_of(ctx, &mounted, op, &ck, &chain);
+    // The operator's remotes: fetch, pull and push of its own branch as in the repository
+    // (the git API judges each under the policy).
+    let remotes = checkout::remotes::of_operator(&op.top)?;
+    ck.set_remotes(&remotes, &plan.name, &row.branch)?;
+    let data = ctx.paths.data.display().to_string();
+    // The agent's home survives `stop`/`start` in a volume of the sandbox's own.
+    let home = ctx
+        .engine
+        .create_volume(&data, &plan.name, Role::Home)
+        .await?;
+    let secrets = place_secrets(ctx, plan).await?;
+    let spec = spec_of(ctx, plan, op, &ck, &chain, Some(home), secrets);
     let id = ctx
         .engine
         .create(&container_name(&plan.name), &spec)
         .await?;
     ctx.registry
         .set_container(&plan.name, &id, &row.image_digest)?;
-    if plan.policy.is_none() && !plan.secrets.is_empty() {
-        // The image's own policy decides which secrets are read.
-        let path = ctx
-            .engine
-            .image_env(&plan.image)
-            .await?
-            .iter()
-            .find_map(|kv| kv.strip_prefix("AIRLOCK_POLICY=").map(str::to_string))
-            .unwrap_or_else(|| POLICY.to_string());
-        let text =
-            ctx.engine.read_file(&id, &path).await?.ok_or_else(|| {
-                anyhow::anyhow!("the image {} has no policy at {path}", plan.image)
-            })?;
-        let origin = PathBuf::from(format!("{}:{path}", plan.image));
-        refuse_unbound(&String::from_utf8_lossy(&text), &origin, &plan.secrets)?;
-    }
     Ok(id)
+}
+
+/// The secrets of the sandbox: every `--secret`, and each secret of the store (`airlock
+/// secret set`) that a credential of its policy reads from `/run/secrets/<name>` (the
+/// agent's profile's credentials are in its image's policy), written into the sandbox's
+/// secrets volume as root's 0400 files by the engine ([`airlock_cli::engine::volumes`]).
+/// A `--secret` no credential reads is refused. `None`: the sandbox has no secret.
+async fn place_secrets(ctx: &Ctx, plan: &Plan) -> Result<Option<String>> {
+    let store = ctx.paths.secrets().ok();
+    let stored = match &store {
+        Some(s) => s.list()?,
+        None => Vec::new(),
+    };
+    if plan.secrets.is_empty() && stored.is_empty() {
+        return Ok(None);
+    }
+    let data = ctx.paths.data.display().to_string();
+    let volume = ctx
+        .engine
+        .create_volume(&data, &plan.name, Role::Secrets)
+        .await?;
+    let setup = ctx
+        .engine
+        .setup_container(&data, &plan.name, &plan.image, Some(&volume))
+        .await;
+    let placed = match setup {
+        Ok(setup) => {
+            let placed = fill_secrets(ctx, plan, &setup, store.as_ref(), &stored).await;
+            let _ = ctx.engine.remove(&setup).await;
+            placed
+        }
+        Err(e) => Err(e.into()),
+    };
+    match placed {
+        Ok(true) => Ok(Some(volume)),
+        other => {
+            let _ = ctx.engine.remove_volume(&volume).await;
+            other.map(|_| None)
+        }
+    }
+}
+
+/// Decide the secrets (see [`place_secrets`]) and write them through the set-up container
+/// `setup`; whether there was any.
+async fn fill_secrets(
+    ctx: &Ctx,
+    plan: &Plan,
+    setup: &str,
+    store: Option<&secrets::Store>,
+    stored: &[String],
+) -> Result<bool> {
+    let (text, origin) = match &plan.policy {
+        Some(p) => (
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the policy {}", p.display()))?,
+            p.clone(),
+        ),
+        None => image_policy(ctx, setup, &plan.image).await?,
+    };
+    refuse_unbound(&text, &origin, &plan.secrets)?;
+    let mut chosen = plan.secrets.clone();
+    if let Some(store) = store {
+        let read = secrets::read_by(&text, &origin)
+            .with_context(|| format!("cannot read the policy {}", origin.display()))?;
+        for name in read {
+            if stored.contains(&name) && !chosen.iter().any(|(n, _)| *n == name) {
+                let file = store.existing(&name)?;
+                chosen.push((name, file));
+            }
+        }
+    }
+    if chosen.is_empty() {
+        return Ok(false);
+    }
+    let mut files = Vec::new();
+    for (name, file) in &chosen {
+        files.push(RootFile {
+            name: name.clone(),
+            content: secrets::read_value(file)?,
+        });
+    }
+    ctx.engine
+        .put_files(setup, volumes::SETUP_SECRETS, &files)
+        .await?;
+    Ok(true)
+}
+
+/// The image's own policy (`AIRLOCK_POLICY` of the image, else [`POLICY`]), read from the
+/// created container `id`; with its origin for messages (`image:path`).
+async fn image_policy(ctx: &Ctx, id: &str, image: &str) -> Result<(String, PathBuf)> {
+    let path = ctx
+        .engine
+        .image_env(image)
+        .await?
+        .iter()
+        .find_map(|kv| kv.strip_prefix("AIRLOCK_POLICY=").map(str::to_string))
+        .unwrap_or_else(|| POLICY.to_string());
+    let text = ctx
+        .engine
+        .read_file(id, &path)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the image {image} has no policy at {path}"))?;
+    Ok((
+        String::from_utf8_lossy(&text).into_owned(),
+        PathBuf::from(format!("{image}:{path}")),
+    ))
 }
 
 /// Refuse the secrets no credential of the policy `text` reads (one line naming them all).
@@ -350,46 +447,29 @@ fn refuse_unbound(text: &str, origin: &Path, given: &[(String, PathBuf)]) -> Res
     .into())
 }
 
-/// A secret copy is the CLI's user's: root's inside the container when the CLI runs as root
-/// (or on a rootless engine, where the CLI's user is the container's root). A non-root CLI
-/// on a rootful engine would hand the agent (the same uid inside) a file it can read.
-async fn secrets_unreadable_inside(ctx: &Ctx) -> Result<()> {
-    let uid = nix::unistd::geteuid().as_raw();
-    if uid == 0 {
-        return Ok(());
-    }
-    let rootless = ctx
-        .engine
-        .facts()
-        .await?
-        .security_options
-        .iter()
-        .any(|o| o.contains("rootless"));
-    if rootless {
-        return Ok(());
-    }
-    Err(airlock_cli::exit::Failure::new(
-        airlock_cli::exit::Code::Refused,
-        format!(
-            "--secret: as uid {uid} on a rootful engine the secret file would be uid {uid}'s inside the container, readable by the agent; run airlock with sudo, or use rootless Docker or Podman"
-        ),
-    )
-    .into())
-}
-
 /// The run flags of this sandbox: the one definition on its layout (its store `chain`,
 /// nearest first), with its labels.
-pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout, chain: &[PathBuf]) -> RunSpec {
+pub fn spec_of(
+    ctx: &Ctx,
+    plan: &Plan,
+    op: &Operator,
+    ck: &Checkout,
+    chain: &[PathBuf],
+    home: Option<String>,
+    secrets: Option<String>,
+) -> RunSpec {
     let layout = Layout {
         work_tree: ck.work_tree(),
         git_dir: Some(ck.git_dir()),
         shared_objects: chain.first().map(|s| s.join("objects")),
         chained_stores: chain.iter().skip(1).cloned().collect(),
         audit: Source::Host(ck.audit()),
-        secrets: plan.secrets.clone(),
+        secrets: Vec::new(),
+        secrets_volume: secrets.map(Source::Volume),
         policy: plan.policy.clone(),
         upstream_ca: plan.place.upstream_ca.clone(),
         extra_ca: plan.place.extra_ca.clone(),
+        home: home.map(Source::Volume),
     };
     let mut spec = RunSpec::documented(&plan.image, &layout);
     spec.labels.push((LABEL_SANDBOX.into(), plan.name.clone()));
@@ -403,6 +483,10 @@ pub fn spec_of(ctx: &Ctx, plan: &Plan, op: &Operator, ck: &Checkout, chain: &[Pa
     // The entrypoint's fixes for a missing credential then speak of `airlock secret set` and
     // `--secret`, not of scripts/docker-run's variables.
     spec.env.push(("AIRLOCK_LAUNCHER".into(), "cli".into()));
+    // The sandbox's name is its policy's name for this start: every audit line names it, and
+    // its branch namespace upstream is sandbox/<name>/... (as scripts/docker-run's
+    // AIRLOCK_SANDBOX).
+    spec.env.push(("AIRLOCK_SANDBOX".into(), plan.name.clone()));
     // The operator's git identity is the agent's default commit identity (the agent's own
     // config still wins), as with scripts/docker-run; AIRLOCK_GIT_USER_NAME/EMAIL override.
     let (name, email) = checkout::identity(&op.top);
@@ -439,6 +523,10 @@ pub async fn record_start(ctx: &Ctx, name: &str, id: &str) -> Result<()> {
 /// Undo a failed `new`; each step is best effort, the first failure is already reported.
 pub async fn undo(ctx: &Ctx, name: &str, lock: NameLock) {
     let _ = ctx.engine.remove(&container_name(name)).await;
+    let _ = ctx.engine.remove(&volumes::setup_name(name)).await;
+    for role in [Role::Home, Role::Secrets] {
+        let _ = ctx.engine.remove_volume(&role.volume(name)).await;
+    }
     if let Err(e) = ctx.checkout(name).remove() {
         eprintln!("airlock: warning: {e}");
     }

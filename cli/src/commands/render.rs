@@ -10,12 +10,16 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The documented run on the checkout at `repo` (the audit log in the `airlock-audit`
-/// volume), with `secrets` (`NAME` or `NAME=FILE`) and a host `policy`.
+/// volume), with `secrets` (`NAME` or `NAME=FILE`) and a host `policy`, for `agent` (its
+/// image and command; `shell`: the image's shell), with a terminal: another engine starts
+/// it as `docker run -it` would (a devcontainer's `runArgs`, the Pod's `stdin`/`tty` for
+/// `kubectl attach`, compose's `stdin_open`/`tty`).
 fn spec_for(
     cli: &Cli,
     repo: &Path,
     secrets: &[(String, PathBuf)],
     policy: Option<&Path>,
+    agent: &str,
 ) -> Result<RunSpec> {
     let not_dir = |why: String| -> anyhow::Error {
         airlock_cli::exit::Failure::new(
@@ -40,12 +44,42 @@ fn spec_for(
                 .with_context(|| format!("cannot read the policy {}", p.display()))
         })
         .transpose()?;
-    Ok(RunSpec::documented(&cli.image, &layout))
+    let (image, command) = super::new::agent_image(&cli.image, agent, &[])?;
+    let mut spec = RunSpec::documented(&image, &layout);
+    spec.command = command;
+    spec.tty = true;
+    Ok(spec)
+}
+
+/// The same rule as a CLI sandbox's secrets (root's, unreadable by the agent), for a
+/// container airlock does not start and so cannot give a copy of its own: the file is
+/// mounted as it is, so it must be root's with no group or other permission, or the
+/// sandbox would refuse to start (exit 78) naming it. Refused here, with the fix.
+fn root_only(secrets: &[(String, PathBuf)]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for (name, file) in secrets {
+        let m = std::fs::metadata(file)
+            .with_context(|| format!("cannot read secret {name} from {}", file.display()))?;
+        if m.uid() != 0 || m.mode() & 0o077 != 0 {
+            return Err(airlock_cli::exit::Failure::new(
+                airlock_cli::exit::Code::Usage,
+                format!(
+                    "--secret {name}: {} is uid {}'s with mode {:o}; this engine mounts the file as it is and the agent could read it (the sandbox refuses to start so): make it root's, mode 0400 (sudo chown root:root {f} && sudo chmod 0400 {f}), or store it with `sudo airlock secret set {name}`",
+                    file.display(),
+                    m.uid(),
+                    m.mode() & 0o7777,
+                    f = file.display()
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 pub fn run(cli: &Cli, a: &RenderArgs) -> Result<i32> {
     airlock_cli::names::validate_name(&a.name)?;
-    let spec = spec_for(cli, &a.repo, &[], None)?;
+    let spec = spec_for(cli, &a.repo, &[], None, "shell")?;
     let text = match a.target {
         Target::Compose => compose::render(&spec, &a.name),
         Target::Devcontainer => pretty(&devcontainer::render(&spec, &a.name))?,
@@ -66,7 +100,8 @@ pub fn devcontainer_file(cli: &Cli, a: &DevcontainerArgs) -> Result<i32> {
     airlock_cli::names::validate_name(&a.name)?;
     let paths = Paths::resolve(cli.data_dir.as_deref())?;
     let secrets = parse_secrets(&paths, &a.secrets)?;
-    let spec = spec_for(cli, &a.path, &secrets, a.policy.as_deref())?;
+    root_only(&secrets)?;
+    let spec = spec_for(cli, &a.path, &secrets, a.policy.as_deref(), &a.agent)?;
     let text = pretty(&devcontainer::render(&spec, &a.name))?;
     let top = std::fs::canonicalize(&a.path)
         .with_context(|| format!("cannot read {}", a.path.display()))?;
@@ -104,11 +139,14 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
         repo,
         secrets,
         policy,
+        agent,
     } = &a.command;
     airlock_cli::names::validate_name(name)?;
     let paths = Paths::resolve(cli.data_dir.as_deref())?;
     let secrets = parse_secrets(&paths, secrets)?;
-    let spec = spec_for(cli, repo, &secrets, policy.as_deref())?;
+    // The values go into a Secret whose files the kubelet mounts root's with mode 0400: the
+    // root-only rule holds whatever the host file's owner.
+    let spec = spec_for(cli, repo, &secrets, policy.as_deref(), agent)?;
     let mut values = Vec::new();
     for (n, file) in &secrets {
         let v = std::fs::read(file)

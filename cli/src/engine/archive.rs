@@ -1,33 +1,25 @@
 //! Reading one file of a container (`GET /containers/{id}/archive`): the engine answers
-//! with a tar stream holding that file. Only the first regular file of the stream is taken
-//! (ustar headers; a pax or GNU long-name header before it is skipped by its size): the
-//! engine makes the stream for one path, so nothing else is there to read. A general tar
-//! reader would be a new workspace dependency for these few lines.
+//! with a tar stream holding that file, read with the `tar` crate (ustar, pax and GNU
+//! headers alike); the first regular file of the stream is the one asked for.
 
 use super::{Engine, EngineError, call, is_404};
 use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::StreamExt;
+use std::io::Read;
 
 /// The largest file read this way (a policy file is a few kilobytes).
 const LIMIT: usize = 1 << 20;
 
-/// The content of the first regular file of the tar stream `tar`.
+/// The content of the first regular file of the tar stream `tar`; `None` when it has none
+/// or is cut short.
 pub fn first_file(tar: &[u8]) -> Option<Vec<u8>> {
-    let mut at = 0;
-    while at + 512 <= tar.len() {
-        let header = &tar[at..at + 512];
-        if header.iter().all(|b| *b == 0) {
-            return None;
-        }
-        let size_field = String::from_utf8_lossy(&header[124..136]);
-        let size =
-            usize::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8)
-                .ok()?;
-        let body = at + 512;
-        let end = body.checked_add(size)?;
-        match header[156] {
-            b'0' | 0 => return tar.get(body..end).map(<[u8]>::to_vec),
-            _ => at = body + size.div_ceil(512) * 512,
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().ok()? {
+        let mut entry = entry.ok()?;
+        if entry.header().entry_type().is_file() {
+            let mut body = Vec::new();
+            entry.read_to_end(&mut body).ok()?;
+            return Some(body);
         }
     }
     None
@@ -70,32 +62,38 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn header(name: &str, size: usize, kind: u8) -> Vec<u8> {
-        let mut h = vec![0u8; 512];
-        h[..name.len()].copy_from_slice(name.as_bytes());
-        let s = format!("{size:011o}\0");
-        h[124..136].copy_from_slice(s.as_bytes());
-        h[156] = kind;
-        h
-    }
-
-    fn padded(body: &[u8]) -> Vec<u8> {
-        let mut b = body.to_vec();
-        b.resize(body.len().div_ceil(512) * 512, 0);
-        b
+    fn with(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, body) in entries {
+            let mut h = tar::Header::new_ustar();
+            h.set_entry_type(*kind);
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, name, *body).unwrap();
+        }
+        b.into_inner().unwrap()
     }
 
     #[test]
-    fn the_first_regular_file_is_read_past_a_pax_header() {
-        let mut tar = header("PaxHeader", 30, b'x');
-        tar.extend(padded(&[b'a'; 30]));
-        tar.extend(header("policy.toml", 5, b'0'));
-        tar.extend(padded(b"[x]\ny"));
-        tar.extend(vec![0u8; 1024]);
+    fn the_first_regular_file_is_read_past_a_directory_and_a_long_name() {
+        let long = format!("etc/{}/policy.toml", "d".repeat(120));
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_mode(0o644);
+        // A GNU long-name entry precedes this one.
+        b.append_data(&mut h, &long, &b"[x]\ny"[..]).unwrap();
+        let tar = b.into_inner().unwrap();
         assert_eq!(first_file(&tar).as_deref(), Some(&b"[x]\ny"[..]));
+        let tar = with(&[
+            ("etc/", tar::EntryType::Directory, b""),
+            ("etc/p", tar::EntryType::Regular, b"text"),
+        ]);
+        assert_eq!(first_file(&tar).as_deref(), Some(&b"text"[..]));
         assert_eq!(first_file(&[0u8; 1024]), None);
-        assert_eq!(first_file(&header("f", 99, b'0')), None, "cut short");
+        assert_eq!(first_file(&tar[..700]), None, "cut short");
     }
 }

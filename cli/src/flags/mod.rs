@@ -84,17 +84,20 @@ impl Tmpfs {
 pub const TMPFS: [Tmpfs; 3] = [
     Tmpfs {
         target: "/tmp",
-        options: "rw,nosuid,nodev,size=512m",
+        options: "rw,exec,nosuid,nodev,size=512m",
     },
     Tmpfs {
         target: "/run",
         options: "rw,nosuid,nodev,noexec,size=64m",
     },
     Tmpfs {
-        target: "/home/agent",
-        options: "rw,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g",
+        target: AGENT_HOME,
+        options: "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g",
     },
 ];
+/// The agent's home: a sized tmpfs (a fresh home per container start), or a volume of its
+/// own where a sandbox keeps the agent's state across its starts ([`Layout::home`]).
+pub const AGENT_HOME: &str = "/home/agent";
 /// The empty read-only cover over the work tree's `.git` (only for a git checkout).
 pub const GIT_COVER: Tmpfs = Tmpfs {
     target: "/workspace/.git",
@@ -162,6 +165,9 @@ pub struct Layout {
     pub audit: Source,
     /// `(name, host file)`: mounted read-only at `/run/secrets/<name>`.
     pub secrets: Vec<(String, PathBuf)>,
+    /// A volume holding the secrets (root's 0400 files), mounted read-only at
+    /// [`SECRETS_DIR`]: the CLI's way ([`crate::engine::volumes`]).
+    pub secrets_volume: Option<Source>,
     /// A host policy file mounted over the image's default.
     pub policy: Option<PathBuf>,
     /// A host PEM file of upstream roots for the proxy alone (a test CA), mounted read-only
@@ -170,6 +176,10 @@ pub struct Layout {
     /// A host PEM file of the operator's extra CA (corporate proxy, private mirror), mounted
     /// read-only at [`EXTRA_CA`] and named by `AIRLOCK_EXTRA_CA`.
     pub extra_ca: Option<PathBuf>,
+    /// What is mounted at [`AGENT_HOME`] instead of its tmpfs: the CLI's per-sandbox volume,
+    /// so the agent's conversations, history and tools survive `stop`/`start` (removed with
+    /// the sandbox). `None`: the sized tmpfs, a fresh home per start.
+    pub home: Option<Source>,
 }
 
 impl Layout {
@@ -184,9 +194,11 @@ impl Layout {
             chained_stores: Vec::new(),
             audit,
             secrets: Vec::new(),
+            secrets_volume: None,
             policy: None,
             upstream_ca: None,
             extra_ca: None,
+            home: None,
         }
     }
 }
@@ -229,7 +241,11 @@ pub struct RunSpec {
 impl RunSpec {
     /// The documented run of `image` on `layout` (docs/docker.md).
     pub fn documented(image: &str, layout: &Layout) -> RunSpec {
-        let mut tmpfs: Vec<Tmpfs> = TMPFS.to_vec();
+        let mut tmpfs: Vec<Tmpfs> = TMPFS
+            .iter()
+            .filter(|t| layout.home.is_none() || t.target != AGENT_HOME)
+            .cloned()
+            .collect();
         let mut mounts = vec![
             Mount {
                 source: Source::Host(layout.work_tree.clone()),
@@ -242,6 +258,13 @@ impl RunSpec {
                 read_only: false,
             },
         ];
+        if let Some(home) = &layout.home {
+            mounts.push(Mount {
+                source: home.clone(),
+                target: AGENT_HOME.into(),
+                read_only: false,
+            });
+        }
         if let Some(git_dir) = &layout.git_dir {
             mounts.push(Mount {
                 source: Source::Host(git_dir.clone()),
@@ -262,6 +285,13 @@ impl RunSpec {
             mounts.push(Mount {
                 source: Source::Host(store.join("objects")),
                 target: format!("{STORES_PARENT}/{}/objects", name.unwrap_or_default()),
+                read_only: true,
+            });
+        }
+        if let Some(volume) = &layout.secrets_volume {
+            mounts.push(Mount {
+                source: volume.clone(),
+                target: SECRETS_DIR.into(),
                 read_only: true,
             });
         }

@@ -219,6 +219,7 @@ fn from_devcontainer(doc: &Value) -> Facts {
         .into_iter()
         .flatten()
         .filter_map(|s| s.as_str().map(String::from))
+        .filter(|s| s != "--interactive" && s != "--tty")
         .collect();
     let mut f = from_docker_args(&args);
     let wm = doc["workspaceMount"].as_str().unwrap_or("");
@@ -320,11 +321,12 @@ fn the_renderings_agree_with_run_flags_sh_with_and_without_git() {
 
 #[test]
 fn the_renderings_agree_with_compose_yaml() {
-    let mut layout = Layout::checkout("/src/repo", Source::Volume("airlock-audit".into()), true);
-    let token = "${GITHUB_TOKEN_FILE:-./.airlock/github_token}";
-    layout.secrets.push(("github_token".into(), token.into()));
+    // No secret is required: the GitHub token's lines are there, commented out.
+    let layout = Layout::checkout("/src/repo", Source::Volume("airlock-audit".into()), true);
     let spec = RunSpec::documented(DEFAULT_IMAGE, &layout);
-    let mut shipped = from_compose(&repo_file("compose.yaml"), "/src/repo");
+    let text = repo_file("compose.yaml");
+    assert!(text.contains("# - ${GITHUB_TOKEN_FILE}:/run/secrets/github_token:ro"));
+    let mut shipped = from_compose(&text, "/src/repo");
     // compose.yaml passes the default policy's ANTHROPIC_API_KEY through from the caller's
     // environment (as scripts/docker-run does when it is set); the definition passes no
     // secret as a variable: the CLI mounts secrets as files.
@@ -341,9 +343,11 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         chained_stores: vec!["/d/stores/a.git".into()],
         audit: Source::Host("/d/sb/audit".into()),
         secrets: vec![("github_token".into(), "/cfg/secrets/github_token".into())],
+        secrets_volume: None,
         policy: Some("/cfg/policy.toml".into()),
         upstream_ca: None,
         extra_ca: None,
+        home: Some(Source::Volume("airlock-home-one".into())),
     };
     let mut spec = RunSpec::documented("airlock:test", &layout);
     spec.labels
@@ -368,6 +372,9 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         f.binds
             .contains("/cfg/policy.toml:/etc/airlock/policy.toml:ro")
     );
+    // The agent's home is the sandbox's volume, in place of the tmpfs (not both).
+    assert!(f.binds.contains("airlock-home-one:/home/agent"));
+    assert!(spec.tmpfs.iter().all(|t| t.target != "/home/agent"));
     // The secret is a file, never a value in the body's environment.
     // Only where the files are (labels for refusals), never a value.
     let env = serde_json::json!([
@@ -380,8 +387,8 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
     let pod = k8s::pod(&spec, "one");
     assert_eq!(
         pod["spec"]["volumes"].as_array().map(|v| v.len()),
-        Some(spec.tmpfs.len() + 7)
-    ); // 6 binds and one Secret volume
+        Some(spec.tmpfs.len() + 8)
+    ); // 7 binds and one Secret volume
 }
 
 #[test]

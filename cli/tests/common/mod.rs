@@ -145,7 +145,30 @@ impl Drop for World {
                 let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
             }
         }
+        let vols = Command::new("docker")
+            .args(["volume", "ls", "-q", "--filter", &label])
+            .output();
+        if let Ok(vols) = vols {
+            for v in String::from_utf8_lossy(&vols.stdout).split_whitespace() {
+                let _ = Command::new("docker")
+                    .args(["volume", "rm", "-f", v])
+                    .output();
+            }
+        }
     }
+}
+
+/// The volumes labelled with `w`'s data directory.
+pub fn volumes_of(w: &World) -> Vec<String> {
+    let label = format!("label=dev.airlock.data={}", w.data().display());
+    let o = Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter", &label])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 pub fn sh(dir: &Path, script: &str) -> String {
