@@ -54,6 +54,19 @@ RUN printf '%s\n' 'case ":$PATH:" in' '*:/usr/local/lib/airlock/bin:*) ;;' \
         '*) PATH="/usr/local/lib/airlock/bin:$PATH" ;;' 'esac' 'export PATH' \
         >/etc/profile.d/airlock-path.sh && chmod 0644 /etc/profile.d/airlock-path.sh
 
+# The shell sandbox (this image) has git, curl and the basics; the agent images built on it
+# (scripts/build-agent-image) add python3, pip, venv, make, gcc, node, npm, rg and jq. An
+# interactive shell says so at the first such command instead of only "command not found".
+RUN printf '%s\n' \
+        'command_not_found_handle() {' \
+        '    case $1 in' \
+        '    python|python3|pip|pip3|make|gcc|cc|g++|node|npm|npx|rg|jq)' \
+        '        printf "airlock: %s is not in this image (the shell sandbox); the agent images have python3, pip, make, gcc, node, npm, rg and jq: airlock run REPO --agent claude (or codex, aider)\\n" "$1" >&2 ;;' \
+        '    *) printf "bash: %s: command not found\\n" "$1" >&2 ;;' \
+        '    esac' \
+        '    return 127' \
+        '}' >>/etc/bash.bashrc
+
 # The preflight checks the documented run command (read-only root, tmpfs, volumes, caps).
 # No VOLUME for /var/log/airlock on purpose: an anonymous volume would hide a forgotten
 # `-v airlock-audit:/var/log/airlock` (and `--rm` would then delete the audit log).
