@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The friction benchmark (issue 17 item 8): tests/friction/corpus.txt, commands coding agents
-# really run, played as the agent in the real image, started as docs/docker.md says
-# (scripts/docker-run on a git checkout) on a private network in front of the fake internet
-# (airlock-fakenet: github.com serving the repository through `git http-backend`, and the
-# package registries' hosts). Prints OK / refused / failed / absent per category, writes the
-# machine-readable results, and exits 1 when a command's outcome is not the corpus's
-# expectation (an honest command refused or failing; a documented refusal gone).
+# The friction benchmark: tests/friction/corpus.txt, commands coding agents really run,
+# played as the agent in the real image, twice: started as docs/docker.md says
+# (scripts/docker-run on a git checkout) and in a sandbox of the host CLI (`airlock new` on a
+# copy of the same repository, its own branch and checkout), each on a private network in
+# front of the fake internet (airlock-fakenet: github.com serving the repository through
+# `git http-backend`, crates.io's index; tests/smoke/fake_registry.py: PyPI and npm serving a
+# package, when the image has python3). Prints OK / refused / failed / absent per category
+# for each way, writes the machine-readable results, and exits 1 when a command's outcome is
+# not the corpus's expectation (an honest command refused or failing; a documented refusal
+# gone).
 #
 # The operator's identity comes the way scripts/docker-run reads it (the host user's git
 # config, here a HOME of the test's own): no commit in the corpus sets one first.
 # Usage: sudo tests/friction/run.sh        (root: Docker and the fake internet)
 #   AIRLOCK_IMAGE=TAG     the image (default airlock:latest; an agent image has more tools)
-#   FRICTION_OUT=FILE     the results (default target/friction/results.json)
+#   FRICTION_OUT=FILE     the results (default target/friction/results.json; the CLI's beside
+#                         it, results-cli.json)
 #   FRICTION_CORPUS=FILE  another corpus in the same format (default tests/friction/corpus.txt)
+#   FRICTION_WAYS="docker-run cli"   which ways to run it (default both)
 source "$(dirname "$0")/../smoke/lib.sh"
 smoke_sweep
 HERE=$SMOKE_ROOT/tests/friction
@@ -21,9 +26,12 @@ UP=$SMOKE_ID-fup
 APP=$SMOKE_ID-fapp
 AUDIT=$SMOKE_ID-faudit
 UP4=192.0.2.10
+REG=$SMOKE_ID-freg
+REG4=192.0.2.11
 TOKEN=ghp_FRICTIONTOKEN$RANDOM$RANDOM$RANDOM
 HOSTS='"github.com", "registry.npmjs.org", "pypi.org", "files.pythonhosted.org", "index.crates.io"'
 OUT=${FRICTION_OUT:-$SMOKE_ROOT/target/friction/results.json}
+WAYS=${FRICTION_WAYS:-docker-run cli}
 CORPUS=$(realpath "${FRICTION_CORPUS:-$HERE/corpus.txt}")
 
 hostgit() { git -c safe.directory='*' -c user.name=seed -c user.email=seed@example.invalid "$@"; }
@@ -100,34 +108,66 @@ TOML
         printf '\n[[rules]]\nhost = "%s"\nmethod = ["GET", "HEAD"]\naction = "allow"\n' "$h" >>"$SMOKE_DIR/policy.toml"
     done
     chmod 0644 "$SMOKE_DIR/policy.toml"
-    python3 - "$SMOKE_DIR" "$TOKEN" "$UP4" <<'PY'
+    local reg=
+    [ "$WITH_REGISTRY" = 1 ] && reg=$REG4
+    python3 - "$SMOKE_DIR" "$TOKEN" "$UP4" "$reg" <<'PY'
 import json, sys
 d, token, ip = sys.argv[1:4]
-names = ["github.com", "registry.npmjs.org", "pypi.org", "files.pythonhosted.org", "index.crates.io"]
+names = ["github.com", "index.crates.io"]
+registries = ["registry.npmjs.org", "pypi.org", "files.pythonhosted.org"]
+zone = {n: [ip] for n in names}
+# The registries: the fake PyPI and npm when they run (an image with python3), else
+# airlock-fakenet's HTTPS as every other name.
+if sys.argv[4]:
+    zone.update({n: [sys.argv[4]] for n in registries})
+else:
+    names += registries
+    zone.update({n: [ip] for n in registries})
 json.dump({
     "ca_cert_pem": open(f"{d}/ca.pem").read(), "ca_key_pem": open(f"{d}/ca.key").read(),
     "log": "/log/fakenet.jsonl",
     "https": [{"ip": "0.0.0.0", "port": 443, "names": names}],
     "dns": [{"ip": "0.0.0.0", "port": 53}],
-    "zone": {n: [ip] for n in names},
+    "zone": zone,
     "git": {"root": "/git", "host": "github.com", "token": token},
 }, open(f"{d}/fakenet.json", "w"))
 PY
+    # The registries' leaf, from the smoke CA (as tests/smoke/extra-ca-pip.sh makes it).
+    printf 'subjectAltName=DNS:registry.npmjs.org,DNS:pypi.org,DNS:files.pythonhosted.org\n' >"$SMOKE_DIR/reg.ext"
+    openssl req -new -newkey rsa:2048 -nodes -subj /CN=registries \
+        -keyout "$SMOKE_DIR/reg.key" -out "$SMOKE_DIR/reg.csr" 2>/dev/null &&
+        openssl x509 -req -in "$SMOKE_DIR/reg.csr" -CA "$SMOKE_DIR/ca.pem" -CAkey "$SMOKE_DIR/ca.key" \
+            -CAcreateserial -days 2 -extfile "$SMOKE_DIR/reg.ext" -out "$SMOKE_DIR/reg.pem" 2>/dev/null ||
+        die "cannot make the registries' certificate"
+    chmod 0644 "$SMOKE_DIR/reg.pem" "$SMOKE_DIR/reg.key"
     chmod 0600 "$SMOKE_DIR/fakenet.json"
     # The operator: the host user's git identity, read by scripts/docker-run.
     mkdir -p "$SMOKE_DIR/operator"
     printf '[user]\n\tname = Friction Operator\n\temail = operator@example.invalid\n' >"$SMOKE_DIR/operator/.gitconfig"
 }
 
-start_fakenet() {
-    local fakenet=$1
+start_network() {
     track_network "$NET"
     docker network create --internal --subnet 192.0.2.0/24 --gateway 192.0.2.1 "$NET" >/dev/null
     mkdir -p "$SMOKE_DIR/log"
+    if [ "$WITH_REGISTRY" = 1 ]; then
+        track_container "$REG"
+        docker run -d --name "$REG" --network "$NET" --ip "$REG4" --entrypoint python3 \
+            -v "$SMOKE_ROOT/tests/smoke/fake_registry.py:/fake.py:ro" -v "$SMOKE_DIR:/d:ro" -v "$SMOKE_DIR/log:/log" \
+            "$SMOKE_IMAGE" -u /fake.py /d/reg.pem /d/reg.key /dev/null /log/registry.jsonl >/dev/null
+        smoke_wait_ready "$REG"
+    fi
+}
+
+# start_fakenet GITROOT: the fake internet serving the upstream repositories under GITROOT
+# (one per way the corpus runs: each pushes to its own).
+start_fakenet() {
+    local fakenet=$1 gitroot=$2
+    docker rm -f "$UP" >/dev/null 2>&1 || true
     track_container "$UP"
     docker run -d --name "$UP" --network "$NET" --ip "$UP4" \
         -v "$fakenet:/usr/local/bin/airlock-fakenet:ro" -v "$SMOKE_DIR/fakenet.json:/cfg/fakenet.json:ro" \
-        -v "$SMOKE_DIR/log:/log" -v "$SMOKE_DIR/gitroot:/git" \
+        -v "$SMOKE_DIR/log:/log" -v "$gitroot:/git" \
         airlock-base:bookworm airlock-fakenet /cfg/fakenet.json >/dev/null
     for _ in $(seq 50); do docker logs "$UP" 2>/dev/null | grep -q ready && break; sleep 0.1; done
     docker logs "$UP" 2>/dev/null | grep -q ready || die "fakenet did not start: $(docker logs "$UP" 2>&1 | tail -3)"
@@ -135,11 +175,11 @@ start_fakenet() {
 
 # The session: scripts/docker-run as documented, as the operator (HOME with the operator's
 # git identity, no sudo user to read it from instead), the corpus mounted at /friction.
-run_session() {
+run_docker_run() {
     local fdir=$SMOKE_DIR/friction
     mkdir -p "$fdir/out"
     cp "$HERE/agent.sh" "$fdir/agent.sh"
-    python3 "$HERE/report.py" cmds "$CORPUS" >"$fdir/cmds.tsv" || die "cannot read the corpus"
+    cp "$SMOKE_DIR/cmds.tsv" "$fdir/cmds.tsv"
     chown -R 1000:1000 "$fdir"
     track_volume "$AUDIT"
     track_container "$APP"
@@ -151,25 +191,94 @@ run_session() {
         "$SMOKE_ROOT/scripts/docker-run" "$SMOKE_DIR/repo" -- bash /friction/agent.sh \
         >"$SMOKE_DIR/session.out" 2>"$SMOKE_DIR/session.err" || true
     if [ ! -f "$fdir/out/finished" ]; then
-        grep -v ' INFO ' "$SMOKE_DIR/session.err" | tail -20 >&2
-        die "the corpus did not run to its end"
+        tail -20 "$SMOKE_DIR/session.err" >&2
+        die "the corpus did not run to its end (scripts/docker-run)"
     fi
-    say "$(wc -l <"$fdir/cmds.tsv") commands in $((SECONDS - t0)) s ($SMOKE_IMAGE)"
+    say "scripts/docker-run: $(wc -l <"$SMOKE_DIR/cmds.tsv") commands in $((SECONDS - t0)) s ($SMOKE_IMAGE)"
+}
+
+# The same corpus in a sandbox of the host CLI: `airlock new` on a copy of the repository
+# (its branch sandbox/friction/work, the name friction), the operator's identity read as the
+# CLI reads it (HOME; git accepts uid 1000's repository under SUDO_UID), the token given
+# with --secret; the corpus goes in as the command's argument (a CLI sandbox mounts nothing
+# of ours) and its results come out through `airlock exec`.
+run_cli() {
+    local fdir=$SMOKE_DIR/friction-cli
+    mkdir -p "$fdir/in/friction" "$fdir/out"
+    cp "$HERE/agent.sh" "$SMOKE_DIR/cmds.tsv" "$fdir/in/friction/"
+    local payload
+    payload=$(tar cz -C "$fdir/in" friction | base64 -w0)
+    (cd "$SMOKE_ROOT" && cargo build --locked --quiet -p airlock-cli) || die "cannot build the airlock CLI"
+    local bin=${CARGO_TARGET_DIR:-target}
+    case $bin in /*) ;; *) bin=$SMOKE_ROOT/$bin ;; esac
+    bin=$bin/debug/airlock
+    cli() {
+        env -u SUDO_USER SUDO_UID=1000 HOME="$SMOKE_DIR/operator" \
+            AIRLOCK_DATA_DIR="$SMOKE_DIR/cli-data" AIRLOCK_CONFIG_DIR="$SMOKE_DIR/cli-config" \
+            "$bin" --image "$SMOKE_IMAGE" "$@"
+    }
+    local preamble='git fetch -q origin && for b in main feature conflict; do git branch -q "$b" "origin/$b"; done && git fetch -q --tags origin'
+    local script="echo \"\$0\" | base64 -d | tar xz -C /tmp && FRICTION_DIR=/tmp/friction FRICTION_PREAMBLE='$preamble' bash /tmp/friction/agent.sh; exec sleep 3600"
+    local t0=$SECONDS
+    cli new friction --repo "$SMOKE_DIR/repo-cli" --branch sandbox/friction/work \
+        --policy "$SMOKE_DIR/policy.toml" --secret "github_token=$SMOKE_DIR/github_token" \
+        --network "$NET" --dns "$UP4" --upstream-ca "$SMOKE_DIR/ca.pem" \
+        -- bash -c "$script" "$payload" >"$SMOKE_DIR/cli.out" 2>"$SMOKE_DIR/cli.err" ||
+        { cat "$SMOKE_DIR/cli.err" >&2; die "airlock new failed"; }
+    track_container airlock-friction
+    track_volume airlock-home-friction
+    track_volume airlock-secrets-friction
+    local i
+    for i in $(seq 600); do
+        cli logs friction 2>/dev/null | grep -q FRICTION-FINISHED && break
+        sleep 1
+    done
+    cli exec friction -- sh -c 'tar cz -C /tmp/friction out | base64 -w0' | base64 -d | tar xz -C "$fdir" ||
+        die "cannot read the CLI sandbox's results"
+    cli logs friction >"$SMOKE_DIR/cli.logs" 2>&1 || true
+    cli destroy friction --force >/dev/null 2>&1 || true
+    [ -f "$fdir/out/finished" ] || { tail -20 "$SMOKE_DIR/cli.logs" >&2; die "the corpus did not run to its end (CLI sandbox)"; }
+    say "airlock new: $(wc -l <"$SMOKE_DIR/cmds.tsv") commands in $((SECONDS - t0)) s ($SMOKE_IMAGE)"
 }
 
 main() {
     docker image inspect "$SMOKE_IMAGE" >/dev/null 2>&1 ||
         die "$SMOKE_IMAGE is missing: run scripts/build-image"
-    local fakenet
+    local fakenet rc=0
     fakenet=$(smoke_fakenet_bin)
     smoke_ca "$SMOKE_DIR"
-    seed_repo "$SMOKE_DIR/gitroot/acme/app.git" "$SMOKE_DIR/repo"
+    python3 "$HERE/report.py" cmds "$CORPUS" >"$SMOKE_DIR/cmds.tsv" || die "cannot read the corpus"
+    # PyPI and npm, when the image has the tools that use them (an agent image; its python3
+    # runs the fake registry).
+    WITH_REGISTRY=0
+    docker run --rm --entrypoint sh "$SMOKE_IMAGE" -c 'command -v python3' >/dev/null 2>&1 && WITH_REGISTRY=1
     write_configs
-    start_fakenet "$fakenet"
-    run_session
+    start_network
     mkdir -p "$(dirname "$OUT")"
-    say "friction: OK / refused / failed per category (results: $OUT)"
-    python3 "$HERE/report.py" judge "$CORPUS" "$SMOKE_DIR/friction/out" "$OUT" ||
-        die "the friction corpus regressed"
+    for way in $WAYS; do
+        case $way in
+        docker-run)
+            seed_repo "$SMOKE_DIR/gitroot/acme/app.git" "$SMOKE_DIR/repo"
+            start_fakenet "$fakenet" "$SMOKE_DIR/gitroot"
+            run_docker_run
+            say "friction (scripts/docker-run): OK / refused / failed per category (results: $OUT)"
+            python3 "$HERE/report.py" judge "$CORPUS" "$SMOKE_DIR/friction/out" "$OUT" || rc=1
+            ;;
+        cli)
+            seed_repo "$SMOKE_DIR/gitroot-cli/acme/app.git" "$SMOKE_DIR/repo-cli"
+            # The operator works on main; the sandbox gets its own branch.
+            hostgit -C "$SMOKE_DIR/repo-cli" checkout -q main
+            hostgit -C "$SMOKE_DIR/repo-cli" branch -q -D sandbox/friction/work
+            chown -R 1000:1000 "$SMOKE_DIR/repo-cli"
+            start_fakenet "$fakenet" "$SMOKE_DIR/gitroot-cli"
+            run_cli
+            local out=${OUT%.json}-cli.json
+            say "friction (airlock CLI sandbox): OK / refused / failed per category (results: $out)"
+            python3 "$HERE/report.py" judge "$CORPUS" "$SMOKE_DIR/friction-cli/out" "$out" || rc=1
+            ;;
+        *) die "FRICTION_WAYS: docker-run or cli, not $way" ;;
+        esac
+    done
+    [ "$rc" = 0 ] || die "the friction corpus regressed"
 }
 main
