@@ -17,7 +17,7 @@ pub fn run(cli: &Cli, a: &SecretArgs) -> Result<i32> {
             let value = read_value(name)?;
             let path = store.set(name, &value)?;
             eprintln!(
-                "secret {name} stored in {} (0600); give it to a sandbox with --secret {name}",
+                "secret {name} stored in {} (0600); every new sandbox whose policy reads /run/secrets/{name} gets it (or name it: --secret {name})",
                 path.display()
             );
         }

@@ -1,0 +1,123 @@
+//! A sandbox's audit logs outlive it: when a sandbox is removed (`destroy`, the end of a
+//! `run`, `gc`), its audit directory (the proxy's `audit.jsonl`, the git API's
+//! `git-api.jsonl`, `airlock.log`, with their rotated files) moves to
+//! `<data>/audit/<name>-<created>/`, where `airlock logs NAME --audit` still finds it.
+//! `gc` removes kept logs older than [`KEEP_DAYS`] days.
+
+use super::Ctx;
+use airlock_cli::registry::Sandbox;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// How long a removed sandbox's audit logs are kept (days).
+pub const KEEP_DAYS: u64 = 30;
+
+/// The directory of the kept audit logs.
+fn kept_dir(ctx: &Ctx) -> PathBuf {
+    ctx.paths.data.join("audit")
+}
+
+/// Move the audit directory of `row` (about to be removed) to the kept logs. A failure is a
+/// warning: the removal goes on.
+pub fn keep(ctx: &Ctx, row: &Sandbox) {
+    let from = ctx.checkout(&row.name).audit();
+    if !from.is_dir() {
+        return;
+    }
+    let to = kept_dir(ctx).join(format!("{}-{}", row.name, row.created));
+    let moved = std::fs::create_dir_all(kept_dir(ctx)).and_then(|()| std::fs::rename(&from, &to));
+    if let Err(e) = moved {
+        eprintln!(
+            "airlock: warning: the audit logs of {} could not be kept ({e}); they go with the sandbox",
+            row.name
+        );
+    }
+}
+
+/// The audit directories of `name`: the live sandbox's first (if any), then the kept ones,
+/// newest first.
+pub fn dirs_of(ctx: &Ctx, name: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let live = ctx.checkout(name).audit();
+    if live.is_dir() {
+        out.push(live);
+    }
+    let mut kept: Vec<(i64, PathBuf)> = std::fs::read_dir(kept_dir(ctx))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().into_string().ok()?;
+            let created = file.strip_prefix(name)?.strip_prefix('-')?.parse().ok()?;
+            Some((created, e.path()))
+        })
+        .collect();
+    kept.sort_by_key(|k| std::cmp::Reverse(k.0));
+    out.extend(kept.into_iter().map(|(_, p)| p));
+    out
+}
+
+/// `airlock logs NAME --audit`: the proxy's and the git API's decisions of the sandbox's
+/// latest sessions (the live one, or the kept logs of the last sandbox of that name), oldest
+/// line first; the last `tail` lines of each file when given.
+pub fn print(ctx: &Ctx, name: &str, tail: Option<u32>) -> Result<i32> {
+    let Some(dir) = dirs_of(ctx, name).into_iter().next() else {
+        return Err(airlock_cli::exit::Failure::new(
+            airlock_cli::exit::Code::NotFound,
+            format!(
+                "no audit logs of a sandbox named {name:?} (kept {KEEP_DAYS} days after it is removed, in {})",
+                kept_dir(ctx).display()
+            ),
+        )
+        .into());
+    };
+    let mut out = std::io::stdout().lock();
+    for file in ["audit.jsonl", "git-api.jsonl"] {
+        let mut lines = Vec::new();
+        for f in [format!("{file}.1"), file.to_string()] {
+            lines.extend(read_lines(&dir.join(f))?);
+        }
+        let skip = tail.map_or(0, |n| lines.len().saturating_sub(n as usize));
+        for l in &lines[skip..] {
+            writeln!(out, "{l}")?;
+        }
+    }
+    Ok(0)
+}
+
+fn read_lines(path: &Path) -> Result<Vec<String>> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(String::from_utf8_lossy(&b)
+            .lines()
+            .map(str::to_owned)
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Remove kept audit logs older than [`KEEP_DAYS`]; the names removed.
+pub fn sweep(ctx: &Ctx, dry_run: bool) -> Vec<String> {
+    let limit = std::time::Duration::from_secs(KEEP_DAYS * 24 * 3600);
+    let mut removed = Vec::new();
+    for e in std::fs::read_dir(kept_dir(ctx))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > limit);
+        if old {
+            removed.push(e.file_name().to_string_lossy().into_owned());
+            if !dry_run {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    removed
+}
