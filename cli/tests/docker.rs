@@ -564,9 +564,25 @@ fn as_a_docker_group_user_a_stored_secret_is_mounted_without_secret_and_root_onl
     // The proxy holds it: the start did not warn that the credential is missing.
     let logs = w.ok(&["logs", &s]);
     assert!(!logs.contains("\"api_token\" is not configured"), "{logs}");
-    // (As root without SUDO_UID, git refuses uid 1000's repository, so its branch cannot be
-    // counted: --force.)
-    w.ok(&["destroy", &s, "--force"]);
+    // The same user removes it: its audit directory (the proxy user's) is kept all the same.
+    let o = as_user(&["destroy", &s], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("could not be kept"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let kept: Vec<_> = std::fs::read_dir(w.data().join("audit"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        kept.iter().any(|k| k.starts_with(&format!("{s}-"))),
+        "{kept:?}"
+    );
+    assert!(!w.data().join("sandboxes").join(&s).exists());
+    assert!(w.list().is_empty());
     assert!(
         volumes_of(&w).is_empty(),
         "the secrets and the home go with the sandbox: {:?}",

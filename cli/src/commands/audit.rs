@@ -18,15 +18,33 @@ fn kept_dir(ctx: &Ctx) -> PathBuf {
     ctx.paths.data.join("audit")
 }
 
-/// Move the audit directory of `row` (about to be removed) to the kept logs. A failure is a
-/// warning: the removal goes on.
-pub fn keep(ctx: &Ctx, row: &Sandbox) {
+/// Move the audit directory of `row` (about to be removed) to the kept logs. A CLI that is
+/// not root may not move it (it belongs to the proxy's user): the engine does, as root in
+/// a throwaway container of the sandbox's image. A failure is a warning: the removal goes on.
+pub async fn keep(ctx: &Ctx, row: &Sandbox) {
     let from = ctx.checkout(&row.name).audit();
     if !from.is_dir() {
         return;
     }
-    let to = kept_dir(ctx).join(format!("{}-{}", row.name, row.created));
-    let moved = std::fs::create_dir_all(kept_dir(ctx)).and_then(|()| std::fs::rename(&from, &to));
+    let kept = format!("{}-{}", row.name, row.created);
+    let to = kept_dir(ctx).join(&kept);
+    let mut moved = std::fs::create_dir_all(kept_dir(ctx))
+        .and_then(|()| std::fs::rename(&from, &to))
+        .map_err(|e| e.to_string());
+    if moved.is_err() && !nix::unistd::geteuid().is_root() {
+        let data = ctx.paths.data.display().to_string();
+        let src = format!("/d/sandboxes/{}/audit", row.name);
+        let dst = format!("/d/audit/{kept}");
+        moved = match ctx
+            .engine
+            .as_root_in(&data, &row.name, &row.image, &data, &["mv", &src, &dst])
+            .await
+        {
+            Ok(0) => Ok(()),
+            Ok(code) => Err(format!("mv in a container of {} exited {code}", row.image)),
+            Err(e) => Err(e.to_string()),
+        };
+    }
     if let Err(e) = moved {
         eprintln!(
             "airlock: warning: the audit logs of {} could not be kept ({e}); they go with the sandbox",

@@ -169,7 +169,7 @@ pub async fn remove_all(ctx: &Ctx, row: &Sandbox) -> Result<()> {
     for role in [Role::Home, Role::Secrets] {
         ctx.engine.remove_volume(&role.volume(&row.name)).await?;
     }
-    super::audit::keep(ctx, row);
+    super::audit::keep(ctx, row).await;
     ctx.checkout(&row.name).remove()?;
     let _ = checkout::drop_tip(Path::new(&row.repository), &row.name);
     ctx.registry.remove(&row.name)?;

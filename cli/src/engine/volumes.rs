@@ -190,6 +190,52 @@ impl Engine {
         Ok(r.id)
     }
 
+    /// Run `argv` as root in a throwaway container of `image` (no network, no capability but
+    /// what moving files of other users needs) with the host directory `dir` at `/d`;
+    /// returns its exit code. For what the CLI's own user may not do in its data directory
+    /// (a non-root CLI: the sandbox's audit directory belongs to the proxy's user).
+    pub async fn as_root_in(
+        &self,
+        data: &str,
+        name: &str,
+        image: &str,
+        dir: &str,
+        argv: &[&str],
+    ) -> Result<i64, EngineError> {
+        let container = format!("airlock-{name}.chore");
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(argv.iter().map(|s| s.to_string()).collect()),
+            labels: Some(labels(data, name, "chore")),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                binds: Some(vec![format!("{dir}:/d")]),
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(vec!["DAC_OVERRIDE".into(), "FOWNER".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptions {
+            name: Some(container.clone()),
+            platform: String::new(),
+        };
+        let id = self
+            .docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(call("create", &container))?
+            .id;
+        let ran = async {
+            self.start(&id).await?;
+            self.wait_exit(&id).await
+        }
+        .await;
+        let _ = self.remove(&id).await;
+        ran
+    }
+
     /// Write `files` into the directory `dir` of the container `id` (created or running),
     /// each root's with mode 0400 ([`root_only_tar`]).
     pub async fn put_files(
