@@ -71,6 +71,39 @@ pub fn tail_options(sub: &str, first: Option<&str>) -> &'static [&'static str] {
     }
 }
 
+/// Refuses an option of the agent's that asks git to look inside a submodule:
+/// `--ignore-submodules=<anything but all>` and `--submodule` (which means `log`) or
+/// `--submodule=<anything but short>`. The server's own `--ignore-submodules=all
+/// --submodule=short` ([`tail_options`]) go before the first operand, so an option the
+/// agent writes after an operand would otherwise come later and win.
+pub fn check_options(c: &Checked) -> Result<(), Refusal> {
+    let end = c.options_end.min(c.argv.len());
+    let start = (c.sub_index + 1).min(end);
+    for (i, a) in c.argv.iter().enumerate().take(end).skip(start) {
+        if c.operands.contains(&i) {
+            continue;
+        }
+        let looks_inside = match a.split_once('=') {
+            Some(("--ignore-submodules", v)) => v != "all",
+            Some(("--submodule", v)) => v != "short",
+            None => a == "--submodule",
+            _ => false,
+        };
+        if looks_inside {
+            return Err(Refusal::new(
+                Reason::NestedRepository,
+                format!(
+                    "{a} is refused: it would make git look inside a submodule, and a \
+                     repository inside the workspace runs its own configuration (filters, \
+                     hooks, fsmonitor); the git API never enters one. --ignore-submodules=all \
+                     and --submodule=short work (they are what the git API uses)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The commands whose index (and, for a commit, HEAD) is checked afterwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Watch {

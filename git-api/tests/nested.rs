@@ -516,10 +516,12 @@ fn requests(sub: &str, w: &World) -> Option<Vec<Request>> {
             v(&["-c", "diff.ignoreSubmodules=none", "diff", "--", "sub"]),
         ],
         "log" => vec![
+            v(&["log", "-p", "-1"]),
             v(&["log", "-p", "-1", "--submodule=diff"]),
             v(&["log", "--stat", "--ignore-submodules=none"]),
         ],
         "show" => vec![
+            v(&["show", "HEAD"]),
             v(&["show", "--submodule=diff"]),
             v(&["show", "--ignore-submodules=none", "HEAD"]),
         ],
@@ -669,7 +671,10 @@ fn requests(sub: &str, w: &World) -> Option<Vec<Request>> {
             with_stdin(&["apply", "-3"], &readme_patch),
         ],
         "am" => vec![with_stdin(&["am"], &mbox), v(&["am", "--abort"])],
-        "format-patch" => vec![v(&["format-patch", "--stdout", "-1", "--submodule=diff"])],
+        "format-patch" => vec![
+            v(&["format-patch", "--stdout", "-1"]),
+            v(&["format-patch", "--stdout", "-1", "--submodule=diff"]),
+        ],
         "push" => vec![
             v(&["push", "origin", "HEAD:sandbox/demo/x"]),
             v(&["push", "--dry-run", "origin", "HEAD:sandbox/demo/y"]),
@@ -1272,4 +1277,80 @@ fn removing_a_populated_submodule_is_refused_with_what_works() {
     assert!(w.ws.join("sub/.git").exists(), "the files stay");
     assert!(!w.git_dir.join("modules").exists());
     assert_eq!(w.take_mark(), "");
+}
+
+/// What an honest agent types keeps working with the pinned options in place: `git
+/// --version` (no subcommand to put `-c` before) and the diff family with a path or a
+/// revision and no `--` (git refuses an option after a path, so the server's options go
+/// before the first operand). An option the agent writes after an operand that would look
+/// inside a submodule is refused rather than left to come last and win, and nothing the
+/// traps configure runs.
+#[test]
+fn honest_forms_work_and_a_late_submodule_option_is_refused() {
+    let w = World::new(Start::Trapped);
+    let version = w.call(&["--version"], None);
+    assert_eq!(
+        version.exit,
+        Some(0),
+        "git --version: {}",
+        version.outcome()
+    );
+    assert!(
+        String::from_utf8_lossy(&version.stdout).starts_with("git version"),
+        "git --version printed {:?}",
+        String::from_utf8_lossy(&version.stdout)
+    );
+    std::fs::write(w.ws.join("README.md"), "hello again\n").unwrap();
+    for argv in [
+        &["diff", "-U1", "--color=never", "README.md"][..],
+        &["diff", "HEAD", "--stat"],
+        &["diff", "--stat", "HEAD", "README.md"],
+        &["log", "--oneline", "-1", "README.md"],
+        &["log", "--oneline", "HEAD", "-1"],
+        &["show", "--stat", "HEAD"],
+        &["status", "--short", "README.md"],
+        &["diff-files", "--name-only", "README.md"],
+        &["diff-index", "--name-only", "HEAD", "README.md"],
+    ] {
+        let r = w.call(argv, None);
+        assert_eq!(r.exit, Some(0), "git {argv:?}: {}", r.outcome());
+        assert_eq!(w.take_mark(), "", "git {argv:?} ran a trap");
+    }
+    let diff = w.call(&["diff", "-U1", "--color=never", "README.md"], None);
+    assert!(
+        String::from_utf8_lossy(&diff.stdout).contains("+hello again"),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    for argv in [
+        &["diff", "HEAD", "--ignore-submodules=none"][..],
+        &["diff", "HEAD", "--submodule=diff"],
+        &["diff", "HEAD", "--submodule"],
+        &["log", "-p", "HEAD", "--submodule=log"],
+        &["status", "--ignore-submodules=dirty"],
+        &[
+            "show",
+            "HEAD",
+            "--ignore-submodules=untracked",
+            "--submodule=diff",
+        ],
+    ] {
+        let r = w.call(argv, None);
+        assert_eq!(
+            r.reason(),
+            Some("nested_repository"),
+            "git {argv:?}: {}",
+            r.outcome()
+        );
+        assert!(
+            r.denied
+                .as_ref()
+                .unwrap()
+                .message
+                .contains("--submodule=short work"),
+            "git {argv:?}: the refusal says what works: {}",
+            r.outcome()
+        );
+        assert_eq!(w.take_mark(), "", "git {argv:?} ran a trap");
+    }
 }

@@ -58,6 +58,7 @@ impl Server {
         }
         let cwd = resolve_cwd(&self.env.work_tree, &inv.cwd)?;
         let checked = argv::check(&inv.argv).map_err(|r| not_installed(r, &inv.argv))?;
+        nested::check_options(&checked)?;
         if matches!(checked.subcommand.as_str(), "apply" | "am")
             && let Some(patch) = &inv.stdin
         {

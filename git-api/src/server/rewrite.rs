@@ -45,8 +45,12 @@ pub(super) fn split_operands(c: &Checked) -> (Vec<String>, Vec<String>) {
 }
 
 /// The options that keep git out of nested repositories ([`nested::tail_options`]) after
-/// the agent's options, where git takes the last of each: before `--`, else at the end.
-/// Runs before [`harden_args`] (which inserts before this point).
+/// the agent's options: before its `--`, else before its first operand (git refuses an
+/// option after a path: "option must come before non-option arguments"), else at the end.
+/// An option of the agent's written after an operand could then come later and win, so
+/// the values that would look inside a submodule are refused first
+/// ([`nested::check_options`]). Runs before [`harden_args`] (which inserts before this
+/// point).
 pub(super) fn pin_tail(c: &Checked, args: &mut Vec<String>) {
     let first = c
         .operands
@@ -54,13 +58,24 @@ pub(super) fn pin_tail(c: &Checked, args: &mut Vec<String>) {
         .and_then(|&i| c.argv.get(i))
         .map(String::as_str);
     let tail = nested::tail_options(&c.subcommand, first);
-    let at = c.options_end.min(args.len());
+    if tail.is_empty() {
+        return;
+    }
+    // `git stash show`: the verb is the first operand; the diff's options follow it.
+    let skip = usize::from(c.subcommand == "stash");
+    let before_operand = c.operands.get(skip).copied().unwrap_or(usize::MAX);
+    let at = c.options_end.min(before_operand).min(args.len());
     args.splice(at..at, tail.iter().map(|s| (*s).to_owned()));
 }
 
 /// [`nested::PINNED_CONFIG`] as `-c` options right before the subcommand: after the
-/// agent's own `-c` options, so they win. `args` starts with `c`'s global options.
+/// agent's own `-c` options, so they win. `args` starts with `c`'s global options. Not for
+/// `git --version` / `-h` alone, which has no subcommand to put them before (after
+/// `--version`, git reads `-c` as an option of `git version`) and walks nothing.
 pub(super) fn pin_config(c: &Checked, args: &mut Vec<String>) {
+    if c.subcommand.is_empty() {
+        return;
+    }
     let at = c.sub_index.min(args.len());
     args.splice(at..at, nested::pinned_args());
 }
