@@ -13,7 +13,11 @@
 # straight to github.com is refused by the proxy (git-push-blocked); the token is in none
 # of the agent's output and no /proc/*/environ or cmdline the agent can read. tcpdump on
 # the bridge proves every packet the appliance sent belongs to a connection the proxy
-# audited (or is a DNS query for github.com, or ARP/ND).
+# audited (or is a DNS query for github.com, or ARP/ND). Mid-session the host pushes straight
+# to the proxy's git service port as the git API's user (`docker exec -u airlock-git`: its
+# group passes the firewall there): force main, delete the sandbox branch, create a tag; the
+# proxy refuses each without the git API's ticket (git-ticket-missing) and upstream is
+# unchanged.
 # Usage: sudo tests/smoke/git.sh          (root: tcpdump, the audit volume on the host)
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -156,6 +160,9 @@ t rewritten git rev-parse HEAD
 t force git push --force origin sandbox/smoke/work
 t plus git push origin +sandbox/smoke/work
 t main git push origin HEAD:main
+# The host now attacks the service port as the git API's user; wait until it is done.
+touch .smoke/attack-now
+while [ ! -e .smoke/attacked ]; do sleep 0.05; done
 # The real git binary, past the shim, in a repository of the agent's own: straight to
 # github.com through the proxy, which refuses receive-pack there.
 mkdir -p "$HOME/direct" && cd "$HOME/direct" && /usr/bin/git init -q -b x . &&
@@ -191,7 +198,27 @@ AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.t
 AIRLOCK_AUDIT_VOLUME=$AUDIT GITHUB_TOKEN_FILE=$SMOKE_DIR/github_token \
 AIRLOCK_DOCKER_ARGS="--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem" \
     "$SMOKE_ROOT/scripts/docker-run" "$repo" -- bash /workspace/agent.sh \
-    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" || true
+    >"$SMOKE_DIR/agent.out" 2>"$SMOKE_DIR/agent.err" &
+session=$!
+# The git API's identity, straight to the service port: what code git ran for the agent
+# would hold. A fresh repository with an unrelated commit, pushed with the git API's
+# transport settings (the port as proxy, the appliance CA).
+for _ in $(seq 600); do [ -e "$repo/.smoke/attack-now" ] || ! kill -0 $session 2>/dev/null && break; sleep 0.1; done
+docker exec -u airlock-git "$APP" sh -c '
+t() { n=$1; shift; o=$("$@" 2>&1); r=$?; printf "%s=%s %s\n" "$n" "$r" "$(printf %s "$o" | tr "\n" " ")"; }
+export HOME=/tmp/service-attack GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0
+echo "svc_id=$(id -u):$(id -G | tr " " ,)"
+g() { /usr/bin/git -c http.proxy=http://127.0.0.1:15002 -c http.sslCAInfo=/run/airlock/ca.pem \
+    -c user.name=x -c user.email=x@example.invalid "$@"; }
+mkdir -p "$HOME" && cd "$HOME" && g init -q evil && cd evil && echo pwned >pwned && g add pwned && g commit -qm pwned
+url=https://github.com/acme/app.git
+t svc_force g push --force "$url" HEAD:refs/heads/main
+t svc_delete g push "$url" :refs/heads/sandbox/smoke/work
+t svc_tag g push "$url" HEAD:refs/tags/v666
+t svc_fetch g ls-remote "$url"
+' >"$SMOKE_DIR/attack.out" 2>&1 || true
+touch "$repo/.smoke/attacked"
+wait $session || true
 session_ms=$(ms "$t0")
 sleep 0.5
 kill "$tcpdump_pid" 2>/dev/null; wait "$tcpdump_pid" 2>/dev/null || true
@@ -239,6 +266,14 @@ closed() { [ -n "$(step secret_file)" ] && [ "$(step secret_file)" != 0 ]; }
 check "the token file is closed to the agent" closed
 clean() { [ "$(step status)" = 0 ] && [ -z "$(said status | tr -d ' ')" ]; }
 check "the workspace is clean after the session ($(said status))" clean
+attack=$(cat "$SMOKE_DIR/attack.out")
+svc() { sed -n "s/^$1=\([0-9]*\).*/\1/p" <<<"$attack" | head -1; }
+svc_said() { sed -n "s/^$1=[0-9]* //p" <<<"$attack" | head -1; }
+ticketless() { local s; s=$(svc "$1"); [ -n "$s" ] && [ "$s" != 0 ] && grep -q 'airlock: git-ticket-missing' <<<"$(svc_said "$1")"; }
+check "the service port attacker runs as the git API's user ($(sed -n 's/^svc_id=//p' <<<"$attack"))" grep -q '^svc_id=' <<<"$attack"
+for s in svc_force svc_delete svc_tag svc_fetch; do
+    check "$s as airlock-git straight to the service port: refused, git-ticket-missing ($(svc_said $s | cut -c1-100))" ticketless $s
+done
 
 say "upstream (fakenet's github.com)"
 upref=$(git --git-dir "$upstream" rev-parse --verify -q "refs/heads/$BRANCH" || true)
@@ -269,6 +304,8 @@ sys.exit(not any(l.get("reason") == "git-push-blocked" and l.get("host") == "git
 PY
 }
 check "the proxy's audit log: the agent's direct push refused as git-push-blocked" blocked
+ticket_missing() { grep '"reason":"git-ticket-missing"' "$audit" | grep -q '"kind":"git-service"'; }
+check "the proxy's audit log: the service port attacks refused as git-ticket-missing" ticket_missing
 git_api_logged() { grep -q not_fast_forward "$gitlog" && grep -q branch_protected "$gitlog"; }
 check "the git API's log has its refusals" git_api_logged
 
