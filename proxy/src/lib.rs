@@ -9,15 +9,17 @@
 //! the hard-deny ranges, connects to a checked address and audits the decision as one JSON
 //! line.
 //!
-//! Hosts that carry a credential binding or an L7 rule (and are not passthrough) are
-//! **intercepted**: the agent's TLS is terminated with a per-host leaf of the appliance CA
-//! ([`ca`], [`leaf`]), each request is judged and its credential injected, and it goes on
-//! over verified TLS ([`intercept`], [`credentials`]). Real secrets live only in this
-//! process's memory; every other allowed host is tunnelled untouched.
+//! Every allowed host that is not declared `network.passthrough` is **intercepted**: the
+//! agent's TLS is terminated with a per-host leaf of the appliance CA ([`ca`], [`leaf`]),
+//! each request is judged (method, rules, secrets) and its credential injected, and it goes
+//! on over verified TLS ([`intercept`], [`credentials`]). Real secrets live only in this
+//! process's memory; a passthrough host is tunnelled untouched and audited as uninspected.
 //!
 //! It does not: set up the firewall, parse the policy file (that is `airlock-policy`), read
 //! secrets from the environment (the entrypoint hands them over in a private file), decide
-//! what a git push may do (the git API does), or inspect what it tunnels.
+//! what a git push may do (the git API does; on the service port the proxy takes only the
+//! ref updates the git API's ticket signs, and never a deletion, a tag, a protected branch
+//! or another sandbox's branch: the `service` module), or inspect what it tunnels.
 //!
 //! The binary wires the real resolver and connector; tests build a [`Proxy`] with their own
 //! [`upstream::Resolve`] / [`upstream::Connect`] seams, which the command line cannot reach.
