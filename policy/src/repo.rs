@@ -1,14 +1,19 @@
 //! Repository names read one way: `host/owner/repo`.
 //!
-//! Three parts of airlock compare repository names: the policy's `[git] repositories`
-//! (written by a person), the git API's push judge (from a workspace remote URL) and the
-//! proxy's smart-HTTP check (from a request's host and path). Each calls [`repository_id`],
-//! so a repository cannot be authorized under one spelling and refused, or reached, under
-//! another. The host is read by [`Host::parse`] (case, a trailing dot and Unicode/IDNA
+//! Four parts of airlock compare repository names: the policy's `[git] repositories`
+//! (written by a person), the git API's push judge (from a workspace remote URL), the
+//! entrypoint's default repository (the workspace's `origin`) and the proxy's smart-HTTP
+//! check (from a request's host and path). Each calls [`repository_id`] (a remote URL through
+//! [`remote_repository_id`]), so a repository cannot be authorized under one spelling and
+//! refused, or reached, under another. The host is read by [`Host::parse`] (case, a trailing dot and Unicode/IDNA
 //! spellings never matter: `GitHub.com.` and `ｇｉｔｈｕｂ.com` are `github.com`) and must be
 //! a name, not an IP address; owner and repository are `[A-Za-z0-9._-]`, neither `.` nor
 //! `..`, compared lowercase (as GitHub and GitLab do); one `.git` suffix of the repository,
 //! in any case, is dropped.
+//!
+//! Also here: [`is_git_component`], the one reading of a path component as a repository's
+//! `.git` (the git API's argument checks and the entrypoint's start scan for nested
+//! repositories both ask it).
 
 use crate::host::{Host, HostError};
 
@@ -66,6 +71,65 @@ pub fn repository_id(host: &str, owner: &str, repo: &str) -> Result<String, Repo
         }
     }
     Ok(format!("{host}/{owner}/{repo}").to_ascii_lowercase())
+}
+
+/// The repository a git remote URL names, read as [`repository_id`] reads it:
+/// `https://[user@]host[:443]/owner/repo[.git][/]`, and the SSH spellings of the same
+/// repository, `[user@]host:owner/repo[.git]` and `ssh://[user@]host[:22]/owner/repo[.git]`
+/// (the git API talks HTTPS to it: the sandbox has no SSH). `None` for anything else: another
+/// scheme or port, a local path, a path that is not `owner/repo`.
+#[must_use]
+pub fn remote_repository_id(url: &str) -> Option<String> {
+    let (host, path) = if let Some(rest) = url.strip_prefix("https://") {
+        let (authority, path) = rest.split_once('/')?;
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        (host.strip_suffix(":443").unwrap_or(host), path)
+    } else if let Some(rest) = url.strip_prefix("ssh://") {
+        let (authority, path) = rest.split_once('/')?;
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        (host.strip_suffix(":22").unwrap_or(host), path)
+    } else {
+        scp_like(url)?
+    };
+    let path = path.trim_end_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    let [owner, repo] = parts.as_slice() else {
+        return None;
+    };
+    repository_id(host, owner, repo).ok()
+}
+
+/// git's scp-like SSH syntax: `[user@]host:path`, where no `/` comes before the `:` (else
+/// git takes it for a local path) and the URL has no scheme.
+fn scp_like(url: &str) -> Option<(&str, &str)> {
+    let (authority, path) = url.split_once(':')?;
+    if authority.contains('/') || path.starts_with('/') || path.starts_with("//") {
+        return None;
+    }
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some((host, path))
+}
+
+/// Code points HFS+ ignores in a name (git's `is_hfs_dotgit` list): `.g\u{200c}it` is
+/// `.git` there.
+fn hfs_ignored(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}'
+    )
+}
+
+/// Whether one path component is `.git` as some checkout reads it: case folded, NTFS
+/// trailing dots and spaces, alternate data stream suffix and short name (`GIT~1`), and the
+/// code points HFS+ ignores.
+#[must_use]
+pub fn is_git_component(name: &str) -> bool {
+    let kept: String = name.chars().filter(|c| !hfs_ignored(*c)).collect();
+    // NTFS: an alternate data stream suffix (`.git::$INDEX_ALLOCATION`) names the same
+    // file, and trailing dots and spaces are dropped.
+    let base = kept.split(':').next().unwrap_or("");
+    let base = base.trim_end_matches(['.', ' ']).to_ascii_lowercase();
+    base == ".git" || base == "git~1"
 }
 
 #[cfg(test)]
@@ -152,6 +216,112 @@ mod tests {
                 ),
                 "{owner:?}/{repo:?}"
             );
+        }
+    }
+
+    /// The workspace's remote spells the authorized host with a trailing dot, in capitals
+    /// or in an IDN form: it is read as the policy and the proxy read theirs.
+    #[test]
+    fn remote_urls_read_hosts_as_the_policy_does() {
+        for url in [
+            "https://GitHub.com./acme/app.git",
+            "https://ｇｉｔｈｕｂ.com/acme/app",
+            "git@GITHUB.COM.:acme/app.GIT",
+            "ssh://git@github\u{ff0e}com/acme/app",
+        ] {
+            assert_eq!(
+                remote_repository_id(url).as_deref(),
+                Some("github.com/acme/app"),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            remote_repository_id("https://bücher.example/o/r").as_deref(),
+            Some("xn--bcher-kva.example/o/r")
+        );
+        for url in [
+            "https://203.0.113.7/acme/app",
+            "https://0x7f.1/acme/app",
+            "https://xn--a.com/acme/app",
+        ] {
+            assert_eq!(remote_repository_id(url), None, "{url}");
+        }
+    }
+
+    /// SSH and HTTPS spellings of one repository are one id; a local path, another scheme,
+    /// another port or a path that is not `owner/repo` is none.
+    #[test]
+    fn remote_urls() {
+        for (url, id) in [
+            (
+                "https://github.com/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("https://github.com/Acme/App", Some("github.com/acme/app")),
+            (
+                "https://x-access-token@github.com/acme/app/",
+                Some("github.com/acme/app"),
+            ),
+            (
+                "https://github.com:443/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("http://github.com/acme/app", None),
+            ("git@github.com:acme/app.git", Some("github.com/acme/app")),
+            ("git@github.com:Acme/App", Some("github.com/acme/app")),
+            ("github.com:acme/app.git", Some("github.com/acme/app")),
+            ("ssh://git@github.com/acme/app", Some("github.com/acme/app")),
+            ("ssh://github.com/acme/app.git", Some("github.com/acme/app")),
+            (
+                "ssh://git@github.com:22/acme/app.git",
+                Some("github.com/acme/app"),
+            ),
+            ("ssh://git@github.com:2222/acme/app.git", None),
+            ("git@github.com:/acme/app.git", None),
+            ("git@github.com:acme/app/extra", None),
+            ("git@github.com:../app", None),
+            ("./dir:acme/app", None),
+            ("/tmp/x:acme/app", None),
+            ("git@evil host:acme/app", None),
+            ("git@[::1]:acme/app", None),
+            ("ext::sh -c touch% /tmp/x", None),
+            ("file:///tmp/x", None),
+            ("https://github.com/acme/app/extra", None),
+            ("https://github.com:8443/acme/app", None),
+            ("https://github.com/../app", None),
+            ("ext::sh -c x", None),
+        ] {
+            assert_eq!(remote_repository_id(url).as_deref(), id, "{url}");
+        }
+    }
+
+    /// A nested repository's `.git` spelled for another checkout's reading is still `.git`;
+    /// names that merely start like it are not.
+    #[test]
+    fn git_components_in_every_spelling() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".Git",
+            ".git.",
+            ".git. . ",
+            "GIT~1",
+            ".g\u{200c}it",
+            "\u{feff}.git",
+            ".git::$INDEX_ALLOCATION",
+        ] {
+            assert!(is_git_component(name), "{name:?}");
+        }
+        for name in [
+            ".gitignore",
+            ".github",
+            "x.git",
+            ".gitattributes",
+            "git",
+            ".git-blame-ignore-revs",
+            ".gitmodules",
+        ] {
+            assert!(!is_git_component(name), "{name:?}");
         }
     }
 }
