@@ -4,8 +4,9 @@
 //! - the sandbox's name: `--sandbox` / `AIRLOCK_SANDBOX` sets it for this start (N sandboxes
 //!   from one policy file, each its own branch namespace `sandbox/<name>/…`);
 //! - the authorized repository: when the policy lists none (`[git] repositories` empty or
-//!   absent), the workspace's own `origin` is the one (its id read with the git API's own
-//!   reading, `airlock_git_api::push::repository_id`, so SSH and HTTPS spellings agree).
+//!   absent), the workspace's own `origin` is the one (its id read as the git API and the
+//!   proxy read repositories, `airlock_policy::repo::remote_repository_id`, so SSH and HTTPS
+//!   spellings agree).
 //!
 //! When either applies, [`render`] (pure) writes the user's policy with those values into a
 //! new TOML text, which the entrypoint saves as [`FILE`] in the runtime directory (root's,
@@ -116,7 +117,7 @@ fn table<'a>(doc: &'a mut toml::Table, key: &str) -> Result<&'a mut toml::Table>
 /// The origin's repository id of the hidden git dir, if it has one git's way.
 pub fn workspace_origin(git_dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(git_dir.join("config")).ok()?;
-    airlock_git_api::push::repository_id(&origin_url(&text)?)
+    airlock_policy::repo::remote_repository_id(&origin_url(&text)?)
 }
 
 /// Write the effective policy into `run_dir` (root's, 0644) when there is one, validate it,
@@ -213,7 +214,7 @@ mod tests {
             Some("git@github.com:Acme/App.git")
         );
         assert_eq!(
-            airlock_git_api::push::repository_id(&origin_url(cfg).unwrap()).as_deref(),
+            airlock_policy::repo::remote_repository_id(&origin_url(cfg).unwrap()).as_deref(),
             Some("github.com/acme/app")
         );
         assert_eq!(origin_url("[remote \"upstream\"]\nurl = x\n"), None);

@@ -18,7 +18,7 @@
 //! and is bounded: [`MAX_ENTRIES`] directory entries, [`MAX_DEPTH`] levels. Reaching a bound,
 //! or a directory it cannot read, refuses the start too (fail closed), saying so.
 
-use airlock_git_api::argv::gitdirs::is_git_component;
+use airlock_policy::repo::is_git_component;
 use anyhow::{Result, anyhow};
 use std::path::{Path, PathBuf};
 
