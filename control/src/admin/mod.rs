@@ -1,0 +1,59 @@
+//! The admin API's protocol: HTTP/1.1 with JSON bodies on a Unix socket ([`SOCKET`]) in
+//! the control directory, served by the proxy, spoken by the host CLI.
+//!
+//! **Versioning.** Every path starts with the version ([`PREFIX`], `/v1`); a request for
+//! another version is answered [`ErrorCode::UnknownVersion`] naming the one this side speaks.
+//! Within a version, changes are additive only: a new field (older readers ignore it; a
+//! missing one reads as its default), a new operation, response kind, state or code (older
+//! readers read it as the enum's `Unknown` variant, `#[serde(other)]`). Renaming or removing
+//! anything, or changing what a field means, is a new version. The JSON of every type is
+//! pinned by golden files (`control/tests/golden/`), as cargo-credential pins its protocol.
+//!
+//! **Shape.** One operation, one [`Request`] variant, tagged `op`; one answer, one
+//! [`Response`] variant, tagged `kind`. [`Request::from_http`] is the server's routing table
+//! (method, path, query and body to a request, or the [`ErrorBody`] to answer);
+//! [`Request::to_http`] is the client's. The event stream ([`path::EVENTS`]) answers NDJSON,
+//! one [`StreamLine`] per line; the metrics ([`path::METRICS`]) answer Prometheus text.
+//!
+//! **Adding an operation:** a `path` constant, a [`Request`] variant (its query or body as a
+//! struct), its row in `ROUTES` (request.rs), a [`Response`] variant for its answer, and a
+//! golden file for each new type.
+
+mod events;
+mod request;
+mod response;
+
+pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
+pub use request::{HttpRequest, Method, ReloadRequest, Request};
+pub use response::{
+    AuditState, Counters, ErrorBody, ErrorCode, PolicyRevision, Reloaded, Response, Session,
+    SessionKind, Sessions,
+};
+
+/// The protocol version this crate speaks.
+pub const VERSION: u32 = 1;
+/// The path prefix of [`VERSION`].
+pub const PREFIX: &str = "/v1";
+/// The admin socket's file name inside the control directory
+/// ([`crate::paths::CONTROL_DIR`]).
+pub const SOCKET: &str = "admin.sock";
+
+/// The paths of the operations.
+pub mod path {
+    /// `GET`: the start's [`crate::Status`] (readiness).
+    pub const STATUS: &str = "/v1/status";
+    /// `GET`: the sessions of this start ([`super::Sessions`]).
+    pub const SESSIONS: &str = "/v1/sessions";
+    /// `GET`: the policy revision in force ([`super::PolicyRevision`]).
+    pub const POLICY: &str = "/v1/policy";
+    /// `POST`: load a new policy revision ([`super::ReloadRequest`] →
+    /// [`super::Reloaded`]).
+    pub const RELOAD: &str = "/v1/policy/reload";
+    /// `GET`: the counters ([`super::Counters`]).
+    pub const COUNTERS: &str = "/v1/counters";
+    /// `GET`: the event stream, NDJSON of [`super::StreamLine`] ([`super::EventsQuery`] in
+    /// the query string).
+    pub const EVENTS: &str = "/v1/events";
+    /// `GET`: Prometheus metrics (text exposition format; unversioned, as scrapers expect).
+    pub const METRICS: &str = "/metrics";
+}

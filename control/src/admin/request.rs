@@ -1,0 +1,292 @@
+//! Requests: what a client asks, and the one routing table that reads it from HTTP and
+//! writes it back.
+
+use super::events::EventsQuery;
+use super::response::{ErrorBody, ErrorCode};
+use super::{PREFIX, VERSION, path};
+use serde::{Deserialize, Serialize};
+
+/// One operation of the admin API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// The start's readiness ([`path::STATUS`]).
+    Status,
+    /// The sessions ([`path::SESSIONS`]).
+    Sessions,
+    /// The policy revision in force ([`path::POLICY`]).
+    Policy,
+    /// The counters ([`path::COUNTERS`]).
+    Counters,
+    /// The event stream ([`path::EVENTS`]).
+    Events(EventsQuery),
+    /// Load a new policy revision ([`path::RELOAD`]).
+    Reload(ReloadRequest),
+    /// Prometheus metrics ([`path::METRICS`]).
+    Metrics,
+    /// An operation this side does not know (a newer peer's).
+    #[serde(other)]
+    Unknown,
+}
+
+/// The body of a reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadRequest {
+    /// The new policy's TOML text; none: read the policy file the proxy runs from again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Where `text` came from (a host path), for `file:line` in errors and the audit line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+/// An HTTP method the API uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`: reads.
+    Get,
+    /// `POST`: changes.
+    Post,
+}
+
+impl Method {
+    /// As HTTP spells it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+        }
+    }
+}
+
+/// A request as HTTP carries it: what a client sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// The method.
+    pub method: Method,
+    /// The path with its query string, if any.
+    pub target: String,
+    /// The JSON body, if the operation has one.
+    pub body: Option<Vec<u8>>,
+}
+
+/// Which operation a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Status,
+    Sessions,
+    Policy,
+    Counters,
+    Events,
+    Reload,
+    Metrics,
+}
+
+/// The routing table: every operation's method and path, once.
+const ROUTES: [(Method, &str, Op); 7] = [
+    (Method::Get, path::STATUS, Op::Status),
+    (Method::Get, path::SESSIONS, Op::Sessions),
+    (Method::Get, path::POLICY, Op::Policy),
+    (Method::Get, path::COUNTERS, Op::Counters),
+    (Method::Get, path::EVENTS, Op::Events),
+    (Method::Post, path::RELOAD, Op::Reload),
+    (Method::Get, path::METRICS, Op::Metrics),
+];
+
+fn error(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
+    ErrorBody {
+        code,
+        message: message.into(),
+    }
+}
+
+impl Request {
+    /// The operation `method target` with `body` asks for, or the error to answer: an
+    /// unknown version, path or method, a query on an operation that takes none, a body
+    /// that is not the operation's JSON. Pure: the server's whole routing.
+    ///
+    /// # Errors
+    /// The [`ErrorBody`] to answer (its [`ErrorCode::http_status`] is the status).
+    pub fn from_http(method: &str, target: &str, body: &[u8]) -> Result<Request, ErrorBody> {
+        let (route, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        let version = route
+            .strip_prefix("/v")
+            .and_then(|rest| rest.split('/').next())
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        if version.is_some_and(|v| v.parse() != Ok(VERSION)) {
+            return Err(error(
+                ErrorCode::UnknownVersion,
+                format!(
+                    "this appliance speaks version {VERSION} of the admin API ({PREFIX}/...), not {route}"
+                ),
+            ));
+        }
+        let Some(&(want, _, op)) = ROUTES.iter().find(|(_, p, _)| *p == route) else {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!("no operation at {route}"),
+            ));
+        };
+        if method != want.as_str() {
+            return Err(error(
+                ErrorCode::MethodNotAllowed,
+                format!("{route} takes {}, not {method}", want.as_str()),
+            ));
+        }
+        if op != Op::Events && query.is_some_and(|q| !q.is_empty()) {
+            return Err(error(
+                ErrorCode::BadRequest,
+                format!("{route} takes no query string"),
+            ));
+        }
+        Ok(match op {
+            Op::Status => Request::Status,
+            Op::Sessions => Request::Sessions,
+            Op::Policy => Request::Policy,
+            Op::Counters => Request::Counters,
+            Op::Metrics => Request::Metrics,
+            Op::Events => Request::Events(EventsQuery::from_query(query.unwrap_or(""))?),
+            Op::Reload if body.iter().all(u8::is_ascii_whitespace) => {
+                Request::Reload(ReloadRequest::default())
+            }
+            Op::Reload => {
+                let not = |e: serde_json::Error| {
+                    error(
+                        ErrorCode::BadRequest,
+                        format!("the body of {route} is not a reload request: {e}"),
+                    )
+                };
+                // An object, not whatever else serde would read a struct from (an array).
+                let object: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_slice(body).map_err(not)?;
+                Request::Reload(
+                    serde_json::from_value(serde_json::Value::Object(object)).map_err(not)?,
+                )
+            }
+        })
+    }
+
+    /// The request as HTTP carries it; `None` for [`Request::Unknown`], which has no route.
+    #[must_use]
+    pub fn to_http(&self) -> Option<HttpRequest> {
+        let get = |target: &str| HttpRequest {
+            method: Method::Get,
+            target: target.to_owned(),
+            body: None,
+        };
+        Some(match self {
+            Request::Status => get(path::STATUS),
+            Request::Sessions => get(path::SESSIONS),
+            Request::Policy => get(path::POLICY),
+            Request::Counters => get(path::COUNTERS),
+            Request::Metrics => get(path::METRICS),
+            Request::Events(q) => {
+                let query = q.to_query();
+                if query.is_empty() {
+                    get(path::EVENTS)
+                } else {
+                    get(&format!("{}?{query}", path::EVENTS))
+                }
+            }
+            Request::Reload(r) => HttpRequest {
+                method: Method::Post,
+                target: path::RELOAD.to_owned(),
+                body: Some(serde_json::to_vec(r).unwrap_or_default()),
+            },
+            Request::Unknown => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::events::Cursor;
+
+    fn every() -> Vec<Request> {
+        vec![
+            Request::Status,
+            Request::Sessions,
+            Request::Policy,
+            Request::Counters,
+            Request::Metrics,
+            Request::Events(EventsQuery::default()),
+            Request::Events(EventsQuery {
+                after: Some(Cursor("s1:42".into())),
+                decision: Some("deny".into()),
+                host: Some("evil.example".into()),
+                session: Some("s1".into()),
+                reason: Some("host-not-allowed".into()),
+                since_ms: Some(1_795_853_089_000),
+                follow: true,
+            }),
+            Request::Reload(ReloadRequest::default()),
+            Request::Reload(ReloadRequest {
+                text: Some("[sandbox]\nname = \"x\"\n".into()),
+                origin: Some("/home/me/policy.toml".into()),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_request_routes_back_to_itself() {
+        for r in every() {
+            let http = r.to_http().unwrap();
+            let body = http.body.clone().unwrap_or_default();
+            assert_eq!(
+                Request::from_http(http.method.as_str(), &http.target, &body),
+                Ok(r.clone()),
+                "{http:?}"
+            );
+        }
+        assert_eq!(Request::Unknown.to_http(), None);
+        // Every route is some request's.
+        let targets: Vec<String> = every()
+            .iter()
+            .filter_map(|r| r.to_http())
+            .map(|h| h.target)
+            .collect();
+        for (_, path, _) in ROUTES {
+            assert!(
+                targets.iter().any(|t| t.split('?').next() == Some(path)),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_their_code() {
+        let code =
+            |m: &str, t: &str, b: &str| Request::from_http(m, t, b.as_bytes()).unwrap_err().code;
+        assert_eq!(code("GET", "/v2/status", ""), ErrorCode::UnknownVersion);
+        assert_eq!(code("GET", "/v10/status", ""), ErrorCode::UnknownVersion);
+        assert_eq!(code("GET", "/v1/nothing", ""), ErrorCode::NotFound);
+        assert_eq!(code("GET", "/vx/status", ""), ErrorCode::NotFound);
+        assert_eq!(code("GET", "/", ""), ErrorCode::NotFound);
+        assert_eq!(code("POST", "/v1/status", ""), ErrorCode::MethodNotAllowed);
+        assert_eq!(
+            code("GET", "/v1/policy/reload", ""),
+            ErrorCode::MethodNotAllowed
+        );
+        assert_eq!(code("GET", "/v1/status?x=1", ""), ErrorCode::BadRequest);
+        assert_eq!(
+            code("POST", "/v1/policy/reload", "{"),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code("POST", "/v1/policy/reload", "[]"),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code("GET", "/v1/events?colour=red", ""),
+            ErrorCode::BadRequest
+        );
+        let e = Request::from_http("GET", "/v2/status", b"").unwrap_err();
+        assert!(e.message.contains("version 1"), "{}", e.message);
+        assert_eq!(e.code.http_status(), 404);
+    }
+}

@@ -1,0 +1,175 @@
+//! Responses: one tagged answer per operation, and the error body every failure carries.
+
+use crate::status::Status;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One answer of the admin API (the event stream and the metrics excepted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Response {
+    /// The start's readiness: the record PID 1 writes ([`crate::status`]).
+    Status(Status),
+    /// The sessions of this start.
+    Sessions(Sessions),
+    /// The policy revision in force.
+    Policy(PolicyRevision),
+    /// The counters.
+    Counters(Counters),
+    /// A reload's outcome (returned only after the swap).
+    Reloaded(Reloaded),
+    /// A refused or failed request.
+    Error(ErrorBody),
+    /// An answer this side does not know (a newer peer's).
+    #[serde(other)]
+    Unknown,
+}
+
+/// What kind of session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionKind {
+    /// The agent command PID 1 started.
+    Agent,
+    /// A second session (`airlock exec`).
+    Exec,
+    /// A kind this reader does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One session: a confined process tree the proxy tells apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// Its id, as on its audit lines.
+    pub id: String,
+    /// What started it.
+    pub kind: SessionKind,
+    /// The uid it runs as, when the proxy knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// When it started, in Unix milliseconds.
+    pub started_at_ms: u64,
+}
+
+/// The sessions of this start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sessions {
+    /// Oldest first.
+    pub sessions: Vec<Session>,
+}
+
+/// A policy revision: every accepted policy is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRevision {
+    /// Its number: 1 for the policy the start loaded, one more per accepted reload.
+    pub revision: u64,
+    /// The hash of the effective policy (hex), as the `reload` audit line names it.
+    pub hash: String,
+    /// When it was loaded, in Unix milliseconds.
+    pub loaded_at_ms: u64,
+    /// Where it came from (a path in the container, or the reload's origin).
+    pub origin: String,
+}
+
+/// The outcome of a reload; answered only after the swap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reloaded {
+    /// The revision in force now.
+    pub revision: u64,
+    /// Its hash.
+    pub hash: String,
+    /// When it was loaded, in Unix milliseconds.
+    pub loaded_at_ms: u64,
+    /// Whether anything changed (an unchanged hash loads nothing).
+    pub changed: bool,
+    /// Open connections the new revision refused, and closed.
+    pub closed: u64,
+}
+
+/// The audit log's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuditState {
+    /// Every line is written.
+    Writing,
+    /// The log cannot be written (its volume is full or gone): requests are refused.
+    Outage,
+    /// A state this reader does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// The proxy's counters since the start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Decisions made.
+    pub requests: u64,
+    /// Of which allowed.
+    pub allowed: u64,
+    /// Of which denied.
+    pub denied: u64,
+    /// Denials by reason code.
+    #[serde(default)]
+    pub denied_by_reason: BTreeMap<String, u64>,
+    /// Bytes sent upstream, by host.
+    #[serde(default)]
+    pub bytes_out_by_host: BTreeMap<String, u64>,
+    /// Connections open now.
+    pub open_connections: u64,
+    /// The audit log's state.
+    pub audit: AuditState,
+}
+
+/// Why a request failed: a stable code and one line for a person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// What is wrong and, where there is one, what to do instead.
+    pub message: String,
+}
+
+/// The stable codes of [`ErrorBody`]; never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    /// The request is malformed: a query or body the operation does not take.
+    BadRequest,
+    /// The path names another version of the API.
+    UnknownVersion,
+    /// No operation at that path.
+    NotFound,
+    /// The operation takes another method.
+    MethodNotAllowed,
+    /// The peer may not use the API (its uid).
+    Forbidden,
+    /// A reload's policy does not load; the old revision stays (the message says where).
+    InvalidPolicy,
+    /// A reload changes what only a restart applies.
+    RestartNeeded,
+    /// The service cannot answer now (starting, stopping).
+    Unavailable,
+    /// A fault on the server's side.
+    Internal,
+    /// A code this reader does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The HTTP status the error is answered with.
+    #[must_use]
+    pub const fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::UnknownVersion | ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RestartNeeded => 409,
+            ErrorCode::InvalidPolicy => 422,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal | ErrorCode::Unknown => 500,
+        }
+    }
+}

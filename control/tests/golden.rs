@@ -1,0 +1,220 @@
+//! The protocol's JSON, pinned (cargo-credential's pattern): each type's example is written
+//! exactly as `tests/golden/<name>.json` holds it, and the file reads back as the example.
+//! A change to a golden file is a change of the protocol: additive only within a version
+//! (see the `admin` module docs). `AIRLOCK_BLESS=1 cargo test -p airlock-control --test
+//! golden` rewrites the files after a deliberate change; review the diff.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use airlock_control::admin::{
+    AuditState, Counters, Cursor, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note, NoteCode,
+    PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session, SessionKind, Sessions,
+    StreamLine,
+};
+use airlock_control::{State, Status, Steps};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::path::PathBuf;
+
+fn golden<T: Serialize + DeserializeOwned + PartialEq + Debug>(name: &str, value: &T) {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.json"));
+    let json = serde_json::to_string(value).unwrap();
+    if std::env::var_os("AIRLOCK_BLESS").is_some() {
+        std::fs::write(&file, format!("{json}\n")).unwrap();
+    }
+    let pinned = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e} (AIRLOCK_BLESS=1 writes it)", file.display()));
+    assert_eq!(json, pinned.trim_end(), "{name}: the JSON changed");
+    let back: T = serde_json::from_str(&pinned).unwrap();
+    assert_eq!(&back, value, "{name}: the file reads back as another value");
+}
+
+fn starting() -> Status {
+    Status::starting("0.1.0", 1_795_853_089_000)
+}
+
+fn ready() -> Status {
+    let mut s = starting();
+    s.session = Some("1795853089-6e301f0ab6b0".into());
+    s.sandbox = Some("fix-login".into());
+    s.ready(
+        1_795_853_089_137,
+        Steps {
+            total_ms: 137,
+            validate_ms: 17,
+            services_ms: 105,
+            firewall_ms: 91,
+            self_test_ms: 14,
+        },
+    )
+}
+
+#[test]
+fn the_readiness_record() {
+    golden("status-starting", &starting());
+    golden("status-ready", &ready());
+    golden(
+        "status-refused",
+        &starting().refused("the container was not started as documented (docs/docker.md), missing: --read-only (the root filesystem is writable) [missing-read-only]"),
+    );
+}
+
+#[test]
+fn requests() {
+    golden("request-status", &Request::Status);
+    golden("request-sessions", &Request::Sessions);
+    golden("request-policy", &Request::Policy);
+    golden("request-counters", &Request::Counters);
+    golden("request-metrics", &Request::Metrics);
+    golden(
+        "request-events",
+        &Request::Events(EventsQuery {
+            after: Some(Cursor("1795853089-6e301f0ab6b0:42".into())),
+            decision: Some("deny".into()),
+            host: None,
+            session: Some("1795853089-6e301f0ab6b0".into()),
+            reason: None,
+            since_ms: Some(1_795_853_089_000),
+            follow: true,
+        }),
+    );
+    golden(
+        "request-reload",
+        &Request::Reload(ReloadRequest {
+            text: Some("[sandbox]\nname = \"fix-login\"\n".into()),
+            origin: Some("/home/me/app/policy.toml".into()),
+        }),
+    );
+}
+
+#[test]
+fn responses() {
+    golden("response-status", &Response::Status(ready()));
+    golden(
+        "response-sessions",
+        &Response::Sessions(Sessions {
+            sessions: vec![Session {
+                id: "1795853089-6e301f0ab6b0".into(),
+                kind: SessionKind::Agent,
+                uid: Some(1000),
+                started_at_ms: 1_795_853_089_137,
+            }],
+        }),
+    );
+    golden(
+        "response-policy",
+        &Response::Policy(PolicyRevision {
+            revision: 2,
+            hash: "9f86d081884c7d65".into(),
+            loaded_at_ms: 1_795_853_189_000,
+            origin: "/etc/airlock/policy.toml".into(),
+        }),
+    );
+    golden(
+        "response-counters",
+        &Response::Counters(Counters {
+            requests: 12,
+            allowed: 9,
+            denied: 3,
+            denied_by_reason: [("host-not-allowed".to_owned(), 3)].into(),
+            bytes_out_by_host: [("api.anthropic.com".to_owned(), 48_213)].into(),
+            open_connections: 2,
+            audit: AuditState::Writing,
+        }),
+    );
+    golden(
+        "response-reloaded",
+        &Response::Reloaded(Reloaded {
+            revision: 2,
+            hash: "9f86d081884c7d65".into(),
+            loaded_at_ms: 1_795_853_189_000,
+            changed: true,
+            closed: 1,
+        }),
+    );
+    golden(
+        "response-error",
+        &Response::Error(ErrorBody {
+            code: ErrorCode::InvalidPolicy,
+            message: "/home/me/app/policy.toml:4: unknown key `alow` in [network]; revision 1 stays in force".into(),
+        }),
+    );
+}
+
+#[test]
+fn stream_lines() {
+    golden(
+        "stream-record",
+        &StreamLine::Record(Event {
+            cursor: Cursor("1795853089-6e301f0ab6b0:42".into()),
+            log: Log::Audit,
+            record: serde_json::json!({
+                "ts": "2026-11-28T10:00:00.000Z",
+                "decision": "deny",
+                "host": "evil.example",
+                "reason": "host-not-allowed",
+            }),
+        }),
+    );
+    golden(
+        "stream-note",
+        &StreamLine::<serde_json::Value>::Note(Note {
+            code: NoteCode::Dropped,
+            message: "this follower fell 10000 records behind; resume from the last cursor read"
+                .into(),
+        }),
+    );
+}
+
+/// A newer peer's operation, answer, state, code or field: read as `Unknown` or ignored,
+/// never a failure to read the rest.
+#[test]
+fn what_a_newer_peer_adds_is_read_as_unknown() {
+    let r: Request = serde_json::from_str(r#"{"op":"approve","id":"a1","scope":"once"}"#).unwrap();
+    assert_eq!(r, Request::Unknown);
+    let r: Response = serde_json::from_str(r#"{"kind":"approvals","pending":[]}"#).unwrap();
+    assert_eq!(r, Response::Unknown);
+    let s: Status = serde_json::from_str(
+        r#"{"api":1,"state":"stopping","version":"0.2.0","started_at_ms":1,"revision":7}"#,
+    )
+    .unwrap();
+    assert_eq!(s.state, State::Unknown);
+    assert_eq!(s.session, None);
+    let e: ErrorBody =
+        serde_json::from_str(r#"{"code":"rate-limited","message":"slow down","retry_ms":50}"#)
+            .unwrap();
+    assert_eq!(e.code, ErrorCode::Unknown);
+    let c: Counters = serde_json::from_str(
+        r#"{"requests":1,"allowed":1,"denied":0,"open_connections":0,"audit":"chained","asked":4}"#,
+    )
+    .unwrap();
+    assert_eq!(c.audit, AuditState::Unknown);
+    assert!(c.denied_by_reason.is_empty());
+    let l: StreamLine = serde_json::from_str(r#"{"kind":"approval","id":"a1"}"#).unwrap();
+    assert_eq!(l, StreamLine::Unknown);
+    let l: StreamLine =
+        serde_json::from_str(r#"{"kind":"record","cursor":"c","log":"budget","record":{}}"#)
+            .unwrap();
+    assert!(matches!(
+        l,
+        StreamLine::Record(Event {
+            log: Log::Unknown,
+            ..
+        })
+    ));
+}
+
+/// The readiness record on disk is the admin API's status answer without its tag: a
+/// reader of either reads both.
+#[test]
+fn the_record_and_the_status_answer_read_alike() {
+    let answer = serde_json::to_string(&Response::Status(ready())).unwrap();
+    assert_eq!(Status::parse(answer.as_bytes()).unwrap(), ready());
+    let record = ready().to_line();
+    let tagged = format!("{{\"kind\":\"status\",{}", &record.trim_end()[1..]);
+    let back: Response = serde_json::from_str(&tagged).unwrap();
+    assert_eq!(back, Response::Status(ready()));
+}
