@@ -77,4 +77,36 @@ pub enum GitApiEvent {
         #[serde(default, skip_serializing_if = "is_false")]
         truncated: bool,
     },
+    /// The log rotated and lines left it: how many, from when, and which. The first
+    /// refusal of each kind, the git commands that ran and the git API's own lines are
+    /// carried into `git-api.jsonl.1` within a reserve, newest first; the rest of what
+    /// `git-api.jsonl.1` held is dropped.
+    Rotated {
+        /// Bytes dropped.
+        bytes: u64,
+        /// Lines carried over.
+        carried: u64,
+        /// Lines dropped, per event, decision, reason and subcommand.
+        dropped: Vec<GitApiDropped>,
+        /// Lines dropped.
+        lines: u64,
+        /// The oldest `ts` among them.
+        since: Option<Timestamp>,
+        /// The newest `ts` among them.
+        until: Option<Timestamp>,
+    },
+}
+
+/// Lines of one kind a rotation of `git-api.jsonl` dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitApiDropped {
+    /// `allow` or `deny` (decision lines), `null` for the git API's own lines.
+    pub decision: Option<Verdict>,
+    /// The lines' `event`.
+    pub event: String,
+    pub lines: u64,
+    /// The refusal code.
+    pub reason: Option<String>,
+    /// git's subcommand (the first argument), when the line had one.
+    pub subcommand: Option<String>,
 }

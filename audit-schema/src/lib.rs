@@ -1,10 +1,11 @@
 //! The record schema of airlock's two audit logs, in one place: what the proxy and the git
 //! API serialize, and what the tests, the host CLI and any other reader deserialize.
 //!
-//! - `audit.jsonl` (the proxy): one [`Line`] per line: a request's [`Record`], a
-//!   [`Suppressed`] count of held-back denials, an [`Outage`] of the log itself, or a
-//!   [`Reload`] of the rules in force.
-//! - `git-api.jsonl` (the git API): one [`GitApiRecord`] per line.
+//! - `audit.jsonl` (the proxy; also its rotated files and its archives,
+//!   `audit.jsonl.allowed` and `audit.jsonl.first`): one [`Line`] per line: a request's
+//!   [`Record`], a [`Suppressed`] count of folded denials, an [`Outage`] of the log itself, a
+//!   [`Reload`] of the rules in force, or a [`Rotated`] account of lines that left the log.
+//! - `git-api.jsonl` (the git API; also `git-api.jsonl.1`): one [`GitApiRecord`] per line.
 //!
 //! The proxy writes its records with [`Record::write_json`], a hand-written writer for its
 //! hottest line (two per allowed request, before the request is answered) whose bytes the
@@ -29,18 +30,30 @@
 //!
 //! Version 2: the proxy's `kind: audit`, `event: reload` line ([`Reload`]), which a
 //! version-1 reader of [`Line`] cannot read.
+//!
+//! Version 3: the proxy's `kind: audit`, `event: rotated` line ([`Rotated`]: what just left
+//! the log, and the [`Total`] its session has dropped), which a version-2 reader of [`Line`]
+//! cannot read; and [`Suppressed`] counts one destination
+//! (`host`, `port`, `since`..`until`) or, with `overflow`, the destinations past the table
+//! (`first_host`, `host`): new fields that a version-2 reader ignores, and that read as
+//! `null`/false from a version-2 line. The git API's `rotated` record (what a rotation of
+//! its log dropped), which a version-2 reader of [`GitApiRecord`] cannot read.
 
 mod git_api;
 mod json;
+mod line;
 mod proxy;
+mod rotated;
 mod time;
 
-pub use git_api::{Component, GitApiEvent, GitApiRecord};
+pub use git_api::{Component, GitApiDropped, GitApiEvent, GitApiRecord};
+pub use line::Line;
 pub use proxy::{
-    Alphabet, AuditKind, Event, Kind, Line, Outage, OutageEvent, Record, Reload, ReloadEvent,
-    Signal, Suppressed, Verdict, Who,
+    Alphabet, AuditKind, Event, Kind, Outage, OutageEvent, Record, Reload, ReloadEvent, Signal,
+    Suppressed, Verdict, Who,
 };
+pub use rotated::{Dropped, DroppedHost, Part, Rotated, RotatedEvent, Total};
 pub use time::{Timestamp, rfc3339_ms};
 
 /// The version of the schema this crate describes (see the crate docs for the rule).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;

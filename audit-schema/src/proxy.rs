@@ -356,8 +356,12 @@ impl<R> Record<R> {
     }
 }
 
-/// Denials of one kind held back by the rate limit, counted on one line
-/// (`event: suppressed`, `decision: deny`).
+/// Denials folded into a count instead of a line each (`event: suppressed`, `decision:
+/// deny`): those to one destination (`host`, `port`) after its first lines, or, with
+/// `overflow`, those to destinations past the bounded table of destinations.
+///
+/// Version 2 lines counted one kind (listener and reason) and named only the last host;
+/// they read with `port`, `until` and `first_host` `null` and `overflow` false.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Suppressed<R = String> {
     /// When the line was written.
@@ -371,12 +375,26 @@ pub struct Suppressed<R = String> {
     /// Always [`Verdict::Deny`].
     pub decision: Verdict,
     pub reason: R,
-    /// The first suppressed denial's time.
+    /// The first folded denial's time (when its request arrived).
     pub since: Timestamp,
-    /// Denials of this kind not written one by one.
+    /// Denials folded: not written one by one, counted here and nowhere else.
     pub count: u64,
-    /// The host of the last one held back.
+    /// The destination the denials went to (`null`: none was known, as for a dropped DNS
+    /// datagram); on an `overflow` line, the last of them.
     pub host: Option<String>,
+    /// The destination's port (`null` when none was known, or on an `overflow` line).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The last folded denial's time (`null` only on version-2 lines).
+    #[serde(default)]
+    pub until: Option<Timestamp>,
+    /// The denials went to destinations past the table of destinations (full at the time):
+    /// `host` is the last of them and `first_host` the first; the others are only counted.
+    #[serde(default)]
+    pub overflow: bool,
+    /// On an `overflow` line, the first destination folded into it.
+    #[serde(default)]
+    pub first_host: Option<String>,
 }
 
 /// `kind` of the log's own lines.
@@ -448,16 +466,6 @@ pub struct Reload {
     pub dropped: u64,
     /// Why the new rules were refused (`null` when they took effect).
     pub error: Option<String>,
-}
-
-/// Any line of `audit.jsonl` (tried in this order: outage, suppressed, reload, record).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Line<R = String> {
-    Outage(Outage<R>),
-    Suppressed(Suppressed<R>),
-    Reload(Reload),
-    Record(Box<Record<R>>),
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use airlock_audit_schema::{
-    Event, GitApiEvent, GitApiRecord, Kind, Line, Record, SCHEMA_VERSION, Signal, Verdict,
+    Event, GitApiEvent, GitApiRecord, Kind, Line, Part, Record, SCHEMA_VERSION, Signal, Suppressed,
+    Timestamp, Verdict,
 };
 
 /// Reads `line` as `T` and writes it back: the same value, the same bytes.
@@ -27,7 +28,21 @@ const SIGNALLED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","
 
 const ABANDONED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":0,"client":"127.0.0.1:56940","kind":"http","event":"client-gone","method":"GET","host":"hang.test","port":80,"path":"/never-sent","decision":"abandoned","rule":"hang.test","reason":null,"upstream":null,"upstream_local_port":null,"intercepted":false,"credential":null,"status":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"signals":[]}"#;
 
-const SUPPRESSED: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","since":"2026-11-25T10:46:59.500Z","count":95,"host":"h99.example"}"#;
+/// A version-2 `suppressed` line (one kind, the last host): still read.
+const SUPPRESSED_V2: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","since":"2026-11-25T10:46:59.500Z","count":95,"host":"h99.example"}"#;
+
+/// Denials to one destination folded after its first lines.
+const SUPPRESSED: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","since":"2026-11-25T10:46:59.500Z","count":95,"host":"flood.example","port":443,"until":"2026-11-25T10:46:59.980Z","overflow":false,"first_host":null}"#;
+
+/// Denials to destinations past the full table: counted, the first and last named.
+const OVERFLOW: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"dns","event":"suppressed","decision":"deny","reason":"blocked-by-policy","since":"2026-11-25T10:46:59.100Z","count":95,"host":"h99.example","port":null,"until":"2026-11-25T10:46:59.900Z","overflow":true,"first_host":"h5.example"}"#;
+
+/// The stream's oldest file aged out: its allowed and first lines moved, the flood dropped;
+/// what the session dropped so far (this and an earlier ageing).
+const ROTATED: &str = r#"{"ts":"2026-11-25T10:50:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"audit","event":"rotated","part":"stream","lines":500,"bytes":125000,"since":"2026-11-25T10:43:00.000Z","until":"2026-11-25T10:45:00.000Z","to_allowed":2,"to_first":4,"total":{"lines":1002,"bytes":250000,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:45:00.000Z","dropped":[{"kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","lines":1000,"bytes":249000,"folded":999000,"since":"2026-11-25T10:40:01.000Z","until":"2026-11-25T10:45:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":1000,"folded":999000}],"other_lines":0,"other_folded":0},{"kind":"connect","event":null,"decision":"deny","reason":"blocked-by-policy","lines":2,"bytes":1000,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:40:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":2,"folded":0}],"other_lines":0,"other_folded":0}],"unlisted":0}}"#;
+
+/// An archive's oldest file was deleted.
+const ROTATED_ARCHIVE: &str = r#"{"ts":"2026-11-25T11:00:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"rotated","part":"allowed","lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","to_allowed":0,"to_first":0,"total":{"lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","dropped":[{"kind":"http","event":"open","decision":"allow","reason":null,"lines":3,"bytes":1200,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","hosts":[],"other_lines":3,"other_folded":0}],"unlisted":0}}"#;
 
 const OUTAGE: &str = r#"{"ts":"2026-11-25T10:48:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"outage","decision":"deny","reason":"audit-unavailable","since":"2026-11-25T10:47:30.250Z","error":"No space left on device (os error 28)","refused":8,"lost":0}"#;
 
@@ -65,7 +80,10 @@ fn every_line_of_the_audit_log_reads_as_a_line() {
         (SIGNALLED, "record"),
         (ABANDONED, "record"),
         (SUPPRESSED, "suppressed"),
+        (OVERFLOW, "overflow"),
         (OUTAGE, "outage"),
+        (ROTATED, "rotated"),
+        (ROTATED_ARCHIVE, "rotated"),
         (RELOADED, "reload"),
         (RELOAD_REFUSED, "reload refused"),
     ] {
@@ -74,7 +92,24 @@ fn every_line_of_the_audit_log_reads_as_a_line() {
             Line::Record(_) => "record",
             Line::Suppressed(s) => {
                 assert_eq!((s.count, s.event), (95, Event::Suppressed));
-                "suppressed"
+                assert!(s.until.is_some_and(|u| u >= s.since), "{text}");
+                if s.overflow {
+                    assert_eq!(s.first_host.as_deref(), Some("h5.example"));
+                    "overflow"
+                } else {
+                    assert_eq!(
+                        (s.host.as_deref(), s.port),
+                        (Some("flood.example"), Some(443))
+                    );
+                    "suppressed"
+                }
+            }
+            Line::Rotated(r) => {
+                let t = &r.total;
+                let listed: u64 = t.dropped.iter().map(|d| d.lines).sum();
+                assert_eq!(listed + t.unlisted, t.lines, "{text}");
+                assert!(r.lines <= t.lines && r.bytes <= t.bytes, "{text}");
+                "rotated"
             }
             Line::Outage(o) => {
                 assert_eq!(o.refused, 8);
@@ -91,6 +126,47 @@ fn every_line_of_the_audit_log_reads_as_a_line() {
         };
         assert_eq!(got, what, "{text}");
     }
+}
+
+/// A version-2 reader's `suppressed` line still reads, its new fields empty.
+#[test]
+fn a_version_2_suppressed_line_reads_with_its_new_fields_empty() {
+    let s: Suppressed = serde_json::from_str(SUPPRESSED_V2).unwrap();
+    assert_eq!((s.count, s.host.as_deref()), (95, Some("h99.example")));
+    assert_eq!(
+        (s.port, s.until, s.overflow, s.first_host),
+        (None, None, false, None)
+    );
+    assert!(matches!(
+        serde_json::from_str::<Line>(SUPPRESSED_V2).unwrap(),
+        Line::Suppressed(_)
+    ));
+}
+
+/// The rotated line's numbers add up: the stream's ageing moved some lines and dropped the
+/// rest, and every denial the session dropped is in an entry (whole lines and folded counts).
+#[test]
+fn a_rotated_line_says_what_left_and_from_where() {
+    let Line::Rotated(r) = serde_json::from_str::<Line>(ROTATED).unwrap() else {
+        panic!("not a rotated line")
+    };
+    assert_eq!(r.part, Part::Stream);
+    assert_eq!((r.to_allowed, r.to_first), (2, 4));
+    // The denials these lines recorded: a whole line is one, a suppressed line its count.
+    let flood: u64 = r
+        .total
+        .dropped
+        .iter()
+        .flat_map(|d| {
+            let suppressed = d.event.as_deref() == Some("suppressed");
+            d.hosts.iter().map(move |h| (suppressed, h))
+        })
+        .filter(|(_, h)| h.host.as_deref() == Some("flood.example"))
+        .map(|(suppressed, h)| if suppressed { h.folded } else { h.lines })
+        .sum();
+    assert_eq!(flood, 999_000 + 2);
+    assert!(r.since <= r.until && r.total.since <= r.since);
+    assert_eq!(r.total.since, Timestamp::parse("2026-11-25T10:40:00.000Z"));
 }
 
 #[test]
@@ -126,6 +202,8 @@ const GIT_DENY: &str = r#"{"ts":"2026-11-25T10:00:02.000Z","session":null,"compo
 
 const GIT_FATAL: &str = r#"{"ts":"2026-11-25T10:00:03.000Z","session":null,"component":"git-api","event":"fatal","message":"binding /run/airlock/git/git.sock: Address in use"}"#;
 
+const GIT_ROTATED: &str = r#"{"ts":"2026-11-25T10:05:00.000Z","session":"sess-1","component":"git-api","event":"rotated","bytes":120000,"carried":7,"dropped":[{"decision":"deny","event":"decision","lines":299,"reason":"push_form_not_supported","subcommand":"push"},{"decision":null,"event":"rotated","lines":1,"reason":null,"subcommand":null}],"lines":300,"since":"2026-11-25T10:00:02.000Z","until":"2026-11-25T10:04:00.000Z"}"#;
+
 #[test]
 fn git_api_lines_read_and_write_back_unchanged() {
     let r: GitApiRecord = round_trip(GIT_START);
@@ -151,5 +229,10 @@ fn git_api_lines_read_and_write_back_unchanged() {
         }
     ));
     round_trip::<GitApiRecord>(GIT_FATAL);
-    assert_eq!(SCHEMA_VERSION, 2, "version 2: the reload line");
+    let r: GitApiRecord = round_trip(GIT_ROTATED);
+    let GitApiEvent::Rotated { lines, dropped, .. } = r.event else {
+        panic!("{r:?}")
+    };
+    assert_eq!(lines, dropped.iter().map(|d| d.lines).sum::<u64>());
+    assert_eq!(SCHEMA_VERSION, 3, "version 3: the rotated line");
 }

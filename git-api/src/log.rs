@@ -185,6 +185,8 @@ pub fn render(ts: SystemTime, session: Option<&str>, mut event: GitApiEvent) -> 
             text(message, &mut cut);
             *truncated |= cut;
         }
+        // Written by the log itself: codes and subcommands, already bounded when logged.
+        GitApiEvent::Rotated { .. } => {}
     }
     let record = GitApiRecord {
         ts: Timestamp::from(ts),

@@ -7,9 +7,12 @@
 //! for group commit: nothing to share a `write(2)` with. Prints a table (median of rounds),
 //! then what the difference is made of: the same path into a log that writes nothing (the
 //! user-space share), one record's JSON (the `open` line is one more per request) and one
-//! bare append of a line (the kernel's share, which grows with the bytes); then the audit
-//! bytes an allowed request and a denial write, and what a flood of denials of one kind
-//! costs once the log folds it.
+//! bare append of a line (the kernel's share, which grows with the bytes); the same
+//! requests under a cap they pass many times over (the stream rotates and the helper thread
+//! sorts each aged-out file into the archives); the CPU of a denial written whole, folded
+//! into its destination's count, and counted in the overflow of a full destination table;
+//! then the audit bytes an allowed request and a denial write, and what a flood of denials
+//! to one destination costs once the log folds it.
 //!
 //! Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the human echo
 //! on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to `/dev/null` then).
@@ -151,21 +154,68 @@ fn main() {
     rt.block_on(writer.finish()).expect("finish");
     let per_allowed = bytes(&path) / (ROUNDS as u64 * REQUESTS);
 
-    // Denials: a few, each its own line, then a flood of one kind from one client, which
-    // the log folds into counted lines after its first [`Bounds::burst`].
-    let denied = dir.path().join("denied.jsonl");
-    let (log, writer) = audit::open(&denied, who.clone(), Bounds::default()).expect("open");
-    let burst = u64::from(Bounds::default().burst);
-    for i in 0..burst {
-        log.commit(&denial(&who, i)).expect("written");
-    }
-    let per_denial = bytes(&denied) / burst;
-    const FLOOD: u64 = 100_000;
-    for i in burst..FLOOD {
-        log.commit(&denial(&who, i)).expect("written");
-    }
+    // The same under a cap the rounds pass many times over: the stream rotates, and the
+    // helper thread sorts each aged-out file into the archives (its CPU is in the figure).
+    let rotating = Bounds {
+        cap: 16 << 20,
+        ..Bounds::default()
+    };
+    let sorted_dir = dir.path().join("sorted");
+    std::fs::create_dir(&sorted_dir).expect("mkdir");
+    let (log, writer) =
+        audit::open(&sorted_dir.join("audit.jsonl"), who.clone(), rotating).expect("open");
+    let (sorted_cpu, sorted_wall) = median(|round| write_before_answer(&log, &who, round));
     rt.block_on(writer.finish()).expect("finish");
-    let flood_bytes = bytes(&denied);
+    let rotated_away = std::fs::read_dir(&sorted_dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains(".allowed"))
+        .count();
+
+    // Denials: each to a new destination (its own line); a flood to one destination (folded
+    // after its first lines into one counted line); a flood to ever new destinations past the
+    // table (counted in its overflow). CPU per denial, the helper's reports included.
+    let denied = dir.path().join("denied.jsonl");
+    // A table that holds every destination of the rounds: each has its own line.
+    let roomy = Bounds {
+        destinations: ROUNDS * usize::try_from(REQUESTS).expect("fits"),
+        ..unrotated
+    };
+    let (log, writer) = audit::open(&denied, who.clone(), roomy).expect("open");
+    let (new_cpu, _) = median(|round| {
+        for i in 0..REQUESTS {
+            let mut d = denial(&who, i);
+            d.host = Some(format!("h{round}-{i}.example"));
+            log.commit(&d).expect("written");
+        }
+    });
+    rt.block_on(writer.finish()).expect("finish");
+    let per_denial = bytes(&denied) / (ROUNDS as u64 * REQUESTS);
+    let flood_path = dir.path().join("flood.jsonl");
+    let (log, writer) = audit::open(&flood_path, who.clone(), unrotated).expect("open");
+    let (folded_cpu, _) = median(|_| {
+        for i in 0..REQUESTS {
+            log.commit(&denial(&who, i)).expect("written");
+        }
+    });
+    rt.block_on(writer.finish()).expect("finish");
+    const FLOOD: u64 = ROUNDS as u64 * REQUESTS;
+    let flood_bytes = bytes(&flood_path);
+    let over_path = dir.path().join("overflow.jsonl");
+    let small_table = Bounds {
+        destinations: 64,
+        ..unrotated
+    };
+    let (log, writer) = audit::open(&over_path, who.clone(), small_table).expect("open");
+    let (over_cpu, _) = median(|round| {
+        for i in 0..REQUESTS {
+            let mut d = denial(&who, i);
+            d.host = Some(format!("o{round}-{i}.example"));
+            log.commit(&d).expect("written");
+        }
+    });
+    rt.block_on(writer.finish()).expect("finish");
 
     let (log, writer) =
         audit::start(&path, Box::new(Discard), 0, who.clone(), unrotated).expect("start");
@@ -243,11 +293,19 @@ fn main() {
         "  one {}-byte append (write(2))       {write_cpu:>8.2} {write_wall:>9.2}",
         line.len()
     );
+    println!(
+        "write-before-answer, log rotating (16 MiB cap, sorted into archives: {rotated_away} files)"
+    );
+    println!("                                      {sorted_cpu:>8.2} {sorted_wall:>9.2}");
+    println!("per denial                              CPU µs");
+    println!("  to a new destination (its own line) {new_cpu:>8.2}");
+    println!("  to one destination, folded          {folded_cpu:>8.2}");
+    println!("  to new destinations past the table  {over_cpu:>8.2}");
     println!("audit bytes (path /v1/items/N)");
     println!("  per allowed request (open + final)  {per_allowed:>8}");
     println!("  per denial (its own line)           {per_denial:>8}");
     println!(
-        "  a flood of {FLOOD} denials (folded)  {flood_bytes:>8} ({:.1} per denial)",
+        "  a flood of {FLOOD} denials to one destination (folded)  {flood_bytes:>8} ({:.2} per denial)",
         flood_bytes as f64 / FLOOD as f64
     );
 }
