@@ -11,14 +11,23 @@
 //!
 //! Refusals of requests that never authenticated (wrong uid, malformed, forged, stale,
 //! replayed, rate limited, busy) cost the agent nothing to send, so at most
-//! [`UNAUTHENTICATED_PER_SECOND`] of them are logged a second; the next one logged says how
-//! many were left out (`suppressed`).
+//! [`UNAUTHENTICATED_PER_SECOND`] of them are logged a second, plus the first of each
+//! refusal code in that second (a flood of one code hides no other); the next one logged
+//! says how many were left out (`suppressed`).
 //!
 //! The files are bounded too ([`Rotating`]): `git-api.jsonl` and the previous
 //! `git-api.jsonl.1` together stay within the cap the entrypoint passes (a quarter of
 //! `AIRLOCK_AUDIT_CAP`), whatever the agent sends and however often the git API restarts.
+//! A flood cannot rotate the record away: each rotation carries the git commands that ran,
+//! the first refusal of each kind (code and subcommand) and the git API's own lines over
+//! into `git-api.jsonl.1`, within a reserve of its own (newest first), and writes one
+//! `rotated` record saying what it dropped (lines, bytes, time span, per kind).
 
-use airlock_audit_schema::{Component, GitApiEvent, GitApiRecord, Timestamp, Verdict};
+use airlock_audit_schema::{
+    Component, GitApiDropped, GitApiEvent, GitApiRecord, Timestamp, Verdict,
+};
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -102,10 +111,11 @@ impl Log {
         self.write(d.event(None));
     }
 
-    /// A refusal before the request authenticated: logged unless over this second's budget.
+    /// A refusal before the request authenticated: logged unless over this second's budget
+    /// and not the first of its code this second.
     pub fn unauthenticated(&self, d: &Decision<'_>) {
         let suppressed = match self.throttle.lock() {
-            Ok(mut t) => t.admit(Instant::now()),
+            Ok(mut t) => t.admit(Instant::now(), d.reason.unwrap_or("")),
             Err(_) => Some(0),
         };
         let Some(suppressed) = suppressed else {
@@ -263,13 +273,19 @@ fn escaped_char_len(c: char) -> usize {
     }
 }
 
-/// Counts refusals per one-second window; over the budget they are counted, not logged.
+/// Refusal codes remembered per window (the codes are a closed set far below it).
+const CODES_PER_WINDOW: usize = 64;
+
+/// Counts refusals per one-second window; over the budget they are counted, not logged,
+/// unless they are the first of their code in the window.
 #[derive(Debug)]
 struct Throttle {
     per_second: u32,
     start: Option<Instant>,
     logged: u32,
     suppressed: u64,
+    /// Codes logged in this window.
+    codes: HashSet<String>,
 }
 
 impl Throttle {
@@ -279,21 +295,27 @@ impl Throttle {
             start: None,
             logged: 0,
             suppressed: 0,
+            codes: HashSet::new(),
         }
     }
 
     /// `Some(left out since the last logged one)` to log this one, `None` to leave it out.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
+    fn admit(&mut self, now: Instant, code: &str) -> Option<u64> {
         if self
             .start
             .is_none_or(|s| now.saturating_duration_since(s) >= Duration::from_secs(1))
         {
             self.start = Some(now);
             self.logged = 0;
+            self.codes.clear();
         }
-        if self.logged >= self.per_second {
+        let new_code = !self.codes.contains(code) && self.codes.len() < CODES_PER_WINDOW;
+        if self.logged >= self.per_second && !new_code {
             self.suppressed += 1;
             return None;
+        }
+        if new_code {
+            self.codes.insert(code.to_owned());
         }
         self.logged += 1;
         Some(std::mem::take(&mut self.suppressed))
@@ -307,25 +329,30 @@ pub fn rfc3339_ms(t: SystemTime) -> String {
     airlock_audit_schema::rfc3339_ms(t)
 }
 
-/// `git-api.jsonl` bounded: the current file and the previous one, each at most half the
-/// cap. Before a line that would take the current file past its half, the current file's
-/// lines are copied over the previous file's and the current file is emptied, so the newest
-/// half-cap of lines is always in the current file and at least the half-cap before it in
-/// the previous one; older lines are gone.
+/// `git-api.jsonl` bounded: the current file and the previous one. Before a line that
+/// would take the current file past three eighths of the cap, the previous file is
+/// rewritten as what it keeps of itself ([`carry`]: the git commands that ran and the first
+/// refusal of each kind, each within a sixteenth of the cap, newest first, and the git API's
+/// own lines), one `rotated` record of what it dropped, and then the current file's lines;
+/// the current file is emptied. So the newest lines are in the current file, the ones
+/// before them in the previous file, and the record of what ran and of each kind of refusal
+/// outlives any flood of other lines; the two files stay within the cap.
 ///
 /// Both files are descriptors PID 1 opened (the git API cannot enter the audit directory,
 /// the proxy user's `0700`, so it cannot rename): rotation copies instead of renaming, one
 /// byte copied per byte logged. Readers see the current file truncated (`tail -F` follows).
-/// A line is never split between the files, and a line alone longer than half the cap (none
-/// is: [`MAX_LINE`]) would still be written whole.
+/// A line is never split between the files, and a line alone longer than the current
+/// file's bound (none is: [`MAX_LINE`]) would still be written whole.
 #[derive(Debug)]
 pub struct Rotating {
     current: std::fs::File,
     previous: std::fs::File,
     /// Bytes in the current file.
     len: u64,
-    /// Half the cap.
+    /// Three eighths of the cap.
     file_max: u64,
+    /// What the previous file carries over, per class (a sixteenth of the cap each).
+    reserve: u64,
     /// The last byte written ended a line.
     at_line_start: bool,
 }
@@ -346,15 +373,29 @@ impl Rotating {
             current,
             previous,
             len,
-            file_max: (cap / 2).max(1),
+            file_max: (cap / 8 * 3).max(1),
+            reserve: cap / 16,
             at_line_start: true,
         })
     }
 
-    /// Copy the current file over the previous one and empty the current one.
-    fn rotate(&mut self) -> std::io::Result<()> {
+    /// Rewrites the previous file as what it carries over, the record of what it drops and
+    /// the current file's lines, and empties the current file. `next` is the line about to
+    /// be written (its `session` goes on the record).
+    fn rotate(&mut self, next: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
+        let (mut out, dropped) = carry(&self.previous, self.reserve)?;
+        if dropped.lines > 0 {
+            let session = serde_json::from_slice::<SessionOf<'_>>(trim(next))
+                .ok()
+                .and_then(|s| s.session.map(Cow::into_owned));
+            out.extend_from_slice(
+                render(SystemTime::now(), session.as_deref(), dropped.event()).as_bytes(),
+            );
+        }
         self.previous.set_len(0)?;
+        self.previous.write_all_at(&out, 0)?;
+        let base = out.len() as u64;
         let mut buf = vec![0u8; 64 << 10];
         let mut at = 0u64;
         loop {
@@ -362,20 +403,249 @@ impl Rotating {
             if n == 0 {
                 break;
             }
-            self.previous.write_all_at(&buf[..n], at)?;
+            self.previous.write_all_at(&buf[..n], base + at)?;
             at += n as u64;
         }
-        self.previous.set_len(at)?;
+        self.previous.set_len(base + at)?;
         self.current.set_len(0)?;
         self.len = 0;
         Ok(())
     }
 }
 
+/// Calls `each` with every line of `file` (its newline included; a last line without one
+/// as it is), reading 64 KiB at a time.
+fn each_line(
+    file: &std::fs::File,
+    mut each: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut at, mut held) = (0u64, 0usize);
+    loop {
+        if held == buf.len() {
+            buf.resize(buf.len() * 2, 0); // one line longer than the buffer
+        }
+        let n = file.read_at(&mut buf[held..], at)?;
+        at += n as u64;
+        held += n;
+        let whole = if n == 0 {
+            held
+        } else {
+            buf[..held]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1)
+        };
+        for line in buf[..whole].split_inclusive(|b| *b == b'\n') {
+            each(line)?;
+        }
+        buf.copy_within(whole..held, 0);
+        held -= whole;
+        if n == 0 {
+            return Ok(());
+        }
+    }
+}
+
+fn trim(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\n").unwrap_or(line)
+}
+
+#[derive(serde::Deserialize)]
+struct SessionOf<'a> {
+    #[serde(borrow, default)]
+    session: Option<Cow<'a, str>>,
+}
+
+/// The fields of a line that decide whether it is carried over.
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(default)]
+    ts: Option<Timestamp>,
+    #[serde(borrow, default)]
+    event: Option<Cow<'a, str>>,
+    #[serde(default)]
+    decision: Option<Verdict>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    argv: Vec<Cow<'a, str>>,
+}
+
+/// What a line is, for carrying it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// A git command that ran (`decision: allow`).
+    Ran,
+    /// The first refusal of its kind in the file, the git API's own lines, or a line that
+    /// does not read as a record (kept rather than judged).
+    First,
+    /// Any other refusal.
+    Flood,
+}
+
+/// Kinds a `rotated` record lists one by one; lines of any further kind are counted as
+/// one kind, `other`.
+const MAX_KINDS: usize = 32;
+/// Budget of a subcommand in a `rotated` record (JSON-escaped bytes).
+const MAX_SUBCOMMAND: usize = 64;
+
+/// What a rotation dropped.
+#[derive(Debug, Default)]
+struct Drop {
+    lines: u64,
+    bytes: u64,
+    carried: u64,
+    since: Option<Timestamp>,
+    until: Option<Timestamp>,
+    kinds: Vec<GitApiDropped>,
+}
+
+impl Drop {
+    fn add(&mut self, line: &[u8], p: Option<&Peek<'_>>) {
+        self.lines += 1;
+        self.bytes += line.len() as u64;
+        let Some(p) = p else {
+            return self.count("unreadable", None, None, None);
+        };
+        if let Some(t) = p.ts {
+            self.since = Some(self.since.map_or(t, |s| s.min(t)));
+            self.until = Some(self.until.map_or(t, |u| u.max(t)));
+        }
+        self.count(
+            p.event.as_deref().unwrap_or(""),
+            p.decision,
+            p.reason.as_deref(),
+            p.argv.first().map(|a| a.as_ref()),
+        );
+    }
+
+    fn count(
+        &mut self,
+        event: &str,
+        decision: Option<Verdict>,
+        reason: Option<&str>,
+        subcommand: Option<&str>,
+    ) {
+        // The agent chooses the subcommand: cut, and the kinds bounded (the rest are one).
+        let subcommand = subcommand.map(|s| bound(s, MAX_SUBCOMMAND));
+        let subcommand = subcommand.as_deref();
+        let (event, decision, reason, subcommand) = if self.kinds.len() < MAX_KINDS
+            || self.kinds.iter().any(|k| {
+                k.event == event
+                    && k.decision == decision
+                    && k.reason.as_deref() == reason
+                    && k.subcommand.as_deref() == subcommand
+            }) {
+            (event, decision, reason, subcommand)
+        } else {
+            ("other", None, None, None)
+        };
+        if let Some(k) = self.kinds.iter_mut().find(|k| {
+            k.event == event
+                && k.decision == decision
+                && k.reason.as_deref() == reason
+                && k.subcommand.as_deref() == subcommand
+        }) {
+            k.lines += 1;
+        } else {
+            self.kinds.push(GitApiDropped {
+                decision,
+                event: event.to_owned(),
+                lines: 1,
+                reason: reason.map(str::to_owned),
+                subcommand: subcommand.map(str::to_owned),
+            });
+        }
+    }
+
+    fn event(self) -> GitApiEvent {
+        GitApiEvent::Rotated {
+            bytes: self.bytes,
+            carried: self.carried,
+            dropped: self.kinds,
+            lines: self.lines,
+            since: self.since,
+            until: self.until,
+        }
+    }
+}
+
+/// `line` read (without its newline), or `None` when it is not a record.
+fn peek(line: &[u8]) -> Option<Peek<'_>> {
+    serde_json::from_slice(trim(line)).ok()
+}
+
+/// What the previous file keeps of its lines (`previous`, in order) and what it drops: the
+/// git commands that ran and the first refusal of each kind (reason and subcommand), each
+/// class within `reserve` bytes, newest first; the git API's own lines (start, fatal,
+/// panic, rotated) and unreadable lines count in the refusals' reserve. Everything else is
+/// dropped and counted. Two passes over the file; only the kept lines are held.
+fn carry(previous: &std::fs::File, reserve: u64) -> std::io::Result<(Vec<u8>, Drop)> {
+    // Pass 1: each line's class and size (the first of each kind is the earliest).
+    let mut seen = HashSet::new();
+    let mut lines: Vec<(Class, u64)> = Vec::new();
+    each_line(previous, |line| {
+        let class = match peek(line) {
+            None => Class::First,
+            Some(p) => match (p.event.as_deref(), p.decision) {
+                (Some("decision"), Some(Verdict::Allow)) => Class::Ran,
+                (Some("decision"), _) => {
+                    let key = (
+                        p.reason.map(Cow::into_owned),
+                        p.argv.into_iter().next().map(Cow::into_owned),
+                    );
+                    if seen.insert(key) {
+                        Class::First
+                    } else {
+                        Class::Flood
+                    }
+                }
+                _ => Class::First,
+            },
+        };
+        lines.push((class, line.len() as u64));
+        Ok(())
+    })?;
+    // The newest of each class within its reserve.
+    let mut keep = vec![false; lines.len()];
+    let (mut ran, mut first) = (0u64, 0u64);
+    for (i, (class, len)) in lines.iter().enumerate().rev() {
+        let budget = match class {
+            Class::Ran => &mut ran,
+            Class::First => &mut first,
+            Class::Flood => continue,
+        };
+        if *budget + len <= reserve {
+            *budget += len;
+            keep[i] = true;
+        }
+    }
+    // Pass 2: the kept lines, and the account of the rest.
+    let mut out = Vec::new();
+    let mut dropped = Drop::default();
+    let mut i = 0;
+    each_line(previous, |line| {
+        if keep.get(i).copied().unwrap_or(false) {
+            out.extend_from_slice(line);
+            if !line.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            dropped.carried += 1;
+        } else {
+            dropped.add(line, peek(line).as_ref());
+        }
+        i += 1;
+        Ok(())
+    })?;
+    Ok((out, dropped))
+}
+
 impl Write for Rotating {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.at_line_start && self.len > 0 && self.len + buf.len() as u64 > self.file_max {
-            self.rotate()?;
+            self.rotate(buf)?;
         }
         let n = self.current.write(buf)?;
         self.len += n as u64;
@@ -554,48 +824,76 @@ mod tests {
     fn unauthenticated_refusals_are_throttled_and_counted() {
         let mut t = Throttle::new(3);
         let t0 = Instant::now();
-        assert_eq!(t.admit(t0), Some(0));
-        assert_eq!(t.admit(t0), Some(0));
-        assert_eq!(t.admit(t0), Some(0));
-        assert_eq!(t.admit(t0), None);
-        assert_eq!(t.admit(t0 + Duration::from_millis(999)), None);
+        let c = "rate_limited";
+        assert_eq!(t.admit(t0, c), Some(0));
+        assert_eq!(t.admit(t0, c), Some(0));
+        assert_eq!(t.admit(t0, c), Some(0));
+        assert_eq!(t.admit(t0, c), None);
+        assert_eq!(t.admit(t0 + Duration::from_millis(999), c), None);
         // The next second's first line says how many were left out.
-        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(2));
-        assert_eq!(t.admit(t0 + Duration::from_secs(1)), Some(0));
+        assert_eq!(t.admit(t0 + Duration::from_secs(1), c), Some(2));
+        assert_eq!(t.admit(t0 + Duration::from_secs(1), c), Some(0));
+    }
+
+    /// A flood of one refusal code does not hide the first of another in the same second:
+    /// it is logged past the budget, and says how many were left out before it.
+    #[test]
+    fn a_flood_of_one_code_hides_no_other() {
+        let mut t = Throttle::new(2);
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            assert!(t.admit(t0, "rate_limited").is_some());
+        }
+        for _ in 0..100 {
+            assert_eq!(t.admit(t0, "rate_limited"), None);
+        }
+        assert_eq!(t.admit(t0, "forged"), Some(100));
+        assert_eq!(t.admit(t0, "forged"), None, "only its first");
+        assert_eq!(t.admit(t0, "stale"), Some(1));
+    }
+
+    fn open_pair(dir: &std::path::Path) -> (std::fs::File, std::fs::File) {
+        use std::fs::OpenOptions;
+        let cur = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(dir.join("git-api.jsonl"))
+            .unwrap();
+        let prev = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join("git-api.jsonl.1"))
+            .unwrap();
+        (cur, prev)
+    }
+
+    fn refusal(log: &Log, reason: &str, argv: &[&str], message: &str) {
+        let argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
+        log.decision(&Decision {
+            uid: Some(1000),
+            argv: &argv,
+            decision: Verdict::Deny,
+            reason: Some(reason),
+            message: Some(message),
+            exit: None,
+        });
     }
 
     /// Issue 13: `git-api.jsonl` rotates like the proxy's audit log. Written far past the
     /// cap (and reopened as a restart would), the two files stay within it, hold whole JSON
-    /// lines only, and keep the newest records in order, the current file after the previous.
+    /// lines only, and keep the newest records in order, the current file after the
+    /// previous (after what the previous file carried over and its `rotated` record).
     #[test]
     fn the_log_rotates_and_stays_within_its_cap() {
-        use std::fs::OpenOptions;
         let dir = tempfile::tempdir().unwrap();
-        let (cur_path, prev_path) = (
-            dir.path().join("git-api.jsonl"),
-            dir.path().join("git-api.jsonl.1"),
-        );
-        let open = || {
-            let cur = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .create(true)
-                .open(&cur_path)
-                .unwrap();
-            let prev = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&prev_path)
-                .unwrap();
-            (cur, prev)
-        };
         let cap: u64 = 64 * 1024;
         let mut n = 0u64;
         // Two runs of the git API on the same files: the second continues the first's size.
         for _run in 0..2 {
-            let (cur, prev) = open();
+            let (cur, prev) = open_pair(dir.path());
             let log = Log::to(
                 Some("s".into()),
                 Box::new(Rotating::new(cur, prev, cap).unwrap()),
@@ -603,28 +901,34 @@ mod tests {
             for _ in 0..300 {
                 // Up to a whole MAX_LINE per record, as a flood of long refspecs would write;
                 // the record's number leads its message.
-                log.write(GitApiEvent::Fatal {
-                    message: format!(
-                        "{n} {}",
-                        "x".repeat(usize::try_from(n % 7).unwrap() * 200 + 100)
-                    ),
-                    truncated: false,
-                });
+                let long = "x".repeat(usize::try_from(n % 7).unwrap() * 1000 + 100);
+                refusal(
+                    &log,
+                    "push_form_not_supported",
+                    &["push", &long],
+                    &format!("{n} no"),
+                );
                 n += 1;
             }
         }
-        let cur = std::fs::read_to_string(&cur_path).unwrap();
-        let prev = std::fs::read_to_string(&prev_path).unwrap();
+        let cur = std::fs::read_to_string(dir.path().join("git-api.jsonl")).unwrap();
+        let prev = std::fs::read_to_string(dir.path().join("git-api.jsonl.1")).unwrap();
         assert!(!prev.is_empty(), "nothing was rotated");
         let (cl, pl) = (cur.len() as u64, prev.len() as u64);
+        assert!(cl <= cap / 8 * 3, "current {cl} bytes for a cap of {cap}");
         assert!(
-            cl <= cap / 2 && pl <= cap / 2,
-            "current {cl}, previous {pl} bytes for a cap of {cap}"
+            cl + pl <= cap,
+            "current {cl} + previous {pl} bytes for a cap of {cap}"
         );
         assert!(cl + pl > cap / 4, "rotation kept too little: {cl} + {pl}");
-        let seq: Vec<u64> = lines(&prev)
-            .into_iter()
-            .chain(lines(&cur))
+        let prev_lines = lines(&prev);
+        let rotated = prev_lines
+            .iter()
+            .rposition(|v| v["event"] == "rotated")
+            .expect("the previous file says what it dropped");
+        let seq: Vec<u64> = prev_lines[rotated + 1..]
+            .iter()
+            .chain(lines(&cur).iter())
             .map(|v| {
                 let message = v["message"].as_str().unwrap();
                 message.split(' ').next().unwrap().parse::<u64>().unwrap()
@@ -636,6 +940,131 @@ mod tests {
         assert!(seq.windows(2).all(|w| w[1] == w[0] + 1), "{seq:?}");
         assert!(seq[0] > 0, "nothing was dropped for {n} records");
         assert!(cur.ends_with('\n') && prev.ends_with('\n'));
+    }
+
+    /// The agent floods one refusal (a long, rate-limit-paced push) to rotate its earlier
+    /// record away: the git commands that ran, the first refusal of each other kind, the
+    /// start line and the flood's own first line are still in the files after dozens of
+    /// rotations, and the `rotated` records account for every flood line that left.
+    #[test]
+    fn attack_a_refusal_flood_cannot_rotate_away_what_ran_or_the_first_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let cap: u64 = 256 * 1024;
+        let (cur, prev) = open_pair(dir.path());
+        let log = Log::to(
+            Some("s".into()),
+            Box::new(Rotating::new(cur, prev, cap).unwrap()),
+        );
+        log.write(GitApiEvent::Start {
+            agent_uid: 1000,
+            default_identity: true,
+            max_connections: 16,
+            rate_burst: 20,
+            rate_per_second: 10,
+            socket: "/run/airlock/git/git.sock".into(),
+            start_branch: Some("main".into()),
+            truncated: false,
+        });
+        for sub in ["commit", "push", "fetch"] {
+            log.decision(&Decision {
+                uid: Some(1000),
+                argv: &[sub.to_owned()],
+                decision: Verdict::Allow,
+                reason: None,
+                message: None,
+                exit: Some(0),
+            });
+        }
+        refusal(
+            &log,
+            "branch_protected",
+            &["push", "origin", "HEAD:main"],
+            "early-1",
+        );
+        refusal(&log, "option_not_allowed", &["push", "--force"], "early-2");
+        refusal(
+            &log,
+            "config_key_not_writable",
+            &["config", "core.hooksPath", "x"],
+            "early-3",
+        );
+        let flood = 5000;
+        let long = "y".repeat(300);
+        for i in 0..flood {
+            refusal(
+                &log,
+                "push_form_not_supported",
+                &["push", &long],
+                &format!("flood-{i}"),
+            );
+        }
+        let cur = std::fs::read_to_string(dir.path().join("git-api.jsonl")).unwrap();
+        let prev = std::fs::read_to_string(dir.path().join("git-api.jsonl.1")).unwrap();
+        assert!(cur.len() + prev.len() <= usize::try_from(cap).unwrap());
+        let all: Vec<Value> = lines(&prev).into_iter().chain(lines(&cur)).collect();
+        assert!(
+            all.iter().any(|l| l["event"] == "start"),
+            "the start line is gone"
+        );
+        for sub in ["commit", "push", "fetch"] {
+            assert!(
+                all.iter()
+                    .any(|l| l["decision"] == "allow" && l["argv"][0] == sub),
+                "the {sub} that ran is gone"
+            );
+        }
+        for early in ["early-1", "early-2", "early-3", "flood-0"] {
+            assert!(all.iter().any(|l| l["message"] == early), "{early} is gone");
+        }
+        let present = all
+            .iter()
+            .filter(|l| l["reason"] == "push_form_not_supported")
+            .count() as u64;
+        let records: Vec<&Value> = all.iter().filter(|l| l["event"] == "rotated").collect();
+        assert!(records.len() > 5, "{} rotations", records.len());
+        let dropped: u64 = records
+            .iter()
+            .flat_map(|r| r["dropped"].as_array().unwrap())
+            .filter(|k| k["reason"] == "push_form_not_supported")
+            .map(|k| k["lines"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            present + dropped,
+            flood,
+            "every flood line: there or counted"
+        );
+        for r in &records {
+            let back: GitApiRecord = serde_json::from_value((*r).clone()).unwrap();
+            assert!(matches!(back.event, GitApiEvent::Rotated { .. }));
+        }
+    }
+
+    /// The rotation reads its file line by line: a line longer than the buffer, many
+    /// buffers' worth of short ones, a last line without its newline.
+    #[test]
+    fn each_line_reads_every_line_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut text = Vec::new();
+        let long = vec![b'x'; 200_000];
+        text.extend_from_slice(&long);
+        text.push(b'\n');
+        for i in 0..30_000 {
+            text.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+        text.extend_from_slice(b"last");
+        std::fs::write(&path, &text).unwrap();
+        let mut got = Vec::new();
+        each_line(&std::fs::File::open(&path).unwrap(), |l| {
+            got.push(l.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got.len(), 30_002);
+        assert_eq!(got[0].len(), 200_001);
+        assert_eq!(got[1], b"line 0\n");
+        assert_eq!(got.last().unwrap(), b"last");
+        assert_eq!(got.concat(), text);
     }
 
     /// The lines are the schema's records (`airlock_audit_schema::GitApiRecord`): they read
