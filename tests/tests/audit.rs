@@ -122,13 +122,24 @@ PY
 /// against an audit log capped at 1 MB on a 2 MiB volume. The denials fold into counted
 /// lines, the allowed lines rotate within the cap, the volume never fills, and the
 /// requests after the flood (explicit, tunnelled, transparent) are served and audited.
+/// Nor can the flood erase what came before it: the agent's first attempts on ten other
+/// hosts are still in the log after the stream rotated, a `rotated` line says what left,
+/// and every denial and every allowed request is a line or a count.
 #[test]
 fn the_agent_cannot_fill_the_audit_volume_and_what_follows_is_audited() {
     let world = world();
     let airlock = Airlock::new(&world, POLICY);
     let volume = Volume::mount(&airlock.audit_dir, "2m");
+    let early: String = (0..10)
+        .map(|i| {
+            format!(
+                "echo early{i}=$({} -o /dev/null -w '%{{http_code}}' http://early{i}.test/first)\n",
+                curl(&world, "")
+            )
+        })
+        .collect();
     let script = format!(
-        "{}\n{}\necho explicit=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-explicit)\n\
+        "{early}{}\n{}\necho explicit=$({} -o /dev/null -w '%{{http_code}}' http://allowed.test/after-explicit)\n\
          echo tunnel=$({} -o /dev/null -w '%{{http_code}}' https://allowed.test/after-tunnel)\n\
          echo transparent=$({} --noproxy '*' -o /dev/null -w '%{{http_code}}' http://allowed.test/after-transparent)\n",
         flood("denied", "http://blocked.test", 3000, 3000),
@@ -169,11 +180,6 @@ fn the_agent_cannot_fill_the_audit_volume_and_what_follows_is_audited() {
         !lines.iter().any(|l| l["event"] == "outage"),
         "the agent pushed the log into its outage"
     );
-    let folded: u64 = lines
-        .iter()
-        .filter(|l| l["event"] == "suppressed" && l["reason"] == "blocked-by-policy")
-        .map(|l| l["count"].as_u64().unwrap())
-        .sum();
     let written = lines
         .iter()
         .filter(|l| {
@@ -183,10 +189,77 @@ fn the_agent_cannot_fill_the_audit_volume_and_what_follows_is_audited() {
                     .is_some_and(|p| p.starts_with("/denied-"))
         })
         .count() as u64;
-    assert_eq!(written + folded, 3000, "every denial is written or counted");
     assert!(
         written < 200,
         "the flood was written line by line: {written}"
+    );
+    for i in 0..10 {
+        assert_eq!(line(&text, &format!("early{i}")), "403", "{text}");
+        let host = format!("early{i}.test");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l["host"] == host.as_str() && l["decision"] == "deny"),
+            "the flood rotated the first attempt on {host} out of the log"
+        );
+    }
+    // The stream rotated: what it dropped is said, and it is all the agent's own flood.
+    let rotated = lines
+        .iter()
+        .filter(|l| l["event"] == "rotated")
+        .max_by_key(|l| l["total"]["lines"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("the stream never rotated, or said nothing of it"));
+    let dropped = rotated["total"]["dropped"].as_array().unwrap();
+    let dropped_of = |pred: &dyn Fn(&serde_json::Value) -> bool, host: &str, field: &str| -> u64 {
+        dropped
+            .iter()
+            .filter(|e| pred(e))
+            .flat_map(|e| e["hosts"].as_array().unwrap())
+            .filter(|h| h["host"] == host)
+            .map(|h| h[field].as_u64().unwrap())
+            .sum()
+    };
+    let blocked_whole_dropped = dropped_of(
+        &|e| e["decision"] == "deny" && e["event"].is_null(),
+        "blocked.test",
+        "lines",
+    );
+    let blocked_folded_dropped =
+        dropped_of(&|e| e["event"] == "suppressed", "blocked.test", "folded");
+    let blocked_whole = lines
+        .iter()
+        .filter(|l| l["decision"] == "deny" && l["event"].is_null() && l["host"] == "blocked.test")
+        .count() as u64;
+    let blocked_folded: u64 = lines
+        .iter()
+        .filter(|l| l["event"] == "suppressed" && l["host"] == "blocked.test")
+        .map(|l| l["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        blocked_whole + blocked_folded + blocked_whole_dropped + blocked_folded_dropped,
+        3000,
+        "every denial to blocked.test: a line, a count, or dropped and counted ({rotated})"
+    );
+    // Allowed lines leave only for newer allowed lines, counted (the ones the stream moved
+    // are counted unread when the allowed archive drops them: kind `*`).
+    let allowed_final = lines
+        .iter()
+        .filter(|l| {
+            l["kind"] == "http"
+                && l["decision"] == "allow"
+                && l["event"].is_null()
+                && l["host"] == "allowed.test"
+        })
+        .count() as u64;
+    let allowed_dropped: u64 = dropped
+        .iter()
+        .filter(|e| e["kind"] == "*" || e["decision"] == "allow")
+        .map(|e| e["lines"].as_u64().unwrap())
+        .sum();
+    assert!(allowed_final <= 251, "{allowed_final}");
+    assert!(
+        allowed_final + allowed_dropped >= 251,
+        "allowed requests neither in the log nor counted: {allowed_final} there, {allowed_dropped} dropped"
     );
     let after = |kind: &str, host_path: Option<&str>| {
         lines.iter().any(|l| {
