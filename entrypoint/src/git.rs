@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -48,6 +48,10 @@ pub const KEY_FILE: &str = "session.key";
 pub const SOCKET_SUBDIR: &str = "git";
 /// The git API's socket file name.
 pub const SOCKET_FILE: &str = "git.sock";
+/// The git API's private directory inside the runtime directory (`root:airlock-git 0770`:
+/// the git API edits a copy of the agent's `~/.gitconfig` there for `git config --global`;
+/// the agent cannot even reach it, so nothing there is a link it planted).
+pub const SCRATCH_SUBDIR: &str = "git-scratch";
 /// The git API's decision log inside the audit directory (one JSON line per request).
 pub const LOG_FILE: &str = airlock_channels::GIT_LOG_FILE;
 /// Where the git API's log rotates to (`git-api.jsonl.1`).
@@ -395,6 +399,11 @@ pub struct ApiSpec {
     pub start_branch: Option<String>,
     /// This start's session id, on every line of the git API's log.
     pub session: String,
+    /// The agent's home: its `.gitconfig` is git's global configuration in the workspace
+    /// too (`--agent-home`).
+    pub agent_home: PathBuf,
+    /// The git API's private directory ([`SCRATCH_SUBDIR`], `--scratch-dir`).
+    pub scratch_dir: PathBuf,
     /// The git service port's key ([`ApiSpec::with_service_key`]): handed to every start
     /// of the git API on a pipe ([`ApiSpec::spawn`]), never in a file, argv or environment.
     pub service_key: Option<airlock_ticket::ServiceKey>,
@@ -427,6 +436,7 @@ impl ApiSpec {
     ) -> Result<ApiSpec> {
         let git_uid = git_user_uid()?;
         let sock_dir = socket_dir(run_dir, users.git_gid)?;
+        let scratch_dir = private_dir(&run_dir.join(SCRATCH_SUBDIR), users.git_gid)?;
         let log_path = audit_dir.join(LOG_FILE);
         let log = open_log(&log_path, true)?;
         let previous_log = open_log(&audit_dir.join(LOG_PREVIOUS), false)?;
@@ -473,6 +483,8 @@ impl ApiSpec {
             ),
             start_branch,
             session: session.to_owned(),
+            agent_home: agent.home.clone(),
+            scratch_dir,
             service_key: None,
         })
     }
@@ -535,6 +547,10 @@ impl ApiSpec {
             .arg(self.previous_log.as_raw_fd().to_string())
             .arg("--log-cap")
             .arg(self.log_cap.to_string())
+            .arg("--agent-home")
+            .arg(&self.agent_home)
+            .arg("--scratch-dir")
+            .arg(&self.scratch_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
@@ -662,6 +678,27 @@ fn socket_dir(run_dir: &Path, git_gid: u32) -> Result<PathBuf> {
     std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o771))
         .with_context(|| format!("cannot set the mode of {}", sock_dir.display()))?;
     Ok(sock_dir)
+}
+
+/// The git API's private directory, empty: `root:<git group> 0770`, so the git API (the git
+/// group) creates files there and the agent (not in the group) cannot reach them. Whatever
+/// a previous start left is removed (it is never a link: the directory is made anew).
+fn private_dir(dir: &Path, git_gid: u32) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir),
+        Ok(_) => std::fs::remove_file(dir),
+        Err(_) => Ok(()),
+    }
+    .with_context(|| format!("cannot clear {}", dir.display()))?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    chown(dir, Some(Uid::from_raw(0)), Some(Gid::from_raw(git_gid)))
+        .with_context(|| format!("cannot hand {} to the git group", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o770))
+        .with_context(|| format!("cannot set the mode of {}", dir.display()))?;
+    Ok(dir.to_path_buf())
 }
 
 /// One of the git API's two log files (0600 when created, never through a link): `append`

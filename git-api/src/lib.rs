@@ -4,7 +4,8 @@
 //! [`argv::patch`]), push policy ([`push`]: SSH origins are their https repository; a refused
 //! branch names the command that works) and branch visibility ([`visible`]: `ls-remote`,
 //! `fetch` and `pull` never show another sandbox's branches), and the operator's default
-//! commit identity as git's system layer ([`identity`]).
+//! commit identity as git's system layer ([`identity`]), and the agent's own `~/.gitconfig`,
+//! kept to the keys it may write, as git's global layer ([`global`]).
 //!
 //! Its [`server`] authenticates every connection (`SO_PEERCRED` uid, then the wire HMAC),
 //! decides, runs git with a cleared environment and protected configuration ([`run`]), and
@@ -16,6 +17,7 @@
 pub mod argv;
 pub mod gitindex;
 pub mod glob;
+pub mod global;
 pub mod identity;
 pub mod log;
 pub mod nested;
@@ -24,4 +26,5 @@ pub mod pushed;
 pub mod rawdiff;
 pub mod run;
 pub mod server;
+pub mod url;
 pub mod visible;

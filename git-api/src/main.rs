@@ -8,7 +8,8 @@
 //! airlock-git-api --socket /run/airlock/git/git.sock --git-dir <hidden>/.git \
 //!     --work-tree /workspace --agent-uid 1000 --key-file <session key file> \
 //!     --policy /etc/airlock/policy.toml --ca-file <proxy CA> --start-branch <branch or ""> \
-//!     [--session <session id>] [--service-key-fd N]
+//!     [--session <session id>] [--service-key-fd N] \
+//!     [--agent-home /home/agent --scratch-dir /run/airlock/git-scratch]
 //! ```
 //!
 //! `--service-key-fd` names an inherited pipe holding the git service port's key (64 hex
@@ -19,6 +20,7 @@
 //! inherited `git-api.jsonl.1` within the cap.
 
 use airlock_audit_schema::GitApiEvent;
+use airlock_git_api::global::AgentHome;
 use airlock_git_api::identity::DefaultIdentity;
 use airlock_git_api::log::{Log, Rotating};
 use airlock_git_api::push::PushRules;
@@ -68,6 +70,15 @@ struct Cli {
     /// HOME for git (should be empty; it is never written).
     #[arg(long, default_value = "/nonexistent")]
     home: PathBuf,
+    /// The agent's home: its `.gitconfig`, kept to the keys the agent may write, is git's
+    /// global configuration in the workspace too, and `git config --global` there writes it.
+    /// Without it git in the workspace reads no global configuration.
+    #[arg(long)]
+    agent_home: Option<PathBuf>,
+    /// A directory only the git API reaches (root:airlock-git 0770): `git config --global`
+    /// edits a copy of the agent's `.gitconfig` there. Without it those writes are refused.
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
     /// The branch the sandbox started on (pushable); default: the checked-out branch. An
     /// empty value means none (the sandbox started detached): the entrypoint fixes it for
     /// every restart, so that the agent cannot choose it by checking out and killing us.
@@ -328,6 +339,14 @@ fn run(cli: Cli, log: &Log) -> Result<()> {
     .with_log(log.share());
     if let Some(k) = service_key {
         server = server.with_service_key(k);
+    }
+    server = server.with_network(policy);
+    if let Some(dir) = cli.agent_home.clone() {
+        let mut home = AgentHome::new(dir, cli.agent_uid, cli.git.clone());
+        if let Some(scratch) = cli.scratch_dir.clone() {
+            home = home.with_scratch(scratch);
+        }
+        server = server.with_agent_home(home);
     }
     let server = Arc::new(server);
     // The operator's clone may hold other sandboxes' branches as remote-tracking refs.

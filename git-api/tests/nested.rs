@@ -5,11 +5,17 @@
 //! never enter such a repository: every program the trap configures appends a line to a
 //! marker file, and no request the agent can send may make one appear.
 //!
+//! The agent's `~/.gitconfig` is its own too: every world here also has a home whose
+//! `.gitconfig` names the same traps (and includes a file that does), which the git API
+//! reads as git's global layer kept to the keys the agent may write (`crate::global`), so
+//! every row is walked against it as well.
+//!
 //! The trap is armed: the test first shows that the git the git API used to run (the
 //! protected configuration alone) does write the marker.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use airlock_git_api::global::AgentHome;
 use airlock_git_api::push::PushRules;
 use airlock_git_api::run::GitEnv;
 use airlock_git_api::server::Server;
@@ -240,6 +246,31 @@ impl World {
         bare_trap(&ws.join("tools"), &run, &hooks);
         // The outer work tree names the trap's drivers for every path.
         write(&ws.join(".gitattributes"), "* filter=x diff=x merge=x\n");
+        // The agent's home: its .gitconfig defines the same drivers and programs.
+        let home = root.join("home");
+        let (r, f, h) = (run.display(), filter.display(), hooks.display());
+        let traps = format!(
+            "[core]\n\tfsmonitor = {r}\n\thooksPath = {h}\n\tpager = {r}\n\teditor = {r}\n\
+             \tsshCommand = {r}\n\taskPass = {r}\n\tgitProxy = {r}\n\
+             [diff \"x\"]\n\ttextconv = {r}\n\tcommand = {r}\n\
+             [merge \"x\"]\n\tdriver = {r}\n\
+             [filter \"x\"]\n\tclean = {f}\n\tsmudge = {f}\n\trequired = true\n\
+             [credential]\n\thelper = !{r}\n\
+             [gpg]\n\tprogram = {r}\n\
+             [commit]\n\tgpgSign = true\n\
+             [remote \"upstream\"]\n\tuploadpack = {r}\n\treceivepack = {r}\n\
+             [alias]\n\tst = !{r}\n"
+        );
+        write(&root.join("included.gitconfig"), &traps);
+        write(
+            &home.join(".gitconfig"),
+            &format!(
+                "[user]\n\tname = Agent Home\n{traps}[include]\n\tpath = {}\n",
+                root.join("included.gitconfig").display()
+            ),
+        );
+        let scratch = root.join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
 
         let mut policy = airlock_policy::GitPolicy::defaults_for("demo");
         policy.repositories = vec!["github.com/acme/app".into()];
@@ -251,19 +282,32 @@ impl World {
             proxy_url: "http://127.0.0.1:9".into(),
             ca_file: None,
             ca_dir: None,
-            test_upstreams: vec![("github.com/acme/app".into(), upstream)],
+            test_upstreams: vec![
+                ("github.com/acme/app".into(), upstream.clone()),
+                ("github.com/other/app".into(), upstream),
+            ],
             system_config: None,
         };
         let socket = root.join("git.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        let server = Arc::new(Server::new(
-            env,
-            nix::unistd::getuid().as_raw(),
-            PushRules::new(&policy, Some("main")).unwrap(),
-            Visibility::new(&policy, "demo", Some("main")).unwrap(),
-            Verifier::new(SessionKey::from_bytes(KEY)),
-            16,
-        ));
+        let uid = nix::unistd::getuid().as_raw();
+        let network = airlock_policy::Policy::parse(
+            "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"github.com\"]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let server = Arc::new(
+            Server::new(
+                env,
+                uid,
+                PushRules::new(&policy, Some("main")).unwrap(),
+                Visibility::new(&policy, "demo", Some("main")).unwrap(),
+                Verifier::new(SessionKey::from_bytes(KEY)),
+                16,
+            )
+            .with_agent_home(AgentHome::new(home, uid, GIT.into()).with_scratch(scratch))
+            .with_network(network),
+        );
         std::thread::spawn(move || server.serve(&listener));
         World {
             _dir: dir,
@@ -637,8 +681,33 @@ fn requests(sub: &str, w: &World) -> Option<Vec<Request>> {
             v(&["stash", "pop"]),
         ],
         "clean" => vec![v(&["clean", "-n", "-d"]), v(&["clean", "-f", "-d"])],
-        "config" => vec![v(&["config", "--list"])],
-        "remote" => vec![v(&["remote", "-v"]), v(&["remote", "show", "origin"])],
+        "config" => vec![
+            v(&["config", "--list"]),
+            v(&["config", "--global", "--list"]),
+            v(&["config", "--global", "user.email", "agent@example.invalid"]),
+        ],
+        "remote" => vec![
+            v(&["remote", "-v"]),
+            v(&["remote", "show", "origin"]),
+            v(&[
+                "remote",
+                "add",
+                "upstream",
+                "https://github.com/other/app.git",
+            ]),
+            v(&["fetch", "upstream"]),
+            v(&["ls-remote", "upstream"]),
+            v(&["pull", "--no-rebase", "upstream", "main"]),
+            v(&[
+                "remote",
+                "set-url",
+                "upstream",
+                "git@github.com:other/app.git",
+            ]),
+            v(&["fetch", "upstream"]),
+            v(&["remote", "rename", "upstream", "theirs"]),
+            v(&["remote", "remove", "theirs"]),
+        ],
         "fetch" => vec![v(&["fetch", "origin"]), v(&["fetch"])],
         "pull" => vec![v(&["pull", "--no-rebase", "origin", "other"])],
         "ls-remote" => vec![v(&["ls-remote", "origin"])],

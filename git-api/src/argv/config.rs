@@ -1,5 +1,6 @@
-//! `git config`: reads are free; writes only to the keys of [`WRITABLE_CONFIG`]; `--global`
-//! is the repository's configuration in the sandbox.
+//! `git config`: reads are free; writes only to the keys of [`WRITABLE_CONFIG`], with
+//! values that fit them ([`config_value_fits`]); `--global` is the agent's `~/.gitconfig`
+//! (written by the server on a copy: [`crate::global`]).
 
 use super::parse::{Arg, has};
 use super::refusal::{Refusal, Why};
@@ -67,7 +68,7 @@ pub(super) fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal>
     if config_key_writable(key)
         && !unsets
         && let Some(value) = rest.get(1)
-        && let Err(why) = value_fits(key, value)
+        && let Err(why) = config_value_fits(key, value)
     {
         return Err(Refusal::new(
             Reason::ConfigKeyNotWritable,
@@ -88,44 +89,10 @@ pub(super) fn config(args: &[Arg], operands: &[String]) -> Result<bool, Refusal>
     Ok(true)
 }
 
-/// `git config --global ...` runs on the repository's config: the sandbox has no global
-/// layer of its own (the git API's is empty), and the repository's is where an agent's
-/// identity and preferences take effect. Every `--global` after the subcommand (at
-/// `sub_index`) leaves `argv`, the operand indices shifting with it; writes say so once on
-/// stderr (the notice returned).
-pub(super) fn global_is_local(
-    argv: &mut Vec<String>,
-    operands: &mut [usize],
-    sub_index: usize,
-    writes: bool,
-) -> Option<String> {
-    let mut notice = None;
-    while let Some(pos) = argv[sub_index..]
-        .iter()
-        .position(|a| a == "--global")
-        .map(|p| p + sub_index)
-    {
-        argv.remove(pos);
-        for o in operands.iter_mut() {
-            if *o > pos {
-                *o -= 1;
-            }
-        }
-        if writes {
-            notice = Some(
-                "git: airlock: --global is the repository's config in the sandbox; \
-                 this was written there (git config without --global does the same)\n"
-                    .to_owned(),
-            );
-        }
-    }
-    notice
-}
-
 /// Whether `value` is one `key` (writable) takes: values that would send git elsewhere or
 /// into an editor are refused (a URL as a branch's remote, an interactive rebase, a control
 /// character).
-fn value_fits(key: &str, value: &str) -> Result<(), &'static str> {
+pub fn config_value_fits(key: &str, value: &str) -> Result<(), &'static str> {
     if value.chars().any(char::is_control) {
         return Err("a value with a control character (a newline, a tab, ...) is not written");
     }
@@ -264,21 +231,25 @@ mod tests {
     }
 
     #[test]
-    fn config_global_writes_the_repository_config_and_says_so() {
+    fn config_global_is_the_agents_own_file_under_the_same_rules() {
         let c = ok("config --global user.email a@b.c");
-        assert_eq!(c.argv, argv("config user.email a@b.c"));
-        assert!(c.notice.as_deref().unwrap().contains("--global"));
-        let c = ok("config --global init.defaultBranch main");
-        assert_eq!(c.argv, argv("config init.defaultBranch main"));
-        let c = ok("config --global --get user.name");
-        assert_eq!(c.argv, argv("config --get user.name"));
+        assert_eq!(c.argv, argv("config --global user.email a@b.c"));
+        assert!(c.global_write);
         assert!(c.notice.is_none());
-        let c = ok("config --global --unset user.name");
-        assert_eq!(c.argv, argv("config --unset user.name"));
-        assert!(c.notice.is_some());
-        let r = refused("config --global core.pager less");
-        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
-        let r = refused("config --global alias.co checkout");
-        assert_eq!(r.reason, Reason::ConfigKeyNotWritable);
+        assert!(ok("config --global --unset user.name").global_write);
+        assert!(ok("config set --global init.defaultBranch main").global_write);
+        let c = ok("config --global --get user.name");
+        assert_eq!(c.argv, argv("config --global --get user.name"));
+        assert!(!c.global_write);
+        assert!(!ok("config user.name x").global_write);
+        for s in [
+            "config --global core.pager less",
+            "config --global alias.co checkout",
+            "config --global include.path /tmp/x",
+            "config --global credential.helper store",
+            "config --global url.https://evil.example/.insteadOf https://github.com/",
+        ] {
+            assert_eq!(refused(s).reason, Reason::ConfigKeyNotWritable, "{s}");
+        }
     }
 }

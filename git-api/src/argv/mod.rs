@@ -32,7 +32,7 @@ mod refused;
 mod rules;
 mod table;
 
-pub use config::{WRITABLE_CONFIG, config_key_writable};
+pub use config::{WRITABLE_CONFIG, config_key_writable, config_value_fits};
 pub use parse::subcommand_name;
 pub use refusal::{Refusal, Why};
 pub use refused::known_subcommand;
@@ -60,6 +60,9 @@ pub struct Checked {
     pub editor_true: bool,
     /// One line for the agent's stderr before git runs (what the git API changed).
     pub notice: Option<String>,
+    /// A `git config --global` that writes: the server runs it on a copy of the agent's
+    /// `~/.gitconfig` and puts the result in place ([`crate::global`]).
+    pub global_write: bool,
     /// Options the server adds right after the subcommand (`--no-ext-diff`, `--no-textconv`):
     /// what would run a program the repository's attributes name is off.
     pub harden: &'static [&'static str],
@@ -99,29 +102,19 @@ pub fn check(argv: &[String]) -> Result<Checked, Refusal> {
     let mut checked = Checked {
         subcommand: sub.name.to_owned(),
         argv: out,
-        class: sub.class,
+        class: after.class.unwrap_or(sub.class),
         pages: sub.pages,
         operands: parsed.positions.iter().map(|p| base + p).collect(),
         sub_index,
         editor_true: after.editor_true,
         notice: None,
+        global_write: false,
         harden: sub.harden,
         options_end,
     };
-    if sub.rule == table::Rule::Config && parse::has(&parsed.args, &["global"]) {
-        let len = checked.argv.len();
-        checked.notice = config::global_is_local(
-            &mut checked.argv,
-            &mut checked.operands,
-            sub_index,
-            after.config_writes,
-        );
-        let removed = len - checked.argv.len();
-        checked.options_end = checked
-            .options_end
-            .saturating_sub(removed)
-            .min(checked.argv.len());
-    }
+    checked.global_write = sub.rule == table::Rule::Config
+        && after.config_writes
+        && parse::has(&parsed.args, &["global"]);
     Ok(checked)
 }
 
@@ -148,6 +141,7 @@ fn no_subcommand(global: Vec<String>) -> Result<Checked, Refusal> {
             sub_index,
             editor_true: false,
             notice: None,
+            global_write: false,
             harden: &[],
             options_end: sub_index,
         });

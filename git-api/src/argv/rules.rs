@@ -7,7 +7,7 @@
 use super::config;
 use super::parse::{Arg, Parsed, has};
 use super::refusal::{Refusal, Why};
-use super::table::{Rule, Sub};
+use super::table::{Class, Rule, Sub};
 use airlock_wire::Reason;
 
 /// What the rules add to an allowed invocation.
@@ -17,6 +17,9 @@ pub(super) struct After {
     pub(super) editor_true: bool,
     /// A `git config` that writes.
     pub(super) config_writes: bool,
+    /// The class the invocation runs in, when the rule decides it (a `git remote` verb
+    /// that writes the configuration runs as [`Class::Write`]); `None`: the row's.
+    pub(super) class: Option<Class>,
 }
 
 /// What the subcommand's own rule (its row's [`Rule`]) says about its options and operands.
@@ -26,6 +29,7 @@ pub(super) fn check_sub(sub: &Sub, parsed: &Parsed, editor_true: bool) -> Result
     let mut after = After {
         editor_true,
         config_writes: false,
+        class: None,
     };
     match sub.rule {
         Rule::None => {}
@@ -36,7 +40,7 @@ pub(super) fn check_sub(sub: &Sub, parsed: &Parsed, editor_true: bool) -> Result
             after.editor_true |= has(args, &["no-edit"]);
         }
         Rule::Tag => tag(args)?,
-        Rule::Remote => remote(operands)?,
+        Rule::Remote => after.class = remote(args, operands)?,
         Rule::Stash => stash(operands)?,
         Rule::Reflog => reflog(operands)?,
         Rule::Sequencer | Rule::Pull => {
@@ -158,16 +162,144 @@ fn pull_rebase(args: &[Arg]) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn remote(operands: &[String]) -> Result<(), Refusal> {
-    match operands.first().map(String::as_str) {
-        None | Some("show" | "get-url") => Ok(()),
-        Some(other) => Err(Refusal::new(
+/// `git remote`: the listing, `show` and `get-url` read; `add` (and, for a remote the agent
+/// added, `set-url`, `rename`, `remove`: the server checks whose it is) write a remote of
+/// an https repository the sandbox may fetch from but never push to
+/// ([`crate::url::readable_url`]). They write nothing but `remote.<name>.url` and
+/// `.fetch`: a remote's program-valued keys (`uploadpack`, `receivepack`, `vcs`, `proxy`)
+/// stay impossible, as every `remote.*` key is to `git config`. The class they run in.
+fn remote(args: &[Arg], operands: &[String]) -> Result<Option<Class>, Refusal> {
+    let verb = operands.first().map(String::as_str);
+    let refuse = |why: String| Err(Refusal::new(Reason::SubcommandNotAllowed, why));
+    let usage = |form: &str| {
+        Refusal::new(
             Reason::SubcommandNotAllowed,
-            format!(
-                "git remote {other} is refused: remotes are configured by the operator; `git remote -v`, `show` and `get-url` are allowed"
-            ),
+            format!("git remote {form} is the form the git API runs"),
+        )
+    };
+    match verb {
+        None | Some("show" | "get-url") => {
+            if has(args, &["t", "tags", "no-tags", "f"]) {
+                return refuse("those options belong to git remote add".into());
+            }
+            Ok(None)
+        }
+        Some("add") => {
+            let [_, name, url] = operands else {
+                return Err(usage(
+                    "add [-t <branch>] [--no-tags] <name> <https://host/owner/repo>",
+                ));
+            };
+            if has(args, &["f"]) {
+                return refuse(format!(
+                    "git remote add -f fetches with git's own fetch, which the git API does not \
+                     run: add the remote, then git fetch {name}"
+                ));
+            }
+            remote_name(name)?;
+            for t in args.iter().filter(|a| a.name == "t") {
+                let b = t.value.as_deref().unwrap_or("");
+                if !plain_branch(b) {
+                    return refuse(format!("git remote add -t {b:?}: name one branch"));
+                }
+            }
+            readable(url)?;
+            Ok(Some(Class::Write))
+        }
+        Some("set-url") => {
+            if has(args, &["push"]) {
+                return refuse(
+                    "git remote set-url --push is refused: where a push goes is the operator's \
+                     configuration"
+                        .into(),
+                );
+            }
+            let [_, name, url] = operands else {
+                return Err(usage("set-url <name> <https://host/owner/repo>"));
+            };
+            remote_name(name)?;
+            readable(url)?;
+            only_flags(args, "set-url")?;
+            Ok(Some(Class::Write))
+        }
+        Some("rename") => {
+            let [_, old, new] = operands else {
+                return Err(usage("rename <old> <new>"));
+            };
+            remote_name(old)?;
+            remote_name(new)?;
+            only_flags(args, "rename")?;
+            Ok(Some(Class::Write))
+        }
+        Some("remove" | "rm") => {
+            let [_, name] = operands else {
+                return Err(usage("remove <name>"));
+            };
+            remote_name(name)?;
+            only_flags(args, "remove")?;
+            Ok(Some(Class::Write))
+        }
+        Some("update") => refuse(
+            "git remote update is refused: git fetch --all (or git fetch <name>) fetches the same"
+                .into(),
+        ),
+        Some(other) => refuse(format!(
+            "git remote {other} is refused: `git remote -v`, `show`, `get-url` and `add` \
+             (a remote the sandbox fetches from) are allowed; remotes the agent added can be \
+             renamed, re-pointed and removed"
         )),
     }
+}
+
+/// No option but the listing's `-v` with a writing verb.
+fn only_flags(args: &[Arg], verb: &str) -> Result<(), Refusal> {
+    match args.iter().find(|a| a.name != "v" && a.name != "verbose") {
+        None => Ok(()),
+        Some(a) => Err(Refusal::new(
+            Reason::OptionNotAllowed,
+            format!("git remote {verb} takes no option -{}", a.name),
+        )),
+    }
+}
+
+/// A remote's name: letters, digits, `.`, `_`, `-`, not starting with `-` or `.`.
+fn remote_name(name: &str) -> Result<(), Refusal> {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['-', '.'])
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if plain {
+        Ok(())
+    } else {
+        Err(Refusal::new(
+            Reason::SubcommandNotAllowed,
+            format!(
+                "{:?} is not a remote name the git API writes: use letters, digits, '.', '_' and '-'",
+                name.escape_debug().to_string()
+            ),
+        ))
+    }
+}
+
+/// One branch name as `-t` takes it: no pattern, refspec or revision syntax.
+fn plain_branch(b: &str) -> bool {
+    !b.is_empty()
+        && !b.starts_with(['-', '/'])
+        && !b.contains("..")
+        && !b.chars().any(|c| c.is_control() || " :*?[\\^~".contains(c))
+}
+
+/// A URL a remote the sandbox reads may have.
+fn readable(url: &str) -> Result<(), Refusal> {
+    crate::url::readable_url(url).map(|_| ()).map_err(|why| {
+        Refusal::new(
+            Reason::RepositoryNotAuthorized,
+            format!("{:?} is refused: {why}", url.escape_debug().to_string()),
+        )
+    })
 }
 
 fn stash(operands: &[String]) -> Result<(), Refusal> {
@@ -204,13 +336,66 @@ mod tests {
         ok("remote");
         ok("remote show origin");
         for s in [
-            "remote add x https://e.example/x",
-            "remote set-url origin x",
-            "remote rename origin x",
             "reflog expire --all",
             "reflog delete HEAD@{1}",
+            "remote prune origin",
+            "remote set-head origin main",
+            "remote set-branches origin main",
+            "remote update",
         ] {
             assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_remote_is_added_only_for_a_repository_the_sandbox_can_read() {
+        use crate::argv::Class;
+        for s in [
+            "remote add upstream https://github.com/other/app.git",
+            "remote add upstream git@github.com:other/app.git",
+            "remote add -t main --no-tags up-2 https://github.com/other/app",
+            "remote set-url upstream https://github.com/other/app2",
+            "remote rename upstream theirs",
+            "remote remove upstream",
+            "remote rm upstream",
+        ] {
+            assert_eq!(ok(s).class, Class::Write, "{s}");
+        }
+        assert_eq!(ok("remote -v").class, Class::Read);
+        for s in [
+            "remote add x /tmp/repo",
+            "remote add x ../repo",
+            "remote add x file:///tmp/repo",
+            "remote add x ext::sh%20-c%20id",
+            "remote add x https://user:pw@github.com/o/r",
+            "remote add x https://token@github.com/o/r",
+            "remote add x http://github.com/o/r",
+            "remote set-url x /tmp/repo",
+        ] {
+            assert_eq!(refused(s).reason, Reason::RepositoryNotAuthorized, "{s}");
+        }
+        for s in [
+            "remote add -f x https://github.com/o/r",
+            "remote add x",
+            "remote add -- -x https://github.com/o/r",
+            "remote add x.. https://github.com/o/r",
+            "remote add -t a:b x https://github.com/o/r",
+            "remote set-url --push origin https://github.com/o/r",
+            "remote rename origin",
+        ] {
+            assert_eq!(refused(s).reason, Reason::SubcommandNotAllowed, "{s}");
+        }
+        for s in [
+            "remote add --mirror=fetch x https://github.com/o/r",
+            "remote set-url --add x https://github.com/o/r",
+            "remote set-url --delete x https://github.com/o/r",
+            "remote add --upload-pack=x x https://github.com/o/r",
+        ] {
+            let r = refused(s);
+            assert!(
+                matches!(r.reason, Reason::OptionNotAllowed | Reason::OptionRefused),
+                "{s}: {r:?}"
+            );
         }
     }
 

@@ -1457,7 +1457,16 @@ pub(super) const SUBS: &[Sub] = &[
         rule: Rule::Remote,
         harden: &[],
         refused_short: &[],
-        opts: &[&["v|verbose", "n", "push", "all"]],
+        opts: &[&[
+            "v|verbose",
+            "n",
+            "push",
+            "all",
+            "t=",
+            "tags",
+            "no-tags",
+            "f",
+        ]],
     },
     Sub {
         name: "fetch",

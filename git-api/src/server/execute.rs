@@ -95,11 +95,14 @@ impl Server {
         if let Some(n) = &checked.notice {
             let _ = write_frame(stream, FrameKind::Stderr, n.as_bytes());
         }
+        // Held until git is done: the children read it as their own descriptor.
+        let layer = self.home.as_ref().and_then(crate::global::AgentHome::layer);
         let mut job = Job {
             stream,
             inv,
             cwd: &cwd,
             config,
+            global: layer.as_ref().map(|l| l.path().to_path_buf()),
         };
         match checked.class {
             Class::Read => self.stream_git(&mut job, &args, true),
@@ -112,6 +115,12 @@ impl Server {
                 }
                 if checked.subcommand == "rm" {
                     nested::check_rm(&self.env, &checked, &cwd)?;
+                }
+                if checked.global_write {
+                    return self.global_write(&mut job, &args);
+                }
+                if checked.subcommand == "remote" {
+                    return self.remote_write(&mut job, &checked, &args);
                 }
                 match Watch::of(&checked.subcommand) {
                     None => self.stream_git(&mut job, &args, false),
@@ -139,6 +148,34 @@ impl Server {
         let guard = nested::Guard::before(&self.env, watch)?;
         let code = self.run_streamed(job, args, false)?;
         guard.after(code)?;
+        let _ = write_json(job.stream, FrameKind::Exit, &Exit { code }, "exit");
+        Ok(code)
+    }
+
+    /// `git config --global` that writes: git edits a copy of the agent's `~/.gitconfig` in
+    /// the private directory, and the copy replaces the file when git succeeded
+    /// ([`crate::global`]).
+    fn global_write(&self, job: &mut Job<'_>, args: &[String]) -> Result<i32, Refusal> {
+        let refuse = |e: crate::global::HomeError| {
+            Refusal::new(
+                Reason::ConfigKeyNotWritable,
+                format!(
+                    "git config --global is not written: {e}; outside the workspace git \
+                     writes ~/.gitconfig as it is (git -C ~ config --global ...), and git \
+                     in the workspace reads its identity and preferences from there"
+                ),
+            )
+        };
+        let home = self
+            .home
+            .as_ref()
+            .ok_or_else(|| refuse(crate::global::HomeError::NoScratch))?;
+        let edit = home.edit().map_err(refuse)?;
+        job.global = Some(edit.path().to_path_buf());
+        let code = self.run_streamed(job, args, false)?;
+        if code == 0 {
+            edit.store().map_err(refuse)?;
+        }
         let _ = write_json(job.stream, FrameKind::Exit, &Exit { code }, "exit");
         Ok(code)
     }

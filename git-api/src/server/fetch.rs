@@ -125,9 +125,8 @@ impl Server {
         args.push("--".into());
         args.push(remote);
         args.extend(operands);
-        let out = self
-            .env
-            .command(job.cwd, &job.inv.env, &job.config, &args)
+        let out = job
+            .command(self, &args)
             .env("GIT_OPTIONAL_LOCKS", "0")
             .stdin(Stdio::null())
             .output()

@@ -46,6 +46,12 @@ pub struct Server {
     pub max_connections: usize,
     /// The decision log.
     pub log: Log,
+    /// The agent's home, whose `~/.gitconfig` is git's global configuration in the
+    /// workspace too ([`crate::global`]); `None`: git there reads none.
+    home: Option<crate::global::AgentHome>,
+    /// The policy, for its `[network]` table: a read-only remote's host must be allowed.
+    /// `None`: no read-only remote.
+    network: Option<airlock_policy::Policy>,
     /// The git service port's key (from the entrypoint): every network git command gets a
     /// ticket sealed with it. `None` (tests, local upstreams): none do.
     service_key: Option<airlock_ticket::ServiceKey>,
@@ -74,6 +80,8 @@ impl Server {
             write_lock: Mutex::new(()),
             max_connections,
             log: Log::stderr(None),
+            home: None,
+            network: None,
             service_key: None,
             active: AtomicUsize::new(0),
             bisect_script: std::sync::OnceLock::new(),
@@ -84,6 +92,22 @@ impl Server {
     #[must_use]
     pub fn with_log(mut self, log: Log) -> Server {
         self.log = log;
+        self
+    }
+
+    /// The same server reading (and, for `git config --global`, writing) the agent's
+    /// `~/.gitconfig` in `home` ([`crate::global`]).
+    #[must_use]
+    pub fn with_agent_home(mut self, home: crate::global::AgentHome) -> Server {
+        self.home = Some(home);
+        self
+    }
+
+    /// The same server letting fetches through to read-only remotes on the hosts `policy`'s
+    /// `[network]` table allows (see `remote`).
+    #[must_use]
+    pub fn with_network(mut self, policy: airlock_policy::Policy) -> Server {
+        self.network = Some(policy);
         self
     }
 

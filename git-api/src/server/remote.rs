@@ -1,5 +1,10 @@
 //! The repository's remotes as git's configuration names them, and the check that every URL
-//! a remote uses is one of the policy's repositories.
+//! a remote uses is one of the policy's repositories, or, for a fetch, `pull` or
+//! `ls-remote`, a repository on a host the policy allows the sandbox to read (a *read-only
+//! remote*: fetched over the git service port with no credential, never pushed to). The
+//! remotes the agent adds itself (`git remote add`) are recorded in `airlock.agentRemote`
+//! (a key the agent cannot write), and only those can be re-pointed, renamed or removed: the
+//! others are the operator's, whose configuration may be the one on their host.
 
 use super::Server;
 use crate::argv::Refusal;
@@ -13,9 +18,13 @@ pub(super) struct Remote {
     /// (`url.<https>.insteadOf=<the URL>`); the agent's configuration keeps the URL as
     /// written.
     pub(super) transport: Vec<String>,
-    /// The authorized repositories its URLs name (what its ticket lets git talk to).
+    /// The repositories its URLs name (what its ticket lets git talk to): authorized ones,
+    /// and for a fetch read-only ones too.
     pub(super) repositories: Vec<String>,
 }
+
+/// Where the remotes the agent added are recorded (one value per remote name).
+const AGENT_REMOTE: &str = "airlock.agentRemote";
 
 impl Server {
     /// A git query of the repository (`git config --get ...`, `git rev-parse ...`); git that
@@ -112,13 +121,167 @@ impl Server {
             repositories: Vec::new(),
         };
         for url in urls {
-            let id = self.rules.check_repository(remote, &url)?;
+            let id = match self.rules.check_repository(remote, &url) {
+                Ok(id) => id,
+                Err(r) => match crate::url::readable_url(&url) {
+                    Ok(id) if push => return Err(self.read_only_push(remote, &id, r)),
+                    Ok(id) => {
+                        self.readable_host(remote, &id)?;
+                        id
+                    }
+                    Err(_) => return Err(r),
+                },
+            };
             if let Some(https) = push::https_form(&url, &id) {
                 checked.transport.push(self.env.rewrite(&url, &https, &id));
             }
             checked.repositories.push(id);
         }
         Ok(checked)
+    }
+
+    /// The refusal of a push to a read-only remote: what the sandbox pushes to instead.
+    fn read_only_push(&self, remote: &str, id: &str, r: Refusal) -> Refusal {
+        let origins: Vec<String> = self
+            .remotes()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|name| name != remote && self.pushable(name))
+            .collect();
+        let instead = match origins.first() {
+            Some(o) => format!(
+                "push your branch to {o} (git push {o} HEAD:<branch>) and open the pull request there"
+            ),
+            None => "commit your work: the operator takes it from this sandbox".to_owned(),
+        };
+        Refusal::new(
+            r.reason,
+            format!(
+                "remote {remote} is {id}, which this sandbox may fetch from but not push to (it \
+                 is not in the policy's [git] repositories): {instead}; an operator allows pushes \
+                 there with repositories = [\"{id}\"] in [git]"
+            ),
+        )
+    }
+
+    /// Whether every URL `name` pushes to is an authorized repository.
+    fn pushable(&self, name: &str) -> bool {
+        let urls = |key: &str| -> Vec<String> {
+            self.query(&["config", "--get-all", &format!("remote.{name}.{key}")])
+                .map(|q| q.stdout.lines().map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        let mut all = urls("pushurl");
+        if all.is_empty() {
+            all = urls("url");
+        }
+        !all.is_empty()
+            && all
+                .iter()
+                .all(|u| self.rules.check_repository(name, u).is_ok())
+    }
+
+    /// A read-only remote's host must be one the policy lets the sandbox reach: the proxy
+    /// would refuse it anyway, in words git does not show well.
+    fn readable_host(&self, remote: &str, id: &str) -> Result<(), Refusal> {
+        let host = id.split('/').next().unwrap_or("");
+        let allowed = self.network.as_ref().is_some_and(|p| {
+            airlock_policy::Host::parse(host).is_ok_and(|h| p.decide(&h, 443).is_allowed())
+        });
+        if allowed {
+            return Ok(());
+        }
+        Err(Refusal::new(
+            Reason::RepositoryNotAuthorized,
+            format!(
+                "remote {remote} is {id}, on {host}, which the policy's [network] table does not \
+                 allow, so the sandbox cannot read it; an operator allows it with allow = \
+                 [\"{host}\"] in [network] (or repositories = [\"{id}\"] in [git] to push there too)"
+            ),
+        ))
+    }
+
+    /// The remotes the agent added (`git remote add`).
+    pub(super) fn agent_remotes(&self) -> Result<Vec<String>, Refusal> {
+        Ok(self
+            .query(&["config", "--get-all", AGENT_REMOTE])?
+            .stdout
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// `git remote add|set-url|rename|remove` (checked by the argv rules): the URL's host
+    /// readable, the remote one the agent added (except for `add`), then git, then the record
+    /// of the agent's remotes updated.
+    pub(super) fn remote_write(
+        &self,
+        job: &mut super::spawn::Job<'_>,
+        c: &crate::argv::Checked,
+        args: &[String],
+    ) -> Result<i32, Refusal> {
+        let (_, operands) = super::rewrite::split_operands(c);
+        let verb = operands.first().map(String::as_str).unwrap_or("");
+        let name = operands.get(1).cloned().unwrap_or_default();
+        let mine = self.agent_remotes()?;
+        if verb != "add" && !mine.contains(&name) {
+            return Err(Refusal::new(
+                Reason::SubcommandNotAllowed,
+                format!(
+                    "git remote {verb} {name} is refused: {name} is not a remote the agent added \
+                     (the operator's remotes stay as they are; their configuration may be their \
+                     own repository's); add one of your own with git remote add <name> \
+                     https://<host>/<owner>/<repo>"
+                ),
+            ));
+        }
+        if matches!(verb, "add" | "set-url")
+            && let Some(url) = operands.last()
+        {
+            let id = crate::url::readable_url(url)
+                .map_err(|why| Refusal::new(Reason::RepositoryNotAuthorized, why))?;
+            if self.rules.check_repository(&name, url).is_err() {
+                self.readable_host(&name, &id)?;
+            }
+        }
+        let code = self.run_streamed(job, args, false)?;
+        if code == 0 {
+            let record = |a: &[&str]| -> Result<(), Refusal> {
+                let q = self.query(a)?;
+                if q.ok || q.code == Some(5) {
+                    Ok(())
+                } else {
+                    Err(Refusal::new(
+                        Reason::Internal,
+                        format!("recording the agent's remotes: {}", q.stderr.trim()),
+                    ))
+                }
+            };
+            let forget = [
+                "config",
+                "--fixed-value",
+                "--unset-all",
+                AGENT_REMOTE,
+                &name,
+            ];
+            match verb {
+                "add" => record(&["config", "--add", AGENT_REMOTE, &name])?,
+                "rename" => {
+                    record(&forget)?;
+                    let new = operands.get(2).cloned().unwrap_or_default();
+                    record(&["config", "--add", AGENT_REMOTE, &new])?;
+                }
+                "remove" | "rm" => record(&forget)?,
+                _ => {}
+            }
+        }
+        let _ = airlock_wire::frame::write_json(
+            job.stream,
+            airlock_wire::FrameKind::Exit,
+            &airlock_wire::Exit { code },
+            "exit",
+        );
+        Ok(code)
     }
 
     /// The remote `fetch`, `pull` and `ls-remote` use when none is named.

@@ -8,7 +8,7 @@ use airlock_wire::{Exit, FrameKind, Invocation, Reason};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +25,24 @@ pub(super) struct Job<'a> {
     pub(super) cwd: &'a Path,
     /// `-c key=value` pairs git runs with (after the protected ones, before the agent's).
     pub(super) config: Vec<String>,
+    /// git's global configuration (`GIT_CONFIG_GLOBAL`): the layer made from the agent's
+    /// `~/.gitconfig`, or the copy a `git config --global` edits (`crate::global`); `None`:
+    /// none (`/dev/null`).
+    pub(super) global: Option<PathBuf>,
+}
+
+impl Job<'_> {
+    /// A git command of this job (see [`crate::run::GitEnv::command`]) with its global
+    /// configuration.
+    pub(super) fn command(&self, server: &Server, args: &[String]) -> std::process::Command {
+        let mut cmd = server
+            .env
+            .command(self.cwd, &self.inv.env, &self.config, args);
+        if let Some(g) = &self.global {
+            cmd.env("GIT_CONFIG_GLOBAL", g);
+        }
+        cmd
+    }
 }
 
 impl Server {
@@ -47,8 +65,8 @@ impl Server {
         args: &[String],
         read_only: bool,
     ) -> Result<i32, Refusal> {
+        let mut cmd = job.command(self, args);
         let (stream, inv) = (&mut *job.stream, job.inv);
-        let mut cmd = self.env.command(job.cwd, &inv.env, &job.config, args);
         if let Some(w) = inv.term_width {
             cmd.env("COLUMNS", w.to_string());
         }
