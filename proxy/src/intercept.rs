@@ -761,9 +761,11 @@ fn check_head(ctx: &Ctx, req: &Request<Incoming>, route: &Route) -> Result<(), R
 }
 
 /// What the git credential may do for this request: on the service port only smart-HTTP
-/// of authorized repositories passes; on the agent's ports a push is refused, a read of an
-/// authorized repository may carry the token, and on the GitHub API host the token opens
-/// pull requests of authorized repositories (`airlock_policy::github_api`).
+/// passes, with the token for authorized repositories, and with no credential at all for
+/// another repository (a read-only remote; [`service_gate`] refuses a push to it); on the
+/// agent's ports a push is refused, a read of an authorized repository may carry the token,
+/// and on the GitHub API host the token opens pull requests of authorized repositories
+/// (`airlock_policy::github_api`).
 fn git_scope(
     ctx: &Cx<'_>,
     route: &Route,
@@ -789,11 +791,15 @@ fn git_scope(
         ctx.rules.policy.git.repositories.contains(&repo)
     });
     if ctx.git_service() {
-        if !authorized {
-            rec.rule = Some("git service: smart-HTTP of [git] repositories only".into());
-            return Err(Reason::RequestDeniedByRule);
-        }
-        return Ok(GitScope::Service);
+        return match git {
+            _ if authorized => Ok(GitScope::Service),
+            // A read-only remote: no credential (see `service_gate`, `inject`).
+            Some(_) => Ok(GitScope::None),
+            None => {
+                rec.rule = Some("git service: git smart-HTTP only".into());
+                Err(Reason::RequestDeniedByRule)
+            }
+        };
     }
     if gitpath::is_push(path, query) {
         return Err(Reason::GitPushBlocked);
@@ -815,7 +821,7 @@ async fn service_gate(
     if !ctx.git_service() {
         return Ok((req, None));
     }
-    // `git_scope` let only smart-HTTP requests of authorized repositories this far.
+    // `git_scope` let only smart-HTTP requests this far.
     let Some(git) = gitpath::parse(req.uri().path(), req.uri().query()) else {
         return Err(Reason::RequestDeniedByRule.into());
     };
@@ -825,14 +831,19 @@ async fn service_gate(
         return Err(Reason::RequestDeniedByRule.into());
     }
     let repository = git.repository(route.target.host.as_str());
-    let verdict = service::admit(
-        ctx.rules.credentials.git_service(),
-        ctx.shared.interception.service_state(),
-        req.headers(),
-        (git.service, &repository),
-        post,
-        SystemTime::now(),
-    );
+    let authorized = ctx.rules.policy.git.repositories.contains(&repository);
+    let verdict = if !authorized && git.service == Service::ReceivePack {
+        Err(service::read_only(&repository, post))
+    } else {
+        service::admit(
+            ctx.rules.credentials.git_service(),
+            ctx.shared.interception.service_state(),
+            req.headers(),
+            (git.service, &repository),
+            post,
+            SystemTime::now(),
+        )
+    };
     match verdict {
         Ok(admitted) => Ok((req, Some(admitted))),
         Err(refusal) => {
@@ -1004,7 +1015,8 @@ fn check_missing(
     view: &RequestView<'_>,
     rec: &mut Pending,
 ) -> Result<(), Reason> {
-    if !route.tls {
+    // A read-only remote's fetch on the service port carries no credential at all.
+    if !route.tls || (ctx.git_service() && scope == GitScope::None) {
         return Ok(());
     }
     let anonymous_read = match scope {
@@ -1119,7 +1131,14 @@ fn inject(
 ) -> Result<Option<Injected>, Reason> {
     let creds = &ctx.rules.credentials;
     let request = Some((view.method, view.path));
-    match creds.apply_to(&route.target.host, headers, scope, route.tls, request) {
+    // On the service port a repository outside `[git] repositories` (a read-only remote) is
+    // fetched with no credential: the bound headers are still removed, nothing is added.
+    let anonymous = ctx.git_service() && scope == GitScope::None;
+    if anonymous {
+        headers.remove(header::AUTHORIZATION);
+    }
+    let add = route.tls && !anonymous;
+    match creds.apply_to(&route.target.host, headers, scope, add, request) {
         Ok(injected) => {
             rec.credential = injected.as_ref().map(|i| i.names.clone());
             Ok(injected)

@@ -21,6 +21,10 @@
 //! ticket's updates are taken once ([`Spent`]: `git-ticket-replayed`). A request that
 //! cannot be read as commands is `git-push-malformed`.
 //!
+//! A repository outside `[git] repositories` on an allowed host (a read-only remote of the
+//! agent's) is fetched here with a ticket naming it and no credential; a push to it is
+//! refused whatever its ticket ([`read_only`]).
+//!
 //! Every refusal is an answer git shows ([`Refusal::answer`]): an `ERR` packet, or for a
 //! push whose commands were read a report-status with `ng <ref> <why>` for every command.
 
@@ -233,6 +237,23 @@ pub(crate) fn admit(
         repository: repository.to_owned(),
         service,
     })
+}
+
+/// The refusal of a push to a repository outside `[git] repositories` (a read-only remote:
+/// the git API fetches it with no credential and never pushes there), whatever its ticket.
+pub(crate) fn read_only(repository: &str, post: bool) -> Refusal {
+    let form = if post {
+        Form::Result(Service::ReceivePack)
+    } else {
+        Form::Advertisement(Service::ReceivePack)
+    };
+    Refusal::new(
+        Reason::RequestDeniedByRule,
+        format!(
+            "git service: {repository} is not in [git] repositories: the sandbox fetches it read-only and never pushes there"
+        ),
+        form,
+    )
 }
 
 /// The refusal of a push whose commands could not be read.

@@ -679,3 +679,108 @@ async fn a_receive_pack_body_that_cannot_be_read_is_refused() {
         "{lines:#?}"
     );
 }
+
+/// A read-only remote: the git API fetches a repository outside `[git] repositories` on a
+/// host the policy allows (its ticket names that repository). The upload-pack goes upstream
+/// with no credential at all (the git token is for authorized repositories only, and an
+/// `Authorization` of git's own is dropped); a push to it is refused whatever the ticket
+/// says, in words git prints, before anything goes upstream; and the fetch still needs a
+/// ticket naming it.
+#[tokio::test]
+async fn a_fetch_of_an_unauthorized_repository_passes_anonymously_and_a_push_to_it_never() {
+    let (mut h, got) = start().await;
+    let public = "allowed.test/x/pub";
+    let fetch = sealed(Op::Fetch, &[public], &[]);
+    let mut tls = tunnel(&h).await;
+    let mut raw = advertisement("x/pub", "git-upload-pack", Some(&fetch));
+    // git's own credentials on the request (a helper's answer): never sent on.
+    let own = format!("authorization: Basic {}\r\n\r\n", base64_basic("agent-own"));
+    raw.truncate(raw.len() - 2);
+    raw.extend_from_slice(own.as_bytes());
+    let (head, _) = exchange(&mut tls, &raw).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(header(&head, "x-airlock-error"), None, "{head}");
+    let want = [
+        pkt(format!("want {A}\n").as_bytes()),
+        b"00000009done\n".to_vec(),
+    ]
+    .concat();
+    let (head, _) = exchange(
+        &mut tls,
+        &post("x/pub", "git-upload-pack", Some(&fetch), "", &want),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    drop(tls);
+    // A push to it: refused with a reason git shows, whatever ticket it carries.
+    let push = sealed(Op::Push, &[public], &[(OWN, A, B)]);
+    for (name, raw) in [
+        (
+            "advertisement",
+            advertisement("x/pub", "git-receive-pack", Some(&push)),
+        ),
+        (
+            "POST",
+            post(
+                "x/pub",
+                "git-receive-pack",
+                Some(&push),
+                "",
+                &commands(&[(OWN, A, B)]),
+            ),
+        ),
+    ] {
+        let mut tls = tunnel(&h).await;
+        let (head, body) = exchange(&mut tls, &raw).await;
+        assert_eq!(
+            header(&head, "x-airlock-error").as_deref(),
+            Some("request-denied-by-rule"),
+            "{name}: {head}"
+        );
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains("airlock: request-denied-by-rule") && text.contains("read-only"),
+            "{name}: {text}"
+        );
+    }
+    // Still only the git API's own fetches: no ticket, or one for another repository.
+    let other = sealed(Op::Fetch, &[REPO], &[]);
+    for (ticket, reason) in [
+        (None, "git-ticket-missing"),
+        (Some(&other), "git-ticket-invalid"),
+    ] {
+        let mut tls = tunnel(&h).await;
+        let (head, _) = exchange(
+            &mut tls,
+            &advertisement("x/pub", "git-upload-pack", ticket.map(String::as_str)),
+        )
+        .await;
+        assert_eq!(
+            header(&head, "x-airlock-error").as_deref(),
+            Some(reason),
+            "{head}"
+        );
+    }
+    let seen = upstream(&got);
+    assert_eq!(seen.matches("HTTP/1.1\r\n").count(), 2, "{seen}");
+    assert!(
+        !seen.to_ascii_lowercase().contains("authorization"),
+        "a credential went upstream with an unauthorized repository's fetch: {seen}"
+    );
+    assert!(!seen.contains(TOKEN) && !seen.contains("v1."), "{seen}");
+    assert!(!seen.contains("git-receive-pack"), "{seen}");
+    let lines = h.finish().await;
+    let passed: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "git-service" && l["decision"] == "allow" && l["path"].is_string())
+        .collect();
+    assert!(
+        passed.iter().all(|l| l["credential"].is_null()),
+        "{passed:#?}"
+    );
+    assert_eq!(
+        refused_count(&lines, "request-denied-by-rule"),
+        2,
+        "{lines:#?}"
+    );
+}
