@@ -48,7 +48,7 @@ pub const KEY_FILE: &str = "session.key";
 pub const SOCKET_SUBDIR: &str = "git";
 /// The git API's socket file name.
 pub const SOCKET_FILE: &str = "git.sock";
-/// The git API's private directory inside the runtime directory (`root:airlock-git 0770`:
+/// The git API's private directory inside the runtime directory (`root:airlock-git 2770`:
 /// the git API edits a copy of the agent's `~/.gitconfig` there for `git config --global`;
 /// the agent cannot even reach it, so nothing there is a link it planted).
 pub const SCRATCH_SUBDIR: &str = "git-scratch";
@@ -680,9 +680,11 @@ fn socket_dir(run_dir: &Path, git_gid: u32) -> Result<PathBuf> {
     Ok(sock_dir)
 }
 
-/// The git API's private directory, empty: `root:<git group> 0770`, so the git API (the git
-/// group) creates files there and the agent (not in the group) cannot reach them. Whatever
-/// a previous start left is removed (it is never a link: the directory is made anew).
+/// The git API's private directory, empty: `root:<git group> 2770`, so the git API (the git
+/// group) creates files there and the agent (not in the group) cannot reach them; the
+/// setgid bit gives them the git group, so git's own `access(2)` checks (made with the real
+/// uid, `airlock-git`) pass too. Whatever a previous start left is removed (it is never a
+/// link: the directory is made anew).
 fn private_dir(dir: &Path, git_gid: u32) -> Result<PathBuf> {
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir),
@@ -696,7 +698,7 @@ fn private_dir(dir: &Path, git_gid: u32) -> Result<PathBuf> {
         .with_context(|| format!("cannot create {}", dir.display()))?;
     chown(dir, Some(Uid::from_raw(0)), Some(Gid::from_raw(git_gid)))
         .with_context(|| format!("cannot hand {} to the git group", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o770))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770))
         .with_context(|| format!("cannot set the mode of {}", dir.display()))?;
     Ok(dir.to_path_buf())
 }

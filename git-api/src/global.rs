@@ -17,7 +17,7 @@
 //!   precedence holds: system (the operator's default identity) < global (this layer) <
 //!   the repository's < `-c`. The layer is remade only when the file's bytes change.
 //! - A `git config --global` write in the workspace ([`AgentHome::edit`]) runs git on a
-//!   copy of the file in the git API's private directory (root:airlock-git 0770, made by
+//!   copy of the file in the git API's private directory (root:airlock-git 2770, made by
 //!   the entrypoint: the agent cannot reach it, so nothing there is a link it planted), and
 //!   the result replaces `~/.gitconfig` by a rename in the home ([`Edit::store`]): written
 //!   with the git API's effective uid, which is the agent's, never through a link.
@@ -28,7 +28,7 @@
 use std::ffi::CString;
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -213,12 +213,17 @@ impl AgentHome {
         let before = self.read()?;
         let n = self.edits.fetch_add(1, Ordering::Relaxed);
         let path = scratch.join(format!("gitconfig-{}-{n}", std::process::id()));
+        // Group-readable: the git group's (the directory is setgid), so that git's access(2)
+        // checks, made with the real uid (the git API's own), pass.
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(0o660)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
+            .map_err(HomeError::Write)?;
+        // Whatever the umask says.
+        f.set_permissions(std::fs::Permissions::from_mode(0o660))
             .map_err(HomeError::Write)?;
         let edit = Edit {
             home: self,

@@ -75,7 +75,7 @@ struct Cli {
     /// Without it git in the workspace reads no global configuration.
     #[arg(long)]
     agent_home: Option<PathBuf>,
-    /// A directory only the git API reaches (root:airlock-git 0770): `git config --global`
+    /// A directory only the git API reaches (root:airlock-git 2770): `git config --global`
     /// edits a copy of the agent's `.gitconfig` there. Without it those writes are refused.
     #[arg(long)]
     scratch_dir: Option<PathBuf>,
