@@ -144,30 +144,150 @@ pub fn claim_workspace(workdir: &Path, host_repo: Option<&str>) -> Result<Worksp
     }
 }
 
-/// The agent's home belongs to the ids it runs as (the image's tmpfs is mounted for the
-/// image's agent user; `--agent-uid` may have chosen the workspace owner's instead).
+/// The agent's home belongs to the ids it runs as, and to nobody else: see [`prepare_home`].
 pub fn give_home(agent: &crate::identity::Identity) -> Result<()> {
-    let Ok(meta) = std::fs::metadata(&agent.home) else {
+    prepare_home(&mut RealHome, agent)
+}
+
+/// What [`prepare_home`] reads of the agent's home and changes there: a seam, so that its
+/// decisions are tested without privileges (a recording double in the tests).
+pub trait HomeFs {
+    /// `lstat` of `path` (`Err`: it cannot be read, e.g. it does not exist).
+    fn stat(&self, path: &Path) -> std::io::Result<HomeMeta>;
+    /// The direct entries of the directory `dir` with their `lstat`, at most `max` of them.
+    fn entries(&self, dir: &Path, max: usize) -> std::io::Result<Vec<(PathBuf, HomeMeta)>>;
+    /// `chown(path, uid, gid)`.
+    fn chown(&mut self, path: &Path, uid: u32, gid: u32) -> std::io::Result<()>;
+    /// `chmod(path, mode)`.
+    fn chmod(&mut self, path: &Path, mode: u32) -> std::io::Result<()>;
+}
+
+/// What [`prepare_home`] needs of a file's `lstat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HomeMeta {
+    pub uid: u32,
+    pub gid: u32,
+    /// The permission bits (`& 0o7777`).
+    pub mode: u32,
+    /// The filesystem it is on (`st_dev`): an entry on another one is a mount point.
+    pub dev: u64,
+    pub is_dir: bool,
+}
+
+/// The entries of the home's top looked at (a reused home shows itself in its first
+/// entries: the agent's dotfiles).
+const HOME_ENTRIES_READ: usize = 10_000;
+
+/// The agent's home is its own: a home whose top or direct entries belong to another uid is
+/// a home another sandbox or another agent uid wrote (a volume reused across sandboxes or
+/// workspace owners), and the start is refused, naming the fix (files written there by
+/// another uid would be the agent's dotfiles and state now). An empty home whose top is not
+/// the agent's (the image's tmpfs or a new volume, made for uid 1000 when `--agent-uid` chose
+/// the workspace owner's) is given to the agent. The top is made 0700 (a volume comes as a
+/// copy of the image's 0755 directory; a tmpfs already has `mode=0700`). An entry on another
+/// filesystem (the operator's own mount inside the home) is not judged. No home, nothing.
+pub fn prepare_home(fs: &mut impl HomeFs, agent: &crate::identity::Identity) -> Result<()> {
+    let home = &agent.home;
+    let Ok(top) = fs.stat(home) else {
         return Ok(());
     };
-    if meta.uid() == agent.uid && meta.gid() == agent.gid {
-        return Ok(());
-    }
-    chown(
-        &agent.home,
-        Some(Uid::from_raw(agent.uid)),
-        Some(Gid::from_raw(agent.gid)),
-    )
-    .with_context(|| {
-        format!(
-            "cannot give the agent's home {} to uid {}: mount a writable tmpfs there (--tmpfs {}:uid={},gid={},mode=0700,size=1g)",
-            agent.home.display(),
-            agent.uid,
-            agent.home.display(),
+    if !top.is_dir {
+        bail!(
+            "the agent's home {} is not a directory: mount an empty volume or a tmpfs there (--tmpfs {}:uid={},gid={},mode=0700,size=1g)",
+            home.display(),
+            home.display(),
             agent.uid,
             agent.gid
+        );
+    }
+    let entries = fs
+        .entries(home, HOME_ENTRIES_READ)
+        .with_context(|| format!("cannot read the agent's home {}", home.display()))?;
+    let own: Vec<&(PathBuf, HomeMeta)> = entries.iter().filter(|(_, m)| m.dev == top.dev).collect();
+    let foreign: Vec<&(PathBuf, HomeMeta)> = own
+        .iter()
+        .copied()
+        .filter(|(_, m)| m.uid != agent.uid)
+        .collect();
+    let reused = |owner: u32, what: String| {
+        anyhow::anyhow!(
+            "the agent's home {} holds files of uid {owner} ({what}), not of the agent (uid {}): it is a home another sandbox or another workspace owner used; give this sandbox a new one (airlock destroy NAME removes a CLI sandbox's home volume airlock-home-NAME; docker volume rm VOLUME for your own), or start with the uid that wrote it",
+            home.display(),
+            agent.uid
         )
-    })
+    };
+    if let Some((path, meta)) = foreign.first() {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().escape_debug().to_string(),
+        );
+        let more = match foreign.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        return Err(reused(meta.uid, format!("{name}{more}")));
+    }
+    if top.uid != agent.uid && !own.is_empty() {
+        return Err(reused(top.uid, "its top directory".to_owned()));
+    }
+    if top.uid != agent.uid || top.gid != agent.gid {
+        fs.chown(home, agent.uid, agent.gid).with_context(|| {
+            format!(
+                "cannot give the agent's home {} to uid {}: mount a writable tmpfs there (--tmpfs {}:uid={},gid={},mode=0700,size=1g)",
+                home.display(),
+                agent.uid,
+                home.display(),
+                agent.uid,
+                agent.gid
+            )
+        })?;
+    }
+    if top.mode != 0o700 {
+        fs.chmod(home, 0o700).with_context(|| {
+            format!(
+                "cannot make the agent's home {} private (mode 0700)",
+                home.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// [`HomeFs`] on the real filesystem.
+struct RealHome;
+
+fn home_meta(m: &std::fs::Metadata) -> HomeMeta {
+    HomeMeta {
+        uid: m.uid(),
+        gid: m.gid(),
+        mode: m.mode() & 0o7777,
+        dev: m.dev(),
+        is_dir: m.file_type().is_dir(),
+    }
+}
+
+impl HomeFs for RealHome {
+    fn stat(&self, path: &Path) -> std::io::Result<HomeMeta> {
+        std::fs::symlink_metadata(path).map(|m| home_meta(&m))
+    }
+
+    fn entries(&self, dir: &Path, max: usize) -> std::io::Result<Vec<(PathBuf, HomeMeta)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)?.take(max) {
+            let entry = entry?;
+            let meta = std::fs::symlink_metadata(entry.path())?;
+            out.push((entry.path(), home_meta(&meta)));
+        }
+        Ok(out)
+    }
+
+    fn chown(&mut self, path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+        chown(path, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))).map_err(Into::into)
+    }
+
+    fn chmod(&mut self, path: &Path, mode: u32) -> std::io::Result<()> {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    }
 }
 
 /// Create the runtime and audit directories with their owners and modes.
@@ -315,6 +435,121 @@ mod tests {
             is_dir,
             read_only,
         }
+    }
+
+    /// A home as [`HomeFs`] sees it, recording the changes made.
+    #[derive(Default)]
+    struct Home {
+        top: Option<HomeMeta>,
+        entries: Vec<(PathBuf, HomeMeta)>,
+        changes: Vec<String>,
+    }
+
+    impl HomeFs for Home {
+        fn stat(&self, _: &Path) -> std::io::Result<HomeMeta> {
+            self.top.ok_or_else(|| std::io::ErrorKind::NotFound.into())
+        }
+        fn entries(&self, _: &Path, max: usize) -> std::io::Result<Vec<(PathBuf, HomeMeta)>> {
+            Ok(self.entries.iter().take(max).cloned().collect())
+        }
+        fn chown(&mut self, _: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+            self.changes.push(format!("chown {uid}:{gid}"));
+            Ok(())
+        }
+        fn chmod(&mut self, _: &Path, mode: u32) -> std::io::Result<()> {
+            self.changes.push(format!("chmod {mode:o}"));
+            Ok(())
+        }
+    }
+
+    fn meta(uid: u32, mode: u32, dev: u64) -> HomeMeta {
+        HomeMeta {
+            uid,
+            gid: uid,
+            mode,
+            dev,
+            is_dir: true,
+        }
+    }
+
+    fn home(top: HomeMeta, entries: &[(&str, HomeMeta)]) -> Home {
+        Home {
+            top: Some(top),
+            entries: entries
+                .iter()
+                .map(|(n, m)| (Path::new("/home/agent").join(n), *m))
+                .collect(),
+            changes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_volume_home_becomes_private_and_a_fresh_one_is_given_to_the_agent() {
+        let a = agent();
+        // A new volume: the image's empty 1000:1000 0755 directory.
+        let mut h = home(meta(1000, 0o755, 7), &[]);
+        prepare_home(&mut h, &a).unwrap();
+        assert_eq!(h.changes, ["chmod 700"]);
+        // The same for an agent uid of the workspace owner's: given to it, then private.
+        let other = Identity {
+            uid: 1001,
+            gid: 1001,
+            ..agent()
+        };
+        let mut h = home(meta(1000, 0o755, 7), &[]);
+        prepare_home(&mut h, &other).unwrap();
+        assert_eq!(h.changes, ["chown 1001:1001", "chmod 700"]);
+        // A tmpfs made for the agent (mode=0700): nothing to do.
+        let mut h = home(meta(1000, 0o700, 7), &[(".bashrc", meta(1000, 0o644, 7))]);
+        prepare_home(&mut h, &a).unwrap();
+        assert!(h.changes.is_empty(), "{:?}", h.changes);
+        // A home the agent used before (its own files): kept, made private.
+        let mut h = home(meta(1000, 0o755, 7), &[(".claude", meta(1000, 0o700, 7))]);
+        prepare_home(&mut h, &a).unwrap();
+        assert_eq!(h.changes, ["chmod 700"]);
+        // No home at all: nothing.
+        let mut h = Home::default();
+        prepare_home(&mut h, &a).unwrap();
+        assert!(h.changes.is_empty());
+    }
+
+    #[test]
+    fn a_home_another_uid_wrote_refuses_the_start_naming_the_fix() {
+        let a = agent();
+        // A volume reused across workspace owners: the last sandbox's agent was uid 1001.
+        let mut h = home(
+            meta(1000, 0o700, 7),
+            &[
+                (".bashrc", meta(1000, 0o644, 7)),
+                (".claude", meta(1001, 0o700, 7)),
+                (".cache", meta(1001, 0o700, 7)),
+            ],
+        );
+        let e = format!("{:#}", prepare_home(&mut h, &a).unwrap_err());
+        assert!(
+            e.contains("uid 1001")
+                && e.contains(".claude and 1 more")
+                && e.contains("airlock destroy")
+                && e.contains("(uid 1000)"),
+            "{e}"
+        );
+        assert!(h.changes.is_empty(), "nothing changed: {:?}", h.changes);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        // Its top another uid's and not empty: refused, not chowned.
+        let mut h = home(meta(1001, 0o700, 7), &[(".bashrc", meta(1000, 0o644, 7))]);
+        let e = format!("{:#}", prepare_home(&mut h, &a).unwrap_err());
+        assert!(e.contains("uid 1001 (its top directory)"), "{e}");
+        assert!(h.changes.is_empty());
+        // A root-owned file on the home's own filesystem counts; the operator's mount in
+        // the home (another filesystem) does not.
+        let mut h = home(meta(1000, 0o700, 7), &[(".ssh", meta(0, 0o700, 7))]);
+        assert!(prepare_home(&mut h, &a).is_err());
+        let mut h = home(meta(1000, 0o700, 7), &[(".config", meta(0, 0o755, 9))]);
+        prepare_home(&mut h, &a).unwrap();
+        // A name with a control character is shown escaped.
+        let mut h = home(meta(1000, 0o700, 7), &[("a\nb", meta(1001, 0o600, 7))]);
+        let e = format!("{:#}", prepare_home(&mut h, &a).unwrap_err());
+        assert!(e.contains("a\\nb") && e.lines().count() == 1, "{e}");
     }
 
     #[test]
