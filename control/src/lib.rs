@@ -33,6 +33,10 @@ pub mod paths;
 pub mod status;
 pub mod tmpfs;
 
+/// The admin protocol's version ([`admin::PREFIX`] is its path prefix), also the `api` of
+/// every readiness record ([`Status::api`]).
+pub const VERSION: u32 = 1;
+
 pub use caps::Capability;
 pub use status::{State, Status, Steps};
 pub use tmpfs::Tmpfs;

@@ -21,6 +21,11 @@ use thiserror::Error;
 /// The record's file name inside the control directory.
 pub const FILE: &str = "status.json";
 
+/// The command that asks, inside the container, whether the start is ready: the image's
+/// entrypoint with `--ready` reads the record and exits 0 when it says ready (1 not yet, 78
+/// refused). A Kubernetes `readinessProbe` runs it.
+pub const PROBE: [&str; 2] = ["/usr/local/bin/airlock-entrypoint", "--ready"];
+
 /// The temporary name a record is written under before it replaces [`FILE`].
 const TMP_FILE: &str = ".status.json.tmp";
 
@@ -61,7 +66,7 @@ pub struct Steps {
 /// One start's readiness: the record PID 1 writes and the admin API's status serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
-    /// The admin protocol version of the writer ([`crate::admin::VERSION`]).
+    /// The admin protocol version of the writer ([`crate::VERSION`]).
     pub api: u32,
     /// Where the start is.
     pub state: State,
@@ -91,7 +96,7 @@ impl Status {
     #[must_use]
     pub fn starting(version: &str, started_at_ms: u64) -> Status {
         Status {
-            api: crate::admin::VERSION,
+            api: crate::VERSION,
             state: State::Starting,
             version: version.to_owned(),
             session: None,

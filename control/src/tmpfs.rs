@@ -40,10 +40,10 @@ impl Tmpfs {
         format!("{}:{}", self.target, self.options)
     }
 
-    /// [`Tmpfs::spec`] with the `uid=` and `gid=` options (if any) set to `uid`: the agent's
-    /// home for an agent user whose uid is not the image's 1000.
+    /// The options with `uid=` and `gid=` (if any) set to `uid`: the agent's home for an
+    /// agent user whose uid is not the image's 1000.
     #[must_use]
-    pub fn spec_for_uid(&self, uid: u32) -> String {
+    pub fn options_for_uid(&self, uid: u32) -> String {
         let options: Vec<String> = self
             .options
             .split(',')
@@ -52,7 +52,7 @@ impl Tmpfs {
                 _ => o.to_owned(),
             })
             .collect();
-        format!("{}:{}", self.target, options.join(","))
+        options.join(",")
     }
 }
 
@@ -140,12 +140,12 @@ mod tests {
     }
 
     #[test]
-    fn the_home_spec_follows_the_agent_uid() {
-        assert_eq!(HOME.spec_for_uid(1000), HOME.spec());
+    fn the_home_options_follow_the_agent_uid() {
+        assert_eq!(HOME.options_for_uid(1000), HOME.options);
         assert_eq!(
-            HOME.spec_for_uid(1234),
-            "/home/agent:rw,exec,nosuid,nodev,uid=1234,gid=1234,mode=0700,size=1g"
+            HOME.options_for_uid(1234),
+            "rw,exec,nosuid,nodev,uid=1234,gid=1234,mode=0700,size=1g"
         );
-        assert_eq!(TMP.spec_for_uid(1234), TMP.spec());
+        assert_eq!(TMP.options_for_uid(1234), TMP.options);
     }
 }

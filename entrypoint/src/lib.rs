@@ -33,6 +33,7 @@ pub mod problems;
 pub mod procfs;
 pub mod proxy_ctl;
 pub mod proxy_state;
+pub mod readiness;
 pub mod rescan;
 pub mod seccomp;
 pub mod second;

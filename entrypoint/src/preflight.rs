@@ -18,12 +18,17 @@
 //! them. A tmpfs without a size (Docker's default: half the host's RAM) lets the agent fill
 //! the cgroup, after which `docker exec` fails and requests hang. So each must have an
 //! explicit size, and their sizes plus [`PROCESS_RESERVE`] must fit the memory limit: filling
-//! them then ends in `ENOSPC` and nothing else. The documented sizes are
-//! [`DOCUMENTED_TMPFS`]; `docker/run-flags.sh` and `compose.yaml` are tested to agree.
+//! them then ends in `ENOSPC` and nothing else.
+//!
+//! What "documented" means is `airlock-control`'s: the capabilities with their jobs, the
+//! tmpfs mounts with their options and sizes, the limits. The host CLI renders its run flags
+//! from the same definition, and `docker/run-flags.sh` and `compose.yaml` are tested to agree
+//! with it (here and in the CLI's tests), so the flag a refusal names is the flag they use.
 //!
 //! It does not fix anything and does not judge the policy or the users (later steps do).
 
 use crate::procfs::{Mount, parse_mountinfo};
+use airlock_control::{caps as contract, limits, tmpfs};
 use anyhow::{Result, bail};
 use caps::{CapSet, Capability};
 use std::collections::HashSet;
@@ -31,43 +36,19 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Environment variable that selects the checks (see the module docs).
-pub const MODE_VAR: &str = "AIRLOCK_PREFLIGHT";
+pub const MODE_VAR: &str = airlock_control::env::PREFLIGHT;
 
-/// What the entrypoint needs as root, each for one job. The documented run command adds
-/// exactly these after `--cap-drop ALL`.
-pub const REQUIRED_CAPS: [(Capability, &str); 8] = [
-    (Capability::CAP_NET_ADMIN, "apply the firewall"),
-    (
-        Capability::CAP_SETUID,
-        "run the proxy and the agent as their users",
-    ),
-    (Capability::CAP_SETGID, "set their groups"),
-    (Capability::CAP_SETPCAP, "clear their bounding sets"),
-    (Capability::CAP_KILL, "signal the proxy and the agent"),
-    (
-        Capability::CAP_CHOWN,
-        "hand the audit log to the proxy user",
-    ),
-    (
-        Capability::CAP_FOWNER,
-        "set the audit directory's mode after the chown",
-    ),
-    (
-        Capability::CAP_DAC_OVERRIDE,
-        "write the credential hand-off and reach the audit log inside the proxy's 0700 directories",
-    ),
-];
+/// What the entrypoint needs as root, each for one job (`airlock_control::caps`), as the
+/// kernel names them. The documented run command adds exactly these after `--cap-drop ALL`.
+pub fn required_caps() -> Vec<(Capability, &'static str)> {
+    contract::CAPABILITIES
+        .iter()
+        .filter_map(|c| Some((c.kernel_name().parse().ok()?, c.why)))
+        .collect()
+}
 
-/// The documented size of each tmpfs the run command mounts (`--tmpfs POINT:...,size=`),
-/// the agent's home under `/home/agent` in the image. Docker adds `/dev` and `/dev/shm` at
-/// 64 MiB each (`--shm-size`).
-pub const DOCUMENTED_TMPFS: [(&str, &str); 3] =
-    [("/tmp", "512m"), ("/run", "64m"), ("/home/agent", "1g")];
-
-/// Memory the processes need beside the full tmpfs mounts: PID 1, the proxy, the git API and
-/// the agent's own tools. With the documented sizes (1.69 GiB of tmpfs in all) and
-/// `--memory 4g` 2.3 GiB are left, so this is a floor, not an estimate of an agent's needs.
-pub const PROCESS_RESERVE: u64 = 1 << 30;
+/// Memory the processes need beside the full tmpfs mounts (`airlock_control::limits`).
+pub const PROCESS_RESERVE: u64 = limits::PROCESS_RESERVE;
 
 /// Which checks run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,10 +170,7 @@ impl fmt::Display for Missing {
         match self {
             Missing::Capability(cap) => {
                 let name = docker_name(*cap);
-                let why = REQUIRED_CAPS
-                    .iter()
-                    .find(|(c, _)| c == cap)
-                    .map_or("", |(_, why)| why);
+                let why = contract::find(&name).map_or("", |c| c.why);
                 write!(f, "--cap-add {name} (needed to {why})")
             }
             Missing::ExtraCapabilities(extra) => {
@@ -235,9 +213,12 @@ impl fmt::Display for Missing {
             Missing::PidsLimit => write!(f, "--pids-limit (no limit on processes)"),
             Missing::MemoryLimit(Limit::Unreadable) => write!(
                 f,
-                "--memory 4g (no memory limit readable in /sys/fs/cgroup, so the tmpfs sizes cannot be checked against it)"
+                "--memory {} (no memory limit readable in /sys/fs/cgroup, so the tmpfs sizes cannot be checked against it)",
+                limits::MEMORY
             ),
-            Missing::MemoryLimit(_) => write!(f, "--memory 4g (no memory limit)"),
+            Missing::MemoryLimit(_) => {
+                write!(f, "--memory {} (no memory limit)", limits::MEMORY)
+            }
         }
     }
 }
@@ -254,25 +235,13 @@ fn gib_flag(bytes: u64) -> String {
 
 /// The documented flag that mounts `point` as a sized tmpfs.
 fn sized_flag(point: &Path, layout: &Layout) -> String {
-    let size = |p: &str| {
-        DOCUMENTED_TMPFS
-            .iter()
-            .find(|(q, _)| *q == p)
-            .map_or("64m", |(_, s)| s)
-    };
-    if point == Path::new("/tmp") {
-        format!("--tmpfs /tmp:rw,exec,nosuid,nodev,size={}", size("/tmp"))
-    } else if point == Path::new("/run") {
-        format!("--tmpfs /run:rw,nosuid,nodev,noexec,size={}", size("/run"))
-    } else if point == layout.agent_home {
-        format!(
-            "--tmpfs {}:rw,exec,nosuid,nodev,uid={uid},gid={uid},mode=0700,size={}",
-            point.display(),
-            size("/home/agent"),
-            uid = layout.agent_uid
-        )
+    if point == layout.agent_home {
+        let options = tmpfs::HOME.options_for_uid(layout.agent_uid);
+        format!("--tmpfs {}:{options}", point.display())
+    } else if let Some(t) = tmpfs::TMPFS.iter().find(|t| point == Path::new(t.target)) {
+        format!("--tmpfs {}", t.spec())
     } else if point == Path::new("/dev/shm") {
-        "--shm-size 64m".to_owned()
+        format!("--shm-size {}", limits::SHM_SIZE)
     } else {
         format!("--tmpfs {}:size=64m (or remove it)", point.display())
     }
@@ -312,15 +281,16 @@ pub fn missing(mode: Mode, facts: &Facts, layout: &Layout) -> Vec<Missing> {
     if mode == Mode::Off {
         return out;
     }
-    for (cap, _) in REQUIRED_CAPS {
-        if !facts.effective.contains(&cap) {
-            out.push(Missing::Capability(cap));
+    let required_caps = required_caps();
+    for (cap, _) in &required_caps {
+        if !facts.effective.contains(cap) {
+            out.push(Missing::Capability(*cap));
         }
     }
     if mode == Mode::Capabilities {
         return out;
     }
-    let required: HashSet<Capability> = REQUIRED_CAPS.iter().map(|(c, _)| *c).collect();
+    let required: HashSet<Capability> = required_caps.iter().map(|(c, _)| *c).collect();
     let mut extra: Vec<Capability> = facts.bounding.difference(&required).copied().collect();
     extra.sort_by_key(|c| c.index());
     if !extra.is_empty() {
@@ -472,9 +442,10 @@ pub fn check(input: &Input<'_>) -> Result<()> {
         workspace: input.workspace.to_path_buf(),
         audit_dir: input.audit_dir.to_path_buf(),
         run_dir: input.run_dir.to_path_buf(),
-        agent_home: agent
-            .as_ref()
-            .map_or_else(|| PathBuf::from("/home/agent"), |u| u.dir.clone()),
+        agent_home: agent.as_ref().map_or_else(
+            || PathBuf::from(airlock_control::paths::AGENT_HOME),
+            |u| u.dir.clone(),
+        ),
         agent_uid: agent.map_or(1000, |u| u.uid.as_raw()),
     };
     let gaps = missing(mode, &gather(), &layout);
@@ -530,7 +501,7 @@ mod tests {
     }
 
     fn documented() -> Facts {
-        let required: HashSet<Capability> = REQUIRED_CAPS.iter().map(|(c, _)| *c).collect();
+        let required: HashSet<Capability> = required_caps().iter().map(|(c, _)| *c).collect();
         Facts {
             effective: required.clone(),
             bounding: required,
@@ -842,6 +813,51 @@ mod tests {
         }
     }
 
+    /// The run `airlock-control` describes (every capability, every tmpfs with its options
+    /// and size, the memory limit) passes: what the CLI renders from it starts.
+    #[test]
+    fn the_contract_s_run_passes_the_preflight() {
+        assert_eq!(
+            required_caps().len(),
+            contract::CAPABILITIES.len(),
+            "every capability of the contract has a kernel name"
+        );
+        let specs: Vec<String> = tmpfs::TMPFS
+            .iter()
+            .chain([&tmpfs::GIT_COVER])
+            .map(|t| t.spec())
+            .collect();
+        let f = facts_of(&specs, limits::MEMORY);
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+        for t in tmpfs::TMPFS {
+            let flag = sized_flag(Path::new(t.target), &layout());
+            assert_eq!(flag, format!("--tmpfs {}", t.spec()));
+        }
+        assert_eq!(
+            sized_flag(Path::new("/dev/shm"), &layout()),
+            format!("--shm-size {}", limits::SHM_SIZE)
+        );
+    }
+
+    /// The CLI mounts a volume of the sandbox's own at the home instead of its tmpfs: a
+    /// writable home is all the preflight asks, and the volume takes no memory.
+    #[test]
+    fn a_home_volume_passes_in_place_of_its_tmpfs() {
+        let specs: Vec<String> = [tmpfs::TMP, tmpfs::RUN, tmpfs::GIT_COVER]
+            .iter()
+            .map(|t| t.spec())
+            .collect();
+        let mut f = facts_of(&specs, limits::MEMORY);
+        f.mounts.extend(parse_mountinfo(
+            "99 69 8:1 /var/lib/docker/volumes/airlock-home-x/_data /home/agent rw,relatime - ext4 /dev/sda1 rw\n",
+        ));
+        assert_eq!(missing(Mode::Container, &f, &layout()), Vec::new());
+        // Read-only, it is not a home.
+        let last = f.mounts.len() - 1;
+        f.mounts[last].read_only = true;
+        assert_eq!(only(&f).code(), "missing-agent-home");
+    }
+
     #[test]
     fn compose_yaml_agrees_with_the_preflight() {
         let text = repo_file("compose.yaml");
@@ -914,9 +930,9 @@ mod tests {
         let mut f = Facts::default();
         assert_eq!(
             missing(Mode::Capabilities, &f, &layout()).len(),
-            REQUIRED_CAPS.len()
+            required_caps().len()
         );
-        f.effective = REQUIRED_CAPS.iter().map(|(c, _)| *c).collect();
+        f.effective = required_caps().iter().map(|(c, _)| *c).collect();
         assert!(missing(Mode::Capabilities, &f, &layout()).is_empty());
         assert!(missing(Mode::Off, &Facts::default(), &layout()).is_empty());
         assert!(missing(Mode::Container, &Facts::default(), &layout()).len() > 8);

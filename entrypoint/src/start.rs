@@ -9,8 +9,8 @@ use crate::plan::{self, Plan};
 use crate::proxy_ctl::{self, ProxySpec};
 use crate::spawn::{RunAs, Session as TtySession};
 use crate::{
-    agent_env, console, credentials, effective, git, rescan, seccomp, second, selftest, setup,
-    supervise, trust, workspace_secrets,
+    agent_env, console, credentials, effective, git, readiness, rescan, seccomp, second, selftest,
+    setup, supervise, trust, workspace_secrets,
 };
 use airlock_policy::Policy;
 use anyhow::{Context, Result, anyhow};
@@ -127,14 +127,43 @@ impl Clock {
     fn ready_line(&self, session_id: &str) -> String {
         ready_line(session_id, self.t0.elapsed(), &self.steps)
     }
+
+    /// The steps so far, as the readiness record carries them.
+    fn record(&self) -> airlock_control::Steps {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        airlock_control::Steps {
+            total_ms: ms(self.t0.elapsed()),
+            validate_ms: ms(self.steps.validate),
+            services_ms: ms(self.steps.services),
+            firewall_ms: ms(self.steps.firewall),
+            self_test_ms: ms(self.steps.self_test),
+        }
+    }
 }
 
-/// PID 1's start: `--check`, or the checks, set-up and supervision; the agent's exit status.
+/// PID 1's start: `--check`, `--ready`, or the checks, set-up and supervision; the agent's
+/// exit status. The start's readiness record says `starting` at once, then `ready` or
+/// `refused` (with the line).
 pub fn run(cli: Cli) -> Result<i32> {
-    let mut clock = Clock::start();
+    let clock = Clock::start();
     if cli.check {
         return check_only(&cli);
     }
+    if cli.ready {
+        let (code, line) = readiness::probe(&cli.run_dir);
+        println!("{line}");
+        return Ok(code);
+    }
+    let mut record = readiness::Record::begin(&cli.run_dir);
+    let started = start(cli, clock, &mut record);
+    if let Err(e) = &started {
+        record.refused(&readiness::reason(e));
+    }
+    started
+}
+
+/// The checks, set-up and supervision.
+fn start(cli: Cli, mut clock: Clock, record: &mut readiness::Record) -> Result<i32> {
     let Checked {
         policy,
         users,
@@ -157,6 +186,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         workdir_is_dir: cli.workdir.is_dir(),
     };
     let plan = Plan::new(&cli, found, |k| std::env::var(k).ok());
+    record.known(
+        &session.id,
+        cli.sandbox.as_deref().unwrap_or(&policy.sandbox.name),
+    );
 
     setup::give_home(&users.agent)?;
     warn_forced(&plan.forced);
@@ -220,8 +253,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     self_test_as_agent(&users, &filters, plan.self_test)?;
     clock.steps.self_test = clock.lap();
 
-    setup::reduce_pid1_caps()?;
     let ready = clock.ready_line(&session.id);
+    // Before PID 1 gives up CAP_DAC_OVERRIDE: the host's control directory is not root's.
+    record.ready(clock.record())?;
+    setup::reduce_pid1_caps()?;
     let rescan = rescan_spec(&cli, &users, &filters, &proxy_spec);
     let child = spawn_agent(&cli, &plan, &users, filters, &ready)?;
     supervise_until_exit(

@@ -31,7 +31,7 @@ pub use response::{
 };
 
 /// The protocol version this crate speaks.
-pub const VERSION: u32 = 1;
+pub use crate::VERSION;
 /// The path prefix of [`VERSION`].
 pub const PREFIX: &str = "/v1";
 /// The admin socket's file name inside the control directory

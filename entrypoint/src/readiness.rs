@@ -1,0 +1,238 @@
+//! The start's readiness record in the control directory ([`airlock_control::status`]):
+//! `starting` as soon as PID 1 runs, `ready` with each step's time just before the agent
+//! starts, `refused` with the line when the start fails; and [`probe`], what
+//! `airlock-entrypoint --ready` answers (a Kubernetes readiness probe).
+//!
+//! The control directory is `<run dir>/operator/control`
+//! ([`airlock_control::paths::control_dir`]): the host's directory when the CLI mounts one
+//! there, else one PID 1 makes on the `/run` tmpfs. Its parent is made root's 0700 here,
+//! before anything runs as the agent, so the agent can neither list it nor reach what is in
+//! it, whoever owns the control directory itself (a host directory's owner may well be the
+//! agent's uid).
+//!
+//! The record is written while PID 1 still holds `CAP_DAC_OVERRIDE` (the ready record just
+//! before PID 1 gives it up): a control directory mounted from the host is the host user's,
+//! not root's.
+
+use airlock_control::paths;
+use airlock_control::status::{self, State, Status, Steps};
+use anyhow::{Context, Result};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// This start's record and where it goes.
+#[derive(Debug)]
+pub struct Record {
+    run_dir: PathBuf,
+    status: Status,
+}
+
+/// Unix milliseconds now.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Record {
+    /// The record of a start that begins now, in the control directory of `run_dir`: the
+    /// directory is prepared, an earlier start's record removed and `starting` written. Best
+    /// effort: a directory that cannot be prepared yet (the checks that follow say why the
+    /// container is wrong) fails the start at [`Record::ready`], which tries again.
+    pub fn begin(run_dir: &Path) -> Record {
+        let record = Record {
+            run_dir: run_dir.to_path_buf(),
+            status: Status::starting(env!("CARGO_PKG_VERSION"), now_ms()),
+        };
+        let _ = record.write();
+        record
+    }
+
+    /// The control directory.
+    pub fn dir(&self) -> PathBuf {
+        paths::control_dir(&self.run_dir)
+    }
+
+    /// What the checks found out: this start's session and sandbox name.
+    pub fn known(&mut self, session: &str, sandbox: &str) {
+        self.status.session = Some(session.to_owned());
+        self.status.sandbox = Some(sandbox.to_owned());
+    }
+
+    /// The start is ready after `steps`: written, or the start fails (the host waits for it).
+    pub fn ready(&mut self, steps: Steps) -> Result<()> {
+        self.status = self.status.clone().ready(now_ms(), steps);
+        self.write()
+    }
+
+    /// The start was refused for `reason`: written if it can be (best effort; the line is
+    /// on stderr anyway). A start that was ready stays ready: what fails after it is the
+    /// agent's run, not the start.
+    pub fn refused(&mut self, reason: &str) {
+        if self.status.state == State::Ready {
+            return;
+        }
+        self.status = self.status.clone().refused(reason);
+        let _ = self.write();
+    }
+
+    /// Prepare the directory and write the record whole.
+    fn write(&self) -> Result<()> {
+        let dir = prepare(&self.run_dir)?;
+        status::write(&dir, &self.status)
+            .with_context(|| "fix: give the container a writable control directory (docs/docker.md, \"Readiness\")".to_owned())
+    }
+}
+
+/// The root-only parent (0700) and the control directory in it; returns the latter. A
+/// directory PID 1 makes is root's 0700; one already there (the host's mount) keeps its
+/// owner and mode.
+fn prepare(run_dir: &Path) -> Result<PathBuf> {
+    let gate = paths::operator_dir(run_dir);
+    std::fs::create_dir_all(&gate).with_context(|| {
+        format!(
+            "cannot create the control directory's parent {}",
+            gate.display()
+        )
+    })?;
+    let meta = std::fs::symlink_metadata(&gate)
+        .with_context(|| format!("cannot read {}", gate.display()))?;
+    anyhow::ensure!(
+        meta.is_dir(),
+        "{} is not a directory: the control directory's parent must be one",
+        gate.display()
+    );
+    std::os::unix::fs::lchown(&gate, Some(0), Some(0))
+        .with_context(|| format!("cannot give {} to root", gate.display()))?;
+    std::fs::set_permissions(&gate, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot set the mode of {}", gate.display()))?;
+    let dir = paths::control_dir(run_dir);
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot set the mode of {}", dir.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot create the control directory {}", dir.display()));
+        }
+    }
+    Ok(dir)
+}
+
+/// The line a refused start's record carries for `err`: the problems' lines, or the error
+/// with its causes.
+pub fn reason(err: &anyhow::Error) -> String {
+    match err.downcast_ref::<crate::problems::Refused>() {
+        Some(crate::problems::Refused(lines)) => lines.join("; "),
+        None => format!("{err:#}"),
+    }
+}
+
+/// `--ready`: the start's state from its record in the control directory of `run_dir`, as
+/// one line and an exit status: 0 ready, 1 not yet (or no readable record), 78 refused.
+pub fn probe(run_dir: &Path) -> (i32, String) {
+    let dir = paths::control_dir(run_dir);
+    match status::read(&dir) {
+        Ok(Some(s)) => match s.state {
+            State::Ready => (
+                0,
+                format!("ready (session {})", s.session.unwrap_or_default()),
+            ),
+            State::Refused => (
+                i32::from(airlock_control::exit::REFUSED),
+                format!("refused: {}", s.reason.unwrap_or_default()),
+            ),
+            State::Starting | State::Unknown => (1, "starting".to_owned()),
+        },
+        Ok(None) => (1, format!("no readiness record in {} yet", dir.display())),
+        Err(e) => (1, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    /// What a probe runs is this flag of this binary.
+    #[test]
+    fn the_probe_command_is_the_ready_flag() {
+        use clap::Parser as _;
+        let cli = crate::config::Cli::try_parse_from(airlock_control::status::PROBE).unwrap();
+        assert!(cli.ready && !cli.check && cli.command.is_empty());
+    }
+
+    #[test]
+    fn a_start_is_starting_then_ready_and_a_later_failure_does_not_unready_it() {
+        let run = tempfile::tempdir().unwrap();
+        let mut r = Record::begin(run.path());
+        assert_eq!(probe(run.path()).0, 1);
+        let gate = std::fs::metadata(paths::operator_dir(run.path())).unwrap();
+        assert_eq!(
+            (gate.uid(), gate.mode() & 0o777),
+            (0, 0o700),
+            "root's, 0700"
+        );
+        r.known("s1", "demo");
+        r.ready(Steps {
+            total_ms: 5,
+            ..Steps::default()
+        })
+        .unwrap();
+        assert_eq!(probe(run.path()), (0, "ready (session s1)".to_owned()));
+        r.refused("the agent's command failed");
+        assert_eq!(probe(run.path()).0, 0);
+        let s = status::read(&r.dir()).unwrap().unwrap();
+        assert_eq!(s.sandbox.as_deref(), Some("demo"));
+        assert_eq!(s.steps.map(|s| s.total_ms), Some(5));
+    }
+
+    #[test]
+    fn a_refused_start_says_why_and_a_new_start_forgets_the_old_record() {
+        let run = tempfile::tempdir().unwrap();
+        let mut r = Record::begin(run.path());
+        r.refused("--read-only (the root filesystem is writable)");
+        assert_eq!(
+            probe(run.path()),
+            (
+                78,
+                "refused: --read-only (the root filesystem is writable)".to_owned()
+            )
+        );
+        Record::begin(run.path());
+        assert_eq!(probe(run.path()), (1, "starting".to_owned()));
+    }
+
+    /// The host's directory is mounted there already: it keeps its owner and mode (the
+    /// host user's), and only its root-only parent is PID 1's to set.
+    #[test]
+    fn a_mounted_control_directory_keeps_its_owner_and_mode() {
+        let run = tempfile::tempdir().unwrap();
+        let dir = paths::control_dir(run.path());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
+        std::os::unix::fs::lchown(&dir, Some(1000), Some(1000)).unwrap();
+        let mut r = Record::begin(run.path());
+        r.ready(Steps::default()).unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (1000, 0o750));
+        assert_eq!(probe(run.path()).0, 0);
+    }
+
+    #[test]
+    fn a_link_in_place_of_the_parent_is_refused() {
+        let run = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), paths::operator_dir(run.path())).unwrap();
+        let mut r = Record::begin(run.path());
+        let e = r.ready(Steps::default()).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a directory"), "{e:#}");
+        assert!(
+            std::fs::read_dir(elsewhere.path())
+                .unwrap()
+                .next()
+                .is_none()
+        );
+    }
+}
