@@ -10,12 +10,13 @@ use bollard::query_parameters::{
     LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
 };
 use futures_util::StreamExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 
 mod archive;
 mod io;
 mod probe;
+pub mod ready;
 pub mod volumes;
 pub use io::{Attached, DETACH_KEYS, Ended, Link, SESSION};
 pub use probe::Facts;
@@ -28,9 +29,6 @@ pub const LABEL_DATA: &str = "dev.airlock.data";
 /// The label of a `run`'s one-shot container (`true`): its branch is fetched back and the
 /// sandbox removed when its session ends, by `run` or, if `run` was killed, by `gc`.
 pub const LABEL_ONESHOT: &str = "dev.airlock.oneshot";
-
-/// What the entrypoint logs once the agent runs (`session ... ready in N ms`).
-const READY: &str = " ready in ";
 
 /// A failed engine operation, naming the engine, image or container.
 #[derive(Debug, Error)]
@@ -80,17 +78,35 @@ pub enum EngineError {
         /// Why.
         why: String,
     },
-    /// The container stopped before the entrypoint said it was ready.
+    /// The container stopped, or took too long, before its readiness record said ready.
     #[error(
-        "sandbox container {name} did not become ready (exit {code:?}); its last output:\n{tail}"
+        "sandbox container {name} did not become ready: {why} (exit {code:?}); its last output:\n{tail}"
     )]
     NotReady {
         /// The container.
         name: String,
+        /// What happened instead.
+        why: String,
         /// Its exit code, if it exited.
         code: Option<i64>,
         /// Its last lines.
         tail: String,
+    },
+    /// The container's readiness record says the start was refused.
+    #[error("sandbox container {name} refused to start: {reason}")]
+    Refused {
+        /// The container.
+        name: String,
+        /// The entrypoint's line: what is wrong and how to fix it.
+        reason: String,
+    },
+    /// The readiness record in the sandbox's control directory could not be read or cleared.
+    #[error("the sandbox's control directory {dir}: {source}")]
+    Readiness {
+        /// The host directory.
+        dir: String,
+        /// Why.
+        source: airlock_control::status::StatusError,
     },
 }
 
@@ -332,43 +348,6 @@ impl Engine {
             }
         }
         Ok(out)
-    }
-
-    /// How many times the entrypoint has said `ready in` so far (one per start).
-    pub async fn ready_count(&self, id: &str) -> Result<usize, EngineError> {
-        let logs = self.logs(id, None).await?;
-        Ok(String::from_utf8_lossy(&logs).matches(READY).count())
-    }
-
-    /// Wait until the entrypoint logs `ready in` for the `starts`-th time, or fail with its
-    /// last lines if it stops.
-    pub async fn wait_ready(
-        &self,
-        id: &str,
-        starts: usize,
-        limit: Duration,
-    ) -> Result<Duration, EngineError> {
-        let start = Instant::now();
-        loop {
-            let logs = self.logs(id, None).await?;
-            if String::from_utf8_lossy(&logs).matches(READY).count() >= starts {
-                return Ok(start.elapsed());
-            }
-            let state = self.inspect(id).await?;
-            let stopped = state.as_ref().is_none_or(|s| !s.running);
-            if stopped || start.elapsed() > limit {
-                let text = String::from_utf8_lossy(&logs).to_string();
-                let tail: Vec<&str> = text.lines().rev().take(5).collect();
-                let tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
-                let code = state.and_then(|s| s.exit_code);
-                return Err(EngineError::NotReady {
-                    name: id.into(),
-                    code,
-                    tail,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! <data>/sandboxes/<name>/repo.git   the sandbox's git dir (objects borrowed from its store)
 //! <data>/sandboxes/<name>/work/      its work tree (mounted at /workspace)
 //! <data>/sandboxes/<name>/audit/     its audit log
+//! <data>/sandboxes/<name>/control/   its control directory: the start's readiness record
 //! <data>/sandboxes/<name>/host.git   the CLI's own git dir for reading the sandbox
 //! <data>/audit/<name>-<created>/  a removed sandbox's audit logs (kept 30 days)
 //! <data>/stores/<base>.git           the objects a base commit reaches (checkout::store)

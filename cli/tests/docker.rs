@@ -713,3 +713,58 @@ fn a_sandbox_sees_the_operator_s_remotes_without_their_credentials() {
     );
     w.ok(&["destroy", &s]);
 }
+
+/// A start is ready when PID 1's record in the sandbox's control directory (a host
+/// directory of the CLI's, mounted in the container) says so, not when the container prints
+/// something; each start writes its own. Inside, the agent can neither list that directory,
+/// read the record nor replace it.
+#[test]
+fn a_start_is_ready_by_its_record_and_the_agent_cannot_reach_the_control_directory() {
+    let w = World::new("ctl");
+    let s = w.name("s");
+    w.ok(&w
+        .new_args(
+            &s,
+            Some("echo 'airlock: session fake ready in 1 ms'; exec sleep 600"),
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let control = w.data().join("sandboxes").join(&s).join("control");
+    let record = || -> Value {
+        let text = std::fs::read_to_string(control.join("status.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let first = record();
+    assert_eq!(first["state"], "ready", "{first}");
+    assert!(first["steps"]["total_ms"].as_u64().is_some(), "{first}");
+    let seen = as_agent(
+        &w,
+        &s,
+        "ls /run/airlock >/dev/null; echo runlist=$?; \
+         ls /run/airlock/operator; echo list=$?; \
+         cat /run/airlock/operator/control/status.json; echo read=$?; \
+         echo '{}' > /run/airlock/operator/control/status.json; echo forge=$?",
+    );
+    assert!(seen.contains("runlist=0"), "{seen}");
+    for step in ["list", "read", "forge"] {
+        let status = seen
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{step}=")))
+            .unwrap_or_else(|| panic!("{step} did not run: {seen}"));
+        assert_ne!(status, "0", "{step} succeeded: {seen}");
+    }
+    assert!(
+        !seen.contains("\"state\""),
+        "the agent read the record: {seen}"
+    );
+    assert_eq!(record(), first, "the record is unchanged");
+    // A new start: its own record, another session.
+    w.ok(&["stop", &s]);
+    w.ok(&["start", &s]);
+    let second = record();
+    assert_eq!(second["state"], "ready", "{second}");
+    assert_ne!(second["session"], first["session"]);
+    w.ok(&["destroy", &s]);
+    assert!(!control.exists());
+}

@@ -14,6 +14,9 @@
 //!                         and its ancestors beside it, so the relative paths resolve on both
 //!                         sides)
 //! work/                   the work tree, with an empty .git (the mount point of the cover)
+//! audit/                  the audit log (the proxy user's once the sandbox has started)
+//! control/                the control directory (0700, the operator's): the start's
+//!                         readiness record, written by PID 1
 //! host.git/               the CLI's own git dir for reading the sandbox (never mounted):
 //!                         only our config, the sandbox's objects through alternates, the
 //!                         branch tip the CLI read and validated itself
@@ -41,6 +44,7 @@ pub mod remotes;
 pub mod store;
 
 use git::{ours, run, text};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -325,6 +329,11 @@ impl Checkout {
     pub fn audit(&self) -> PathBuf {
         self.dir.join("audit")
     }
+    /// The control directory, mounted at `airlock_control::paths::CONTROL_DIR`: the start's
+    /// readiness record is read here.
+    pub fn control(&self) -> PathBuf {
+        self.dir.join("control")
+    }
     /// The CLI's own git dir for reading the sandbox (see the module docs).
     pub fn host_git(&self) -> PathBuf {
         self.dir.join("host.git")
@@ -372,6 +381,11 @@ impl Checkout {
         run("checkout", &work, &mut c)?;
         std::fs::create_dir_all(work.join(".git")).map_err(io("create", &work))?;
         std::fs::create_dir_all(self.audit()).map_err(io("create", &self.audit()))?;
+        // The operator's (never the agent's): only PID 1, as root, writes into it.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(self.control())
+            .map_err(io("create", &self.control()))?;
         chown_tree(&gd, AGENT_ID)?;
         chown_tree(&work, AGENT_ID)
     }

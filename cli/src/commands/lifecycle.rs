@@ -136,11 +136,20 @@ pub async fn start(ctx: &Ctx, name: &str) -> Result<i32> {
         )
         .into());
     }
-    let before = ctx.engine.ready_count(&row.container_id).await?;
+    let control = ctx.checkout(name).control();
+    if !control.is_dir() {
+        return Err(Failure::new(
+            Code::Failure,
+            format!("sandbox {name} was made by an older airlock, without a control directory ({}): `airlock fetch {name}`, then `airlock destroy {name}` and create it again", control.display()),
+        )
+        .into());
+    }
+    // The record of the last start goes first: what is read after the start is this one's.
+    airlock_cli::engine::ready::clear(&control)?;
     ctx.engine.start(&row.container_id).await?;
-    let ready = ctx
+    let (ready, _) = ctx
         .engine
-        .wait_ready(&row.container_id, before + 1, Duration::from_secs(90))
+        .wait_ready(&row.container_id, &control, Duration::from_secs(90))
         .await?;
     reconcile(ctx, ctx.sandbox(name)?).await?;
     let sessions = ctx.registry.sessions(name)?.len();

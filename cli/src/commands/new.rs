@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How long the entrypoint may take to say `ready in`.
+/// How long the entrypoint may take to write its ready record.
 const READY_LIMIT: Duration = Duration::from_secs(90);
 
 /// Everything a new sandbox is made from, checked before anything is made.
@@ -470,6 +470,7 @@ pub fn spec_of(
         upstream_ca: plan.place.upstream_ca.clone(),
         extra_ca: plan.place.extra_ca.clone(),
         home: home.map(Source::Volume),
+        control: Some(ck.control()),
     };
     let mut spec = RunSpec::documented(&plan.image, &layout);
     spec.labels.push((LABEL_SANDBOX.into(), plan.name.clone()));
@@ -503,10 +504,11 @@ pub fn spec_of(
     spec
 }
 
-/// Start the container and wait for the entrypoint's `ready`; record the session.
+/// Start the container and wait for the entrypoint's ready record; record the session.
 async fn start_ready(ctx: &Ctx, name: &str, id: &str) -> Result<Duration> {
     ctx.engine.start(id).await?;
-    let ready = ctx.engine.wait_ready(id, 1, READY_LIMIT).await?;
+    let control = ctx.checkout(name).control();
+    let (ready, _) = ctx.engine.wait_ready(id, &control, READY_LIMIT).await?;
     record_start(ctx, name, id).await?;
     Ok(ready)
 }

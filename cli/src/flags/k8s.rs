@@ -4,7 +4,8 @@
 //! (`allowPrivilegeEscalation: false`), the read-only root, the memory and CPU limits, every
 //! tmpfs as a memory-backed `emptyDir` with the same `sizeLimit`, every mount at the same
 //! path with the same read-only flag, secrets as a Secret volume, the engine's default
-//! seccomp profile (`RuntimeDefault`, which Kubernetes does not apply unless asked). What differs (README,
+//! seccomp profile (`RuntimeDefault`, which Kubernetes does not apply unless asked), and a
+//! readiness probe that reads the entrypoint's readiness record. What differs (README,
 //! "Running on Kubernetes"): the pids limit is the kubelet's `podPidsLimit`, not a pod field
 //! (kept as an annotation); tmpfs options other than the size (`nosuid`, `noexec`, `uid`,
 //! `mode`) have no `emptyDir` spelling; host paths become `hostPath` volumes, which only make
@@ -135,6 +136,12 @@ pub fn pod(spec: &RunSpec, name: &str) -> Value {
     if !spec.command.is_empty() {
         container["args"] = json!(spec.command);
     }
+    // Ready when the entrypoint's readiness record says so (the proxy, the git API, the
+    // firewall and the self-test are up), not when the container merely runs.
+    container["readinessProbe"] = json!({
+        "exec": { "command": airlock_control::status::PROBE },
+        "periodSeconds": 2,
+    });
     json!({
         "apiVersion": "v1",
         "kind": "Pod",

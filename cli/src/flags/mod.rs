@@ -1,6 +1,9 @@
 //! The one definition of how an airlock container is run (docs/docker.md, "The run command,
 //! line by line"): capabilities, read-only root, sized tmpfs mounts, limits, security options,
-//! mounts and environment, as a pure value ([`RunSpec`]).
+//! mounts and environment, as a pure value ([`RunSpec`]). The facts it is made of (paths,
+//! capabilities, tmpfs mounts and sizes, limits, variable names) are `airlock-control`'s,
+//! which the entrypoint's preflight checks a container against: what is rendered here is
+//! what the container accepts.
 //!
 //! Every way of starting the appliance is a rendering of this value, so they cannot drift:
 //! [`RunSpec::docker_args`] (`docker run` flags, as `docker/run-flags.sh` spells them and as
@@ -16,100 +19,16 @@ pub mod k8s;
 
 use std::path::PathBuf;
 
-/// Where the repository is handed to the git service: the hidden git dir (docs/design.md §5).
-pub const HIDDEN_GIT_DIR: &str = "/var/lib/airlock/git/workspace.git";
-/// Where a sandbox's shared object store is mounted (read-only) for the git service: a
-/// sibling of [`HIDDEN_GIT_DIR`] under the same `root:airlock-git 0710` parent, so the agent
-/// cannot traverse to it. The sandbox's `objects/info/alternates` names it relatively.
-pub const SHARED_OBJECTS_DIR: &str = "/var/lib/airlock/git/shared.git/objects";
-/// The directory the shared store's ancestors (`<name>/objects`, named relatively by its
-/// alternates) are mounted in, read-only, beside it.
-pub const STORES_PARENT: &str = "/var/lib/airlock/git";
-/// The agent's work tree.
-pub const WORKSPACE: &str = "/workspace";
-/// The audit log directory.
-pub const AUDIT_DIR: &str = "/var/log/airlock";
-/// Where the policy is read in the container (the image's default, or the operator's file
-/// mounted over it), unless the image's environment names another (`AIRLOCK_POLICY`).
-pub const POLICY: &str = "/etc/airlock/policy.toml";
-/// Where secrets are mounted, one read-only file each.
-pub const SECRETS_DIR: &str = "/run/secrets";
+use airlock_control::env;
+pub use airlock_control::limits::{CPUS, MEMORY, PIDS_LIMIT};
+pub use airlock_control::paths::{
+    AGENT_HOME, AUDIT_DIR, CONTROL_DIR, EXTRA_CA, HIDDEN_GIT_DIR, POLICY, SECRETS_DIR,
+    SHARED_OBJECTS_DIR, STORES_PARENT, UPSTREAM_CA, WORKSPACE,
+};
+pub use airlock_control::tmpfs::{GIT_COVER, TMPFS, Tmpfs, parse_size};
+
 /// The default image.
 pub const DEFAULT_IMAGE: &str = "airlock:latest";
-/// Where upstream roots for the proxy alone are mounted (read-only; `AIRLOCK_UPSTREAM_CA`):
-/// the test configuration's fake internet.
-pub const UPSTREAM_CA: &str = "/etc/airlock/upstream-ca.pem";
-/// Where the operator's extra CA is mounted (read-only; `AIRLOCK_EXTRA_CA`): a corporate
-/// TLS-inspecting proxy's or a private mirror's, trusted by the proxy and the agent's tools.
-pub const EXTRA_CA: &str = "/etc/airlock/extra-ca.pem";
-
-/// Capabilities PID 1 needs as root; everything else is dropped (docs/docker.md).
-pub const CAPS_ADD: [&str; 8] = [
-    "NET_ADMIN",
-    "SETUID",
-    "SETGID",
-    "SETPCAP",
-    "KILL",
-    "CHOWN",
-    "FOWNER",
-    "DAC_OVERRIDE",
-];
-
-/// One tmpfs mount: where, and its options as `docker run --tmpfs` spells them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tmpfs {
-    /// Mount point in the container.
-    pub target: &'static str,
-    /// `rw,nosuid,nodev,size=512m`-style options.
-    pub options: &'static str,
-}
-
-impl Tmpfs {
-    /// The `size=` option in bytes, if any.
-    pub fn size_bytes(&self) -> Option<u64> {
-        self.options
-            .split(',')
-            .find_map(|o| o.strip_prefix("size="))
-            .and_then(parse_size)
-    }
-
-    /// Whether the agent (or anyone) can write into it.
-    pub fn writable(&self) -> bool {
-        !self.options.split(',').any(|o| o == "ro")
-    }
-}
-
-/// The writable scratch mounts, sized so that together with Docker's 64m `/dev` and
-/// `/dev/shm` and a 1 GiB reserve they fit [`MEMORY`] (docs/docker.md, "Memory").
-pub const TMPFS: [Tmpfs; 3] = [
-    Tmpfs {
-        target: "/tmp",
-        options: "rw,exec,nosuid,nodev,size=512m",
-    },
-    Tmpfs {
-        target: "/run",
-        options: "rw,nosuid,nodev,noexec,size=64m",
-    },
-    Tmpfs {
-        target: AGENT_HOME,
-        options: "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0700,size=1g",
-    },
-];
-/// The agent's home: a sized tmpfs (a fresh home per container start), or a volume of its
-/// own where a sandbox keeps the agent's state across its starts ([`Layout::home`]).
-pub const AGENT_HOME: &str = "/home/agent";
-/// The empty read-only cover over the work tree's `.git` (only for a git checkout).
-pub const GIT_COVER: Tmpfs = Tmpfs {
-    target: "/workspace/.git",
-    options: "ro,nosuid,nodev,noexec,mode=0555",
-};
-
-/// `--memory`, as written.
-pub const MEMORY: &str = "4g";
-/// `--pids-limit`.
-pub const PIDS_LIMIT: i64 = 512;
-/// `--cpus`.
-pub const CPUS: u32 = 2;
 
 /// The source of a bind mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,6 +99,10 @@ pub struct Layout {
     /// so the agent's conversations, history and tools survive `stop`/`start` (removed with
     /// the sandbox). `None`: the sized tmpfs, a fresh home per start.
     pub home: Option<Source>,
+    /// The host directory mounted (read-write) at [`CONTROL_DIR`]: where the CLI reads the
+    /// start's readiness record (and, later, reaches the admin socket). `None`: PID 1 makes
+    /// the control directory on the container's `/run`.
+    pub control: Option<PathBuf>,
 }
 
 impl Layout {
@@ -199,6 +122,7 @@ impl Layout {
             upstream_ca: None,
             extra_ca: None,
             home: None,
+            control: None,
         }
     }
 }
@@ -244,7 +168,7 @@ impl RunSpec {
         let mut tmpfs: Vec<Tmpfs> = TMPFS
             .iter()
             .filter(|t| layout.home.is_none() || t.target != AGENT_HOME)
-            .cloned()
+            .copied()
             .collect();
         let mut mounts = vec![
             Mount {
@@ -323,29 +247,35 @@ impl RunSpec {
                 read_only: true,
             });
         }
+        if let Some(control) = &layout.control {
+            mounts.push(Mount {
+                source: Source::Host(control.clone()),
+                target: CONTROL_DIR.into(),
+                read_only: false,
+            });
+        }
         // The host side of each mount, as labels for the entrypoint's refusals (it names the
         // host file); never read as files (scripts/docker-run, compose.yaml).
         let mut env = vec![(
-            "AIRLOCK_HOST_REPO".to_string(),
+            env::HOST_REPO.to_string(),
             layout.work_tree.display().to_string(),
         )];
         if let Some(policy) = &layout.policy {
-            env.push(("AIRLOCK_HOST_POLICY".into(), policy.display().to_string()));
+            env.push((env::HOST_POLICY.into(), policy.display().to_string()));
         }
         for (name, file) in &layout.secrets {
-            let var = format!("AIRLOCK_HOST_{}_FILE", name.to_ascii_uppercase());
-            env.push((var, file.display().to_string()));
+            env.push((env::host_secret_file(name), file.display().to_string()));
         }
         if layout.upstream_ca.is_some() {
-            env.push(("AIRLOCK_UPSTREAM_CA".into(), UPSTREAM_CA.into()));
+            env.push((env::UPSTREAM_CA.into(), UPSTREAM_CA.into()));
         }
         if let Some(ca) = &layout.extra_ca {
-            env.push(("AIRLOCK_EXTRA_CA".into(), EXTRA_CA.into()));
-            env.push(("AIRLOCK_HOST_EXTRA_CA".into(), ca.display().to_string()));
+            env.push((env::EXTRA_CA.into(), EXTRA_CA.into()));
+            env.push((env::HOST_EXTRA_CA.into(), ca.display().to_string()));
         }
         RunSpec {
             image: image.into(),
-            cap_add: CAPS_ADD.to_vec(),
+            cap_add: airlock_control::caps::names(),
             no_new_privileges: true,
             read_only: true,
             tmpfs,
@@ -410,24 +340,6 @@ impl RunSpec {
         }
         a
     }
-}
-
-/// `512m`, `1g`, `64k`, `4096` (bytes) as tmpfs and `docker run` spell sizes.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => text.split_at(i),
-        None => (text, ""),
-    };
-    let n: u64 = digits.parse().ok()?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "ki" => 10,
-        "m" | "mb" | "mi" => 20,
-        "g" | "gb" | "gi" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift)
 }
 
 #[cfg(test)]

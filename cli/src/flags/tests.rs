@@ -249,6 +249,11 @@ fn pod_agrees(pod: &Value, spec: &RunSpec) {
         sc["seccompProfile"]["type"], "RuntimeDefault",
         "as Docker's default"
     );
+    assert_eq!(
+        c["readinessProbe"]["exec"]["command"],
+        serde_json::json!(["/usr/local/bin/airlock-entrypoint", "--ready"]),
+        "ready when the entrypoint's record says so"
+    );
     assert_eq!(c["resources"]["limits"]["memory"], "4Gi");
     assert_eq!(c["resources"]["limits"]["cpu"], spec.cpus.to_string());
     let volumes = pod["spec"]["volumes"]
@@ -348,6 +353,7 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         upstream_ca: None,
         extra_ca: None,
         home: Some(Source::Volume("airlock-home-one".into())),
+        control: Some("/d/sb/control".into()),
     };
     let mut spec = RunSpec::documented("airlock:test", &layout);
     spec.labels
@@ -385,10 +391,15 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
     ]);
     assert_eq!(spec.engine_body()["Env"], env);
     let pod = k8s::pod(&spec, "one");
+    // The control directory: the operator's, read-write, where the readiness record is.
+    assert!(
+        f.binds
+            .contains("/d/sb/control:/run/airlock/operator/control")
+    );
     assert_eq!(
         pod["spec"]["volumes"].as_array().map(|v| v.len()),
-        Some(spec.tmpfs.len() + 8)
-    ); // 7 binds and one Secret volume
+        Some(spec.tmpfs.len() + 9)
+    ); // 8 binds and one Secret volume
 }
 
 #[test]
@@ -470,4 +481,12 @@ fn sizes_parse_and_quantities_print() {
     assert_eq!(k8s::quantity(4 << 30), "4Gi");
     assert_eq!(k8s::quantity(512 << 20), "512Mi");
     assert_eq!(k8s::quantity(1000), "1000");
+}
+
+/// The probe runs the image's entrypoint: the one the image's ENTRYPOINT names.
+#[test]
+fn the_readiness_probe_runs_the_image_s_entrypoint() {
+    let dockerfile = repo_file("Dockerfile");
+    let entrypoint = format!("ENTRYPOINT [\"{}\"]", airlock_control::status::PROBE[0]);
+    assert!(dockerfile.lines().any(|l| l == entrypoint), "{entrypoint}");
 }
