@@ -13,6 +13,7 @@ mod common;
 
 mod audit;
 mod build_scripts;
+mod control;
 mod credentials;
 mod dns_uid;
 mod egress;
