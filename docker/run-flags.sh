@@ -5,8 +5,10 @@
 # the agent (the last two lines); without one there is no git in the workspace.
 # Every writable tmpfs has a size, and the sizes (with Docker's 64m /dev and /dev/shm) plus
 # the 1g the processes need fit --memory: a full tmpfs is ENOSPC, never a wedged container.
-# The entrypoint's preflight refuses anything else; entrypoint/src/preflight.rs tests that
-# this file and compose.yaml agree with it.
+# The values are airlock-control's (control/src/{caps,tmpfs,limits,paths}.rs), the one
+# definition the CLI renders and the entrypoint's preflight checks: cli/src/flags/tests.rs
+# holds this file to the CLI's rendering word for word, and entrypoint/src/preflight.rs's
+# tests check that the preflight accepts it (and compose.yaml).
 # shellcheck disable=SC2034,SC2154 # the array is used by whoever sources this file
 AIRLOCK_RUN_FLAGS=(
     --cap-drop ALL
