@@ -43,8 +43,10 @@ fn writes(methods: &[String]) -> bool {
     methods.iter().any(|m| !READ_METHODS.contains(&m.as_str()))
 }
 
-/// A git smart-HTTP fetch: `POST …/git-upload-pack` (the request that carries `want` and
-/// `have` lines). Git reads with it, so a read-only host accepts it.
+/// A git smart-HTTP fetch by its head: `POST …/git-upload-pack` (the request that carries
+/// `want` and `have` lines). Git reads with it, so a read-only host that serves git
+/// ([`Policy::serves_git`]) accepts it, once the proxy has read its body and found a fetch
+/// request there ([`Policy::fetch_exempt`]).
 fn is_git_fetch(req: &RequestView<'_>) -> bool {
     req.method.eq_ignore_ascii_case("POST")
         && req.query.is_none_or(str::is_empty)
@@ -104,6 +106,54 @@ impl Policy {
             || (self.l7.presets.contains(&Preset::Github) && host.as_str() == github::API_HOST)
     }
 
+    /// Whether `host` serves git smart-HTTP fetches: the host of a `[git] repositories`
+    /// entry, a public forge of [`crate::GIT_FORGES`], or a host `network.git_hosts`
+    /// names.
+    #[must_use]
+    pub fn serves_git(&self, host: &Host) -> bool {
+        let h = host.as_str();
+        self.git
+            .repositories
+            .iter()
+            .any(|r| r.split('/').next() == Some(h))
+            || crate::model::GIT_FORGES.contains(&h)
+            || self.network.git_hosts.iter().any(|r| r.matches_host(host))
+    }
+
+    /// A git fetch ([`is_git_fetch`]) to a host that serves git.
+    fn git_fetch(&self, req: &RequestView<'_>) -> bool {
+        is_git_fetch(req) && self.serves_git(req.host)
+    }
+
+    /// Whether `req` passes [`Policy::judge`] as a git fetch on a host that is otherwise
+    /// read-only: its body must then be a git fetch request (pkt-lines of `want`, `have`,
+    /// `done` and their companions, bounded), which the proxy reads and checks before
+    /// anything is sent; any other body is a write (`read-only-host`).
+    #[must_use]
+    pub fn fetch_exempt(&self, req: &RequestView<'_>) -> bool {
+        self.git_fetch(req) && !self.is_writable(req.host) && !self.is_passthrough(req.host)
+    }
+
+    /// The decision on a read (`GET`, `HEAD`, `OPTIONS`, no override naming a write) that
+    /// carries a body (a `content-length` above 0, or a chunked one): on a read-only host it
+    /// is refused `body-on-read` (a body is what a write sends, and an upstream that ignores
+    /// a read's body may take it for a request of its own); on a writable or passthrough
+    /// host it passes. A write is judged by [`Policy::judge`], never here.
+    #[must_use]
+    pub fn judge_read_body(&self, req: &RequestView<'_>) -> L7Verdict {
+        let host = req.host;
+        if self.is_passthrough(host) || self.is_writable(host) || writes(&methods_of(req)) {
+            return L7Verdict::Pass { rule: None };
+        }
+        L7Verdict::Deny {
+            reason: Reason::BodyOnRead,
+            rule: format!(
+                "{host}: read-only (not in network.writable): a {} carries no body",
+                req.method.to_ascii_uppercase()
+            ),
+        }
+    }
+
     /// A pull-request or issue write of a `[git]` repository on the GitHub API with the git
     /// credential bound ([`Policy::github_api_use`]): the one write that credential exists
     /// for, so a read-only `api.github.com` still accepts it.
@@ -129,7 +179,7 @@ impl Policy {
         let methods = methods_of(req);
         let read_only = writes(&methods)
             && !self.is_writable(host)
-            && !is_git_fetch(req)
+            && !self.git_fetch(req)
             && !self.github_token_write(req);
         if !read_only && !self.l7.has_rules_for(host) {
             return L7Verdict::Pass { rule: None };
@@ -540,8 +590,75 @@ method = "DELETE"
     }
 
     #[test]
+    fn git_fetches_read_only_on_hosts_that_serve_git() {
+        let p = policy(
+            "[network]\nallow = [\"registry.npmjs.org\", \"github.com\", \"git.corp.example\", \"a.mirror.example\", \"repo.example\"]\ngit_hosts = [\"*.mirror.example\"]\n[git]\nrepositories = [\"git.corp.example/o/r\"]",
+        );
+        let fetch = |host: &str| judge(&p, host, "POST", "/o/r.git/git-upload-pack");
+        // A registry is no git server: its upload-pack path is a write like any POST.
+        assert!(read_only_denial(&fetch("registry.npmjs.org")));
+        assert!(read_only_denial(&fetch("repo.example")));
+        // A public forge, a [git] repository's host, a declared git host.
+        for host in ["github.com", "git.corp.example", "a.mirror.example"] {
+            assert!(fetch(host).is_pass(), "{host}");
+            let h = Host::parse(host).unwrap();
+            assert!(p.fetch_exempt(&RequestView {
+                host: &h,
+                method: "POST",
+                path: "/o/r.git/git-upload-pack",
+                query: None,
+            }));
+        }
+        // Writable: nothing is exempt (any body may go), so no fetch check either.
+        let w = policy("[network]\nallow = [\"github.com\"]\nwritable = [\"github.com\"]");
+        let h = Host::parse("github.com").unwrap();
+        assert!(!w.fetch_exempt(&RequestView {
+            host: &h,
+            method: "POST",
+            path: "/o/r.git/git-upload-pack",
+            query: None,
+        }));
+    }
+
+    #[test]
+    fn a_read_with_a_body_is_refused_on_a_read_only_host_only() {
+        let p = policy(
+            "[network]\nallow = [\"ro.example\", \"rw.example\", \"pt.example\"]\nwritable = [\"rw.example\"]\npassthrough = [\"pt.example\"]",
+        );
+        let body = |host: &str, method: &str, query: Option<&str>| {
+            let h = Host::parse(host).unwrap();
+            p.judge_read_body(&RequestView {
+                host: &h,
+                method,
+                path: "/x",
+                query,
+            })
+        };
+        for method in ["GET", "HEAD", "OPTIONS", "get"] {
+            match body("ro.example", method, None) {
+                L7Verdict::Deny { reason, rule } => {
+                    assert_eq!(reason, Reason::BodyOnRead);
+                    assert!(rule.starts_with("ro.example: read-only"), "{rule}");
+                }
+                v @ L7Verdict::Pass { .. } => panic!("{method}: {v:?}"),
+            }
+            assert!(body("rw.example", method, None).is_pass());
+            assert!(body("pt.example", method, None).is_pass());
+        }
+        // A read overridden into a write is judged as the write (`judge`), not here.
+        assert!(body("ro.example", "GET", Some("_method=PUT")).is_pass());
+        assert!(read_only_denial(&judge(
+            &p,
+            "ro.example",
+            "GET",
+            "/x?_method=PUT"
+        )));
+    }
+
+    #[test]
     fn git_fetches_read_but_pushes_and_look_alikes_write() {
-        let p = policy("[network]\nallow = [\"git.example.com\"]");
+        let p =
+            policy("[network]\nallow = [\"git.example.com\"]\ngit_hosts = [\"git.example.com\"]");
         let g = |m: &str, path: &str| judge(&p, "git.example.com", m, path);
         assert!(g("POST", "/o/r.git/git-upload-pack").is_pass());
         assert!(g("POST", "/o/r/git-upload-pack").is_pass());

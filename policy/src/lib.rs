@@ -40,7 +40,9 @@
 //! | `allow` | host rules the agent may reach. |
 //! | `deny` | host rules that win over `allow`. |
 //! | `passthrough` | host rules **without ports** that the proxy never intercepts: their TLS is tunnelled untouched even when a credential or an L7 rule names them (so no credential is injected there, no placeholder leak is seen there, no L7 rule applies). Not an allow: `allow` still decides whether the host is reachable. A credential whose hosts are all passthrough, a `[[rules]]` entry whose host is, and a preset whose rules are for a passthrough host are errors. Every other allowed host is intercepted (TLS-terminated with the appliance CA), so its methods can be enforced. For hosts that pin certificates, or speak neither TLS nor HTTP (a raw stream to a host that is not passthrough is refused, `not-inspectable`). |
-//! | `writable` | host rules **without ports** that accept any method. Every other host is **read-only**: `GET`, `HEAD`, `OPTIONS` and git smart-HTTP fetches (`POST …/git-upload-pack`) pass, any other method (or a `_method` override naming one) is refused with `read-only-host`, unless an `allow` rule of `[[rules]]` matches the request (it names that write) or the `github` preset is on and the host is `api.github.com` (the preset's rules judge its writes). Deny rules still apply to writable hosts. The git API's pushes do not go through this check (they are judged by `[git]`). |
+//! | `writable` | host rules **without ports** that accept any method. Every other host is **read-only**: `GET`, `HEAD`, `OPTIONS` without a body (one with a body is refused `body-on-read`) and, on a host that serves git (`git_hosts`), git smart-HTTP fetches (`POST …/git-upload-pack` whose body the proxy reads as a fetch request) pass, any other method (or a `_method` override naming one) is refused with `read-only-host`, unless an `allow` rule of `[[rules]]` matches the request (it names that write) or the `github` preset is on and the host is `api.github.com` (the preset's rules judge its writes). Deny rules still apply to writable hosts. The git API's pushes do not go through this check (they are judged by `[git]`). |
+//! | `git_hosts` | host rules **without ports** that serve git smart-HTTP fetches, besides the hosts of `[git] repositories` and the public forges of [`GIT_FORGES`] (`github.com`, `gitlab.com`, `bitbucket.org`, `codeberg.org`, `git.sr.ht`, `gitee.com`). Allows nothing by itself. |
+//! | `strip_headers` | request headers the proxy removes from every request it reads, besides its built-in list of identity and routing headers (`x-forwarded-*`, `forwarded`, `via`, `x-real-ip`, `x-sandbox-id`, ...: docs/security.md, "Headers only a proxy may set"): names (any case) or prefixes ending in `*` (`"x-corp-*"`, at least two characters before it); never a header that frames the message (`host`, `content-length`, ...) or one a credential is injected into. |
 //!
 //! A **host rule** is one of:
 //! - `host`: exactly that host (`api.anthropic.com`);
@@ -217,8 +219,8 @@ pub use l7::{
 pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_RULE_NAME_LEN, MAX_SANDBOX_NAME_LEN};
 pub use model::{
     Credential, CredentialFormat, CredentialScope, CredentialSource, DEFAULT_DNS_NAME_BUDGET,
-    DEFAULT_PROTECTED_BRANCHES, DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GitPolicy,
-    HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox,
+    DEFAULT_PROTECTED_BRANCHES, DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GIT_FORGES,
+    GitPolicy, HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox,
 };
 pub use reason::Reason;
 pub use rule::{HostPattern, HostRule, RuleError};

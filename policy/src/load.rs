@@ -94,6 +94,10 @@ struct RawNetwork {
     #[serde(default)]
     registries: Vec<Spanned<String>>,
     dns_name_budget: Option<Spanned<i64>>,
+    #[serde(default)]
+    strip_headers: Vec<Spanned<String>>,
+    #[serde(default)]
+    git_hosts: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -229,8 +233,14 @@ impl Policy {
             websocket: v.websocket(&raw.network.websocket, &passthrough)?,
             passthrough,
             dns_name_budget: v.dns_name_budget(raw.network.dns_name_budget.as_ref())?,
+            strip_headers: Vec::new(),
+            git_hosts: v.rules(&raw.network.git_hosts, "network.git_hosts", false)?,
         };
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
+        let network = Network {
+            strip_headers: v.strip_headers(&raw.network.strip_headers, &credentials)?,
+            ..network
+        };
         let git = v.git(raw.git, &sandbox.name)?;
         // Each glob was checked above; a set that still fails to build names its glob.
         let git_rules = git
@@ -285,6 +295,55 @@ impl Validator<'_> {
                     ),
                 )
             })
+    }
+
+    /// `network.strip_headers`: header names (RFC 9110 tokens, any case, kept lowercase)
+    /// or prefixes with a trailing `*` of at least two characters; never a header that
+    /// frames the message or the connection, nor one a credential is injected into.
+    fn strip_headers(
+        &self,
+        raw: &[Spanned<String>],
+        credentials: &[Credential],
+    ) -> Result<Vec<String>, PolicyError> {
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, text) in raw.iter().enumerate() {
+            let key = format!("network.strip_headers[{i}]");
+            let lower = text.get_ref().to_ascii_lowercase();
+            let (name, prefix) = match lower.strip_suffix('*') {
+                Some(p) => (p, true),
+                None => (lower.as_str(), false),
+            };
+            if prefix && name.len() < 2 {
+                return Err(self.bad(
+                    text,
+                    &key,
+                    "a prefix needs at least two characters before its '*'",
+                ));
+            }
+            if name.contains('*') {
+                return Err(self.bad(text, &key, "'*' may only end a prefix"));
+            }
+            check_header(name).map_err(|e| self.bad(text, &key, e))?;
+            let hits = |h: &str| {
+                if prefix {
+                    h.starts_with(name)
+                } else {
+                    h == name
+                }
+            };
+            if let Some(c) = credentials.iter().find(|c| hits(&c.header)) {
+                return Err(self.bad(
+                    text,
+                    &key,
+                    &format!(
+                        "would remove {:?}, the header credential {:?} is injected into",
+                        c.header, c.name
+                    ),
+                ));
+            }
+            out.push(lower);
+        }
+        Ok(out)
     }
 
     fn fail(&self, span: Range<usize>, key: &str, reason: &str) -> PolicyError {
@@ -1041,6 +1100,48 @@ pub(crate) mod tests {
         assert!(!rules.restricted_paths.matches(".GitHub/workflows/x.yml"));
         let folded = p.git.compile().unwrap();
         assert!(folded.restricted_paths.matches(".GitHub/Workflows./x.yml"));
+    }
+
+    #[test]
+    fn strip_headers_are_header_names_or_prefixes_checked_with_their_line() {
+        let p = parse(
+            "[sandbox]\nname = \"demo\"\n[network]\nstrip_headers = [\"X-Corp-User\", \"x-tenant-*\"]\n",
+        )
+        .unwrap();
+        assert_eq!(p.network.strip_headers, ["x-corp-user", "x-tenant-*"]);
+        assert!(p.network.strips_header("x-corp-user"));
+        assert!(p.network.strips_header("x-tenant-id"));
+        assert!(!p.network.strips_header("x-corp-user-agent"));
+        assert!(!p.network.strips_header("x-tenant"));
+        for (bad, why) in [
+            ("\"x corp\"", "not a valid HTTP header name"),
+            ("\"\"", "not a valid HTTP header name"),
+            ("\"*\"", "at least two characters"),
+            ("\"x*\"", "at least two characters"),
+            ("\"x-a*b\"", "may only end a prefix"),
+            ("\"x-**\"", "may only end a prefix"),
+            ("\"Content-Length\"", "frames the message"),
+            ("\"transfer-encoding\"", "frames the message"),
+        ] {
+            let text = format!("[sandbox]\nname = \"demo\"\n[network]\nstrip_headers = [{bad}]\n");
+            refused(&text, 4, why);
+            refused(&text, 4, "network.strip_headers[0]");
+        }
+        // Never the header a credential is injected into.
+        let text = "[sandbox]\nname = \"demo\"\n[network]\nallow = [\"api.anthropic.com\"]\nstrip_headers = [\"x-api-*\"]\n[[credentials]]\npreset = \"anthropic\"\nsource = { env = \"K\" }\n";
+        refused(text, 5, "credential \"anthropic\"");
+    }
+
+    #[test]
+    fn git_hosts_are_host_rules_without_ports() {
+        let p = parse(
+            "[sandbox]\nname = \"demo\"\n[network]\ngit_hosts = [\"git.corp.example\", \"*.mirror.example\"]\n",
+        )
+        .unwrap();
+        assert_eq!(p.network.git_hosts.len(), 2);
+        let text =
+            "[sandbox]\nname = \"demo\"\n[network]\ngit_hosts = [\"git.corp.example:8443\"]\n";
+        refused(text, 4, "network.git_hosts[0]");
     }
 
     #[test]

@@ -94,7 +94,27 @@ pub struct Network {
     /// Bytes of distinct query names the agent may resolve below one wildcard-allowed zone
     /// per session (`dns_name_budget`); `None`: [`DEFAULT_DNS_NAME_BUDGET`].
     pub dns_name_budget: Option<u32>,
+    /// Request headers removed from every request the proxy reads, besides its built-in
+    /// list of identity and routing headers (`strip_headers`): lowercase names, or
+    /// prefixes written with a trailing `*` (`x-corp-*`).
+    pub strip_headers: Vec<String>,
+    /// Hosts that serve git smart-HTTP fetches besides the hosts of `[git] repositories`
+    /// and [`GIT_FORGES`] (`git_hosts`, rules without ports): on a read-only host, a
+    /// `POST …/git-upload-pack` whose body is a git fetch request passes only there.
+    pub git_hosts: Vec<HostRule>,
 }
+
+/// Public git forges known to serve git smart-HTTP fetches (a read-only host among them
+/// takes a `POST …/git-upload-pack` that is a real fetch request). Only an allowed host is
+/// ever reached: this list allows nothing.
+pub const GIT_FORGES: [&str; 6] = [
+    "github.com",
+    "gitlab.com",
+    "bitbucket.org",
+    "codeberg.org",
+    "git.sr.ht",
+    "gitee.com",
+];
 
 /// The default `network.dns_name_budget`: 16 KiB of distinct names below each `*.` zone.
 pub const DEFAULT_DNS_NAME_BUDGET: u32 = 16 * 1024;
@@ -112,6 +132,18 @@ impl Network {
     #[must_use]
     pub fn dns_name_budget(&self) -> usize {
         self.dns_name_budget.unwrap_or(DEFAULT_DNS_NAME_BUDGET) as usize
+    }
+
+    /// Whether `network.strip_headers` names the (lowercase) header `name`, exactly or by
+    /// a `prefix*` entry.
+    #[must_use]
+    pub fn strips_header(&self, name: &str) -> bool {
+        self.strip_headers
+            .iter()
+            .any(|s| match s.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == s,
+            })
     }
 }
 

@@ -73,12 +73,14 @@ airlock_channels::stable_codes! {
         /// A TLS ClientHello carrying Encrypted ClientHello on a connection the proxy does not
         /// decrypt: the real destination would be hidden behind the allowed outer name.
         EchRefused => "ech-refused",
-        /// A credential of a known format (a secret detector's match) on its way to a host
-        /// that is not its provider's.
+        /// A credential of a known format (a secret detector's match) or a value of the
+        /// workspace's secret files on its way to a host that is not its provider's: in a
+        /// request, or in a name the agent asks to resolve.
         ForeignSecret => "foreign-secret",
-        /// A DNS name under a wildcard allow whose labels below the wildcard zone look like an
+        /// A name under a wildcard allow whose labels below the wildcard zone look like an
         /// encoded payload, or whose zone has carried more query-name bytes this session than
-        /// the budget: data leaving through the resolver.
+        /// the budget: data leaving through the resolver (asked of the DNS filter, or
+        /// resolved by the proxy for a connection or request).
         DnsExfilSuspect => "dns-exfil-suspect",
         /// A method that writes (anything but `GET`, `HEAD`, `OPTIONS` and git fetches) to a
         /// host the policy does not name writable (`network.writable`, an `allow` rule).
@@ -118,6 +120,10 @@ airlock_channels::stable_codes! {
         /// A push on the git service port whose ref-update commands cannot be read (bad
         /// pkt-lines, too long, encoded, signed pushes).
         GitPushMalformed => "git-push-malformed",
+        /// A read (`GET`, `HEAD`, `OPTIONS`) carrying a body to a read-only host: a body is
+        /// what a write sends, and an upstream that ignores a read's body may take it for
+        /// the next request.
+        BodyOnRead => "body-on-read",
     }
 }
 
@@ -158,7 +164,8 @@ impl Reason {
             | Reason::NotInspectable
             | Reason::CredentialMissing
             | Reason::EncodedBlob
-            | Reason::HighEntropy => self.request_hint(),
+            | Reason::HighEntropy
+            | Reason::BodyOnRead => self.request_hint(),
             Reason::GitTicketMissing
             | Reason::GitTicketInvalid
             | Reason::GitTicketExpired
@@ -282,9 +289,9 @@ impl Reason {
                  --disable-features=EncryptedClientHello) or ask the operator to intercept the host."
             }
             Reason::ForeignSecret => {
-                "The request carries what looks like another service's credential (the rule \
-                 names the detector); it may only go to that service's hosts. Remove it from \
-                 the request."
+                "The request (or the name it asks to resolve) carries what looks like another \
+                 service's credential or a value of the workspace's secret files (the rule \
+                 names the detector); it may only go to that service's hosts. Remove it."
             }
             Reason::DnsExfilSuspect => {
                 "The name's labels under a wildcard-allowed zone look like encoded data (long, \
@@ -295,6 +302,11 @@ impl Reason {
                 "This host accepts only GET, HEAD, OPTIONS and git fetches; the operator can \
                  list it in the policy's network.writable, or allow this method and path with \
                  an action = \"allow\" rule in [[rules]]."
+            }
+            Reason::BodyOnRead => {
+                "This host is read-only and a GET, HEAD or OPTIONS request sends no body to \
+                 it; send the request without a body (parameters go in the query string), or \
+                 the operator can list the host in the policy's network.writable."
             }
             Reason::NotInspectable => {
                 "The proxy reads every connection to check its methods and secrets, and this \
@@ -461,6 +473,7 @@ mod tests {
             (Reason::GitRefUpdateUnsigned, "git-ref-update-unsigned"),
             (Reason::GitRefUpdateRefused, "git-ref-update-refused"),
             (Reason::GitPushMalformed, "git-push-malformed"),
+            (Reason::BodyOnRead, "body-on-read"),
         ];
         for (r, s) in pinned {
             assert_eq!(r.as_str(), s);

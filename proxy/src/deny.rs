@@ -41,6 +41,7 @@ const fn names_its_rule(reason: Reason) -> bool {
         reason,
         Reason::RequestDeniedByRule
             | Reason::ReadOnlyHost
+            | Reason::BodyOnRead
             | Reason::ForeignSecret
             | Reason::EncodedBlob
             | Reason::HighEntropy

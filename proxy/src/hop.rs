@@ -52,26 +52,145 @@ fn remove_where(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
     }
 }
 
-/// Headers that claim what a proxy on the way saw (the client's address, the original
-/// host or scheme, the proxies passed): this proxy sets none of them, so an agent-supplied
-/// one would reach the upstream as if the proxy had vouched for it.
-const PROXY_CLAIMS: [&str; 7] = [
+/// Identity and routing headers: what a proxy, a CDN or an authenticating gateway in
+/// front of an upstream sets, and what the upstream (or the next gateway) takes on its
+/// word. This proxy sets none of them, so an agent-supplied one would reach the upstream as
+/// if the proxy, or a gateway it passed, had vouched for it: the client's address, the
+/// original host, path or scheme, the proxies passed, an authenticated user, a client
+/// certificate, a bypass or role switch. Names compared lowercase (as `http` keeps them).
+///
+/// - forwarding (RFC 7239 and the de-facto forms): `forwarded`, `via`, every
+///   `x-forwarded-*` (`-for`, `-host`, `-proto`, `-port`, `-prefix`, `-server`, and the
+///   `-user`/`-email`/`-groups`/`-access-token`/`-client-cert` that oauth2-proxy and Envoy
+///   set), `x-real-ip`, `x-client-ip`, `x-cluster-client-ip`, `x-originating-ip`,
+///   `x-remote-ip`, `x-remote-addr`, `x-proxyuser-ip`, `client-ip`, `x-host`;
+/// - CDNs: `true-client-ip` (Akamai, Cloudflare), `cf-connecting-ip`, `cf-connecting-ipv6`,
+///   `cf-ipcountry`, `cf-visitor`, `cf-ray`, `cf-worker`, `cdn-loop`, `fastly-client-ip`,
+///   `fastly-ff`, `fastly-ssl`, `akamai-origin-hop`, `x-akamai-edgescape`,
+///   `x-azure-clientip`, `x-azure-socketip`, `x-azure-fdid` (the Front Door id origins
+///   check), `x-nf-client-connection-ip`, `x-vercel-forwarded-for`, `x-vercel-ip-*`;
+/// - rewrites a gateway applies or honours: `x-original-url`, `x-rewrite-url`,
+///   `x-original-uri`, `x-original-host`, `x-original-forwarded-for`, `x-envoy-*` (Envoy
+///   trusts `x-envoy-internal`, `-original-path`, `-external-address`, ... from a trusted
+///   hop), `x-istio-attributes`;
+/// - authenticated identity set by a gateway: `x-amzn-oidc-*` and `x-amzn-mtls-*` (AWS
+///   ALB), `x-goog-authenticated-user-*`, `x-goog-iap-jwt-assertion` (Google IAP),
+///   `x-apigateway-api-userinfo`, `x-endpoint-api-userinfo` (Google API gateways),
+///   `x-ms-client-principal*`, `x-ms-token-*` (Azure App Service), `x-arr-clientcert`,
+///   `x-arr-ssl`, `x-auth-request-*` (oauth2-proxy), `remote-user`, `x-remote-user`,
+///   `x-webauth-user` (Grafana's auth proxy), `x-authenticated-user`,
+///   `x-authenticated-userid`, `x-authenticated-groups`, `x-authenticated-scope`,
+///   `x-consumer-*`, `x-anonymous-consumer`, `x-credential-identifier`,
+///   `x-credential-username`, `x-userinfo` (Kong), `x-ssl-client-*`, `x-client-cert*`,
+///   `ssl-client-cert`, `x-client-verify`, `x-client-dn` (TLS-terminating proxies);
+/// - sandbox and egress-proxy vocabulary: `x-sandbox-id`, `x-internal`, `x-proxy-bypass`,
+///   `x-smokescreen-role`, and airlock's own `x-airlock-*`.
+///
+/// `x-amz-*` (request signing), `x-amzn-trace-id`, `x-request-id` and other headers
+/// clients set for themselves stay. The policy adds names and prefixes of its own
+/// (`network.strip_headers`).
+const CLAIMS: [&str; 59] = [
     "forwarded",
     "via",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-forwarded-port",
     "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "x-proxyuser-ip",
+    "client-ip",
+    "x-host",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "cf-connecting-ipv6",
+    "cf-ipcountry",
+    "cf-visitor",
+    "cf-ray",
+    "cf-worker",
+    "cdn-loop",
+    "fastly-client-ip",
+    "fastly-ff",
+    "fastly-ssl",
+    "akamai-origin-hop",
+    "x-akamai-edgescape",
+    "x-azure-clientip",
+    "x-azure-socketip",
+    "x-azure-fdid",
+    "x-nf-client-connection-ip",
+    "x-vercel-forwarded-for",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-uri",
+    "x-original-host",
+    "x-original-forwarded-for",
+    "x-istio-attributes",
+    "x-goog-iap-jwt-assertion",
+    "x-apigateway-api-userinfo",
+    "x-endpoint-api-userinfo",
+    "x-arr-clientcert",
+    "x-arr-ssl",
+    "remote-user",
+    "x-remote-user",
+    "x-webauth-user",
+    "x-authenticated-user",
+    "x-authenticated-userid",
+    "x-authenticated-groups",
+    "x-authenticated-scope",
+    "x-anonymous-consumer",
+    "x-credential-identifier",
+    "x-credential-username",
+    "x-userinfo",
+    "ssl-client-cert",
+    "x-client-verify",
+    "x-client-dn",
+    "x-sandbox-id",
+    "x-internal",
+    "x-proxy-bypass",
+    "x-smokescreen-role",
+    "x-client-cert",
 ];
 
-/// Removes from an agent's request what only a proxy may say: the [`PROXY_CLAIMS`] headers
-/// and every `x-airlock-*` header (airlock's own vocabulary: an upstream must never take
-/// one from the agent for the proxy's word).
-pub fn strip_claims(headers: &mut HeaderMap) {
-    remove_where(headers, |k| {
-        PROXY_CLAIMS.contains(&k.as_str()) || k.as_str().starts_with("x-airlock-")
-    });
+/// Prefixes of [`CLAIMS`] families (every name that starts with one is a claim).
+const CLAIM_PREFIXES: [&str; 13] = [
+    "x-forwarded-",
+    "x-envoy-",
+    "x-airlock-",
+    "x-amzn-oidc-",
+    "x-amzn-mtls-",
+    "x-goog-authenticated-user-",
+    "x-ms-client-principal",
+    "x-ms-token-",
+    "x-auth-request-",
+    "x-ssl-client-",
+    "x-client-cert-",
+    "x-consumer-",
+    "x-vercel-ip-",
+];
+
+/// Whether `name` (lowercase) is a header only a proxy may set ([`CLAIMS`]).
+#[must_use]
+pub fn is_claim(name: &str) -> bool {
+    // Most headers a client sends are none of these; the first byte rules them out.
+    if !matches!(
+        name.as_bytes().first(),
+        Some(b'x' | b'f' | b'v' | b'c' | b't' | b'r' | b'a' | b's')
+    ) {
+        return false;
+    }
+    CLAIMS.contains(&name) || CLAIM_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Removes from an agent's request what only a proxy may say: the built-in identity and
+/// routing headers ([`is_claim`]) and those the policy names (`network.strip_headers`).
+pub fn strip_claims(headers: &mut HeaderMap, network: &airlock_policy::Network) {
+    if network.strip_headers.is_empty() {
+        remove_where(headers, |k| is_claim(k.as_str()));
+    } else {
+        remove_where(headers, |k| {
+            is_claim(k.as_str()) || network.strips_header(k.as_str())
+        });
+    }
 }
 
 #[cfg(test)]
@@ -133,9 +252,41 @@ mod tests {
                 HeaderValue::from_static(v),
             );
         }
-        strip_claims(&mut h);
+        strip_claims(&mut h, &airlock_policy::Network::default());
         let mut left: Vec<_> = h.keys().map(HeaderName::as_str).collect();
         left.sort_unstable();
         assert_eq!(left, ["accept", "x-forwarded"]);
+    }
+
+    #[test]
+    fn every_listed_claim_is_one_and_honest_look_alikes_are_not() {
+        for name in CLAIMS {
+            assert!(is_claim(name), "{name}");
+            assert_eq!(name, name.to_ascii_lowercase(), "{name}");
+        }
+        for p in CLAIM_PREFIXES {
+            assert!(is_claim(&format!("{p}anything")), "{p}");
+        }
+        for name in [
+            "accept",
+            "authorization",
+            "content-type",
+            "user-agent",
+            "x-api-key",
+            "x-amz-date",
+            "x-amz-security-token",
+            "x-amzn-trace-id",
+            "x-request-id",
+            "x-stainless-lang",
+            "x-github-api-version",
+            "anthropic-version",
+            "cookie",
+            "traceparent",
+            "sec-websocket-key",
+            "x-forwarded",
+            "x-clientname",
+        ] {
+            assert!(!is_claim(name), "{name}");
+        }
     }
 }

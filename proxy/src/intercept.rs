@@ -62,6 +62,7 @@ use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
 use crate::detect;
 use crate::gate::{Gate, GateShared, MessageEnd};
+use crate::gitfetch;
 use crate::gitpath::{self, Service};
 use crate::hop;
 use crate::leaf::{self, Leaves};
@@ -703,11 +704,11 @@ async fn prepare(
     let body = Framed::new(body, end);
     let body = match admitted {
         Some(a) => push_commands(ctx, &a, &method, body, &parts.headers).await?,
-        None => Held::none(body),
+        None => fetch_request(ctx, &view, body, &parts.headers, rec).await?,
     };
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
-    hop::strip_claims(&mut parts.headers);
+    hop::strip_claims(&mut parts.headers, &ctx.rules.policy.network);
     check_foreign_secrets(ctx, route, &parts, rec)?;
     let injected = inject(ctx, route, &mut parts.headers, scope, &view, rec)?;
     let tally = Tally::default();
@@ -907,6 +908,49 @@ async fn push_commands(
     }
 }
 
+/// A git fetch that passes a read-only host ([`airlock_policy::Policy::fetch_exempt`]): its
+/// body is read whole (at most [`gitfetch::MAX_FETCH_BODY`] bytes) and must be a fetch
+/// request ([`gitfetch::check`], gzip decoded first), else it is a write
+/// (`read-only-host`, reported in report mode); it then goes upstream byte for byte. Any
+/// other request's body is untouched.
+async fn fetch_request(
+    ctx: &Cx<'_>,
+    view: &RequestView<'_>,
+    body: Framed<Incoming>,
+    headers: &http::HeaderMap,
+    rec: &mut Pending,
+) -> Result<InBody, Reason> {
+    if ctx.git_service() || !ctx.rules.policy.fetch_exempt(view) {
+        return Ok(Held::none(body));
+    }
+    let mut body = body;
+    let idle = ctx.shared.limits.idle_timeout;
+    let refusal = |why: &str| L7Verdict::Deny {
+        reason: Reason::ReadOnlyHost,
+        rule: format!(
+            "{}: read-only (not in network.writable): a git-upload-pack body that is not a git fetch request ({why})",
+            view.host
+        ),
+    };
+    let bytes = match read_capped(&mut body, gitfetch::MAX_FETCH_BODY, idle).await {
+        Ok(bytes) => bytes,
+        // Nothing can go on of a body read in part: refused in both modes.
+        Err(Reason::RequestDeniedByRule) => {
+            return apply_l7(refusal("larger than a fetch request"), rec)
+                .map(|()| Held::none(body));
+        }
+        Err(reason) => return Err(reason),
+    };
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(HeaderValue::as_bytes);
+    if let Err(why) = gitfetch::decoded(&bytes, encoding).and_then(|d| gitfetch::check(&d)) {
+        // Report mode logs it and sends it as it came.
+        apply_l7(reported(&ctx.rules.policy, refusal(why), rec), rec)?;
+    }
+    Ok(Held::new(bytes, body))
+}
+
 /// The policy's L7 rules on the head (not on the service port), with the method-override
 /// headers removed; returns how much of the body a body rule wants to judge.
 fn judge_head(
@@ -920,6 +964,11 @@ fn judge_head(
     }
     let verdict = reported(&ctx.rules.policy, ctx.rules.policy.judge(view), rec);
     apply_l7(verdict, rec)?;
+    // A read's body: what an upstream that ignores it may take for a request of its own.
+    if !req.body().is_end_stream() {
+        let verdict = ctx.rules.policy.judge_read_body(view);
+        apply_l7(reported(&ctx.rules.policy, verdict, rec), rec)?;
+    }
     for h in METHOD_OVERRIDE_HEADERS {
         req.headers_mut().remove(h);
     }
@@ -928,12 +977,13 @@ fn judge_head(
 }
 
 /// Report mode exists to learn what a policy must name writable: a write to a read-only
-/// host is logged (`report`, `read-only-host`, the rule) and let through. Every other L7
+/// host (a read carrying a body included) is logged (`report`, `read-only-host` or
+/// `body-on-read`, the rule) and let through. Every other L7
 /// denial holds in both modes.
 fn reported(policy: &airlock_policy::Policy, verdict: L7Verdict, rec: &mut Pending) -> L7Verdict {
     match verdict {
         L7Verdict::Deny {
-            reason: reason @ Reason::ReadOnlyHost,
+            reason: reason @ (Reason::ReadOnlyHost | Reason::BodyOnRead),
             rule,
         } if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) => {
             rec.decision = Verdict::Report;

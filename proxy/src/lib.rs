@@ -37,6 +37,7 @@ pub mod detect;
 pub mod dns;
 mod explicit;
 pub mod gate;
+pub mod gitfetch;
 pub mod gitpath;
 pub mod hop;
 pub mod identity;

@@ -380,7 +380,7 @@ async fn the_agent_cannot_starve_the_git_service_port() {
 
 /// The agent publishes the workspace to a host it may only read from (a registry, an
 /// allowed CDN): every method that writes is refused with `read-only-host` and the hint,
-/// audited, and nothing reaches the upstream; reads and git fetches still pass.
+/// audited, and nothing reaches the upstream; reads still pass.
 #[tokio::test]
 async fn attack_writes_to_a_read_only_host_never_reach_it() {
     let (up, mut heads) = http_server().await;
@@ -437,18 +437,21 @@ async fn attack_writes_to_a_read_only_host_never_reach_it() {
         !head.to_ascii_lowercase().contains("method-override"),
         "{head}"
     );
+    // The git fetch exemption is for hosts that serve git, and fetch requests
+    // (`read_only_body` has the fetches that pass).
     let (_s, r) = request(
         h.addr,
         "POST http://readonly.test/o/r.git/git-upload-pack HTTP/1.1\r\nhost: readonly.test\r\ncontent-length: 0\r\n\r\n",
     )
     .await;
-    assert_eq!(r.status, 200, "a git fetch reads");
+    assert_eq!(r.status, 403, "readonly.test serves no git");
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
     let lines = h.finish().await;
     let refused: Vec<_> = lines
         .iter()
         .filter(|l| l["reason"] == "read-only-host")
         .collect();
-    assert_eq!(refused.len(), 3, "{lines:?}");
+    assert_eq!(refused.len(), 4, "{lines:?}");
     for l in refused {
         assert_eq!(l["decision"], "deny");
         assert!(

@@ -12,8 +12,10 @@ mod common;
 
 mod dns;
 mod explicit;
+mod headers;
 mod intercept;
 mod missing;
+mod read_only_body;
 mod refusals;
 mod service;
 mod signals;
