@@ -10,6 +10,13 @@
 //! - everything else (`TXT`, `NULL`, `ANY`, `MX`, `CNAME`, zone transfers, ...): REFUSED
 //!   `dns-query-type`. These are the classic tunnel carriers and no proxied client needs them.
 //!
+//! A name the policy answers is judged before it is resolved ([`crate::names::judge`], the
+//! check every path that resolves a name for the agent calls): one that carries a value of
+//! the workspace's secret files or a secret of a known format (`foreign-secret`, the line
+//! naming the detector, the name's chosen labels masked), or below a wildcard zone looks
+//! encoded or passes the zone's budget (`dns-exfil-suspect`), is refused and never looked
+//! up.
+//!
 //! Denied names get NXDOMAIN (the name does not exist for the agent, so resolvers give up
 //! at once instead of retrying) with an RFC 8914 Extended DNS Error (15 "Blocked" for
 //! policy denials, 18 "Prohibited" for the rest) whose text is `airlock: <reason>`, when
@@ -23,7 +30,6 @@ use std::time::{Duration, SystemTime};
 
 use airlock_policy::host::Host;
 use airlock_policy::reason::Reason;
-pub mod exfil;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::opt::EdnsOption;
@@ -37,6 +43,7 @@ use crate::audit::{Event, Kind, Record, Verdict};
 use crate::decide::{self, Target};
 use crate::identity::Proto;
 use crate::limits::Client;
+use crate::names;
 use crate::shutdown::{Phase, reached};
 
 /// TTL of the records we synthesise: short, so a policy reload or a changed address is seen
@@ -105,17 +112,6 @@ pub fn plan(
     if let (Verdict::Deny, Some(reason)) = (verdict, reason) {
         return (Plan::Refuse(reason), Verdict::Deny, rule, Some(reason));
     }
-    // Under a wildcard allow the agent chooses the labels: an encoded payload never leaves.
-    let (verdict, reason) = match exfil::wildcard_zone(policy, &target.host) {
-        Some(zone) if exfil::looks_encoded(exfil::below(&ascii, &zone)) => {
-            if !matches!(policy.sandbox.mode, airlock_policy::Mode::Report) {
-                let r = Reason::DnsExfilSuspect;
-                return (Plan::Refuse(r), Verdict::Deny, rule, Some(r));
-            }
-            (Verdict::Report, Some(Reason::DnsExfilSuspect))
-        }
-        _ => (verdict, reason),
-    };
     let plan = match q.query_type() {
         RecordType::A => Plan::Resolve { target, v6: false },
         RecordType::AAAA => Plan::Resolve { target, v6: true },
@@ -211,33 +207,59 @@ pub fn formerr_raw(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The zone budget ([`exfil::Budget`]) on a name about to be resolved under a wildcard
-/// allow: past it, a new name is refused (reported in report mode).
-fn budgeted(
+/// The name check ([`names::judge`], the one every path that resolves a name calls) on a
+/// name about to be resolved: refused, or resolved and reported.
+fn named(
     shared: &Shared,
-    policy: &airlock_policy::Policy,
-    msg: &Message,
+    rules: names::NameRules<'_>,
     planned: (Plan, Verdict, Option<String>, Option<Reason>),
 ) -> (Plan, Verdict, Option<String>, Option<Reason>) {
-    let (Plan::Resolve { target, .. }, Some(q)) = (&planned.0, msg.queries.first()) else {
+    let Plan::Resolve { target, .. } = &planned.0 else {
         return planned;
     };
-    let Some(zone) = exfil::wildcard_zone(policy, &target.host) else {
-        return planned;
-    };
-    let ascii = q.name().to_ascii();
-    let budget = policy.network.dns_name_budget();
-    if shared
-        .dns_budget
-        .admit(&zone, exfil::below(&ascii, &zone), budget)
-    {
-        return planned;
+    match names::judge(rules, &shared.dns_budget, &target.host) {
+        names::NameVerdict::Pass => planned,
+        names::NameVerdict::Report { reason, rule } => {
+            (planned.0, Verdict::Report, rule.or(planned.2), Some(reason))
+        }
+        names::NameVerdict::Refuse { reason, rule } => (
+            Plan::Refuse(reason),
+            Verdict::Deny,
+            rule.or(planned.2),
+            Some(reason),
+        ),
     }
-    let r = Reason::DnsExfilSuspect;
-    if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) {
-        return (planned.0, Verdict::Report, planned.2, Some(r));
+}
+
+/// The name check ([`names::judge`]) for the proxy's own paths (`CONNECT`, plain HTTP,
+/// base URL, transparent), after the policy let the host through and before it is
+/// resolved: `Err` refuses it (the record names the detector when one fired); a report
+/// is written on the record.
+pub(crate) fn admit_name(
+    shared: &Shared,
+    rules: names::NameRules<'_>,
+    rec: &mut Record,
+    host: &Host,
+) -> Result<(), Reason> {
+    match names::judge(rules, &shared.dns_budget, host) {
+        names::NameVerdict::Pass => Ok(()),
+        names::NameVerdict::Report { reason, rule } => {
+            if rule.is_some() {
+                rec.host = Some(names::redacted(rules.policy, host));
+                rec.rule = rule;
+            }
+            rec.decision = Verdict::Report;
+            rec.reason = Some(reason);
+            Ok(())
+        }
+        names::NameVerdict::Refuse { reason, rule } => {
+            if rule.is_some() {
+                rec.host = Some(names::redacted(rules.policy, host));
+                rec.rule = rule;
+            }
+            Err(reason)
+        }
     }
-    (Plan::Refuse(r), Verdict::Deny, planned.2, Some(r))
 }
 
 /// Handles one DNS message; returns the answer to send, if any. Audits exactly once.
@@ -280,7 +302,13 @@ pub(crate) async fn handle(
     // One snapshot of the policy for the whole query.
     let rules = shared.rules.load();
     let policy = &rules.policy;
-    let (plan, verdict, rule, reason) = budgeted(shared, policy, &msg, plan(policy, &msg));
+    let (plan, verdict, rule, reason) = named(shared, rules.name_rules(), plan(policy, &msg));
+    if reason == Some(Reason::ForeignSecret)
+        && let Some(Ok(host)) = rec.host.as_deref().map(Host::parse)
+    {
+        // The line names the detector, never the value.
+        rec.host = Some(names::redacted(policy, &host));
+    }
     let resolved = matches!(plan, Plan::Resolve { .. });
     rec.decision = verdict;
     rec.rule = rule;

@@ -321,8 +321,10 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     st.shared.audit.pending(rec)
 }
 
-/// Policy, then resolve once and check, shared by CONNECT and plain HTTP. On success the
-/// record carries the verdict, rule and (for report mode) the reason.
+/// Policy, then the name check (`dns::admit_name`: a name that carries a secret or looks
+/// encoded is never resolved), then resolve once and check, shared by CONNECT, plain HTTP
+/// and base URL. On success the record carries the verdict, rule and (for report mode) the
+/// reason.
 async fn admit(
     st: &ConnState,
     rules: &Rules,
@@ -338,6 +340,7 @@ async fn admit(
     if let (false, Some(reason)) = (d.passes(), d.reason) {
         return Err(reason);
     }
+    crate::dns::admit_name(&st.shared, rules.name_rules(), rec, &target.host)?;
     st.shared.upstreams.resolve_checked(target).await
 }
 

@@ -45,6 +45,7 @@ pub mod intercept;
 pub mod leaf;
 pub mod legible;
 pub mod limits;
+pub mod names;
 pub mod pool;
 mod read_ahead;
 pub mod receive_pack;
@@ -94,8 +95,8 @@ pub(crate) struct Shared {
     pub interception: Arc<intercept::Interception>,
     /// Idle upstream connections for the next client connection to the same target.
     pub pool: pool::Pool<intercept::Live>,
-    /// Query-name bytes carried below each wildcard-allowed zone (`dns::exfil`).
-    pub dns_budget: dns::exfil::Budget,
+    /// Query-name bytes carried below each wildcard-allowed zone (`names`).
+    pub dns_budget: names::Budget,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
 }
@@ -189,7 +190,7 @@ impl Proxy {
             identity: self.identity,
             interception: self.interception,
             pool: pool::Pool::default(),
-            dns_budget: dns::exfil::Budget::default(),
+            dns_budget: names::Budget::default(),
             head_timer,
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(

@@ -21,6 +21,7 @@ use airlock_policy::Policy;
 
 use crate::credentials::{Credentials, CredentialsError};
 use crate::detect::{DetectError, Detectors};
+use crate::names::NameNeedles;
 
 /// Rebuilding the rules from the hand-off failed: the caller keeps the rules it has.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,8 @@ pub struct Rules {
     /// The secret detectors: the formats (built-in, as the policy changes them) and the
     /// workspace's needles.
     pub detectors: Detectors,
+    /// The workspace's needles as a name can carry them (`names`).
+    pub names: NameNeedles,
 }
 
 impl Rules {
@@ -54,15 +57,27 @@ impl Rules {
     /// [`DetectError`] when the detectors cannot be built.
     pub fn new(policy: Policy, credentials: Credentials) -> Result<Self, DetectError> {
         let detectors = Detectors::new(&policy.secrets, credentials.workspace_secrets())?;
+        let names = NameNeedles::new(&detectors, credentials.workspace_secrets())?;
         Ok(Self {
             policy,
             credentials,
             detectors,
+            names,
         })
     }
 }
 
 impl Rules {
+    /// What a name the agent asks to resolve is judged under (`names::judge`).
+    #[must_use]
+    pub fn name_rules(&self) -> crate::names::NameRules<'_> {
+        crate::names::NameRules {
+            policy: &self.policy,
+            detectors: &self.detectors,
+            needles: &self.names,
+        }
+    }
+
     /// The rules of `policy` with the credentials of the hand-off at `handoff` (read
     /// again: credentials and workspace needles) and the detectors built for them.
     ///

@@ -199,11 +199,15 @@ async fn handle(
     }
     // One snapshot for the connection's admission and whether it is intercepted.
     let rules = shared.rules.load();
-    let result = admit(&shared, &rules.policy, &mut rec, &sniffed, orig, tls).await;
+    let result = admit(&shared, &rules, &mut rec, &sniffed, orig, tls).await;
     let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
-            refuse(stream, &shared, rec, reason, orig, tls, &meter).await;
+            // The name the ClientHello asked for (the record's may be redacted).
+            let asked = decide::transparent_target(&sniffed, orig.port())
+                .ok()
+                .map(|t| t.host.as_str().to_owned());
+            refuse(stream, &shared, rec, reason, (orig, asked), tls, &meter).await;
             return;
         }
     };
@@ -268,17 +272,14 @@ async fn refuse(
     shared: &Shared,
     mut rec: Record,
     reason: Reason,
-    orig: SocketAddr,
+    (orig, asked): (SocketAddr, Option<String>),
     tls: bool,
     meter: &Meter,
 ) {
     rec.decision = Verdict::Deny;
     rec.reason = Some(reason);
     // The name the ClientHello asked for, when the refusal is of that name.
-    let named = rec
-        .host
-        .clone()
-        .filter(|_| tls && crate::legible::speaks(reason));
+    let named = asked.filter(|_| rec.host.is_some() && tls && crate::legible::speaks(reason));
     if rec.host.is_none() {
         rec.host = Some(orig.ip().to_string());
     }
@@ -295,12 +296,13 @@ async fn refuse(
 
 async fn admit(
     shared: &Shared,
-    policy: &airlock_policy::Policy,
+    rules: &crate::snapshot::Rules,
     rec: &mut Record,
     sniffed: &Sniff,
     orig: SocketAddr,
     tls: bool,
 ) -> Result<(decide::Target, Option<crate::upstream::Connected>), Reason> {
+    let policy = &rules.policy;
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
     let d = decide::decide(policy, &target);
@@ -310,6 +312,8 @@ async fn admit(
     if let (false, Some(reason)) = (d.passes(), d.reason) {
         return Err(reason);
     }
+    // The name the agent chose is judged before it is resolved (`dns::admit_name`).
+    crate::dns::admit_name(shared, rules.name_rules(), rec, &target.host)?;
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
     // An intercepted connection's ClientHello goes to our TLS server, which reads only the

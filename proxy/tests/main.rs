@@ -15,6 +15,7 @@ mod explicit;
 mod headers;
 mod intercept;
 mod missing;
+mod names;
 mod read_only_body;
 mod refusals;
 mod service;
