@@ -8,6 +8,10 @@
 #     are still served by upstream and audited.
 # Without sizes (Docker's default is half the host's RAM) the fill runs into --memory and the
 # container wedges: exec fails, requests hang (issue 13).
+# Before the fill the agent also floods the audit log under a 1 MB AIRLOCK_AUDIT_CAP: first
+# attempts on five hosts, then 3,000 denials to one host and 600 allowed requests with long
+# paths. The log stays within the cap, the first attempts are still in it after it rotated,
+# a `rotated` line says what left, and every one of the 3,000 denials is a line or a count.
 # Usage: sudo tests/smoke/limits.sh
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -18,6 +22,7 @@ APP=$SMOKE_ID-lapp
 AUDIT=$SMOKE_ID-laudit
 APP4=192.0.2.2
 UP4=192.0.2.10
+AUDIT_CAP=1000000
 
 [ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
 fakenet=$(smoke_fakenet_bin)
@@ -57,6 +62,12 @@ fill() {  # fill NAME DIR: dd until it fails; its status, whether ENOSPC, the Ki
     echo "$1_enospc=$(grep -c 'No space left on device' <<<"$err")"
     echo "$1_kib=$(du -sk "$2/fill" | cut -f1)"
 }
+# code URL: each status the URL (a curl glob) got, with its count ("403:3000").
+code() { curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' "$@" 2>/dev/null | sort | uniq -c | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1}'; }
+for i in 0 1 2 3 4; do echo "early$i=$(code "http://early$i.test/first")"; done
+echo "flood=$(code 'http://flood.test/d-[1-3000]')"
+long=$(printf 'x%.0s' $(seq 1500))
+echo "allowed_flood=$(code "http://allowed.test/a-$long-[1-600]")"
 echo "mem_before=$(mem)"
 fill tmp /tmp
 fill home /home/agent
@@ -73,7 +84,7 @@ track_volume "$AUDIT"
 track_container "$APP"
 AIRLOCK_NO_BUILD=1 AIRLOCK_IMAGE=$SMOKE_IMAGE AIRLOCK_POLICY=$SMOKE_DIR/policy.toml \
 AIRLOCK_AUDIT_VOLUME=$AUDIT \
-AIRLOCK_DOCKER_ARGS="-d --name $APP --network $NET --ip $APP4 --dns $UP4" \
+AIRLOCK_DOCKER_ARGS="-d --name $APP --network $NET --ip $APP4 --dns $UP4 -e AIRLOCK_AUDIT_CAP=$AUDIT_CAP" \
     "$SMOKE_ROOT/scripts/docker-run" "$SMOKE_DIR/repo" -- bash /workspace/fill.sh >/dev/null ||
     die "docker run failed"
 t0=$SECONDS
@@ -132,12 +143,50 @@ check "docker stop ends the container (rc $stop_rc)" [ "$stop_rc" = 0 ]
 for _ in $(seq 50); do docker inspect "$APP" >/dev/null 2>&1 || break; sleep 0.2; done
 
 ulog="$SMOKE_DIR/log/fakenet.jsonl"
-audit="$(volume_path "$AUDIT")/audit.jsonl"
+vol=$(volume_path "$AUDIT")
+# Every file of the log: the stream, its rotated files and the archives.
+cat "$vol"/audit.jsonl* >"$SMOKE_DIR/audit.all" 2>/dev/null || die "no audit log in $vol"
+audit="$SMOKE_DIR/audit.all"
 check "upstream served the agent's request after the fill" grep -q '/agent-after-fill' "$ulog"
 check "upstream served the exec'd request after the fill" grep -q '/exec-after-fill' "$ulog"
-audited() { grep '"decision":"allow"' "$audit" | grep -q "\"path\":\"$1\""; }
+# One grep (a pipe into grep -q dies of SIGPIPE under pipefail once the log is long).
+audited() { grep -q "\"path\":\"$1\",\"decision\":\"allow\"" "$audit"; }
 check "the agent's request is audited as allowed" audited /agent-after-fill
 check "the exec'd request is audited as allowed" audited /exec-after-fill
+
+say "the audit log after the agent's flood (cap $AUDIT_CAP bytes)"
+for i in 0 1 2 3 4; do
+    check "early$i.test was refused (403): $(get "early$i")" [ "$(get "early$i")" = "403:1" ]
+done
+check "the 3,000 denials were refused: $(get flood)" [ "$(get flood)" = "403:3000" ]
+check "the 600 allowed requests were served: $(get allowed_flood)" [ "$(get allowed_flood)" = "200:600" ]
+bytes=$(du -cb "$vol"/audit.jsonl* | tail -1 | cut -f1)
+check "the log's files stay within the cap: $bytes bytes" [ "$bytes" -le $((AUDIT_CAP + 65536)) ]
+report=$(python3 - "$audit" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+print("early=" + ",".join(str(any(l.get("host") == f"early{i}.test" and l.get("decision") == "deny" for l in lines)) for i in range(5)))
+rotated = [l for l in lines if l.get("event") == "rotated" and l.get("kind") == "audit"]
+newest = max(rotated, key=lambda l: l["total"]["lines"], default=None)
+print(f"rotated={len(rotated)}")
+print(f"dropped_lines={newest['total']['lines'] if newest else 0}")
+whole = sum(1 for l in lines if l.get("host") == "flood.test" and l.get("decision") == "deny" and l.get("event") is None)
+folded = sum(l["count"] for l in lines if l.get("event") == "suppressed" and l.get("host") == "flood.test")
+gone = 0
+for e in (newest["total"]["dropped"] if newest else []):
+    for h in e["hosts"]:
+        if h["host"] == "flood.test":
+            gone += h["folded"] if e["event"] == "suppressed" else h["lines"]
+print(f"flood_accounted={whole + folded + gone}")
+PY
+)
+aget() { sed -n "s/^$1=//p" <<<"$report" | head -1; }
+check "each early first attempt is still in the log after the flood ($(aget early))" \
+    [ "$(aget early)" = "True,True,True,True,True" ]
+check "the log rotated and said what left ($(aget rotated) rotated lines, $(aget dropped_lines) lines dropped)" \
+    [ "$(aget rotated)" -gt 0 ]
+check "every denial to flood.test is a line, a count or counted as dropped ($(aget flood_accounted) of 3000)" \
+    [ "$(aget flood_accounted)" = 3000 ]
 
 if [ "$SMOKE_FAILS" -ne 0 ]; then
     say "agent output and entrypoint log (last 30 lines):"
