@@ -71,7 +71,10 @@ async fn the_service_port_serves_only_git_smart_http_of_authorized_repositories(
             .await
             .unwrap();
         let head = read_head(&mut tls).await;
-        assert!(head.starts_with(&format!("HTTP/1.1 {status}")), "{path}: {head}");
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{path}: {head}"
+        );
         assert!(
             head.contains(&format!("x-airlock-error: {reason}")),
             "{path}: {head}"
