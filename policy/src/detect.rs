@@ -30,7 +30,7 @@ use crate::rule::HostRule;
 use crate::secrets::Secrets;
 use regex::bytes::{Regex, RegexSet, RegexSetBuilder};
 
-pub use crate::detector::{BUILTIN_VERSION, builtin_names};
+pub use crate::detector::{BUILTIN_VERSION, PAIR_DISTANCE, builtin_names};
 
 /// One known credential format.
 #[derive(Debug)]
@@ -408,6 +408,50 @@ mod tests {
         let npm = format!("//registry.npmjs.org/:_authToken=npm_{}", "k".repeat(36));
         assert_eq!(names(&d, &npm), ["npm-token"]);
         assert!(d.named("npm-token").is_some() && d.named("nope").is_none());
+    }
+
+    /// The AWS pair however it is laid out: either order, any separator (`=` right after
+    /// the secret too), up to [`PAIR_DISTANCE`] bytes apart; not further, and not a 40-character
+    /// window of a longer run.
+    #[test]
+    fn the_aws_pair_is_found_in_either_order_within_the_distance() {
+        let d = set();
+        let (id, secret) = (
+            "AKIA2Z3Y4X5W6V7U2T3S",
+            "abcdEFGH1234ijklMNOP5678qrstUVWX9012yzAB",
+        );
+        let pair = |text: &str| names(&d, text).contains(&"aws-access-key");
+        for text in [
+            format!("{id}:{secret}="),
+            format!("{id}\n{secret}"),
+            format!("s={secret}&i={id}"),
+            format!("{secret}|{}|{id}", "-".repeat(PAIR_DISTANCE - 1)),
+            format!("{id} {} {secret}", "x".repeat(PAIR_DISTANCE - 1)),
+            format!("_{id}_ {secret}"),
+        ] {
+            assert!(pair(&text), "{text}");
+        }
+        for text in [
+            format!("{id} {} {secret}", "x".repeat(PAIR_DISTANCE + 2)),
+            format!("{secret} {} {id}", "x".repeat(PAIR_DISTANCE + 2)),
+            format!("{id} {secret}Q"),
+            format!("{id} Q{secret}"),
+            id.to_owned(),
+        ] {
+            assert!(!pair(&text), "{text}");
+        }
+        assert!(
+            BUILTIN
+                .iter()
+                .any(|b| b.pattern.contains(&format!(".{{0,{PAIR_DISTANCE}}}?"))),
+            "the documented distance is the pattern's"
+        );
+        // Named as such, in a JSON-escaped string, and ending in a character `\b` misses.
+        let escaped = format!(
+            r#"{{"env":"{{\"aws_secret_access_key\": \"{}/\"}}"}}"#,
+            &secret[..39]
+        );
+        assert!(names(&d, &escaped).contains(&"aws-secret-key"), "{escaped}");
     }
 
     #[test]

@@ -55,8 +55,12 @@ pub const MIN_MATCH: usize = 8;
 /// The longest a detector's shortest match may be, in bytes: half the streamed hold-back
 /// of the proxy, so a secret split across a body's chunks is seen whole.
 pub const MAX_SHORTEST_MATCH: usize = 512;
-/// Version of the built-in set; bump when a detector is added or changed (2: `jwt`).
-pub const BUILTIN_VERSION: u32 = 2;
+/// Version of the built-in set; bump when a detector is added or changed (2: `jwt`; 3: the
+/// AWS pair in either order, up to [`PAIR_DISTANCE`] apart, `=` after the secret).
+pub const BUILTIN_VERSION: u32 = 3;
+/// How far apart (bytes of anything between them) the two halves of a paired format (the
+/// AWS access key id and its secret) are still one secret.
+pub const PAIR_DISTANCE: usize = 256;
 
 /// One built-in detector.
 #[derive(Debug)]
@@ -86,17 +90,19 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         action: SecretAction::Deny,
     },
     Builtin {
-        // An access key id with a 40-character secret at most 100 bytes after it (as in a
-        // credentials file, an environment dump or a JSON object): the id alone is not a
-        // secret.
+        // A key pair: an access key id and a 40-character secret standing alone (not part
+        // of a longer run), in either order, at most [`PAIR_DISTANCE`] bytes of anything
+        // apart (as in a credentials file, an environment dump, a JSON object, or two
+        // requests the proxy searches joined): the id alone is not a secret.
         name: "aws-access-key",
-        pattern: r"(?s)\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b.{0,100}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)",
+        pattern: r"(?s)(?:(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}.{0,256}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$)|(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$).{0,256}?(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16})",
         hosts: &["amazonaws.com", "*.amazonaws.com"],
         action: SecretAction::Deny,
     },
     Builtin {
+        // The secret named as such (its quotes JSON-escaped or not).
         name: "aws-secret-key",
-        pattern: r#"(?i)aws_?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}\b"#,
+        pattern: r#"(?i)aws_?secret_?access_?key\\?["']?\s*[:=]\s*\\?["']?[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$)"#,
         hosts: &["amazonaws.com", "*.amazonaws.com"],
         action: SecretAction::Deny,
     },

@@ -98,6 +98,14 @@ airlock_channels::stable_codes! {
         /// A high-entropy (compressed or encrypted-looking) request body, to a host outside
         /// the LLM APIs, where the policy's `[signals] high_entropy = "deny"` refuses it.
         HighEntropy => "high-entropy",
+        /// A request body in a `Content-Encoding` the proxy cannot read (it decodes gzip,
+        /// deflate, br and zstd), or an upstream's answer in one the request did not ask
+        /// for: what cannot be read cannot be searched for secrets.
+        ContentEncodingUnsupported => "content-encoding-unsupported",
+        /// A compressed body that expands past what the proxy decodes (more than 256 times
+        /// the compressed bytes after the first MiB, or 64 MiB for a request): refused, never
+        /// expanded without limit.
+        DecompressionBomb => "decompression-bomb",
         /// A request on the git service port without the git API's ticket (the header the
         /// git API gives every network git command it runs): whoever sent it is not the
         /// git API.
@@ -155,6 +163,8 @@ impl Reason {
             | Reason::ClientTlsFailed
             | Reason::UpgradeNotSupported
             | Reason::UpgradeDenied
+            | Reason::ContentEncodingUnsupported
+            | Reason::DecompressionBomb
             | Reason::CredentialMethodRefused
             | Reason::AuditUnavailable
             | Reason::EchRefused
@@ -318,6 +328,14 @@ impl Reason {
                  the operator provides it (the answer's message says how) and starts the \
                  sandbox again."
             }
+            Reason::ContentEncodingUnsupported => {
+                "The proxy reads gzip, deflate, br and zstd bodies (it must read a body to \
+                 search it for secrets); send the body uncompressed or in one of those."
+            }
+            Reason::DecompressionBomb => {
+                "The compressed body expands far past its size; send it uncompressed, or in \
+                 parts."
+            }
             Reason::EncodedBlob => {
                 "The body carries a long base64 or hex run (encoded data) and the policy \
                  refuses that for this host; send the data as is, or the operator can set \
@@ -466,6 +484,11 @@ mod tests {
             (Reason::CredentialMissing, "credential-missing"),
             (Reason::EncodedBlob, "encoded-blob"),
             (Reason::HighEntropy, "high-entropy"),
+            (
+                Reason::ContentEncodingUnsupported,
+                "content-encoding-unsupported",
+            ),
+            (Reason::DecompressionBomb, "decompression-bomb"),
             (Reason::GitTicketMissing, "git-ticket-missing"),
             (Reason::GitTicketInvalid, "git-ticket-invalid"),
             (Reason::GitTicketExpired, "git-ticket-expired"),

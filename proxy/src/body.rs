@@ -198,6 +198,9 @@ pub enum Cut {
     Secret(std::borrow::Cow<'static, str>),
     /// A signal the policy refuses (`[signals] ... = "deny"`).
     Signal(crate::signal::Signal),
+    /// A body that cannot be read as it must be to be searched (`decompression-bomb`, a
+    /// coding that does not decode), and why (the record's `rule`).
+    Unreadable(airlock_policy::Reason, String),
 }
 
 impl Cut {
@@ -209,6 +212,7 @@ impl Cut {
             Self::Credential(_) => airlock_policy::Reason::CredentialLeak,
             Self::Secret(_) => airlock_policy::Reason::ForeignSecret,
             Self::Signal(s) => s.reason(),
+            Self::Unreadable(reason, _) => *reason,
         }
     }
 
@@ -223,6 +227,7 @@ impl Cut {
                     rec.signals.push(*s);
                 }
             }
+            Self::Unreadable(_, why) => rec.rule = Some(why.clone()),
         }
         self.reason()
     }
@@ -243,6 +248,8 @@ pub struct AuditOnDrop {
     signals: Option<SignalNote>,
     /// The secrets a streamed request body let through (redacted, logged).
     secrets: Option<crate::detect::Note>,
+    /// Set when the response was cut on its way to the agent (it did not decode).
+    response_cut: Option<CutFlag>,
 }
 
 /// Where a streamed request body's signals are left for its record (first note wins).
@@ -259,7 +266,16 @@ impl AuditOnDrop {
             leak: None,
             signals: None,
             secrets: None,
+            response_cut: None,
         }
+    }
+
+    /// Marks the record as a denial (`decompression-bomb`, `content-encoding-unsupported`)
+    /// ending in `close-error` if `flag` is set by then: the response was cut.
+    #[must_use]
+    pub fn with_response_cut(mut self, flag: CutFlag) -> Self {
+        self.response_cut = Some(flag);
+        self
     }
 
     /// Adds the signals left in `note` (by the time the record is written) to the record.
@@ -307,6 +323,12 @@ impl Drop for AuditOnDrop {
                 rec.reason = Some(cut.describe(&mut rec));
                 rec.event = Some(crate::audit::Event::LeakInBody);
                 tracing::warn!("{cut:?}: seen in a request body, upstream cut");
+            }
+            if let Some(cut) = self.response_cut.as_ref().and_then(|f| f.get()) {
+                rec.decision = crate::audit::Verdict::Deny;
+                rec.reason = Some(cut.describe(&mut rec));
+                rec.event = Some(crate::audit::Event::CloseError);
+                tracing::warn!("{cut:?}: the response was cut on its way to the agent");
             }
             self.audit.emit_detached(rec);
         }

@@ -20,7 +20,10 @@
 //!   The git placeholder is allowed in exactly one place: as the basic-auth password of a
 //!   git read of an authorized repository, in `authorization` (where it is replaced).
 //! - Responses to a request that received a credential are scrubbed: every real value and
-//!   injected encoding in a header or the body is overwritten with `*`.
+//!   injected encoding in a header or the body is overwritten with `*`, in every form an
+//!   upstream could echo it in ([`scrub_forms`]: percent- and JSON-escaped, hex, inside
+//!   base64 and base32, reversed, in either case); a compressed body is decoded first
+//!   (`decode`).
 //!
 //! A credential the operator did not configure (the hand-off's `missing`) is bound all the
 //! same (its header removed on its hosts, its placeholder a leak needle) but has no value:
@@ -309,7 +312,11 @@ impl Credentials {
             needles.push((placeholder.as_bytes().to_vec(), tag(Form::Placeholder)));
             if let Some(secret) = secret {
                 needles.push((secret.as_bytes().to_vec(), tag(Form::Real)));
-                scrub.push((secret.as_bytes().to_vec(), tag(Form::Real)));
+                scrub.extend(
+                    scrub_forms(secret)
+                        .into_iter()
+                        .map(|f| (f, tag(Form::Real))),
+                );
                 if git_basic {
                     let b64 = git_basic_b64(secret);
                     needles.push((b64.as_bytes().to_vec(), tag(Form::Injected)));
@@ -370,7 +377,7 @@ impl Credentials {
             git_placeholder: h.git_placeholder,
             leak: Needles::new(needles),
             leak_except,
-            scrub: Needles::new(scrub),
+            scrub: Needles::ignoring_case(scrub),
             workspace: h.workspace_secrets,
             git_service,
         })
@@ -643,6 +650,19 @@ impl Credentials {
             }
         }
     }
+}
+
+/// The forms of a real value scrubbed from responses: as is, the forms the detectors search
+/// for a workspace value (`detect::forms`), and its hex (the scrubber does not decode).
+fn scrub_forms(secret: &str) -> Vec<Vec<u8>> {
+    use std::fmt::Write as _;
+    let hex = secret.bytes().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    let mut out = vec![secret.as_bytes().to_vec(), hex.into_bytes()];
+    out.extend(crate::detect::forms(secret.as_bytes()));
+    out
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -999,6 +1019,31 @@ repositories = ["github.com/o/r"]
                 .contains(&git_basic_b64("ghp_REALgithub"))
         );
         assert_eq!(h["x-fine"], "ok");
+    }
+
+    /// An upstream that echoes the injected value hex-encoded (either case), inside base64,
+    /// upper-cased or reversed: every spelling is overwritten, lengths kept.
+    #[test]
+    fn every_form_of_a_real_value_is_scrubbed() {
+        use base64::Engine as _;
+        let c = creds();
+        let real = "sk-REAL-anthropic";
+        let hex: String = real.bytes().map(|b| format!("{b:02x}")).collect();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("k={real};"));
+        let reversed: String = real.chars().rev().collect();
+        for echo in [
+            hex.clone(),
+            hex.to_uppercase(),
+            b64,
+            real.to_uppercase(),
+            reversed,
+        ] {
+            let mut h = hm(&[("x-echo", &echo)]);
+            c.scrub_headers(&mut h);
+            let out = h["x-echo"].to_str().unwrap().to_owned();
+            assert_eq!(out.len(), echo.len());
+            assert!(out.contains("*****"), "{echo} -> {out}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 
 /// Body type of every response the explicit proxy returns.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Writes `rec` as a denial for `reason`, then answers with the uniform denial for
 /// `host:port`: every request-level refusal goes through here. When the line cannot be

@@ -7,12 +7,19 @@
 //! values allowed; [`airlock_policy::secrets`]): one set, shared with the entrypoint, which
 //! classifies the workspace's values with it. The workspace's values come in the
 //! hand-off ([`airlock_handoff::WorkspaceSecret`]): each is an exact needle of a
-//! detector named `workspace:<file>`, searched in one Aho-Corasick pass (linear time) in
-//! every form an agent's tools send it in (as is, percent-encoded in the common ways,
-//! form-encoded, JSON-escaped); it may go to no host, unless a format recognised the
-//! value, whose provider hosts it may then go to, and whose action it has, as that format.
-//! A needle is at most [`MAX_NEEDLE`] bytes (a longer form is matched by its start), so a
-//! streamed body's hold-back always sees it whole.
+//! detector named `workspace:<file>`, searched in one Aho-Corasick pass (linear time),
+//! without regard to ASCII case, in every form an agent's tools send it in (as is,
+//! percent-encoded in the common ways, form-encoded, JSON-escaped, reversed, without its
+//! whitespace, inside base64 and base32); it may go to no host, unless a format recognised
+//! the value, whose provider hosts it may then go to, and whose action it has, as that
+//! format. A needle is at most [`MAX_NEEDLE`] bytes (a longer form is matched by its
+//! start), so a streamed body's hold-back always sees it whole.
+//!
+//! Both the formats and the needles search the bytes as sent **and** as
+//! [`crate::normalize`] decodes them (escapes in rounds, hex runs, spaced runs), so a
+//! secret JSON-escaped, double-percent-encoded, hex-encoded in either case or spaced out is
+//! found; a hit in a decoded piece is reported (and redacted) where its encoded form
+//! stands.
 //!
 //! A secret on its way to a host that is not its provider's gets its detector's action
 //! ([`SecretAction`]), decided here ([`Detectors::judge`] for the URL and headers,
@@ -26,11 +33,13 @@
 //!   `reason: foreign-secret` and the detector;
 //! - `off`: the detector is not in the set.
 //!
-//! Base64 forms: the value's stable run at each of the three alignments, standard and
-//! URL-safe (a line break of wrapped base64 inside the run hides it: the signals see the
-//! blob instead).
+//! Base64 and base32 forms: the value's stable run at each alignment (three for base64,
+//! standard and URL-safe; five for base32), a line break of wrapped base64 inside the run
+//! hides it (the signals see the blob instead).
 //!
-//! Not here (yet): DNS labels.
+//! A search may be given the end of what went before it to the same host (`skip`: the
+//! bytes that already left), so a value split over two requests or frames is found in the
+//! second; a hit wholly inside what went before is not reported again.
 
 use std::borrow::Cow;
 
@@ -47,10 +56,13 @@ use crate::audit::{Event, Record, Verdict as Decision};
 pub use airlock_policy::detect::{BUILTIN_VERSION, DetectError};
 pub use airlock_policy::secrets::SecretAction;
 
-/// The longest needle, in bytes: below the streamed hold-back (`intercept::SECRET_HOLD`),
-/// so a needle split across chunks is always seen whole.
+/// The longest needle, in bytes: below the streamed hold-back ([`Detectors::hold`]), so a
+/// needle split across chunks is always seen whole.
 pub const MAX_NEEDLE: usize = 512;
-const _: () = assert!(MAX_NEEDLE < 1024, "below intercept::SECRET_HOLD");
+const _: () = assert!(
+    MAX_NEEDLE < MIN_HOLD,
+    "below the hold-back of a streamed body"
+);
 
 /// Prefix of the detectors of the workspace's values (`workspace:.env`).
 pub const WORKSPACE_PREFIX: &str = "workspace:";
@@ -92,7 +104,21 @@ pub struct Detectors {
     /// Every form of every workspace value; `exact_of[pattern]` is its detector.
     exact: Option<AhoCorasick>,
     exact_of: Vec<usize>,
+    /// How far either side of an escape [`crate::normalize`] decodes: the longest secret
+    /// searched for, as decoded.
+    reach: usize,
+    /// The longest workspace value (at most [`MAX_NEEDLE`]).
+    longest: usize,
 }
+
+/// The smallest hold-back of a streamed body ([`Detectors::hold`]).
+pub const MIN_HOLD: usize = 1024;
+/// The largest.
+pub const MAX_HOLD: usize = 3 * 1024;
+
+/// The longest a format's match is, as decoded: the AWS pair at its widest
+/// ([`airlock_policy::detect::PAIR_DISTANCE`] apart), and room for the others.
+pub const FORMAT_REACH: usize = airlock_policy::detect::PAIR_DISTANCE + 128;
 
 impl Detectors {
     /// The built-in set.
@@ -132,6 +158,7 @@ impl Detectors {
         let mut needles: Vec<Vec<u8>> = Vec::new();
         let mut exact_of = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut longest = 0;
         for s in secrets {
             let value = s.value.expose();
             if formats.needle_refusal(value).is_some() {
@@ -150,8 +177,9 @@ impl Detectors {
                 });
                 detectors.len() - 1
             };
+            longest = longest.max(value.trim().len().min(MAX_NEEDLE));
             for form in forms(value.trim().as_bytes()) {
-                if seen.insert(form.clone()) {
+                if seen.insert(form.to_ascii_lowercase()) {
                     needles.push(form);
                     exact_of.push(index);
                 }
@@ -163,6 +191,7 @@ impl Detectors {
             Some(
                 AhoCorasick::builder()
                     .match_kind(MatchKind::LeftmostLongest)
+                    .ascii_case_insensitive(true)
                     .build(&needles)
                     .map_err(|e| DetectError::Compile {
                         name: WORKSPACE_PREFIX.into(),
@@ -175,6 +204,8 @@ impl Detectors {
             detectors,
             exact,
             exact_of,
+            reach: FORMAT_REACH.max(longest),
+            longest,
         })
     }
 
@@ -190,10 +221,47 @@ impl Detectors {
         self.exact_of.len()
     }
 
-    /// Every secret in `bytes` (documented examples excluded): the formats' hits in
-    /// format order, then the workspace's values.
+    /// Every secret in `bytes` (documented examples excluded), as sent and as decoded
+    /// ([`crate::normalize`]; a decoded hit's range is that of its encoded form): the
+    /// formats' hits, then the workspace's values.
     #[must_use]
     pub fn find(&self, bytes: &[u8]) -> Vec<Hit> {
+        let mut hits = self.find_plain(bytes);
+        let decoded = crate::normalize::Decoded::of(bytes, self.reach);
+        if !decoded.is_empty() {
+            hits.extend(self.find_plain(&decoded.bytes).into_iter().map(|h| Hit {
+                detector: h.detector,
+                range: decoded.raw_range(&h.range),
+            }));
+        }
+        hits
+    }
+
+    /// The hits of [`Detectors::find`] that end past `skip` (the bytes before it already
+    /// left: a hit wholly inside them was judged when they did), cut to start at `skip`.
+    fn find_after(&self, bytes: &[u8], skip: usize) -> Vec<Hit> {
+        let mut hits = self.find(bytes);
+        hits.retain(|h| h.range.end > skip);
+        // A hit that starts where one was found in what went before alone is that one
+        // grown by the new bytes (a token of what went before glued to the next one's
+        // first letters): it was judged when it left.
+        if skip > 0 && hits.iter().any(|h| h.range.start < skip) {
+            let judged = self.find(&bytes[..skip]);
+            hits.retain(|h| {
+                h.range.start >= skip
+                    || !judged
+                        .iter()
+                        .any(|j| j.detector == h.detector && j.range.start == h.range.start)
+            });
+        }
+        for h in &mut hits {
+            h.range.start = h.range.start.max(skip);
+        }
+        hits
+    }
+
+    /// Every secret in `bytes` as sent, nothing decoded.
+    fn find_plain(&self, bytes: &[u8]) -> Vec<Hit> {
         let mut hits: Vec<Hit> = self
             .formats
             .find(bytes)
@@ -224,8 +292,15 @@ impl Detectors {
     /// action is `log` are named.
     #[must_use]
     pub fn judge(&self, bytes: &[u8], host: &Host) -> Verdict<'_> {
+        self.judge_after(bytes, 0, host)
+    }
+
+    /// [`Detectors::judge`] of `bytes` whose first `skip` bytes already left (the end of
+    /// what went before to the same host): only a secret that ends past them counts.
+    #[must_use]
+    pub fn judge_after(&self, bytes: &[u8], skip: usize, host: &Host) -> Verdict<'_> {
         let mut v = Verdict::default();
-        for hit in self.find(bytes) {
+        for hit in self.find_after(bytes, skip) {
             let d = &self.detectors[hit.detector];
             if d.provider(host) {
                 continue;
@@ -260,6 +335,57 @@ impl Detectors {
         }
     }
 
+    /// [`Detectors::judge_whole`] of a body that follows `before` (the end of what went
+    /// to the same host before it, already sent): a secret that `before` begins and the
+    /// body completes counts too (searched in `before` joined to the body's first
+    /// [`Detectors::hold`] bytes); only the body's bytes are ever rewritten.
+    #[must_use]
+    pub fn judge_whole_after(
+        &self,
+        before: &[u8],
+        bytes: bytes::Bytes,
+        host: &Host,
+    ) -> (bytes::Bytes, Verdict<'_>) {
+        let (body, mut v) = self.judge_whole(bytes, host);
+        if v.refused.is_some() || before.is_empty() {
+            return (body, v);
+        }
+        let head = body.len().min(self.hold());
+        let mut junction = before.to_vec();
+        junction.extend_from_slice(&body[..head]);
+        if self.find_after(&junction, before.len()).is_empty() {
+            return (body, v);
+        }
+        let joined = self.judge_body_after(&mut junction, before.len(), host);
+        if joined.refused.is_some() {
+            return (body, joined);
+        }
+        for (to, from) in [
+            (&mut v.redacted, &joined.redacted),
+            (&mut v.logged, &joined.logged),
+        ] {
+            for n in from {
+                if !to.contains(n) {
+                    to.push(n);
+                }
+            }
+        }
+        if joined.redacted.is_empty() {
+            return (body, v);
+        }
+        let mut out = body.to_vec();
+        out[..head].copy_from_slice(&junction[before.len()..]);
+        (bytes::Bytes::from(out), v)
+    }
+
+    /// How much of a streamed body is held back so that a secret is seen whole before any
+    /// of it is sent: 1 KiB (a format's longest prefix, the widest pair), or six times the
+    /// longest workspace value (as JSON-escaped), at most 3 KiB.
+    #[must_use]
+    pub fn hold(&self) -> usize {
+        (6 * self.longest).clamp(MIN_HOLD, MAX_HOLD)
+    }
+
     /// A body (or a WebSocket payload) on its way to `host`, rewritten in place: the first
     /// secret not for `host` whose action is `deny` refuses it (nothing is rewritten),
     /// except on an LLM API host ([`llm_host`]) where it is redacted like one whose action
@@ -267,7 +393,14 @@ impl Detectors {
     /// action is `log` stay and are named.
     #[must_use]
     pub fn judge_body(&self, body: &mut [u8], host: &Host) -> Verdict<'_> {
-        let hits = self.find(body);
+        self.judge_body_after(body, 0, host)
+    }
+
+    /// [`Detectors::judge_body`] of `body` whose first `skip` bytes already left: only a
+    /// secret that ends past them counts, and only its bytes past them are overwritten.
+    #[must_use]
+    pub fn judge_body_after(&self, body: &mut [u8], skip: usize, host: &Host) -> Verdict<'_> {
+        let hits = self.find_after(body, skip);
         let mut v = Verdict::default();
         if hits.is_empty() {
             return v;
@@ -401,9 +534,12 @@ impl Note {
 
 /// The forms a value travels in, each cut to [`MAX_NEEDLE`] bytes: as is, percent-encoded
 /// (every byte but the unreserved ones, upper- and lower-case hex; as JavaScript's
-/// `encodeURIComponent` and Python's `quote` leave them), form-encoded (space as `+`) and
-/// JSON-escaped. Duplicates removed.
-fn forms(value: &[u8]) -> Vec<Vec<u8>> {
+/// `encodeURIComponent` and Python's `quote` leave them), form-encoded (space as `+`, also
+/// with nothing else encoded), JSON-escaped, reversed, without its whitespace (as a spaced
+/// run reads once [`crate::normalize`] drops the spaces), and inside base64 and base32.
+/// Duplicates (without regard to ASCII case) removed. Hex and further escapes need no form:
+/// the searches decode them ([`crate::normalize`]).
+pub(crate) fn forms(value: &[u8]) -> Vec<Vec<u8>> {
     let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
     let percent = |keep: &dyn Fn(u8) -> bool, lower: bool, plus: bool| -> Vec<u8> {
         let mut out = Vec::with_capacity(value.len() * 3);
@@ -436,14 +572,65 @@ fn forms(value: &[u8]) -> Vec<Vec<u8>> {
             true,
         ),
         json,
+        value
+            .iter()
+            .map(|&b| if b == b' ' { b'+' } else { b })
+            .collect(),
+        value.iter().rev().copied().collect(),
+        compact(value),
     ]
     .into_iter()
     .chain(base64_forms(value))
+    .chain(base32_forms(value))
     {
         form.truncate(MAX_NEEDLE);
-        if !form.is_empty() && !out.contains(&form) {
+        if form.len() >= airlock_policy::detect::MIN_NEEDLE
+            && !out.iter().any(|f| f.eq_ignore_ascii_case(&form))
+        {
             out.push(form);
         }
+    }
+    out
+}
+
+/// `value` without its ASCII whitespace.
+fn compact(value: &[u8]) -> Vec<u8> {
+    value
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect()
+}
+
+/// The value as it appears inside base32 of a larger text (RFC 4648's alphabet; the
+/// lower-case spelling is found too, needles being matched without regard to case): at
+/// each of the five alignments a value can start at, the characters that depend on the
+/// value's bytes alone.
+fn base32_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = Vec::new();
+    for shift in 0..5 {
+        let mut bits: Vec<bool> = vec![false; 8 * shift];
+        bits.extend(
+            value
+                .iter()
+                .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1 == 1)),
+        );
+        // Character i covers bits [5i, 5i + 5).
+        let first = (8 * shift).div_ceil(5);
+        let end = 8 * (shift + value.len()) / 5;
+        if end < first + MIN_BASE64_FORM {
+            continue;
+        }
+        let form = (first..end)
+            .map(|i| {
+                let v = bits[5 * i..5 * i + 5]
+                    .iter()
+                    .fold(0usize, |v, &bit| v << 1 | usize::from(bit));
+                ALPHABET[v]
+            })
+            .collect();
+        out.push(form);
     }
     out
 }
@@ -625,6 +812,66 @@ mod tests {
             "too short to be stable"
         );
         assert_eq!(base64_forms(value.as_bytes()).len(), 6);
+        assert_eq!(base32_forms(value.as_bytes()).len(), 5);
+    }
+
+    /// The spellings an agent's tools (or an agent hiding a value) give it: each is the
+    /// workspace's value, reported where its encoded form stands.
+    #[test]
+    fn a_workspace_value_is_caught_however_it_is_spelled() {
+        let value = "hunter2-correct-horse";
+        let d = Detectors::with_workspace(&[ws(".env", None, value)]).unwrap();
+        let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+        let escaped: String = value.bytes().map(|b| format!("\\u{b:04x}")).collect();
+        let spaced: Vec<String> = value.chars().map(String::from).collect();
+        let reversed: String = value.chars().rev().collect();
+        let b32: String = base32_forms(format!("X={value}\n").as_bytes())
+            .into_iter()
+            .map(|f| String::from_utf8(f).unwrap())
+            .max_by_key(String::len)
+            .unwrap();
+        for body in [
+            format!("d={hex}"),
+            format!("d={}", hex.to_uppercase()),
+            format!("{{\"d\":\"{escaped}\"}}"),
+            format!("p={}", value.to_uppercase()),
+            format!("p={reversed}"),
+            format!("p={}", b32.to_lowercase()),
+            format!("p={}", spaced.join(" ")),
+            format!("p={}", value.replace('-', "%252D")),
+        ] {
+            let hits = d.find(body.as_bytes());
+            assert!(!hits.is_empty(), "{body}");
+            // The hit covers the spelling that carried the value.
+            let hit = hits.iter().max_by_key(|h| h.range.len()).unwrap();
+            assert!(hit.range.len() >= value.len() / 2, "{body}: {hit:?}");
+        }
+        assert!(d.find(b"hunter2 is the horse, correct").is_empty());
+    }
+
+    /// With what went before (already sent) in front: the value completed by the new
+    /// bytes is found, one wholly in what went before is not reported again, and only the
+    /// new bytes are overwritten.
+    #[test]
+    fn what_went_before_completes_a_split_value() {
+        let value = "hunter2-correct-horse";
+        let d = Detectors::with_workspace(&[ws(".env", None, value)]).unwrap();
+        let to = host("allowed.test");
+        let before = b"xx hunter2-co";
+        let mut window = before.to_vec();
+        window.extend_from_slice(b"rrect-horse yy");
+        assert!(d.judge_after(&window, before.len(), &to).refused.is_some());
+        let whole = format!("{value} then nothing");
+        assert!(
+            d.judge_after(whole.as_bytes(), value.len() + 1, &to)
+                .refused
+                .is_none()
+        );
+        let llm = host("api.anthropic.com");
+        let v = d.judge_body_after(&mut window, before.len(), &llm);
+        assert_eq!(v.redacted, ["workspace:.env"]);
+        assert_eq!(&window[..before.len()], before, "what left is left alone");
+        assert_eq!(&window[before.len()..], b"*********** yy");
     }
 
     #[test]

@@ -59,6 +59,7 @@ use crate::body::{AuditOnDrop, BoxError, Counted, Cut, CutFlag, Framed, Held, Si
 use crate::ca::Ca;
 use crate::credentials::{GitScope, Injected};
 use crate::decide::Target;
+use crate::decode::{self, Coding};
 use crate::deny::{self, ProxyBody};
 use crate::detect;
 use crate::gate::{Gate, GateShared, MessageEnd};
@@ -69,6 +70,7 @@ use crate::leaf::{self, Leaves};
 use crate::limits::Slot;
 use crate::pool::{self, Pooled};
 use crate::read_ahead::ReadAhead;
+use crate::recent::{Channel, Recent};
 use crate::scan;
 use crate::service::{self, Admitted};
 use crate::shutdown::{Phase, reached};
@@ -127,6 +129,9 @@ pub struct Interception {
     /// The git service port's per-start state (it always intercepts): when this proxy
     /// started, and the push tickets already taken.
     service: service::ServiceState,
+    /// What this session last sent to each host (`recent`): the next body, query or
+    /// frame is searched joined to it.
+    recent: Arc<Recent>,
 }
 
 impl std::fmt::Debug for Interception {
@@ -165,6 +170,7 @@ impl Interception {
             leaves: Leaves::new(Arc::new(ca), leaf::DEFAULT_CAPACITY),
             client: Arc::new(client),
             service: service::ServiceState::new(),
+            recent: Arc::default(),
         })
     }
 
@@ -199,6 +205,12 @@ impl Interception {
     /// The git service port's per-start state.
     pub(crate) const fn service_state(&self) -> &service::ServiceState {
         &self.service
+    }
+
+    /// What this session last sent to each host.
+    #[must_use]
+    pub fn recent(&self) -> &Arc<Recent> {
+        &self.recent
     }
 }
 
@@ -715,7 +727,7 @@ async fn prepare(
     let up_body = prepare_body(
         ctx,
         body,
-        &parts.headers,
+        &mut parts.headers,
         body_cap,
         &view,
         injected.as_ref(),
@@ -1042,6 +1054,7 @@ fn check_credential_use(
             rules: Arc::clone(&ctx.rules),
             host: host.clone(),
             report: matches!(policy.sandbox.mode, airlock_policy::Mode::Report),
+            recent: Arc::clone(ctx.shared.interception.recent()),
         })
     };
     upgrade_verdict(req, frames, || {
@@ -1087,10 +1100,12 @@ fn check_missing(
     }
 }
 
-/// Secrets of known formats in the URL (as sent and percent-decoded) and the agent's
-/// headers, on their way to a host that is not their provider's: `foreign-secret`, the
-/// detector named in the record's rule (one whose action is `log` goes on, noted on the
-/// record: [`detect::Detectors::judge`]).
+/// Secrets of known formats and the workspace's values in the URL (as sent and decoded) and
+/// the agent's headers, on their way to a host that is not their provider's:
+/// `foreign-secret`, the detector named in the record's rule (one whose action is `log`
+/// goes on, noted on the record: [`detect::Detectors::judge`]). The query's values are
+/// also searched joined to those of the last queries to the same host
+/// ([`Channel::Query`]), so a value split over two requests is found in the second.
 fn check_foreign_secrets(
     ctx: &Cx<'_>,
     route: &Route,
@@ -1115,6 +1130,22 @@ fn check_foreign_secrets(
         }
         v.note(rec);
     }
+    if let Some(query) = parts.uri.query().filter(|q| !q.is_empty()) {
+        let recent = ctx.shared.interception.recent();
+        let values = crate::recent::query_values(query);
+        let mut joined = recent.tail(host.as_str(), Channel::Query);
+        let skip = joined.len();
+        if skip > 0 {
+            joined.extend_from_slice(&values);
+            let v = detectors.judge_after(&joined, skip, host);
+            if let Some(d) = v.refused {
+                rec.rule = Some(format!("secret detector {}", d.name));
+                return Err(Reason::ForeignSecret);
+            }
+            v.note(rec);
+        }
+        recent.push(host.as_str(), Channel::Query, &values);
+    }
     Ok(())
 }
 
@@ -1128,12 +1159,15 @@ fn check_body_secrets(
     bytes: Bytes,
     rec: &mut Pending,
 ) -> Result<Bytes, Reason> {
-    let (bytes, v) = ctx.rules.detectors.judge_whole(bytes, host);
+    let recent = ctx.shared.interception.recent();
+    let before = recent.tail(host.as_str(), Channel::Body);
+    let (bytes, v) = ctx.rules.detectors.judge_whole_after(&before, bytes, host);
     if let Some(d) = v.refused {
         rec.rule = Some(format!("secret detector {}", d.name));
         return Err(Reason::ForeignSecret);
     }
     v.note(rec);
+    recent.push(host.as_str(), Channel::Body, &bytes);
     Ok(bytes)
 }
 
@@ -1213,11 +1247,15 @@ struct Tally {
 
 /// The body as it will be sent: judged (read up to the rule's cap), searched before
 /// anything is sent (small and announced), searched as it streams, or streamed untouched.
+/// A body in a `Content-Encoding` is searched decoded (bounded: [`decode::REQUEST`]); read
+/// whole it goes as sent unless a redaction rewrote it, streamed it goes upstream decoded
+/// (what was searched is what is sent); an encoding the proxy cannot read is refused. On a request that received a credential, `Accept-Encoding` is cut to
+/// the codings the proxy reads, so that the response can be decoded and scrubbed.
 #[allow(clippy::too_many_arguments)] // the request's parts, each used once
 async fn prepare_body(
     ctx: &Cx<'_>,
     body: InBody,
-    headers: &http::HeaderMap,
+    headers: &mut http::HeaderMap,
     body_cap: Option<usize>,
     view: &RequestView<'_>,
     injected: Option<&Injected>,
@@ -1226,6 +1264,9 @@ async fn prepare_body(
 ) -> Result<UpBody, Reason> {
     let shared = &ctx.shared;
     let creds = &ctx.rules.credentials;
+    if injected.is_some() {
+        decode::restrict_accept_encoding(headers);
+    }
     // The body is searched for every secret but the ones injected into this request.
     let body_needles = creds.body_needles(injected);
     let scan_body = body_needles.is_some();
@@ -1233,6 +1274,13 @@ async fn prepare_body(
     if body.is_end_stream() {
         return Ok(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
     }
+    let codings = match decode::codings(headers) {
+        Ok(c) => c,
+        Err(unsupported) => {
+            rec.rule = Some(unsupported.to_string());
+            return Err(Reason::ContentEncodingUnsupported);
+        }
+    };
     let host = view.host;
     if let Some(cap) = body_cap {
         let bytes = judged_body(ctx, body, headers, cap, view, rec).await?;
@@ -1256,26 +1304,45 @@ async fn prepare_body(
     };
     if announced.is_some_and(|n| n <= whole as u64) {
         let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(whole);
-        let bytes = read_capped(body, cap, shared.limits.idle_timeout).await?;
-        if let Some(tag) = body_needles.and_then(|n| n.find(&bytes)) {
+        let sent = read_capped(body, cap, shared.limits.idle_timeout).await?;
+        let decoded = decoded_whole(&codings, sent.clone(), rec)?;
+        if let Some(tag) = body_needles.and_then(|n| n.find(&decoded)) {
             rec.credential = Some(creds.name_of(tag).to_owned());
             return Err(Reason::CredentialLeak);
         }
-        let bytes = check_body_secrets(ctx, host, bytes, rec)?;
-        check_signals(ctx, host, &bytes, rec)?;
+        let checked = check_body_secrets(ctx, host, decoded.clone(), rec)?;
+        check_signals(ctx, host, &checked, rec)?;
+        // Nothing rewritten: the body goes as the agent sent it (encoded or not); a
+        // redaction goes decoded, its headers saying so.
+        let bytes = if checked.as_ptr() == decoded.as_ptr() {
+            sent
+        } else {
+            decode::mark_decoded(headers);
+            checked
+        };
         tally.meter.add_up(bytes.len());
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
-    // Streamed: secrets of known formats checked (or, to an LLM API host, redacted) as it
-    // goes, holding back enough to see a secret whole before any of it is sent.
+    // Streamed: decoded as it comes (when encoded), secrets of known formats checked (or,
+    // to an LLM API host, redacted) as it goes, holding back enough to see a secret whole
+    // before any of it is sent, and searched joined to the end of the last body sent to
+    // the same host.
+    let recent = Arc::clone(shared.interception.recent());
     let secrets = SecretScan {
+        before: recent.tail(host.as_str(), Channel::Body),
+        sent: 0,
+        recent,
         rules: Arc::clone(&ctx.rules),
         host: host.clone(),
         note: tally.secrets.clone(),
         held: Vec::new(),
     };
     let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
-    let counted = SignalCheck::around(ctx, host, counted, tally);
+    if !codings.is_empty() {
+        decode::mark_decoded(headers);
+    }
+    let decoded = DecodeCheck::around(&codings, counted, tally)?;
+    let counted = SignalCheck::around(ctx, host, decoded, tally);
     let checked = CheckedBody::new(counted, secrets, &tally.leak_flag);
     if scan_body {
         let which = match injected {
@@ -1290,6 +1357,31 @@ async fn prepare_body(
         return Ok(CheckedBody::new(checked, needles, &tally.leak_flag).boxed());
     }
     Ok(checked.boxed())
+}
+
+/// A body read whole, decoded as its codings say (empty: as it is), at most [`LLM_BODY`]
+/// decoded bytes ([`decode::REQUEST`]'s ratio within it).
+fn decoded_whole(codings: &[Coding], bytes: Bytes, rec: &mut Pending) -> Result<Bytes, Reason> {
+    if codings.is_empty() {
+        return Ok(bytes);
+    }
+    let bounds = decode::Bounds {
+        total: LLM_BODY as u64,
+        ..decode::REQUEST
+    };
+    match decode::decode_all(codings, &bytes, bounds) {
+        Ok(decoded) => Ok(Bytes::from(decoded)),
+        Err(e) => Err(unreadable(&e).describe(rec)),
+    }
+}
+
+/// A body that did not decode, as the refusal it is.
+fn unreadable(e: &decode::DecodeError) -> Cut {
+    let reason = match e {
+        decode::DecodeError::Bomb => Reason::DecompressionBomb,
+        decode::DecodeError::Corrupt(_) => Reason::MalformedRequest,
+    };
+    Cut::Unreadable(reason, e.to_string())
 }
 
 /// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
@@ -1403,6 +1495,21 @@ async fn forward(
         }
         return relay_upgrade(ctx, upgrade, rparts, rbody, meter, injected, rec);
     }
+    // An answer to a credentialed request is read (decoded) to be scrubbed: one in a coding
+    // the proxy cannot decode is refused, its connection not kept.
+    let codings = match injected.then(|| response_codings(&rparts)).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(why) => {
+            rec.rule = Some(why);
+            let mut refused = ctx
+                .deny(rec, Reason::ContentEncodingUnsupported, route)
+                .await;
+            if refused.status() == StatusCode::FORBIDDEN {
+                *refused.status_mut() = StatusCode::BAD_GATEWAY;
+            }
+            return refused;
+        }
+    };
     if let Ok(mut pool) = ctx.pool.lock() {
         *pool = Some(Live {
             target,
@@ -1418,7 +1525,17 @@ async fn forward(
         signals,
         secrets,
     };
-    respond(ctx, rparts, rbody, tally, injected, rec)
+    respond(ctx, rparts, rbody, tally, injected.then_some(codings), rec)
+}
+
+/// The codings of a response the proxy must read, or why it cannot: a coding it does not
+/// decode, or a range (`206`) of an encoded representation (not decodable on its own).
+fn response_codings(parts: &http::response::Parts) -> Result<Vec<Coding>, String> {
+    let codings = decode::codings(&parts.headers).map_err(|u| format!("the upstream's {u}"))?;
+    if !codings.is_empty() && parts.status == StatusCode::PARTIAL_CONTENT {
+        return Err("the upstream sent a range (206) of an encoded representation".into());
+    }
+    Ok(codings)
 }
 
 /// The upstream request failed: a secret cut the streamed body (`credential-leak`), the
@@ -1511,19 +1628,23 @@ fn relay_upgrade(
     Response::from_parts(rparts, deny::full(Bytes::new()))
 }
 
-/// The response streams back as it arrives, counted, its record written when it ends;
-/// scrubbed of the real secrets when a credential was injected.
+/// The response streams back as it arrives, counted, its record written when it ends.
+/// When a credential was injected (`injected`: the response's codings) it is scrubbed of
+/// the real secrets, decoded first when it is encoded (it then reaches the agent decoded:
+/// [`decode::mark_decoded`]); a coding that fails to decode, or expands past
+/// [`decode::RESPONSE`], cuts it, the record saying why.
 fn respond(
     ctx: &Cx<'_>,
     mut rparts: http::response::Parts,
     rbody: Incoming,
     tally: Tally,
-    injected: bool,
+    injected: Option<Vec<Coding>>,
     rec: Pending,
 ) -> Response<ProxyBody> {
     let shared = &ctx.shared;
     let creds = &ctx.rules.credentials;
     hop::strip(&mut rparts.headers);
+    let cut = CutFlag::default();
     let guard = AuditOnDrop::new(
         rec.into_record(),
         Arc::clone(&tally.meter),
@@ -1531,22 +1652,109 @@ fn respond(
     )
     .with_leak_flag(tally.leak_flag)
     .with_signals(tally.signals)
-    .with_secrets(tally.secrets);
+    .with_secrets(tally.secrets)
+    .with_response_cut(Arc::clone(&cut));
     let counted = Counted::new(rbody, tally.meter, Dir::Down).with_audit(guard);
-    let body = if injected && creds.scrub_needles().is_some() {
-        creds.scrub_headers(&mut rparts.headers);
-        Scrubbed {
-            inner: counted,
-            stream: scan::Stream::new(),
-            rules: Arc::clone(&ctx.rules),
-            pending: None,
-            done: false,
+    let scrub = |inner| Scrubbed {
+        inner,
+        stream: scan::Stream::new(),
+        rules: Arc::clone(&ctx.rules),
+        pending: None,
+        done: false,
+    };
+    let body = match injected {
+        Some(codings) if creds.scrub_needles().is_some() => {
+            creds.scrub_headers(&mut rparts.headers);
+            match decode::Decoder::new(&codings, decode::RESPONSE) {
+                Ok(decoder) if !codings.is_empty() => {
+                    decode::mark_decoded(&mut rparts.headers);
+                    scrub(Either::Left(DecodedBody {
+                        inner: counted,
+                        decoder,
+                        cut,
+                        done: false,
+                    }))
+                    .boxed()
+                }
+                _ => scrub(Either::Right(counted.map_err(BoxError::from))).boxed(),
+            }
         }
-        .boxed()
-    } else {
-        counted.boxed()
+        _ => counted.map_err(BoxError::from).boxed(),
     };
     Response::from_parts(rparts, body)
+}
+
+/// A response body decoded as it arrives ([`decode::RESPONSE`]); at a bomb or a coding
+/// that does not decode it fails (the agent's connection is cut, never given a truncated
+/// body as whole) and the flag says why.
+struct DecodedBody<B> {
+    inner: B,
+    decoder: decode::Decoder,
+    cut: CutFlag,
+    done: bool,
+}
+
+impl<B> DecodedBody<B> {
+    fn fail(&mut self, e: &decode::DecodeError) -> BoxError {
+        let cut = match e {
+            decode::DecodeError::Bomb => Cut::Unreadable(Reason::DecompressionBomb, e.to_string()),
+            decode::DecodeError::Corrupt(_) => Cut::Unreadable(
+                Reason::ContentEncodingUnsupported,
+                format!("the upstream's {e}"),
+            ),
+        };
+        let _ = self.cut.set(cut);
+        self.done = true;
+        e.to_string().into()
+    }
+}
+
+impl<B> Body for DecodedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                None => {
+                    this.done = true;
+                    return match this.decoder.finish() {
+                        Ok(rest) if rest.is_empty() => Poll::Ready(None),
+                        Ok(rest) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest))))),
+                        Err(e) => Poll::Ready(Some(Err(this.fail(&e)))),
+                    };
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => match this.decoder.feed(&data) {
+                        Ok(out) if out.is_empty() => {}
+                        Ok(out) => return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out))))),
+                        Err(e) => return Poll::Ready(Some(Err(this.fail(&e)))),
+                    },
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
 }
 
 /// Reads at most `cap` bytes of `body`, with `idle` as the deadline for the whole body.
@@ -1589,6 +1797,9 @@ struct CheckedBody<B, C> {
     check: C,
     flag: CutFlag,
     done: bool,
+    /// Whether what goes on is as long as what came in (false: a decoder; the length is
+    /// then unknown, and the upstream request is sent chunked).
+    keeps_length: bool,
 }
 
 impl<B, C> CheckedBody<B, C> {
@@ -1598,7 +1809,14 @@ impl<B, C> CheckedBody<B, C> {
             check,
             flag: Arc::clone(flag),
             done: false,
+            keeps_length: true,
         }
+    }
+
+    /// The check changes the body's length.
+    fn changing_length(mut self) -> Self {
+        self.keeps_length = false;
+        self
     }
 
     /// Data that may go (`None`: nothing yet), or the body's error at a cut.
@@ -1660,41 +1878,70 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        if self.keeps_length {
+            self.inner.size_hint()
+        } else {
+            SizeHint::default()
+        }
     }
 }
 
-/// Secrets of known formats in a streamed request body: the last [`SECRET_HOLD`] bytes
-/// are held back until more arrive (or the body ends), so a secret is always seen whole
-/// before any byte of it is sent. A foreign secret cuts the body ([`Cut::Secret`]: the
-/// request is refused `foreign-secret`); on an LLM API host, or by its detector's `redact`
-/// action, it is overwritten in place instead; by `log` it goes on
-/// ([`detect::Detectors::judge_body`]). What went on is left in the note for the record.
+/// Secrets of known formats and the workspace's values in a streamed request body: the
+/// last [`detect::Detectors::hold`] bytes (1 to 3 KiB) are held back until more arrive (or
+/// the body ends), so a secret is always seen whole before any byte of it is sent. A
+/// foreign secret cuts the body ([`Cut::Secret`]: the request is refused `foreign-secret`);
+/// on an LLM API host, or by its detector's `redact` action, it is overwritten in place
+/// instead; by `log` it goes on ([`detect::Detectors::judge_body`]). What went on is left in
+/// the note for the record. The first bytes are searched joined to the end of what went to
+/// the same host before (`before`), and the end of what this body sent is left for the
+/// next ([`Channel::Body`]).
 struct SecretScan {
     rules: Arc<Rules>,
     host: Host,
     note: detect::Note,
     held: Vec<u8>,
+    /// What went to the host before this body: in front of each window until as much as
+    /// the hold-back has been released after it (no secret reaches further back).
+    before: Vec<u8>,
+    /// How much of this body was released.
+    sent: usize,
+    /// Where what is released is left for the next search to the same host.
+    recent: Arc<Recent>,
 }
 
-/// Longer than the longest prefix any detector needs to match.
-const SECRET_HOLD: usize = 1024;
-
 impl SecretScan {
-    /// Checks `window` (what was held plus a new chunk); returns what may go now, keeping
-    /// the tail unless `last`.
-    fn pass(&mut self, mut window: Vec<u8>, last: bool) -> Result<Bytes, Cut> {
-        let v = self.rules.detectors.judge_body(&mut window, &self.host);
+    /// Checks `part` (what was held plus a new chunk) after `before`; returns what may go
+    /// now, keeping the tail unless `last`.
+    fn pass(&mut self, part: Vec<u8>, last: bool) -> Result<Bytes, Cut> {
+        let detectors = &self.rules.detectors;
+        let skip = self.before.len();
+        let mut window = if skip == 0 {
+            part
+        } else {
+            let mut w = Vec::with_capacity(skip + part.len());
+            w.extend_from_slice(&self.before);
+            w.extend_from_slice(&part);
+            w
+        };
+        let v = detectors.judge_body_after(&mut window, skip, &self.host);
         if let Some(d) = v.refused {
             return Err(Cut::Secret(d.name.clone()));
         }
         self.note.add(&v);
-        let keep = if last {
-            0
-        } else {
-            SECRET_HOLD.min(window.len())
-        };
+        if skip > 0 {
+            window.drain(..skip);
+        }
+        let hold = detectors.hold();
+        let keep = if last { 0 } else { hold.min(window.len()) };
         self.held = window.split_off(window.len() - keep);
+        self.sent += window.len();
+        self.recent.push(self.host.as_str(), Channel::Body, &window);
+        if !self.before.is_empty() {
+            crate::recent::keep_tail(&mut self.before, &window, crate::recent::TAIL);
+            if self.sent >= hold {
+                self.before.clear();
+            }
+        }
         Ok(Bytes::from(window))
     }
 }
@@ -1709,6 +1956,48 @@ impl RequestCheck for SecretScan {
     fn finish(&mut self) -> Result<Bytes, Cut> {
         let held = std::mem::take(&mut self.held);
         self.pass(held, true)
+    }
+}
+
+/// A streamed request body in a `Content-Encoding`, decoded as it comes (bounded:
+/// [`decode::REQUEST`]); the checks after it read, and the upstream receives, the decoded
+/// bytes. A bomb or a coding that does not decode cuts the body ([`Cut::Unreadable`]).
+struct DecodeCheck {
+    decoder: decode::Decoder,
+}
+
+impl DecodeCheck {
+    /// `body` decoded when it has codings, else as it is.
+    fn around<B>(
+        codings: &[Coding],
+        body: B,
+        tally: &Tally,
+    ) -> Result<Either<CheckedBody<B, Self>, B>, Reason> {
+        if codings.is_empty() {
+            return Ok(Either::Right(body));
+        }
+        let decoder =
+            decode::Decoder::new(codings, decode::REQUEST).map_err(|_| Reason::MalformedRequest)?;
+        let check = Self { decoder };
+        Ok(Either::Left(
+            CheckedBody::new(body, check, &tally.leak_flag).changing_length(),
+        ))
+    }
+}
+
+impl RequestCheck for DecodeCheck {
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
+        self.decoder
+            .feed(&data)
+            .map(Bytes::from)
+            .map_err(|e| unreadable(&e))
+    }
+
+    fn finish(&mut self) -> Result<Bytes, Cut> {
+        self.decoder
+            .finish()
+            .map(Bytes::from)
+            .map_err(|e| unreadable(&e))
     }
 }
 
@@ -1809,15 +2098,16 @@ struct Scrubbed<B> {
 
 impl<B> Body for Scrubbed<B>
 where
-    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Some(f) = this.pending.take() {
             return Poll::Ready(Some(Ok(f)));
@@ -1827,7 +2117,7 @@ where
                 return Poll::Ready(None);
             }
             let Some(needles) = this.rules.credentials.scrub_needles() else {
-                return Pin::new(&mut this.inner).poll_frame(cx);
+                return Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into);
             };
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -1839,7 +2129,7 @@ where
                     }
                     return Poll::Ready(Some(Ok(Frame::data(rest))));
                 }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         let out = this.stream.scrub(needles, data);

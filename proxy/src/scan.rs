@@ -13,8 +13,13 @@
 //! Two uses: [`Stream::check`] (requests: any needle is a leak, the stream must stop before
 //! the held needle is released) and [`Stream::scrub`] (responses: every needle is
 //! overwritten in place with `*`, same length, so `content-length` stays true).
+//!
+//! A set may match without regard to ASCII case ([`Needles::ignoring_case`]: the forms of a
+//! real value scrubbed from responses, hex and base32 among them, in either case).
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::automaton::Automaton as _;
+use aho_corasick::nfa::contiguous::NFA;
+use aho_corasick::{AhoCorasick, Anchored, MatchKind};
 use bytes::{Bytes, BytesMut};
 
 /// What a needle is, for the audit log (the credential's index and the form found).
@@ -42,39 +47,58 @@ pub enum Form {
 #[derive(Debug)]
 pub struct Needles {
     ac: AhoCorasick,
+    /// The same needles, walked anchored from a tail's candidate start: whether the tail
+    /// is the beginning of some needle ([`Needles::holdback`]).
+    prefixes: NFA,
     tags: Vec<Tag>,
-    patterns: Vec<Box<[u8]>>,
     /// `first[b]`: some needle starts with byte `b`.
     first: [bool; 256],
     max_len: usize,
 }
 
 impl Needles {
-    /// Compiles `needles` (empty ones are ignored). `None` when nothing is left.
+    /// Compiles `needles` (empty ones are ignored), matched byte for byte. `None` when
+    /// nothing is left.
     #[must_use]
     pub fn new(needles: Vec<(Vec<u8>, Tag)>) -> Option<Self> {
+        Self::build(needles, false)
+    }
+
+    /// As [`Needles::new`], matched without regard to ASCII case.
+    #[must_use]
+    pub fn ignoring_case(needles: Vec<(Vec<u8>, Tag)>) -> Option<Self> {
+        Self::build(needles, true)
+    }
+
+    fn build(needles: Vec<(Vec<u8>, Tag)>, any_case: bool) -> Option<Self> {
         let needles: Vec<_> = needles.into_iter().filter(|(n, _)| !n.is_empty()).collect();
         if needles.is_empty() {
             return None;
         }
         let ac = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(any_case)
+            .build(needles.iter().map(|(n, _)| n))
+            .ok()?;
+        let prefixes = NFA::builder()
+            .ascii_case_insensitive(any_case)
             .build(needles.iter().map(|(n, _)| n))
             .ok()?;
         let mut first = [false; 256];
         for (n, _) in &needles {
-            if let Some(b) = n.first() {
-                first[usize::from(*b)] = true;
+            if let Some(&b) = n.first() {
+                first[usize::from(b)] = true;
+                if any_case {
+                    first[usize::from(b.to_ascii_lowercase())] = true;
+                    first[usize::from(b.to_ascii_uppercase())] = true;
+                }
             }
         }
         let max_len = needles.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         Some(Self {
             ac,
+            prefixes,
             tags: needles.iter().map(|(_, t)| *t).collect(),
-            patterns: needles
-                .into_iter()
-                .map(|(n, _)| n.into_boxed_slice())
-                .collect(),
             first,
             max_len,
         })
@@ -94,22 +118,45 @@ impl Needles {
             .and_then(|m| self.tags.get(m.pattern().as_usize()).copied())
     }
 
+    /// The first needle in `hay` that ends past `start` (what is before `start` was
+    /// searched already).
+    #[must_use]
+    pub fn find_ending_after(&self, hay: &[u8], start: usize) -> Option<Tag> {
+        self.ac
+            .find_iter(hay)
+            .find(|m| m.end() > start)
+            .and_then(|m| self.tags.get(m.pattern().as_usize()).copied())
+    }
+
     /// Length of the longest suffix of `hay` that is a proper prefix of some needle (what
     /// must wait for the next chunk).
     #[must_use]
     pub fn holdback(&self, hay: &[u8]) -> usize {
         let window = hay.len().min(self.max_len.saturating_sub(1));
         let start = hay.len() - window;
+        let Ok(anchored) = self.prefixes.start_state(Anchored::Yes) else {
+            return 0;
+        };
         for i in start..hay.len() {
             if !self.first[usize::from(hay[i])] {
                 continue;
             }
-            let tail = &hay[i..];
-            if self
-                .patterns
-                .iter()
-                .any(|p| p.len() > tail.len() && p.starts_with(tail))
-            {
+            // Walk the tail from here: alive at its end, with somewhere to go on to, means
+            // it is the beginning of some needle (a whole needle in it would have been
+            // found by the search).
+            let mut sid = anchored;
+            let alive = hay[i..].iter().all(|&b| {
+                sid = self.prefixes.next_state(Anchored::Yes, sid, b);
+                !self.prefixes.is_dead(sid)
+            });
+            let goes_on = || {
+                (0..=u8::MAX).any(|b| {
+                    !self
+                        .prefixes
+                        .is_dead(self.prefixes.next_state(Anchored::Yes, sid, b))
+                })
+            };
+            if alive && goes_on() {
                 return hay.len() - i;
             }
         }

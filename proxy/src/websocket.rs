@@ -9,22 +9,26 @@
 //!   upgrade request and refuses a `101` that still negotiates one), so reserved bits are
 //!   a violation and payloads are the plain bytes the endpoints read.
 //! - [`Outbound`] searches the agent's payloads (text and binary alike, as bytes; control
-//!   frames' too) for the credentials' placeholders, real values and injected forms and for
-//!   secrets of known formats going to a host that is not their provider's. A payload is
-//!   searched together with the end of what went before (across frames, fragments and
-//!   messages), so a secret split over two frames is caught at the frame that completes
-//!   it: that frame is never forwarded, the agent gets a Close `1008` with the reason code,
-//!   the upstream is closed. A fragment that is not its message's last is held until the
+//!   frames' too, in the same stream as data frames) for the credentials' placeholders,
+//!   real values and injected forms and for secrets of known formats and the workspace's
+//!   values going to a host that is not their provider's, as sent and decoded
+//!   ([`crate::normalize`]). A payload is searched together with the end of what went
+//!   before (across frames, fragments, messages, Pings, and the bodies and frames sent to
+//!   the same host before this connection: [`crate::recent`]), so a secret split over two
+//!   frames is caught at the frame that completes it: that frame is never forwarded, the
+//!   agent gets a Close `1008` with the reason code, the upstream is closed. A fragment that is not its message's last is held until the
 //!   next one passes, so a secret split across two fragments of a message leaves nothing
 //!   (control frames go at once, possibly before a held fragment, as RFC 6455 allows). On an LLM API host a foreign secret is redacted in place
 //!   instead (same length). In report mode the hit is logged and the frame goes on.
-//! - [`Inbound`] scrubs the upstream's payloads of the real values (same length, so the
-//!   frame header stays true).
+//! - [`Inbound`] scrubs the upstream's payloads of the real values in every form
+//!   (`credentials`; same length, so the frame header stays true), control frames in the
+//!   same stream as data frames.
 //!
 //! What stays unjudged: the L7 rules apply to the upgrade request only (a frame has no
 //! method or path); the start of a secret split across two messages (or over three or more
-//! fragments) has gone upstream by the time the frame completing it is refused; binary
-//! payloads are searched as bytes (a compressed or encoded secret is not recognised).
+//! fragments, or two Pings) has gone upstream by the time the frame completing it is
+//! refused; a payload compressed by the application (not by an extension, which is never
+//! negotiated) is searched as the bytes it is.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +43,7 @@ use tokio::sync::{Mutex, watch};
 use crate::audit::{Audit, Event, Record, Verdict};
 use crate::body::Cut;
 use crate::detect;
+use crate::recent::{Channel, Recent};
 use crate::shutdown::{Phase, reached};
 use crate::snapshot::Rules;
 use crate::tunnel::Meter;
@@ -377,9 +382,23 @@ impl Context {
 #[derive(Debug, Default)]
 pub struct Outbound {
     context: Context,
+    /// Where each payload that passes is left for the next search to the same host.
+    remember: Option<(Arc<Recent>, Host)>,
 }
 
 impl Outbound {
+    /// Payloads to `host` searched after what the session last sent there (bodies and
+    /// frames); what this relay sends is left there in turn.
+    #[must_use]
+    pub fn after(recent: Arc<Recent>, host: &Host) -> Self {
+        Self {
+            context: Context {
+                tail: recent.tail(host.as_str(), Channel::Body),
+            },
+            remember: Some((recent, host.clone())),
+        }
+    }
+
     /// Searches `frame`'s payload with what went before; foreign secrets on an LLM API
     /// host, or whose detector's action is `redact`, are overwritten in place, those whose
     /// action is `log` go on ([`detect::Detectors::judge_body`]); both are returned by
@@ -391,35 +410,39 @@ impl Outbound {
     /// The [`Cut`]: a credential's secret, or a secret going to a host not its provider's.
     pub fn check(&mut self, rules: &Rules, host: &Host, frame: &mut Frame) -> Result<Seen, Cut> {
         let creds = &rules.credentials;
-        let data = !frame.opcode.is_control();
-        // A control frame is whole in itself: searched alone, no context kept.
-        let (mut window, start) = if data {
-            self.context.window(&frame.payload)
+        // Control frames too: a secret split over two Pings is one stream. A Close is read
+        // from its reason (its two-byte code would stand between what went before and it).
+        let text = if frame.opcode == Opcode::Close {
+            frame.payload.len().min(2)
         } else {
-            (frame.payload.clone(), 0)
+            0
         };
+        let (mut window, start) = self.context.window(&frame.payload[text..]);
         let needles = creds.leak_needles();
-        if let Some(tag) = needles.and_then(|n| n.find(&window)) {
+        if let Some(tag) = needles.and_then(|n| n.find_ending_after(&window, start)) {
             self.context = Context::default();
             return Err(Cut::Credential(creds.name_of(tag).to_owned()));
         }
-        let v = rules.detectors.judge_body(&mut window, host);
+        let v = rules.detectors.judge_body_after(&mut window, start, host);
         if let Some(d) = v.refused {
             self.context = Context::default();
             return Err(Cut::Secret(d.name.clone()));
         }
         if !v.redacted.is_empty() {
-            frame.payload.copy_from_slice(&window[start..]);
+            frame.payload[text..].copy_from_slice(&window[start..]);
         }
         let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
         let seen = Seen {
             redacted: owned(&v.redacted),
             logged: owned(&v.logged),
         };
-        if data {
-            let keep = CONTEXT.max(needles.map_or(0, |n| n.max_len()));
-            self.context.advance(window, keep);
+        if let Some((recent, to)) = &self.remember {
+            recent.push(to.as_str(), Channel::Body, &frame.payload[text..]);
         }
+        let keep = CONTEXT
+            .max(needles.map_or(0, |n| n.max_len()))
+            .max(rules.detectors.hold());
+        self.context.advance(window, keep);
         Ok(seen)
     }
 }
@@ -446,9 +469,6 @@ impl Inbound {
         let Some(needles) = rules.credentials.scrub_needles() else {
             return false;
         };
-        if frame.opcode.is_control() {
-            return needles.overwrite(&mut frame.payload);
-        }
         let (mut window, start) = self.context.window(&frame.payload);
         let hit = needles.overwrite(&mut window);
         if hit {
@@ -478,6 +498,9 @@ pub struct Session {
     pub host: Host,
     /// Report mode: a hit is logged and the frame forwarded.
     pub report: bool,
+    /// What the session last sent to each host: the agent's payloads are searched after
+    /// it, and left there.
+    pub recent: Arc<Recent>,
 }
 
 /// Whether the upstream's `101` can be relayed frame by frame: no extension negotiated
@@ -719,7 +742,7 @@ where
     U: AsyncWrite + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut out = Outbound::default();
+    let mut out = Outbound::after(Arc::clone(&sh.session.recent), &sh.session.host);
     // A fragment that is not its message's last waits for the next one, so a secret split
     // across two fragments is refused with neither sent.
     let mut held: Option<Frame> = None;

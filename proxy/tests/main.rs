@@ -11,6 +11,7 @@
 mod common;
 
 mod dns;
+mod encodings;
 mod explicit;
 mod headers;
 mod intercept;

@@ -213,3 +213,69 @@ async fn report_mode_logs_the_refusal_it_would_make_and_sends() {
         "{l:?}"
     );
 }
+
+/// `xxd -p -c 30 loot | ...`: 12 KB of hex wrapped at 59 characters (or any other width),
+/// and gzip'd data spelled in a 16-symbol alphabet of the agent's choosing (no hex digit
+/// in it): both are encoded blobs, refused where the policy says so; prose and a word list
+/// of the same size are not.
+#[tokio::test]
+async fn attack_encoded_data_at_any_line_width_or_in_any_alphabet_is_a_signal() {
+    let (up, got) = recorder().await;
+    let mut h = harness("enforce", up, DENY_BLOBS).await;
+    let hex: String = random(6000).iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    let wrap = |text: &str, width: usize| -> String {
+        text.as_bytes()
+            .chunks(width)
+            .fold(String::new(), |mut s, l| {
+                let _ = writeln!(s, "{}", std::str::from_utf8(l).unwrap());
+                s
+            })
+    };
+    let gz = {
+        use std::io::Write as _;
+        let text: String = (0..4000)
+            .map(|i| format!("KEY_{i}={}\n", i * 7919))
+            .collect();
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    assert!(gz.len() > 6000, "{}", gz.len());
+    let symbols = b"ghijklmnopqrstuv";
+    let mapped: String = gz
+        .iter()
+        .flat_map(|b| [symbols[usize::from(b >> 4)], symbols[usize::from(b & 15)]])
+        .map(char::from)
+        .collect();
+    for (what, body) in [
+        ("hex wrapped at 59", wrap(&hex, 59)),
+        ("hex wrapped at 17", wrap(&hex, 17)),
+        ("gzip in 16 symbols", mapped.clone()),
+        ("gzip in 16 symbols wrapped at 59", wrap(&mapped, 59)),
+    ] {
+        let (_s, r) = request(h.addr, &post("allowed.test", &body)).await;
+        assert_eq!(r.status, 403, "{what}");
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some("encoded-blob"),
+            "{what}"
+        );
+    }
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "a blob reached the upstream"
+    );
+    let words: String = (0..3000).map(|i| format!("word{}\n", i % 97)).collect();
+    let prose = "The quick brown fox jumps over the lazy dog.\n".repeat(300);
+    let digits: String = (0..3000)
+        .map(|i| format!("{:.6},", f64::from(i).sin()))
+        .collect();
+    for body in [words, prose, format!("[{digits}0]")] {
+        let (_s, r) = request(h.addr, &post("allowed.test", &body)).await;
+        assert_eq!(r.status, 200, "{}", &body[..80]);
+    }
+    h.finish().await;
+}

@@ -597,3 +597,62 @@ async fn the_l7_rules_judge_the_upgrade_request() {
             .any(|l| l["path"] == "/admin/ws" && l["reason"] == "request-denied-by-rule")
     );
 }
+
+/// A secret cut in two and sent as two Ping frames (control frames go upstream at once,
+/// searched in the same stream as the data frames): the second Ping closes the relay
+/// with 1008 and never reaches the upstream; so does a known-format key sent hex-encoded
+/// in a frame, and the second half of a placeholder sent over a second connection to the
+/// same host.
+#[tokio::test]
+async fn attack_a_secret_split_over_two_pings_or_two_connections_is_caught() {
+    let mut up = ws_upstream("", vec![]).await;
+    let mut h = harness(&up, true, "enforce").await;
+    let (a, b) = PLACEHOLDER.split_at(12);
+    let (mut s, head) = upgrade(h.addr, "allowed.test", "").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    send(
+        &mut s,
+        &[text(true, Opcode::Ping, a), text(true, Opcode::Ping, b)],
+        [5, 6, 7, 8],
+    )
+    .await;
+    let got = until_close(&mut s).await;
+    let close = got.last().expect("a close frame");
+    assert_eq!(close.close_code(), Some(1008), "{got:?}");
+    assert_eq!(&close.payload[2..], b"credential-leak");
+    drop(s);
+    // Hex of a key pair in one text frame.
+    let hex: String = AWS.bytes().map(|b| format!("{b:02x}")).collect();
+    let (mut s, head) = upgrade(h.addr, "allowed.test", "").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    send(&mut s, &[text(true, Opcode::Text, &hex)], [1, 2, 3, 4]).await;
+    let got = until_close(&mut s).await;
+    assert_eq!(got.last().unwrap().close_code(), Some(1008), "{got:?}");
+    drop(s);
+    // Half in a frame of one connection, half in a frame of the next.
+    let (mut s, _) = upgrade(h.addr, "allowed.test", "").await;
+    send(&mut s, &[text(true, Opcode::Text, a)], [9, 9, 9, 9]).await;
+    let mut from = Frames::new(false);
+    assert_eq!(from.next(&mut s).await.unwrap().payload, a.as_bytes());
+    send(&mut s, &[Frame::close(1000, "")], [1, 1, 1, 1]).await;
+    let _ = until_close(&mut s).await;
+    drop(s);
+    let (mut s, _) = upgrade(h.addr, "allowed.test", "").await;
+    send(&mut s, &[text(true, Opcode::Text, b)], [9, 8, 9, 8]).await;
+    let got = until_close(&mut s).await;
+    assert_eq!(got.last().unwrap().close_code(), Some(1008), "{got:?}");
+    drop(s);
+    let lines = h.finish().await;
+    let received = up.received();
+    let all: Vec<u8> = received.iter().flat_map(|f| f.payload.clone()).collect();
+    assert!(
+        !contains(&all, b),
+        "the completing half went upstream: {received:?}"
+    );
+    assert!(!contains(&all, "abcdEFGH1234"), "{received:?}");
+    let denied: Vec<_> = ws_lines(&lines)
+        .into_iter()
+        .filter(|l| l["decision"] == "deny")
+        .collect();
+    assert_eq!(denied.len(), 3, "{lines:?}");
+}

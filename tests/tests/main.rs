@@ -15,6 +15,7 @@ mod audit;
 mod build_scripts;
 mod control;
 mod credentials;
+mod dns_content;
 mod dns_uid;
 mod egress;
 mod foundation;

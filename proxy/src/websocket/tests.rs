@@ -428,3 +428,23 @@ fn a_fragment_waits_for_the_next_and_control_frames_go_at_once() {
     assert_eq!(release(&mut held, close.clone()), [close]);
     assert!(held.is_none());
 }
+
+/// Control frames are one stream with the data frames: a secret split over two Pings (or
+/// a data frame and a Ping) is caught at the second.
+#[test]
+fn a_secret_split_over_two_pings_is_caught_at_the_second() {
+    let r = rules();
+    let (a, b) = PLACEHOLDER.split_at(12);
+    let mut out = Outbound::default();
+    let mut first = data(true, Opcode::Ping, a.as_bytes());
+    assert!(out.check(&r, &host("allowed.test"), &mut first).is_ok());
+    let mut second = data(true, Opcode::Ping, b.as_bytes());
+    assert_eq!(
+        out.check(&r, &host("allowed.test"), &mut second),
+        Err(Cut::Credential("api".into()))
+    );
+    let mut out = Outbound::default();
+    let mut text = data(true, Opcode::Text, a.as_bytes());
+    assert!(out.check(&r, &host("allowed.test"), &mut text).is_ok());
+    assert!(out.check(&r, &host("allowed.test"), &mut second).is_err());
+}

@@ -221,6 +221,29 @@ impl Conn {
             }
             return resp;
         }
+        if path == "/echo-auth-gz" {
+            // The credential the request carried, echoed in a gzip'd body: an upstream that
+            // reflects credentials and compresses its answers (`curl --compressed` undoes
+            // it on the agent's side).
+            let carried: Vec<String> = ["authorization", "x-api-key"]
+                .iter()
+                .filter_map(|h| req.headers().get(*h))
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect();
+            self.log.write(Value::Object(info));
+            let mut body = json!({ "you sent": carried, "pad": "echo ".repeat(60) }).to_string();
+            body.push('\n');
+            let mut resp = response(
+                StatusCode::OK,
+                "application/json",
+                FakeBody::Full(Some(Bytes::from(gzip(body.as_bytes())))),
+            );
+            resp.headers_mut().insert(
+                hyper::header::CONTENT_ENCODING,
+                hyper::header::HeaderValue::from_static("gzip"),
+            );
+            return resp;
+        }
         if path == "/redirect" {
             self.log.write(Value::Object(info));
             let to = query_param(&query, "to").unwrap_or_else(|| "/".to_owned());
@@ -459,6 +482,13 @@ fn response(status: StatusCode, content_type: &'static str, body: FakeBody) -> R
         hyper::header::HeaderValue::from_static(content_type),
     );
     resp
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let _ = e.write_all(data);
+    e.finish().unwrap_or_default()
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response<FakeBody> {
