@@ -1,4 +1,4 @@
-//! Exit codes: documented in `airlock --help` and the README, stable for scripts.
+//! Exit codes: documented in `airlock --help` and docs/cli.md, stable for scripts.
 //!
 //! | code | meaning |
 //! |---|---|

@@ -15,7 +15,7 @@
 //!   buffer size): same bytes to hyper, same refusal, same upgrade requests. The one
 //!   tolerated difference: a head already longer than `max_head` and not yet complete may
 //!   be `request-too-large` or `malformed-request` depending on how much of it was read
-//!   (both refuse it; the README says so);
+//!   (both refuse it; fuzz/README.md says so);
 //! - a refused head is one `judge_head` refuses (or an incomplete one at EOF);
 //! - `judge_head`: an accepted head re-parses (httparse, and a separate line splitter
 //!   written here) to the same method, path, version and headers; it has CRLF line ends

@@ -96,7 +96,7 @@ airlock_cargo_find() {
     fi
     local why=
     [ ${#tried[@]} -gt 0 ] && why=" (${tried[*]})"
-    echo "airlock: no Rust toolchain with cargo >= $msrv for $(id -un)${user:+ or $user}$why: install one with rustup (https://rustup.rs; as yourself, sudo then finds it), set AIRLOCK_CARGO=/path/to/cargo, or build the image's binaries in a container with Debian's toolchain: scripts/build-image --in-container (README: Prerequisites)" >&2
+    echo "airlock: no Rust toolchain with cargo >= $msrv for $(id -un)${user:+ or $user}$why: install one with rustup (https://rustup.rs; as yourself, sudo then finds it), set AIRLOCK_CARGO=/path/to/cargo, or build the image's binaries in a container with Debian's toolchain: scripts/build-image --in-container (README: Quick start; docs/docker.md: Building the image)" >&2
     return 1
 }
 

@@ -5,11 +5,12 @@
 //! tmpfs as a memory-backed `emptyDir` with the same `sizeLimit`, every mount at the same
 //! path with the same read-only flag, secrets as a Secret volume, the engine's default
 //! seccomp profile (`RuntimeDefault`, which Kubernetes does not apply unless asked), and a
-//! readiness probe that reads the entrypoint's readiness record. What differs (README,
-//! "Running on Kubernetes"): the pids limit is the kubelet's `podPidsLimit`, not a pod field
-//! (kept as an annotation); tmpfs options other than the size (`nosuid`, `noexec`, `uid`,
-//! `mode`) have no `emptyDir` spelling; host paths become `hostPath` volumes, which only make
-//! sense on a single node; the cluster's DNS replaces Docker's embedded resolver.
+//! readiness probe that reads the entrypoint's readiness record. What differs
+//! (docs/kubernetes.md, "What differs"): the pids limit is the kubelet's `podPidsLimit`, not
+//! a pod field (kept as an annotation); tmpfs options other than the size (`nosuid`,
+//! `noexec`, `uid`, `mode`) have no `emptyDir` spelling; host paths become `hostPath`
+//! volumes, which only make sense on a single node; the cluster's DNS replaces Docker's
+//! embedded resolver.
 
 use super::{RunSpec, Source};
 use serde_json::{Value, json};
