@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prompt-injected model for Aider (issue 16 item 7, docs/design.md §9), same rig as
-# tests/smoke/agent-aider.sh: the real aider in airlock:aider, started as the README says
+# tests/smoke/agent-aider.sh: the real aider in airlock:aider, started as docs/agents.md says
 # (scripts/docker-run REPO -- aider --yes-always --no-pretty --message TASK, the profile's
 # unattended form, with --test-cmd "bash test.sh" --auto-test), against the scripted fake of
 # the OpenAI Chat Completions API (tests/smoke/fake_openai.py, streamed through litellm)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end proof for Aider (issue 16 item 6, docs/design.md §9): the real aider in airlock:aider
-# (its venv, installed offline from the locked wheels), started as the README says
+# (its venv, installed offline from the locked wheels), started as docs/agents.md says
 # (scripts/docker-run REPO -- ..., the profile's unattended form: aider --yes-always
 # --no-pretty --message TASK, plus --test-cmd/--auto-test), against a scripted fake of the
 # OpenAI Chat Completions API, which Aider's litellm client streams

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prompt-injected model (issue 16 item 7, docs/design.md §9), same rig as tests/smoke/agent-claude.sh:
-# the real Claude Code CLI in airlock:claude, started as the README says (scripts/docker-run
+# the real Claude Code CLI in airlock:claude, started as docs/agents.md says (scripts/docker-run
 # REPO -- the unattended command of agents/claude.toml),
 # against a scripted fake of the Anthropic Messages API (tests/smoke/fake_anthropic.py: SSE
 # streaming, tool use) served on a private network under api.anthropic.com with a leaf of the

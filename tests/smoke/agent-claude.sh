@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end proof for Claude Code (issue 16 item 6, docs/design.md §9): the real CLI in airlock:claude,
-# started as the README says (scripts/docker-run REPO -- claude -p TASK
+# started as docs/agents.md says (scripts/docker-run REPO -- claude -p TASK
 # --dangerously-skip-permissions, the profile's unattended form), against a scripted fake of
 # the Anthropic Messages API (tests/smoke/fake_anthropic.py: SSE streaming, tool use) served
 # on a private network under api.anthropic.com with a leaf of the smoke test CA, which the

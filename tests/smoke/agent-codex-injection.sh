@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prompt-injected model for the OpenAI Codex CLI (issue 16 item 7, docs/design.md §9), same rig as
-# tests/smoke/agent-codex.sh: the real CLI in airlock:codex, started as the README says
+# tests/smoke/agent-codex.sh: the real CLI in airlock:codex, started as docs/agents.md says
 # (scripts/docker-run REPO -- the unattended command of agents/codex.toml), against the fake of
 # the OpenAI Responses API (tests/smoke/fake_openai.py: SSE streaming, Codex's shell tool
 # in whatever form it offers, its "code mode" included) under api.openai.com; github.com is

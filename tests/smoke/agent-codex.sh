@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end proof for the OpenAI Codex CLI (issue 16 item 6, docs/design.md §9): the real CLI in
-# airlock:codex, started as the README says (scripts/docker-run REPO -- codex exec
+# airlock:codex, started as docs/agents.md says (scripts/docker-run REPO -- codex exec
 # --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check TASK, the profile's
 # unattended form), against a scripted fake of the OpenAI Responses API
 # (tests/smoke/fake_openai.py: SSE streaming, tool calls, Codex's "code mode" included)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Package managers as agents use them (issue 16 item 5): inside an agent image (airlock:codex;
-# every agent image has the same toolchain), started as the README says, `pip install` and
+# every agent image has the same toolchain), started as docs/agents.md says, `pip install` and
 # `npm install` go through the proxy to fake registries served under their real names on the
 # test network (tests/smoke/fake_registry.py: a PyPI simple index at pypi.org with its wheel
 # on files.pythonhosted.org, an npm registry at registry.npmjs.org with a tarball), with a

@@ -150,7 +150,7 @@ RIG_ENV=("$KEY_VAR=$KEY" AIRLOCK_NO_BUILD=1 "AIRLOCK_IMAGE=$IMAGE" "AIRLOCK_POLI
     "AIRLOCK_AUDIT_VOLUME=$AUDIT" "GITHUB_TOKEN_FILE=$SMOKE_DIR/github_token"
     "AIRLOCK_DOCKER_ARGS=--name $APP --network $NET --ip $APP4 --ip6 $APP6 --dns $UP4 -e $KEY_VAR -v $SMOKE_DIR/ca.pem:/etc/ssl/fakenet-ca.pem:ro -e AIRLOCK_UPSTREAM_CA=/etc/ssl/fakenet-ca.pem")
 
-# rig_run CMD...: the agent, started as the README says (scripts/docker-run REPO -- CMD),
+# rig_run CMD...: the agent, started as docs/agents.md says (scripts/docker-run REPO -- CMD),
 # on the rig's network with the real key in $KEY_VAR; stdout/stderr in agent.out/agent.err,
 # its status in $rc, the time in $session_ms (from $t0).
 rig_run() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Docker smoke test (issue 16 item 4, pip): `pip install` behind a private mirror whose CA
 # nothing trusts by default, in an agent image (airlock:codex: python3 and pip), started as
-# the README says. The fake registry (tests/smoke/fake_registry.py) serves pypi.org (the
+# docs/agents.md says. The fake registry (tests/smoke/fake_registry.py) serves pypi.org (the
 # index: intercepted, an L7 rule) and files.pythonhosted.org (the wheel: network.passthrough,
 # so the agent's own TLS verifies it) with a leaf of that CA.
 #

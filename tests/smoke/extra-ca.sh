@@ -2,8 +2,9 @@
 # Docker smoke test (issue 16 item 4): one extra CA for corporate networks and mirrors.
 # The fake internet (airlock-fakenet) serves mirror.test and tunnel.test with leaves of a
 # private CA that nothing trusts by default. The policy intercepts mirror.test (an L7 rule)
-# and tunnels tunnel.test untouched (network.passthrough). The appliance is started as the
-# README says (scripts/docker-run), once with EXTRA_CA_FILE=<the private CA> and once without.
+# and tunnels tunnel.test untouched (network.passthrough). The appliance is started as
+# docs/docker.md says (scripts/docker-run), once with EXTRA_CA_FILE=<the private CA> and
+# once without.
 #
 # - with it: curl through the proxy gets 200 from the intercepted host (the proxy verified
 #   the upstream with the extra CA) and from the passthrough host (the agent's own TLS
@@ -103,7 +104,7 @@ smoke_wait_ready "$UP"
 track_volume "$AUDIT"
 say "set-up $(ms "$T0") ms"
 
-# run NAME [VAR=VALUE...]: scripts/docker-run as the README says (VAR=VALUE: EXTRA_CA_FILE or
+# run NAME [VAR=VALUE...]: scripts/docker-run as docs/docker.md says (VAR=VALUE: EXTRA_CA_FILE or
 # nothing), `bash /workspace/agent.sh` as the agent; NAME.out / NAME.err, the status in $rc.
 run() {
     local name=$1; shift

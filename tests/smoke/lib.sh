@@ -57,7 +57,7 @@ track_network() { _smoke_networks+=("$1"); }
 track_volume() { _smoke_volumes+=("$1"); }
 track_pid() { _smoke_pids+=("$1"); }
 
-# The image, built offline exactly as the README says (cached base; seconds when unchanged).
+# The image, built offline exactly as docs/docker.md ("Building the image") says (cached base; seconds when unchanged).
 smoke_build_image() {
     local t0=$SECONDS
     "$SMOKE_ROOT/scripts/build-image" "$SMOKE_IMAGE" >/dev/null || die "scripts/build-image failed"

@@ -132,7 +132,7 @@ docker run -d --name "$UP" --network "$NET" --ip "$UP4" --ip6 "$UP6" \
 smoke_wait_ready "$UP"
 say "set-up $(ms "$T0") ms"
 
-# run NAME [VAR=VALUE...]: scripts/docker-run as the README says, without ANTHROPIC_API_KEY
+# run NAME [VAR=VALUE...]: scripts/docker-run as docs/docker.md says, without ANTHROPIC_API_KEY
 # and GITHUB_TOKEN_FILE (unless given), `bash /workspace/agent.sh` as the agent; stdout and
 # stderr in NAME.out / NAME.err, the status in $rc. RUN_POLICY and RUN_ARGS: another policy,
 # more docker run arguments.

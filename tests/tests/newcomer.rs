@@ -409,7 +409,7 @@ fn a_second_session_is_the_agent_with_the_same_confinement() {
 }
 
 /// The packets count of the IPv4 OUTPUT rule whose target and protocol match, read in the
-/// sandbox's network namespace the way the README tells the operator to.
+/// sandbox's network namespace the way docs/audit.md tells the operator to.
 fn reject_count(world: &airlock_tests::World, proto: &str) -> u64 {
     let out = std::process::Command::new("ip")
         .args([
@@ -433,7 +433,7 @@ fn reject_count(world: &airlock_tests::World, proto: &str) -> u64 {
 
 /// UDP attempts the kernel rejects leave a trace the operator can read (issue 15, item 8):
 /// the firewall's REJECT counter, read in the container's network namespace from the host,
-/// as the README says.
+/// as docs/audit.md says.
 #[test]
 fn udp_attempts_show_in_the_firewalls_counters() {
     let world = world();
