@@ -3,7 +3,8 @@
 //! bounded (a decompression bomb is refused, never expanded without limit).
 //!
 //! A body the proxy searches for secrets must be read as its receiver will read it: a
-//! request body is decoded before the detectors run (and goes upstream decoded), a response
+//! request body is decoded before the detectors run (read whole, it goes upstream as sent
+//! unless a redaction rewrote it; streamed, it goes upstream decoded), a response
 //! to a request that received a credential is decoded before the real value is scrubbed
 //! from it (and reaches the agent decoded). An encoding the proxy cannot decode is refused
 //! (`content-encoding-unsupported`).
