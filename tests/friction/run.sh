@@ -76,6 +76,12 @@ seed_repo() {
     sed -i '2s/.*/hello from conflict/' "$r/README.md"
     hostgit -C "$r" commit -q -am 'conflict: another greeting'
     hostgit -C "$r" push -q origin main feature conflict v1.0
+    # github.com/other/app: a project the sandbox reads but never pushes to (its fork's
+    # upstream, a read-only second remote).
+    local other
+    other=$(dirname "$(dirname "$upstream")")/other/app.git
+    mkdir -p "$(dirname "$other")"
+    hostgit clone -q --bare "file://$upstream" "$other"
     hostgit -C "$r" checkout -q -b sandbox/friction/work main
     hostgit -C "$r" remote set-url origin https://github.com/acme/app.git
     hostgit -C "$r" remote add mirror git@github.com:acme/app.git
