@@ -74,6 +74,11 @@ impl<R: Serialize> Record<R> {
         } else {
             serde_json::to_writer(&mut *out, &self.signals)?;
         }
+        if let Some(chain) = &self.chain {
+            out.extend_from_slice(b",\"chain\":\"");
+            out.extend_from_slice(&chain.hex());
+            out.push(b'"');
+        }
         out.push(b'}');
         Ok(())
     }
@@ -254,6 +259,9 @@ mod tests {
             r.decision = decision;
             same(&r);
         }
+        // A record read back from a chained line carries its chain, last.
+        r.chain = Some(crate::chain::GENESIS.next(b"{"));
+        same(&r);
     }
 
     /// Log forging: the agent puts a line end and a forged record into its request path

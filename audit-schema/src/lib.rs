@@ -38,7 +38,14 @@
 //! (`first_host`, `host`): new fields that a version-2 reader ignores, and that read as
 //! `null`/false from a version-2 line. The git API's `rotated` record (what a rotation of
 //! its log dropped), which a version-2 reader of [`GitApiRecord`] cannot read.
+//!
+//! Still version 3, new fields a version-3 reader ignores: every line of `audit.jsonl` ends
+//! with `chain`, its link in the log's hash chain ([`chain`]: sealed by the proxy's writer,
+//! absent from lines written before, read as `null`), and the [`Rotated`] line of the
+//! stream names in `after` the `chain` of the last line that aged out (`null` on the other
+//! parts and on older lines).
 
+pub mod chain;
 mod git_api;
 mod json;
 mod line;
@@ -46,6 +53,7 @@ mod proxy;
 mod rotated;
 mod time;
 
+pub use chain::ChainHash;
 pub use git_api::{Component, GitApiDropped, GitApiEvent, GitApiRecord};
 pub use line::Line;
 pub use proxy::{

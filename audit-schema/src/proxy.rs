@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::chain::ChainHash;
 use crate::time::Timestamp;
 
 /// Which listener produced the decision.
@@ -320,6 +321,10 @@ pub struct Record<R = String> {
     /// What the request body looked like where no detector named a secret in it (an
     /// encoded blob, high entropy): audited, refused only where the policy says so.
     pub signals: Vec<Signal>,
+    /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
+    /// writer as the line's last field, absent from lines written before the chain existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainHash>,
 }
 
 impl<R> Record<R> {
@@ -352,6 +357,7 @@ impl<R> Record<R> {
             bytes_down: 0,
             duration_ms: 0,
             signals: Vec::new(),
+            chain: None,
         }
     }
 }
@@ -395,6 +401,10 @@ pub struct Suppressed<R = String> {
     /// On an `overflow` line, the first destination folded into it.
     #[serde(default)]
     pub first_host: Option<String>,
+    /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
+    /// writer as the line's last field, absent from lines written before the chain existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainHash>,
 }
 
 /// `kind` of the log's own lines.
@@ -431,6 +441,10 @@ pub struct Outage<R = String> {
     pub refused: u64,
     /// Final lines dropped.
     pub lost: u64,
+    /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
+    /// writer as the line's last field, absent from lines written before the chain existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainHash>,
 }
 
 /// `event` of a [`Reload`] line.
@@ -466,6 +480,10 @@ pub struct Reload {
     pub dropped: u64,
     /// Why the new rules were refused (`null` when they took effect).
     pub error: Option<String>,
+    /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
+    /// writer as the line's last field, absent from lines written before the chain existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainHash>,
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::chain::ChainHash;
 use crate::proxy::{AuditKind, Verdict};
 use crate::time::Timestamp;
 
@@ -71,6 +72,14 @@ pub struct Rotated {
     pub to_first: u64,
     /// Everything dropped since this session's proxy started, these lines included.
     pub total: Total,
+    /// From the stream only: the `chain` of the last line of the file that aged out, which
+    /// the first line still in the stream follows (so that a verifier knows the stream's
+    /// beginning was not cut off); `null` otherwise, and on lines written before the chain.
+    #[serde(default)]
+    pub after: Option<ChainHash>,
+    /// The line's link in the log's hash chain (see [`crate::chain`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainHash>,
 }
 
 /// Every line a session's log dropped, by what they were.

@@ -22,8 +22,9 @@ where
     v
 }
 
-const ALLOWED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":1000,"client":"127.0.0.1:56940","kind":"connect","event":null,"method":"CONNECT","host":"api.example.com","port":443,"path":null,"decision":"allow","rule":"api.example.com","reason":null,"upstream":"203.0.113.10:443","upstream_local_port":40123,"intercepted":true,"credential":"github","status":null,"bytes_up":512,"bytes_down":2097152,"duration_ms":73,"signals":[]}"#;
+const ALLOWED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":1000,"client":"127.0.0.1:56940","kind":"connect","event":null,"method":"CONNECT","host":"api.example.com","port":443,"path":null,"decision":"allow","rule":"api.example.com","reason":null,"upstream":"203.0.113.10:443","upstream_local_port":40123,"intercepted":true,"credential":"github","status":null,"bytes_up":512,"bytes_down":2097152,"duration_ms":73,"signals":[],"chain":"5f0c6e1f0d8e4b2a9c3d7e6f1a2b3c4d"}"#;
 
+/// A line written before the chain existed (no `chain`): still read.
 const SIGNALLED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":null,"uid":null,"client":"[::1]:5000","kind":"http","event":"open","method":"POST","host":"paste.example","port":80,"path":"/upload","decision":"report","rule":"paste.example","reason":"encoded-blob","upstream":null,"upstream_local_port":null,"intercepted":false,"credential":null,"status":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"signals":[{"signal":"encoded-blob","alphabet":"base64","run":4096},{"signal":"high-entropy","bits":7.93,"bytes":65536}]}"#;
 
 const ABANDONED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":0,"client":"127.0.0.1:56940","kind":"http","event":"client-gone","method":"GET","host":"hang.test","port":80,"path":"/never-sent","decision":"abandoned","rule":"hang.test","reason":null,"upstream":null,"upstream_local_port":null,"intercepted":false,"credential":null,"status":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"signals":[]}"#;
@@ -39,10 +40,13 @@ const OVERFLOW: &str = r#"{"ts":"2026-11-25T10:47:00.000Z","session":"s1","sandb
 
 /// The stream's oldest file aged out: its allowed and first lines moved, the flood dropped;
 /// what the session dropped so far (this and an earlier ageing).
-const ROTATED: &str = r#"{"ts":"2026-11-25T10:50:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"audit","event":"rotated","part":"stream","lines":500,"bytes":125000,"since":"2026-11-25T10:43:00.000Z","until":"2026-11-25T10:45:00.000Z","to_allowed":2,"to_first":4,"total":{"lines":1002,"bytes":250000,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:45:00.000Z","dropped":[{"kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","lines":1000,"bytes":249000,"folded":999000,"since":"2026-11-25T10:40:01.000Z","until":"2026-11-25T10:45:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":1000,"folded":999000}],"other_lines":0,"other_folded":0},{"kind":"connect","event":null,"decision":"deny","reason":"blocked-by-policy","lines":2,"bytes":1000,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:40:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":2,"folded":0}],"other_lines":0,"other_folded":0}],"unlisted":0}}"#;
+const ROTATED: &str = r#"{"ts":"2026-11-25T10:50:00.000Z","session":"s1","sandbox":"demo","container":"c0ffee","kind":"audit","event":"rotated","part":"stream","lines":500,"bytes":125000,"since":"2026-11-25T10:43:00.000Z","until":"2026-11-25T10:45:00.000Z","to_allowed":2,"to_first":4,"total":{"lines":1002,"bytes":250000,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:45:00.000Z","dropped":[{"kind":"connect","event":"suppressed","decision":"deny","reason":"blocked-by-policy","lines":1000,"bytes":249000,"folded":999000,"since":"2026-11-25T10:40:01.000Z","until":"2026-11-25T10:45:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":1000,"folded":999000}],"other_lines":0,"other_folded":0},{"kind":"connect","event":null,"decision":"deny","reason":"blocked-by-policy","lines":2,"bytes":1000,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:40:00.000Z","hosts":[{"host":"flood.example","port":443,"lines":2,"folded":0}],"other_lines":0,"other_folded":0}],"unlisted":0},"after":"0123456789abcdef0123456789abcdef","chain":"fedcba9876543210fedcba9876543210"}"#;
 
 /// An archive's oldest file was deleted.
-const ROTATED_ARCHIVE: &str = r#"{"ts":"2026-11-25T11:00:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"rotated","part":"allowed","lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","to_allowed":0,"to_first":0,"total":{"lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","dropped":[{"kind":"http","event":"open","decision":"allow","reason":null,"lines":3,"bytes":1200,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","hosts":[],"other_lines":3,"other_folded":0}],"unlisted":0}}"#;
+const ROTATED_ARCHIVE: &str = r#"{"ts":"2026-11-25T11:00:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"rotated","part":"allowed","lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","to_allowed":0,"to_first":0,"total":{"lines":3,"bytes":1200,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","dropped":[{"kind":"http","event":"open","decision":"allow","reason":null,"lines":3,"bytes":1200,"folded":0,"since":"2026-11-25T10:40:00.000Z","until":"2026-11-25T10:41:00.000Z","hosts":[],"other_lines":3,"other_folded":0}],"unlisted":0},"after":null,"chain":"00112233445566778899aabbccddeeff"}"#;
+
+/// A rotated line written before the chain existed (no `after`, no `chain`).
+const ROTATED_UNCHAINED: &str = r#"{"ts":"2026-11-25T11:00:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"rotated","part":"first","lines":3,"bytes":1200,"since":null,"until":null,"to_allowed":0,"to_first":0,"total":{"lines":3,"bytes":1200,"since":null,"until":null,"dropped":[],"unlisted":3}}"#;
 
 const OUTAGE: &str = r#"{"ts":"2026-11-25T10:48:00.000Z","session":"s1","sandbox":"demo","container":null,"kind":"audit","event":"outage","decision":"deny","reason":"audit-unavailable","since":"2026-11-25T10:47:30.250Z","error":"No space left on device (os error 28)","refused":8,"lost":0}"#;
 
@@ -234,5 +238,68 @@ fn git_api_lines_read_and_write_back_unchanged() {
         panic!("{r:?}")
     };
     assert_eq!(lines, dropped.iter().map(|d| d.lines).sum::<u64>());
-    assert_eq!(SCHEMA_VERSION, 3, "version 3: the rotated line");
+    assert_eq!(
+        SCHEMA_VERSION, 3,
+        "version 3: the rotated line (and the chain, a field older readers ignore)"
+    );
+}
+
+/// Lines written before the chain existed read with `chain` and `after` null; a chained
+/// line's `chain` reads as written (and is written back last).
+#[test]
+fn the_chain_is_a_field_older_lines_read_without() {
+    let r: Record = serde_json::from_str(SIGNALLED).unwrap();
+    assert_eq!(r.chain, None);
+    let r: Record = round_trip(ALLOWED);
+    assert_eq!(
+        r.chain.map(|c| c.to_string()).as_deref(),
+        Some("5f0c6e1f0d8e4b2a9c3d7e6f1a2b3c4d")
+    );
+    let Line::Rotated(old) = serde_json::from_str::<Line>(ROTATED_UNCHAINED).unwrap() else {
+        panic!("not a rotated line")
+    };
+    assert_eq!((old.after, old.chain), (None, None));
+    let Line::Rotated(r) = serde_json::from_str::<Line>(ROTATED).unwrap() else {
+        panic!("not a rotated line")
+    };
+    assert!(r.after.is_some() && r.chain.is_some());
+    // The chain field's place and form are what a verifier reads without parsing.
+    let (body, chain) = airlock_audit_schema::chain::split(ROTATED.as_bytes()).unwrap();
+    assert_eq!(Some(chain), r.chain);
+    assert!(body.ends_with(br#""after":"0123456789abcdef0123456789abcdef""#));
+    for line in [SIGNALLED, ABANDONED, SUPPRESSED_V2, OUTAGE, RELOADED] {
+        assert_eq!(airlock_audit_schema::chain::split(line.as_bytes()), None);
+    }
+}
+
+/// The representative lines as the writer chains them: every one stays readable as its
+/// type, and the files verify; an edit anywhere is named.
+#[test]
+fn the_lines_chained_as_the_writer_chains_them_verify() {
+    use airlock_audit_schema::chain::{self, GENESIS, seal};
+    let mut log = Vec::new();
+    let mut head = GENESIS;
+    for line in [
+        SIGNALLED,
+        ABANDONED,
+        SUPPRESSED,
+        OVERFLOW,
+        OUTAGE,
+        RELOADED,
+        RELOAD_REFUSED,
+    ] {
+        let start = log.len();
+        log.extend_from_slice(line.as_bytes());
+        head = seal(&mut log, start, &head).unwrap();
+        let _: Line = serde_json::from_slice(&log[start..]).unwrap();
+        log.push(b'\n');
+    }
+    let names = ["audit.jsonl".to_owned()];
+    let intact = chain::verify(&names, |_| Ok(std::io::Cursor::new(log.clone()))).unwrap();
+    assert_eq!((intact.lines, intact.head), (7, head));
+    let edited = String::from_utf8(log.clone())
+        .unwrap()
+        .replacen("\"count\":95", "\"count\":1", 1);
+    let err = chain::verify(&names, |_| Ok(std::io::Cursor::new(edited.clone()))).unwrap_err();
+    assert!(err.to_string().starts_with("audit.jsonl:3: "), "{err}");
 }

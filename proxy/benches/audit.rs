@@ -12,7 +12,9 @@
 //! sorts each aged-out file into the archives); the CPU of a denial written whole, folded
 //! into its destination's count, and counted in the overflow of a full destination table;
 //! then the audit bytes an allowed request and a denial write, and what a flood of denials
-//! to one destination costs once the log folds it.
+//! to one destination costs once the log folds it; last, what the hash chain costs per line
+//! (issue 41 item 6: one record's JSON line before and after it is sealed into the chain,
+//! in the same run, the target ≤ 1 µs a line) and what `airlock audit verify` takes a line.
 //!
 //! Run: `cargo bench -p airlock-proxy --bench audit` (`AUDIT_ECHO=1` turns the human echo
 //! on, as `AIRLOCK_PROXY_LOG=info`, the default, does; send stderr to `/dev/null` then).
@@ -23,6 +25,7 @@
 use std::io::Write;
 use std::time::{Instant, SystemTime};
 
+use airlock_audit_schema::chain;
 use airlock_proxy::audit::{self, Bounds, Kind, Record, Verdict, Who};
 
 const ROUNDS: usize = 7;
@@ -260,6 +263,33 @@ fn main() {
                 .expect("json");
         }
     });
+    // The hash chain: the same line sealed after the one before it (every line the log
+    // writes is), then the chain of a log of such lines verified.
+    let mut sealed: Vec<u8> = Vec::with_capacity(1024);
+    let mut head = chain::GENESIS;
+    let (chained_cpu, chained_wall) = median(|_| {
+        for _ in 0..REQUESTS {
+            sealed.clear();
+            std::hint::black_box(&sample)
+                .write_json(&mut sealed)
+                .expect("json");
+            head = chain::seal(&mut sealed, 0, &head).expect("sealed");
+        }
+    });
+    let mut log_text: Vec<u8> = Vec::new();
+    let mut head = chain::GENESIS;
+    for i in 0..REQUESTS {
+        let start = log_text.len();
+        record(&who, i).write_json(&mut log_text).expect("json");
+        head = chain::seal(&mut log_text, start, &head).expect("sealed");
+        log_text.push(b'\n');
+    }
+    let names = ["audit.jsonl".to_owned()];
+    let (verify_cpu, verify_wall) = median(|_| {
+        let intact =
+            chain::verify(&names, |_| Ok(std::io::Cursor::new(&log_text[..]))).expect("intact");
+        assert_eq!(intact.head, head);
+    });
     line.push(b'\n');
     let mut bare = std::fs::File::options()
         .append(true)
@@ -308,4 +338,13 @@ fn main() {
         "  a flood of {FLOOD} denials to one destination (folded)  {flood_bytes:>8} ({:.2} per denial)",
         flood_bytes as f64 / FLOOD as f64
     );
+    println!("hash chain, per line                    CPU µs   wall µs");
+    println!("  one record's JSON line (before)     {json_cpu:>8.2} {json_wall:>9.2}");
+    println!("  the same, sealed into the chain     {chained_cpu:>8.2} {chained_wall:>9.2}");
+    println!(
+        "  chaining alone (the difference)     {:>8.2} {:>9.2}",
+        chained_cpu - json_cpu,
+        chained_wall - json_wall
+    );
+    println!("  verified (airlock audit verify)     {verify_cpu:>8.2} {verify_wall:>9.2}");
 }

@@ -67,6 +67,16 @@
 //! no number of allowed requests the first attempt on a destination; what the agent's own
 //! flood can push out is only more of its flood, and the log says how much.
 //!
+//! # Hash chain
+//!
+//! Every line ends with `chain`, the hash of the line and of the `chain` of the line before
+//! it (`airlock_audit_schema::chain`): the writer seals each line as it joins the queue or
+//! is written at once, under the lock, after the last one queued, so the lines are chained
+//! in the order they reach the file (an outage line put before lines that waited is sealed
+//! with them again). A start continues from the stream's last line (`files::last_chain`);
+//! the `rotated` line of an aged-out stream file names its last line's `chain` (`after`),
+//! which the oldest kept file follows. `airlock audit verify` checks it.
+//!
 //! # Schema
 //!
 //! The types are `airlock-audit-schema`'s, which readers deserialize with; every field is
@@ -114,6 +124,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
+use airlock_audit_schema::chain::GENESIS;
 use airlock_policy::reason::Reason;
 
 mod echo;
@@ -476,6 +487,10 @@ pub fn open(path: &Path, who: Who, bounds: Bounds) -> Result<(Audit, AuditWriter
         )
         .map_err(open_err)?,
     );
+    // The chain goes on from the stream's last line (a new one starts on an empty stream).
+    let head = files::last_chain(path, bounds.keep)
+        .map_err(open_err)?
+        .unwrap_or(GENESIS);
     let file = files::Rotating::new(path, file, len, bounds.keep, Arc::clone(&ageing));
     launch(Sink::new(
         path.to_owned(),
@@ -484,11 +499,13 @@ pub fn open(path: &Path, who: Who, bounds: Bounds) -> Result<(Audit, AuditWriter
         who,
         bounds,
         Some(ageing),
+        head,
     ))
 }
 
 /// The log on a `file` of the caller's own (already `len` bytes long), reported as `path`:
-/// no archives; what its [`LogFile::rotate`] keeps is all that is kept.
+/// no archives; what its [`LogFile::rotate`] keeps is all that is kept. Its hash chain
+/// starts anew (the file's earlier lines are not read).
 ///
 /// # Errors
 /// [`AuditError::Spawn`] when the helper thread cannot be started.
@@ -499,7 +516,15 @@ pub fn start(
     who: Who,
     bounds: Bounds,
 ) -> Result<(Audit, AuditWriter), AuditError> {
-    launch(Sink::new(path.to_owned(), file, len, who, bounds, None))
+    launch(Sink::new(
+        path.to_owned(),
+        file,
+        len,
+        who,
+        bounds,
+        None,
+        GENESIS,
+    ))
 }
 
 fn launch(sink: Sink) -> Result<(Audit, AuditWriter), AuditError> {
@@ -558,3 +583,6 @@ mod tests;
 
 #[cfg(test)]
 mod attack_tests;
+
+#[cfg(test)]
+mod chain_tests;

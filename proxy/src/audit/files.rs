@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use airlock_audit_schema::chain::{self, ChainHash};
 use airlock_audit_schema::{Part, Who};
 
 use super::retain::{Class, Peek, Seen, Tally, classify, rotated};
@@ -366,7 +367,7 @@ impl Archive {
                 (None, _) => read_tally(&oldest)?,
             };
             std::fs::remove_file(&oldest)?;
-            notes.add(&tally, self.part, 0, 0);
+            notes.add(&tally, self.part, 0, 0, None);
         }
         if let Some(f) = &self.file {
             f.sync_data()?;
@@ -378,6 +379,51 @@ impl Archive {
         self.tallies[0] = Some(Tally::default());
         Ok(())
     }
+}
+
+/// The `chain` of the last line of `file` (`None`: empty, or a last line without one).
+fn tail_chain(file: &File) -> io::Result<Option<ChainHash>> {
+    let len = file.metadata()?.len();
+    let mut want = 4096_u64;
+    let mut buf = Vec::new();
+    loop {
+        let from = len.saturating_sub(want);
+        buf.resize(usize::try_from(len - from).unwrap_or(usize::MAX), 0);
+        file.read_exact_at(&mut buf, from)?;
+        let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        // The last line is whole once a newline before it is in the buffer, or at the start.
+        if from == 0 || body.contains(&b'\n') {
+            return Ok(chain::last(&buf));
+        }
+        want *= 4;
+    }
+}
+
+/// The `chain` of the stream's last line: of the newest of `path`, `path.1` …
+/// `path.<keep>` and `path.aging` that holds a line (`None`: the stream is empty, or its
+/// last line was written before the chain existed).
+///
+/// # Errors
+/// A file there cannot be opened or read.
+pub fn last_chain(path: &Path, keep: u32) -> io::Result<Option<ChainHash>> {
+    let candidates = (0..=keep.max(1))
+        .map(|n| numbered(path, n))
+        .chain(std::iter::once(with_suffix(path, "aging")));
+    for p in candidates {
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&p)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if file.metadata()?.len() > 0 {
+            return tail_chain(&file);
+        }
+    }
+    Ok(None)
 }
 
 /// Every line of `path`, counted (a file written before this start).
@@ -477,10 +523,26 @@ struct Notes {
 }
 
 impl Notes {
-    /// Notes `dropped` leaving `part` (and `to_allowed`, `to_first` lines moved instead).
-    fn add(&mut self, dropped: &Tally, part: Part, to_allowed: u64, to_first: u64) {
+    /// Notes `dropped` leaving `part` (and `to_allowed`, `to_first` lines moved instead;
+    /// `after`: the `chain` of the last line of the stream's file that aged out).
+    fn add(
+        &mut self,
+        dropped: &Tally,
+        part: Part,
+        to_allowed: u64,
+        to_first: u64,
+        after: Option<ChainHash>,
+    ) {
         self.total.merge(dropped);
-        let line = rotated(&self.who, part, dropped, to_allowed, to_first, &self.total);
+        let line = rotated(
+            &self.who,
+            part,
+            dropped,
+            to_allowed,
+            to_first,
+            &self.total,
+            after,
+        );
         if serde_json::to_writer(&mut self.lines, &line).is_ok() {
             self.lines.push(b'\n');
         }
@@ -759,9 +821,11 @@ impl Inner {
             a.flush()?;
             a.sync()?;
         }
+        // The line the stream's oldest kept file follows: its rotated line names it.
+        let after = tail_chain(&s.file)?;
         std::fs::remove_file(&*aging)?;
         if let Some(s) = split.take() {
-            notes.add(&s.dropped, Part::Stream, s.to_allowed, s.to_first);
+            notes.add(&s.dropped, Part::Stream, s.to_allowed, s.to_first, after);
         }
         if buf.len() > 4 * STEP {
             *buf = Vec::new(); // a long line's room is not kept

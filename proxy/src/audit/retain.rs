@@ -477,7 +477,7 @@ impl Tally {
 
 /// The `rotated` line for `dropped` leaving `part` just now (`to_allowed`/`to_first`: lines
 /// the stream moved to the archives instead), `total` being everything the session dropped,
-/// these included.
+/// these included; `after`: the `chain` of the last line of the stream's file that aged out.
 #[must_use]
 pub fn rotated(
     who: &Who,
@@ -486,6 +486,7 @@ pub fn rotated(
     to_allowed: u64,
     to_first: u64,
     total: &Tally,
+    after: Option<airlock_audit_schema::ChainHash>,
 ) -> Rotated {
     Rotated {
         ts: Timestamp::now(),
@@ -502,6 +503,8 @@ pub fn rotated(
         to_allowed,
         to_first,
         total: total.total(),
+        after,
+        chain: None,
     }
 }
 

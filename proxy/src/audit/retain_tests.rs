@@ -46,6 +46,7 @@ fn suppressed(host: &str, count: u64, overflow: bool) -> Vec<u8> {
         until: Some(Timestamp(990)),
         overflow,
         first_host: overflow.then(|| "first.example".into()),
+        chain: None,
     };
     serde_json::to_vec(&s).unwrap()
 }
@@ -157,7 +158,7 @@ fn the_account_counts_every_line_and_denial() {
         .find(|e| e.event.as_deref() == Some("suppressed"))
         .unwrap();
     assert_eq!((s.folded, s.other_folded), (400, 80));
-    let n = rotated(&who(), Part::Stream, &t, 1, 2, &total);
+    let n = rotated(&who(), Part::Stream, &t, 1, 2, &total, None);
     assert_eq!(
         (n.lines, n.total.lines, n.to_allowed, n.to_first),
         (22, 44, 1, 2)
@@ -210,7 +211,8 @@ fn the_fast_reader_reads_as_serde_does_or_declines() {
     let mut total = Tally::default();
     let sup = suppressed("h.example", 3, false);
     total.add(sup.len(), Peek::read(&sup).as_ref());
-    let note = serde_json::to_vec(&rotated(&who(), Part::Allowed, &total, 0, 0, &total)).unwrap();
+    let note =
+        serde_json::to_vec(&rotated(&who(), Part::Allowed, &total, 0, 0, &total, None)).unwrap();
     let lines: Vec<(Vec<u8>, bool)> = vec![
         (line(&full), true),
         (line(&plain), true),

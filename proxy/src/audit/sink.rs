@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use airlock_audit_schema::Timestamp;
+use airlock_audit_schema::chain::{self, ChainHash};
 use airlock_policy::reason::Reason;
 
 use super::echo::{add_human, notice, write_human};
@@ -45,6 +46,13 @@ pub(super) struct State {
     pub(super) folds: Folds,
     /// Who the lines that describe no one request speak for.
     who: Who,
+    /// The `chain` of the last line in the file (see `airlock_audit_schema::chain`).
+    head: ChainHash,
+    /// The `chain` of the last line queued (`head` when none waits): every line is sealed
+    /// as it joins the queue or is written at once, after this one.
+    tail: ChainHash,
+    /// The `chain` of the line in `line`.
+    line_chain: ChainHash,
 }
 
 /// A window in which the log could not be written.
@@ -74,6 +82,7 @@ impl Sink {
         who: Who,
         bounds: Bounds,
         ageing: Option<Arc<Ageing>>,
+        head: ChainHash,
     ) -> Self {
         Self {
             path,
@@ -92,6 +101,9 @@ impl Sink {
                 bounds,
                 folds: Folds::new(bounds.first, bounds.destinations),
                 who,
+                head,
+                tail: head,
+                line_chain: head,
             }),
             wake: Condvar::new(),
             available: AtomicBool::new(true),
@@ -125,12 +137,17 @@ impl Sink {
             if let Some(a) = &self.ageing {
                 // A sort it had to finish may have dropped lines: say so with this write.
                 take_notes(a, st);
+                if with_line {
+                    // The line now follows those notes.
+                    st.line_chain = chain::reseal(&mut st.line, &st.tail);
+                }
                 if std::mem::take(&mut st.asleep) {
                     self.wake.notify_one(); // the new sort is the helper's
                 }
             }
         }
         let mut outage_line = 0;
+        let new_head;
         let result = if let Some(o) = &st.outage {
             // Recovering: the outage line first, then what waited, then this line.
             let mut buf = Vec::new();
@@ -148,8 +165,11 @@ impl Sink {
                 error: o.error.clone(),
                 refused: o.refused,
                 lost: o.lost,
+                chain: None,
             };
+            let mut head = st.head;
             if serde_json::to_writer(&mut buf, &line).is_ok() {
+                head = chain::seal(&mut buf, 0, &head).unwrap_or(head);
                 buf.push(b'\n');
             }
             outage_line = buf.len();
@@ -157,10 +177,14 @@ impl Sink {
             if with_line {
                 buf.extend_from_slice(&st.line);
             }
+            // What waited was sealed after the file's last line: it now follows this one.
+            new_head = chain::reseal(&mut buf[outage_line..], &head);
             st.file.append(&buf).map(|()| buf.len())
         } else if with_line && st.queued.is_empty() {
+            new_head = st.line_chain;
             st.file.append(&st.line).map(|()| st.line.len())
         } else {
+            new_head = if with_line { st.line_chain } else { st.tail };
             let base = st.queued.len();
             if with_line {
                 st.queued.extend_from_slice(&st.line);
@@ -174,6 +198,8 @@ impl Sink {
         match result {
             Ok(written) => {
                 st.len += written as u64;
+                st.head = new_head;
+                st.tail = new_head;
                 let mut classes = std::mem::take(&mut st.written);
                 classes.push(false, outage_line);
                 classes.append(&mut st.pending);
@@ -234,6 +260,7 @@ impl Sink {
             o.lost += count_lines(&st.queued);
             st.queued.clear();
             st.pending.clear();
+            st.tail = st.head;
         }
         st.first_err.get_or_insert(e);
         Unavailable
@@ -272,7 +299,7 @@ impl Sink {
         if rec.write_json(&mut st.line).is_err() {
             return Err(Unavailable);
         }
-        st.line.push(b'\n');
+        seal_line(st);
         // The echo is of decisions as they end: an open line's request echoes its final one.
         if rec.event != Some(Event::Open) {
             add_human(&mut st.human, rec);
@@ -314,16 +341,19 @@ impl Sink {
             added: change.added,
             dropped: change.dropped,
             error: refused,
+            chain: None,
         };
         st.line.clear();
         if serde_json::to_writer(&mut st.line, &line).is_err() {
             return Err(Unavailable);
         }
-        st.line.push(b'\n');
+        seal_line(st);
         let r = self.write_out(st, true, None);
         if r.is_err() {
             // Not a request to refuse: the line waits, and follows the outage line.
-            let line = std::mem::take(&mut st.line);
+            let mut line = std::mem::take(&mut st.line);
+            // After what waits now (a failure may have dropped the queue).
+            st.tail = chain::reseal(&mut line, &st.tail);
             st.queued.extend_from_slice(&line);
             st.pending.push(false, line.len());
             st.line = line;
@@ -342,6 +372,7 @@ impl Sink {
         }
         let whole = st.queued.len();
         if rec.write_json(&mut st.queued).is_ok() {
+            seal_queued(&mut st, whole);
             st.queued.push(b'\n');
             let n = st.queued.len() - whole;
             st.pending.push(allowed(rec), n);
@@ -408,9 +439,29 @@ fn allowed(rec: &Record) -> bool {
 
 /// Queues the `rotated` lines `ageing` noted.
 fn take_notes(ageing: &Ageing, st: &mut State) {
+    let mut notes = Vec::new();
+    ageing.take_notes(&mut notes);
     let before = st.queued.len();
-    ageing.take_notes(&mut st.queued);
+    for line in notes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let start = st.queued.len();
+        st.queued.extend_from_slice(line);
+        seal_queued(st, start);
+        st.queued.push(b'\n');
+    }
     st.pending.push(false, st.queued.len() - before);
+}
+
+/// Seals the line at `st.queued[start..]` (no newline yet) after the last one queued.
+fn seal_queued(st: &mut State, start: usize) {
+    if let Some(c) = chain::seal(&mut st.queued, start, &st.tail) {
+        st.tail = c;
+    }
+}
+
+/// Seals the line in `st.line` (no newline yet) after the last one queued, and ends it.
+fn seal_line(st: &mut State) {
+    st.line_chain = chain::seal(&mut st.line, 0, &st.tail).unwrap_or(st.tail);
+    st.line.push(b'\n');
 }
 
 /// Queues one `event: suppressed` line.
@@ -431,9 +482,11 @@ fn queue_summary(st: &mut State, s: Summary) {
         until: Some(s.until),
         overflow: s.overflow,
         first_host: s.first_host,
+        chain: None,
     };
     let before = st.queued.len();
     if serde_json::to_writer(&mut st.queued, &line).is_ok() {
+        seal_queued(st, before);
         st.queued.push(b'\n');
         st.pending.push(false, st.queued.len() - before);
     } else {

@@ -90,6 +90,7 @@ async fn a_reload_is_audited_whether_it_took_effect_or_not() {
         (&lines[3]["event"], &lines[4]["bytes_up"]),
         (&"reload".into(), &9.into())
     );
+    assert_eq!(v.verified().lines, 5);
     for (l, decision, added, error) in [
         (&lines[0], "allow", 1, serde_json::Value::Null),
         (&lines[1], "deny", 0, "malformed hand-off".into()),
@@ -221,6 +222,15 @@ impl Volume {
     }
     fn set_cap(&self, cap: usize) {
         *self.cap.lock().unwrap() = cap;
+    }
+    /// The volume's lines verify as one hash chain: every line sealed after the one it
+    /// follows in the file, whatever order the writer sealed them in (an outage line put
+    /// before lines that waited for it).
+    fn verified(&self) -> airlock_audit_schema::chain::Intact {
+        let data = self.data.lock().unwrap().clone();
+        let names = ["audit.jsonl".to_owned()];
+        airlock_audit_schema::chain::verify(&names, |_| Ok(io::Cursor::new(data.clone())))
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&data)))
     }
     fn lines(&self) -> Vec<serde_json::Value> {
         let data = self.data.lock().unwrap().clone();
@@ -446,6 +456,7 @@ async fn a_full_volume_refuses_every_request_and_the_recovery_is_recorded() {
         "{outage}"
     );
     assert_eq!(lines.last().unwrap()["bytes_up"], 5000);
+    assert_eq!(v.verified().lines, lines.len() as u64);
     writer.finish().await.unwrap_err();
 }
 
@@ -460,6 +471,7 @@ async fn final_lines_ride_with_the_next_commit_or_leave_after_the_linger() {
     audit.commit(&rec(3)).unwrap();
     let seen: Vec<_> = v.lines().iter().map(|l| l["bytes_up"].clone()).collect();
     assert_eq!(seen, [1, 2, 3]);
+    assert_eq!(v.verified().lines, 3);
     audit.emit(rec(4)).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while v.lines().len() < 4 {
@@ -514,6 +526,7 @@ async fn final_lines_queued_in_an_outage_are_written_after_it() {
     assert_eq!(lines[0]["refused"], 1);
     assert_eq!(lines[1]["bytes_up"], 1);
     assert_eq!(lines[2]["bytes_up"], 3);
+    assert_eq!(v.verified().lines, 3);
     writer.finish().await.unwrap_err();
 }
 
