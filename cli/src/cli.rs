@@ -191,6 +191,12 @@ Examples:
 
 docs/kubernetes.md says what differs from Docker.")]
     K8s(K8sArgs),
+    /// Check a sandbox's audit log: `airlock audit verify FILE…` (no container needed).
+    #[command(after_help = "\
+Examples:
+  airlock audit verify ~/.local/share/airlock/sandboxes/fix-login/audit/audit.jsonl*
+  airlock audit verify audit.jsonl audit.jsonl.1 audit.jsonl.2")]
+    Audit(AuditArgs),
     /// Print a shell completion script.
     #[command(after_help = "\
 Examples:
@@ -347,6 +353,38 @@ pub struct LogsArgs {
     /// container's output; a removed sandbox's are kept for 30 days.
     #[arg(long)]
     pub audit: bool,
+}
+
+/// `audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AuditCmd,
+}
+
+/// `audit verify`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCmd {
+    /// Check the hash chain of audit.jsonl and its rotated files: exit 0 when every line
+    /// follows the one written before it, else exit 7 with one line naming the first
+    /// edited, dropped, moved or added line (FILE:LINE).
+    #[command(after_help = "\
+Examples:
+  airlock audit verify ~/.local/share/airlock/sandboxes/fix-login/audit/audit.jsonl*
+  airlock audit verify ~/.local/share/airlock/audit/fix-login-1764300000/audit.jsonl*
+
+The files are taken oldest first by their names (audit.jsonl.aging, the highest
+audit.jsonl.N, ... audit.jsonl), whatever order they are given in. The archives
+(audit.jsonl.allowed*, audit.jsonl.first*) are sorted copies outside the chain: named as
+not checked. On success one line: the lines checked, where the chain starts (the log's
+first line, or after a line a rotated line says left) and the last line's chain, to keep
+elsewhere and compare later. The chain is not keyed: docs/audit.md says what it proves.")]
+    Verify {
+        /// audit.jsonl and its rotated files (audit.jsonl.1 ..., audit.jsonl.aging).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 /// `secret`.

@@ -9,6 +9,7 @@
 //! | 4 | refused: the name is taken, or the action would lose work (`--force`) |
 //! | 5 | the container engine is unreachable |
 //! | 6 | the image is missing (`airlock build` / `scripts/build-image`) |
+//! | 7 | an audit log is not intact (`airlock audit verify`) |
 //!
 //! `airlock exec` exits with the command's own status.
 
@@ -29,6 +30,8 @@ pub enum Code {
     EngineDown = 5,
     /// 6
     ImageMissing = 6,
+    /// 7
+    NotIntact = 7,
 }
 
 /// The exit-code table as printed under `airlock --help`.
@@ -41,6 +44,7 @@ Exit codes:
   4  refused: the name is taken, or the action would lose work (see --force)
   5  the container engine is unreachable (DOCKER_HOST)
   6  the image is missing (run `airlock build`)
+  7  an audit log is not intact (`airlock audit verify` names the line)
   `airlock exec` exits with the command's own status.";
 
 /// An error that knows its exit code; the message is the whole line the user sees.

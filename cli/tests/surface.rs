@@ -15,7 +15,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SUBCOMMANDS: [&str; 21] = [
+const SUBCOMMANDS: [&str; 22] = [
     "run",
     "new",
     "list",
@@ -35,6 +35,7 @@ const SUBCOMMANDS: [&str; 21] = [
     "k8s",
     "build",
     "render",
+    "audit",
     "completions",
     "help",
 ];
@@ -89,6 +90,60 @@ fn bad_usage_and_bad_names_exit_2_with_one_line() {
         err.contains("not allowed") && err.contains("e.g. fix-login"),
         "{err}"
     );
+}
+
+/// `airlock audit verify` reads files only (no engine): exit 0 and one line for an intact
+/// log given in any order, exit 7 and one line naming FILE:LINE for an edited one, 2 when no
+/// stream file is given, 1 for a file it cannot read.
+#[test]
+fn audit_verify_names_the_first_bad_line_and_exits_7() {
+    use airlock_audit_schema::chain;
+    let dir = tempfile::tempdir().unwrap();
+    let mut head = chain::GENESIS;
+    let mut write = |name: &str, bodies: &[&str]| {
+        let mut buf = Vec::new();
+        for b in bodies {
+            let start = buf.len();
+            buf.extend_from_slice(b.as_bytes());
+            head = chain::seal(&mut buf, start, &head).unwrap();
+            buf.push(b'\n');
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, buf).unwrap();
+        path.display().to_string()
+    };
+    let older = write("audit.jsonl.1", &[r#"{"n":1}"#, r#"{"n":2}"#]);
+    let current = write("audit.jsonl", &[r#"{"n":3}"#, r#"{"n":4}"#]);
+    let archive = dir.path().join("audit.jsonl.first").display().to_string();
+    std::fs::write(&archive, "{\"n\":0}\n").unwrap();
+
+    let o = airlock(&["audit", "verify", &current, &archive, &older]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.starts_with("intact: 4 lines in 2 files, from the log's first line; last chain "),
+        "{out}"
+    );
+    assert!(out.contains("not checked: 1 archive file"), "{out}");
+
+    let text = std::fs::read_to_string(&older).unwrap();
+    std::fs::write(&older, text.replace("\"n\":2", "\"n\":9")).unwrap();
+    let o = airlock(&["audit", "verify", &older, &current]);
+    assert_eq!(o.status.code(), Some(7), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("airlock: {older}:2: the chain breaks here")),
+        "{err}"
+    );
+
+    let o = airlock(&["audit", "verify", &archive]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let missing = dir.path().join("gone/audit.jsonl").display().to_string();
+    let o = airlock(&["audit", "verify", &missing]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read"));
 }
 
 #[test]

@@ -2,9 +2,13 @@
 //! `run`, `gc`), its audit directory (the proxy's `audit.jsonl`, the git API's
 //! `git-api.jsonl`, `airlock.log`, with their rotated files) moves to
 //! `<data>/audit/<name>-<created>/`, where `airlock logs NAME --audit` still finds it.
-//! `gc` removes kept logs older than [`KEEP_DAYS`] days.
+//! `gc` removes kept logs older than [`KEEP_DAYS`] days. `airlock audit verify` checks the
+//! proxy's log's hash chain in files, wherever they are (no engine, no container).
 
 use super::Ctx;
+use airlock_audit_schema::chain;
+use airlock_cli::cli::{AuditArgs, AuditCmd};
+use airlock_cli::exit::{Code, Failure};
 use airlock_cli::registry::Sandbox;
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -138,4 +142,63 @@ pub fn sweep(ctx: &Ctx, dry_run: bool) -> Vec<String> {
         }
     }
     removed
+}
+
+/// `airlock audit …`.
+pub fn run(args: &AuditArgs) -> Result<i32> {
+    match &args.command {
+        AuditCmd::Verify { files } => verify(files),
+    }
+}
+
+/// `airlock audit verify FILE…`: the stream's files verified oldest first; one line on
+/// stdout when intact, else the first bad line as the error (exit 7).
+fn verify(files: &[PathBuf]) -> Result<i32> {
+    let (stream, archives) = chain::order(files);
+    if stream.is_empty() {
+        return Err(Failure::new(
+            Code::Usage,
+            "no file of the stream among them: give audit.jsonl and its rotated files (audit.jsonl.1 ..., audit.jsonl.aging); the archives (.allowed, .first) are outside the chain",
+        )
+        .into());
+    }
+    let intact = match chain::verify_paths(&stream) {
+        Ok(i) => i,
+        Err(chain::VerifyError::Broken(b)) => {
+            return Err(Failure::new(Code::NotIntact, b.to_string()).into());
+        }
+        Err(e @ chain::VerifyError::Read { .. }) => return Err(e.into()),
+    };
+    println!("{}", summary(&intact, stream.len(), &archives));
+    Ok(0)
+}
+
+/// The line an intact stream is reported with.
+fn summary(intact: &chain::Intact, files: usize, archives: &[PathBuf]) -> String {
+    let mut out = format!(
+        "intact: {} lines in {files} file{}, ",
+        intact.lines,
+        if files == 1 { "" } else { "s" }
+    );
+    match &intact.after {
+        None => out.push_str("from the log's first line"),
+        Some(at) => out.push_str(&format!(
+            "from after a line that left the log (said by the rotated line at {at})"
+        )),
+    }
+    out.push_str(&format!("; last chain {}", intact.head));
+    if intact.unchained > 0 {
+        out.push_str(&format!(
+            "; {} earlier lines written before the chain existed, not checked",
+            intact.unchained
+        ));
+    }
+    if !archives.is_empty() {
+        out.push_str(&format!(
+            "; not checked: {} archive file{} (sorted copies, outside the chain)",
+            archives.len(),
+            if archives.len() == 1 { "" } else { "s" }
+        ));
+    }
+    out
 }

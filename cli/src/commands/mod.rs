@@ -90,6 +90,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Build(a) => return build::run(&cli, a),
         Command::Devcontainer(a) => return render::devcontainer_file(&cli, a),
         Command::K8s(a) => return render::k8s_cmd(&cli, a),
+        Command::Audit(a) => return audit::run(a),
         _ => {}
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -125,6 +126,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         | Command::Secret(_)
         | Command::Devcontainer(_)
         | Command::K8s(_)
+        | Command::Audit(_)
         | Command::Build(_) => Ok(0),
     }
 }
