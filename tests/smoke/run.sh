@@ -58,6 +58,8 @@ for agent in $AIRLOCK_SMOKE_AGENTS; do
     # The agent as a user meets it: interactive, in a real terminal (tmux), two starts with one home.
     "tests/smoke/agent-$agent-tty.sh"
     [ "$agent" != claude ] || tests/smoke/agent-claude-injection.sh
+    # Claude Code in a sandbox of the airlock CLI: new, attach, detach, stop/start, --continue, destroy.
+    [ "$agent" != claude ] || tests/smoke/cli-agent-tty.sh
     # The prompt-injected model (issue 16 item 7) for codex and aider (claude's is the line above).
     [ "$agent" = claude ] || "tests/smoke/agent-$agent-injection.sh"
     echo "== $agent end to end in $((SECONDS - tb)) s"
