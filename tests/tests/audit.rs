@@ -72,6 +72,20 @@ impl Volume {
             })
             .collect()
     }
+
+    /// The stream's hash chain verified as `airlock audit verify` does (every file of the
+    /// volume given, the archives set aside).
+    fn verified(&self) -> airlock_audit_schema::chain::Intact {
+        use airlock_audit_schema::chain;
+        let files: Vec<PathBuf> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains("audit.jsonl"))
+            .collect();
+        let (stream, _archives) = chain::order(&files);
+        chain::verify_paths(&stream).unwrap_or_else(|e| panic!("the audit chain: {e}"))
+    }
 }
 
 impl Drop for Volume {
@@ -277,6 +291,12 @@ fn the_agent_cannot_fill_the_audit_volume_and_what_follows_is_audited() {
         after("transparent", Some("/after-transparent")),
         "transparent request not audited"
     );
+    // The stream is one hash chain whose beginning a rotated line accounts for.
+    let intact = volume.verified();
+    assert!(
+        intact.after.is_some(),
+        "the stream aged out: its first line follows a line a rotated line names"
+    );
 }
 
 /// When the audit volume is full, nothing is served unaudited: every request is refused
@@ -373,6 +393,8 @@ fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
             .any(|l| l["path"] == "/after-room" && l["decision"] == "allow"),
         "the request after recovery is audited"
     );
+    // The outage line and what waited for it are chained in the order they were written.
+    assert_eq!(volume.verified().lines, lines.len() as u64);
     assert!(
         err.contains("refusing every request (audit-unavailable)")
             && err.contains("is written again"),

@@ -408,6 +408,17 @@ fn the_supervisor_restarts_a_dead_proxy() {
         "{text}\n{}",
         stderr(&out)
     );
+    // The restarted proxy went on with the audit log's hash chain from the killed one's last
+    // line: the whole log verifies as one chain from its first line.
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&airlock.audit_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("audit.jsonl"))
+        .collect();
+    let (stream, _) = airlock_audit_schema::chain::order(&files);
+    let intact = airlock_audit_schema::chain::verify_paths(&stream)
+        .unwrap_or_else(|e| panic!("the audit chain across the restart: {e}"));
+    assert!(intact.after.is_none() && intact.lines >= 4, "{intact:?}");
     assert!(
         stderr(&out).contains("restarting"),
         "the restart is reported:\n{}",
