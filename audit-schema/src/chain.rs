@@ -271,7 +271,8 @@ pub enum Fault {
     /// The stream's first chained line follows neither [`GENESIS`] nor a line a `rotated`
     /// line says left the log: lines before it were removed (or it was edited).
     Unanchored,
-    /// No line has a `chain`.
+    /// No line has a `chain` (none at all, or all written before the chain existed): nothing
+    /// shows that the files are what was written, so they are not reported intact.
     Empty,
 }
 
@@ -297,7 +298,7 @@ impl fmt::Display for Fault {
                 "the first line follows neither the log's beginning nor a line a rotated line says left: lines before it were removed, or it was edited (give every file of the stream: audit.jsonl, audit.jsonl.1 ... and audit.jsonl.aging)"
             }
             Self::Empty => {
-                "no line has a chain: written before the chain existed, or not a file of audit.jsonl's stream"
+                "no line has a chain: an empty log (nothing to verify), one written before the chain existed, or not a file of audit.jsonl's stream"
             }
         })
     }
