@@ -381,12 +381,17 @@ fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
             "{path} reached the upstream with no audit line"
         );
     }
-    let outage = lines
-        .iter()
-        .find(|l| l["event"] == "outage")
-        .unwrap_or_else(|| panic!("no outage line"));
-    assert_eq!(outage["reason"], "audit-unavailable");
-    assert!(outage["refused"].as_u64().unwrap() >= refused, "{outage}");
+    // One outage line per outage (a short write can fit in the volume's last free bytes
+    // and end one, the next write start another): together they count every refusal.
+    let outages: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["event"] == "outage").collect();
+    assert!(!outages.is_empty(), "no outage line");
+    assert!(
+        outages.iter().all(|o| o["reason"] == "audit-unavailable"),
+        "{outages:?}"
+    );
+    let counted: u64 = outages.iter().filter_map(|o| o["refused"].as_u64()).sum();
+    assert!(counted >= refused, "{counted} < {refused}: {outages:?}");
     assert!(
         lines
             .iter()
@@ -395,9 +400,16 @@ fn a_full_audit_volume_refuses_every_request_until_it_has_room() {
     );
     // The outage line and what waited for it are chained in the order they were written.
     assert_eq!(volume.verified().lines, lines.len() as u64);
+    // The proxy's own account goes to airlock.log in the audit directory once it can be
+    // written again (its line at the start of the outage may not fit), never to the agent's
+    // terminal.
+    let log = std::fs::read_to_string(airlock.audit_dir.join("airlock.log")).unwrap_or_default();
     assert!(
-        err.contains("refusing every request (audit-unavailable)")
-            && err.contains("is written again"),
-        "the proxy said so on stderr, both ways:\n{err}"
+        log.contains("is written again"),
+        "the proxy said so in airlock.log:\n{log}"
+    );
+    assert!(
+        !err.contains("refusing every request") && !err.contains("is written again"),
+        "the proxy's lines stay off the agent's terminal:\n{err}"
     );
 }

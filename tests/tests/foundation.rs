@@ -419,9 +419,16 @@ fn the_supervisor_restarts_a_dead_proxy() {
     let intact = airlock_audit_schema::chain::verify_paths(&stream)
         .unwrap_or_else(|e| panic!("the audit chain across the restart: {e}"));
     assert!(intact.after.is_none() && intact.lines >= 4, "{intact:?}");
+    // Reported in airlock's own log (the audit directory's airlock.log), not on the
+    // agent's terminal.
+    let log = std::fs::read_to_string(airlock.audit_dir.join("airlock.log")).unwrap_or_default();
     assert!(
-        stderr(&out).contains("restarting"),
-        "the restart is reported:\n{}",
+        log.contains("the proxy exited") && log.contains("restarting it"),
+        "the restart is reported in airlock.log:\n{log}"
+    );
+    assert!(
+        !stderr(&out).contains("restarting"),
+        "airlock's own lines stay off the agent's terminal:\n{}",
         stderr(&out)
     );
 }
