@@ -8,7 +8,6 @@
 
 use crate::common::*;
 use airlock_tests::World;
-use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::mpsc;
@@ -37,21 +36,34 @@ fn pid1(world: &World) -> u32 {
 }
 
 /// The entrypoint's stderr, line by line, as it comes (PID 1's and the proxy's lines).
+/// airlock's own log (`airlock.log` in the audit directory, where the entrypoint's and the
+/// proxy's lines go since they stay off the agent's terminal), read as it grows.
 struct Lines {
     rx: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
 
 impl Lines {
-    fn of(child: &mut std::process::Child) -> Lines {
-        let stderr = child.stderr.take().unwrap();
+    fn of(airlock: &Airlock) -> Lines {
+        let path = airlock.audit_dir.join("airlock.log");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+            let mut offset = 0usize;
+            let mut partial = String::new();
+            loop {
+                if let Ok(bytes) = std::fs::read(&path)
+                    && bytes.len() > offset
+                {
+                    partial.push_str(&String::from_utf8_lossy(&bytes[offset..]));
+                    offset = bytes.len();
+                    while let Some(end) = partial.find('\n') {
+                        let line: String = partial.drain(..=end).collect();
+                        if tx.send(line.trim_end().to_owned()).is_err() {
+                            return;
+                        }
+                    }
                 }
+                std::thread::sleep(Duration::from_millis(20));
             }
         });
         Lines {
@@ -72,14 +84,15 @@ impl Lines {
                         return line;
                     }
                 }
-                Err(_) => panic!("no line with {what:?}; stderr so far:\n{}", self.all()),
+                Err(_) => panic!("no line with {what:?}; airlock.log so far:\n{}", self.all()),
             }
         }
     }
 
-    /// Everything read, and the rest once the entrypoint has exited.
+    /// Everything read, and the rest once the entrypoint has exited (the log is complete
+    /// then: read until it has been quiet for a second).
     fn rest(&mut self) -> String {
-        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(10)) {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(1)) {
             self.seen.push(line);
         }
         self.all()
@@ -88,6 +101,19 @@ impl Lines {
     fn all(&self) -> String {
         self.seen.join("\n")
     }
+}
+
+/// [`Airlock::spawn`] with the proxy logging at `info` (`AIRLOCK_LOG`, as an operator
+/// watching a rescan would set it), so that its `workspace secrets reloaded` line is in
+/// airlock.log beside the entrypoint's.
+fn spawn(airlock: &Airlock, world: &World, script: &str) -> std::process::Child {
+    airlock
+        .command(world, &["sh", "-c", script])
+        .env("AIRLOCK_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the entrypoint")
 }
 
 /// A sandbox whose workspace `.env` holds [`START`] when it starts (the agent's file).
@@ -148,8 +174,8 @@ fn a_secret_written_after_start_is_refused_after_a_rescan_and_none_is_lost() {
             post_start()
         ),
     );
-    let mut child = airlock.spawn(&world, &script);
-    let mut lines = Lines::of(&mut child);
+    let child = spawn(&airlock, &world, &script);
+    let mut lines = Lines::of(&airlock);
     airlock.wait_for_agent_file("ready");
     signal(pid1(&world), "-HUP");
     let reloaded = lines.wait_for("workspace secrets reloaded");
@@ -263,8 +289,8 @@ fn a_rescan_of_unusable_files_says_so_and_keeps_the_old_needles() {
         ),
         &post_start(),
     );
-    let mut child = airlock.spawn(&world, &script);
-    let mut lines = Lines::of(&mut child);
+    let child = spawn(&airlock, &world, &script);
+    let mut lines = Lines::of(&airlock);
     airlock.wait_for_agent_file("ready");
     signal(pid1(&world), "-HUP");
     let reloaded = lines.wait_for("workspace secrets reloaded");
@@ -325,8 +351,8 @@ fn sighup_no_longer_reaches_the_agent_other_signals_do() {
          touch {w}/ready\n\
          while :; do sleep 0.05; done\n"
     );
-    let mut child = airlock.spawn(&world, &script);
-    let mut lines = Lines::of(&mut child);
+    let child = spawn(&airlock, &world, &script);
+    let mut lines = Lines::of(&airlock);
     airlock.wait_for_agent_file("ready");
     let pid = pid1(&world);
     signal(pid, "-HUP");
@@ -367,8 +393,8 @@ fn a_failed_rescan_is_one_line_and_the_proxy_keeps_its_needles() {
         &format!("printf 'AWS_SECRET_ACCESS_KEY={LATER}\\n' > {w}/.env\n"),
         &post_start(),
     );
-    let mut child = airlock.spawn(&world, &script);
-    let mut lines = Lines::of(&mut child);
+    let child = spawn(&airlock, &world, &script);
+    let mut lines = Lines::of(&airlock);
     airlock.wait_for_agent_file("ready");
     let handoff = airlock.run_dir.join("proxy").join("credentials.json");
     std::fs::set_permissions(&handoff, std::fs::Permissions::from_mode(0o000)).unwrap();

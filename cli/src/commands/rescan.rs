@@ -2,8 +2,10 @@
 //!
 //! One job: SIGHUP to the sandbox's container, whose PID 1 (the entrypoint) runs the
 //! workspace-secrets rescan (the entrypoint's `rescan` module) and says what it found in
-//! its log. It does not wait for the result nor read it: that is in `airlock logs` and in
-//! `/run/airlock/workspace-secrets` in the sandbox.
+//! airlock's own log (`airlock.log` in the sandbox's audit directory, never the agent's
+//! terminal). It does not wait for the result nor read it: the proxy's `reload` audit line
+//! (`airlock logs NAME --audit`) counts the needles it holds, airlock.log and
+//! `/run/airlock/workspace-secrets` in the sandbox say what each file gave.
 
 use super::Ctx;
 use airlock_cli::exit::{Code, Failure};
@@ -27,8 +29,10 @@ pub async fn run(ctx: &Ctx, name: &str) -> Result<i32> {
         .into());
     }
     ctx.engine.signal(&row.container_id, SIGNAL).await?;
+    let log = ctx.checkout(name).audit().join("airlock.log");
     println!(
-        "sent {SIGNAL} to sandbox {name}: its workspace secret files are read again; `airlock logs {name} --tail 5` shows what was found"
+        "sent {SIGNAL} to sandbox {name}: its workspace secret files are read again; the proxy's reload line in `airlock logs {name} --audit` counts its needles, and {} (root's) says what each file gave",
+        log.display()
     );
     Ok(0)
 }
