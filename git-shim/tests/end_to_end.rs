@@ -347,7 +347,8 @@ fn pushes_that_rewrite_or_escape_are_refused_and_upstream_is_unchanged() {
     w.ok(&["rm", "-q", ".github/workflows/x.yml"]);
     w.ok(&["commit", "-m", "hide it"]);
     w.refused(&["push", "origin", "sandbox/demo/wf"], "restricted_path");
-    // Unauthorized repositories: a URL instead of a remote, and no way to add one.
+    // Unauthorized repositories: a URL instead of a remote, and a remote on a host the
+    // policy does not allow (a read-only second remote must be readable: fbdfa3f).
     w.refused(
         &[
             "push",
@@ -358,7 +359,7 @@ fn pushes_that_rewrite_or_escape_are_refused_and_upstream_is_unchanged() {
     );
     w.refused(
         &["remote", "add", "evil", "https://github.com/evil/x.git"],
-        "subcommand_not_allowed",
+        "repository_not_authorized",
     );
     w.refused(
         &[
@@ -574,23 +575,27 @@ fn display_and_identity_dash_c_keys_work_and_program_keys_are_refused() {
     assert!(!marker.exists(), "nothing the agent named was run");
 }
 
+/// `git config --global` is the agent's ~/.gitconfig (fbdfa3f), edited by the git API in
+/// a private directory of its own; a git API started without one refuses the write with
+/// one line saying where the agent's global configuration is, and writes nothing (the
+/// namespace tier tests the real entrypoint's, which has the directory).
 #[test]
-fn config_global_lands_in_the_repository_config_with_one_line_saying_so() {
+fn config_global_without_the_private_directory_is_refused_saying_where_it_goes() {
     let w = World::new();
+    let before = w.ok(&["config", "--list", "--local"]);
     let o = w.git(&["config", "--global", "user.email", "me@example.invalid"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("--global") && err.contains("repository"),
+        err.contains("(config_key_not_writable)") && err.contains("~/.gitconfig"),
         "{err}"
     );
-    assert_eq!(w.ok(&["config", "user.email"]), "me@example.invalid\n");
     assert_eq!(
-        w.ok(&["config", "--global", "user.email"]),
-        "me@example.invalid\n"
+        w.ok(&["config", "--list", "--local"]),
+        before,
+        "nothing written"
     );
-    w.ok(&["config", "--global", "init.defaultBranch", "main"]);
     w.refused(
         &["config", "--global", "core.pager", "touch /tmp/x"],
         "config_key_not_writable",
@@ -791,7 +796,9 @@ fn read_only_plumbing_an_agent_orients_itself_with_works() {
         "subcommand_not_allowed",
     );
     w.refused(&["worktree", "add", "../wt"], "subcommand_not_allowed");
-    w.refused(&["notes", "add", "-m", "x"], "subcommand_not_allowed");
+    // git notes write like a commit message (347629f): a note is the agent's own text.
+    w.ok(&["notes", "add", "-m", "reviewed"]);
+    assert_eq!(w.ok(&["notes", "show"]), "reviewed\n");
     w.refused(&["gc"], "subcommand_not_allowed");
     w.refused(&["hash-object", "-w", "h.txt"], "subcommand_not_allowed");
     w.refused(
