@@ -175,6 +175,30 @@ pub use airlock_audit_schema::{Event, Kind, SCHEMA_VERSION, Verdict, Who};
 /// known.
 pub type Record = airlock_audit_schema::Record<Reason>;
 
+/// What a reload of the rules changed, in counts (never values): what the reload line
+/// ([`Audit::reload`]) records. `snapshot::Rules::change` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// Workspace needles in force afterwards.
+    pub needles: u64,
+    /// Files they were found in.
+    pub files: u64,
+    /// Needles the reload added.
+    pub added: u64,
+    /// Needles it dropped.
+    pub dropped: u64,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "workspace secrets reloaded: {} needles from {} files ({} new, {} gone)",
+            self.needles, self.files, self.added, self.dropped
+        )
+    }
+}
+
 impl From<crate::tunnel::End> for Event {
     fn from(end: crate::tunnel::End) -> Self {
         match end {
@@ -275,11 +299,7 @@ impl Audit {
     /// # Errors
     /// [`Unavailable`]: the log cannot be written now; the line waits with the final lines
     /// and follows the outage line when writing works again.
-    pub fn reload(
-        &self,
-        change: &crate::snapshot::Change,
-        refused: Option<String>,
-    ) -> Result<(), Unavailable> {
+    pub fn reload(&self, change: &Change, refused: Option<String>) -> Result<(), Unavailable> {
         self.sink.commit_reload(change, refused)
     }
 

@@ -19,6 +19,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use airlock_handoff::WorkspaceSecret;
 use airlock_policy::Policy;
 
+use crate::audit::Change;
 use crate::credentials::{Credentials, CredentialsError};
 use crate::detect::{DetectError, Detectors};
 use crate::names::NameNeedles;
@@ -116,29 +117,6 @@ fn files(needles: &[WorkspaceSecret]) -> usize {
     files.sort_unstable();
     files.dedup();
     files.len()
-}
-
-/// What a reload of the rules changed, in counts (never values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Change {
-    /// Workspace needles in force afterwards.
-    pub needles: u64,
-    /// Files they were found in.
-    pub files: u64,
-    /// Needles the reload added.
-    pub added: u64,
-    /// Needles it dropped.
-    pub dropped: u64,
-}
-
-impl std::fmt::Display for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "workspace secrets reloaded: {} needles from {} files ({} new, {} gone)",
-            self.needles, self.files, self.added, self.dropped
-        )
-    }
 }
 
 /// A value read whole by many tasks and replaced whole.

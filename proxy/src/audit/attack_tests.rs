@@ -438,7 +438,7 @@ async fn each_archive_holds_only_its_class() {
         ..Bounds::default()
     };
     let (audit, writer) = open(&dir.path().join("audit.jsonl"), who(), bounds).unwrap();
-    let change = crate::snapshot::Change {
+    let change = crate::audit::Change {
         needles: 1,
         files: 1,
         added: 0,

@@ -319,7 +319,7 @@ impl Sink {
     /// Writes the reload line now (with the lines queued before it).
     pub(super) fn commit_reload(
         &self,
-        change: &crate::snapshot::Change,
+        change: &super::Change,
         refused: Option<String>,
     ) -> Result<(), Unavailable> {
         let mut st = self.lock();

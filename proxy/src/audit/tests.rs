@@ -63,14 +63,14 @@ fn the_line_writer_writes_every_reason_as_serde_does() {
 async fn a_reload_is_audited_whether_it_took_effect_or_not() {
     let v = Volume::new(1 << 20);
     let (audit, writer) = on_volume(&v);
-    let change = crate::snapshot::Change {
+    let change = crate::audit::Change {
         needles: 3,
         files: 2,
         added: 1,
         dropped: 0,
     };
     audit.reload(&change, None).unwrap();
-    let kept = crate::snapshot::Change { added: 0, ..change };
+    let kept = crate::audit::Change { added: 0, ..change };
     audit
         .reload(&kept, Some("malformed hand-off".into()))
         .unwrap();
