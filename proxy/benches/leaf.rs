@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use airlock_proxy::ca::Ca;
-use airlock_proxy::leaf::{Leaves, mint};
+use airlock_proxy::ca::{Ca, mint};
+use airlock_proxy::leaf::Leaves;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::{ServerName, UnixTime};
 use rustls::{NamedGroup, SignatureScheme};

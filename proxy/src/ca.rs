@@ -10,6 +10,9 @@
 //!
 //! The public certificate is exported (`--ca-export`, atomically, `0644`) for the entrypoint
 //! to add to the agent's trust. The key never leaves this process's memory and that file.
+//!
+//! Signing is the CA's: [`mint`] makes a leaf (its own key, signed with the CA's) for a host;
+//! the load check mints one too. The per-host cache of leaves is `leaf`.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -20,11 +23,12 @@ use std::time::{Duration, SystemTime};
 
 use airlock_channels::{CA_CERT_FILE, CA_KEY_FILE};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
 };
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
 
 /// Common name of a generated appliance CA.
 pub const CA_COMMON_NAME: &str = "airlock appliance CA";
@@ -188,7 +192,7 @@ impl Ca {
 
     /// Mints a throwaway leaf and verifies it against the certificate with webpki.
     fn self_check(&self) -> Result<(), String> {
-        let leaf = crate::leaf::mint(self, "airlock-self-check.invalid", SystemTime::now())
+        let leaf = mint(self, "airlock-self-check.invalid", SystemTime::now())
             .map_err(|e| e.to_string())?;
         let mut roots = rustls::RootCertStore::empty();
         roots
@@ -251,6 +255,66 @@ impl Ca {
             }
         })
     }
+}
+
+/// How long a leaf certificate is valid.
+pub const LEAF_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// How far back a leaf's validity starts (client clock skew).
+pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
+
+/// Minting a leaf failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeafError {
+    /// Key generation or signing failed.
+    #[error("cannot mint a certificate for {host}: {detail}")]
+    Mint { host: String, detail: String },
+}
+
+/// A fresh leaf for `host` (a canonical host name or IP literal), valid from `now - BACKDATE`
+/// for [`LEAF_LIFETIME`], with its own key, chained to the CA.
+///
+/// # Errors
+/// [`LeafError::Mint`].
+pub fn mint(ca: &Ca, host: &str, now: SystemTime) -> Result<CertifiedKey, LeafError> {
+    let err = |detail: String| LeafError::Mint {
+        host: host.to_owned(),
+        detail,
+    };
+    // The key: made as PKCS#8 and parsed once, into the signer the handshakes use; the
+    // certificate only needs its public half, read back from that signer. (rcgen's
+    // `KeyPair::generate_for` would parse the PKCS#8 a second time, and each parse
+    // recomputes the public key: a P-256 multiplication per new host.)
+    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        &ring::rand::SystemRandom::new(),
+    )
+    .map_err(|e| err(format!("key generation: {e}")))?;
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_ref().to_vec()));
+    let signing =
+        rustls::crypto::ring::sign::any_ecdsa_type(&der).map_err(|e| err(e.to_string()))?;
+    let spki = signing
+        .public_key()
+        .ok_or_else(|| err("the new key has no public key".to_owned()))?;
+    let public =
+        rcgen::SubjectPublicKeyInfo::from_der(spki.as_ref()).map_err(|e| err(e.to_string()))?;
+    // `new` makes an IP address SAN for an IP literal, a DNS name otherwise.
+    let mut params =
+        CertificateParams::new(vec![host.to_owned()]).map_err(|e| err(e.to_string()))?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, host);
+    params.distinguished_name = dn;
+    params.not_before = (now - BACKDATE).into();
+    params.not_after = (now + LEAF_LIFETIME).into();
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params
+        .signed_by(&public, ca.issuer())
+        .map_err(|e| err(e.to_string()))?;
+    Ok(CertifiedKey::new(
+        vec![cert.der().clone(), ca.cert_der().clone()],
+        signing,
+    ))
 }
 
 fn exists(path: &Path) -> Result<bool, CaError> {

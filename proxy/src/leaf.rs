@@ -1,8 +1,9 @@
-//! Leaf certificates for intercepted hosts, minted from the appliance CA and cached.
+//! Leaf certificates for intercepted hosts, minted from the appliance CA ([`mint`]) and
+//! cached.
 //!
 //! Each host gets its **own** ECDSA P-256 key (never the CA's), a certificate valid for
-//! [`LEAF_LIFETIME`] and backdated by [`BACKDATE`] (a client clock slightly behind ours still
-//! accepts it), with the host as its only subject alternative name (a DNS name, or an IP
+//! [`LEAF_LIFETIME`] and backdated by [`BACKDATE`](crate::ca::BACKDATE) (a client clock
+//! slightly behind ours still accepts it), with the host as its only subject alternative name (a DNS name, or an IP
 //! address for a listed IP literal). The result is cached as a ready rustls
 //! [`ServerConfig`] per host, so a repeat handshake does no key generation and no signing;
 //! the cache is bounded ([`DEFAULT_CAPACITY`] hosts, least recently used evicted) and an
@@ -23,79 +24,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose,
-};
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 
-use crate::ca::Ca;
+use crate::ca::{Ca, LEAF_LIFETIME, LeafError, mint};
 
-/// How long a leaf certificate is valid.
-pub const LEAF_LIFETIME: Duration = Duration::from_secs(24 * 3600);
-/// How far back a leaf's validity starts (client clock skew).
-pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
 /// A cached leaf is replaced this long before it expires.
 const REFRESH_BEFORE: Duration = Duration::from_secs(3600);
 /// Hosts kept in the cache.
 pub const DEFAULT_CAPACITY: usize = 1024;
-
-/// Minting a leaf failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LeafError {
-    /// Key generation or signing failed.
-    #[error("cannot mint a certificate for {host}: {detail}")]
-    Mint { host: String, detail: String },
-}
-
-/// A fresh leaf for `host` (a canonical host name or IP literal), valid from `now - BACKDATE`
-/// for [`LEAF_LIFETIME`], with its own key, chained to the CA.
-///
-/// # Errors
-/// [`LeafError::Mint`].
-pub fn mint(ca: &Ca, host: &str, now: SystemTime) -> Result<CertifiedKey, LeafError> {
-    let err = |detail: String| LeafError::Mint {
-        host: host.to_owned(),
-        detail,
-    };
-    // The key: made as PKCS#8 and parsed once, into the signer the handshakes use; the
-    // certificate only needs its public half, read back from that signer. (rcgen's
-    // `KeyPair::generate_for` would parse the PKCS#8 a second time, and each parse
-    // recomputes the public key: a P-256 multiplication per new host.)
-    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(
-        &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
-        &ring::rand::SystemRandom::new(),
-    )
-    .map_err(|e| err(format!("key generation: {e}")))?;
-    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_ref().to_vec()));
-    let signing =
-        rustls::crypto::ring::sign::any_ecdsa_type(&der).map_err(|e| err(e.to_string()))?;
-    let spki = signing
-        .public_key()
-        .ok_or_else(|| err("the new key has no public key".to_owned()))?;
-    let public =
-        rcgen::SubjectPublicKeyInfo::from_der(spki.as_ref()).map_err(|e| err(e.to_string()))?;
-    // `new` makes an IP address SAN for an IP literal, a DNS name otherwise.
-    let mut params =
-        CertificateParams::new(vec![host.to_owned()]).map_err(|e| err(e.to_string()))?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, host);
-    params.distinguished_name = dn;
-    params.not_before = (now - BACKDATE).into();
-    params.not_after = (now + LEAF_LIFETIME).into();
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    let cert = params
-        .signed_by(&public, ca.issuer())
-        .map_err(|e| err(e.to_string()))?;
-    Ok(CertifiedKey::new(
-        vec![cert.der().clone(), ca.cert_der().clone()],
-        signing,
-    ))
-}
 
 struct Entry {
     config: Arc<ServerConfig>,
@@ -240,6 +178,7 @@ impl Leaves {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ca::BACKDATE;
     use rustls::client::danger::ServerCertVerifier;
     use rustls::pki_types::{ServerName, UnixTime};
 
