@@ -109,9 +109,10 @@ Examples:
   airlock destroy fix-login            # refuses if it holds commits not fetched back
   airlock destroy fix-login --force    # loses them")]
     Destroy(DestroyArgs),
-    /// Print a sandbox's container output.
+    /// Print a sandbox's container output, or with --audit its proxy's and git API's
+    /// decisions.
     #[command(
-        after_help = "Examples:\n  airlock logs fix-login\n  airlock logs fix-login --tail 50"
+        after_help = "Examples:\n  airlock logs fix-login\n  airlock logs fix-login --tail 50\n  airlock logs fix-login --audit --denied\n  airlock logs fix-login --audit -f"
     )]
     Logs(LogsArgs),
     /// Bring a sandbox's commits back as the branch sandbox/<name> of your repository,
@@ -350,9 +351,23 @@ pub struct LogsArgs {
     #[arg(long)]
     pub tail: Option<u32>,
     /// The proxy's and the git API's decisions (audit.jsonl, git-api.jsonl) instead of the
-    /// container's output; a removed sandbox's are kept for 30 days.
+    /// container's output, one line per decision (a refusal followed by how to allow it); a
+    /// removed sandbox's are kept for 30 days.
     #[arg(long)]
     pub audit: bool,
+    /// With --audit: keep printing decisions as they are written (the files are polled and
+    /// followed across rotation), until ctrl-c or the sandbox's removal.
+    #[arg(short = 'f', long, requires = "audit")]
+    pub follow: bool,
+    /// With --audit: only refusals (and the counts of lines that left the log).
+    #[arg(long, requires = "audit")]
+    pub denied: bool,
+    /// With --audit: the lines as written (JSON), not the human lines.
+    #[arg(long, requires = "audit")]
+    pub json: bool,
+    /// With --audit: only the session S (its id, or the short form the human lines show).
+    #[arg(long, value_name = "S", requires = "audit")]
+    pub session: Option<String>,
 }
 
 /// `audit`.

@@ -20,6 +20,7 @@
 //! `new` or `run`'s hold on its sandbox name), [`cli_doc`] (`docs/cli.md`, rendered from
 //! [`cli`]); the unit tier's documentation checks are `doc_check`.
 
+pub mod audit_view;
 pub mod checkout;
 pub mod cli;
 pub mod cli_doc;

@@ -7,11 +7,13 @@
 
 use super::Ctx;
 use airlock_audit_schema::chain;
-use airlock_cli::cli::{AuditArgs, AuditCmd};
+use airlock_cli::audit_view::follow::Follower;
+use airlock_cli::audit_view::{self, Source, View};
+use airlock_cli::cli::{AuditArgs, AuditCmd, LogsArgs};
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::registry::Sandbox;
 use anyhow::{Context, Result};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 /// How long a removed sandbox's audit logs are kept (days).
@@ -81,12 +83,17 @@ pub fn dirs_of(ctx: &Ctx, name: &str) -> Vec<PathBuf> {
 }
 
 /// `airlock logs NAME --audit`: the proxy's and the git API's decisions of the sandbox's
-/// latest sessions (the live one, or the kept logs of the last sandbox of that name), oldest
-/// line first; the last `tail` lines of each file when given.
-pub fn print(ctx: &Ctx, name: &str, tail: Option<u32>) -> Result<i32> {
+/// latest sessions (the live one, or the kept logs of the last sandbox of that name), one
+/// human line per decision ([`airlock_cli::audit_view`]), oldest first: `audit.jsonl.1` and
+/// `audit.jsonl`, then `git-api.jsonl.1` and `git-api.jsonl` (the last `tail` lines of each
+/// log when given). With `--follow`, then what is appended to either live file, until
+/// ctrl-c or the sandbox's removal. The admin API has no event stream yet: following is
+/// polling the files every 50 ms, across their rotation.
+pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
+    let name = &args.name;
     let Some(dir) = dirs_of(ctx, name).into_iter().next() else {
-        return Err(airlock_cli::exit::Failure::new(
-            airlock_cli::exit::Code::NotFound,
+        return Err(Failure::new(
+            Code::NotFound,
             format!(
                 "no audit logs of a sandbox named {name:?} (kept {KEEP_DAYS} days after it is removed, in {})",
                 kept_dir(ctx).display()
@@ -94,28 +101,133 @@ pub fn print(ctx: &Ctx, name: &str, tail: Option<u32>) -> Result<i32> {
         )
         .into());
     };
+    let view = View {
+        denied: args.denied,
+        session: args.session.clone(),
+        json: args.json,
+        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let live = ctx.checkout(name).audit();
+    let following = args.follow && dir == live;
     let mut out = std::io::stdout().lock();
-    for file in ["audit.jsonl", "git-api.jsonl"] {
-        let mut lines = Vec::new();
-        for f in [format!("{file}.1"), file.to_string()] {
-            lines.extend(read_lines(&dir.join(f))?);
+    let mut followers = Vec::new();
+    for source in [Source::Proxy, Source::GitApi] {
+        let file = source.file();
+        let old = format!("{file}.1");
+        let mut lines: Vec<(String, u64, String)> = read_lines(ctx, name, &dir.join(&old))?
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| (old.clone(), i as u64 + 1, l))
+            .collect();
+        // The current file through its follower, so that following goes on where this ends.
+        let mut follower = Follower::new(&dir.join(file));
+        let got = follower
+            .poll()
+            .map_err(|e| read_error(ctx, name, follower.path(), e))?;
+        lines.extend(got.into_iter().map(|g| (file.to_string(), g.n, g.text)));
+        let skip = args
+            .tail
+            .map_or(0, |n| lines.len().saturating_sub(n as usize));
+        for (f, n, l) in &lines[skip..] {
+            if !emit(&mut out, source, l, f, *n, &view)? {
+                return Ok(0);
+            }
         }
-        let skip = tail.map_or(0, |n| lines.len().saturating_sub(n as usize));
-        for l in &lines[skip..] {
-            writeln!(out, "{l}")?;
+        followers.push((source, follower));
+    }
+    if !args.follow {
+        return Ok(0);
+    }
+    if !following {
+        drop(out);
+        eprintln!(
+            "airlock: {name} was removed: these are its kept logs ({}), nothing more is written to them",
+            dir.display()
+        );
+        return Ok(0);
+    }
+    drop(out);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        // Gone first, then read: what was written before the move is read from the open files.
+        let gone = !live.is_dir();
+        let mut out = std::io::stdout().lock();
+        for (source, f) in &mut followers {
+            let file = source.file();
+            let got = f.poll().map_err(|e| read_error(ctx, name, f.path(), e))?;
+            for g in got {
+                if !emit(&mut out, *source, &g.text, file, g.n, &view)? {
+                    return Ok(0);
+                }
+            }
+        }
+        drop(out);
+        if gone {
+            let kept = dirs_of(ctx, name).into_iter().next();
+            eprintln!(
+                "airlock: {name} was removed{}; following ends",
+                kept.map_or(String::new(), |k| format!(
+                    ": its audit logs are kept in {}",
+                    k.display()
+                ))
+            );
+            return Ok(0);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            _ = &mut ctrl_c => return Ok(0),
         }
     }
-    Ok(0)
 }
 
-fn read_lines(path: &Path) -> Result<Vec<String>> {
+/// How often `--follow` reads the files: a line is printed within this of being written.
+const POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Print one raw line as the view says; `false` when stdout is closed (`| head`): stop.
+fn emit(
+    out: &mut impl Write,
+    source: Source,
+    raw: &str,
+    file: &str,
+    n: u64,
+    view: &View,
+) -> Result<bool> {
+    let Some(text) = audit_view::render(source, raw, file, n, view) else {
+        return Ok(true);
+    };
+    if view.json && audit_view::is_unreadable(&text) {
+        eprintln!("airlock: {text}");
+        return Ok(true);
+    }
+    match writeln!(out, "{text}") {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("cannot write to stdout"),
+    }
+}
+
+/// A file of the audit directory that cannot be read; the proxy's files are its user's
+/// (0600 in a 0700 directory): a CLI that is not root is told how to read them.
+fn read_error(ctx: &Ctx, name: &str, path: &Path, e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        return anyhow::anyhow!(
+            "cannot read {}: permission denied (the audit logs are the proxy user's, readable by root only): run `sudo airlock --data-dir {} logs {name} --audit`",
+            path.display(),
+            ctx.paths.data.display()
+        );
+    }
+    anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+}
+
+fn read_lines(ctx: &Ctx, name: &str, path: &Path) -> Result<Vec<String>> {
     match std::fs::read(path) {
         Ok(b) => Ok(String::from_utf8_lossy(&b)
             .lines()
             .map(str::to_owned)
             .collect()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(e) => Err(read_error(ctx, name, path, e)),
     }
 }
 

@@ -110,7 +110,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::New(a) => new::run(&ctx, &a).await,
         Command::List(a) => view::list(&ctx, a.json).await,
         Command::Status(a) => view::status(&ctx, &a.name, a.json).await,
-        Command::Logs(a) if a.audit => audit::print(&ctx, &a.name, a.tail),
+        Command::Logs(a) if a.audit => audit::logs(&ctx, &a).await,
         Command::Logs(a) => view::logs(&ctx, &a.name, a.tail).await,
         Command::Exec(a) => lifecycle::exec(&ctx, &a.name, &a.command).await,
         Command::Attach(a) => lifecycle::attach(&ctx, &a.name).await,

@@ -133,7 +133,7 @@ fn doctored_commands_are_refused_by_the_real_definitions() {
     let doc = "\
 ```sh
 airlock new fix --repo . --secret github_token -- claude --agnet x
-airlock logs fix -f
+airlock logs fix -z
 airlock list --json && airlock destroy fix --force
 scripts/airlock run . \\
     --agnet claude
@@ -147,7 +147,7 @@ Then `airlock list --jsn`, `airlock fetch NAME`, and `airlock <command> --help`.
     assert_eq!(
         found,
         vec![
-            "`airlock logs` has no option -f".to_owned(),
+            "`airlock logs` has no option -z".to_owned(),
             "`airlock run` has no option --agnet".to_owned(),
             "`airlock` has no subcommand approvals".to_owned(),
             "`airlock list` has no option --jsn".to_owned(),
