@@ -43,7 +43,7 @@
 //! Zone: `allowed.test` → 203.0.113.10 + 2001:db8:113::10, `blocked.test` → .11,
 //! `other.test` → .12, `v6.test` → only 2001:db8:113::10, `rebind.test` → 127.0.0.1,
 //! `meta.test` → 169.254.169.254, `github.com` → 203.0.113.20; other names NXDOMAIN; TXT for any name answers
-//! [`topology::TXT_ANSWER`]. HTTPS certificates (names above plus the listener's IP) chain to a
+//! [`fakenet::TXT_ANSWER`]. HTTPS certificates (names above plus the listener's IP) chain to a
 //! per-World test CA at [`World::ca_pem_path`]. The constants are in [`topology`]; what the
 //! servers answer and log is in [`fakenet`].
 //!

@@ -82,9 +82,6 @@ pub const WRONG_CERT_NAME: &str = "wrong.test";
 /// is given it; the tests hunt for it everywhere the agent can look.
 pub const GITHUB_TOKEN: &str = "ghp_REALTOKEN0fakenet0git0push0c1e9a";
 
-/// The fixed string fakenet answers to every TXT query.
-pub const TXT_ANSWER: &str = "airlock-fakenet-txt";
-
 /// Name of the sandbox-side veth inside the sandbox namespace (looks like a container's).
 pub const SANDBOX_IFACE: &str = "eth0";
 /// MAC address of the sandbox-side veth: every frame with this source came from the sandbox.

@@ -10,9 +10,9 @@ use std::net::IpAddr;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use airlock_tests::fakenet::TXT_ANSWER;
 use airlock_tests::topology::{
     ALLOWED_V4, ALLOWED_V6, BLOCKED_V4, DNS_V4, FOREIGN_DNS_V4, METADATA_V4, SANDBOX_MAC,
-    TXT_ANSWER,
 };
 use airlock_tests::{Proto, World};
 use serde_json::Value;

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
+use super::TXT_ANSWER;
 use super::log::Log;
-use crate::topology::TXT_ANSWER;
 
 /// TTL of every answer.
 const TTL: u32 = 60;

@@ -23,7 +23,7 @@
 //!
 //! DNS (UDP and TCP): A/AAAA from the zone (`*.name` keys are wildcards), NOERROR/empty for
 //! other types of known names, NXDOMAIN for unknown names, and a TXT record
-//! [`crate::topology::TXT_ANSWER`] for any name.
+//! [`TXT_ANSWER`] for any name.
 //!
 //! Log line kinds: `conn` (TCP accepted), `tls` (handshake completed, with `sni`),
 //! `tls_error` (handshake failed, with `sni` if the ClientHello arrived), `http`,
@@ -119,6 +119,9 @@ impl TlsListen {
         SocketAddr::new(self.ip, self.port)
     }
 }
+
+/// The fixed string fakenet answers to every TXT query.
+pub const TXT_ANSWER: &str = "airlock-fakenet-txt";
 
 /// Binds every listener, then calls `ready` (the binary prints `ready`), then serves until the
 /// process is killed.
