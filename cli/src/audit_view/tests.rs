@@ -430,3 +430,21 @@ fn the_follower_hands_out_every_line_once_in_order_across_rotation() {
     let want: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
     assert_eq!(seen, want);
 }
+
+/// The sandbox's removal moves its audit directory away: the follower reads what was
+/// written before the move from the file it holds open, then nothing, without an error.
+#[test]
+fn a_moved_directory_is_read_to_its_end_then_quiet() {
+    let root = tempfile::tempdir().unwrap();
+    let live = root.path().join("audit");
+    std::fs::create_dir(&live).unwrap();
+    let path = live.join("audit.jsonl");
+    let mut w = std::fs::File::create(&path).unwrap();
+    w.write_all(b"a\n").unwrap();
+    let mut f = Follower::new(&path);
+    assert_eq!(texts(f.poll().unwrap()), ["a"]);
+    w.write_all(b"b\n").unwrap();
+    std::fs::rename(&live, root.path().join("kept")).unwrap();
+    assert_eq!(texts(f.poll().unwrap()), ["b"]);
+    assert!(f.poll().unwrap().is_empty());
+}
