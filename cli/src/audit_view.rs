@@ -187,12 +187,13 @@ fn target(r: &Record) -> String {
     let at = host_port(r.host.as_deref(), r.port);
     let method = r.method.as_deref();
     match r.kind {
-        Kind::Connect => format!(
-            "CONNECT {at}{}",
-            r.path
-                .as_deref()
-                .map_or(String::new(), |p| format!(" {} {p}", method.unwrap_or("")))
+        // A request read inside an intercepted tunnel: its own method and path.
+        Kind::Connect if r.path.is_some() => format!(
+            "{} {at}{}",
+            method.unwrap_or("?"),
+            r.path.as_deref().unwrap_or("")
         ),
+        Kind::Connect => format!("CONNECT {at}"),
         Kind::Dns => format!(
             "DNS {} {}",
             method.unwrap_or("?"),

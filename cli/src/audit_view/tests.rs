@@ -87,6 +87,14 @@ fn each_kind_names_what_was_asked() {
     assert!(show(&line(&g)).contains(
         " git-service POST evil.example:443/o/r.git/git-receive-pack  git-ticket-missing"
     ));
+    let mut inner = rec(Kind::Connect, Verdict::Deny, Some("read-only-host"));
+    inner.method = Some("POST".into());
+    inner.path = Some("/upload".into());
+    let text = show(&line(&inner));
+    assert!(
+        text.contains(" POST evil.example:443/upload  read-only-host"),
+        "{text}"
+    );
     let mut v6 = rec(Kind::Connect, Verdict::Deny, Some("blocked-ip-literal"));
     v6.host = Some("2001:db8::1".into());
     v6.port = Some(8443);
