@@ -584,7 +584,7 @@ fn a_run_that_changed_nothing_leaves_no_branch_but_its_audit_named_for_it() {
     );
     assert!(w.list().is_empty());
     // The audit outlives the sandbox, and every line names it.
-    let audit = w.ok(&["logs", &n, "--audit"]);
+    let audit = w.ok(&["logs", &n, "--audit", "--json"]);
     let lines: Vec<serde_json::Value> = audit
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
