@@ -8,7 +8,11 @@
 //! the policy's example values allowed. All patterns run as one [`RegexSet`] (the `regex`
 //! crate: linear time, no backtracking); a hit is then located by its own pattern and
 //! checked against the allowlist of documented example values (AWS's documentation key,
-//! ...). A policy that adds nothing runs the very same set as the built-in one.
+//! ...). A built-in whose pattern would take the set's literal prefilter away (the AWS
+//! pair, which may begin with the secret's class run; the secret named without regard to
+//! case) is in the set as its trigger, a literal-led pattern that matches wherever it
+//! does (the key id; the name spelled out), and is searched for where that matched: an
+//! honest body costs the set's skip from literal to literal. A policy that adds nothing runs the very same set as the built-in one.
 //!
 //! Two readers: the proxy (`airlock_proxy::detect`) searches every inspected request with
 //! them, and the entrypoint classifies the values it finds in the workspace's secret files
@@ -147,7 +151,7 @@ impl Formats {
                 action,
                 chosen: change.is_some_and(|c| c.action.is_some()),
             });
-            patterns.push(ascii(pattern));
+            patterns.push(ascii(builtin.trigger.unwrap_or(pattern)));
         }
         for d in secrets.added() {
             let action = d.action.unwrap_or_default();
@@ -446,6 +450,16 @@ mod tests {
                 .any(|b| b.pattern.contains(&format!(".{{0,{PAIR_DISTANCE}}}?"))),
             "the documented distance is the pattern's"
         );
+        // Named as such, however the name is written (the set searches for the name: every
+        // spelling the pattern takes is one it searches for).
+        for name in [
+            "AwsSecretAccessKey",
+            "aws_secretAccess_KEY",
+            "AWSSECRET_ACCESSKEY",
+        ] {
+            let text = format!("{name}: {secret}\n");
+            assert!(names(&d, &text).contains(&"aws-secret-key"), "{text}");
+        }
         // Named as such, in a JSON-escaped string, and ending in a character `\b` misses.
         let escaped = format!(
             r#"{{"env":"{{\"aws_secret_access_key\": \"{}/\"}}"}}"#,

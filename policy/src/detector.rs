@@ -69,6 +69,13 @@ pub(crate) struct Builtin {
     pub name: &'static str,
     /// The pattern (`regex` syntax, ASCII mode).
     pub pattern: &'static str,
+    /// What the set searches for in its place, when the pattern itself would take the
+    /// set's literal prefilter away (a case-insensitive word, a pair that may begin with
+    /// a class run): a pattern that matches wherever [`Builtin::pattern`] does, beginning
+    /// with a literal, so the set still skips from literal to literal. Where it matches,
+    /// the pattern itself is searched for ([`crate::detect::Formats::find`]). `None`: the
+    /// pattern is its own trigger.
+    pub trigger: Option<&'static str>,
     /// Provider host rules: where the secret may go; empty: nowhere.
     pub hosts: &'static [&'static str],
     /// The action unless the policy changes it.
@@ -80,12 +87,14 @@ pub(crate) const BUILTIN: &[Builtin] = &[
     Builtin {
         name: "github-token",
         pattern: r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b",
+        trigger: None,
         hosts: &["github.com", "api.github.com", "uploads.github.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "github-fine-grained-token",
         pattern: r"\bgithub_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b",
+        trigger: None,
         hosts: &["github.com", "api.github.com", "uploads.github.com"],
         action: SecretAction::Deny,
     },
@@ -96,6 +105,8 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         // requests the proxy searches joined): the id alone is not a secret.
         name: "aws-access-key",
         pattern: r"(?s)(?:(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}.{0,256}?(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$)|(?:^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$).{0,256}?(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16})",
+        // The key id, which either order holds.
+        trigger: Some(r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}"),
         hosts: &["amazonaws.com", "*.amazonaws.com"],
         action: SecretAction::Deny,
     },
@@ -103,30 +114,39 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         // The secret named as such (its quotes JSON-escaped or not).
         name: "aws-secret-key",
         pattern: r#"(?i)aws_?secret_?access_?key\\?["']?\s*[:=]\s*\\?["']?[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+]|$)"#,
+        // Its name, each placement of the optional underscores spelled out (written
+        // `aws_?secret_?access_?key` the set's prefilter gives up on the word).
+        trigger: Some(
+            r"(?i)(?:aws_secret_access_key|aws_secret_accesskey|aws_secretaccess_key|aws_secretaccesskey|awssecret_access_key|awssecret_accesskey|awssecretaccess_key|awssecretaccesskey)",
+        ),
         hosts: &["amazonaws.com", "*.amazonaws.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "private-key",
         pattern: r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY(?: BLOCK)?-----",
+        trigger: None,
         hosts: &[],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "gcp-service-account",
         pattern: r#""private_key_id"\s*:\s*"[a-f0-9]{40}""#,
+        trigger: None,
         hosts: &["googleapis.com", "*.googleapis.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "slack-token",
         pattern: r"\bxox[baprs]-[A-Za-z0-9]{10,}-[A-Za-z0-9-]{10,}",
+        trigger: None,
         hosts: &["slack.com", "*.slack.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "stripe-live-key",
         pattern: r"\b(?:sk|rk)_live_[A-Za-z0-9]{24,}\b",
+        trigger: None,
         hosts: &["api.stripe.com"],
         action: SecretAction::Deny,
     },
@@ -134,18 +154,21 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         // Project, service-account and admin keys carry "OpenAI" in base64 (T3BlbkFJ).
         name: "openai-key",
         pattern: r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{16,}T3BlbkFJ[A-Za-z0-9_-]{16,}",
+        trigger: None,
         hosts: &["api.openai.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "anthropic-key",
         pattern: r"\bsk-ant-(?:api|admin|oat)\d{2}-[A-Za-z0-9_-]{80,}",
+        trigger: None,
         hosts: &["api.anthropic.com"],
         action: SecretAction::Deny,
     },
     Builtin {
         name: "npm-token",
         pattern: r"\bnpm_[A-Za-z0-9]{36}\b",
+        trigger: None,
         hosts: &["registry.npmjs.org"],
         action: SecretAction::Deny,
     },
@@ -153,6 +176,7 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         // A PyPI API token is a macaroon whose location is "pypi.org".
         name: "pypi-token",
         pattern: r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
+        trigger: None,
         hosts: &["upload.pypi.org", "pypi.org", "test.pypi.org"],
         action: SecretAction::Deny,
     },
@@ -163,6 +187,7 @@ pub(crate) const BUILTIN: &[Builtin] = &[
         // names its hosts and `action = "deny"`.
         name: "jwt",
         pattern: r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}",
+        trigger: None,
         hosts: &[],
         action: SecretAction::Log,
     },
