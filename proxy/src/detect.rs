@@ -103,6 +103,8 @@ pub struct Detectors {
     detectors: Vec<Detector>,
     /// Every form of every workspace value; `exact_of[pattern]` is its detector.
     exact: Option<AhoCorasick>,
+    /// The quick first pass for them ([`sieve`]); `None`: a needle too short for it.
+    sieve: Option<sieve::Sieve>,
     exact_of: Vec<usize>,
     /// How far either side of an escape [`crate::normalize`] decodes: the longest secret
     /// searched for, as decoded.
@@ -192,6 +194,7 @@ impl Detectors {
                 AhoCorasick::builder()
                     .match_kind(MatchKind::LeftmostLongest)
                     .ascii_case_insensitive(true)
+                    .start_kind(aho_corasick::StartKind::Both)
                     .build(&needles)
                     .map_err(|e| DetectError::Compile {
                         name: WORKSPACE_PREFIX.into(),
@@ -199,10 +202,12 @@ impl Detectors {
                     })?,
             )
         };
+        let sieve = sieve::Sieve::new(&needles);
         Ok(Self {
             formats,
             detectors,
             exact,
+            sieve,
             exact_of,
             reach: FORMAT_REACH.max(longest),
             longest,
@@ -272,10 +277,14 @@ impl Detectors {
             })
             .collect();
         if let Some(ac) = &self.exact {
-            hits.extend(ac.find_iter(bytes).map(|m| Hit {
+            let hit = |m: aho_corasick::Match| Hit {
                 detector: self.exact_of[m.pattern().as_usize()],
                 range: m.range(),
-            }));
+            };
+            match &self.sieve {
+                Some(sieve) => sieve.find_iter(ac, bytes, |m| hits.push(hit(m))),
+                None => hits.extend(ac.find_iter(bytes).map(hit)),
+            }
         }
         hits
     }
@@ -680,6 +689,8 @@ pub const LLM_HOSTS: &[&str] = &[
 pub fn llm_host(host: &Host) -> bool {
     LLM_HOSTS.contains(&host.as_str())
 }
+
+mod sieve;
 
 #[cfg(test)]
 mod tests {

@@ -161,6 +161,9 @@ impl Decoded {
 /// Hands every piece of `raw` (and, `depth` times, of those pieces) to `emit`, in raw
 /// coordinates.
 fn collect(raw: &[u8], reach: usize, depth: usize, emit: &mut dyn FnMut(Piece)) {
+    if !worth_scanning(raw) {
+        return;
+    }
     let found = scan(raw);
     let mut local = Vec::new();
     for (start, end) in regions(&found.escapes, reach, raw.len()) {
@@ -225,6 +228,171 @@ struct Found {
     hex: Vec<(usize, usize)>,
     /// Spaced runs (first token's start, last token's end).
     spaced: Vec<(usize, usize)>,
+}
+
+/// Whether [`scan`] can find anything in `raw`: a valid escape, a hex run of
+/// [`MIN_HEX`] digits, or [`MIN_SPACED`] short tokens in a row (one to three whitespace
+/// bytes apart, no longer token between). Most bodies hold none of them, and [`scan`]'s
+/// bookkeeping costs several times this: the bytes are read 64 at a time as bit masks
+/// (hex digit, whitespace, escape character), a hex run is a run of set bits, and only
+/// the edges between tokens and whitespace are visited one by one. It never says no where
+/// [`scan`] would find something (it counts short tokens as the run does, and more
+/// generously: a run's long-token edges are not needed).
+fn worth_scanning(raw: &[u8]) -> bool {
+    let mut quick = Quick::default();
+    let mut chunks = raw.chunks_exact(64);
+    let mut base = 0;
+    for chunk in chunks.by_ref() {
+        let chunk: &[u8; 64] = chunk.try_into().unwrap_or(&[b' '; 64]);
+        if quick.chunk(raw, base, chunk) {
+            return true;
+        }
+        base += 64;
+    }
+    // The rest, padded with whitespace: the last token ends where the bytes do, as in
+    // [`scan`].
+    let mut last = [b' '; 64];
+    let rest = chunks.remainder();
+    last[..rest.len()].copy_from_slice(rest);
+    quick.chunk(raw, base, &last)
+}
+
+/// What [`worth_scanning`] carries from one 64 bytes to the next.
+#[derive(Debug)]
+struct Quick {
+    /// The hex run that the bytes before end in.
+    hex: usize,
+    /// Whether the byte before is whitespace (before the first: yes).
+    ws: bool,
+    /// Where the current token or whitespace began.
+    edge: usize,
+    /// Short tokens in a row.
+    short: usize,
+}
+
+impl Default for Quick {
+    fn default() -> Self {
+        Self {
+            hex: 0,
+            ws: true,
+            edge: 0,
+            short: 0,
+        }
+    }
+}
+
+impl Quick {
+    /// `chunk` (64 bytes at `base` of `raw`, the last padded): whether something is there.
+    fn chunk(&mut self, raw: &[u8], base: usize, chunk: &[u8; 64]) -> bool {
+        let (hex, ws, esc) = masks(chunk);
+        // A hex run: continued from the bytes before, or 16 set bits in a row here.
+        if self.hex + hex.trailing_ones() as usize >= MIN_HEX {
+            return true;
+        }
+        let mut run = hex;
+        run &= run >> 1;
+        run &= run >> 2;
+        run &= run >> 4;
+        run &= run >> 8;
+        if run != 0 {
+            return true;
+        }
+        self.hex = if hex == u64::MAX {
+            self.hex + 64
+        } else {
+            hex.leading_ones() as usize
+        };
+        // An escape (rare: checked where one begins).
+        let mut e = esc;
+        while e != 0 {
+            let at = base + e.trailing_zeros() as usize;
+            if escape_at(raw, at).is_some() {
+                return true;
+            }
+            e &= e - 1;
+        }
+        // Short tokens: at each edge between a token and whitespace, the run that ended.
+        let mut edges = ws ^ ((ws << 1) | u64::from(self.ws));
+        self.ws = ws >> 63 == 1;
+        while edges != 0 {
+            let at = base + edges.trailing_zeros() as usize;
+            let len = at - self.edge;
+            // The run that ended is whitespace when this edge begins a token.
+            let ended_ws = (ws >> edges.trailing_zeros()) & 1 == 0;
+            if ended_ws {
+                if len > 3 {
+                    self.short = 0;
+                }
+            } else if len <= 2 {
+                self.short += 1;
+                if self.short >= MIN_SPACED {
+                    return true;
+                }
+            } else {
+                self.short = 0;
+            }
+            self.edge = at;
+            edges &= edges - 1;
+        }
+        false
+    }
+}
+
+/// The bytes of `chunk` that are hex digits, whitespace and escape characters, one bit
+/// each (bit `i`: byte `i`). Sixteen bytes per instruction (SSE2, in every x86-64).
+#[cfg(target_arch = "x86_64")]
+fn masks(chunk: &[u8; 64]) -> (u64, u64, u64) {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, _mm_sub_epi8,
+    };
+    let (mut hex, mut ws, mut esc) = (0u64, 0u64, 0u64);
+    // SAFETY: SSE2 is part of every x86-64 target (its baseline), so these intrinsics run
+    // on any CPU this code runs on; each load reads the 16 bytes of `part`, a slice of 16
+    // readable bytes, and needs no alignment.
+    unsafe {
+        let splat = |b: u8| _mm_set1_epi8(b.cast_signed());
+        // `x <= max`, unsigned.
+        let at_most = |x: __m128i, max: u8| _mm_cmpeq_epi8(_mm_min_epu8(x, splat(max)), x);
+        let bits = |m: __m128i| u64::from(_mm_movemask_epi8(m).cast_unsigned() & 0xFFFF);
+        for (k, part) in chunk.chunks_exact(16).enumerate() {
+            let v = _mm_loadu_si128(part.as_ptr().cast::<__m128i>());
+            let digit = at_most(_mm_sub_epi8(v, splat(b'0')), 9);
+            let letter = at_most(_mm_sub_epi8(_mm_or_si128(v, splat(0x20)), splat(b'a')), 5);
+            let space = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(v, splat(b' ')),
+                    _mm_cmpeq_epi8(v, splat(b'\t')),
+                ),
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(v, splat(b'\r')),
+                    _mm_cmpeq_epi8(v, splat(b'\n')),
+                ),
+            );
+            let escape = _mm_or_si128(
+                _mm_cmpeq_epi8(v, splat(b'%')),
+                _mm_cmpeq_epi8(v, splat(b'\\')),
+            );
+            hex |= bits(_mm_or_si128(digit, letter)) << (16 * k);
+            ws |= bits(space) << (16 * k);
+            esc |= bits(escape) << (16 * k);
+        }
+    }
+    (hex, ws, esc)
+}
+
+/// The bytes of `chunk` that are hex digits, whitespace and escape characters, one bit
+/// each (bit `i`: byte `i`).
+#[cfg(not(target_arch = "x86_64"))]
+fn masks(chunk: &[u8; 64]) -> (u64, u64, u64) {
+    let (mut hex, mut ws, mut esc) = (0u64, 0u64, 0u64);
+    for (i, &b) in chunk.iter().enumerate() {
+        let k = CLASS[usize::from(b)];
+        hex |= u64::from(k & HEX != 0) << i;
+        ws |= u64::from(k & WS != 0) << i;
+        esc |= u64::from(k & ESC != 0) << i;
+    }
+    (hex, ws, esc)
 }
 
 /// The length of a valid escape at `i` (a `%` or `\`), if one starts there.

@@ -106,3 +106,46 @@ fn honest_text_decodes_to_little() {
     let json = "{\"role\":\"user\",\"content\":\"run the tests and fix the failure\"}".repeat(20);
     assert!(Decoded::of(json.as_bytes(), 512).is_empty());
 }
+
+/// The quick pass that lets most bodies skip the scan never skips one the scan finds
+/// something in: random bytes from the alphabet of escapes, hex digits, short and long
+/// tokens and whitespace of every width.
+#[test]
+fn the_quick_pass_never_skips_what_the_scan_finds() {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut skipped = 0;
+    for case in 0..30_000 {
+        let alphabet: &[u8] = match case % 3 {
+            0 => b"aF1 \t\n\r%4\\ux/zq",
+            1 => b"0123456789abcdefABCDEF z",
+            _ => b"ab  \n-",
+        };
+        let len = case % 200;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                alphabet[(x >> 32) as usize % alphabet.len()]
+            })
+            .collect();
+        if !worth_scanning(&bytes) {
+            skipped += 1;
+            let found = scan(&bytes);
+            assert!(
+                found.escapes.is_empty() && found.hex.is_empty() && found.spaced.is_empty(),
+                "{:?}: {found:?}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+    assert!(
+        skipped > 1000,
+        "the quick pass skips honest bytes: {skipped}"
+    );
+    let spaced = "p=h u n t e r 2 - c o r r e c t";
+    assert!(worth_scanning(spaced.as_bytes()));
+    assert!(!worth_scanning(
+        br#"{"role":"user","content":"run the tests and fix the failure"}"#
+    ));
+}
