@@ -13,6 +13,12 @@
 //! four forms of each value matched byte for byte, nothing decoded, runs wrapped at 60
 //! columns only), so one run prints both; and what a gzip'd upload adds (decoding it).
 //!
+//! The set keeps a literal prefilter only while every pattern in it begins with few
+//! literals: a policy's detector that begins with a class run, or a case-insensitive word
+//! (the 4 added here include `(?i)vault_token`), makes every byte go through the set's
+//! automaton, which the rows of a policy adding detectors show (the built-ins that would
+//! do so are in the set as literal-led triggers: `airlock_policy::detect`).
+//!
 //! The bodies are honest (source code, prose, JSON): the cost that every request pays.
 //! A hit costs more (the detector's full regex), but a hit ends the request.
 

@@ -187,12 +187,17 @@ impl Symbols {
 
     /// The run is over: measured, then forgotten.
     fn close(&mut self) {
-        self.longest = self.longest.max(self.current());
+        // Measured only when it would be the longest (most runs of text are short, and a
+        // measure is a logarithm per symbol).
+        if self.run.len > self.longest {
+            self.longest = self.longest.max(self.current());
+        }
         for &b in &self.seen {
             self.slot[usize::from(b)] = NONE;
         }
+        // Slots are handed out in order: only the first `seen.len()` counts were used.
+        self.counts[..self.seen.len()].fill(0);
         self.seen.clear();
-        self.counts = [0; MAX_SYMBOLS];
     }
 
     /// The current run's length if it looks like data, else 0.
@@ -291,14 +296,22 @@ impl Analyzer {
         let (mut longest_b64, mut longest_hex) = (self.longest_b64, self.longest_hex);
         let mut line_len = self.line_len;
         let mut in_break = self.in_break;
-        for &b in bytes {
+        // The agent's own alphabet's run is followed only up to here: the bytes from a
+        // space to the next one in this chunk, when fewer than `blob_min_bytes`, hold
+        // only runs too short to be a signal (a space ends a run, and a shorter run's
+        // length is never reported: a signal's run is at least `blob_min_bytes`).
+        let mut words_until = 0;
+        let min = self.knobs.blob_min_bytes;
+        for (i, &b) in bytes.iter().enumerate() {
             let k = CLASS[usize::from(b)];
             if k & BREAK != 0 {
                 if !in_break {
                     let varied = self.varied(line_len);
                     b64.wrap(line_len, varied, &mut longest_b64);
                     hex.wrap(line_len, varied, &mut longest_hex);
-                    self.symbols.line_break(line_len, varied);
+                    if i >= words_until {
+                        self.symbols.line_break(line_len, varied);
+                    }
                     line_len = 0;
                 }
                 in_break = true;
@@ -308,9 +321,18 @@ impl Analyzer {
             if k & SPACE != 0 {
                 // Whitespace within a line: no alphabet's, and the agent's own alphabet's
                 // run ends (a space is how text separates words).
-                self.symbols.close();
-                self.symbols.run = Run::default();
-            } else {
+                if i >= words_until {
+                    self.symbols.close();
+                    self.symbols.run = Run::default();
+                }
+                if let Some(next) = bytes[i + 1..]
+                    .iter()
+                    .take(min)
+                    .position(|&c| CLASS[usize::from(c)] & SPACE != 0)
+                {
+                    words_until = i + 1 + next;
+                }
+            } else if i >= words_until {
                 self.symbols.byte(b);
             }
             if let Some(at) = self.line.get_mut(line_len) {
@@ -545,12 +567,24 @@ mod tests {
             .flat_map(|b| [symbols[usize::from(b >> 4)], symbols[usize::from(b & 15)]])
             .map(char::from)
             .collect();
-        for text in [mapped.clone(), wrap(&mapped, 59)] {
+        let among_words = format!(
+            "{}{}\n{} ",
+            "a few words of prose, then the run: ".repeat(20),
+            wrap(&mapped, 59),
+            "and words again".repeat(20)
+        );
+        for text in [mapped.clone(), wrap(&mapped, 59), among_words] {
             let s = of(knobs(), text.as_bytes());
             assert!(
                 matches!(s[..], [Signal::EncodedBlob { alphabet: Alphabet::Hex, run }, ..] if run >= 5_900),
                 "{s:?}"
             );
+            // Fed in chunks (words are skipped within a chunk only): the same.
+            for cut in [1, 7, 64, 1000] {
+                let mut a = Analyzer::new(knobs());
+                text.as_bytes().chunks(cut).for_each(|c| a.feed(c));
+                assert_eq!(a.signals(), s, "chunks of {cut}");
+            }
         }
     }
 
