@@ -133,7 +133,11 @@ run_pid=$!
 for _ in $(seq 600); do grep -q '^wrote_later=1' "$SMOKE_DIR/agent.out" && break; sleep 0.1; done
 if grep -q '^wrote_later=1' "$SMOKE_DIR/agent.out"; then
     docker kill -s HUP "$APP" >/dev/null
-    for _ in $(seq 200); do grep -q 'workspace secrets reloaded' "$SMOKE_DIR/agent.err" && break; sleep 0.1; done
+    # The proxy has the new needles once it wrote its reload line into the audit log.
+    for _ in $(seq 200); do
+        grep -q '"event":"reload"' "$(volume_path "$AUDIT")/audit.jsonl" 2>/dev/null && break
+        sleep 0.1
+    done
     install -o 1000 -g 1000 /dev/null "$repo/.rescan-done"
 fi
 wait "$run_pid" || true
@@ -173,15 +177,20 @@ check "the .env in a prompt to the LLM API: 200 ($(get llm))" [ "$(get llm)" = "
 LATER=$(get later_value)
 check "a secret file written after start: not yet a needle, 200 ($(get later_before))" \
     [ "$(get later_before)" = "200:" ]
-check "the rescan's reload line names the new needle" \
-    grep -q 'workspace secrets reloaded: .*(1 new, 0 gone)' "$err"
+# airlock's own lines (the entrypoint's rescan among them) are in airlock.log in the audit
+# volume, never on the agent's terminal.
+alog=$(volume_path "$AUDIT")/airlock.log
+check "the rescan's line in airlock.log names the new needle" \
+    grep -q 'workspace secrets rescanned at .*: 1 new needles' "$alog"
+check "the rescan's line is not on the agent's terminal" \
+    bash -c '! grep -q "workspace secrets rescanned" "$1"' _ "$err"
 check "after the rescan the same value: 403 foreign-secret ($(get later_after))" \
     [ "$(get later_after)" = 403:foreign-secret ]
 check "the report in the sandbox says it was rescanned" [ "$(get later_report)" = 1 ]
 check "the later value never reached the upstream after the rescan" \
     bash -c '! grep -q "\"path\":\"/later-after\"" "$1"' _ "$SMOKE_DIR/log/fakenet.jsonl"
 check "no start-up or rescan line holds the later value" \
-    bash -c '[ -n "$1" ] && ! grep -qF -- "$1" "$2"' _ "$LATER" "$err"
+    bash -c '[ -n "$1" ] && ! grep -qF -- "$1" "$2" && ! grep -qF -- "$1" "$3"' _ "$LATER" "$err" "$alog"
 
 say "upstream, audit log and wire"
 ulog=$SMOKE_DIR/log/fakenet.jsonl
