@@ -205,7 +205,8 @@ rig_key_checks() {
     check "the real key is in no workspace file" bash -c "! grep -raqF '$KEY' '$repo' --exclude-dir=.git"
     check "the real key is in the hidden .git nowhere" bash -c "! grep -raqF '$KEY' '$repo/.git'"
     check "the real key is in none of the agent's output" bash -c "! grep -aqF '$KEY' '$SMOKE_DIR/agent.out'"
-    check "the real key is in no log (container stderr, audit)" bash -c "! grep -aqF '$KEY' '$SMOKE_DIR/agent.err' '$audit'"
+    check "the real key is in no log (container stderr, audit, airlock.log)" \
+        bash -c "! grep -saqF '$KEY' '$SMOKE_DIR/agent.err' '$audit' '$(dirname "$audit")/airlock.log'"
 }
 
 # rig_net_checks: every destination besides $API_HOST and github.com was denied and audited,

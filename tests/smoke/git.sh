@@ -316,7 +316,8 @@ check "the agent read $(get proc_readable) environ files, $(get proc_scans) scan
 check "the scan saw the canary in the agent's own environment" grep -aqE 'SCAN_CANARY=airlock-scan-canary-[0-9]+' "$scan"
 check "no /proc/*/environ or cmdline the agent can read holds the token" bash -c "! grep -aqF '$TOKEN' '$scan'"
 check "the agent's output holds no token" bash -c "! grep -aqF '$TOKEN' '$SMOKE_DIR/agent.out'"
-check "the container's stderr (entrypoint, proxy, git API) holds no token" bash -c "! grep -aqF '$TOKEN' '$SMOKE_DIR/agent.err'"
+check "the container's stderr and airlock.log (entrypoint, proxy, git API) hold no token" \
+    bash -c "! grep -saqF '$TOKEN' '$SMOKE_DIR/agent.err' '$(dirname "$audit")/airlock.log'"
 check "no file in the workspace holds the token" bash -c "! grep -raqF '$TOKEN' '$repo' --exclude-dir=.git"
 check "the audit logs hold no token" bash -c "! grep -aqF '$TOKEN' '$audit' '$gitlog'"
 
