@@ -534,47 +534,12 @@ mod tests {
 
     #[test]
     fn repository_ids() {
-        for (url, id) in [
-            (
-                "https://github.com/acme/app.git",
-                Some("github.com/acme/app"),
-            ),
-            ("https://github.com/Acme/App", Some("github.com/acme/app")),
-            (
-                "https://x-access-token@github.com/acme/app/",
-                Some("github.com/acme/app"),
-            ),
-            (
-                "https://github.com:443/acme/app.git",
-                Some("github.com/acme/app"),
-            ),
-            ("http://github.com/acme/app", None),
-            ("git@github.com:acme/app.git", Some("github.com/acme/app")),
-            ("git@github.com:Acme/App", Some("github.com/acme/app")),
-            ("github.com:acme/app.git", Some("github.com/acme/app")),
-            ("ssh://git@github.com/acme/app", Some("github.com/acme/app")),
-            ("ssh://github.com/acme/app.git", Some("github.com/acme/app")),
-            (
-                "ssh://git@github.com:22/acme/app.git",
-                Some("github.com/acme/app"),
-            ),
-            ("ssh://git@github.com:2222/acme/app.git", None),
-            ("git@github.com:/acme/app.git", None),
-            ("git@github.com:acme/app/extra", None),
-            ("git@github.com:../app", None),
-            ("./dir:acme/app", None),
-            ("/tmp/x:acme/app", None),
-            ("git@evil host:acme/app", None),
-            ("git@[::1]:acme/app", None),
-            ("ext::sh -c touch% /tmp/x", None),
-            ("file:///tmp/x", None),
-            ("https://github.com/acme/app/extra", None),
-            ("https://github.com:8443/acme/app", None),
-            ("https://github.com/../app", None),
-            ("ext::sh -c x", None),
-        ] {
-            assert_eq!(repository_id(url).as_deref(), id, "{url}");
-        }
+        // Every spelling of a remote URL is read by airlock_policy::repo::remote_repository_id
+        // (its table: policy::repo::tests::remote_urls); here, what the rules make of it.
+        assert_eq!(
+            repository_id("git@github.com:Acme/App").as_deref(),
+            Some("github.com/acme/app")
+        );
         let r = rules(false);
         assert!(
             r.check_repository("origin", "https://github.com/acme/app.git")

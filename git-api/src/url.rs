@@ -2,30 +2,12 @@
 //! spellings alike, read as the policy and the proxy read theirs), and which URLs a
 //! read-only remote may have. Pure.
 
-/// `https://[user@]host[:443]/owner/repo[.git][/]` → `host/owner/repo`, read by
-/// [`airlock_policy::repo::repository_id`] as the policy and the proxy read theirs; the
-/// SSH spellings of the same repository, `[user@]host:owner/repo[.git]` and
-/// `ssh://[user@]host[:22]/owner/repo[.git]`, give the same id (the git API talks HTTPS to
-/// it: the sandbox has no SSH).
+/// `https://[user@]host[:443]/owner/repo[.git][/]` and its SSH spellings → `host/owner/repo`:
+/// [`airlock_policy::repo::remote_repository_id`], the one reading the policy, the proxy and
+/// the entrypoint use (the git API talks HTTPS to it: the sandbox has no SSH).
 #[must_use]
 pub fn repository_id(url: &str) -> Option<String> {
-    let (host, path) = if let Some(rest) = url.strip_prefix("https://") {
-        let (authority, path) = rest.split_once('/')?;
-        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        (host.strip_suffix(":443").unwrap_or(host), path)
-    } else if let Some(rest) = url.strip_prefix("ssh://") {
-        let (authority, path) = rest.split_once('/')?;
-        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        (host.strip_suffix(":22").unwrap_or(host), path)
-    } else {
-        scp_like(url)?
-    };
-    let path = path.trim_end_matches('/');
-    let parts: Vec<&str> = path.split('/').collect();
-    let [owner, repo] = parts.as_slice() else {
-        return None;
-    };
-    airlock_policy::repo::repository_id(host, owner, repo).ok()
+    airlock_policy::repo::remote_repository_id(url)
 }
 
 /// The repository id of `url` when it may be a read-only remote (one the sandbox fetches
@@ -65,17 +47,6 @@ pub fn readable_url(url: &str) -> Result<String, &'static str> {
         return Err("a remote URL carries no password");
     }
     repository_id(url).ok_or(FORMS)
-}
-
-/// git's scp-like SSH syntax: `[user@]host:path`, where no `/` comes before the `:` (else
-/// git takes it for a local path) and the URL has no scheme.
-fn scp_like(url: &str) -> Option<(&str, &str)> {
-    let (authority, path) = url.split_once(':')?;
-    if authority.contains('/') || path.starts_with('/') || path.starts_with("//") {
-        return None;
-    }
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    Some((host, path))
 }
 
 /// The `https://` URL git uses for a remote URL whose repository is `id`: the URL itself
