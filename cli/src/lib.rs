@@ -12,14 +12,16 @@
 //! dir and work tree are read only through a git dir of the CLI's own, and what its branch
 //! brings back is listed by what would run without being asked ([`checkout`], [`review`]).
 //!
-//! Modules: [`flags`] (the one definition of the run flags and its renderings), [`names`]
-//! (sandbox name and branch rules), [`registry`] (SQLite), [`paths`] (XDG directories),
-//! [`checkout`] (host-side git: checkouts, per-base object stores, the fetch-back),
-//! [`review`] (what a branch brings back), [`files`] (writing into a project without
-//! following a symlink), [`engine`] (Docker), [`exit`] (exit codes), [`lock`] (a live
-//! `new` or `run`'s hold on its sandbox name), [`cli_doc`] (`docs/cli.md`, rendered from
-//! [`cli`]); the unit tier's documentation checks are `doc_check`.
+//! Modules: [`admin`] (the client of a sandbox's admin API), [`flags`] (the one definition
+//! of the run flags and its renderings), [`names`] (sandbox name and branch rules),
+//! [`registry`] (SQLite), [`paths`] (XDG directories), [`checkout`] (host-side git:
+//! checkouts, per-base object stores, the fetch-back), [`review`] (what a branch brings
+//! back), [`files`] (writing into a project without following a symlink), [`engine`]
+//! (Docker), [`exit`] (exit codes), [`lock`] (a live `new` or `run`'s hold on its sandbox
+//! name), [`cli_doc`] (`docs/cli.md`, rendered from [`cli`]); the unit tier's
+//! documentation checks are `doc_check`.
 
+pub mod admin;
 pub mod audit_view;
 pub mod checkout;
 pub mod cli;
