@@ -184,10 +184,12 @@ Examples:
   airlock devcontainer ~/src/app --secret github_token --policy ./policy.toml
   airlock devcontainer . --force                # replace an existing one")]
     Devcontainer(DevcontainerArgs),
-    /// Kubernetes: a Pod and its Secret from the same run flags.
+    /// Kubernetes: a Pod or the SIG's agent-sandbox objects, airlock's NetworkPolicy and the
+    /// namespace's admission policy, from the same run flags.
     #[command(after_help = "\
 Examples:
-  airlock k8s render fix-login --repo /srv/app | kubectl apply -f -
+  airlock k8s render fix-login --clone https://github.com/acme/app.git | kubectl apply -f -
+  airlock k8s render app --template --claim fix-login --warm-pool 2 | kubectl apply -f -
   airlock k8s render fix-login --secret github_token > /dev/stdout   # the Secret holds the value
 
 docs/kubernetes.md says what differs from Docker.")]
@@ -530,28 +532,107 @@ pub struct K8sArgs {
 /// `k8s render`.
 #[derive(Debug, Subcommand)]
 pub enum K8sCmd {
-    /// Print a Secret (NAME-secrets) and a Pod (NAME) as one YAML stream for kubectl.
+    /// Print the objects of one sandbox as one YAML stream for kubectl: by default a Pod
+    /// (NAME) whose workspace is a claim seeded by an init container, its claims, Secret,
+    /// policy ConfigMap and airlock's NetworkPolicy (NAME-fence); the SIG's agent-sandbox
+    /// objects with --sandbox or --template; the namespace's admission policy with
+    /// --admission.
     #[command(after_help = "\
 Examples:
-  airlock k8s render fix-login --repo /srv/app | kubectl apply -f -
-  airlock k8s render fix-login --repo /srv/app --secret github_token")]
-    Render {
-        /// The Pod's name (a DNS label: lowercase letters, digits, '-').
-        name: String,
-        /// The repository on the node, mounted at /workspace (a hostPath).
-        #[arg(long, default_value = ".")]
-        repo: PathBuf,
-        /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE): its value
-        /// goes into the Secret, mounted at /run/secrets/<NAME>.
-        #[arg(long = "secret", value_name = "NAME[=FILE]")]
-        secrets: Vec<String>,
-        /// A policy file on the node instead of the image's default.
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        /// The agent (its image airlock:<agent> and its command), or `shell`.
-        #[arg(long, default_value = "shell")]
-        agent: String,
-    },
+  airlock k8s render fix-login --clone https://github.com/acme/app.git | kubectl apply -f -
+  airlock k8s render app --template --claim fix-login --claim feature/parser --warm-pool 2
+  airlock k8s render app --template --runtime-class gvisor --pod-cidr 10.42.0.0/16 --service-cidr 10.43.0.0/16
+  airlock k8s render sandboxes --admission | kubectl apply -f -       # the namespace, first
+  airlock k8s render fix-login --host-paths --repo /srv/app            # one node: hostPath
+
+docs/kubernetes.md says what each object is for and what differs from Docker.")]
+    Render(K8sRenderArgs),
+}
+
+/// `k8s render`'s flags.
+#[derive(Debug, Args)]
+pub struct K8sRenderArgs {
+    /// The name of the Pod, Sandbox or SandboxTemplate (a DNS label: lowercase letters,
+    /// digits, '-'); with --admission, the namespace's.
+    pub name: String,
+    /// The repository: the default of --clone (its origin's URL) and, with --host-paths,
+    /// the node's directory mounted at /workspace.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The URL the seed container fetches the repository from (https:// or http://, no
+    /// credential; default: the origin remote of --repo).
+    #[arg(long, value_name = "URL")]
+    pub clone: Option<String>,
+    /// The commit or ref the sandbox's branch starts at.
+    #[arg(long, default_value = "HEAD", value_name = "REF")]
+    pub base: String,
+    /// The branch the sandbox works on (default: airlock/<pod name>).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// A secret from `airlock secret set` (NAME) or a host file (NAME=FILE): its value
+    /// goes into the Secret, mounted at /run/secrets/<NAME>.
+    #[arg(long = "secret", value_name = "NAME[=FILE]")]
+    pub secrets: Vec<String>,
+    /// A policy file instead of the image's default: a ConfigMap (with --host-paths, the
+    /// node's file); its ports are the fence's.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// The agent (its image airlock:<agent> and its command), or `shell`.
+    #[arg(long, default_value = "shell")]
+    pub agent: String,
+    /// The node's paths as hostPath volumes instead of claims: one node only (kind, k3s,
+    /// minikube).
+    #[arg(long)]
+    pub host_paths: bool,
+    /// The size of the workspace claim.
+    #[arg(long, default_value = "10Gi", value_name = "SIZE")]
+    pub workspace_size: String,
+    /// An existing claim for the audit log instead of one per sandbox made by the rendering.
+    #[arg(long, value_name = "CLAIM")]
+    pub audit_claim: Option<String>,
+    /// The size of the audit claim the rendering makes.
+    #[arg(long, default_value = "1Gi", value_name = "SIZE")]
+    pub audit_size: String,
+    /// The pod's RuntimeClass (gvisor, kata, ...).
+    #[arg(long, value_name = "CLASS")]
+    pub runtime_class: Option<String>,
+    /// The SIG's bare Sandbox (agents.x-k8s.io/v1beta1) instead of a Pod.
+    #[arg(long, conflicts_with_all = ["template", "admission"])]
+    pub sandbox: bool,
+    /// A SandboxTemplate (extensions.agents.x-k8s.io/v1beta1) instead of a Pod, its
+    /// NetworkPolicy left to airlock's fence (networkPolicyManagement: Unmanaged).
+    #[arg(long, conflicts_with = "admission")]
+    pub template: bool,
+    /// With --template: a SandboxClaim working on BRANCH (once per branch).
+    #[arg(long = "claim", value_name = "BRANCH", requires = "template")]
+    pub claims: Vec<String>,
+    /// With --template: a SandboxWarmPool of N pods (a claim names a pool: with --claim and
+    /// no --warm-pool, a pool of none).
+    #[arg(long, value_name = "N", requires = "template")]
+    pub warm_pool: Option<u32>,
+    /// With --template: an existing SandboxTemplate (JSON: kubectl get sandboxtemplate NAME
+    /// -o json) whose labels, annotations and pod scheduling are kept; refused unless its
+    /// networkPolicyManagement is Unmanaged.
+    #[arg(long, value_name = "FILE", requires = "template")]
+    pub base_template: Option<PathBuf>,
+    /// The cluster's pod range, kept out of the fence (once per family).
+    #[arg(
+        long = "pod-cidr",
+        value_name = "CIDR",
+        default_value = "10.244.0.0/16"
+    )]
+    pub pod_cidrs: Vec<String>,
+    /// The cluster's service range, kept out of the fence (once per family).
+    #[arg(
+        long = "service-cidr",
+        value_name = "CIDR",
+        default_value = "10.96.0.0/12"
+    )]
+    pub service_cidrs: Vec<String>,
+    /// The namespace NAME (Pod Security labels) and the ValidatingAdmissionPolicy that admits
+    /// in it only the pod these flags render.
+    #[arg(long)]
+    pub admission: bool,
 }
 
 /// `completions`.

@@ -11,5 +11,6 @@ mod common;
 
 mod docker;
 mod host;
+mod k8s;
 mod session;
 mod surface;

@@ -1,6 +1,6 @@
 //! The run flags for another engine, from the one definition: `airlock render` (any
 //! format, on stdout), `airlock devcontainer PATH` (writes `.devcontainer/devcontainer.json`)
-//! and `airlock k8s render NAME` (a Secret and a Pod).
+//! and `airlock k8s render NAME` (the Pod or the SIG's objects, the fence, the admission policy).
 
 use super::new::parse_secrets;
 use airlock_cli::cli::{Cli, DevcontainerArgs, K8sArgs, K8sCmd, RenderArgs, Target};
@@ -83,7 +83,7 @@ pub fn run(cli: &Cli, a: &RenderArgs) -> Result<i32> {
     let text = match a.target {
         Target::Compose => compose::render(&spec, &a.name),
         Target::Devcontainer => pretty(&devcontainer::render(&spec, &a.name))?,
-        Target::K8s => pretty(&k8s::pod(&spec, &a.name))?,
+        Target::K8s => pretty(&k8s::pod(&spec, &a.name)?)?,
         Target::Engine => pretty(&spec.engine_body())?,
         Target::Docker => spec.docker_args().join("\n") + "\n",
     };
@@ -132,36 +132,182 @@ pub fn devcontainer_file(cli: &Cli, a: &DevcontainerArgs) -> Result<i32> {
     }
 }
 
-/// `airlock k8s render NAME`: the Secret (the named secrets' values) and the Pod.
+/// `airlock k8s render NAME`: the objects of one sandbox (docs/kubernetes.md).
 pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
-    let K8sCmd::Render {
-        name,
-        repo,
-        secrets,
-        policy,
-        agent,
-    } = &a.command;
-    airlock_cli::names::validate_name(name)?;
+    use airlock_cli::exit::{Code, Failure};
+    use k8s::{K8sError, fence, objects};
+    let K8sCmd::Render(r) = &a.command;
+    let refused = |e: K8sError| -> anyhow::Error {
+        let code = match e {
+            K8sError::Managed { .. } => Code::Refused,
+            _ => Code::Usage,
+        };
+        Failure::new(code, e.to_string()).into()
+    };
+    airlock_cli::names::validate_name(&r.name)?;
     let paths = Paths::resolve(cli.data_dir.as_deref())?;
-    let secrets = parse_secrets(&paths, secrets)?;
+    let secrets = parse_secrets(&paths, &r.secrets)?;
     // The values go into a Secret whose files the kubelet mounts root's with mode 0400: the
     // root-only rule holds whatever the host file's owner.
-    let spec = spec_for(cli, repo, &secrets, policy.as_deref(), agent)?;
+    let spec = spec_for(cli, &r.repo, &secrets, r.policy.as_deref(), &r.agent)?;
+    let policy = match &r.policy {
+        Some(p) => Some(
+            airlock_policy::Policy::load(p)
+                .map_err(|e| Failure::new(Code::Usage, format!("--policy {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let storage = if r.host_paths {
+        k8s::Storage::HostPaths
+    } else {
+        let url = match &r.clone {
+            Some(u) => u.clone(),
+            None => origin_url(&r.repo)?,
+        };
+        k8s::check_url(&url).map_err(refused)?;
+        if let Some(b) = &r.branch {
+            k8s::check_branch(b).map_err(refused)?;
+        }
+        let base_ok = !r.base.is_empty()
+            && !r.base.starts_with(['-', '+'])
+            && !r.base.contains(':')
+            && !r.base.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !base_ok {
+            return Err(Failure::new(
+                Code::Usage,
+                format!(
+                    "--base {:?} is not a commit or ref: give e.g. main, v1.2 or a commit id",
+                    r.base
+                ),
+            )
+            .into());
+        }
+        k8s::check_size("--workspace-size", &r.workspace_size).map_err(refused)?;
+        k8s::check_size("--audit-size", &r.audit_size).map_err(refused)?;
+        let audit = match &r.audit_claim {
+            Some(c) => {
+                airlock_cli::names::validate_name(c)?;
+                k8s::Audit::Named(c.clone())
+            }
+            None => k8s::Audit::Create(r.audit_size.clone()),
+        };
+        k8s::Storage::Claims(k8s::Claims {
+            seed: k8s::Seed {
+                url,
+                base: r.base.clone(),
+                branch: r.branch.clone(),
+            },
+            workspace_size: r.workspace_size.clone(),
+            audit,
+        })
+    };
+    for c in &r.pod_cidrs {
+        fence::parse_cidr("--pod-cidr", c).map_err(refused)?;
+    }
+    for c in &r.service_cidrs {
+        fence::parse_cidr("--service-cidr", c).map_err(refused)?;
+    }
+    let pod = k8s::PodOptions {
+        name: &r.name,
+        storage: &storage,
+        runtime_class: r.runtime_class.as_deref(),
+        claim_templates: false,
+    };
+    if r.admission {
+        let shape = k8s::admission::Shape::of(&k8s::pod_spec(&spec, &pod).map_err(refused)?);
+        let docs = k8s::admission::objects(&r.name, r.host_paths, &shape);
+        print!("{}", k8s::stream(&docs));
+        return Ok(0);
+    }
+    let kind = if r.sandbox {
+        objects::Kind::Sandbox
+    } else if r.template {
+        objects::Kind::Template {
+            warm_pool: r.warm_pool,
+            claims: r.claims.clone(),
+        }
+    } else {
+        objects::Kind::Pod
+    };
+    let base_template = match &r.base_template {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --base-template {}", f.display()))?;
+            Some(serde_json::from_str(&text).map_err(|e| {
+                Failure::new(
+                    Code::Usage,
+                    format!(
+                        "--base-template {} is not JSON ({e}): give `kubectl get sandboxtemplate NAME -o json`",
+                        f.display()
+                    ),
+                )
+            })?)
+        }
+        None => None,
+    };
+    let policy_text = match (&storage, &r.policy) {
+        (k8s::Storage::Claims(_), Some(p)) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the policy {}", p.display()))?,
+        ),
+        _ => None,
+    };
     let mut values = Vec::new();
     for (n, file) in &secrets {
         let v = std::fs::read(file)
             .with_context(|| format!("cannot read secret {n} from {}", file.display()))?;
         values.push((n.clone(), v));
     }
-    if !values.is_empty() {
+    let rendering = objects::Rendering {
+        spec: &spec,
+        pod,
+        kind,
+        secrets: values,
+        policy_text,
+        fence: fence::Fence {
+            ports: fence::policy_ports(policy.as_ref()),
+            pod_cidrs: r.pod_cidrs.clone(),
+            service_cidrs: r.service_cidrs.clone(),
+        },
+        base_template,
+    };
+    let docs = objects::render(&rendering).map_err(refused)?;
+    if !rendering.secrets.is_empty() {
         eprintln!(
             "airlock: the Secret {} holds the values of {} secret(s): pipe it to kubectl, do not commit it",
-            k8s::secret_name(name),
-            values.len()
+            k8s::secret_name(&r.name),
+            rendering.secrets.len()
         );
     }
-    print!("{}", k8s::manifests(&spec, name, &values));
+    if !r.claims.is_empty() {
+        eprintln!(
+            "airlock: the template lets a claim add variables (its branch, for the seed): apply `airlock k8s render NAMESPACE --admission` first, whose policy refuses every other"
+        );
+    }
+    print!("{}", k8s::stream(&docs));
     Ok(0)
+}
+
+/// The URL of the origin remote of the repository `repo`, without any credential.
+fn origin_url(repo: &Path) -> Result<String> {
+    use airlock_cli::checkout::remotes;
+    let top = std::fs::canonicalize(repo)
+        .with_context(|| format!("cannot read the repository {}", repo.display()))?;
+    let entries = remotes::of_operator(&top)?;
+    entries
+        .iter()
+        .find(|(k, _)| k == "remote.origin.url")
+        .map(|(_, v)| remotes::without_userinfo(v))
+        .ok_or_else(|| {
+            airlock_cli::exit::Failure::new(
+                airlock_cli::exit::Code::Usage,
+                format!(
+                    "{} has no origin remote to clone in the cluster: give --clone URL (the repository's https URL), or --host-paths on a single node",
+                    top.display()
+                ),
+            )
+            .into()
+        })
 }
 
 fn pretty(v: &serde_json::Value) -> Result<String> {

@@ -304,7 +304,7 @@ fn every_rendering_agrees(spec: &RunSpec) -> Facts {
         args,
         "devcontainer"
     );
-    pod_agrees(&k8s::pod(spec, "x"), spec);
+    pod_agrees(&k8s::pod(spec, "x").unwrap(), spec);
     args
 }
 
@@ -390,7 +390,7 @@ fn a_sandbox_layout_renders_alike_with_shared_objects_and_secrets_read_only() {
         "TERM=xterm"
     ]);
     assert_eq!(spec.engine_body()["Env"], env);
-    let pod = k8s::pod(&spec, "one");
+    let pod = k8s::pod(&spec, "one").unwrap();
     // The control directory: the operator's, read-write, where the readiness record is.
     assert!(
         f.binds
