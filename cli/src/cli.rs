@@ -63,14 +63,18 @@ image_digest, policy_hash, container_id, created, last_seen, ttl_seconds, state,
 sessions (times are Unix seconds; state is one of creating, running, stopped, missing;
 oneshot is true for the sandbox of an `airlock run`).")]
     List(ListArgs),
-    /// Show one sandbox: its registry row, its sessions and its engine state.
+    /// Show one sandbox: its registry row, its sessions and its engine state; while it runs,
+    /// what its proxy says (admin API): the policy revision in force, the live sessions, the
+    /// counters, the audit log's state and the open connections.
     #[command(after_help = "\
 Examples:
   airlock status fix-login
-  airlock status fix-login --json
+  airlock status fix-login --json | jq .admin.counters
 
-JSON: the fields of `list --json` plus session_list (id, started) and ahead (commits on the
-sandbox branch that the operator's repository does not have yet).")]
+JSON: the fields of `list --json` plus session_list (id, started), ahead (commits on the
+sandbox branch that the operator's repository does not have yet), admin (null unless it
+runs: {status, policy, sessions, counters} as the admin API answers them) and admin_error
+(why the admin API did not answer, else null).")]
     Status(NameJson),
     /// Attach to the agent's terminal; detach with ctrl-p ctrl-q. Exits with the agent's
     /// status if it ends, 0 on a detach.
@@ -115,6 +119,14 @@ Examples:
         after_help = "Examples:\n  airlock logs fix-login\n  airlock logs fix-login --tail 50\n  airlock logs fix-login --audit --denied\n  airlock logs fix-login --audit -f"
     )]
     Logs(LogsArgs),
+    /// A running sandbox's network policy: show the revision in force, or load a new one
+    /// without a restart.
+    #[command(after_help = "\
+Examples:
+  airlock policy show fix-login
+  airlock policy reload fix-login ./policy.toml   # this file's rules, from now on
+  airlock policy reload fix-login                 # the policy file it runs from, read again")]
+    Policy(PolicyArgs),
     /// Bring a sandbox's commits back as the branch sandbox/<name> of your repository,
     /// with the sandbox's hooks and config ignored.
     #[command(after_help = "Examples:\n  airlock fetch fix-login && git log sandbox/fix-login")]
@@ -370,6 +382,54 @@ pub struct LogsArgs {
     /// With --audit: only the session S (its id, or the short form the human lines show).
     #[arg(long, value_name = "S", requires = "audit")]
     pub session: Option<String>,
+}
+
+/// `policy`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: PolicyCmd,
+}
+
+/// `policy show|reload`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Print the policy revision in force: its number, hash, when it was loaded and from
+    /// where.
+    #[command(after_help = "\
+Examples:
+  airlock policy show fix-login
+  airlock policy show fix-login --json
+
+JSON: {revision, hash, loaded_at_ms, origin}.")]
+    Show {
+        /// The sandbox.
+        name: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a new policy into a running sandbox: checked as at start (a broken one is
+    /// refused with FILE:LINE and the old one stays), swapped at once, audited; open
+    /// connections the new rules refuse are closed, the others stay up.
+    #[command(after_help = "\
+Examples:
+  airlock policy reload fix-login ./policy.toml
+  airlock policy reload fix-login                 # the policy file it runs from, read again
+
+Prints `revision N (HASH) loaded at TIME` and how many open connections it closed, or
+`unchanged` when the rules are the same. Exits 2 when the policy does not load (the
+proxy's FILE:LINE message), 4 when the change needs a restart (the [git] rules, for
+instance). A restart loads the policy the sandbox was created with again: edit that file
+to keep a change.")]
+    Reload {
+        /// The sandbox.
+        name: String,
+        /// A policy file on this machine, sent as it is (none: the proxy reads the policy
+        /// file it started from again).
+        file: Option<PathBuf>,
+    },
 }
 
 /// `audit`.

@@ -4,9 +4,9 @@
 //! |---|---|
 //! | 0 | success |
 //! | 1 | any other failure (one line on stderr says what and what to do) |
-//! | 2 | bad usage (clap) or bad input: a bad name, a path that is not a repository |
+//! | 2 | bad usage (clap) or bad input: a bad name, a path that is not a repository, a policy that does not load (`policy reload`) |
 //! | 3 | no such sandbox (or secret) |
-//! | 4 | refused: the name is taken, or the action would lose work (`--force`) |
+//! | 4 | refused: the name is taken, the action would lose work (`--force`), or a reload needs a restart |
 //! | 5 | the container engine is unreachable |
 //! | 6 | the image is missing (`airlock build` / `scripts/build-image`) |
 //! | 7 | an audit log is not intact (`airlock audit verify`) |
@@ -39,9 +39,11 @@ pub const TABLE: &str = "\
 Exit codes:
   0  success
   1  any other failure (one line on stderr says what is wrong and what to do)
-  2  bad usage or bad input (a bad name, a path that is not a repository)
+  2  bad usage or bad input (a bad name, a path that is not a repository, a policy
+     that does not load)
   3  no such sandbox (or secret)
-  4  refused: the name is taken, or the action would lose work (see --force)
+  4  refused: the name is taken, the action would lose work (see --force), or a policy
+     change needs a restart
   5  the container engine is unreachable (DOCKER_HOST)
   6  the image is missing (run `airlock build`)
   7  an audit log is not intact (`airlock audit verify` names the line)
@@ -76,10 +78,12 @@ impl std::error::Error for Failure {}
 
 /// The code of one error, if it has one.
 fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
+    use crate::admin::AdminError;
     use crate::checkout::CheckoutError;
     use crate::engine::EngineError;
     use crate::registry::RegistryError;
     use crate::secrets::SecretError;
+    use airlock_control::admin::ErrorCode;
     if let Some(f) = e.downcast_ref::<Failure>() {
         return Some(f.code);
     }
@@ -98,6 +102,11 @@ fn code_of_one(e: &(dyn std::error::Error + 'static)) -> Option<Code> {
     }
     if let Some(RegistryError::Taken { .. }) = e.downcast_ref::<RegistryError>() {
         return Some(Code::Refused);
+    }
+    match e.downcast_ref::<AdminError>().and_then(AdminError::code) {
+        Some(ErrorCode::InvalidPolicy | ErrorCode::BadRequest) => return Some(Code::Usage),
+        Some(ErrorCode::RestartNeeded) => return Some(Code::Refused),
+        _ => {}
     }
     match e.downcast_ref::<EngineError>() {
         Some(EngineError::Connect { .. }) => Some(Code::EngineDown),

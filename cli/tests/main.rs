@@ -10,7 +10,9 @@
 mod common;
 
 mod docker;
+mod fake;
 mod host;
 mod k8s;
+mod policy;
 mod session;
 mod surface;

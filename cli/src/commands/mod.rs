@@ -6,6 +6,7 @@ mod doctor;
 mod gc;
 mod lifecycle;
 mod new;
+mod policy;
 mod render;
 mod rescan;
 mod run;
@@ -120,6 +121,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Destroy(a) => lifecycle::destroy(&ctx, &a.name, a.force).await,
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
+        Command::Policy(a) => policy::run(&ctx, &a).await,
         Command::Completions(_)
         | Command::Render(_)
         | Command::Doctor(_)

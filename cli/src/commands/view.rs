@@ -1,6 +1,7 @@
 //! `list`, `status`, `logs`: the registry reconciled with what the engine really has.
 
 use super::{Ctx, container_name, now};
+use airlock_cli::admin::{self, Client};
 use airlock_cli::checkout;
 use airlock_cli::registry::{Sandbox, State};
 use anyhow::Result;
@@ -90,10 +91,24 @@ pub async fn status(ctx: &Ctx, name: &str, as_json: bool) -> Result<i32> {
         .and_then(|tip| checkout::ahead(top, &tip))
         .ok();
     let sessions = ctx.registry.sessions(name)?;
+    // While it runs, what its proxy says; an image older than the admin API has no socket.
+    let live = if row.state == State::Running {
+        Some(admin::live::gather(&Client::new(name, &ck.control())).await)
+    } else {
+        None
+    };
     if as_json {
         let mut v = row_json(ctx, &row)?;
         v["session_list"] = serde_json::to_value(&sessions)?;
         v["ahead"] = json!(ahead);
+        v["admin"] = match &live {
+            Some(Ok(l)) => serde_json::to_value(l)?,
+            _ => Value::Null,
+        };
+        v["admin_error"] = match &live {
+            Some(Err(e)) => json!(e.to_string()),
+            _ => Value::Null,
+        };
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
@@ -123,6 +138,15 @@ pub async fn status(ctx: &Ctx, name: &str, as_json: bool) -> Result<i32> {
     );
     for s in &sessions {
         println!("  {}", s.id);
+    }
+    match live {
+        Some(Ok(l)) => {
+            for line in admin::live::lines(&l) {
+                println!("{line}");
+            }
+        }
+        Some(Err(e)) => println!("admin       unavailable: {e}"),
+        None => {}
     }
     Ok(0)
 }

@@ -1,0 +1,74 @@
+//! `airlock policy show|reload NAME`: the policy revision a running sandbox's proxy
+//! enforces, and a new one loaded without a restart (through its admin API).
+
+use super::Ctx;
+use airlock_cli::admin::Client;
+use airlock_cli::admin::live::{short_hash, when};
+use airlock_cli::cli::{PolicyArgs, PolicyCmd};
+use airlock_control::admin::ReloadRequest;
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// `airlock policy …`.
+pub async fn run(ctx: &Ctx, args: &PolicyArgs) -> Result<i32> {
+    match &args.command {
+        PolicyCmd::Show { name, json } => show(ctx, name, *json).await,
+        PolicyCmd::Reload { name, file } => reload(ctx, name, file.as_deref()).await,
+    }
+}
+
+fn client(ctx: &Ctx, name: &str) -> Result<Client> {
+    ctx.sandbox(name)?;
+    Ok(Client::new(name, &ctx.checkout(name).control()))
+}
+
+async fn show(ctx: &Ctx, name: &str, json: bool) -> Result<i32> {
+    let p = client(ctx, name)?.policy().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        println!(
+            "revision {} ({}) loaded at {} from {}",
+            p.revision,
+            p.hash,
+            when(p.loaded_at_ms),
+            p.origin
+        );
+    }
+    Ok(0)
+}
+
+async fn reload(ctx: &Ctx, name: &str, file: Option<&Path>) -> Result<i32> {
+    let client = client(ctx, name)?;
+    let request = match file {
+        None => ReloadRequest::default(),
+        Some(f) => {
+            let abs = std::path::absolute(f)
+                .with_context(|| format!("cannot resolve {}", f.display()))?;
+            let text = std::fs::read_to_string(&abs)
+                .with_context(|| format!("cannot read the policy {}", abs.display()))?;
+            ReloadRequest {
+                text: Some(text),
+                origin: Some(abs.display().to_string()),
+            }
+        }
+    };
+    let r = client.reload(request).await?;
+    if r.changed {
+        println!(
+            "revision {} ({}) loaded at {}; {} open connection{} it refuses closed",
+            r.revision,
+            short_hash(&r.hash),
+            when(r.loaded_at_ms),
+            r.closed,
+            if r.closed == 1 { "" } else { "s" }
+        );
+    } else {
+        println!(
+            "unchanged: revision {} ({}) stays in force",
+            r.revision,
+            short_hash(&r.hash)
+        );
+    }
+    Ok(0)
+}
