@@ -3,13 +3,15 @@
 //! why), a denial followed by the way to allow it where one exists, and the follower of
 //! `--follow` ([`follow`]).
 //!
-//! The lines are read from the audit files (there is no event stream of the admin API yet:
-//! `--follow` polls the files, as `tail -F` does). The proxy writes an `event: open` line
+//! The lines are read from the audit files; `--follow` reads the proxy's next ones from the
+//! admin API's event stream when the sandbox's proxy serves it ([`stream`]), else polls the
+//! files as `tail -F` does ([`follow`]). The proxy writes an `event: open` line
 //! before anything of an allowed request goes upstream and its final line when it ends; as
 //! the proxy's own human echo, one line per decision is the final line (the open line is
 //! left out; `--json` prints every line as written).
 
 pub mod follow;
+pub mod stream;
 
 use airlock_audit_schema::{
     Event, GitApiEvent, GitApiRecord, Kind, Line, Outage, Record, Reload, Rotated, Suppressed,

@@ -369,8 +369,10 @@ pub struct LogsArgs {
     /// removed sandbox's are kept for 30 days.
     #[arg(long)]
     pub audit: bool,
-    /// With --audit: keep printing decisions as they are written (the files are polled and
-    /// followed across rotation), until ctrl-c or the sandbox's removal.
+    /// With --audit: keep printing decisions as they are written, until ctrl-c or the
+    /// sandbox's removal: the proxy's from its admin API's event stream (pushed as written;
+    /// an operator who may not read the root-owned files gets those since the proxy's
+    /// start), else from the files, polled and followed across rotation.
     #[arg(short = 'f', long, requires = "audit")]
     pub follow: bool,
     /// With --audit: only refusals (and the counts of lines that left the log).

@@ -6,8 +6,8 @@
 
 use airlock_cli::registry::{Registry, Sandbox, State};
 use airlock_control::admin::{
-    AuditState, Counters, ErrorBody, ErrorCode, PolicyRevision, ReloadRequest, Reloaded, Request,
-    Response, Sessions,
+    AuditState, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision, ReloadRequest,
+    Reloaded, Request, Response, Sessions,
 };
 use airlock_control::status::Status;
 use bytes::Bytes;
@@ -66,6 +66,8 @@ pub struct Fake {
     pub followers: Mutex<Vec<mpsc::Sender<Bytes>>>,
     /// The reloads asked for.
     pub reloads: Mutex<Vec<ReloadRequest>>,
+    /// The event streams asked for.
+    pub queries: Mutex<Vec<EventsQuery>>,
 }
 
 fn json(status: u16, v: &impl serde::Serialize) -> hyper::Response<BoxBody<Bytes, Infallible>> {
@@ -110,7 +112,7 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
             )
         }
         Request::Events(q) => {
-            assert_eq!(q.decision.as_deref(), Some("deny"), "top asks for denials");
+            fake.queries.lock().unwrap().push(q);
             let (tx, rx) = mpsc::channel::<Bytes>(16);
             fake.followers.lock().unwrap().push(tx);
             let chunks = futures_util::stream::unfold(rx, |mut rx| async {

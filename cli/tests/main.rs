@@ -13,6 +13,7 @@ mod docker;
 mod fake;
 mod host;
 mod k8s;
+mod logs;
 mod policy;
 mod session;
 mod surface;

@@ -7,11 +7,14 @@
 
 use super::Ctx;
 use airlock_audit_schema::chain;
+use airlock_cli::admin::Client;
 use airlock_cli::audit_view::follow::Follower;
+use airlock_cli::audit_view::stream::{self, Seen, StreamFollower};
 use airlock_cli::audit_view::{self, Source, View};
 use airlock_cli::cli::{AuditArgs, AuditCmd, LogsArgs};
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::registry::Sandbox;
+use airlock_control::admin::{EventsQuery, Log};
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -86,9 +89,11 @@ pub fn dirs_of(ctx: &Ctx, name: &str) -> Vec<PathBuf> {
 /// latest sessions (the live one, or the kept logs of the last sandbox of that name), one
 /// human line per decision ([`airlock_cli::audit_view`]), oldest first: `audit.jsonl.1` and
 /// `audit.jsonl`, then `git-api.jsonl.1` and `git-api.jsonl` (the last `tail` lines of each
-/// log when given). With `--follow`, then what is appended to either live file, until
-/// ctrl-c or the sandbox's removal. The admin API has no event stream yet: following is
-/// polling the files every 50 ms, across their rotation.
+/// log when given). With `--follow`, then what is written next, until ctrl-c or the
+/// sandbox's removal: the proxy's records from its admin API's event stream when it answers
+/// ([`stream::StreamFollower`], opened before the files are read; what they had is not
+/// printed twice), else by polling the files every 50 ms across their rotation, as the git
+/// API's log always is.
 pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
     let name = &args.name;
     let Some(dir) = dirs_of(ctx, name).into_iter().next() else {
@@ -109,22 +114,66 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
     };
     let live = ctx.checkout(name).audit();
     let following = args.follow && dir == live;
+    // The event stream first: whatever is written while the files are read comes through it.
+    let mut streamer = None;
+    if following {
+        let client = Client::new(name, &ctx.checkout(name).control());
+        let query = EventsQuery {
+            decision: args.denied.then(|| "deny".to_owned()),
+            session: full_session(&client, args.session.as_deref()).await,
+            ..EventsQuery::default()
+        };
+        let mut f = StreamFollower::new(client, query, Seen::default());
+        match f.open().await {
+            Ok(()) => streamer = Some(f),
+            // Not running, or an image older than the admin API: the files.
+            Err(e) if e.is_not_running() => {}
+            Err(e) => eprintln!("airlock: {e}; following the files instead"),
+        }
+    }
+    let mut seen = Seen::default();
     let mut out = std::io::stdout().lock();
     let mut followers = Vec::new();
     for source in [Source::Proxy, Source::GitApi] {
         let file = source.file();
         let old = format!("{file}.1");
-        let mut lines: Vec<(String, u64, String)> = read_lines(ctx, name, &dir.join(&old))?
+        let mut follower = Follower::new(&dir.join(file));
+        let read = read_lines(&dir.join(&old)).and_then(|older| {
+            // The current file through its follower, so that following goes on where this ends.
+            let got = follower.poll()?;
+            Ok((older, got))
+        });
+        let (older, got) = match read {
+            Ok(r) => r,
+            // The files are root's; the proxy's socket is the operator's: its stream has what
+            // the proxy holds since its start.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && streamer.is_some() => {
+                drop(out);
+                eprintln!(
+                    "airlock: {} is root's: {}",
+                    dir.join(file).display(),
+                    match source {
+                        Source::Proxy =>
+                            "the proxy's decisions since its start only (its event stream)",
+                        Source::GitApi => "the git API's decisions are left out (run with sudo)",
+                    }
+                );
+                out = std::io::stdout().lock();
+                continue;
+            }
+            Err(e) => return Err(read_error(ctx, name, &dir.join(file), e)),
+        };
+        let mut lines: Vec<(String, u64, String)> = older
             .into_iter()
             .enumerate()
             .map(|(i, l)| (old.clone(), i as u64 + 1, l))
             .collect();
-        // The current file through its follower, so that following goes on where this ends.
-        let mut follower = Follower::new(&dir.join(file));
-        let got = follower
-            .poll()
-            .map_err(|e| read_error(ctx, name, follower.path(), e))?;
         lines.extend(got.into_iter().map(|g| (file.to_string(), g.n, g.text)));
+        if source == Source::Proxy {
+            for (_, _, l) in &lines {
+                seen.add(l);
+            }
+        }
         let skip = args
             .tail
             .map_or(0, |n| lines.len().saturating_sub(n as usize));
@@ -133,20 +182,37 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
                 return Ok(0);
             }
         }
-        followers.push((source, follower));
+        // The proxy's log comes through the stream when there is one.
+        if source == Source::GitApi || streamer.is_none() {
+            followers.push((source, follower));
+        }
     }
+    drop(out);
     if !args.follow {
         return Ok(0);
     }
     if !following {
-        drop(out);
         eprintln!(
             "airlock: {name} was removed: these are its kept logs ({}), nothing more is written to them",
             dir.display()
         );
         return Ok(0);
     }
-    drop(out);
+    // The stream's records, read by a task of their own (the files are polled meanwhile).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<stream::Item>(256);
+    if let Some(mut f) = streamer {
+        f.set_seen(seen);
+        tokio::spawn(async move {
+            loop {
+                let item = f.next().await;
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let git_followed = followers.iter().any(|(s, _)| *s == Source::GitApi);
+    let mut n_streamed = 0u64;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
@@ -174,11 +240,45 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
             );
             return Ok(0);
         }
-        tokio::select! {
-            () = tokio::time::sleep(POLL) => {}
-            _ = &mut ctrl_c => return Ok(0),
+        let tick = tokio::time::sleep(POLL);
+        tokio::pin!(tick);
+        loop {
+            tokio::select! {
+                () = &mut tick => break,
+                _ = &mut ctrl_c => return Ok(0),
+                Some(item) = rx.recv() => match item {
+                    stream::Item::Say(text) => eprintln!("airlock: {text}"),
+                    stream::Item::Record(log, raw) => {
+                        let source = match log {
+                            Log::Audit => Source::Proxy,
+                            // Read from its file already when it can be.
+                            Log::GitApi if !git_followed => Source::GitApi,
+                            Log::GitApi | Log::Unknown => continue,
+                        };
+                        n_streamed += 1;
+                        let mut out = std::io::stdout().lock();
+                        if !emit(&mut out, source, &raw, "the event stream", n_streamed, &view)? {
+                            return Ok(0);
+                        }
+                    }
+                },
+            }
         }
     }
+}
+
+/// The session id `--session S` names among the proxy's sessions, for the stream's filter
+/// (which matches whole ids): the one whose id, or random part, starts with S; `None` when
+/// not exactly one does (the lines are filtered here anyway, [`View::session`]).
+async fn full_session(client: &Client, want: Option<&str>) -> Option<String> {
+    let want = want?;
+    let sessions = client.sessions().await.ok()?.sessions;
+    let mut found = sessions.into_iter().filter(|s| {
+        let random = s.id.split_once('-').map_or(s.id.as_str(), |(_, r)| r);
+        s.id.starts_with(want) || random.starts_with(want)
+    });
+    let one = found.next()?;
+    found.next().is_none().then_some(one.id)
 }
 
 /// How often `--follow` reads the files: a line is printed within this of being written.
@@ -220,14 +320,14 @@ fn read_error(ctx: &Ctx, name: &str, path: &Path, e: std::io::Error) -> anyhow::
     anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
 }
 
-fn read_lines(ctx: &Ctx, name: &str, path: &Path) -> Result<Vec<String>> {
+fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
     match std::fs::read(path) {
         Ok(b) => Ok(String::from_utf8_lossy(&b)
             .lines()
             .map(str::to_owned)
             .collect()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(read_error(ctx, name, path, e)),
+        Err(e) => Err(e),
     }
 }
 
