@@ -719,3 +719,187 @@ fn the_translation_refuses_what_it_cannot_say() {
     );
     let _ = k8s::FENCE_LABEL;
 }
+
+/// The admission policy's CEL, evaluated offline (cel-python) as the API server would: the
+/// pods airlock renders are admitted (a claim's branch included), and each way of widening
+/// the pod is refused, by the check that names it.
+#[test]
+fn the_admission_policy_admits_airlocks_pod_and_refuses_every_widening() {
+    let h = Here::new();
+    let adm = h.docs(&["k8s", "render", "sandboxes", "--admission"]);
+    let pod = one(&h.docs(&["k8s", "render", "agent-one"]), "Pod").clone();
+    let mut claimed = pod.clone();
+    claimed["spec"]["initContainers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "name": "AIRLOCK_SEED_BRANCH", "value": "fix-login" }));
+    let widen = |f: &dyn Fn(&mut Value)| -> Value {
+        let mut p = pod.clone();
+        f(&mut p);
+        p
+    };
+    let attacks: Vec<(&str, Value)> = vec![
+        (
+            "privileged",
+            widen(&|p| p["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true)),
+        ),
+        (
+            "host network",
+            widen(&|p| p["spec"]["hostNetwork"] = json!(true)),
+        ),
+        (
+            "host network",
+            widen(&|p| p["spec"]["hostPID"] = json!(true)),
+        ),
+        (
+            "adds exactly",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("SYS_ADMIN"))
+            }),
+        ),
+        (
+            "adds exactly",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|c| c != "KILL")
+            }),
+        ),
+        (
+            "drops ALL",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] = json!([])
+            }),
+        ),
+        (
+            "CHOWN at most",
+            widen(&|p| {
+                p["spec"]["initContainers"][0]["securityContext"]["capabilities"]["add"] =
+                    json!(["CHOWN", "SYS_ADMIN"])
+            }),
+        ),
+        (
+            "variables",
+            widen(&|p| {
+                p["spec"]["containers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({ "name": "LD_PRELOAD", "value": "/workspace/x.so" }))
+            }),
+        ),
+        (
+            "only the image",
+            widen(&|p| p["spec"]["containers"][0]["image"] = json!("evil:latest")),
+        ),
+        (
+            "only the image",
+            widen(&|p| p["spec"]["initContainers"][0]["image"] = json!("evil:latest")),
+        ),
+        (
+            "hostPath",
+            widen(&|p| {
+                p["spec"]["volumes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({ "name": "root", "hostPath": { "path": "/" } }))
+            }),
+        ),
+        (
+            "ephemeral",
+            widen(&|p| {
+                p["spec"]["ephemeralContainers"] = json!([{ "name": "debug", "image": "busybox" }])
+            }),
+        ),
+        (
+            "fence's label",
+            widen(&|p| p["metadata"]["labels"] = json!({})),
+        ),
+        (
+            "service account token",
+            widen(&|p| p["spec"]["automountServiceAccountToken"] = json!(true)),
+        ),
+        (
+            "no_new_privs",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] =
+                    json!(true)
+            }),
+        ),
+        (
+            "seccomp",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["seccompProfile"]["type"] =
+                    json!("Unconfined")
+            }),
+        ),
+        (
+            "read-only root",
+            widen(&|p| {
+                p["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] =
+                    json!(false)
+            }),
+        ),
+        (
+            "its seed",
+            widen(&|p| {
+                let sidecar = json!({ "name": "sidecar", "image": "airlock:latest" });
+                p["spec"]["containers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(sidecar)
+            }),
+        ),
+    ];
+    let eval = |ns: &Value, pods: &[Value]| -> Vec<Vec<String>> {
+        let (pf, nf, podf) = (h.path("vap.json"), h.path("ns.json"), h.path("pods.json"));
+        std::fs::write(&pf, one(&adm, "ValidatingAdmissionPolicy").to_string()).unwrap();
+        std::fs::write(&nf, ns.to_string()).unwrap();
+        std::fs::write(&podf, Value::Array(pods.to_vec()).to_string()).unwrap();
+        let o = Command::new("python3")
+            .args([format!("{DATA}/eval_vap.py"), pf, nf, podf])
+            .output()
+            .expect("python3 with cel-python evaluates the admission policy (scripts/install-test-deps)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ns = one(&adm, "Namespace").clone();
+    let mut pods = vec![pod.clone(), claimed];
+    pods.extend(attacks.iter().map(|(_, p)| p.clone()));
+    let got = eval(&ns, &pods);
+    assert_eq!(
+        got[0],
+        Vec::<String>::new(),
+        "airlock's own pod is admitted"
+    );
+    assert_eq!(
+        got[1],
+        Vec::<String>::new(),
+        "a claim's branch for the seed is admitted"
+    );
+    for ((what, _), failed) in attacks.iter().zip(&got[2..]) {
+        assert!(
+            failed.iter().any(|m| m.contains(what)),
+            "a pod widened at {what:?} is refused by that check: {failed:?}"
+        );
+    }
+    // hostPath: only in a namespace labelled single-node, with the single-node rendering.
+    let single_adm = h.docs(&["k8s", "render", "sandboxes", "--admission", "--host-paths"]);
+    let single_pod = one(
+        &h.docs(&["k8s", "render", "agent-one", "--host-paths"]),
+        "Pod",
+    )
+    .clone();
+    assert!(
+        !eval(&ns, std::slice::from_ref(&single_pod))[0].is_empty(),
+        "hostPath refused in a cluster namespace"
+    );
+    assert_eq!(
+        eval(one(&single_adm, "Namespace"), &[single_pod])[0],
+        Vec::<String>::new(),
+        "hostPath admitted where the namespace says single-node"
+    );
+}
