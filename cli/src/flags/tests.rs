@@ -305,7 +305,46 @@ fn every_rendering_agrees(spec: &RunSpec) -> Facts {
         "devcontainer"
     );
     pod_agrees(&k8s::pod(spec, "x").unwrap(), spec);
+    cluster_renderings_agree(spec);
     args
+}
+
+/// The cluster renderings (claims, no hostPath): the Pod and the SIG template's pod agree
+/// with the spec as the single-node Pod does, or the spec holds a host file with no cluster
+/// spelling and is refused naming it; never a pod that silently drops a mount.
+fn cluster_renderings_agree(spec: &RunSpec) {
+    let storage = k8s::Storage::Claims(k8s::Claims {
+        seed: k8s::Seed {
+            url: "https://git.example/acme/app.git".into(),
+            base: "HEAD".into(),
+            branch: None,
+        },
+        workspace_size: "10Gi".into(),
+        audit: k8s::Audit::Create("1Gi".into()),
+    });
+    let o = k8s::PodOptions {
+        name: "x",
+        storage: &storage,
+        runtime_class: None,
+        claim_templates: false,
+    };
+    let cluster = [WORKSPACE, HIDDEN_GIT_DIR, AUDIT_DIR, POLICY];
+    let host_only = spec
+        .mounts
+        .iter()
+        .find(|m| !cluster.contains(&m.target.as_str()) && !m.target.starts_with(SECRETS_DIR));
+    match (k8s::objects::pod(spec, &o), host_only) {
+        (Ok(pod), None) => {
+            pod_agrees(&pod, spec);
+            let t = k8s::objects::template(spec, &o, false).unwrap();
+            pod_agrees(
+                &serde_json::json!({ "spec": t["spec"]["podTemplate"]["spec"] }),
+                spec,
+            );
+        }
+        (Err(k8s::K8sError::HostPath { target, .. }), Some(m)) => assert_eq!(target, m.target),
+        (got, host) => panic!("cluster rendering {got:?} with host-only mount {host:?}"),
+    }
 }
 
 #[test]
