@@ -127,6 +127,15 @@ Examples:
   airlock policy reload fix-login ./policy.toml   # this file's rules, from now on
   airlock policy reload fix-login                 # the policy file it runs from, read again")]
     Policy(PolicyArgs),
+    /// A terminal view of every running sandbox: requests, denials, open connections, the
+    /// latest denials first; Enter shows one sandbox, q quits.
+    #[command(after_help = "\
+Keys: up/down (or k/j) choose a sandbox, Enter shows it, Esc goes back, q quits.
+
+Fed by each sandbox's admin API (its event stream and counters); needs a terminal. Plain
+ANSI, usable over SSH. A sandbox that started before the admin API is listed without
+numbers (restart it).")]
+    Top(TopArgs),
     /// Bring a sandbox's commits back as the branch sandbox/<name> of your repository,
     /// with the sandbox's hooks and config ignored.
     #[command(after_help = "Examples:\n  airlock fetch fix-login && git log sandbox/fix-login")]
@@ -432,6 +441,14 @@ to keep a change.")]
         /// file it started from again).
         file: Option<PathBuf>,
     },
+}
+
+/// `top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between two readings of the counters.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
 }
 
 /// `audit`.

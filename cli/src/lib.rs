@@ -18,8 +18,8 @@
 //! checkouts, per-base object stores, the fetch-back), [`review`] (what a branch brings
 //! back), [`files`] (writing into a project without following a symlink), [`engine`]
 //! (Docker), [`exit`] (exit codes), [`lock`] (a live `new` or `run`'s hold on its sandbox
-//! name), [`cli_doc`] (`docs/cli.md`, rendered from [`cli`]); the unit tier's
-//! documentation checks are `doc_check`.
+//! name), [`cli_doc`] (`docs/cli.md`, rendered from [`cli`]), [`top`] (`airlock top`'s
+//! screen); the unit tier's documentation checks are `doc_check`.
 
 pub mod admin;
 pub mod audit_view;
@@ -39,3 +39,4 @@ pub mod registry;
 pub mod review;
 pub mod secrets;
 pub mod term;
+pub mod top;

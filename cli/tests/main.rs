@@ -17,3 +17,4 @@ mod logs;
 mod policy;
 mod session;
 mod surface;
+mod top;

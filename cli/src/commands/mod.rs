@@ -11,6 +11,7 @@ mod render;
 mod rescan;
 mod run;
 mod secret;
+mod top;
 mod view;
 
 use airlock_cli::checkout::Checkout;
@@ -122,6 +123,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
         Command::Policy(a) => policy::run(&ctx, &a).await,
+        Command::Top(a) => top::run(&ctx, &a).await,
         Command::Completions(_)
         | Command::Render(_)
         | Command::Doctor(_)

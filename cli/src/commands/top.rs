@@ -1,0 +1,217 @@
+//! `airlock top`: every running sandbox on one screen, fed by their admin APIs: the
+//! counters (asked every `--interval`) and the denials (each sandbox's event stream, filtered
+//! to `deny` by the proxy). The screen itself is `airlock_cli::top`.
+
+use super::Ctx;
+use airlock_audit_schema::Timestamp;
+use airlock_cli::admin::{Client, live};
+use airlock_cli::audit_view::stream::{Item, Seen, StreamFollower};
+use airlock_cli::audit_view::{self, Source, View};
+use airlock_cli::cli::TopArgs;
+use airlock_cli::exit::{Code, Failure};
+use airlock_cli::registry::State;
+use airlock_cli::term;
+use airlock_cli::top::{self, Denial, Model};
+use airlock_control::admin::{EventsQuery, Log};
+use anyhow::Result;
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// What the tasks tell the screen.
+enum Msg {
+    Keys(Vec<u8>),
+    Live(String, Box<Result<live::Live, String>>),
+    Denial(Denial),
+}
+
+/// The alternate screen while `top` runs; left on drop (also on an error path).
+struct Screen;
+
+impl Screen {
+    fn enter() -> std::io::Result<Screen> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(top::ENTER)?;
+        out.flush()?;
+        Ok(Screen)
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(top::LEAVE);
+        let _ = out.flush();
+    }
+}
+
+/// How often the screen is drawn at most (a burst of denials is one frame).
+const FRAME: Duration = Duration::from_millis(100);
+
+pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
+    if !term::interactive() {
+        return Err(Failure::new(
+            Code::Usage,
+            "airlock top needs a terminal on stdin and stdout: `airlock status NAME --json` gives the same numbers",
+        )
+        .into());
+    }
+    let interval = Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
+    let (tx, mut rx) = mpsc::channel::<Msg>(1024);
+    let keys = tx.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = keys.blocking_send(Msg::Keys(b"q".to_vec()));
+                    return;
+                }
+                Ok(n) => n,
+            };
+            if keys.blocking_send(Msg::Keys(buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    });
+    let _raw = term::RawGuard::enter()?;
+    let _screen = Screen::enter()?;
+    let mut term_sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+
+    let mut model = Model::default();
+    let mut streams: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut asking: HashSet<String> = HashSet::new();
+    let mut ticker = tokio::time::interval(interval);
+    let mut frame = tokio::time::interval(FRAME);
+    let mut dirty = true;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                let names = match running(ctx) {
+                    Ok(n) => { model.status = None; n }
+                    Err(e) => { model.status = Some(format!("the registry cannot be read: {e}")); Vec::new() }
+                };
+                model.set_names(&names);
+                streams.retain(|name, task| {
+                    let keep = names.contains(name);
+                    if !keep { task.abort(); }
+                    keep
+                });
+                for name in &names {
+                    let client = Client::new(name, &ctx.checkout(name).control());
+                    if !streams.contains_key(name) {
+                        streams.insert(name.clone(), tokio::spawn(denials(client.clone(), tx.clone())));
+                    }
+                    if asking.insert(name.clone()) {
+                        let tx = tx.clone();
+                        let name = name.clone();
+                        tokio::spawn(async move {
+                            let got = live::gather(&client).await.map_err(|e| e.to_string());
+                            let _ = tx.send(Msg::Live(name, Box::new(got))).await;
+                        });
+                    }
+                }
+                dirty = true;
+            }
+            _ = frame.tick() => {
+                if dirty {
+                    draw(&model)?;
+                    dirty = false;
+                }
+            }
+            _ = term_sig.recv() => break,
+            _ = hup.recv() => break,
+            Some(msg) = rx.recv() => {
+                match msg {
+                    Msg::Keys(b) => {
+                        for k in top::keys(&b) {
+                            if !model.key(k) {
+                                for t in streams.values() { t.abort(); }
+                                return Ok(0);
+                            }
+                        }
+                        // A key is answered at once, not at the next frame.
+                        draw(&model)?;
+                        dirty = false;
+                    }
+                    Msg::Live(name, got) => {
+                        asking.remove(&name);
+                        model.set_live(&name, *got);
+                        dirty = true;
+                    }
+                    Msg::Denial(d) => {
+                        model.deny(d);
+                        dirty = true;
+                    }
+                }
+            }
+        }
+    }
+    for t in streams.values() {
+        t.abort();
+    }
+    Ok(0)
+}
+
+/// The sandboxes the registry says run, by name.
+fn running(ctx: &Ctx) -> Result<Vec<String>> {
+    let mut names: Vec<String> = ctx
+        .registry
+        .list()?
+        .into_iter()
+        .filter(|r| r.state == State::Running)
+        .map(|r| r.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// One sandbox's denials from its event stream, as `logs --audit` prints them.
+async fn denials(client: Client, tx: mpsc::Sender<Msg>) {
+    let name = client.name().to_owned();
+    let query = EventsQuery {
+        decision: Some("deny".into()),
+        ..EventsQuery::default()
+    };
+    let view = View {
+        denied: true,
+        ..View::default()
+    };
+    let mut f = StreamFollower::new(client, query, Seen::default());
+    let mut n = 0u64;
+    loop {
+        let Item::Record(log, raw) = f.next().await else {
+            // Why it does not answer is on its row (the counters' error).
+            continue;
+        };
+        let source = match log {
+            Log::Audit => Source::Proxy,
+            Log::GitApi => Source::GitApi,
+            Log::Unknown => continue,
+        };
+        n += 1;
+        if let Some(text) = audit_view::render(source, &raw, "the event stream", n, &view) {
+            let d = Denial {
+                sandbox: name.clone(),
+                text,
+            };
+            if tx.send(Msg::Denial(d)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn draw(model: &Model) -> Result<()> {
+    let size = term::size().unwrap_or(term::Size { rows: 24, cols: 80 });
+    let now = Timestamp::now().to_string();
+    let clock = format!("{} UTC", now.get(11..19).unwrap_or(&now));
+    let lines = model.frame(usize::from(size.cols), usize::from(size.rows), &clock);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&top::paint(&lines))?;
+    out.flush()?;
+    Ok(())
+}
