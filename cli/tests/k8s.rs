@@ -792,6 +792,35 @@ fn the_admission_policy_admits_airlocks_pod_and_refuses_every_widening() {
             }),
         ),
         (
+            "in its container",
+            widen(&|p| {
+                // A variable the seed has (the SIG lets a claim add any name its container
+                // lacks): not the airlock container's.
+                p["spec"]["containers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({ "name": "PATH", "value": "/workspace/bin" }))
+            }),
+        ),
+        (
+            "in its container",
+            widen(&|p| {
+                p["spec"]["containers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({ "name": "AIRLOCK_SEED_BRANCH", "value": "x" }))
+            }),
+        ),
+        (
+            "in the seed",
+            widen(&|p| {
+                p["spec"]["initContainers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({ "name": "LD_PRELOAD", "value": "/x.so" }))
+            }),
+        ),
+        (
             "only the image",
             widen(&|p| p["spec"]["containers"][0]["image"] = json!("evil:latest")),
         ),

@@ -5,8 +5,8 @@
 //! its image, `drop: [ALL]` and exactly airlock's capabilities (the seed: `CHOWN` at most),
 //! no privileged container, no escalation, `RuntimeDefault` seccomp, a read-only root, no
 //! host network, PID or IPC, no service account token, no ephemeral container, the fence's
-//! label, only the variables airlock's rendering sets (a claim may add the seed's branch,
-//! no other), only the volume kinds it uses, and no `hostPath` unless the namespace is
+//! label, only the variables airlock's rendering sets in each container (a claim may add
+//! the seed's branch, no other), only the volume kinds it uses, and no `hostPath` unless the namespace is
 //! labelled [`SINGLE_NODE_LABEL`] (`--host-paths`).
 
 use super::{FENCE_LABEL, SEED_BRANCH, SEED_CONTAINER};
@@ -54,8 +54,10 @@ pub struct Shape {
     pub image: String,
     /// The airlock container's capabilities (exactly these).
     pub caps: Vec<String>,
-    /// Every variable name the rendering sets, in any container.
+    /// The variable names the rendering sets in the airlock container.
     pub env: Vec<String>,
+    /// The variable names the rendering sets in the seed, and a claim's branch.
+    pub seed_env: Vec<String>,
 }
 
 impl Shape {
@@ -79,25 +81,32 @@ impl Shape {
                 })
                 .unwrap_or_default()
         };
-        let mut env: Vec<String> = containers
-            .iter()
-            .chain(&init)
-            .flat_map(|c| {
-                c["env"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|e| e["name"].as_str().map(String::from))
-            })
-            .collect();
-        env.push(SEED_BRANCH.into());
-        env.sort();
-        env.dedup();
+        let names = |cs: &[Value]| -> Vec<String> {
+            let mut n: Vec<String> = cs
+                .iter()
+                .flat_map(|c| {
+                    c["env"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|e| e["name"].as_str().map(String::from))
+                })
+                .collect();
+            n.sort();
+            n.dedup();
+            n
+        };
+        let env = names(&containers);
+        let mut seed_env = names(&init);
+        seed_env.push(SEED_BRANCH.into());
+        seed_env.sort();
+        seed_env.dedup();
         Shape {
             image: main["image"].as_str().unwrap_or_default().to_string(),
             caps: strings(&main["securityContext"]["capabilities"]["add"]),
             env,
+            seed_env,
         }
     }
 }
@@ -106,6 +115,7 @@ impl Shape {
 pub fn policy(ns: &str, shape: &Shape) -> Value {
     let caps = cel_list(&shape.caps);
     let env = cel_list(&shape.env);
+    let seed_env = cel_list(&shape.seed_env);
     let image = &shape.image;
     let sc = "has(c.securityContext)";
     let validations: Vec<(String, String)> = vec![
@@ -162,8 +172,12 @@ pub fn policy(ns: &str, shape: &Shape) -> Value {
             format!("the fence's label {FENCE_LABEL}"),
         ),
         (
-            format!("variables.containers.all(c, !has(c.env) || c.env.all(e, e.name in {env}))"),
-            "only the variables airlock's rendering sets (and a claim's branch)".into(),
+            format!("object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name in {env}))"),
+            "only the variables airlock's rendering sets in its container".into(),
+        ),
+        (
+            format!("!has(object.spec.initContainers) || object.spec.initContainers.all(c, !has(c.env) || c.env.all(e, e.name in {seed_env}))"),
+            "only the variables airlock's rendering sets in the seed (and a claim's branch)".into(),
         ),
         (
             "!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.emptyDir) || has(v.persistentVolumeClaim) || has(v.secret) || has(v.configMap) || (variables.singleNode && has(v.hostPath)))".into(),

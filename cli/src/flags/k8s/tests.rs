@@ -463,8 +463,13 @@ fn the_admission_policy_is_made_of_the_rendered_pod() {
     let shape = Shape::of(&pod_spec(&spec, &o).unwrap());
     assert_eq!(shape.image, DEFAULT_IMAGE);
     assert_eq!(shape.caps, airlock_control::caps::names());
-    assert!(shape.env.contains(&SEED_BRANCH.to_string()));
+    assert!(shape.seed_env.contains(&SEED_BRANCH.to_string()));
+    assert!(!shape.env.contains(&SEED_BRANCH.to_string()));
     assert!(shape.env.contains(&"AIRLOCK_HOST_REPO".to_string()));
+    // The seed's PATH, HOME and git variables are the seed's only.
+    assert!(
+        shape.seed_env.contains(&"PATH".to_string()) && !shape.env.contains(&"PATH".to_string())
+    );
     assert!(!shape.env.contains(&"LD_PRELOAD".to_string()));
     let docs = admission::objects("ns", false, &shape);
     let labels = &docs[0]["metadata"]["labels"];
