@@ -70,6 +70,24 @@ impl Seen {
     }
 }
 
+/// The proxy's records the stream holds now (not followed), as JSON texts, oldest first.
+///
+/// # Errors
+/// As [`Client::events`] and [`crate::admin::EventStream::next`].
+pub async fn held(client: &Client, mut query: EventsQuery) -> Result<Vec<String>, AdminError> {
+    query.follow = false;
+    let mut stream = client.events(query).await?;
+    let mut out = Vec::new();
+    while let Some(line) = stream.next().await? {
+        if let StreamLine::Record(ev) = line
+            && ev.log == Log::Audit
+        {
+            out.push(ev.record.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// What the follower hands out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
@@ -235,6 +253,43 @@ mod tests {
             }
             _ => false,
         }
+    }
+
+    #[test]
+    fn what_the_proxy_holds_is_read_to_the_streams_end() {
+        rt().block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let (tx, rx) = mpsc::channel(16);
+            let rx = Arc::new(Mutex::new(Some(rx)));
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let a = asked.clone();
+            serve(
+                dir.path(),
+                Arc::new(move |_, target, _| {
+                    a.lock().unwrap().push(target.to_owned());
+                    rx.lock()
+                        .unwrap()
+                        .take()
+                        .map_or(Answer::Fixed(503, Vec::new()), Answer::Stream)
+                }),
+            );
+            tx.send([gap("old"), record(1), record(2)].concat())
+                .await
+                .unwrap();
+            drop(tx);
+            let query = EventsQuery {
+                decision: Some("deny".into()),
+                follow: true,
+                ..EventsQuery::default()
+            };
+            let got = held(&Client::new("box", dir.path()), query).await.unwrap();
+            assert_eq!(got.len(), 2);
+            assert!(is_record(&Item::Record(Log::Audit, got[1].clone()), 2));
+            assert_eq!(
+                asked.lock().unwrap().as_slice(),
+                ["/v1/events?decision=deny"]
+            );
+        });
     }
 
     #[test]

@@ -143,8 +143,13 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
             let got = follower.poll()?;
             Ok((older, got))
         });
-        let (older, got) = match read {
-            Ok(r) => r,
+        let lines: Vec<(String, u64, String)> = match read {
+            Ok((older, got)) => older
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| (old.clone(), i as u64 + 1, l))
+                .chain(got.into_iter().map(|g| (file.to_string(), g.n, g.text)))
+                .collect(),
             // The files are root's; the proxy's socket is the operator's: its stream has what
             // the proxy holds since its start.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && streamer.is_some() => {
@@ -161,14 +166,34 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
                 out = std::io::stdout().lock();
                 continue;
             }
+            // Not following: what the proxy holds, once, when it answers.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && source == Source::Proxy
+                    && dir == live =>
+            {
+                let client = Client::new(name, &ctx.checkout(name).control());
+                let query = EventsQuery {
+                    decision: args.denied.then(|| "deny".to_owned()),
+                    session: full_session(&client, args.session.as_deref()).await,
+                    ..EventsQuery::default()
+                };
+                let Ok(held) = stream::held(&client, query).await else {
+                    return Err(read_error(ctx, name, &dir.join(file), e));
+                };
+                drop(out);
+                eprintln!(
+                    "airlock: {} is root's: the proxy's decisions since its start only (its event stream)",
+                    dir.join(file).display()
+                );
+                out = std::io::stdout().lock();
+                held.into_iter()
+                    .enumerate()
+                    .map(|(i, l)| ("the event stream".to_owned(), i as u64 + 1, l))
+                    .collect()
+            }
             Err(e) => return Err(read_error(ctx, name, &dir.join(file), e)),
         };
-        let mut lines: Vec<(String, u64, String)> = older
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| (old.clone(), i as u64 + 1, l))
-            .collect();
-        lines.extend(got.into_iter().map(|g| (file.to_string(), g.n, g.text)));
         if source == Source::Proxy {
             for (_, _, l) in &lines {
                 seen.add(l);
