@@ -57,8 +57,8 @@ pub use chain::ChainHash;
 pub use git_api::{Component, GitApiDropped, GitApiEvent, GitApiRecord};
 pub use line::Line;
 pub use proxy::{
-    Alphabet, AuditKind, Event, Kind, Outage, OutageEvent, Record, Reload, ReloadEvent, Signal,
-    Suppressed, Verdict, Who,
+    Alphabet, AuditKind, Event, Kind, Outage, OutageEvent, PolicyReload, Record, Reload,
+    ReloadEvent, Signal, Suppressed, Verdict, Who,
 };
 pub use rotated::{Dropped, DroppedHost, Part, Rotated, RotatedEvent, Total};
 pub use time::{Timestamp, rfc3339_ms};

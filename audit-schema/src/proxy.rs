@@ -128,6 +128,9 @@ events! {
     RedirectLoop = "redirect-loop",
     /// Denials held back by the rate limit, counted on one line.
     Suppressed = "suppressed",
+    /// It was closed because a policy reload refuses its destination (the `reload` line
+    /// before it counts it).
+    CloseRevoked = "close-revoked",
 }
 
 /// The alphabet of an encoded run.
@@ -480,10 +483,30 @@ pub struct Reload {
     pub dropped: u64,
     /// Why the new rules were refused (`null` when they took effect).
     pub error: Option<String>,
+    /// A policy reload (the operator's, through the admin API): the revision in force
+    /// afterwards, its hash and the one before, where the new text came from, and the open
+    /// connections the new revision refused and closed. Absent from a rescan's line.
+    #[serde(flatten)]
+    pub policy: Option<PolicyReload>,
     /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
     /// writer as the line's last field, absent from lines written before the chain existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainHash>,
+}
+
+/// What a policy reload's `reload` line adds (see [`Reload::policy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyReload {
+    /// The revision in force after the line (the one before when refused).
+    pub revision: u64,
+    /// The hash (SHA-256, hex) of the policy text of `revision`.
+    pub hash: String,
+    /// The hash of the revision before.
+    pub previous_hash: String,
+    /// Where the new text came from (a path on the host or in the container).
+    pub origin: String,
+    /// Open connections the new revision refused, closed right after this line.
+    pub closed: u64,
 }
 
 #[cfg(test)]

@@ -744,7 +744,7 @@ pub fn start_branch(git_dir: &Path) -> Option<String> {
 
 /// In a child before `exec`: keep `fd` open across `exec` under its own number (never
 /// `dup2` onto a fixed one, which could be the descriptor `std` reports exec errors on).
-fn keep_across_exec(fd: i32) -> std::io::Result<()> {
+pub(crate) fn keep_across_exec(fd: i32) -> std::io::Result<()> {
     // SAFETY: F_SETFD with 0 only clears close-on-exec on a descriptor this process holds.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
         return Err(std::io::Error::last_os_error());

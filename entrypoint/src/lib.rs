@@ -17,6 +17,7 @@
 //! drop's order through [`sys::Sys`]) is testable here, and the host CLI can reuse the flags
 //! ([`config::Cli`]), the paths and the checks.
 
+pub mod admin_socket;
 pub mod agent_env;
 pub mod checks;
 pub mod config;

@@ -47,6 +47,12 @@ pub struct ProxySpec {
     pub container: Option<String>,
     /// The proxy's log filter (`AIRLOCK_PROXY_LOG`; see [`crate::console::Route`]).
     pub log_filter: Option<String>,
+    /// The admin API's socket, inherited by every start of the proxy.
+    pub admin: Option<crate::admin_socket::AdminSocket>,
+    /// Where PID 1 copies its readiness record for the admin API's status.
+    pub status_dir: Option<PathBuf>,
+    /// The agent's uid (the admin API's sessions).
+    pub agent_uid: Option<u32>,
     pub run_as: RunAs,
 }
 
@@ -101,6 +107,26 @@ impl ProxySpec {
         }
         if let Some(id) = &self.container {
             cmd.arg("--container").arg(id);
+        }
+        if let Some(dir) = &self.status_dir {
+            cmd.arg("--status-dir").arg(dir);
+        }
+        if let Some(uid) = self.agent_uid {
+            cmd.arg("--agent-uid").arg(uid.to_string());
+        }
+        if let Some(admin) = &self.admin {
+            let fd = admin.fd();
+            cmd.arg("--admin-fd").arg(fd.to_string());
+            if let Some(uid) = admin.operator_uid {
+                cmd.arg("--admin-operator-uid").arg(uid.to_string());
+            }
+            // SAFETY: runs in the child between fork and exec, after the privilege drop; it
+            // makes one async-signal-safe system call on a descriptor the child inherited.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    crate::git::keep_across_exec(fd)
+                });
+            }
         }
         cmd.spawn().with_context(|| {
             format!(

@@ -26,6 +26,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct Record {
     run_dir: PathBuf,
     status: Status,
+    /// A second copy, where the proxy reads it for the admin API's status (its state
+    /// directory: the proxy cannot enter the control directory's root-only parent).
+    mirror: Option<PathBuf>,
 }
 
 /// Unix milliseconds now.
@@ -44,9 +47,17 @@ impl Record {
         let record = Record {
             run_dir: run_dir.to_path_buf(),
             status: Status::starting(env!("CARGO_PKG_VERSION"), now_ms()),
+            mirror: None,
         };
         let _ = record.write();
         record
+    }
+
+    /// Also keep a copy in `dir` from now on (written now; best effort, as the copy only
+    /// feeds the admin API's status, which says when it has none).
+    pub fn mirror(&mut self, dir: &Path) {
+        self.mirror = Some(dir.to_path_buf());
+        let _ = status::write(dir, &self.status);
     }
 
     /// The control directory.
@@ -79,6 +90,9 @@ impl Record {
 
     /// Prepare the directory and write the record whole.
     fn write(&self) -> Result<()> {
+        if let Some(m) = &self.mirror {
+            let _ = status::write(m, &self.status);
+        }
         let dir = prepare(&self.run_dir)?;
         status::write(&dir, &self.status)
             .with_context(|| "fix: give the container a writable control directory (docs/docker.md, \"Readiness\")".to_owned())

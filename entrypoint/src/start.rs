@@ -231,7 +231,11 @@ fn start(cli: Cli, mut clock: Clock, record: &mut readiness::Record) -> Result<i
     // independent (the git API needs the proxy and the CA bundle only when a push comes),
     // and nothing runs as the agent until all three are done. Both services are spawned
     // before the firewall's threads exist, so no fork happens beside another thread.
-    let (mut proxy, proxy_spec) = spawn_proxy(&cli, &plan, proxy_bin, files, &session.id, &users)?;
+    // The operator's channel: bound here, served by the proxy (and by every restart of it).
+    let admin = crate::admin_socket::AdminSocket::bind(&record.dir())?;
+    record.mirror(&plan.state_dir);
+    let (mut proxy, proxy_spec) =
+        spawn_proxy(&cli, &plan, proxy_bin, files, (&session.id, admin), &users)?;
     let mut git_api = git::ApiGuard(git_spec.as_ref().map(git::ApiSpec::spawn).transpose()?);
     let firewall = Instant::now();
     setup::apply_firewall(&users)?;
@@ -389,7 +393,7 @@ fn spawn_proxy(
     plan: &Plan,
     bin: std::path::PathBuf,
     files: Files,
-    session_id: &str,
+    (session_id, admin): (&str, crate::admin_socket::AdminSocket),
     users: &Users,
 ) -> Result<(ProxyGuard, ProxySpec)> {
     let spec = ProxySpec {
@@ -403,6 +407,9 @@ fn spawn_proxy(
         audit_cap: cli.audit_cap,
         container: proxy_ctl::own_container(),
         log_filter: files.route.proxy_filter.clone(),
+        admin: Some(admin),
+        status_dir: Some(plan.state_dir.clone()),
+        agent_uid: Some(users.agent.uid),
         run_as: RunAs::detached(users.proxy.clone()),
     };
     let proxy = ProxyGuard(Some(spec.spawn()?));

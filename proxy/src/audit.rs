@@ -206,6 +206,7 @@ impl From<crate::tunnel::End> for Event {
             crate::tunnel::End::Error => Self::CloseError,
             crate::tunnel::End::Idle => Self::CloseIdle,
             crate::tunnel::End::Shutdown => Self::CloseShutdown,
+            crate::tunnel::End::Revoked => Self::CloseRevoked,
         }
     }
 }
@@ -300,7 +301,24 @@ impl Audit {
     /// [`Unavailable`]: the log cannot be written now; the line waits with the final lines
     /// and follows the outage line when writing works again.
     pub fn reload(&self, change: &Change, refused: Option<String>) -> Result<(), Unavailable> {
-        self.sink.commit_reload(change, refused)
+        self.sink.commit_reload(change, None, refused)
+    }
+
+    /// Writes the line of a policy reload now, before any decision under the new revision
+    /// (`kind: audit`, `event: reload`, with `revision`, `hash`, `previous_hash`, `origin`
+    /// and `closed`): as [`reload`](Self::reload), and `refused` when the new policy was not
+    /// loaded (`policy` then names the revision that stays).
+    ///
+    /// # Errors
+    /// [`Unavailable`]: the log cannot be written now; the caller must not load the new
+    /// revision (a change the log cannot record does not take effect).
+    pub fn policy_reload(
+        &self,
+        change: &Change,
+        policy: airlock_audit_schema::PolicyReload,
+        refused: Option<String>,
+    ) -> Result<(), Unavailable> {
+        self.sink.commit_reload(change, Some(policy), refused)
     }
 
     /// Writes `rec` as its `event: open` line now, before anything goes upstream; `rec`
@@ -344,6 +362,20 @@ impl Audit {
     #[must_use]
     pub fn admits_denial(&self, kind: Kind, reason: Reason) -> bool {
         self.sink.admits(kind, reason)
+    }
+
+    /// Feeds `metrics` every record handed to the log and `hub` every line written to it,
+    /// from now on (the proxy's admin API reads both). Once: a second call changes nothing
+    /// and returns `false`.
+    pub fn observe(
+        &self,
+        hub: Arc<crate::events::Hub>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> bool {
+        self.sink
+            .observers
+            .set(sink::Observers { hub, metrics })
+            .is_ok()
     }
 
     /// Whether the log can be written (false from a failed write until one works again).

@@ -41,6 +41,25 @@ pub struct Args {
     /// ones); keep it well under the audit volume's free space.
     #[arg(long, default_value_t = crate::audit::Bounds::default().cap)]
     pub audit_cap: u64,
+    /// An inherited descriptor of a bound, listening Unix socket to serve the admin API on
+    /// (PID 1 binds it in the control directory and hands it over).
+    #[arg(long)]
+    pub admin_fd: Option<i32>,
+    /// A Unix socket path to bind and serve the admin API on (tests; the appliance uses
+    /// `--admin-fd`). Created 0600.
+    #[arg(long, conflicts_with = "admin_fd")]
+    pub admin_socket: Option<PathBuf>,
+    /// A host uid that may use the admin API from outside the container (the control
+    /// directory's owner); repeatable. Root in the container always may.
+    #[arg(long)]
+    pub admin_operator_uid: Vec<u32>,
+    /// The directory holding PID 1's readiness record (`status.json`), for the admin API's
+    /// status.
+    #[arg(long)]
+    pub status_dir: Option<PathBuf>,
+    /// The agent session's uid (the admin API's sessions).
+    #[arg(long)]
+    pub agent_uid: Option<u32>,
 }
 
 impl Args {

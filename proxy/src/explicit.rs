@@ -527,10 +527,20 @@ async fn relayed_tunnel(
     match checked {
         Ok(()) => {
             let phase = t.shared.shutdown.subscribe();
+            // A policy reload that refuses the target closes the tunnel (`conns`).
+            let conns = Arc::clone(&t.shared.conns);
             // Prefix consumed (the usual case): socket to socket, spliced.
             match client.into_bare() {
-                Ok(tcp) => tunnel::relay(tcp, up, t.meter, idle, phase).await,
-                Err(client) => tunnel::relay(client, up, t.meter, idle, phase).await,
+                Ok(tcp) => {
+                    conns
+                        .guard(&t.target, tunnel::relay(tcp, up, t.meter, idle, phase))
+                        .await
+                }
+                Err(client) => {
+                    conns
+                        .guard(&t.target, tunnel::relay(client, up, t.meter, idle, phase))
+                        .await
+                }
             }
         }
         Err(Inspect::Refused(reason)) => {

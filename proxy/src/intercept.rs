@@ -1493,7 +1493,15 @@ async fn forward(
             rec.rule = Some(why.into());
             return ctx.deny(rec, reason, route).await;
         }
-        return relay_upgrade(ctx, upgrade, rparts, rbody, meter, injected, rec);
+        let registration = ctx.shared.conns.register(&route.target);
+        return relay_upgrade(
+            ctx,
+            upgrade,
+            (rparts, rbody),
+            meter,
+            (injected, registration),
+            rec,
+        );
     }
     // An answer to a credentialed request is read (decoded) to be scrubbed: one in a coding
     // the proxy cannot decode is refused, its connection not kept.
@@ -1571,13 +1579,14 @@ async fn send_failed(
 /// A `101`: both sides are relayed from now on, frame by frame (`websocket`) or as raw
 /// bytes (the record is written when the relay ends); the agent gets the `101` with its
 /// upgrade headers.
+///
+/// The relay is `registration`'s (`conns`): a policy reload that refuses the host ends it.
 fn relay_upgrade(
     ctx: &Cx<'_>,
     (client_up, relay): (hyper::upgrade::OnUpgrade, websocket::Relay),
-    mut rparts: http::response::Parts,
-    rbody: Incoming,
+    (mut rparts, rbody): (http::response::Parts, Incoming),
     meter: Arc<Meter>,
-    injected: bool,
+    (injected, mut registration): (bool, crate::conns::Registration),
     rec: Pending,
 ) -> Response<ProxyBody> {
     let shared = &ctx.shared;
@@ -1589,29 +1598,36 @@ fn relay_upgrade(
     let slot = Arc::clone(&ctx.slot);
     tokio::spawn(async move {
         let _slot = slot;
-        let session = match relay {
-            websocket::Relay::Frames(session) => session,
-            websocket::Relay::Raw => {
-                // The line is written when the relay ends.
-                let _guard = AuditOnDrop::new(record, Arc::clone(&meter), audit);
-                if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
-                    let s = TokioIo::new(s);
-                    // Plain HTTP: the client's bare socket, so the relay can splice.
-                    let _ = match crate::gate::upgraded_tcp(c).map(crate::gate::Prefixed::into_bare)
-                    {
-                        Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
-                        Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
-                        Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
-                    };
+        let relayed = async move {
+            let session = match relay {
+                websocket::Relay::Frames(session) => session,
+                websocket::Relay::Raw => {
+                    // The line is written when the relay ends.
+                    let _guard = AuditOnDrop::new(record, Arc::clone(&meter), audit);
+                    if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
+                        let s = TokioIo::new(s);
+                        // Plain HTTP: the client's bare socket, so the relay can splice.
+                        let _ = match crate::gate::upgraded_tcp(c)
+                            .map(crate::gate::Prefixed::into_bare)
+                        {
+                            Ok(Ok(tcp)) => tunnel::relay(tcp, s, meter, idle, phase).await,
+                            Ok(Err(pre)) => tunnel::relay(pre, s, meter, idle, phase).await,
+                            Err(c) => tunnel::relay(TokioIo::new(c), s, meter, idle, phase).await,
+                        };
+                    }
+                    return;
                 }
-                return;
+            };
+            let guard = websocket::Guard::new(record, Arc::clone(&meter), audit);
+            if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
+                let (c, s) = (TokioIo::new(c), TokioIo::new(s));
+                let summary = websocket::relay(c, s, session, meter, idle, phase).await;
+                guard.finish(&summary);
             }
         };
-        let guard = websocket::Guard::new(record, Arc::clone(&meter), audit);
-        if let (Ok(c), Ok(s)) = tokio::join!(client_up, server_up) {
-            let (c, s) = (TokioIo::new(c), TokioIo::new(s));
-            let summary = websocket::relay(c, s, session, meter, idle, phase).await;
-            guard.finish(&summary);
+        tokio::select! {
+            () = relayed => {}
+            () = registration.revoked() => {}
         }
     });
     let upgrade = rparts.headers.get(header::UPGRADE).cloned();
@@ -2323,8 +2339,11 @@ where
         .with_upgrades();
     tokio::pin!(conn);
     let mut phase = shared.shutdown.subscribe();
+    // A policy reload that refuses this host closes the connection (`conns`).
+    let mut registration = shared.conns.register(&target);
     let result = tokio::select! {
         r = conn.as_mut() => r,
+        () = registration.revoked() => return tunnel::End::Revoked,
         () = reached(&mut phase, Phase::Draining) => {
             conn.as_mut().graceful_shutdown();
             tokio::select! {

@@ -24,11 +24,13 @@
 //! The binary wires the real resolver and connector; tests build a [`Proxy`] with their own
 //! [`upstream::Resolve`] / [`upstream::Connect`] seams, which the command line cannot reach.
 
+pub mod admin;
 pub mod audit;
 mod body;
 pub mod ca;
 pub mod clock;
 pub mod config;
+pub mod conns;
 pub mod credentials;
 pub mod crypto;
 pub mod decide;
@@ -36,6 +38,7 @@ pub mod decode;
 pub mod deny;
 pub mod detect;
 pub mod dns;
+pub mod events;
 mod explicit;
 pub mod gate;
 pub mod gitfetch;
@@ -46,12 +49,14 @@ pub mod intercept;
 pub mod leaf;
 pub mod legible;
 pub mod limits;
+pub mod metrics;
 pub mod names;
 pub mod normalize;
 pub mod pool;
 mod read_ahead;
 pub mod receive_pack;
 pub mod recent;
+pub mod revision;
 pub mod scan;
 mod service;
 pub mod shutdown;
@@ -102,6 +107,8 @@ pub(crate) struct Shared {
     pub dns_budget: names::Budget,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
+    /// The open connections a policy reload re-judges.
+    pub conns: Arc<conns::Conns>,
 }
 
 /// Everything a proxy instance needs.
@@ -132,6 +139,23 @@ pub struct Proxy {
     pub interception: Arc<intercept::Interception>,
     /// Where the git service port listens (`channels::git_service_addr()`), if at all.
     pub git_service_addr: Option<SocketAddr>,
+    /// The admin API, if served.
+    pub admin: Option<AdminSetup>,
+}
+
+/// The admin API's socket and what it serves from ([`admin`]).
+#[derive(Debug)]
+pub struct AdminSetup {
+    /// The bound socket (PID 1 binds it and hands it over).
+    pub listener: std::os::unix::net::UnixListener,
+    /// Who may connect besides root.
+    pub operators: admin::peer::Operators,
+    /// Where PID 1's readiness record is (a directory holding `status.json`).
+    pub status_dir: Option<std::path::PathBuf>,
+    /// The policy revision the proxy starts with.
+    pub revisions: revision::Revisions,
+    /// The agent session's uid, when known.
+    pub agent_uid: Option<u32>,
 }
 
 /// A started proxy.
@@ -147,6 +171,10 @@ pub struct Running {
     pub git_service_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     listeners: Vec<JoinHandle<()>>,
+    /// The lines written to the audit log, as the event stream carries them.
+    pub hub: Arc<events::Hub>,
+    /// The counters the admin API serves.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl Proxy {
@@ -179,6 +207,26 @@ impl Proxy {
         let service_slots = Slots::service(&self.limits);
         let shutdown = Shutdown::new();
         let head_timer = gate::HeadTimer::new(self.limits.header_read_timeout);
+        let hub = Arc::new(events::Hub::new());
+        let metrics = Arc::new(metrics::Metrics::default());
+        self.audit.observe(Arc::clone(&hub), Arc::clone(&metrics));
+        let admin = match self.admin {
+            Some(a) => {
+                a.listener.set_nonblocking(true)?;
+                let listener = tokio::net::UnixListener::from_std(a.listener)?;
+                let state = admin::Admin {
+                    operators: a.operators,
+                    status_dir: a.status_dir,
+                    hub: Arc::clone(&hub),
+                    metrics: Arc::clone(&metrics),
+                    revisions: a.revisions,
+                    started_at_ms: admin::now_ms(),
+                    agent_uid: a.agent_uid,
+                };
+                Some((listener, Arc::new(state)))
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             rules: snapshot::Snapshot::new(self.rules),
             upstreams: self.upstreams.with_phase(shutdown.subscribe()),
@@ -195,6 +243,7 @@ impl Proxy {
             pool: pool::Pool::default(),
             dns_budget: names::Budget::default(),
             head_timer,
+            conns: Arc::new(conns::Conns::default()),
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,
@@ -215,6 +264,13 @@ impl Proxy {
             listeners.push(tokio::spawn(dns::serve_udp(udp, Arc::clone(&shared))));
             listeners.push(tokio::spawn(dns::serve_tcp(tcp, Arc::clone(&shared))));
         }
+        if let Some((listener, state)) = admin {
+            listeners.push(tokio::spawn(admin::serve(
+                listener,
+                Arc::clone(&shared),
+                state,
+            )));
+        }
         Ok(Running {
             explicit_addr,
             transparent_addr,
@@ -222,6 +278,8 @@ impl Proxy {
             git_service_addr,
             shared,
             listeners,
+            hub,
+            metrics,
         })
     }
 }

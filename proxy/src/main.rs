@@ -39,15 +39,27 @@ fn main() -> anyhow::Result<()> {
 
     // A policy that cannot be used is a refused start like any other (78, one line), not
     // a crash: the entrypoint reports it as the configuration problem it is.
-    let policy = match airlock_policy::Policy::load(&args.policy) {
+    let policy_text = match std::fs::read_to_string(&args.policy) {
+        Ok(t) => t,
+        Err(e) => refuse(&format!(
+            "loading policy {}: cannot read it: {e}",
+            args.policy.display()
+        )),
+    };
+    let policy = match airlock_policy::Policy::parse(&policy_text, &args.policy) {
         Ok(p) => p,
         Err(e) => {
             refuse(&format!("loading policy {}: {e}", args.policy.display()));
         }
     };
+    let policy_hash = airlock_proxy::revision::hash(policy_text.as_bytes());
+    // The admin socket is taken before anything else can open a descriptor over its number.
+    let admin_listener = match admin_listener(&args) {
+        Ok(l) => l,
+        Err(e) => refuse(&format!("{e:#}")),
+    };
     // Credentials, CA and upstream roots: any problem is a refusal to start (exit 78, one
     // line), never a proxy that runs without what the policy asked for.
-    let reload_policy = policy.clone();
     let (rules, interception) = match setup_interception(&args, policy) {
         Ok(i) => i,
         Err(e) => {
@@ -62,7 +74,51 @@ fn main() -> anyhow::Result<()> {
         .thread_keep_alive(Duration::from_secs(1))
         .build()
         .context("building the tokio runtime")?;
-    rt.block_on(run(args, rules, reload_policy, interception))
+    rt.block_on(run(
+        args,
+        rules,
+        interception,
+        admin_listener.map(|l| (l, policy_hash)),
+    ))
+}
+
+/// The admin API's socket: the inherited one (`--admin-fd`), one bound here
+/// (`--admin-socket`), or none.
+fn admin_listener(args: &Args) -> anyhow::Result<Option<std::os::unix::net::UnixListener>> {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    if let Some(fd) = args.admin_fd {
+        // Only a listening Unix stream socket is taken over; anything else is refused.
+        let sock_type = nix::sys::socket::getsockopt(
+            // SAFETY: `fd` is only borrowed for this call; a number that is not open fails
+            // with EBADF, which is reported.
+            &unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            nix::sys::socket::sockopt::SockType,
+        )
+        .with_context(|| format!("--admin-fd {fd} is not an open socket"))?;
+        anyhow::ensure!(
+            sock_type == nix::sys::socket::SockType::Stream,
+            "--admin-fd {fd} is not a stream socket"
+        );
+        // SAFETY: the descriptor was handed to this process for it alone (PID 1 dups it to
+        // this number for the proxy's exec); it is owned from here on and closed on exec.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        nix::fcntl::fcntl(
+            &owned,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .context("marking the admin socket close-on-exec")?;
+        return Ok(Some(std::os::unix::net::UnixListener::from(owned)));
+    }
+    if let Some(path) = &args.admin_socket {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::remove_file(path);
+        let l = std::os::unix::net::UnixListener::bind(path)
+            .with_context(|| format!("binding the admin socket {}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("setting the mode of {}", path.display()))?;
+        return Ok(Some(l));
+    }
+    Ok(None)
 }
 
 /// `EX_CONFIG`: the entrypoint reports it as a refused start.
@@ -98,8 +154,8 @@ fn setup_interception(
 async fn run(
     args: Args,
     rules: Rules,
-    policy: airlock_policy::Policy,
     interception: Interception,
+    admin: Option<(std::os::unix::net::UnixListener, String)>,
 ) -> anyhow::Result<()> {
     // Before the listeners answer: a SIGHUP must never meet the default action (exit).
     let mut signals = shutdown::Signals::install().context("installing signal handlers")?;
@@ -140,6 +196,19 @@ async fn run(
         original_dst: Arc::new(SoOriginalDst),
         interception: Arc::new(interception),
         git_service_addr: Some(airlock_channels::git_service_addr()),
+        admin: admin.map(|(listener, hash)| airlock_proxy::AdminSetup {
+            listener,
+            operators: airlock_proxy::admin::peer::Operators {
+                uids: args.admin_operator_uid.clone(),
+            },
+            status_dir: args.status_dir.clone(),
+            revisions: airlock_proxy::revision::Revisions::new(
+                &args.policy,
+                hash,
+                &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
+            ),
+            agent_uid: args.agent_uid,
+        }),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;
     tracing::info!("airlock-proxy ready on {}", running.explicit_addr);
@@ -152,6 +221,8 @@ async fn run(
             // used keeps the rules in force. Either way one audit line (`event: reload`,
             // counts only) and one stderr line.
             shutdown::Asked::Reload => {
+                // The policy in force: the start's, or the revision an operator loaded.
+                let policy = running.rules().policy.clone();
                 let (change, refused) = match Rules::reload(&policy, &handoff) {
                     Ok(new) => {
                         let before = running.replace_rules(new);

@@ -246,14 +246,20 @@ async fn handle(
         shared.audit.emit(rec).await;
         return;
     };
-    let end = tunnel::relay(
-        stream,
-        upstream.stream,
-        Arc::clone(&meter),
-        shared.limits.idle_timeout,
-        shared.shutdown.subscribe(),
-    )
-    .await;
+    // A policy reload that refuses the target closes the connection (`conns`).
+    let end = shared
+        .conns
+        .guard(
+            &target,
+            tunnel::relay(
+                stream,
+                upstream.stream,
+                Arc::clone(&meter),
+                shared.limits.idle_timeout,
+                shared.shutdown.subscribe(),
+            ),
+        )
+        .await;
     // Relayed bytes are counted as they cross: none either way, none went upstream.
     if meter.up() == 0 && meter.down() == 0 {
         crate::audit::abandoned(&mut rec);

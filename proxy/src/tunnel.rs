@@ -220,6 +220,8 @@ pub enum End {
     Idle,
     /// Cut at the end of the shutdown grace.
     Shutdown,
+    /// Closed because a policy reload refuses its destination ([`crate::conns`]).
+    Revoked,
 }
 
 /// Relays `client` ↔ `upstream` until both sides close, one fails, nothing moves for `idle`,

@@ -10,6 +10,7 @@
 
 mod common;
 
+mod admin;
 mod dns;
 mod encodings;
 mod explicit;

@@ -5,12 +5,15 @@
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use airlock_audit_schema::Timestamp;
 use airlock_audit_schema::chain::{self, ChainHash};
 use airlock_policy::reason::Reason;
+
+use crate::events::Hub;
+use crate::metrics::Metrics;
 
 use super::echo::{add_human, notice, write_human};
 use super::files::{Ageing, Classes, LogFile};
@@ -72,6 +75,15 @@ pub(super) struct Sink {
     /// The archives and the sort of the stream's aged-out file (`None`: a log file of the
     /// caller's own, which keeps what its `rotate` keeps).
     pub(super) ageing: Option<Arc<Ageing>>,
+    /// Who is told of each record and each line written (set once, by the proxy).
+    pub(super) observers: OnceLock<Observers>,
+}
+
+/// The counters fed from every record handed over, and the hub fed every line written.
+#[derive(Debug)]
+pub(super) struct Observers {
+    pub(super) hub: Arc<Hub>,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 impl Sink {
@@ -108,6 +120,7 @@ impl Sink {
             wake: Condvar::new(),
             available: AtomicBool::new(true),
             ageing,
+            observers: OnceLock::new(),
         }
     }
 
@@ -179,17 +192,26 @@ impl Sink {
             }
             // What waited was sealed after the file's last line: it now follows this one.
             new_head = chain::reseal(&mut buf[outage_line..], &head);
-            st.file.append(&buf).map(|()| buf.len())
+            st.file.append(&buf).map(|()| {
+                self.published(&buf);
+                buf.len()
+            })
         } else if with_line && st.queued.is_empty() {
             new_head = st.line_chain;
-            st.file.append(&st.line).map(|()| st.line.len())
+            st.file.append(&st.line).map(|()| {
+                self.published(&st.line);
+                st.line.len()
+            })
         } else {
             new_head = if with_line { st.line_chain } else { st.tail };
             let base = st.queued.len();
             if with_line {
                 st.queued.extend_from_slice(&st.line);
             }
-            let r = st.file.append(&st.queued).map(|()| st.queued.len());
+            let r = st.file.append(&st.queued).map(|()| {
+                self.published(&st.queued);
+                st.queued.len()
+            });
             if r.is_err() {
                 st.queued.truncate(base);
             }
@@ -232,6 +254,20 @@ impl Sink {
                 let _ = st.file.truncate(st.len);
                 Err(self.failed(st, e))
             }
+        }
+    }
+
+    /// `lines` are in the file now: the event stream's hub gets them.
+    fn published(&self, lines: &[u8]) {
+        if let Some(o) = self.observers.get() {
+            o.hub.publish(lines);
+        }
+    }
+
+    /// `rec` is handed to the log (written, queued or folded): counted.
+    fn counted(&self, rec: &Record) {
+        if let Some(o) = self.observers.get() {
+            o.metrics.record(rec);
         }
     }
 
@@ -285,6 +321,7 @@ impl Sink {
 
     /// Writes `rec` now (with the lines queued before it).
     pub(super) fn commit(&self, rec: &Record) -> Result<(), Unavailable> {
+        self.counted(rec);
         let mut st = self.lock();
         let st = &mut *st;
         if rec.decision == Verdict::Deny
@@ -320,6 +357,7 @@ impl Sink {
     pub(super) fn commit_reload(
         &self,
         change: &super::Change,
+        policy: Option<airlock_audit_schema::PolicyReload>,
         refused: Option<String>,
     ) -> Result<(), Unavailable> {
         let mut st = self.lock();
@@ -341,6 +379,7 @@ impl Sink {
             added: change.added,
             dropped: change.dropped,
             error: refused,
+            policy,
             chain: None,
         };
         st.line.clear();
@@ -363,6 +402,7 @@ impl Sink {
 
     /// Queues `rec` for the next write (at the latest after [`LINGER`]).
     pub(super) fn queue(&self, rec: &Record) {
+        self.counted(rec);
         let mut st = self.lock();
         if st.closed {
             drop(st);

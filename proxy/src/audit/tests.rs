@@ -28,6 +28,7 @@ fn event_strings_are_stable_and_distinct() {
         "no-original-destination",
         "redirect-loop",
         "suppressed",
+        "close-revoked",
     ];
     let written: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
     assert_eq!(written, pinned);

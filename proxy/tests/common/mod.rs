@@ -89,6 +89,8 @@ pub struct Extra {
     /// Roots the proxy trusts for upstream TLS besides webpki's (a test upstream's own, as
     /// an operator passes `--upstream-ca`).
     pub upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Serve the admin API on `admin.sock` in the harness's directory ([`Harness::admin`]).
+    pub admin: bool,
 }
 
 /// The harness's session, sandbox and container.
@@ -111,6 +113,10 @@ pub struct Harness {
     /// Every name the proxy asked its resolver for.
     pub lookups: Arc<Mutex<Vec<String>>>,
     pub dns: SocketAddr,
+    /// The admin API's socket, when [`Extra::admin`] asked for it.
+    pub admin: Option<PathBuf>,
+    /// The policy file the proxy started from.
+    pub policy_path: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -229,6 +235,11 @@ impl Harness {
         let (audit, writer) = audit::open(&audit_path, who(), audit::Bounds::default()).unwrap();
         let ca = airlock_proxy::ca::Ca::generate().unwrap();
         let ca_pem = ca.cert_pem().to_owned();
+        let admin_setup = extra.admin.then(|| {
+            let path = dir.path().join("admin.sock");
+            (std::os::unix::net::UnixListener::bind(&path).unwrap(), path)
+        });
+        let admin_path = admin_setup.as_ref().map(|(_, p)| p.clone());
         let proxy = Proxy {
             rules: airlock_proxy::snapshot::Rules::new(policy, credentials).unwrap(),
             who: who(),
@@ -245,6 +256,17 @@ impl Harness {
                     .unwrap(),
             ),
             git_service_addr: Some("127.0.0.1:0".parse().unwrap()),
+            admin: admin_setup.map(|(listener, _)| airlock_proxy::AdminSetup {
+                listener,
+                operators: airlock_proxy::admin::peer::Operators::default(),
+                status_dir: None,
+                revisions: airlock_proxy::revision::Revisions::new(
+                    &policy_path,
+                    airlock_proxy::revision::hash(&std::fs::read(&policy_path).unwrap()),
+                    &dir.path().join("no-handoff"),
+                ),
+                agent_uid: None,
+            }),
         };
         let running = proxy.start().await.unwrap();
         let dns = running.dns_addr.unwrap();
@@ -257,6 +279,8 @@ impl Harness {
             running: Some(running),
             writer: Some(writer),
             audit_path,
+            admin: admin_path,
+            policy_path: policy_path.clone(),
             connects,
             lookups,
             dns,

@@ -1,0 +1,323 @@
+//! The admin API: the operator's channel into a running proxy (docs/design.md §10).
+//!
+//! HTTP/1.1 with JSON bodies on a Unix socket in the control directory, which PID 1 binds
+//! (as root, in a directory the agent cannot enter) and hands to the proxy as an inherited
+//! descriptor, so the socket outlives a proxy restart. The protocol is
+//! `airlock_control::admin`'s: [`Request::from_http`] routes, one handler per operation
+//! answers. Every connection's peer is checked first ([`peer`]); a refused one gets a 403
+//! error body and a line in the proxy's log, and is counted.
+//!
+//! It serves: readiness (PID 1's record, which PID 1 also copies beside the proxy's state),
+//! the sessions, the policy revision, the counters and Prometheus metrics
+//! ([`crate::metrics`]), the event stream ([`stream`], every audit line as written), and the
+//! policy reload ([`crate::revision`]), after which the open connections the new revision
+//! refuses are closed ([`crate::conns`]).
+//!
+//! It does not decide anything about the agent's traffic, and a slow or broken admin client
+//! never holds up the proxy: each connection is its own task, bodies are bounded, and the
+//! event stream never makes the audit writer wait.
+
+pub mod peer;
+pub mod stream;
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use airlock_control::admin::{
+    ErrorBody, ErrorCode, Request, Response, Session, SessionKind, Sessions,
+};
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header};
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::Shared;
+use crate::events::Hub;
+use crate::metrics::Metrics;
+use crate::revision::{Outcome, Revisions};
+use crate::shutdown::{Phase, reached};
+use peer::{Operators, Peer};
+
+/// Largest request body (a reload's policy text and its JSON escaping).
+const MAX_BODY: usize = 2 * crate::revision::MAX_TEXT;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the admin API serves from, besides the proxy's shared state.
+#[derive(Debug)]
+pub struct Admin {
+    /// Who may connect besides root.
+    pub operators: Operators,
+    /// PID 1's readiness record (a copy beside the proxy's state), if there is one.
+    pub status_dir: Option<PathBuf>,
+    /// The lines written to the audit log.
+    pub hub: Arc<Hub>,
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+    /// The policy revisions.
+    pub revisions: Revisions,
+    /// When this proxy started, Unix ms.
+    pub started_at_ms: u64,
+    /// The uid the agent's session runs as, when known.
+    pub agent_uid: Option<u32>,
+}
+
+/// Serves `listener` until the proxy drains.
+pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, admin: Arc<Admin>) {
+    let mut phase = shared.shutdown.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = reached(&mut phase, Phase::Draining) => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(stream, Arc::clone(&shared), Arc::clone(&admin)));
+            }
+            Err(e) => {
+                tracing::warn!("admin socket: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) {
+    let refused = match stream.peer_cred() {
+        Ok(cred) => admin
+            .operators
+            .admit(Peer {
+                uid: cred.uid(),
+                pid: cred.pid(),
+            })
+            .err()
+            .map(|r| r.0),
+        Err(e) => Some(format!("the peer's credentials cannot be read: {e}")),
+    };
+    if let Some(why) = &refused {
+        admin.metrics.admin_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("admin API: connection refused: {why}");
+    }
+    let svc = service_fn(move |req: hyper::Request<Incoming>| {
+        let shared = Arc::clone(&shared);
+        let admin = Arc::clone(&admin);
+        let refused = refused.clone();
+        async move {
+            let resp = match refused {
+                Some(why) => error(ErrorCode::Forbidden, why),
+                None => handle(req, &shared, &admin).await,
+            };
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(64 * 1024)
+        .serve_connection(TokioIo::new(stream), svc);
+    if let Err(e) = conn.await {
+        tracing::debug!("admin API connection: {e}");
+    }
+}
+
+/// One request's answer.
+async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -> AdminResponse {
+    let method = req.method().as_str().to_owned();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return error(
+                ErrorCode::BadRequest,
+                format!("the request body cannot be read (at most {MAX_BODY} bytes): {e}"),
+            );
+        }
+    };
+    let request = match Request::from_http(&method, &target, &body) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!("admin API: {method} {target}: {}", e.message);
+            return error(e.code, e.message);
+        }
+    };
+    match request {
+        Request::Status => status(admin),
+        Request::Sessions => json(
+            StatusCode::OK,
+            &Response::Sessions(Sessions {
+                sessions: vec![Session {
+                    id: shared.who.session.to_string(),
+                    kind: SessionKind::Agent,
+                    uid: admin.agent_uid,
+                    started_at_ms: admin.started_at_ms,
+                }],
+            }),
+        ),
+        Request::Policy => json(StatusCode::OK, &Response::Policy(admin.revisions.current())),
+        Request::Counters => json(StatusCode::OK, &Response::Counters(counters(shared, admin))),
+        Request::Metrics => {
+            let c = counters(shared, admin);
+            let text = admin
+                .metrics
+                .prometheus(&c, admin.revisions.current().revision);
+            let mut resp = hyper::Response::new(AdminBody::full(text.into_bytes()));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            resp
+        }
+        Request::Events(q) => {
+            let (tx, rx) = mpsc::channel(stream::CHANNEL);
+            tokio::spawn(stream::follow(
+                Arc::clone(&admin.hub),
+                Arc::clone(&admin.metrics),
+                q,
+                tx,
+                shared.shutdown.subscribe(),
+            ));
+            let mut resp = hyper::Response::new(AdminBody::Stream(rx));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-ndjson"),
+            );
+            resp
+        }
+        Request::Reload(r) => {
+            let outcome = admin
+                .revisions
+                .reload(&shared.rules, &shared.audit, r, |new| {
+                    shared.conns.refused_by(new)
+                })
+                .await;
+            match outcome {
+                Ok(Outcome::Unchanged(r)) => json(StatusCode::OK, &Response::Reloaded(r)),
+                Ok(Outcome::Loaded(r)) => {
+                    let closed = shared.conns.close_refused();
+                    tracing::info!(
+                        "policy revision {} ({}) loaded; {closed} open connections it refuses closed",
+                        r.revision,
+                        r.hash
+                    );
+                    json(StatusCode::OK, &Response::Reloaded(r))
+                }
+                Err(e) => {
+                    tracing::warn!("policy reload refused: {}", e.message);
+                    error(e.code, e.message)
+                }
+            }
+        }
+        Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
+    }
+}
+
+fn counters(shared: &Shared, admin: &Admin) -> airlock_control::admin::Counters {
+    let open = shared.slots.in_use() + shared.service_slots.in_use();
+    admin.metrics.counters(
+        u64::try_from(open).unwrap_or(u64::MAX),
+        shared.audit.available(),
+    )
+}
+
+fn status(admin: &Admin) -> AdminResponse {
+    let Some(dir) = &admin.status_dir else {
+        return error(
+            ErrorCode::Unavailable,
+            "this proxy was started without a readiness record".to_owned(),
+        );
+    };
+    match airlock_control::status::read(dir) {
+        Ok(Some(s)) => json(StatusCode::OK, &Response::Status(s)),
+        Ok(None) => error(
+            ErrorCode::Unavailable,
+            "no readiness record yet: the start is still under way".to_owned(),
+        ),
+        Err(e) => error(
+            ErrorCode::Internal,
+            format!("the readiness record cannot be read: {e}"),
+        ),
+    }
+}
+
+/// Unix milliseconds now.
+#[must_use]
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+type AdminResponse = hyper::Response<AdminBody>;
+
+fn json(status: StatusCode, value: &Response) -> AdminResponse {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = hyper::Response::new(AdminBody::full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error(code: ErrorCode, message: String) -> AdminResponse {
+    let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    json(status, &Response::Error(ErrorBody { code, message }))
+}
+
+/// A whole body, or the event stream's chunks as they come.
+#[derive(Debug)]
+pub enum AdminBody {
+    /// The whole body (taken by the first poll).
+    Full(Option<Bytes>),
+    /// Chunks from the stream's task; the end of the channel is the end of the body.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl AdminBody {
+    fn full(b: Vec<u8>) -> Self {
+        Self::Full(Some(Bytes::from(b)))
+    }
+}
+
+impl Body for AdminBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            AdminBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            AdminBody::Stream(rx) => rx.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, AdminBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            AdminBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            AdminBody::Full(None) => SizeHint::with_exact(0),
+            AdminBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Policy revisions: the policy in force as a numbered, hashed revision, and the reload that
+//! replaces it while the proxy runs.
+//!
+//! A reload ([`Revisions::reload`]) validates the new text with the start-up code
+//! (`Policy::parse`, `file:line` errors), refuses what only a restart applies
+//! ([`restart_needed`]), builds the rules with the start's credential hand-off, writes the
+//! `reload` audit line with the old and new hash, and only then swaps the rules
+//! ([`crate::snapshot`]): no decision is made under a revision the log has not recorded. On
+//! any error the revision in force stays and the error says why; a text whose hash is the
+//! one in force loads nothing. One reload at a time.
+//!
+//! Open connections are re-judged under the new revision by the caller
+//! ([`crate::conns`]); their count is on the reload line.
+//!
+//! It does not read files on the host (the admin client sends the text) and does not
+//! change what other processes read at start: `[sandbox]`, `[git]` (the git API's),
+//! `[[credentials]]` (the hand-off's secrets) and `[secrets]` (the entrypoint's workspace
+//! scan) need a restart, and a change to them is refused saying so.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use airlock_audit_schema::PolicyReload;
+use airlock_control::admin::{ErrorBody, ErrorCode, PolicyRevision, ReloadRequest, Reloaded};
+use airlock_policy::Policy;
+
+use crate::audit::Audit;
+use crate::snapshot::{Rules, Snapshot};
+
+/// Largest policy text a reload takes.
+pub const MAX_TEXT: usize = 1 << 20;
+
+/// The hash a revision is named by: SHA-256 of its text, hex.
+#[must_use]
+pub fn hash(text: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text);
+    digest.as_ref().iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The part of `new` that differs from `old` and that only a restart applies, as the line
+/// that says so; `None` when the proxy alone can apply every change.
+#[must_use]
+pub fn restart_needed(old: &Policy, new: &Policy) -> Option<String> {
+    let section = if old.sandbox != new.sandbox {
+        "[sandbox] (the sandbox's name and mode are fixed for a start)"
+    } else if old.git != new.git {
+        "[git] (the git API reads its push rules at start)"
+    } else if old.credentials != new.credentials {
+        "[[credentials]] (their secrets are handed over at start)"
+    } else if old.secrets != new.secrets {
+        "[secrets] / [[detectors]] (the workspace scan reads them at start)"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the new policy changes {section}: restart the sandbox to apply it (airlock stop NAME, then airlock start NAME); the revision in force stays"
+    ))
+}
+
+/// The revision in force and how to make the next one.
+#[derive(Debug)]
+pub struct Revisions {
+    current: Mutex<PolicyRevision>,
+    /// One reload at a time (validation, audit line and swap in order).
+    turn: tokio::sync::Mutex<()>,
+    /// The policy file the proxy runs from: what a reload without text reads again.
+    path: PathBuf,
+    /// The start's credential hand-off: the secrets of the policy's credentials.
+    handoff: PathBuf,
+}
+
+/// A reload's outcome before the connections are re-judged.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The text's hash is the revision in force: nothing was loaded.
+    Unchanged(Reloaded),
+    /// The new revision is in force.
+    Loaded(Reloaded),
+}
+
+impl Revisions {
+    /// Revision 1: the policy the proxy started with, read from `path` (whose text hashes
+    /// to `hash`), with the credential hand-off at `handoff`.
+    #[must_use]
+    pub fn new(path: &Path, hash: String, handoff: &Path) -> Self {
+        Self {
+            current: Mutex::new(PolicyRevision {
+                revision: 1,
+                hash,
+                loaded_at_ms: now_ms(),
+                origin: path.display().to_string(),
+            }),
+            turn: tokio::sync::Mutex::new(()),
+            path: path.to_owned(),
+            handoff: handoff.to_owned(),
+        }
+    }
+
+    /// The revision in force.
+    #[must_use]
+    pub fn current(&self) -> PolicyRevision {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Loads the policy `req` carries (or the file the proxy runs from again) as the next
+    /// revision of `rules`: validated, audited, swapped. `closing` counts, under the new
+    /// rules, the open connections they refuse (written on the reload line); the caller
+    /// closes them once this returns.
+    ///
+    /// # Errors
+    /// The [`ErrorBody`] to answer: [`ErrorCode::InvalidPolicy`] (the text does not load, or
+    /// cannot be read; `file:line` in the message), [`ErrorCode::RestartNeeded`],
+    /// [`ErrorCode::Unavailable`] (the audit log cannot record the reload). The revision in
+    /// force stays; every refusal but the last has its own `reload` line with `decision:
+    /// deny`.
+    pub async fn reload(
+        &self,
+        rules: &Snapshot<Rules>,
+        audit: &Audit,
+        req: ReloadRequest,
+        closing: impl FnOnce(&Rules) -> u64,
+    ) -> Result<Outcome, ErrorBody> {
+        let _turn = self.turn.lock().await;
+        let origin = req
+            .origin
+            .clone()
+            .unwrap_or_else(|| self.path.display().to_string());
+        let text = match req.text {
+            Some(t) => t,
+            None => std::fs::read_to_string(&self.path).map_err(|e| {
+                error(
+                    ErrorCode::InvalidPolicy,
+                    format!("cannot read the policy {}: {e}", self.path.display()),
+                )
+            })?,
+        };
+        if text.len() > MAX_TEXT {
+            return Err(error(
+                ErrorCode::InvalidPolicy,
+                format!("the policy text is over {MAX_TEXT} bytes"),
+            ));
+        }
+        let before = self.current();
+        let new_hash = hash(text.as_bytes());
+        if new_hash == before.hash {
+            return Ok(Outcome::Unchanged(reloaded(&before, false, 0)));
+        }
+        let in_force = rules.load();
+        let line = |revision, hash: &str, closed| PolicyReload {
+            revision,
+            hash: hash.to_owned(),
+            previous_hash: before.hash.clone(),
+            origin: origin.clone(),
+            closed,
+        };
+        let refuse = |code, message: String| {
+            // The refusal is on the log too (a log that cannot be written says so itself).
+            let _ = audit.policy_reload(
+                &in_force.unchanged(),
+                line(before.revision, &before.hash, 0),
+                Some(format!("{new_hash}: {message}")),
+            );
+            error(code, message)
+        };
+        let policy = Policy::parse(&text, Path::new(&origin))
+            .map_err(|e| refuse(ErrorCode::InvalidPolicy, e.to_string()))?;
+        if let Some(why) = restart_needed(&in_force.policy, &policy) {
+            return Err(refuse(ErrorCode::RestartNeeded, why));
+        }
+        let new = Rules::reload(&policy, &self.handoff)
+            .map_err(|e| refuse(ErrorCode::InvalidPolicy, e.to_string()))?;
+        let closed = closing(&new);
+        let change = new.change(in_force.credentials.workspace_secrets());
+        let revision = before.revision + 1;
+        audit
+            .policy_reload(&change, line(revision, &new_hash, closed), None)
+            .map_err(|_| {
+                error(
+                    ErrorCode::Unavailable,
+                    "the audit log cannot be written, so the reload was not applied: free the audit volume and try again".to_owned(),
+                )
+            })?;
+        rules.replace(new);
+        let now = PolicyRevision {
+            revision,
+            hash: new_hash,
+            loaded_at_ms: now_ms(),
+            origin,
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = now.clone();
+        Ok(Outcome::Loaded(reloaded(&now, true, closed)))
+    }
+}
+
+fn reloaded(r: &PolicyRevision, changed: bool, closed: u64) -> Reloaded {
+    Reloaded {
+        revision: r.revision,
+        hash: r.hash.clone(),
+        loaded_at_ms: r.loaded_at_ms,
+        changed,
+        closed,
+    }
+}
+
+fn error(code: ErrorCode, message: String) -> ErrorBody {
+    ErrorBody { code, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(text: &str) -> Policy {
+        Policy::parse(text, Path::new("p.toml")).unwrap()
+    }
+
+    const BASE: &str = "[sandbox]\nname = \"box\"\n\n[network]\nallow = [\"a.example\"]\n";
+
+    #[test]
+    fn network_changes_load_live_and_the_rest_needs_a_restart() {
+        let old = policy(BASE);
+        let more = policy(&BASE.replace("\"a.example\"", "\"a.example\", \"b.example\""));
+        assert_eq!(restart_needed(&old, &more), None);
+        let renamed = policy(&BASE.replace("\"box\"", "\"other\""));
+        assert!(
+            restart_needed(&old, &renamed)
+                .unwrap()
+                .contains("[sandbox]")
+        );
+        let git = policy(&format!(
+            "{BASE}\n[git]\nprotected_branches = [\"main\", \"release/*\"]\n"
+        ));
+        assert!(restart_needed(&old, &git).unwrap().contains("[git]"));
+    }
+
+    #[test]
+    fn the_hash_is_sha256_hex() {
+        assert_eq!(
+            hash(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
