@@ -36,6 +36,8 @@ tests/smoke/extra-ca.sh
 tests/smoke/cli-wire.sh
 # Nothing a CLI sandbox writes runs on the host; it reads only its base's objects.
 tests/smoke/cli-escape.sh
+# The operator's admin API on a CLI sandbox; the agent cannot reach it (issue 41).
+tests/smoke/admin-api.sh
 # Every documented way to run (compose v1 and v2, the devcontainer, the Pod) starts.
 tests/smoke/cli-run-ways.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
