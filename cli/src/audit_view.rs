@@ -291,6 +291,25 @@ fn outage(o: &Outage) -> (String, bool, Option<String>) {
 
 fn reload(r: &Reload) -> (String, bool, Option<String>) {
     let mut s = lead(r.ts, Some(&r.session), "reload");
+    // The operator's policy reload (admin API): the revision, where it came from, what it
+    // closed; a refused one names the revision that stays.
+    if let Some(p) = &r.policy {
+        let hash = p.hash.get(..12).unwrap_or(&p.hash);
+        match &r.error {
+            None => s.push_str(&format!(
+                "policy revision {} ({hash}) from {}: {} open connection{} it refuses closed",
+                p.revision,
+                p.origin,
+                p.closed,
+                if p.closed == 1 { "" } else { "s" }
+            )),
+            Some(e) => s.push_str(&format!(
+                "policy from {} refused, revision {} ({hash}) stays: {e}",
+                p.origin, p.revision
+            )),
+        }
+        return (s, r.decision == Verdict::Deny, None);
+    }
     match &r.error {
         None => s.push_str(&format!(
             "rules replaced: {} secrets in {} files protected (+{} -{})",

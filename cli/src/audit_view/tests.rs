@@ -241,6 +241,27 @@ fn folded_outage_reload_and_rotated_lines_are_printed_as_counts() {
         "{text}"
     );
 
+    // The operator's policy reload: its revision, origin and the connections it closed.
+    let mut pr = rl.clone();
+    pr["revision"] = 3.into();
+    pr["hash"] = "ab".repeat(32).into();
+    pr["previous_hash"] = "cd".repeat(32).into();
+    pr["origin"] = "/home/me/policy.toml".into();
+    pr["closed"] = 2.into();
+    let text = show(&pr.to_string());
+    assert!(
+        text.contains(" reload    policy revision 3 (abababababab) from /home/me/policy.toml: 2 open connections it refuses closed"),
+        "{text}"
+    );
+    pr["decision"] = "deny".into();
+    pr["revision"] = 2.into();
+    pr["error"] = "/home/me/policy.toml:3:1: expected `=`".into();
+    let text = show(&pr.to_string());
+    assert!(
+        text.contains(" reload    policy from /home/me/policy.toml refused, revision 2 (abababababab) stays: /home/me/policy.toml:3:1: expected `=`"),
+        "{text}"
+    );
+
     let rot = serde_json::json!({"ts": "2025-11-28T03:20:00.123Z", "session": SESSION, "sandbox": "s",
         "container": null, "kind": "audit", "event": "rotated", "part": "stream", "lines": 100,
         "bytes": 9000, "since": null, "until": null, "to_allowed": 40, "to_first": 3,
