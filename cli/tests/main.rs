@@ -9,6 +9,7 @@
 
 mod common;
 
+mod admin;
 mod docker;
 mod fake;
 mod host;

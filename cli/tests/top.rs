@@ -16,12 +16,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// A tmux server of its own, killed on drop.
-struct Tmux {
-    socket: PathBuf,
+pub struct Tmux {
+    pub socket: PathBuf,
 }
 
 impl Tmux {
-    fn cmd(&self, args: &[&str]) -> std::process::Output {
+    pub fn cmd(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
             .arg("-S")
             .arg(&self.socket)
@@ -30,11 +30,11 @@ impl Tmux {
             .expect("tmux is required: apt-get install tmux")
     }
 
-    fn screen(&self) -> String {
+    pub fn screen(&self) -> String {
         String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
     }
 
-    fn wait_for(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let s = self.screen();

@@ -1,0 +1,205 @@
+//! The CLI as the admin API's client against the real proxy of the real image
+//! (`scripts/build-image`, an image with the admin API): `status` with the proxy's numbers,
+//! `logs --audit -f` from the event stream, `policy show` and `policy reload` (a broken file
+//! refused with FILE:LINE and the old revision kept, a good one swapped in, the same one
+//! again unchanged), and `top` in a real terminal (tmux) showing a denial as it happens.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common::{POLICY, World};
+use crate::top::Tmux;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The agent asks the proxy for a host: the proxy's refusal (its `x-airlock-error` header,
+/// empty when it did not refuse).
+fn refusal(w: &World, name: &str, host: &str) -> String {
+    let o = w.run(&[
+        "exec",
+        name,
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "curl -s --max-time 10 -o /dev/null -D - http://{host}/ | tr -d '\\r' | sed -n 's/^x-airlock-error: *//Ip'"
+        ),
+    ]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+#[test]
+fn status_logs_follow_and_policy_reload_through_the_admin_api() {
+    let w = World::new("adm");
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+
+    // status: the proxy's view beside the registry's.
+    let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
+    assert_eq!(v["admin_error"], Value::Null, "{v}");
+    assert_eq!(v["admin"]["status"]["state"], "ready", "{v}");
+    assert_eq!(v["admin"]["policy"]["revision"], 1, "{v}");
+    assert_eq!(v["admin"]["counters"]["audit"], "writing", "{v}");
+    let text = w.ok(&["status", &s]);
+    for want in [
+        "policy      revision 1 (",
+        "requests    ",
+        "audit       writing",
+        "connections ",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+
+    // top in a terminal: the sandbox's row, then a denial as it happens; q quits.
+    let tmux = Tmux {
+        socket: w.dir.path().join("tmux.sock"),
+    };
+    let rc = w.dir.path().join("top.rc");
+    let script = format!(
+        "env AIRLOCK_DATA_DIR={} AIRLOCK_CONFIG_DIR={} {} top --interval 0.2; echo rc=$? > {}; sleep 60",
+        w.data().display(),
+        w.config().display(),
+        env!("CARGO_BIN_EXE_airlock"),
+        rc.display()
+    );
+    let o = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        o.status.success(),
+        "tmux: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    tmux.wait_for("the sandbox's row", |screen| {
+        screen
+            .lines()
+            .any(|l| l.contains(&s) && l.contains("ready") && l.contains(" r1 "))
+    });
+    assert!(refusal(&w, &s, "top.blocked.test").contains("blocked-by-policy"));
+    tmux.wait_for("the denial", |screen| {
+        screen
+            .lines()
+            .any(|l| l.contains("top.blocked.test") && l.contains("blocked-by-policy"))
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let start = Instant::now();
+    while !rc.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "top did not quit on q:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "rc=0");
+    drop(tmux);
+
+    // logs --audit -f: a denial comes through the event stream while it follows.
+    let mut follow = w
+        .cmd(&["logs", &s, "--audit", "-f", "--denied"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let out = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send((Instant::now(), line)).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(refusal(&w, &s, "stream.blocked.test").contains("blocked-by-policy"));
+    let denied_at = Instant::now();
+    let seen = loop {
+        let (at, line) = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("logs -f never printed the denial");
+        if line.contains("stream.blocked.test") {
+            break (at, line);
+        }
+    };
+    assert!(seen.1.contains("deny"), "{}", seen.1);
+    eprintln!(
+        "logs -f printed the denial {} ms after curl returned",
+        seen.0.saturating_duration_since(denied_at).as_millis()
+    );
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
+    assert!(v["admin"]["counters"]["denied"].as_u64() >= Some(1), "{v}");
+
+    // policy reload: a broken file is refused with its FILE:LINE, revision 1 stays.
+    let broken = w.dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        "[sandbox]\nname = \"clitest\"\n[network\nallow = []\n",
+    )
+    .unwrap();
+    let o = w.run(&["policy", "reload", &s, broken.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}:", broken.display())),
+        "FILE:LINE in {err}"
+    );
+    assert!(w.ok(&["policy", "show", &s]).starts_with("revision 1 ("));
+
+    // A good one: revision 2, and the host it allows now passes the policy.
+    let good = w.dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        POLICY.replace(
+            "[\"allowed.test\"]",
+            "[\"allowed.test\", \"stream.blocked.test\"]",
+        ),
+    )
+    .unwrap();
+    let out = w.ok(&["policy", "reload", &s, good.to_str().unwrap()]);
+    assert!(out.starts_with("revision 2 ("), "{out}");
+    assert!(out.contains("open connection"), "{out}");
+    let shown = w.ok(&["policy", "show", &s]);
+    assert!(shown.starts_with("revision 2 ("), "{shown}");
+    assert!(shown.contains(&good.display().to_string()), "{shown}");
+    let after = refusal(&w, &s, "stream.blocked.test");
+    assert!(
+        !after.contains("blocked-by-policy"),
+        "the new revision allows it (it may still not resolve): {after}"
+    );
+    // The same rules again: nothing happens.
+    let out = w.ok(&["policy", "reload", &s, good.to_str().unwrap()]);
+    assert!(out.starts_with("unchanged: revision 2"), "{out}");
+
+    // Stopped: the admin commands say it does not run; status is the registry's.
+    w.ok(&["stop", &s]);
+    let o = w.run(&["policy", "show", &s]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("is not running, or started before the admin API"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
+    assert_eq!(v["admin"], Value::Null, "{v}");
+    w.ok(&["destroy", &s, "--force"]);
+}
