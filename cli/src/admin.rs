@@ -395,6 +395,13 @@ fn head(body: &[u8]) -> String {
     text.trim().to_owned()
 }
 
+/// A record line's `record` as its text.
+#[derive(serde::Deserialize)]
+struct RawRecord<'a> {
+    #[serde(borrow)]
+    record: &'a serde_json::value::RawValue,
+}
+
 /// An open event stream: NDJSON, one [`StreamLine`] per line.
 #[derive(Debug)]
 pub struct EventStream {
@@ -415,6 +422,18 @@ impl EventStream {
     /// a [`StreamLine`] (a line of a kind this CLI does not know reads as
     /// [`StreamLine::Unknown`], not as an error).
     pub async fn next(&mut self) -> Result<Option<StreamLine>, AdminError> {
+        Ok(self.next_with_text().await?.map(|(line, _)| line))
+    }
+
+    /// As [`EventStream::next`], with a record's JSON text exactly as the server sent it
+    /// (the log's line as written: its keys in their order, for `--json` and the hash
+    /// chain); `None` for a line that is not a record.
+    ///
+    /// # Errors
+    /// As [`EventStream::next`].
+    pub async fn next_with_text(
+        &mut self,
+    ) -> Result<Option<(StreamLine, Option<String>)>, AdminError> {
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=i).collect();
@@ -422,14 +441,19 @@ impl EventStream {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                return serde_json::from_slice::<StreamLine>(line)
-                    .map(Some)
-                    .map_err(|e| {
-                        self.client.protocol(format!(
-                            "an event line that does not read ({e}): {}",
-                            head(line)
-                        ))
-                    });
+                let parsed = serde_json::from_slice::<StreamLine>(line).map_err(|e| {
+                    self.client.protocol(format!(
+                        "an event line that does not read ({e}): {}",
+                        head(line)
+                    ))
+                })?;
+                let text = match parsed {
+                    StreamLine::Record(_) => serde_json::from_slice::<RawRecord<'_>>(line)
+                        .ok()
+                        .map(|r| r.record.get().to_owned()),
+                    _ => None,
+                };
+                return Ok(Some((parsed, text)));
             }
             if self.done {
                 if self.buf.iter().all(u8::is_ascii_whitespace) {

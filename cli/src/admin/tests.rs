@@ -81,7 +81,7 @@ fn routed(seen: Arc<Mutex<Vec<Request>>>) -> Handler {
                     closed: 1,
                 }),
             ),
-            Request::Events(_) | Request::Unknown => Answer::Fixed(500, Vec::new()),
+            _ => Answer::Fixed(500, Vec::new()),
         }
     })
 }
@@ -292,6 +292,21 @@ fn the_stream_yields_each_line_as_it_comes_whatever_the_chunks() {
             .await
             .unwrap();
         assert_eq!(s.next().await.unwrap(), Some(StreamLine::Unknown));
+        // A record's text as the server wrote it (the log's line, keys in its order).
+        let exact =
+            r#"{"ts":"2026-11-28T14:00:00.000Z","session":"s1","decision":"deny","chain":"x"}"#;
+        tx.send(
+            format!(r#"{{"kind":"record","cursor":"s1:9","log":"audit","record":{exact}}}"#)
+                .into_bytes()
+                .into_iter()
+                .chain([b'\n'])
+                .collect(),
+        )
+        .await
+        .unwrap();
+        let (line, text) = s.next_with_text().await.unwrap().unwrap();
+        assert!(matches!(line, StreamLine::Record(_)), "{line:?}");
+        assert_eq!(text.as_deref(), Some(exact));
         // The server ends the stream: None, and None again.
         drop(tx);
         assert_eq!(s.next().await.unwrap(), None);

@@ -78,11 +78,11 @@ pub async fn held(client: &Client, mut query: EventsQuery) -> Result<Vec<String>
     query.follow = false;
     let mut stream = client.events(query).await?;
     let mut out = Vec::new();
-    while let Some(line) = stream.next().await? {
+    while let Some((line, text)) = stream.next_with_text().await? {
         if let StreamLine::Record(ev) = line
             && ev.log == Log::Audit
         {
-            out.push(ev.record.to_string());
+            out.push(text.unwrap_or_else(|| ev.record.to_string()));
         }
     }
     Ok(out)
@@ -173,23 +173,23 @@ impl StreamFollower {
                 continue;
             };
             let first = !self.connected_once;
-            match stream.next().await {
-                Ok(Some(StreamLine::Record(ev))) => {
+            match stream.next_with_text().await {
+                Ok(Some((StreamLine::Record(ev), text))) => {
                     self.connected_once = true;
                     self.query.after = Some(ev.cursor);
                     if self.seen.has(&ev.record) {
                         continue;
                     }
-                    return Item::Record(ev.log, ev.record.to_string());
+                    return Item::Record(ev.log, text.unwrap_or_else(|| ev.record.to_string()));
                 }
-                Ok(Some(StreamLine::Note(n))) => match n.code {
+                Ok(Some((StreamLine::Note(n), _))) => match n.code {
                     // On the first connection the files had what the proxy no longer holds.
                     NoteCode::Gap if first && !self.seen.is_empty() => {}
                     NoteCode::Gap => return Item::Say(n.message),
                     // Fell behind: open it again after the last cursor read.
                     NoteCode::Dropped | NoteCode::Unknown => self.stream = None,
                 },
-                Ok(Some(StreamLine::Unknown)) => {}
+                Ok(Some((StreamLine::Unknown, _))) => {}
                 Ok(None) => {
                     self.connected_once = true;
                     self.stream = None;
