@@ -49,6 +49,11 @@ pub const CA_CERT: &str = "AIRLOCK_CA_CERT";
 /// The operator CA's private key.
 pub const CA_KEY: &str = "AIRLOCK_CA_KEY";
 
+/// A file whose non-empty content is the claim that makes this start a session: when set,
+/// PID 1 mints nothing and starts nothing until the file says who claimed it (a warm pod
+/// of a Kubernetes pool; docs/kubernetes.md, "Claim-time secrets").
+pub const WAIT_FOR_CLAIM: &str = "AIRLOCK_WAIT_FOR_CLAIM";
+
 /// The variable that labels the host file of the secret `name` for the entrypoint's
 /// refusals: `AIRLOCK_HOST_<NAME>_FILE` (`github_token` → `AIRLOCK_HOST_GITHUB_TOKEN_FILE`).
 #[must_use]

@@ -75,6 +75,11 @@ pub struct Cli {
     /// Validate the policy and the environment, print the firewall that would be applied, exit.
     #[arg(long)]
     pub check: bool,
+    /// Wait, holding no secret and starting nothing, until this file holds the claim that
+    /// makes the start a session (a warm pod of a Kubernetes pool): the session id, session
+    /// key, placeholders and CA are minted only then.
+    #[arg(long, env = env::WAIT_FOR_CLAIM)]
+    pub wait_for_claim: Option<PathBuf>,
     /// Say whether this container's start is ready, from the readiness record in its
     /// control directory, and exit 0 if it is (1 if not yet, 78 if refused): a Kubernetes
     /// readiness probe. Starts nothing.

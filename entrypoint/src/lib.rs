@@ -20,6 +20,7 @@
 pub mod admin_socket;
 pub mod agent_env;
 pub mod checks;
+pub mod claim;
 pub mod config;
 pub mod console;
 pub mod credentials;

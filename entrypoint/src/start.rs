@@ -155,6 +155,16 @@ pub fn run(cli: Cli) -> Result<i32> {
         return Ok(code);
     }
     let mut record = readiness::Record::begin(&cli.run_dir);
+    // A warm pod: nothing that belongs to a session exists before its claim.
+    if let Some(file) = &cli.wait_for_claim {
+        let claim = crate::claim::wait(file)?;
+        eprintln!("airlock: claimed ({claim}): starting");
+    }
+    let clock = if cli.wait_for_claim.is_some() {
+        Clock::start()
+    } else {
+        clock
+    };
     let started = start(cli, clock, &mut record);
     if let Err(e) = &started {
         record.refused(&readiness::reason(e));

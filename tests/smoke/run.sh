@@ -38,6 +38,8 @@ tests/smoke/cli-wire.sh
 tests/smoke/cli-escape.sh
 # The operator's admin API on a CLI sandbox; the agent cannot reach it (issue 41).
 tests/smoke/admin-api.sh
+# A warm pod holds no secret until it is claimed; two claims, two sessions (issue 44).
+tests/smoke/claim.sh
 # Every documented way to run (compose v1 and v2, the devcontainer, the Pod) starts.
 tests/smoke/cli-run-ways.sh
 # The friction benchmark (issue 17 item 8): an honest command refused or failing fails here.
