@@ -7,9 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use airlock_control::admin::{
-    AuditState, Counters, Cursor, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note, NoteCode,
-    PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session, SessionKind, Sessions,
-    StreamLine,
+    AuditState, CheckQuery, Checked, Counters, Cursor, ErrorBody, ErrorCode, Event, EventsQuery,
+    Log, Note, NoteCode, PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session,
+    SessionKind, Sessions, StreamLine,
 };
 use airlock_control::{State, Status, Steps};
 use serde::Serialize;
@@ -82,6 +82,13 @@ fn requests() {
         }),
     );
     golden(
+        "request-check",
+        &Request::Check(CheckQuery {
+            url: "https://api.github.com/repos/acme/app/pulls".into(),
+            method: Some("POST".into()),
+        }),
+    );
+    golden(
         "request-reload",
         &Request::Reload(ReloadRequest {
             text: Some("[sandbox]\nname = \"fix-login\"\n".into()),
@@ -133,6 +140,18 @@ fn responses() {
             loaded_at_ms: 1_795_853_189_000,
             changed: true,
             closed: 1,
+        }),
+    );
+    golden(
+        "response-checked",
+        &Response::Checked(Checked {
+            revision: 2,
+            decision: "deny".into(),
+            stage: "host".into(),
+            reason: Some("blocked-by-policy".into()),
+            rule: None,
+            intercepted: true,
+            message: "evil.example:443 is refused (blocked-by-policy): add the host to network.allow in the policy".into(),
         }),
     );
     golden(

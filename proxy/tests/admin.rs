@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use airlock_control::admin::{EventsQuery, ReloadRequest, Request, Response, StreamLine};
+use airlock_control::admin::{
+    CheckQuery, EventsQuery, ReloadRequest, Request, Response, StreamLine,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
@@ -394,8 +396,7 @@ async fn a_reload_swaps_the_policy_keeps_what_it_allows_and_closes_what_it_refus
     assert_eq!(reloads[2]["closed"], 50);
     assert_eq!(reloads[2]["previous_hash"], reloads[0]["hash"]);
     // The reload line comes before the lines of the connections it closed.
-    let at =
-        |pred: &dyn Fn(&serde_json::Value) -> bool| lines.iter().position(pred).unwrap();
+    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| lines.iter().position(pred).unwrap();
     let reload_at = at(&|l| l["event"] == "reload" && l["decision"] == "allow");
     let first_revoked = at(&|l| l["event"] == "close-revoked");
     assert!(reload_at < first_revoked);
@@ -452,3 +453,36 @@ async fn a_peer_that_is_not_an_operator_is_refused() {
 }
 
 use std::os::unix::process::CommandExt as _;
+
+#[tokio::test]
+async fn a_dry_run_names_the_rule_that_decides_and_sends_nothing() {
+    let mut h = admin_harness(&[]).await;
+    let sock = h.admin.clone().unwrap();
+    let ask = |url: &str, method: Option<&str>| {
+        Request::Check(CheckQuery {
+            url: url.into(),
+            method: method.map(str::to_owned),
+        })
+    };
+    let (status, body) = call(&sock, &ask("https://evil.test/x", Some("GET"))).await;
+    assert_eq!(status, 200);
+    let Response::Checked(c) = response(&body) else {
+        panic!()
+    };
+    assert_eq!((c.decision.as_str(), c.stage.as_str()), ("deny", "host"));
+    assert_eq!(c.reason.as_deref(), Some("blocked-by-policy"));
+    assert_eq!(c.revision, 1);
+    let (_, body) = call(&sock, &ask("https://allowed.test/v1/x", Some("POST"))).await;
+    let Response::Checked(c) = response(&body) else {
+        panic!()
+    };
+    assert_eq!(c.decision, "allow", "{c:?}");
+    assert_eq!(c.rule.as_deref(), Some("allowed.test"));
+    let (status, body) = call(&sock, &ask("ftp://allowed.test/", None)).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    // A dry run is no request: nothing counted, nothing looked up, nothing in the log.
+    assert_eq!(counters(&sock).await.requests, 0);
+    assert!(h.lookups.lock().unwrap().is_empty());
+    let lines = h.finish().await;
+    assert!(lines.iter().all(|l| l["host"] != "evil.test"), "{lines:?}");
+}

@@ -24,10 +24,10 @@ mod request;
 mod response;
 
 pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
-pub use request::{HttpRequest, Method, ReloadRequest, Request};
+pub use request::{CheckQuery, HttpRequest, Method, ReloadRequest, Request};
 pub use response::{
-    AuditState, Counters, ErrorBody, ErrorCode, PolicyRevision, Reloaded, Response, Session,
-    SessionKind, Sessions,
+    AuditState, Checked, Counters, ErrorBody, ErrorCode, PolicyRevision, Reloaded, Response,
+    Session, SessionKind, Sessions,
 };
 
 /// The protocol version this crate speaks.
@@ -49,6 +49,9 @@ pub mod path {
     /// `POST`: load a new policy revision ([`super::ReloadRequest`] →
     /// [`super::Reloaded`]).
     pub const RELOAD: &str = "/v1/policy/reload";
+    /// `GET`: what the revision in force would decide for a URL, nothing sent
+    /// ([`super::CheckQuery`] in the query string → [`super::Checked`]).
+    pub const CHECK: &str = "/v1/policy/check";
     /// `GET`: the counters ([`super::Counters`]).
     pub const COUNTERS: &str = "/v1/counters";
     /// `GET`: the event stream, NDJSON of [`super::StreamLine`] ([`super::EventsQuery`] in

@@ -24,6 +24,8 @@ pub enum Request {
     Reload(ReloadRequest),
     /// Prometheus metrics ([`path::METRICS`]).
     Metrics,
+    /// A dry run of the policy in force for one URL ([`path::CHECK`]).
+    Check(CheckQuery),
     /// An operation this side does not know (a newer peer's).
     #[serde(other)]
     Unknown,
@@ -38,6 +40,66 @@ pub struct ReloadRequest {
     /// Where `text` came from (a host path), for `file:line` in errors and the audit line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+}
+
+/// What a dry run asks about: the query string of [`path::CHECK`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckQuery {
+    /// The URL the agent would ask for (`https://host[:port]/path`, `http://...`, or
+    /// `host:port` for a tunnel).
+    pub url: String,
+    /// The method (none: only the host is judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+impl CheckQuery {
+    fn to_query(&self) -> String {
+        let mut q = format!("url={}", encode(&self.url));
+        if let Some(m) = &self.method {
+            q.push_str("&method=");
+            q.push_str(&encode(m));
+        }
+        q
+    }
+
+    fn from_query(query: &str) -> Result<CheckQuery, ErrorBody> {
+        let bad = |message: String| error(ErrorCode::BadRequest, message);
+        let mut q = CheckQuery::default();
+        let (mut url, mut method) = (None, None);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .map_err(|_| bad(format!("the value of {key} is not UTF-8")))?
+                .into_owned();
+            let slot = match key {
+                "url" => &mut url,
+                "method" => &mut method,
+                other => {
+                    return Err(bad(format!(
+                        "{other} is not a parameter of a policy check (url, method)"
+                    )));
+                }
+            };
+            if slot.replace(value).is_some() {
+                return Err(bad(format!("{key} is given twice")));
+            }
+        }
+        q.url = url.ok_or_else(|| bad("a policy check needs url=".to_owned()))?;
+        q.method = method;
+        Ok(q)
+    }
+}
+
+/// A query value escaped: everything but unreserved characters.
+fn encode(v: &str) -> String {
+    const VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(v, VALUE).to_string()
 }
 
 /// An HTTP method the API uses.
@@ -81,10 +143,11 @@ enum Op {
     Events,
     Reload,
     Metrics,
+    Check,
 }
 
 /// The routing table: every operation's method and path, once.
-const ROUTES: [(Method, &str, Op); 7] = [
+const ROUTES: [(Method, &str, Op); 8] = [
     (Method::Get, path::STATUS, Op::Status),
     (Method::Get, path::SESSIONS, Op::Sessions),
     (Method::Get, path::POLICY, Op::Policy),
@@ -92,6 +155,7 @@ const ROUTES: [(Method, &str, Op); 7] = [
     (Method::Get, path::EVENTS, Op::Events),
     (Method::Post, path::RELOAD, Op::Reload),
     (Method::Get, path::METRICS, Op::Metrics),
+    (Method::Get, path::CHECK, Op::Check),
 ];
 
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
@@ -137,7 +201,7 @@ impl Request {
                 format!("{route} takes {}, not {method}", want.as_str()),
             ));
         }
-        if op != Op::Events && query.is_some_and(|q| !q.is_empty()) {
+        if !matches!(op, Op::Events | Op::Check) && query.is_some_and(|q| !q.is_empty()) {
             return Err(error(
                 ErrorCode::BadRequest,
                 format!("{route} takes no query string"),
@@ -150,6 +214,7 @@ impl Request {
             Op::Counters => Request::Counters,
             Op::Metrics => Request::Metrics,
             Op::Events => Request::Events(EventsQuery::from_query(query.unwrap_or(""))?),
+            Op::Check => Request::Check(CheckQuery::from_query(query.unwrap_or(""))?),
             Op::Reload if body.iter().all(u8::is_ascii_whitespace) => {
                 Request::Reload(ReloadRequest::default())
             }
@@ -192,6 +257,7 @@ impl Request {
                     get(&format!("{}?{query}", path::EVENTS))
                 }
             }
+            Request::Check(q) => get(&format!("{}?{}", path::CHECK, q.to_query())),
             Request::Reload(r) => HttpRequest {
                 method: Method::Post,
                 target: path::RELOAD.to_owned(),
@@ -223,6 +289,14 @@ mod tests {
                 reason: Some("host-not-allowed".into()),
                 since_ms: Some(1_795_853_089_000),
                 follow: true,
+            }),
+            Request::Check(CheckQuery {
+                url: "https://api.github.com/repos/o/r/pulls?state=open".into(),
+                method: Some("POST".into()),
+            }),
+            Request::Check(CheckQuery {
+                url: "evil.example:443".into(),
+                method: None,
             }),
             Request::Reload(ReloadRequest::default()),
             Request::Reload(ReloadRequest {

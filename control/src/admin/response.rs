@@ -18,6 +18,8 @@ pub enum Response {
     Counters(Counters),
     /// A reload's outcome (returned only after the swap).
     Reloaded(Reloaded),
+    /// A dry run's verdict.
+    Checked(Checked),
     /// A refused or failed request.
     Error(ErrorBody),
     /// An answer this side does not know (a newer peer's).
@@ -85,6 +87,29 @@ pub struct Reloaded {
     pub changed: bool,
     /// Open connections the new revision refused, and closed.
     pub closed: u64,
+}
+
+/// What the revision in force decides for a URL (nothing is sent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checked {
+    /// The revision that decided.
+    pub revision: u64,
+    /// `allow`, `deny` or `report` (denied, but only reported: the sandbox's report mode).
+    pub decision: String,
+    /// Which step decided: `host` (the host and port) or `request` (the method and path of
+    /// an intercepted host: `[[rules]]`, presets, read-only hosts).
+    pub stage: String,
+    /// The stable reason code of a denial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The rule that decided: its name, or its host pattern, as the audit log names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Whether requests to the host are inspected (TLS terminated, each request judged);
+    /// `false` for a `network.passthrough` host, whose tunnel is not looked into.
+    pub intercepted: bool,
+    /// For a person: what decided and, for a denial, how to allow it.
+    pub message: String,
 }
 
 /// The audit log's state.

@@ -17,6 +17,7 @@
 //! never holds up the proxy: each connection is its own task, bodies are bounded, and the
 //! event stream never makes the audit writer wait.
 
+pub mod check;
 pub mod peer;
 pub mod stream;
 
@@ -220,6 +221,13 @@ async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -
                     tracing::warn!("policy reload refused: {}", e.message);
                     error(e.code, e.message)
                 }
+            }
+        }
+        Request::Check(q) => {
+            let revision = admin.revisions.current().revision;
+            match check::check(&shared.rules.load(), revision, &q) {
+                Ok(c) => json(StatusCode::OK, &Response::Checked(c)),
+                Err(e) => error(e.code, e.message),
             }
         }
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
