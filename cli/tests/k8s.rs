@@ -147,6 +147,70 @@ fn validate(here: &Here, tag: &str, all: &[Value]) {
     }
 }
 
+/// Whether the airlock container of `pod_spec` waits for its claim: the variable naming
+/// the downward-API file of the claim's annotation, the volume, its read-only mount.
+fn waits_for_claim(pod_spec: &Value) -> bool {
+    let c = &pod_spec["containers"][0];
+    let has = |list: &Value, item: Value| list.as_array().unwrap().contains(&item);
+    let env = has(
+        &c["env"],
+        json!({ "name": "AIRLOCK_WAIT_FOR_CLAIM", "value": "/etc/airlock/claim/branch" }),
+    );
+    let mount = has(
+        &c["volumeMounts"],
+        json!({ "name": "claim", "mountPath": "/etc/airlock/claim", "readOnly": true }),
+    );
+    let volume = has(
+        &pod_spec["volumes"],
+        json!({ "name": "claim", "downwardAPI": {
+            "items": [{ "path": "branch", "fieldRef": { "fieldPath": "metadata.annotations['airlock.dev/branch']" } }],
+            "defaultMode": 0o400,
+        }}),
+    );
+    let any = serde_json::to_string(pod_spec).unwrap();
+    assert_eq!(
+        env && mount && volume,
+        any.contains("AIRLOCK_WAIT_FOR_CLAIM") || any.contains("downwardAPI"),
+        "all of the wait or none: {pod_spec}"
+    );
+    env && mount && volume
+}
+
+/// The downward-API volume of the claim in the pod `p`.
+fn claim_volume(p: &mut Value) -> &mut Value {
+    p["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|v| v["name"] == "claim")
+        .unwrap()
+}
+
+/// The Pod the SIG's controller makes of the template `t` for the sandbox `name`: the
+/// template's pod, its volume claim templates added as claims named `<template>-<name>`.
+fn template_pod(t: &Value, name: &str) -> Value {
+    let pt = &t["spec"]["podTemplate"];
+    let mut spec = pt["spec"].clone();
+    let volumes = spec["volumes"].as_array_mut().unwrap();
+    for v in t["spec"]["volumeClaimTemplates"].as_array().unwrap() {
+        let vol = v["metadata"]["name"].as_str().unwrap();
+        volumes.push(json!({
+            "name": vol,
+            "persistentVolumeClaim": { "claimName": format!("{vol}-{name}") },
+        }));
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": pt["metadata"]["labels"],
+            "annotations": pt["metadata"]["annotations"],
+        },
+        "spec": spec,
+    })
+}
+
 #[test]
 fn every_rendering_validates_offline_against_the_core_and_the_sigs_schemas() {
     let h = Here::new();
@@ -221,6 +285,12 @@ fn every_rendering_validates_offline_against_the_core_and_the_sigs_schemas() {
     one(&template, "SandboxWarmPool");
     let t = one(&template, "SandboxTemplate");
     assert_eq!(t["spec"]["networkPolicyManagement"], "Unmanaged");
+    // The template's pods wait for their claim; the Pod and the Sandbox, never warm, do not.
+    assert!(waits_for_claim(&t["spec"]["podTemplate"]["spec"]));
+    assert!(!waits_for_claim(&one(&pod, "Pod")["spec"]));
+    assert!(!waits_for_claim(
+        &one(&sandbox, "Sandbox")["spec"]["podTemplate"]["spec"]
+    ));
     validate(&h, "template", &template);
 
     let admission = h.docs(&["k8s", "render", "sandboxes", "--admission"]);
@@ -389,10 +459,17 @@ fn the_pod_the_sandbox_and_the_template_render_the_one_definition_alike() {
         &one(&sandbox, "Sandbox")["spec"]["podTemplate"]["spec"]["containers"],
         c
     );
+    // The template's container is the Pod's, waiting for its claim.
+    let mut tc =
+        one(&template, "SandboxTemplate")["spec"]["podTemplate"]["spec"]["containers"].clone();
+    let env = tc[0]["env"].as_array_mut().unwrap();
     assert_eq!(
-        &one(&template, "SandboxTemplate")["spec"]["podTemplate"]["spec"]["containers"],
-        c
+        env.pop(),
+        Some(json!({ "name": "AIRLOCK_WAIT_FOR_CLAIM", "value": "/etc/airlock/claim/branch" }))
     );
+    let mounts = tc[0]["volumeMounts"].as_array_mut().unwrap();
+    assert_eq!(mounts.pop().unwrap()["mountPath"], "/etc/airlock/claim");
+    assert_eq!(&tc, c);
     // The cluster Pod mounts what the single-node Pod mounts, where the engine body does.
     let paths = |c: &Value| -> Vec<String> {
         let mut p: Vec<String> = c[0]["volumeMounts"]
@@ -721,8 +798,10 @@ fn the_translation_refuses_what_it_cannot_say() {
 }
 
 /// The admission policy's CEL, evaluated offline (cel-python) as the API server would: the
-/// pods airlock renders are admitted (a claim's branch included), and each way of widening
-/// the pod is refused, by the check that names it.
+/// pods airlock renders are admitted (a claim's branch included, and a template's pod,
+/// warm with the downward-API volume of its claim, and claimed), and each way of widening
+/// the pod is refused, by the check that names it (a warm pod's included: another variable,
+/// a downward-API volume of anything but the claim's annotation, a projected token).
 #[test]
 fn the_admission_policy_admits_airlocks_pod_and_refuses_every_widening() {
     let h = Here::new();
@@ -895,21 +974,81 @@ fn the_admission_policy_admits_airlocks_pod_and_refuses_every_widening() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice(&o.stdout).unwrap()
     };
+    // A template's pod: warm (waiting for its claim, through the downward API), and claimed
+    // (the claim's annotation set by the controller on the warm pod; or a pod started for a
+    // claim, the seed given its branch).
+    let template = h.docs(&["k8s", "render", "app", "--template", "--claim", "fix-login"]);
+    let warm = template_pod(one(&template, "SandboxTemplate"), "app-x7k2p");
+    assert!(waits_for_claim(&warm["spec"]));
+    let mut adopted = warm.clone();
+    adopted["metadata"]["annotations"]["airlock.dev/branch"] = json!("fix-login");
+    let mut cold = adopted.clone();
+    cold["spec"]["initContainers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "name": "AIRLOCK_SEED_BRANCH", "value": "fix-login" }));
+    let warm_widen = |f: &dyn Fn(&mut Value)| -> Value {
+        let mut p = warm.clone();
+        f(&mut p);
+        p
+    };
+    let attacks: Vec<(&str, Value)> = attacks
+        .into_iter()
+        .chain([
+            (
+                "variables",
+                warm_widen(&|p| {
+                    p["spec"]["containers"][0]["env"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({ "name": "LD_PRELOAD", "value": "/workspace/x.so" }))
+                }),
+            ),
+            (
+                "downwardAPI of",
+                warm_widen(&|p| {
+                    claim_volume(p)["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] =
+                        json!("metadata.labels")
+                }),
+            ),
+            (
+                "downwardAPI of",
+                warm_widen(&|p| {
+                    claim_volume(p)["downwardAPI"]["items"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({ "path": "mem", "resourceFieldRef": { "containerName": "airlock", "resource": "limits.memory" } }))
+                }),
+            ),
+            (
+                "downwardAPI of",
+                warm_widen(&|p| {
+                    p["spec"]["volumes"].as_array_mut().unwrap().push(json!({
+                        "name": "token",
+                        "projected": { "sources": [{ "serviceAccountToken": { "path": "t" } }] },
+                    }))
+                }),
+            ),
+        ])
+        .collect();
     let ns = one(&adm, "Namespace").clone();
-    let mut pods = vec![pod.clone(), claimed];
+    let admitted = [
+        (pod.clone(), "airlock's own pod is admitted"),
+        (claimed, "a claim's branch for the seed is admitted"),
+        (
+            warm,
+            "a warm template pod (the downwardAPI volume of its claim) is admitted",
+        ),
+        (adopted, "a warm pod its claim adopted is admitted"),
+        (cold, "a pod started for a claim is admitted"),
+    ];
+    let mut pods: Vec<Value> = admitted.iter().map(|(p, _)| p.clone()).collect();
     pods.extend(attacks.iter().map(|(_, p)| p.clone()));
     let got = eval(&ns, &pods);
-    assert_eq!(
-        got[0],
-        Vec::<String>::new(),
-        "airlock's own pod is admitted"
-    );
-    assert_eq!(
-        got[1],
-        Vec::<String>::new(),
-        "a claim's branch for the seed is admitted"
-    );
-    for ((what, _), failed) in attacks.iter().zip(&got[2..]) {
+    for ((_, what), failed) in admitted.iter().zip(&got) {
+        assert_eq!(failed, &Vec::<String>::new(), "{what}");
+    }
+    for ((what, _), failed) in attacks.iter().zip(&got[admitted.len()..]) {
         assert!(
             failed.iter().any(|m| m.contains(what)),
             "a pod widened at {what:?} is refused by that check: {failed:?}"

@@ -6,9 +6,12 @@
 //! no privileged container, no escalation, `RuntimeDefault` seccomp, a read-only root, no
 //! host network, PID or IPC, no service account token, no ephemeral container, the fence's
 //! label, only the variables airlock's rendering sets in each container (a claim may add
-//! the seed's branch, no other), only the volume kinds it uses, and no `hostPath` unless the namespace is
-//! labelled [`SINGLE_NODE_LABEL`] (`--host-paths`).
+//! the seed's branch, no other; a template's pod waits for its claim, so
+//! [`airlock_control::env::WAIT_FOR_CLAIM`] too), only the volume kinds it uses (a
+//! `downwardAPI` volume only of the claim's annotation, [`objects::wait_for_claim`]), and no
+//! `hostPath` unless the namespace is labelled [`SINGLE_NODE_LABEL`] (`--host-paths`).
 
+use super::objects;
 use super::{FENCE_LABEL, SEED_BRANCH, SEED_CONTAINER};
 use serde_json::{Value, json};
 
@@ -54,7 +57,8 @@ pub struct Shape {
     pub image: String,
     /// The airlock container's capabilities (exactly these).
     pub caps: Vec<String>,
-    /// The variable names the rendering sets in the airlock container.
+    /// The variable names the rendering sets in the airlock container (a template's pod's
+    /// included: [`objects::wait_for_claim`]).
     pub env: Vec<String>,
     /// The variable names the rendering sets in the seed, and a claim's branch.
     pub seed_env: Vec<String>,
@@ -97,7 +101,14 @@ impl Shape {
             n.dedup();
             n
         };
-        let env = names(&containers);
+        // The pods of a template wait for their claim (the Pod's shape is the template's
+        // pod's but for that): one policy admits both. Its value is not checked, nor is the
+        // wait required: another file only delays the start, and a pod that does not wait is
+        // the bare Pod, which is admitted.
+        let mut env = names(&containers);
+        env.push(airlock_control::env::WAIT_FOR_CLAIM.into());
+        env.sort();
+        env.dedup();
         let mut seed_env = names(&init);
         seed_env.push(SEED_BRANCH.into());
         seed_env.sort();
@@ -117,6 +128,7 @@ pub fn policy(ns: &str, shape: &Shape) -> Value {
     let env = cel_list(&shape.env);
     let seed_env = cel_list(&shape.seed_env);
     let image = &shape.image;
+    let claim_field = objects::claim_field();
     let sc = "has(c.securityContext)";
     let validations: Vec<(String, String)> = vec![
         (
@@ -180,8 +192,8 @@ pub fn policy(ns: &str, shape: &Shape) -> Value {
             "only the variables airlock's rendering sets in the seed (and a claim's branch)".into(),
         ),
         (
-            "!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.emptyDir) || has(v.persistentVolumeClaim) || has(v.secret) || has(v.configMap) || (variables.singleNode && has(v.hostPath)))".into(),
-            format!("only emptyDir, persistentVolumeClaim, secret and configMap volumes (hostPath only in a namespace labelled {SINGLE_NODE_LABEL}=true)"),
+            format!("!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.emptyDir) || has(v.persistentVolumeClaim) || has(v.secret) || has(v.configMap) || (has(v.downwardAPI) && (!has(v.downwardAPI.items) || v.downwardAPI.items.all(i, has(i.fieldRef) && i.fieldRef.fieldPath == \"{claim_field}\"))) || (variables.singleNode && has(v.hostPath)))"),
+            format!("only emptyDir, persistentVolumeClaim, secret and configMap volumes, and downwardAPI of {claim_field} alone (hostPath only in a namespace labelled {SINGLE_NODE_LABEL}=true)"),
         ),
     ];
     let validations: Vec<Value> = validations

@@ -22,6 +22,21 @@ pub const SANDBOX_API: &str = "agents.x-k8s.io/v1beta1";
 pub const EXTENSIONS_API: &str = "extensions.agents.x-k8s.io/v1beta1";
 /// The annotation naming a claim's branch (on the claim and, through the controller, its pod).
 pub const BRANCH_ANNOTATION: &str = "airlock.dev/branch";
+/// Where the template's airlock container reads its claim: a read-only downward-API volume
+/// holding the pod's [`BRANCH_ANNOTATION`] ([`wait_for_claim`]).
+pub const CLAIM_DIR: &str = "/etc/airlock/claim";
+/// The claim's file in [`CLAIM_DIR`], named by [`airlock_control::env::WAIT_FOR_CLAIM`]:
+/// empty until a claim sets the annotation, then updated in place by the kubelet.
+pub const CLAIM_FILE: &str = "/etc/airlock/claim/branch";
+/// The downward-API item ([`CLAIM_FILE`]'s name in [`CLAIM_DIR`]).
+pub const CLAIM_ITEM: &str = "branch";
+/// The name of the claim's volume.
+pub const CLAIM_VOLUME: &str = "claim";
+
+/// The downward-API field [`CLAIM_FILE`] holds: the pod's [`BRANCH_ANNOTATION`].
+pub fn claim_field() -> String {
+    format!("metadata.annotations['{BRANCH_ANNOTATION}']")
+}
 
 /// What is rendered around the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,16 +202,18 @@ pub fn sandbox(spec: &RunSpec, o: &PodOptions<'_>) -> Result<Value, K8sError> {
     }))
 }
 
-/// The `SandboxTemplate` named `o.name`: the NetworkPolicy left to airlock's fence
-/// (`Unmanaged`); `claims_set_branch`: claims may add the seed's branch variable
-/// (`envVarsInjectionPolicy: Allowed`, which lets a claim add any variable the template does
-/// not define: the admission policy ([`super::admission`]) refuses every one but that).
+/// The `SandboxTemplate` named `o.name`: its pod waits for its claim ([`wait_for_claim`]),
+/// the NetworkPolicy left to airlock's fence (`Unmanaged`); `claims_set_branch`: claims may
+/// add the seed's branch variable (`envVarsInjectionPolicy: Allowed`, which lets a claim add
+/// any variable the template does not define: the admission policy ([`super::admission`])
+/// refuses every one but that).
 pub fn template(
     spec: &RunSpec,
     o: &PodOptions<'_>,
     claims_set_branch: bool,
 ) -> Result<Value, K8sError> {
     let mut s = blueprint(spec, o)?;
+    wait_for_claim(&mut s["podTemplate"]["spec"]);
     s["networkPolicyManagement"] = json!("Unmanaged");
     if claims_set_branch {
         s["envVarsInjectionPolicy"] = json!("Allowed");
@@ -207,6 +224,50 @@ pub fn template(
         "metadata": { "name": o.name },
         "spec": s,
     }))
+}
+
+/// Makes the airlock container of `pod_spec` (a template's: its pods may start warm, before
+/// anyone claims them) wait for its claim: [`airlock_control::env::WAIT_FOR_CLAIM`] names
+/// [`CLAIM_FILE`], a read-only downward-API volume at [`CLAIM_DIR`] of the pod's
+/// [`BRANCH_ANNOTATION`], which a claim sets (`additionalPodMetadata`) and the kubelet writes
+/// into the file in place. Until then PID 1 mints no session id, session key, placeholder or
+/// CA, starts neither the proxy nor the git API, and the pod is not Ready. Root's alone
+/// (0400): PID 1 reads it. The bare Pod and `Sandbox` are never warm and do not wait.
+pub fn wait_for_claim(pod_spec: &mut Value) {
+    if let Some(c) = pod_spec["containers"]
+        .as_array_mut()
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "airlock"))
+    {
+        for (key, item) in [
+            (
+                "env",
+                json!({ "name": airlock_control::env::WAIT_FOR_CLAIM, "value": CLAIM_FILE }),
+            ),
+            (
+                "volumeMounts",
+                json!({ "name": CLAIM_VOLUME, "mountPath": CLAIM_DIR, "readOnly": true }),
+            ),
+        ] {
+            if !c[key].is_array() {
+                c[key] = json!([]);
+            }
+            if let Some(a) = c[key].as_array_mut() {
+                a.push(item);
+            }
+        }
+    }
+    if !pod_spec["volumes"].is_array() {
+        pod_spec["volumes"] = json!([]);
+    }
+    if let Some(v) = pod_spec["volumes"].as_array_mut() {
+        v.push(json!({
+            "name": CLAIM_VOLUME,
+            "downwardAPI": {
+                "items": [{ "path": CLAIM_ITEM, "fieldRef": { "fieldPath": claim_field() } }],
+                "defaultMode": 0o400,
+            },
+        }));
+    }
 }
 
 /// What the template keeps of an existing one: refused unless that one's network policy is
@@ -255,7 +316,9 @@ pub fn warm_pool_object(name: &str, replicas: u32) -> Value {
 
 /// A `SandboxClaim` of the pool `pool` working on `branch`: the branch goes to the seed
 /// container as its variable, so the claim starts its own pod (the SIG starts a claim that
-/// sets variables cold, never from a warm pod: a warm pod was seeded before its claim).
+/// sets variables cold, never from a warm pod: a warm pod was seeded before its claim), and
+/// to the pod as its [`BRANCH_ANNOTATION`], the claim its airlock container waits for
+/// ([`wait_for_claim`]): a claim without that annotation would leave its pod waiting.
 pub fn sandbox_claim(name: &str, pool: &str, branch: &str) -> Value {
     json!({
         "apiVersion": EXTENSIONS_API,

@@ -204,10 +204,13 @@ fn the_template_is_unmanaged_and_its_pod_is_the_pods() {
         .map(|v| v["name"].as_str().unwrap())
         .collect();
     assert!(!names.contains(&WORKSPACE_VOLUME) && !names.contains(&AUDIT_VOLUME));
-    // The same container as the bare Pod's, the same labels.
+    // The same container as the bare Pod's but for the wait for its claim, the same labels.
     let bare = objects::render(&rendering(&spec, &storage, Kind::Pod)).unwrap();
     let pod = of_kind(&bare, "Pod")[0];
-    assert_eq!(pt["spec"]["containers"], pod["spec"]["containers"]);
+    assert_eq!(
+        without_claim_wait(&pt["spec"])["containers"],
+        pod["spec"]["containers"]
+    );
     assert_eq!(pt["spec"]["initContainers"], pod["spec"]["initContainers"]);
     assert_eq!(pt["metadata"]["labels"], pod["metadata"]["labels"]);
     // A pool, and a claim per branch that gives the seed its branch.
@@ -239,6 +242,103 @@ fn the_template_is_unmanaged_and_its_pod_is_the_pods() {
     };
     let docs = objects::render(&rendering(&spec, &storage, kind)).unwrap();
     assert_eq!(of_kind(&docs, "SandboxWarmPool")[0]["spec"]["replicas"], 0);
+}
+
+/// `pod_spec` without what [`objects::wait_for_claim`] adds (which must be there).
+fn without_claim_wait(pod_spec: &Value) -> Value {
+    let mut p = pod_spec.clone();
+    let c = &mut p["containers"][0];
+    let env = c["env"].as_array_mut().unwrap();
+    let n = env.len();
+    env.retain(|e| e["name"] != airlock_control::env::WAIT_FOR_CLAIM);
+    assert_eq!(env.len(), n - 1, "the wait's variable, once");
+    let mounts = c["volumeMounts"].as_array_mut().unwrap();
+    mounts.retain(|m| m["name"] != objects::CLAIM_VOLUME);
+    let volumes = p["volumes"].as_array_mut().unwrap();
+    volumes.retain(|v| v["name"] != objects::CLAIM_VOLUME);
+    p
+}
+
+/// The template's pods may start warm, before any claim: their airlock container waits for
+/// the claim's annotation, through a read-only downward-API file; the bare Pod and Sandbox,
+/// never warm, do not wait.
+#[test]
+fn the_templates_pod_waits_for_its_claim_and_the_pod_and_sandbox_do_not() {
+    let spec = spec();
+    let storage = claims();
+    let kind = Kind::Template {
+        warm_pool: Some(2),
+        claims: vec!["fix-login".into()],
+    };
+    let docs = objects::render(&rendering(&spec, &storage, kind)).unwrap();
+    let ps = &of_kind(&docs, "SandboxTemplate")[0]["spec"]["podTemplate"]["spec"];
+    let c = &ps["containers"][0];
+    let waits: Vec<&Value> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == airlock_control::env::WAIT_FOR_CLAIM)
+        .collect();
+    assert_eq!(
+        waits,
+        [&json!({ "name": "AIRLOCK_WAIT_FOR_CLAIM", "value": "/etc/airlock/claim/branch" })]
+    );
+    let mount: Vec<&Value> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["name"] == objects::CLAIM_VOLUME)
+        .collect();
+    assert_eq!(
+        mount,
+        [&json!({ "name": "claim", "mountPath": "/etc/airlock/claim", "readOnly": true })]
+    );
+    let volume: Vec<&Value> = ps["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["name"] == objects::CLAIM_VOLUME)
+        .collect();
+    assert_eq!(
+        volume,
+        [&json!({ "name": "claim", "downwardAPI": {
+            "items": [{ "path": "branch", "fieldRef": { "fieldPath": "metadata.annotations['airlock.dev/branch']" } }],
+            "defaultMode": 0o400,
+        }})]
+    );
+    // The claim sets the annotation the file holds.
+    let claim = of_kind(&docs, "SandboxClaim")[0];
+    assert_eq!(
+        claim["spec"]["additionalPodMetadata"]["annotations"][objects::BRANCH_ANNOTATION],
+        "fix-login"
+    );
+    // The mount is none of the paths the entrypoint's preflight requires or the agent writes.
+    for p in [
+        WORKSPACE,
+        HIDDEN_GIT_DIR,
+        AUDIT_DIR,
+        POLICY,
+        SECRETS_DIR,
+        airlock_control::paths::AGENT_HOME,
+        airlock_control::paths::RUN_DIR,
+        "/tmp",
+    ] {
+        let p = std::path::Path::new(p);
+        let dir = std::path::Path::new(objects::CLAIM_DIR);
+        assert!(
+            !dir.starts_with(p) && !p.starts_with(dir),
+            "{}",
+            p.display()
+        );
+    }
+    // Nor in the bare Pod or Sandbox.
+    for kind in [Kind::Pod, Kind::Sandbox] {
+        let docs = objects::render(&rendering(&spec, &storage, kind)).unwrap();
+        let text = serde_json::to_string(&docs).unwrap();
+        for needle in ["AIRLOCK_WAIT_FOR_CLAIM", "downwardAPI", objects::CLAIM_DIR] {
+            assert!(!text.contains(needle), "{needle}");
+        }
+    }
 }
 
 #[test]
@@ -471,6 +571,16 @@ fn the_admission_policy_is_made_of_the_rendered_pod() {
         shape.seed_env.contains(&"PATH".to_string()) && !shape.env.contains(&"PATH".to_string())
     );
     assert!(!shape.env.contains(&"LD_PRELOAD".to_string()));
+    // The template's pod (which waits for its claim) has the Pod's shape: one policy admits
+    // both.
+    let mut warm = pod_spec(&spec, &o).unwrap();
+    objects::wait_for_claim(&mut warm);
+    assert_eq!(Shape::of(&warm), shape);
+    assert!(
+        shape
+            .env
+            .contains(&airlock_control::env::WAIT_FOR_CLAIM.to_string())
+    );
     let docs = admission::objects("ns", false, &shape);
     let labels = &docs[0]["metadata"]["labels"];
     assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged");
@@ -491,6 +601,8 @@ fn the_admission_policy_is_made_of_the_rendered_pod() {
         "hostNetwork",
         "hostPath",
         "ephemeralContainers",
+        "downwardAPI",
+        "metadata.annotations['airlock.dev/branch']",
     ] {
         assert!(vap.contains(needle), "{needle}");
     }
