@@ -12,8 +12,8 @@
 //! the user may not open, a peer of another protocol version.
 
 use airlock_control::admin::{
-    Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision, ReloadRequest, Reloaded, Request,
-    Response, SOCKET, Sessions, StreamLine,
+    CheckQuery, Checked, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision,
+    ReloadRequest, Reloaded, Request, Response, SOCKET, Sessions, StreamLine,
 };
 use airlock_control::status::Status;
 use bytes::{Buf, Bytes};
@@ -352,6 +352,17 @@ impl Client {
         match self.call(&Request::Reload(request)).await? {
             Response::Reloaded(r) => Ok(r),
             other => Err(self.unexpected("a reload's outcome", &other)),
+        }
+    }
+
+    /// What the revision in force decides for a URL, nothing sent (`GET /v1/policy/check`).
+    ///
+    /// # Errors
+    /// As [`Client::call`] (a URL the proxy cannot read is [`ErrorCode::BadRequest`]).
+    pub async fn check(&self, query: CheckQuery) -> Result<Checked, AdminError> {
+        match self.call(&Request::Check(query)).await? {
+            Response::Checked(c) => Ok(c),
+            other => Err(self.unexpected("a policy check", &other)),
         }
     }
 

@@ -441,6 +441,30 @@ to keep a change.")]
         /// file it started from again).
         file: Option<PathBuf>,
     },
+    /// What the policy in force would decide for a URL, nothing sent: allow or deny, the
+    /// reason, the rule that decides, and for a denial how to allow it.
+    #[command(after_help = "\
+Examples:
+  airlock policy check fix-login https://api.github.com/repos/o/r --method POST
+  airlock policy check fix-login evil.example:443         # a tunnel: the host only
+  airlock policy check fix-login https://pypi.org/ --json
+
+Prints the decision first (allow, deny, or report: denied but only reported), the reason,
+the rule and the revision that decide, then one line for a person. Exits 0 whatever the
+decision (it is in the output); JSON: {revision, decision, stage, reason, rule, intercepted,
+message}.")]
+    Check {
+        /// The sandbox.
+        name: String,
+        /// The URL the agent would ask for (https://host/path, http://..., or host:port).
+        url: String,
+        /// The request's method (none: only the host and port are judged).
+        #[arg(long)]
+        method: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `top`.

@@ -148,6 +148,10 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
     assert!(v["admin"]["counters"]["denied"].as_u64() >= Some(1), "{v}");
 
+    // policy check: the dry run agrees with what the agent got.
+    let check = w.ok(&["policy", "check", &s, "http://stream.blocked.test/"]);
+    assert!(check.starts_with("deny blocked-by-policy"), "{check}");
+
     // policy reload: a broken file is refused with its FILE:LINE, revision 1 stays.
     let broken = w.dir.path().join("broken.toml");
     std::fs::write(
@@ -185,6 +189,16 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
         !after.contains("blocked-by-policy"),
         "the new revision allows it (it may still not resolve): {after}"
     );
+    let check = w.ok(&[
+        "policy",
+        "check",
+        &s,
+        "http://stream.blocked.test/",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!(v["revision"], 2, "{v}");
     // The same rules again: nothing happens.
     let out = w.ok(&["policy", "reload", &s, good.to_str().unwrap()]);
     assert!(out.starts_with("unchanged: revision 2"), "{out}");

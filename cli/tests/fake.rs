@@ -6,8 +6,8 @@
 
 use airlock_cli::registry::{Registry, Sandbox, State};
 use airlock_control::admin::{
-    AuditState, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision, ReloadRequest,
-    Reloaded, Request, Response, Sessions,
+    AuditState, Checked, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision,
+    ReloadRequest, Reloaded, Request, Response, Sessions,
 };
 use airlock_control::status::Status;
 use bytes::Bytes;
@@ -168,6 +168,38 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                 ),
             }
         }
+        Request::Check(q) if q.url.contains("evil") => json(
+            200,
+            &Response::Checked(Checked {
+                revision: 7,
+                decision: "deny".into(),
+                stage: "host".into(),
+                reason: Some("blocked-by-policy".into()),
+                rule: None,
+                intercepted: true,
+                message: format!(
+                    "{} is not in [network] allow: to allow, add \"evil.example\"",
+                    q.url
+                ),
+            }),
+        ),
+        Request::Check(q) => json(
+            200,
+            &Response::Checked(Checked {
+                revision: 7,
+                decision: "allow".into(),
+                stage: if q.method.is_some() {
+                    "request"
+                } else {
+                    "host"
+                }
+                .into(),
+                reason: None,
+                rule: Some("api.example".into()),
+                intercepted: true,
+                message: "allowed by [network] allow \"api.example\"".into(),
+            }),
+        ),
         other => panic!("the CLI asked for {other:?}"),
     }
 }

@@ -132,3 +132,37 @@ fn a_sandbox_without_an_admin_socket_is_said_not_to_run_and_an_unknown_one_is_no
     let o = airlock(&data, &["policy", "reload", "nosuch"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
 }
+
+#[test]
+fn policy_check_prints_the_decision_reason_and_rule_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _fake) = fake::sandbox(dir.path(), "pol");
+    let o = airlock(&data, &["policy", "check", "pol", "https://evil.example/x"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "deny blocked-by-policy  (revision 7, host step)\n  https://evil.example/x is not in [network] allow: to allow, add \"evil.example\"\n"
+    );
+    let o = airlock(
+        &data,
+        &[
+            "policy",
+            "check",
+            "pol",
+            "https://api.example/v1",
+            "--method",
+            "POST",
+        ],
+    );
+    assert_eq!(
+        text(&o.stdout).lines().next(),
+        Some("allow  rule \"api.example\"  (revision 7, request step)")
+    );
+    let o = airlock(
+        &data,
+        &["policy", "check", "pol", "api.example:443", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["decision"], "allow", "{v}");
+    assert_eq!(v["stage"], "host", "{v}");
+}

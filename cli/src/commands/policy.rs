@@ -5,7 +5,7 @@ use super::Ctx;
 use airlock_cli::admin::Client;
 use airlock_cli::admin::live::{short_hash, when};
 use airlock_cli::cli::{PolicyArgs, PolicyCmd};
-use airlock_control::admin::ReloadRequest;
+use airlock_control::admin::{CheckQuery, ReloadRequest};
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -14,6 +14,12 @@ pub async fn run(ctx: &Ctx, args: &PolicyArgs) -> Result<i32> {
     match &args.command {
         PolicyCmd::Show { name, json } => show(ctx, name, *json).await,
         PolicyCmd::Reload { name, file } => reload(ctx, name, file.as_deref()).await,
+        PolicyCmd::Check {
+            name,
+            url,
+            method,
+            json,
+        } => check(ctx, name, url, method.as_deref(), *json).await,
     }
 }
 
@@ -69,6 +75,41 @@ async fn reload(ctx: &Ctx, name: &str, file: Option<&Path>) -> Result<i32> {
             r.revision,
             short_hash(&r.hash)
         );
+    }
+    Ok(0)
+}
+
+async fn check(ctx: &Ctx, name: &str, url: &str, method: Option<&str>, json: bool) -> Result<i32> {
+    let c = client(ctx, name)?
+        .check(CheckQuery {
+            url: url.to_owned(),
+            method: method.map(str::to_owned),
+        })
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+        return Ok(0);
+    }
+    let mut head = c.decision.clone();
+    if let Some(r) = &c.reason {
+        head.push_str(&format!(" {r}"));
+    }
+    if let Some(rule) = &c.rule {
+        head.push_str(&format!("  rule {rule:?}"));
+    }
+    head.push_str(&format!(
+        "  (revision {}, {} step{})",
+        c.revision,
+        c.stage,
+        if c.intercepted {
+            ""
+        } else {
+            ", tunnelled unread"
+        }
+    ));
+    println!("{head}");
+    if !c.message.is_empty() {
+        println!("  {}", c.message);
     }
     Ok(0)
 }
