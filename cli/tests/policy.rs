@@ -141,7 +141,7 @@ fn policy_check_prints_the_decision_reason_and_rule_first() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(
         text(&o.stdout),
-        "deny blocked-by-policy  (revision 7, host step)\n  https://evil.example/x is not in [network] allow: to allow, add \"evil.example\"\n"
+        "deny blocked-by-policy  (revision 7, host step)\n  https://evil.example/x is not in [network] allow: to allow, add \"evil.example\"\n  to allow: add \"evil.example\" to [network] allow in the policy\n"
     );
     let o = airlock(
         &data,

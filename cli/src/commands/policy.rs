@@ -4,6 +4,7 @@
 use super::Ctx;
 use airlock_cli::admin::Client;
 use airlock_cli::admin::live::{short_hash, when};
+use airlock_cli::audit_view;
 use airlock_cli::cli::{PolicyArgs, PolicyCmd};
 use airlock_control::admin::{CheckQuery, ReloadRequest};
 use anyhow::{Context, Result};
@@ -111,5 +112,62 @@ async fn check(ctx: &Ctx, name: &str, url: &str, method: Option<&str>, json: boo
     if !c.message.is_empty() {
         println!("  {}", c.message);
     }
+    // The policy line that allows it, as logs --audit gives it under a refusal.
+    if c.decision != "allow"
+        && let Some(reason) = &c.reason
+    {
+        let (host, port, path) = target_of(url);
+        let hint = audit_view::allow_hint(reason, Some(&host), port, method, path.as_deref());
+        if let Some(hint) = hint {
+            println!("  {hint}");
+        }
+    }
     Ok(0)
+}
+
+/// The host, port and path of a URL as `policy check` takes it (`https://host[:port]/path`,
+/// `http://...`, `host:port`); the port is the scheme's when not given.
+fn target_of(url: &str) -> (String, Option<u16>, Option<String>) {
+    let (rest, default) = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (rest, Some(443)),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (rest, Some(80)),
+        Some((_, rest)) => (rest, None),
+        None => (url, None),
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], Some(rest[i..].to_owned())),
+        None => (rest, None),
+    };
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, p.parse().ok()),
+        _ => (authority, None),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host.to_ascii_lowercase(), port.or(default), path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::target_of;
+
+    #[test]
+    fn urls_are_read_as_the_dry_run_takes_them() {
+        assert_eq!(
+            target_of("https://API.example/v1/x?y=1"),
+            ("api.example".into(), Some(443), Some("/v1/x?y=1".into()))
+        );
+        assert_eq!(
+            target_of("http://a.example:8080"),
+            ("a.example".into(), Some(8080), None)
+        );
+        assert_eq!(
+            target_of("evil.example:443"),
+            ("evil.example".into(), Some(443), None)
+        );
+        assert_eq!(
+            target_of("https://[2001:db8::1]:8443/"),
+            ("2001:db8::1".into(), Some(8443), Some("/".into()))
+        );
+    }
 }
