@@ -337,10 +337,14 @@ fn cluster_renderings_agree(spec: &RunSpec) {
         (Ok(pod), None) => {
             pod_agrees(&pod, spec);
             let t = k8s::objects::template(spec, &o, false).unwrap();
-            pod_agrees(
-                &serde_json::json!({ "spec": t["spec"]["podTemplate"]["spec"] }),
-                spec,
-            );
+            // The template's pod also waits for its claim (k8s::objects::wait_for_claim):
+            // one read-only mount more, which is not the spec's.
+            let mut ps = t["spec"]["podTemplate"]["spec"].clone();
+            let mounts = ps["containers"][0]["volumeMounts"].as_array_mut().unwrap();
+            let n = mounts.len();
+            mounts.retain(|m| m["mountPath"] != k8s::objects::CLAIM_DIR);
+            assert_eq!(mounts.len() + 1, n, "the claim's mount, once");
+            pod_agrees(&serde_json::json!({ "spec": ps }), spec);
         }
         (Err(k8s::K8sError::HostPath { target, .. }), Some(m)) => assert_eq!(target, m.target),
         (got, host) => panic!("cluster rendering {got:?} with host-only mount {host:?}"),
