@@ -10,16 +10,19 @@ source "$(dirname "$0")/lib.sh"
 smoke_sweep
 
 [ "${AIRLOCK_SMOKE_IMAGE_BUILT:-}" = 1 ] || smoke_build_image
-repo=$SMOKE_DIR/repo
-mkdir -p "$repo"
-git -C "$repo" init -q -b main
-git -C "$repo" -c user.name=o -c user.email=o@example.invalid commit -q --allow-empty -m base
+# Each pod of a pool has its own workspace.
+for r in a b c; do
+    mkdir -p "$SMOKE_DIR/repo-$r"
+    git -C "$SMOKE_DIR/repo-$r" init -q -b main
+    git -C "$SMOKE_DIR/repo-$r" -c user.name=o -c user.email=o@example.invalid commit -q --allow-empty -m base
+    chown -R 1000:1000 "$SMOKE_DIR/repo-$r"
+done
 CLAIM=/run/airlock-claim
 KEY=/run/airlock/session.key
 CA=/run/airlock/proxy-public/ca.pem
 
 start_warm() {
-    local name=$1 audit_volume=$SMOKE_ID-$1-audit
+    local name=$1 audit_volume=$SMOKE_ID-$1-audit repo=$SMOKE_DIR/repo-$2
     track_container "$name"
     track_volume "$audit_volume"
     # shellcheck source=docker/run-flags.sh
@@ -30,12 +33,15 @@ start_warm() {
 }
 A=$SMOKE_ID-warm-a
 B=$SMOKE_ID-warm-b
-start_warm "$A"
-start_warm "$B"
+start_warm "$A" a
+start_warm "$B" b
 sleep 2
 
 say "two warm pods, unclaimed"
 for c in "$A" "$B"; do
+    # Every check below runs in the container: a container that is not running fails here.
+    [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] ||
+        die "$c is not running: $(docker logs "$c" 2>&1 | tail -3)"
     check "$c is running" [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ]
     check "$c says it waits for a claim" bash -c "docker logs '$c' 2>&1 | grep -q 'waiting for a claim'"
     check "$c is not ready" bash -c "! docker exec '$c' airlock-entrypoint --ready >/dev/null"
@@ -56,6 +62,7 @@ for c in "$A" "$B"; do
         sleep 0.1
     done
     check "$c is ready after its claim" [ "$ok" = 1 ]
+    [ "$ok" = 1 ] || die "$c did not start after its claim: $(docker logs "$c" 2>&1 | tail -5)"
 done
 key_a=$(docker exec "$A" sha256sum $KEY | cut -c1-64)
 key_b=$(docker exec "$B" sha256sum $KEY | cut -c1-64)
@@ -71,7 +78,7 @@ check "the claim is logged" bash -c "docker logs '$A' 2>&1 | grep -q 'claimed (c
 
 say "a stop while waiting"
 C=$SMOKE_ID-warm-c
-start_warm "$C"
+start_warm "$C" c
 sleep 1
 t=$SECONDS
 docker stop -t 10 "$C" >/dev/null
