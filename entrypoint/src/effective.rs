@@ -14,7 +14,7 @@
 //! the user's file; the result is validated by the policy crate like any policy. Otherwise
 //! the user's file is used as it is.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The effective policy inside the runtime directory.
@@ -29,14 +29,9 @@ pub struct Overrides {
     pub origin: Option<String>,
 }
 
-/// The documented rule for a sandbox name: 1-40 of `[a-z0-9-]`, no `-` at either end.
+/// The documented rule for a sandbox name (`airlock_policy::effective::valid_name`).
 pub fn valid_name(name: &str) -> bool {
-    (1..=40).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
+    airlock_policy::effective::valid_name(name)
 }
 
 /// The URL of `[remote "origin"]` in a git config file's text (the last `url` wins, as in
@@ -63,55 +58,30 @@ pub fn origin_url(config: &str) -> Option<String> {
     url
 }
 
-/// The effective policy's text, or `None` when the user's file applies as it is. `current`
-/// is the user's policy as loaded (its name and repositories). Pure.
+/// The effective policy's text, or `None` when the user's file applies as it is
+/// (`airlock_policy::effective::render`, which the proxy's reload applies too). Pure.
 pub fn render(
     text: &str,
     name_now: &str,
     repositories_now: &[String],
     o: &Overrides,
 ) -> Result<Option<String>> {
-    let name = o.name.as_deref().filter(|n| *n != name_now);
-    let origin = o.origin.as_deref().filter(|_| repositories_now.is_empty());
-    if name.is_none() && origin.is_none() {
-        return Ok(None);
-    }
-    let mut doc: toml::Table = toml::from_str(text).context("cannot re-read the policy")?;
-    if let Some(name) = name {
-        if !valid_name(name) {
-            bail!(
-                "AIRLOCK_SANDBOX={name:?} is not a sandbox name: 1-40 characters of a-z, 0-9 and -, not starting or ending with -"
-            );
-        }
-        table(&mut doc, "sandbox")?.insert("name".into(), toml::Value::String(name.into()));
-    }
-    if let Some(origin) = origin {
-        table(&mut doc, "git")?.insert(
-            "repositories".into(),
-            toml::Value::Array(vec![toml::Value::String(origin.into())]),
-        );
-    }
-    let body = toml::to_string(&doc).context("cannot write the effective policy")?;
-    let mut why = Vec::new();
-    if let Some(n) = name {
-        why.push(format!("sandbox name {n:?} from AIRLOCK_SANDBOX"));
-    }
-    if let Some(r) = origin {
-        why.push(format!(
-            "authorized repository {r:?}: the workspace's origin"
-        ));
-    }
-    Ok(Some(format!(
-        "# Written by airlock-entrypoint: the operator's policy with {}.\n{body}",
-        why.join(", ")
-    )))
-}
-
-fn table<'a>(doc: &'a mut toml::Table, key: &str) -> Result<&'a mut toml::Table> {
-    doc.entry(key)
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-        .as_table_mut()
-        .with_context(|| format!("the policy's {key} is not a table"))
+    airlock_policy::effective::render(
+        text,
+        name_now,
+        repositories_now,
+        airlock_policy::effective::Overrides {
+            name: o.name.as_deref(),
+            origin: o.origin.as_deref(),
+        },
+        ("AIRLOCK_SANDBOX", "the workspace's origin"),
+    )
+    .map_err(|e| match e {
+        airlock_policy::effective::EffectiveError::BadName(n) => anyhow::anyhow!(
+            "AIRLOCK_SANDBOX={n:?} is not a sandbox name: 1-40 characters of a-z, 0-9 and -, not starting or ending with -"
+        ),
+        other => anyhow::Error::new(other),
+    })
 }
 
 /// The origin's repository id of the hidden git dir, if it has one git's way.
@@ -181,10 +151,7 @@ mod tests {
             origin: Some("github.com/acme/app".into()),
         };
         let text = render(POLICY, "demo", &[], &o).unwrap().unwrap();
-        assert!(
-            text.starts_with("# Written by airlock-entrypoint"),
-            "{text}"
-        );
+        assert!(text.starts_with("# Written by airlock:"), "{text}");
         let (name, repos) = names(&text);
         assert_eq!(name, "fix-login");
         assert_eq!(repos, vec!["github.com/acme/app".to_owned()]);

@@ -191,6 +191,7 @@ pub mod address;
 mod decide;
 pub mod detect;
 pub mod detector;
+pub mod effective;
 mod error;
 mod git;
 pub mod github;

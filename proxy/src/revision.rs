@@ -68,6 +68,42 @@ pub fn restart_needed(old: &Policy, new: &Policy) -> Option<String> {
     ))
 }
 
+/// `new` (parsed from `text`) with what the start put in its own policy
+/// (`airlock_policy::effective`): the start's sandbox name, and its one authorized
+/// repository when `text` lists none. So a reload of the operator's own file, which the
+/// start overrode, is not read as a change of `[sandbox]` or `[git]`.
+///
+/// # Errors
+/// The line to answer when the text cannot be rewritten.
+pub fn start_overrides(
+    text: &str,
+    new: Policy,
+    in_force: &Policy,
+    origin: &str,
+) -> Result<Policy, String> {
+    let repository = match in_force.git.repositories.as_slice() {
+        [one] => Some(one.as_str()),
+        _ => None,
+    };
+    let overrides = airlock_policy::effective::Overrides {
+        name: Some(in_force.sandbox.name.as_str()),
+        origin: repository,
+    };
+    match airlock_policy::effective::render(
+        text,
+        &new.sandbox.name,
+        &new.git.repositories,
+        overrides,
+        ("this start", "this start's"),
+    ) {
+        Ok(None) => Ok(new),
+        Ok(Some(effective)) => {
+            Policy::parse(&effective, Path::new(origin)).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The revision in force and how to make the next one.
 #[derive(Debug)]
 pub struct Revisions {
@@ -178,6 +214,8 @@ impl Revisions {
         };
         let policy = Policy::parse(&text, Path::new(&origin))
             .map_err(|e| refuse(ErrorCode::InvalidPolicy, e.to_string()))?;
+        let policy = start_overrides(&text, policy, &in_force.policy, &origin)
+            .map_err(|e| refuse(ErrorCode::InvalidPolicy, e))?;
         if let Some(why) = restart_needed(&in_force.policy, &policy) {
             return Err(refuse(ErrorCode::RestartNeeded, why));
         }
@@ -245,6 +283,19 @@ mod tests {
             "{BASE}\n[git]\nprotected_branches = [\"main\", \"release/*\"]\n"
         ));
         assert!(restart_needed(&old, &git).unwrap().contains("[git]"));
+    }
+
+    #[test]
+    fn the_starts_name_and_repository_are_not_a_change() {
+        // The start runs as "box-7" (AIRLOCK_SANDBOX) with the workspace's origin authorized.
+        let in_force = policy(
+            "[sandbox]\nname = \"box-7\"\n\n[network]\nallow = [\"a.example\"]\n\n[git]\nrepositories = [\"github.com/acme/app\"]\n",
+        );
+        let text = BASE.replace("\"a.example\"", "\"a.example\", \"b.example\"");
+        let new = start_overrides(&text, policy(&text), &in_force, "p.toml").unwrap();
+        assert_eq!(new.sandbox.name, "box-7");
+        assert_eq!(new.git.repositories, ["github.com/acme/app"]);
+        assert_eq!(restart_needed(&in_force, &new), None);
     }
 
     #[test]

@@ -325,11 +325,12 @@ async fn a_reload_swaps_the_policy_keeps_what_it_allows_and_closes_what_it_refus
         panic!()
     };
     assert!(e.message.starts_with("/host/policy.toml:"), "{}", e.message);
-    // A change only a restart applies.
+    // A change only a restart applies (the mode); the start's own name is none (the
+    // text's name is the start's override, as at start).
     let (status, _) = call(
         &sock,
         &Request::Reload(ReloadRequest {
-            text: Some(text.replace("name = \"t\"", "name = \"u\"")),
+            text: Some(text.replace("mode = \"enforce\"", "mode = \"report\"")),
             origin: None,
         }),
     )
