@@ -8,11 +8,15 @@
 #
 #   bench/profile.sh PROXY OUT MODE [SECS]
 #     MODE  ka-int (intercepted keep-alive, a credential injected), ka-tun (passthrough
-#           CONNECT tunnel), bulk-tun (1 MiB downloads through that tunnel), bulk-int (1 MiB
+#           CONNECT tunnel), ka-plain (plain HTTP forwarding: an audit line per request), bulk-tun (1 MiB downloads through that tunnel), bulk-int (1 MiB
 #           downloads intercepted, through TLS both sides), new-int (a new
 #           intercepted connection per request), newhost (a new host, a leaf minted, each)
 #     prints requests, Ir (instructions in the window) and Ir/req; OUT.<pid>.1 is the
 #     callgrind file for callgrind_annotate
+#   env ADMIN=1    the proxy serves its admin API (--admin-socket) with an event-stream
+#                  follower (`airlock-bench admin-follow`, core 0) attached for the whole run:
+#                  what the operator's channel costs per request (issue 41); the follower's
+#                  tally is printed at the end
 #   env NATIVE=1   no valgrind: three windows (one for newhost), proxy CPU per request split user / system
 #   env PERF=1     (with NATIVE) perf record -e cpu-clock -g of the window into OUT.perf;
 #                  PERF_G="--call-graph dwarf,32768" for Rust frames (the release build has no
@@ -32,13 +36,14 @@ w=$(mktemp -d /tmp/airlock-profile.XXXX); chmod 755 $w
 ip link set lo up; ip addr add 198.51.100.1/32 dev lo; ip route add local 198.51.100.0/24 dev lo
 mkdir $w/tls; $B gen-tls $w/tls >/dev/null
 taskset -c 0 $B serve --listen 198.51.100.1:8080 --tls-listen 0.0.0.0:8443 --tls-dir $w/tls & SP=$!
-PP=; trap 'kill $SP $PP 2>/dev/null; sleep 0.5; rm -rf $w' EXIT
+PP=; FP=; trap 'kill $SP $PP $FP 2>/dev/null; sleep 0.5; rm -rf $w' EXIT
 printf 'nameserver 127.0.0.53\n' >$w/resolv.conf
-if [ $MODE = ka-tun ] || [ $MODE = bulk-tun ]; then
+if [ $MODE = ka-tun ] || [ $MODE = bulk-tun ] || [ $MODE = ka-plain ]; then
   printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n' >$w/policy.toml
   mkdir -m 700 $w/state
   args=(--policy $w/policy.toml --audit $w/audit.jsonl --session bench --resolv-conf $w/resolv.conf --state-dir $w/state --ca-export $w/ca.pem)
   via=connect; target=198.51.100.1:8080; ca=()
+  [ $MODE = ka-plain ] && via=plain
 else
   hosts=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s", ' $i; done)
   ports=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s:8443", ' $i; done)
@@ -49,10 +54,19 @@ else
   args=(--policy $w/policy.toml --audit $w/audit.jsonl --session bench --resolv-conf $w/resolv.conf --state-dir $w/state --ca-export $w/ca.pem --upstream-ca $w/tls/ca.pem)
   via=intercept; target=198.51.100.1:8443; ca=(--ca $w/ca.pem)
 fi
+if [ -n "${ADMIN:-}" ]; then mkdir -m 700 $w/admin; args+=(--admin-socket $w/admin/admin.sock); fi
 if [ -n "${NATIVE:-}" ]; then VG=(taskset -c 1); else VG=(valgrind --tool=callgrind --callgrind-out-file=$OUT.%p ${CG_OPTS:-}); fi
 GLIBC_TUNABLES="$PT" "${VG[@]}" "$P" "${args[@]}" >$w/proxy.log 2>&1 & PP=$!
 for i in $(seq 300); do ss -Htln 'sport = :3128' | grep -q . && break; sleep 0.1; done
 sleep 0.5
+if [ -n "${ADMIN:-}" ]; then
+  for i in $(seq 300); do [ -S $w/admin/admin.sock ] && break; sleep 0.1; done
+  taskset -c 0 $B admin-follow --socket $w/admin/admin.sock >$w/follower 2>&1 & FP=$!
+  for i in $(seq 300); do grep -q '^attached$' $w/follower && break; sleep 0.1; done
+  grep -q '^attached$' $w/follower || { echo "profile: the event-stream follower did not attach: $(cat $w/follower)" >&2; exit 1; }
+  # Its tally when the script ends (it must still be attached: end=term).
+  trap 'kill -TERM $FP 2>/dev/null && wait $FP; echo "follower: $(grep -v "^attached$" $w/follower)"; kill $SP $PP 2>/dev/null; sleep 0.5; rm -rf $w' EXIT
+fi
 # The warm-up mode: newhost warms up with new connections to .1, because a new-host warm-up
 # would mint the leaves of the very hosts (.10 up) that the timed window then connects to.
 case $MODE in

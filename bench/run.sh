@@ -22,13 +22,25 @@
 #                 direct is measured at its fastest; empty: glibc's defaults)
 #   env SCALE_TUNNELS / SCALE_INTERCEPT  steps of the scale curve (default 1,10,100,1000 tunnels;
 #                 1,10,100,200 intercepted connections)
-#   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json)
+#   env BENCH_JSON  where the results are written as JSON (default target/bench/proxy.json;
+#                 the raw cells beside it, .cells: `airlock-bench table FILE` prints them again)
 #   env ONLY      space-separated rows to run besides direct (airlock bare squid tinyproxy
 #                 mitmproxy intercept); "bare" adds the least a CONNECT relay can be
 #                 (`airlock-bench relay`: copy, splice; with "intercept",
 #                 `relay-tls`: TLS both sides and a copy), what our rows read against;
 #                 "intercept" adds the TLS rows (direct TLS; airlock and mitmproxy
-#                 intercepting with a credential injected; a leaf minted per new host)
+#                 intercepting with a credential injected; a leaf minted per new host);
+#                 "admin" (issue 41) adds "airlock connect + admin" and "airlock plain +
+#                 admin": the same proxy serving its admin API (--admin-socket) with an
+#                 event-stream follower attached for every window, alternated with the
+#                 plain airlock rows (which it runs too) over ADMIN_ROUNDS starts each, and
+#                 the admin API's latency under a keep-alive load
+#   env ADMIN_ROUNDS  starts of each proxy for the admin comparison (default 3: the first
+#                 runs every cell, the others the 1-conn, concurrent and new-conn cells)
+#   env ADMIN_N   sequential calls of GET /v1/counters and of GET /metrics, each on a new
+#                 connection, under a keep-alive load (default 2000)
+#   env ADMIN_LOAD_SECS  how long that load runs (default 2 × the cell + 4 s; the run
+#                 fails if the calls outlast it)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=3
@@ -48,7 +60,10 @@ export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export BULK_CONNS=${BULK_CONNS:-1}
-export ONLY=${ONLY:-airlock bare squid tinyproxy mitmproxy intercept}
+export ONLY=${ONLY:-airlock admin bare squid tinyproxy mitmproxy intercept}
+export ADMIN_ROUNDS=${ADMIN_ROUNDS:-3}
+export ADMIN_N=${ADMIN_N:-2000}
+export ADMIN_LOAD_SECS=${ADMIN_LOAD_SECS:-$((2 * SECS + 4))}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
 export SCALE_TUNNELS=${SCALE_TUNNELS:-1,10,100,1000}
 export SCALE_INTERCEPT=${SCALE_INTERCEPT:-1,10,100,200}
@@ -145,6 +160,14 @@ cells() { # row via proxy pid [target ca]
   [ -n "$ca" ] && ca_arg=(--ca "$ca")
   p+=("${ca_arg[@]}")
   [ -n "$pid" ] && p+=(--pid "$pid")
+  if [ -n "${ROUND:-}" ]; then
+    # A further window of the admin comparison: the CPU cells only, named rN-<cell>.
+    echo "  $row (window $ROUND)" >&2
+    echo "$row|r$ROUND-lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
+    echo "$row|r$ROUND-ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+    echo "$row|r$ROUND-new|$(client load --via $via --proxy "$proxy" --target $target --mode new --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
+    return 0
+  fi
   echo "  $row" >&2
   echo "$row|lat|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns 1 --secs "$SECS" "${p[@]}")" >>"$results"
   echo "$row|ka|$(client load --via $via --proxy "$proxy" --target $target --mode ka --conns "$CONNS" --secs "$SECS" "${p[@]}")" >>"$results"
@@ -191,8 +214,52 @@ stop() { # pid port
   echo "bench: port $2 still bound after stopping pid $1 ($(ss -Htlnp "sport = :$2" | head -1))" >&2
   exit 1
 }
+# The admin API's clients (issue 41), for a proxy started with --admin-socket $ADMIN_SOCK.
+# An event-stream follower on core 0 with the other clients, reading every line to nowhere;
+# it must still be attached when the proxy's windows are over (admin_unfollow).
+admin_follow() { # row
+  taskset -c 0 "$BENCH_BIN" admin-follow --socket "$ADMIN_SOCK" >"$work/follower" 2>&1 &
+  follower=$!
+  for _ in $(seq 500); do
+    grep -q '^attached$' "$work/follower" && return 0
+    alive $follower || break
+    sleep 0.01
+  done
+  echo "bench: $1: the event-stream follower did not attach: $(tr '\n' ' ' <"$work/follower")" >&2
+  exit 1
+}
+admin_unfollow() { # row cell
+  if ! alive $follower; then
+    echo "bench: $1: the event-stream follower left before the windows were over: $(tr '\n' ' ' <"$work/follower")" >&2
+    exit 1
+  fi
+  kill -TERM $follower
+  wait $follower || true
+  echo "$1|$2|$(grep -v '^attached$' "$work/follower")" >>"$results"
+}
+# Sequential admin calls while a keep-alive load runs through the proxy: their latency, and
+# the load's own figures meanwhile.
+admin_latency() { # row via addr pid
+  local row=$1 via=$2 addr=$3 pid=$4 lp
+  echo "  $row: admin API calls under a keep-alive load" >&2
+  client load --via $via --proxy "$addr" --target $T --mode ka --conns "$CONNS" --secs "$ADMIN_LOAD_SECS" --pid "$pid" >"$work/admin-load" &
+  lp=$!
+  sleep 0.5
+  # The caller is not pinned (an operator's CLI runs wherever the host puts it).
+  for path in /v1/counters /metrics; do
+    echo "$row|admin-${path##*/}|$("$BENCH_BIN" admin-get --socket "$ADMIN_SOCK" --path $path -n "$ADMIN_N")" >>"$results"
+  done
+  if ! alive $lp; then
+    echo "bench: $row: the keep-alive load ($ADMIN_LOAD_SECS s) ended before the $ADMIN_N admin calls did: raise ADMIN_LOAD_SECS" >&2
+    exit 1
+  fi
+  wait $lp || true
+  echo "$row|admin-load|$(cat "$work/admin-load")" >>"$results"
+}
 # row via proxy-addr command...: launch pinned to core 1, time to first request, idle RSS,
-# the cells, peak RSS, stop.
+# the cells, peak RSS, stop. With ADMIN_SOCK (the proxy serves its admin API there): an
+# event-stream follower attached for all of it, and the admin calls' latency after the
+# cells. With ROUND: a further window of the admin comparison (the CPU cells only).
 proxy_row() { # row via addr [--tls ca] command...
   local row=$1 via=$2 addr=$3 target=$T ca="" c=(); shift 3
   if [ "$1" = --tls ]; then target=$TS; ca=$2; c=(--ca "$ca"); shift 2; fi
@@ -212,10 +279,24 @@ proxy_row() { # row via addr [--tls ca] command...
   fi
   local pid=${out#pid=}; pid=${pid%% *}
   pids+=("$pid")
+  local pre=""; [ -n "${ROUND:-}" ] && pre=r$ROUND-
+  [ -n "${ADMIN_SOCK:-}" ] && admin_follow "$row"
+  if [ -n "${ROUND:-}" ]; then
+    sleep 0.3
+    cells "$row" $via "$addr" "$pid" $target "$ca"
+    [ -n "${ADMIN_SOCK:-}" ] && admin_unfollow "$row" ${pre}follower
+    stop "$pid" "$port"
+    return 0
+  fi
   echo "$row|startup|$out" >>"$results"
   sleep 0.3
   echo "$row|idle|$("$BENCH_BIN" rss "$pid")" >>"$results"
   cells "$row" $via "$addr" "$pid" $target "$ca"
+  if [ -n "${ADMIN_SOCK:-}" ]; then
+    # The calls with the follower still attached: an operator's `status` beside `logs -f`.
+    admin_latency "$row" $via "$addr" "$pid"
+    admin_unfollow "$row" follower
+  fi
   if [ -n "${SCALE:-}" ]; then
     echo "  $row: scale curve ($SCALE connections)" >&2
     client scale --via $via --proxy "$addr" --target $target "${c[@]}" --pid "$pid" \
@@ -230,7 +311,7 @@ absent() { grep -q "^$1|" "$ABSENT" && grep "^$1|" "$ABSENT" >>"$results"; }
 echo "benchmark: ${SECS}s per cell, $CONNS concurrent connections, proxy on core 1" >&2
 cells direct direct ""
 
-if wants airlock; then
+if wants airlock || wants admin; then
   # Passthrough: the tunnel rows measure the uninspected relay (every other host is intercepted).
   printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n' >"$work/policy.toml"
   printf 'nameserver 127.0.0.53\n' >"$work/resolv.conf"
@@ -241,11 +322,29 @@ if wants airlock; then
     extra+=(--state-dir "$work/state")
   fi
   [[ $help == *--ca-export* ]] && extra+=(--ca-export "$work/ca.pem")
+  airlock=(env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml"
+    --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}")
+  if wants admin; then
+    [[ $help == *--admin-socket* ]] || { echo "bench: $PROXY_BIN has no --admin-socket (ONLY=admin needs the admin API)" >&2; exit 1; }
+    mkdir -m 700 "$work/admin"
+    admin=("${airlock[@]}" --admin-socket "$work/admin/admin.sock")
+  fi
   for via in connect plain; do
     rm -f "$work/audit.jsonl"
     scale=""; [ $via = connect ] && scale=$SCALE_TUNNELS
-    SCALE=$scale proxy_row "airlock $via" $via 127.0.0.1:3128 env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy.toml" \
-      --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
+    SCALE=$scale proxy_row "airlock $via" $via 127.0.0.1:3128 "${airlock[@]}"
+    if wants admin; then
+      # The same proxy serving its admin API with a follower attached, then further starts
+      # of both alternated, so that a drift of the machine hits both sides alike.
+      rm -f "$work/audit.jsonl"
+      ADMIN_SOCK=$work/admin/admin.sock proxy_row "airlock $via + admin" $via 127.0.0.1:3128 "${admin[@]}"
+      for r in $(seq 2 "$ADMIN_ROUNDS"); do
+        rm -f "$work/audit.jsonl"
+        ROUND=$r proxy_row "airlock $via" $via 127.0.0.1:3128 "${airlock[@]}"
+        rm -f "$work/audit.jsonl"
+        ROUND=$r ADMIN_SOCK=$work/admin/admin.sock proxy_row "airlock $via + admin" $via 127.0.0.1:3128 "${admin[@]}"
+      done
+    fi
   done
 fi
 
@@ -357,6 +456,8 @@ echo "proxy benchmark, $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | 
 echo
 mkdir -p "$(dirname "$BENCH_JSON")"
 "$BENCH_BIN" table "$results" --json "$BENCH_JSON"
+# The raw cells beside it, so that the tables can be printed again (`airlock-bench table FILE`).
+cp "$results" "${BENCH_JSON%.json}.cells"
 echo
 echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close (TLS rows, new host: every request to an address not seen before, for which the intercepting proxies mint a leaf and the bare relay serves its one certificate); latency: 1 connection, keep-alive, minus direct; 1 MiB: $BULK_CONNS keep-alive connection(s), with the proxy's CPU per MiB relayed and the share of its core that kept busy (near 100%: the proxy's own work bounds the row; well under: it waits on its peers); RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."
-echo "JSON: $BENCH_JSON"
+echo "JSON: $BENCH_JSON (cells: ${BENCH_JSON%.json}.cells)"

@@ -152,7 +152,8 @@ async fn new_each(spec: Spec, deadline: Instant, next_host: Arc<AtomicU8>) -> Ta
     t
 }
 
-fn pct(sorted: &[u64], p: f64) -> f64 {
+/// The `p` quantile of `sorted` (ns), in µs; NaN when empty.
+pub fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -12,13 +12,16 @@
 //!   pipe), the bare rows the airlock tunnel is read against.
 //! - `relay-tls`: the least an intercepting `CONNECT` relay can be (decrypt and encrypt,
 //!   nothing else), the bare row the airlock interception rows are read against.
+//! - `admin-get`, `admin-follow`: the admin API's clients (issue 41): sequential calls
+//!   whose latency is reported, and an event-stream follower that reads to nowhere.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
-//! address the caller did not give it; the bare relays connect wherever their client's
+//! address the caller did not give it (nor a Unix socket it did not name); the bare relays connect wherever their client's
 //! `CONNECT` names (in `bench/run.sh`, the upstream in its private network namespace), so
 //! they are not to be left listening anywhere else.
 
+mod admin;
 mod http;
 mod load;
 mod procfs;
@@ -144,6 +147,22 @@ enum Cmd {
         #[arg(long)]
         tls_dir: PathBuf,
     },
+    /// Call `GET --path` on the admin socket `-n` times, one after another, each on a new
+    /// connection; print `key=value` pairs (latency p50 / p99 / max).
+    AdminGet {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        path: String,
+        #[arg(short, long, default_value_t = 2000)]
+        n: usize,
+    },
+    /// Follow the admin socket's event stream, reading every line to nowhere; print
+    /// `attached`, then on `SIGTERM` or the stream's end the lines read.
+    AdminFollow {
+        #[arg(long)]
+        socket: PathBuf,
+    },
     /// Print the results file as markdown tables; `--json FILE` also writes it as JSON.
     Table {
         results: PathBuf,
@@ -245,6 +264,8 @@ fn main() -> anyhow::Result<()> {
         })),
         Cmd::Relay { listen, mode } => relay::run(&listen, mode),
         Cmd::RelayTls { listen, tls_dir } => rt.block_on(relay_tls::run(&listen, &tls_dir)),
+        Cmd::AdminGet { socket, path, n } => rt.block_on(admin::get(&socket, &path, n)),
+        Cmd::AdminFollow { socket } => rt.block_on(admin::follow(&socket)),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
     }
 }
@@ -263,6 +284,10 @@ fn tables(results: &std::path::Path, json: Option<&std::path::Path>) -> anyhow::
         println!(
             "\nfairness (one keep-alive connection while a 1 MiB download runs on another through the same proxy):\n\n{beside}"
         );
+    }
+    let admin = table::render_admin(&text);
+    if !admin.is_empty() {
+        println!("\n{admin}");
     }
     let scale = table::render_scale(&text);
     if !scale.is_empty() {

@@ -3,6 +3,9 @@
 //! Cells: `ka`, `new` (concurrent), `lat` (keep-alive, one connection: latency and the
 //! unbatched CPU figure), `bulk` (1 MiB), `startup`, `idle`, `peak` (memory), `absent`
 //! (a competitor that is not installed: the rest of the line says why the row has no numbers).
+//! The admin rows (issue 41, `<row> + admin`) add `follower` (the event-stream follower's
+//! tally), `rN-lat` / `rN-ka` / `rN-new` (further windows, alternated with their base row's),
+//! `admin-load` and `admin-<call>` (the admin API's latency under a keep-alive load).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -322,6 +325,9 @@ pub fn render_peers(text: &str) -> String {
     };
     for ours in order.iter().filter(|r| r.starts_with("airlock ")) {
         let o = &rows[ours];
+        if ours.ends_with(ADMIN) {
+            continue; // read against its base row, in the admin table
+        }
         for peer in order
             .iter()
             .filter(|r| !r.starts_with("airlock ") && !r.starts_with("direct"))
@@ -349,6 +355,173 @@ pub fn render_peers(text: &str) -> String {
                 ratio(num(o, "bulk", "mib_s"), num(p, "bulk", "mib_s")),
             );
         }
+    }
+    out
+}
+
+/// The suffix of a row that is its base row's proxy serving the admin API with an
+/// event-stream follower attached.
+pub const ADMIN: &str = " + admin";
+
+/// `key` of `cell` and of every further window of it (`rN-cell`), in no particular order.
+fn windows(c: &Cells, cell: &str, key: &str) -> Vec<f64> {
+    c.iter()
+        .filter(|(name, _)| {
+            *name == cell
+                || name.split_once('-').is_some_and(|(r, rest)| {
+                    rest == cell
+                        && r.len() > 1
+                        && r.starts_with('r')
+                        && r[1..].bytes().all(|b| b.is_ascii_digit())
+                })
+        })
+        .filter_map(|(name, _)| num(c, name, key))
+        .collect()
+}
+
+/// The median of `v` and its range.
+fn median(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let m = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        f64::midpoint(v[n / 2 - 1], v[n / 2])
+    };
+    Some((m, v[0], v[n - 1]))
+}
+
+/// The admin API's cost and latency (issue 41): per `<row> + admin` row, the proxy CPU per
+/// request beside its base row's (medians over the alternated windows, and the change), the
+/// follower's tally, and the admin calls' latency under a keep-alive load.
+pub fn render_admin(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let pairs: Vec<(&String, &String)> = order
+        .iter()
+        .filter_map(|name| {
+            let base = order
+                .iter()
+                .find(|b| Some(b.as_str()) == name.strip_suffix(ADMIN))?;
+            Some((base, name))
+        })
+        .collect();
+    let mut out = String::new();
+    let mut runs = 0;
+    for (base, ours) in &pairs {
+        let (b, o) = (&rows[*base], &rows[*ours]);
+        for (cell, what) in [
+            ("lat", "keep-alive, 1 conn"),
+            ("ka", "keep-alive, concurrent"),
+            ("new", "new conn"),
+        ] {
+            let (Some(x), Some(y)) = (
+                median(windows(b, cell, "cpu_us_per_req")),
+                median(windows(o, cell, "cpu_us_per_req")),
+            ) else {
+                continue;
+            };
+            if out.is_empty() {
+                out.push_str("| proxy CPU µs/req, median (min–max) | without admin | admin socket served, follower attached | change |\n");
+                out.push_str("|---|---:|---:|---:|\n");
+            }
+            runs = runs.max(windows(b, cell, "cpu_us_per_req").len());
+            let _ = writeln!(
+                out,
+                "| {base}, {what} | {:.1} ({:.1}–{:.1}) | {:.1} ({:.1}–{:.1}) | {:+.1}% |",
+                x.0,
+                x.1,
+                x.2,
+                y.0,
+                y.1,
+                y.2,
+                (y.0 / x.0 - 1.0) * 100.0
+            );
+        }
+    }
+    if !out.is_empty() {
+        out.insert_str(
+            0,
+            &format!(
+                "admin API (issue 41): each proxy also serving its admin socket with an event-stream follower attached for every window, against itself without; {runs} windows each, alternated:\n\n"
+            ),
+        );
+        let mut followers = Vec::new();
+        for (_, ours) in &pairs {
+            let c = &rows[*ours];
+            let tallies: Vec<&HashMap<String, String>> = c
+                .iter()
+                .filter(|(k, _)| *k == "follower" || k.ends_with("-follower"))
+                .map(|(_, kv)| kv)
+                .collect();
+            if tallies.is_empty() {
+                continue;
+            }
+            let lines: f64 = tallies
+                .iter()
+                .filter_map(|kv| kv.get("lines")?.parse::<f64>().ok())
+                .sum();
+            let early = tallies
+                .iter()
+                .filter(|kv| kv.get("end").map(String::as_str) != Some("term"))
+                .count();
+            let mut s = format!("{ours}: {lines:.0} lines over {} starts", tallies.len());
+            if early > 0 {
+                let _ = write!(s, ", {early} ended before the windows did");
+            }
+            followers.push(s);
+        }
+        if !followers.is_empty() {
+            let _ = writeln!(out, "\nthe followers read: {}.", followers.join("; "));
+        }
+    }
+    let mut lat = String::new();
+    for (_, ours) in &pairs {
+        let c = &rows[*ours];
+        let mut calls: Vec<&String> = c
+            .keys()
+            .filter(|k| k.starts_with("admin-") && *k != "admin-load")
+            .collect();
+        calls.sort();
+        for call in calls {
+            if lat.is_empty() {
+                lat.push_str("| proxy under a keep-alive load | call | calls | p50 ms | p99 ms | max ms | the load meanwhile: req/s, proxy CPU µs/req |\n");
+                lat.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+            }
+            let ms = |k: &str| {
+                num(c, call, k).map_or_else(|| "—".into(), |v| format!("{:.3}", v / 1000.0))
+            };
+            let load = match (
+                num(c, "admin-load", "rps"),
+                num(c, "admin-load", "cpu_us_per_req"),
+            ) {
+                (Some(r), Some(u)) => format!("{r:.0}{}, {u:.1}", errs(c, "admin-load")),
+                (Some(r), None) => format!("{r:.0}{}", errs(c, "admin-load")),
+                _ => "—".into(),
+            };
+            let path = c[call].get("path").map_or_else(
+                || call.trim_start_matches("admin-").to_owned(),
+                Clone::clone,
+            );
+            let _ = writeln!(
+                lat,
+                "| {ours} | GET {path} | {:.0}{} | {} | {} | {} | {load} |",
+                num(c, call, "requests").unwrap_or(0.0),
+                errs(c, call),
+                ms("p50_us"),
+                ms("p99_us"),
+                ms("max_us"),
+            );
+        }
+    }
+    if !lat.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("admin API latency while the proxy serves a keep-alive load (sequential calls, a new connection each as the CLI makes, connect to last byte; the caller not pinned, the load's client on core 0, the event-stream follower still attached):\n\n");
+        out.push_str(&lat);
     }
     out
 }
@@ -467,6 +640,46 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("| q |"), "{t}");
+    }
+
+    #[test]
+    fn admin_rows_read_against_their_base_over_every_window() {
+        let text = "airlock plain|ka|rps=100 cpu_us_per_req=10.0\n\
+                    airlock plain|lat|cpu_us_per_req=20.0\n\
+                    airlock plain + admin|ka|rps=90 cpu_us_per_req=10.4\n\
+                    airlock plain + admin|lat|cpu_us_per_req=21.0\n\
+                    airlock plain + admin|follower|lines=1000 bytes=500000 secs=9.0 end=term\n\
+                    airlock plain + admin|admin-counters|path=/v1/counters requests=2000 errors=0 p50_us=250.0 p99_us=900.0 max_us=1500.0\n\
+                    airlock plain + admin|admin-load|rps=9000 cpu_us_per_req=11.0 errors=0\n\
+                    airlock plain|r2-ka|cpu_us_per_req=12.0\n\
+                    airlock plain|r3-ka|cpu_us_per_req=11.0\n\
+                    airlock plain + admin|r2-ka|cpu_us_per_req=11.6\n\
+                    airlock plain + admin|r3-ka|cpu_us_per_req=11.3\n\
+                    airlock plain + admin|r2-follower|lines=500 end=eof\n\
+                    squid plain|ka|rps=50 cpu_us_per_req=30.0\n";
+        let a = render_admin(text);
+        assert!(a.contains("3 windows each"), "{a}");
+        assert!(
+            a.contains("| airlock plain, keep-alive, concurrent | 11.0 (10.0–12.0) | 11.3 (10.4–11.6) | +2.7% |"),
+            "{a}"
+        );
+        assert!(
+            a.contains("| airlock plain, keep-alive, 1 conn | 20.0 (20.0–20.0) | 21.0 (21.0–21.0) | +5.0% |"),
+            "{a}"
+        );
+        assert!(
+            a.contains(
+                "airlock plain + admin: 1500 lines over 2 starts, 1 ended before the windows did"
+            ),
+            "{a}"
+        );
+        assert!(
+            a.contains("| airlock plain + admin | GET /v1/counters | 2000 | 0.250 | 0.900 | 1.500 | 9000, 11.0 |"),
+            "{a}"
+        );
+        // The admin row is read against its base, not against the peers.
+        assert!(!render_peers(text).contains("+ admin"));
+        assert!(render_admin("airlock plain|ka|cpu_us_per_req=1\n").is_empty());
     }
 
     #[test]

@@ -1,0 +1,151 @@
+//! The admin API's clients for the benchmark (issue 41): a follower of the event stream
+//! that reads every line to nowhere, and sequential `GET`s whose latency is reported.
+//!
+//! Raw HTTP/1.1 over [`tokio::net::UnixStream`], no client library: each call opens a new
+//! connection, sends one request and reads its whole response, as the CLI does (one
+//! connection per request); the latency is connect to last byte.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::http::{Conn, within};
+use crate::load::pct;
+use crate::procfs;
+
+/// A call that takes longer fails (and the cell shows it) instead of hanging the run.
+const CALL_TIMEOUT: u64 = 10;
+
+/// `n` sequential `GET path` calls, each on a new connection; prints `key=value` pairs:
+/// calls, errors, latency p50 / p99 / max in µs, bytes of the last answer.
+pub async fn get(socket: &Path, path: &str, n: usize) -> anyhow::Result<()> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: airlock\r\nUser-Agent: airlock-bench\r\n\r\n")
+        .into_bytes();
+    let steal0 = procfs::steal_ticks()?;
+    let start = Instant::now();
+    let mut lat_ns = Vec::with_capacity(n);
+    let (mut errors, mut body, mut first_error) = (0u64, 0u64, None);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let r = within(CALL_TIMEOUT, async {
+            let s = UnixStream::connect(socket)
+                .await
+                .with_context(|| format!("connecting to {}", socket.display()))?;
+            let mut c = Conn::new(s);
+            c.send(&req).await?;
+            let r = c.response().await?;
+            if r.status != 200 {
+                bail!("GET {path}: status {}", r.status);
+            }
+            Ok(r)
+        })
+        .await;
+        match r {
+            Ok(r) => {
+                lat_ns.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                body = r.body;
+            }
+            Err(e) => {
+                errors += 1;
+                if first_error.is_none() {
+                    first_error = Some(format!("{e:#}"));
+                }
+                // Do not spin on a refusing socket.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let steal1 = procfs::steal_ticks()?;
+    lat_ns.sort_unstable();
+    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
+    let mut out = format!(
+        "path={path} requests={} errors={errors} secs={secs:.3} p50_us={:.1} p99_us={:.1} max_us={max:.1} body={body}",
+        lat_ns.len(),
+        pct(&lat_ns, 0.50),
+        pct(&lat_ns, 0.99),
+    );
+    let ticks = steal1.1.saturating_sub(steal0.1);
+    if ticks > 0 {
+        let stolen = steal1.0.saturating_sub(steal0.0) as f64 * 100.0 / ticks as f64;
+        out.push_str(&format!(" steal_pct={stolen:.1}"));
+    }
+    if let Some(e) = first_error {
+        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// Follows the event stream (`/v1/events?follow=true`) and throws every line away. Prints
+/// `attached` once the proxy answered 200, then, when the stream ends or on `SIGTERM`,
+/// `lines=… bytes=… secs=… end=eof|term` (`end=term`: it was still attached when told to
+/// stop).
+pub async fn follow(socket: &Path) -> anyhow::Result<()> {
+    // Registered before attaching: a TERM right after `attached` is not lost.
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut s = UnixStream::connect(socket)
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    s.write_all(b"GET /v1/events?follow=true HTTP/1.1\r\nHost: airlock\r\nUser-Agent: airlock-bench\r\n\r\n")
+        .await?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut head = Vec::new();
+    let body_start = loop {
+        let n = within(CALL_TIMEOUT, async { Ok(s.read(&mut buf).await?) }).await?;
+        if n == 0 {
+            bail!(
+                "the proxy closed the event stream before answering: {:?}",
+                String::from_utf8_lossy(&head)
+            );
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > 64 * 1024 {
+            bail!("event stream: response head too large");
+        }
+    };
+    let status = String::from_utf8_lossy(&head[..body_start]).into_owned();
+    if status.split(' ').nth(1) != Some("200") {
+        bail!(
+            "event stream refused: {}",
+            status.lines().next().unwrap_or("")
+        );
+    }
+    println!("attached");
+    let t0 = Instant::now();
+    let (mut lines, mut bytes, mut prev) = (0u64, 0u64, 0u8);
+    // An NDJSON line ends in `\n`; the chunked framing's line ends are `\r\n`, and a
+    // record (JSON) has no raw newline inside.
+    let mut count = |data: &[u8], prev: &mut u8| {
+        bytes += data.len() as u64;
+        for &b in data {
+            if b == b'\n' && *prev != b'\r' {
+                lines += 1;
+            }
+            *prev = b;
+        }
+    };
+    count(&head[body_start..], &mut prev);
+    let end = loop {
+        tokio::select! {
+            r = s.read(&mut buf) => match r {
+                Ok(0) => break "eof",
+                Ok(n) => count(&buf[..n], &mut prev),
+                Err(_) => break "error",
+            },
+            _ = term.recv() => break "term",
+        }
+    };
+    println!(
+        "lines={lines} bytes={bytes} secs={:.3} end={end}",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
