@@ -12,9 +12,10 @@
 //! not reached reads as "from the oldest line held", with a gap note.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use airlock_control::admin::Cursor;
+use bytes::Bytes;
 use tokio::sync::watch;
 
 /// Lines the ring holds at most.
@@ -27,8 +28,8 @@ pub const RING_BYTES: usize = 8 << 20;
 pub struct Line {
     /// Its number: the first line this start wrote is 1.
     pub seq: u64,
-    /// The line as written, without its newline.
-    pub text: Arc<str>,
+    /// The line as written, without its newline (a slice of its batch's one copy).
+    pub text: Bytes,
 }
 
 #[derive(Debug, Default)]
@@ -86,20 +87,23 @@ impl Hub {
     }
 
     /// Adds the lines of `batch` (newline-terminated JSON lines, as written) and wakes the
-    /// followers. Called under the audit writer's lock: a copy of each line and nothing else.
+    /// followers. Called under the audit writer's lock: one copy of the batch, sliced per
+    /// line, and nothing else.
     pub fn publish(&self, batch: &[u8]) {
+        let whole = Bytes::copy_from_slice(batch);
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        for line in batch.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let Ok(text) = std::str::from_utf8(line) else {
-                continue; // the writer writes JSON (UTF-8) only
-            };
-            ring.last += 1;
-            ring.bytes += text.len();
-            let seq = ring.last;
-            ring.lines.push_back(Line {
-                seq,
-                text: Arc::from(text),
-            });
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', batch) {
+            if end > start {
+                ring.last += 1;
+                ring.bytes += end - start;
+                let seq = ring.last;
+                ring.lines.push_back(Line {
+                    seq,
+                    text: whole.slice(start..end),
+                });
+            }
+            start = end + 1;
         }
         while ring.lines.len() > RING_LINES || ring.bytes > RING_BYTES {
             if let Some(old) = ring.lines.pop_front() {
@@ -109,6 +113,12 @@ impl Hub {
         let last = ring.last;
         drop(ring);
         self.last.send_replace(last);
+    }
+
+    /// The first part of a cursor (`<start>:`): a cursor is this and the line's number.
+    #[must_use]
+    pub fn cursor_prefix(&self) -> String {
+        format!("{}:", self.start)
     }
 
     /// Wakes when a line is published ([`watch::Receiver::changed`]).
@@ -190,7 +200,10 @@ mod tests {
     use super::*;
 
     fn texts(lines: &[Line]) -> Vec<(u64, &str)> {
-        lines.iter().map(|l| (l.seq, &*l.text)).collect()
+        lines
+            .iter()
+            .map(|l| (l.seq, std::str::from_utf8(&l.text).unwrap()))
+            .collect()
     }
 
     #[test]
@@ -251,9 +264,9 @@ mod tests {
 
     #[tokio::test]
     async fn followers_wake_on_publish() {
-        let hub = Arc::new(Hub::new());
+        let hub = std::sync::Arc::new(Hub::new());
         let mut rx = hub.subscribe();
-        let h = Arc::clone(&hub);
+        let h = std::sync::Arc::clone(&hub);
         tokio::spawn(async move { h.publish(b"{}\n") });
         rx.changed().await.unwrap();
         assert_eq!(*rx.borrow(), 1);

@@ -37,9 +37,13 @@ struct Keys {
     reason: Option<String>,
 }
 
+/// How long a follower lets lines gather after a wake-up, so that one write carries many
+/// (well inside the 100 ms a denial may take to reach `logs -f`).
+pub const GATHER: Duration = Duration::from_millis(5);
+
 /// Whether the line `text` passes every filter of `q`. A line that does not parse passes
 /// only when there is no filter (it is the log's, whatever it is).
-fn passes(q: &EventsQuery, text: &str) -> bool {
+fn passes(q: &EventsQuery, text: &[u8]) -> bool {
     let filtered = q.decision.is_some()
         || q.host.is_some()
         || q.session.is_some()
@@ -48,7 +52,7 @@ fn passes(q: &EventsQuery, text: &str) -> bool {
     if !filtered {
         return true;
     }
-    let Ok(k) = serde_json::from_str::<Keys>(text) else {
+    let Ok(k) = serde_json::from_slice::<Keys>(text) else {
         return false;
     };
     let is = |want: &Option<String>, got: &Option<String>| {
@@ -66,14 +70,23 @@ fn passes(q: &EventsQuery, text: &str) -> bool {
 }
 
 /// `line` as the stream's NDJSON line (`{"kind":"record","cursor":..,"log":"audit","record":..}`):
-/// the record's text as the log has it, not parsed and written again.
-fn record_line(hub: &Hub, line: &Line, out: &mut Vec<u8>) {
-    let cursor = hub.cursor(line.seq);
-    out.extend_from_slice(b"{\"kind\":\"record\",\"cursor\":");
-    let _ = serde_json::to_writer(&mut *out, &cursor);
-    out.extend_from_slice(b",\"log\":\"audit\",\"record\":");
-    out.extend_from_slice(line.text.as_bytes());
+/// the record's bytes as the log has them, not parsed and written again; `head` is
+/// [`head`]'s (the part before the line's number, made once per follower).
+fn record_line(head: &[u8], line: &Line, out: &mut Vec<u8>) {
+    out.extend_from_slice(head);
+    out.extend_from_slice(itoa::Buffer::new().format(line.seq).as_bytes());
+    out.extend_from_slice(b"\",\"log\":\"audit\",\"record\":");
+    out.extend_from_slice(&line.text);
     out.extend_from_slice(b"}\n");
+}
+
+/// The start of every record line of `hub`'s stream, up to the line's number.
+fn head(hub: &Hub) -> Vec<u8> {
+    let mut h = b"{\"kind\":\"record\",\"cursor\":".to_vec();
+    // The prefix is hex and ':', but written as JSON all the same.
+    let _ = serde_json::to_writer(&mut h, &hub.cursor_prefix());
+    h.pop(); // the closing quote: the number and the quote follow
+    h
 }
 
 fn note_line(code: NoteCode, message: String) -> Bytes {
@@ -138,6 +151,7 @@ pub async fn follow(
         metrics.followers.fetch_add(1, Ordering::Relaxed);
     }
     let mut pos = from.after;
+    let head = head(&hub);
     let mut lines = Vec::with_capacity(BATCH);
     let mut chunk = Vec::with_capacity(16 * 1024);
     loop {
@@ -151,13 +165,16 @@ pub async fn follow(
         for line in &lines {
             pos = line.seq;
             if passes(&q, &line.text) {
-                record_line(&hub, line, &mut chunk);
+                record_line(&head, line, &mut chunk);
             }
         }
         if !chunk.is_empty() {
             // Waits while the client does not read; the hub goes on without it, and once
             // its ring has moved past this follower the wait is over.
-            let send = tx.send(Bytes::copy_from_slice(&chunk));
+            let send = tx.send(Bytes::from(std::mem::replace(
+                &mut chunk,
+                Vec::with_capacity(16 * 1024),
+            )));
             tokio::pin!(send);
             let sent = loop {
                 tokio::select! {
@@ -188,6 +205,8 @@ pub async fn follow(
             () = tx.closed() => break,
             () = reached(&mut phase, Phase::Draining) => break,
         }
+        // Lines come in bursts: let the rest of this one gather, then send it in one write.
+        tokio::time::sleep(GATHER).await;
     }
     if q.follow {
         metrics.followers.fetch_sub(1, Ordering::Relaxed);
@@ -205,7 +224,7 @@ mod tests {
         let q = |f: fn(&mut EventsQuery)| {
             let mut q = EventsQuery::default();
             f(&mut q);
-            passes(&q, LINE)
+            passes(&q, LINE.as_bytes())
         };
         assert!(q(|_| {}));
         assert!(q(|q| q.decision = Some("deny".into())));
@@ -222,14 +241,14 @@ mod tests {
                 since_ms: Some(t + 1),
                 ..EventsQuery::default()
             },
-            LINE
+            LINE.as_bytes()
         ));
         assert!(!passes(
             &EventsQuery {
                 host: Some("x".into()),
                 ..EventsQuery::default()
             },
-            "not json"
+            b"not json"
         ));
     }
 
@@ -240,7 +259,7 @@ mod tests {
         let mut lines = Vec::new();
         hub.read(0, 1, &mut lines);
         let mut out = Vec::new();
-        record_line(&hub, &lines[0], &mut out);
+        record_line(&head(&hub), &lines[0], &mut out);
         let back: StreamLine = serde_json::from_slice(&out).unwrap();
         let StreamLine::Record(e) = back else {
             panic!("{back:?}")
