@@ -53,6 +53,32 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let policy_hash = airlock_proxy::revision::hash(policy_text.as_bytes());
+    // A restart of the proxy within a start resumes the revision an operator loaded (kept
+    // in the state directory); one that no longer loads is said and the start's policy used.
+    let resumed = airlock_proxy::revision::Saved::load(&args.state_dir).and_then(
+        |saved| match saved.policy(&policy) {
+            Ok(p) => Some((saved, p)),
+            Err(e) => {
+                tracing::warn!(
+                    "the kept policy revision {} does not load, the start's policy is used: {e}",
+                    saved.revision
+                );
+                None
+            }
+        },
+    );
+    let policy = match &resumed {
+        Some((saved, p)) => {
+            tracing::warn!(
+                "resuming policy revision {} from {} (loaded before this proxy restarted)",
+                saved.revision,
+                saved.origin
+            );
+            p.clone()
+        }
+        None => policy,
+    };
+    let resumed = resumed.map(|(saved, _)| saved);
     // The admin socket is taken before anything else can open a descriptor over its number.
     let admin_listener = match admin_listener(&args) {
         Ok(l) => l,
@@ -78,7 +104,7 @@ fn main() -> anyhow::Result<()> {
         args,
         rules,
         interception,
-        admin_listener.map(|l| (l, policy_hash)),
+        admin_listener.map(|l| (l, policy_hash, resumed)),
     ))
 }
 
@@ -155,7 +181,11 @@ async fn run(
     args: Args,
     rules: Rules,
     interception: Interception,
-    admin: Option<(std::os::unix::net::UnixListener, String)>,
+    admin: Option<(
+        std::os::unix::net::UnixListener,
+        String,
+        Option<airlock_proxy::revision::Saved>,
+    )>,
 ) -> anyhow::Result<()> {
     // Before the listeners answer: a SIGHUP must never meet the default action (exit).
     let mut signals = shutdown::Signals::install().context("installing signal handlers")?;
@@ -196,7 +226,7 @@ async fn run(
         original_dst: Arc::new(SoOriginalDst),
         interception: Arc::new(interception),
         git_service_addr: Some(airlock_channels::git_service_addr()),
-        admin: admin.map(|(listener, hash)| airlock_proxy::AdminSetup {
+        admin: admin.map(|(listener, hash, resumed)| airlock_proxy::AdminSetup {
             listener,
             operators: airlock_proxy::admin::peer::Operators {
                 uids: args.admin_operator_uid.clone(),
@@ -206,7 +236,8 @@ async fn run(
                 &args.policy,
                 hash,
                 &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
-            ),
+            )
+            .kept_in(&args.state_dir, resumed.as_ref()),
             agent_uid: args.agent_uid,
         }),
     };

@@ -30,6 +30,64 @@ use crate::snapshot::{Rules, Snapshot};
 
 /// Largest policy text a reload takes.
 pub const MAX_TEXT: usize = 1 << 20;
+/// The last loaded revision, in the proxy's state directory ([`Saved`]).
+pub const SAVED_FILE: &str = "policy-revision.json";
+
+/// The revision an operator loaded, kept (0600, the proxy's state directory on the `/run`
+/// tmpfs: this start only) so that a restart of the proxy by the supervisor resumes it
+/// instead of falling back to the start's policy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Saved {
+    /// Its number.
+    pub revision: u64,
+    /// Where its text came from.
+    pub origin: String,
+    /// Its text, as the operator sent it.
+    pub text: String,
+}
+
+impl Saved {
+    /// The revision kept in `dir`, if any.
+    #[must_use]
+    pub fn load(dir: &Path) -> Option<Saved> {
+        let bytes = std::fs::read(dir.join(SAVED_FILE)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Keeps this revision in `dir`, replacing the one kept (written whole, then renamed).
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn store(&self, dir: &Path) -> std::io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let tmp = dir.join(format!(".{SAVED_FILE}.tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, dir.join(SAVED_FILE))
+    }
+
+    /// Its policy, as a reload would load it over `start` (the start's policy), if it still
+    /// loads and needs no restart.
+    ///
+    /// # Errors
+    /// Why it does not.
+    pub fn policy(&self, start: &Policy) -> Result<Policy, String> {
+        let p = Policy::parse(&self.text, Path::new(&self.origin)).map_err(|e| e.to_string())?;
+        let p = start_overrides(&self.text, p, start, &self.origin)?;
+        match restart_needed(start, &p) {
+            Some(why) => Err(why),
+            None => Ok(p),
+        }
+    }
+}
 
 /// The hash a revision is named by: SHA-256 of its text, hex.
 #[must_use]
@@ -114,6 +172,8 @@ pub struct Revisions {
     path: PathBuf,
     /// The start's credential hand-off: the secrets of the policy's credentials.
     handoff: PathBuf,
+    /// Where a loaded revision is kept for a restart of the proxy ([`Saved`]).
+    keep: Option<PathBuf>,
 }
 
 /// A reload's outcome before the connections are re-judged.
@@ -140,7 +200,25 @@ impl Revisions {
             turn: tokio::sync::Mutex::new(()),
             path: path.to_owned(),
             handoff: handoff.to_owned(),
+            keep: None,
         }
+    }
+
+    /// Keeps each loaded revision in `dir` ([`Saved`]), and starts from `resumed` (a
+    /// revision kept by an earlier run of the proxy in this start, which the caller loaded).
+    #[must_use]
+    pub fn kept_in(mut self, dir: &Path, resumed: Option<&Saved>) -> Self {
+        self.keep = Some(dir.to_owned());
+        if let Some(saved) = resumed {
+            let current = self
+                .current
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            current.revision = saved.revision;
+            current.hash = hash(saved.text.as_bytes());
+            current.origin.clone_from(&saved.origin);
+        }
+        self
     }
 
     /// The revision in force.
@@ -233,6 +311,18 @@ impl Revisions {
                 )
             })?;
         rules.replace(new);
+        if let Some(dir) = &self.keep {
+            let saved = Saved {
+                revision,
+                origin: origin.clone(),
+                text,
+            };
+            if let Err(e) = saved.store(dir) {
+                tracing::warn!(
+                    "policy revision {revision} is in force but not kept for a restart of the proxy: {e}"
+                );
+            }
+        }
         let now = PolicyRevision {
             revision,
             hash: new_hash,
@@ -296,6 +386,34 @@ mod tests {
         assert_eq!(new.sandbox.name, "box-7");
         assert_eq!(new.git.repositories, ["github.com/acme/app"]);
         assert_eq!(restart_needed(&in_force, &new), None);
+    }
+
+    #[test]
+    fn a_kept_revision_reads_back_and_loads_over_the_start_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = BASE.replace("\"a.example\"", "\"a.example\", \"b.example\"");
+        let saved = Saved {
+            revision: 3,
+            origin: "/host/p.toml".into(),
+            text: text.clone(),
+        };
+        saved.store(dir.path()).unwrap();
+        let back = Saved::load(dir.path()).unwrap();
+        assert_eq!(back, saved);
+        let start = policy(BASE);
+        assert!(back.policy(&start).is_ok());
+        let r = Revisions::new(Path::new("p.toml"), hash(BASE.as_bytes()), Path::new("h"))
+            .kept_in(dir.path(), Some(&back));
+        assert_eq!(r.current().revision, 3);
+        assert_eq!(r.current().hash, hash(text.as_bytes()));
+        // A kept text that now needs a restart is not resumed.
+        let renamed = Saved {
+            text: BASE
+                .replace("mode", "x")
+                .replace("[sandbox]", "[sandbox]\nmode = \"report\""),
+            ..saved
+        };
+        assert!(renamed.policy(&start).is_err());
     }
 
     #[test]

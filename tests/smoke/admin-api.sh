@@ -5,7 +5,8 @@
 # and a policy reload that changes the next decision (a broken text refused, the revision
 # kept). As the agent, through every path it has: the socket's path, the root-only parent,
 # the proxy's /proc entries, PID 1's root, its own descriptors, and every Unix socket the
-# kernel lists: nothing reaches the API. A restart of the proxy keeps the socket served.
+# kernel lists: nothing reaches the API. A restart of the proxy keeps the socket served and
+# resumes the revision loaded before.
 # Usage: sudo tests/smoke/admin-api.sh
 source "$(dirname "$0")/lib.sh"
 smoke_sweep
@@ -128,6 +129,15 @@ for _ in $(seq 1 50); do
     sleep 0.1
 done
 check "the restarted proxy answers on the same socket" [ "$ok" = 1 ]
+check "and resumes the revision loaded before (2)" grep -q '"revision":2' <<<"$(api http://airlock/v1/policy)"
+airlock exec "$SB" -- curl -sS --max-time 10 -o /dev/null http://denied.test/ >/dev/null 2>&1 || true
+sleep 0.3
+check "under which denied.test is still allowed" python3 - "$audit" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+last = [l for l in lines if l.get("host") == "denied.test"][-1]
+sys.exit(0 if last.get("reason") != "blocked-by-policy" else 1)
+PY
 
 if [ "$SMOKE_FAILS" -ne 0 ]; then
     say "agent output:"; cat "$SMOKE_DIR/agent.out" "$SMOKE_DIR/agent.err" >&2
