@@ -50,7 +50,19 @@ fn median(mut f: impl FnMut()) -> f64 {
 
 /// About 1 MiB of what agents upload: source code and prose.
 fn large_body() -> Vec<u8> {
-    let code = include_str!("../src/intercept.rs");
+    let code = concat!(
+        include_str!("../src/intercept/mod.rs"),
+        include_str!("../src/intercept/tls.rs"),
+        include_str!("../src/intercept/server.rs"),
+        include_str!("../src/intercept/route.rs"),
+        include_str!("../src/intercept/ctx.rs"),
+        include_str!("../src/intercept/request.rs"),
+        include_str!("../src/intercept/git.rs"),
+        include_str!("../src/intercept/request_body.rs"),
+        include_str!("../src/intercept/streamed.rs"),
+        include_str!("../src/intercept/forward.rs"),
+        include_str!("../src/intercept/upgrade.rs"),
+    );
     let mut out = Vec::with_capacity(1 << 20);
     while out.len() < 1 << 20 {
         out.extend_from_slice(code.as_bytes());

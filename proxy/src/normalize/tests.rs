@@ -95,7 +95,7 @@ fn spaced_runs_are_read_without_their_spaces() {
 
 #[test]
 fn honest_text_decodes_to_little() {
-    let code = include_str!("../intercept.rs");
+    let code = include_str!("../intercept/request.rs");
     let d = Decoded::of(code.as_bytes(), 512);
     assert!(
         d.bytes.len() < code.len() / 2,
