@@ -158,13 +158,19 @@ async fn pass(ctx: &Ctx, p: Pass) -> Result<Outcome> {
         .await?
     {
         if ctx.registry.get(&name)?.is_none() {
+            // A container the engine created after the pass above (it finishes the create of
+            // a `new` that was killed) may hold it: kept, for the next gc to remove with it.
+            if !p.dry_run && !ctx.engine.remove_volume_if_unused(&volume).await? {
+                out.kept.push(Item {
+                    name: volume,
+                    reason: "a volume with no sandbox, in use by a container created meanwhile: the next gc removes both".into(),
+                });
+                continue;
+            }
             out.removed.push(Item {
-                name: volume.clone(),
+                name: volume,
                 reason: "a volume with no sandbox".into(),
             });
-            if !p.dry_run {
-                ctx.engine.remove_volume(&volume).await?;
-            }
         }
     }
     for dir in dirs {

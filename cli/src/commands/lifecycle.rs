@@ -176,7 +176,13 @@ pub async fn remove_all(ctx: &Ctx, row: &Sandbox) -> Result<()> {
     ctx.engine.remove(&super::container_name(&row.name)).await?;
     ctx.engine.remove(&volumes::setup_name(&row.name)).await?;
     for role in [Role::Home, Role::Secrets] {
-        ctx.engine.remove_volume(&role.volume(&row.name)).await?;
+        let volume = role.volume(&row.name);
+        if !ctx.engine.remove_volume_if_unused(&volume).await? {
+            // The engine finished the create of a killed `new` after the removal above: its
+            // container holds the volume now. Remove it, then the volume.
+            ctx.engine.remove(&super::container_name(&row.name)).await?;
+            ctx.engine.remove_volume(&volume).await?;
+        }
     }
     super::audit::keep(ctx, row).await;
     ctx.checkout(&row.name).remove()?;

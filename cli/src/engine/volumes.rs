@@ -132,6 +132,19 @@ impl Engine {
         }
     }
 
+    /// Remove the volume `volume` unless a container uses it: `Ok(false)` then (the engine
+    /// answers 409), `Ok(true)` when it is removed or already gone.
+    pub async fn remove_volume_if_unused(&self, volume: &str) -> Result<bool, EngineError> {
+        let opts = RemoveVolumeOptions { force: true };
+        match self.docker.remove_volume(volume, Some(opts)).await {
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(false),
+            Err(e) if !is_404(&e) => Err(call("remove the volume", volume)(e)),
+            _ => Ok(true),
+        }
+    }
+
     /// The volumes labelled with the data directory `data`: `(volume, sandbox)`.
     pub async fn volumes_of(&self, data: &str) -> Result<Vec<(String, String)>, EngineError> {
         let opts = ListVolumesOptions {
