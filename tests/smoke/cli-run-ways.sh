@@ -93,7 +93,8 @@ check "no proxy line on its terminal" bash -c "! grep -q ' INFO ' <<<'$screen'"
 tmux kill-session -t "$session" 2>/dev/null || true
 
 # ---- the Pod: a terminal for kubectl attach, the agent as its command
-pod=$(airlock k8s render agent-one --repo "$repo" --agent claude | python3 -c '
+# --host-paths: the single-node rendering (this repository has no origin to clone in a cluster).
+pod=$(airlock k8s render agent-one --repo "$repo" --agent claude --host-paths | python3 -c '
 import json, sys
 docs = [json.loads(d) for d in sys.stdin.read().split("---\n") if d.strip()]
 c = [d for d in docs if d["kind"] == "Pod"][0]["spec"]["containers"][0]
