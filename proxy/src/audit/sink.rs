@@ -58,6 +58,42 @@ pub(super) struct State {
     line_chain: ChainHash,
 }
 
+/// The write that ends an outage: its line (sealed after the file's last line), then what
+/// waited and `st.line` when `with_line`, resealed after it. Returns the bytes, where the
+/// lines after the outage line start, and the chain of the last line.
+fn outage_batch(st: &State, o: &Outage, with_line: bool) -> (Vec<u8>, usize, ChainHash) {
+    let mut buf = Vec::new();
+    let who = &st.who;
+    let line = airlock_audit_schema::Outage {
+        ts: Timestamp::now(),
+        session: Arc::clone(&who.session),
+        sandbox: Arc::clone(&who.sandbox),
+        container: who.container.clone(),
+        kind: airlock_audit_schema::AuditKind::Audit,
+        event: airlock_audit_schema::OutageEvent::Outage,
+        decision: Verdict::Deny,
+        reason: Reason::AuditUnavailable,
+        since: Timestamp::from(o.since),
+        error: o.error.clone(),
+        refused: o.refused,
+        lost: o.lost,
+        chain: None,
+    };
+    let mut head = st.head;
+    if serde_json::to_writer(&mut buf, &line).is_ok() {
+        head = chain::seal(&mut buf, 0, &head).unwrap_or(head);
+        buf.push(b'\n');
+    }
+    let at = buf.len();
+    buf.extend_from_slice(&st.queued);
+    if with_line {
+        buf.extend_from_slice(&st.line);
+    }
+    // What waited was sealed after the file's last line: it now follows this one.
+    let last = chain::reseal(&mut buf[at..], &head);
+    (buf, at, last)
+}
+
 /// A window in which the log could not be written.
 struct Outage {
     since: SystemTime,
@@ -163,35 +199,9 @@ impl Sink {
         let new_head;
         let result = if let Some(o) = &st.outage {
             // Recovering: the outage line first, then what waited, then this line.
-            let mut buf = Vec::new();
-            let who = &st.who;
-            let line = airlock_audit_schema::Outage {
-                ts: Timestamp::now(),
-                session: Arc::clone(&who.session),
-                sandbox: Arc::clone(&who.sandbox),
-                container: who.container.clone(),
-                kind: airlock_audit_schema::AuditKind::Audit,
-                event: airlock_audit_schema::OutageEvent::Outage,
-                decision: Verdict::Deny,
-                reason: Reason::AuditUnavailable,
-                since: Timestamp::from(o.since),
-                error: o.error.clone(),
-                refused: o.refused,
-                lost: o.lost,
-                chain: None,
-            };
-            let mut head = st.head;
-            if serde_json::to_writer(&mut buf, &line).is_ok() {
-                head = chain::seal(&mut buf, 0, &head).unwrap_or(head);
-                buf.push(b'\n');
-            }
-            outage_line = buf.len();
-            buf.extend_from_slice(&st.queued);
-            if with_line {
-                buf.extend_from_slice(&st.line);
-            }
-            // What waited was sealed after the file's last line: it now follows this one.
-            new_head = chain::reseal(&mut buf[outage_line..], &head);
+            let (buf, at, head) = outage_batch(st, o, with_line);
+            outage_line = at;
+            new_head = head;
             st.file.append(&buf).map(|()| {
                 self.published(&buf);
                 buf.len()
