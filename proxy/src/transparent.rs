@@ -232,13 +232,22 @@ async fn handle(
         if ctx.requests.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             crate::audit::abandoned(&mut rec);
         }
-        rec.event = Some(end.into());
-        rec.bytes_up = meter.up();
-        rec.bytes_down = meter.down();
-        rec.duration_ms = meter.elapsed_ms();
-        shared.audit.emit(rec).await;
+        close(&shared, rec, end, &meter).await;
         return;
     }
+    relay(stream, upstream, &target, rec, &meter, &shared).await;
+}
+
+/// A passthrough connection: relayed to `upstream` until it ends, or until a policy reload
+/// refuses `target` (`conns`); then its final line.
+async fn relay(
+    stream: TcpStream,
+    upstream: Option<crate::upstream::Connected>,
+    target: &decide::Target,
+    mut rec: Record,
+    meter: &Arc<Meter>,
+    shared: &Shared,
+) {
     let Some(upstream) = upstream else {
         // Only an intercepted connection goes without one (`admit`).
         tracing::error!("transparent tunnel without an upstream connection");
@@ -246,15 +255,14 @@ async fn handle(
         shared.audit.emit(rec).await;
         return;
     };
-    // A policy reload that refuses the target closes the connection (`conns`).
     let end = shared
         .conns
         .guard(
-            &target,
+            target,
             tunnel::relay(
                 stream,
                 upstream.stream,
-                Arc::clone(&meter),
+                Arc::clone(meter),
                 shared.limits.idle_timeout,
                 shared.shutdown.subscribe(),
             ),
@@ -264,6 +272,11 @@ async fn handle(
     if meter.up() == 0 && meter.down() == 0 {
         crate::audit::abandoned(&mut rec);
     }
+    close(shared, rec, end, meter).await;
+}
+
+/// A connection's final line: how it ended and what crossed it.
+async fn close(shared: &Shared, mut rec: Record, end: tunnel::End, meter: &Meter) {
     rec.event = Some(end.into());
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
