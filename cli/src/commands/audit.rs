@@ -115,22 +115,11 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
     let live = ctx.checkout(name).audit();
     let following = args.follow && dir == live;
     // The event stream first: whatever is written while the files are read comes through it.
-    let mut streamer = None;
-    if following {
-        let client = Client::new(name, &ctx.checkout(name).control());
-        let query = EventsQuery {
-            decision: args.denied.then(|| "deny".to_owned()),
-            session: full_session(&client, args.session.as_deref()).await,
-            ..EventsQuery::default()
-        };
-        let mut f = StreamFollower::new(client, query, Seen::default());
-        match f.open().await {
-            Ok(()) => streamer = Some(f),
-            // Not running, or an image older than the admin API: the files.
-            Err(e) if e.is_not_running() => {}
-            Err(e) => eprintln!("airlock: {e}; following the files instead"),
-        }
-    }
+    let streamer = if following {
+        open_stream(ctx, args).await
+    } else {
+        None
+    };
     let mut seen = Seen::default();
     let mut out = std::io::stdout().lock();
     let mut followers = Vec::new();
@@ -223,6 +212,40 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
         );
         return Ok(0);
     }
+    follow(ctx, name, &view, (followers, streamer, seen)).await
+}
+
+/// The proxy's event stream of the sandbox `args` names, filtered as `args` asks; `None`
+/// when it does not answer (not running, or an image older than the admin API: the files
+/// are followed then).
+async fn open_stream(ctx: &Ctx, args: &LogsArgs) -> Option<StreamFollower> {
+    let name = &args.name;
+    let client = Client::new(name, &ctx.checkout(name).control());
+    let query = EventsQuery {
+        decision: args.denied.then(|| "deny".to_owned()),
+        session: full_session(&client, args.session.as_deref()).await,
+        ..EventsQuery::default()
+    };
+    let mut f = StreamFollower::new(client, query, Seen::default());
+    match f.open().await {
+        Ok(()) => Some(f),
+        Err(e) if e.is_not_running() => None,
+        Err(e) => {
+            eprintln!("airlock: {e}; following the files instead");
+            None
+        }
+    }
+}
+
+/// `-f` after the files were read: the files polled (and their rotations followed) and the
+/// event stream's records printed, until ctrl-c, a closed output or the sandbox's removal.
+async fn follow(
+    ctx: &Ctx,
+    name: &str,
+    view: &View,
+    (mut followers, streamer, seen): (Vec<(Source, Follower)>, Option<StreamFollower>, Seen),
+) -> Result<i32> {
+    let live = ctx.checkout(name).audit();
     // The stream's records, read by a task of their own (the files are polled meanwhile).
     let (tx, mut rx) = tokio::sync::mpsc::channel::<stream::Item>(256);
     if let Some(mut f) = streamer {
@@ -248,7 +271,7 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
             let file = source.file();
             let got = f.poll().map_err(|e| read_error(ctx, name, f.path(), e))?;
             for g in got {
-                if !emit(&mut out, *source, &g.text, file, g.n, &view)? {
+                if !emit(&mut out, *source, &g.text, file, g.n, view)? {
                     return Ok(0);
                 }
             }
@@ -282,7 +305,7 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
                         };
                         n_streamed += 1;
                         let mut out = std::io::stdout().lock();
-                        if !emit(&mut out, source, &raw, "the event stream", n_streamed, &view)? {
+                        if !emit(&mut out, source, &raw, "the event stream", n_streamed, view)? {
                             return Ok(0);
                         }
                     }
