@@ -10,8 +10,9 @@
 //! - everything else (`TXT`, `NULL`, `ANY`, `MX`, `CNAME`, zone transfers, ...): REFUSED
 //!   `dns-query-type`. These are the classic tunnel carriers and no proxied client needs them.
 //!
-//! A name the policy answers is judged before it is resolved ([`crate::names::judge`], the
-//! check every path that resolves a name for the agent calls): one that carries a value of
+//! Each question is decided by the destination's admission ([`crate::admission`], the one
+//! decision every way in asks): the policy on the name on any port, then (for a name to be
+//! resolved) the name itself: one that carries a value of
 //! the workspace's secret files or a secret of a known format (`foreign-secret`, the line
 //! naming the detector, the name's chosen labels masked), or below a wildcard zone looks
 //! encoded or passes the zone's budget (`dns-exfil-suspect`), is refused and never looked
@@ -39,8 +40,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::Shared;
+use crate::admission::{self, Admission, Outcome};
 use crate::audit::{Event, Kind, Record, Verdict};
-use crate::decide::{self, Target};
+use crate::decide::Target;
 use crate::identity::Proto;
 use crate::limits::Client;
 use crate::names;
@@ -78,54 +80,47 @@ pub enum Plan {
     NotImp,
 }
 
-/// Decides a parsed query. Returns the plan and the policy verdict to audit.
+/// Decides a parsed query by its shape and the policy ([`admission::policy`], the name on
+/// any port). Returns the plan and the admission its line carries; the name itself is
+/// judged by [`named`] once the plan is to resolve it.
 #[must_use]
-pub fn plan(
-    policy: &airlock_policy::Policy,
-    msg: &Message,
-) -> (Plan, Verdict, Option<String>, Option<Reason>) {
+pub fn plan(policy: &airlock_policy::Policy, msg: &Message) -> (Plan, Admission) {
+    let refused = |plan: Plan, reason: Reason, rule: Option<String>| {
+        let admission = Admission {
+            outcome: Outcome::Deny(reason),
+            rule,
+            redacted: None,
+        };
+        (plan, admission)
+    };
     if msg.message_type != MessageType::Query || msg.queries.len() != 1 {
-        return (Plan::FormErr, Verdict::Deny, None, None);
+        return refused(Plan::FormErr, Reason::MalformedRequest, None);
     }
     if msg.op_code != OpCode::Query {
-        return (Plan::NotImp, Verdict::Deny, None, None);
+        return refused(Plan::NotImp, Reason::MalformedRequest, None);
     }
     let q = &msg.queries[0];
     let ascii = q.name().to_ascii();
     let name = ascii.strip_suffix('.').unwrap_or(&ascii);
     let Ok(host) = Host::parse(name) else {
-        return (
-            Plan::Refuse(Reason::InvalidHost),
-            Verdict::Deny,
-            None,
-            Some(Reason::InvalidHost),
-        );
+        return refused(Plan::Refuse(Reason::InvalidHost), Reason::InvalidHost, None);
     };
-    // DNS has no port: a name is answerable when an allow rule names the host on any port.
+    // DNS has no port: the port here only fills the target.
     let target = Target { host, port: 443 };
-    let d = decide::decide(policy, &target);
-    let rule = d.rule;
-    let (verdict, reason) = match d.reason {
-        Some(Reason::BlockedPort) => (Verdict::Allow, None),
-        r => (d.verdict, r),
-    };
-    if let (Verdict::Deny, Some(reason)) = (verdict, reason) {
-        return (Plan::Refuse(reason), Verdict::Deny, rule, Some(reason));
+    let admission = admission::policy(policy, &target, admission::Port::Any);
+    if let Some(reason) = admission.refused() {
+        return (Plan::Refuse(reason), admission);
     }
     let plan = match q.query_type() {
         RecordType::A => Plan::Resolve { target, v6: false },
         RecordType::AAAA => Plan::Resolve { target, v6: true },
         RecordType::HTTPS | RecordType::SVCB => Plan::NoData,
         _ => {
-            return (
-                Plan::Refuse(Reason::DnsQueryType),
-                Verdict::Deny,
-                rule,
-                Some(Reason::DnsQueryType),
-            );
+            let reason = Reason::DnsQueryType;
+            return refused(Plan::Refuse(reason), reason, admission.rule);
         }
     };
-    (plan, verdict, rule, reason)
+    (plan, admission)
 }
 
 /// The response code of a refusal: a denied name does not exist for the agent (NXDOMAIN);
@@ -207,58 +202,21 @@ pub fn formerr_raw(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The name check ([`names::judge`], the one every path that resolves a name calls) on a
-/// name about to be resolved: refused, or resolved and reported.
+/// The admission's second step ([`Admission::named`]) on a name about to be resolved:
+/// refused, or resolved (and reported).
 fn named(
     shared: &Shared,
     rules: names::NameRules<'_>,
-    planned: (Plan, Verdict, Option<String>, Option<Reason>),
-) -> (Plan, Verdict, Option<String>, Option<Reason>) {
-    let Plan::Resolve { target, .. } = &planned.0 else {
-        return planned;
+    planned: (Plan, Admission),
+) -> (Plan, Admission) {
+    let (plan, admission) = planned;
+    let Plan::Resolve { target, .. } = &plan else {
+        return (plan, admission);
     };
-    match names::judge(rules, &shared.dns_budget, &target.host) {
-        names::NameVerdict::Pass => planned,
-        names::NameVerdict::Report { reason, rule } => {
-            (planned.0, Verdict::Report, rule.or(planned.2), Some(reason))
-        }
-        names::NameVerdict::Refuse { reason, rule } => (
-            Plan::Refuse(reason),
-            Verdict::Deny,
-            rule.or(planned.2),
-            Some(reason),
-        ),
-    }
-}
-
-/// The name check ([`names::judge`]) for the proxy's own paths (`CONNECT`, plain HTTP,
-/// base URL, transparent), after the policy let the host through and before it is
-/// resolved: `Err` refuses it (the record names the detector when one fired); a report
-/// is written on the record.
-pub(crate) fn admit_name(
-    shared: &Shared,
-    rules: names::NameRules<'_>,
-    rec: &mut Record,
-    host: &Host,
-) -> Result<(), Reason> {
-    match names::judge(rules, &shared.dns_budget, host) {
-        names::NameVerdict::Pass => Ok(()),
-        names::NameVerdict::Report { reason, rule } => {
-            if rule.is_some() {
-                rec.host = Some(names::redacted(rules.policy, host));
-                rec.rule = rule;
-            }
-            rec.decision = Verdict::Report;
-            rec.reason = Some(reason);
-            Ok(())
-        }
-        names::NameVerdict::Refuse { reason, rule } => {
-            if rule.is_some() {
-                rec.host = Some(names::redacted(rules.policy, host));
-                rec.rule = rule;
-            }
-            Err(reason)
-        }
+    let admission = admission.named(rules, &shared.dns_budget, target);
+    match admission.refused() {
+        Some(reason) => (Plan::Refuse(reason), admission),
+        None => (plan, admission),
     }
 }
 
@@ -301,21 +259,11 @@ pub(crate) async fn handle(
     }
     // One snapshot of the policy for the whole query.
     let rules = shared.rules.load();
-    let policy = &rules.policy;
-    let (plan, verdict, rule, reason) = named(shared, rules.name_rules(), plan(policy, &msg));
-    if reason == Some(Reason::ForeignSecret)
-        && let Some(Ok(host)) = rec.host.as_deref().map(Host::parse)
-    {
-        // The line names the detector, never the value.
-        rec.host = Some(names::redacted(policy, &host));
-    }
+    let (plan, admission) = named(shared, rules.name_rules(), plan(&rules.policy, &msg));
     let resolved = matches!(plan, Plan::Resolve { .. });
-    rec.decision = verdict;
-    rec.rule = rule;
-    rec.reason = reason;
+    admission.stamp(&mut rec);
     let out = match plan {
         Plan::FormErr | Plan::NotImp => {
-            rec.reason = Some(Reason::MalformedRequest);
             let rcode = if plan == Plan::NotImp {
                 ResponseCode::NotImp
             } else {
@@ -323,11 +271,7 @@ pub(crate) async fn handle(
             };
             respond(&msg, rcode, &[], None, max_len)
         }
-        Plan::Refuse(reason) => {
-            rec.decision = Verdict::Deny;
-            rec.reason = Some(reason);
-            respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len)
-        }
+        Plan::Refuse(reason) => respond(&msg, refusal_rcode(reason), &[], Some(reason), max_len),
         Plan::NoData => respond(&msg, ResponseCode::NoError, &[], None, max_len),
         Plan::Resolve { .. } if shared.audit.commit_open(&mut rec).is_err() => {
             // The name would leave for the resolver unaudited: refused.
@@ -551,9 +495,12 @@ mod tests {
     #[test]
     fn plans() {
         let p = policy("enforce");
-        let (pl, v, rule, _) = plan(&p, &query("Allowed.Test.", RecordType::A, true));
+        let (pl, a) = plan(&p, &query("Allowed.Test.", RecordType::A, true));
         assert!(matches!(pl, Plan::Resolve { v6: false, .. }));
-        assert_eq!((v, rule.as_deref()), (Verdict::Allow, Some("allowed.test")));
+        assert_eq!(
+            (a.outcome, a.rule.as_deref()),
+            (Outcome::Allow, Some("allowed.test"))
+        );
         assert!(matches!(
             plan(&p, &query("allowed.test.", RecordType::AAAA, true)).0,
             Plan::Resolve { v6: true, .. }
@@ -599,10 +546,9 @@ mod tests {
     #[test]
     fn report_mode_answers_policy_denials_only() {
         let p = policy("report");
-        let (pl, v, _, reason) = plan(&p, &query("other.test.", RecordType::A, true));
+        let (pl, a) = plan(&p, &query("other.test.", RecordType::A, true));
         assert!(matches!(pl, Plan::Resolve { .. }));
-        assert_eq!(v, Verdict::Report);
-        assert_eq!(reason, Some(Reason::BlockedByPolicy));
+        assert_eq!(a.outcome, Outcome::Report(Reason::BlockedByPolicy));
         assert_eq!(
             plan(&p, &query("other.test.", RecordType::TXT, true)).0,
             Plan::Refuse(Reason::DnsQueryType)

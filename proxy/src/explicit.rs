@@ -321,10 +321,9 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     st.shared.audit.pending(rec)
 }
 
-/// Policy, then the name check (`dns::admit_name`: a name that carries a secret or looks
-/// encoded is never resolved), then resolve once and check, shared by CONNECT, plain HTTP
-/// and base URL. On success the record carries the verdict, rule and (for report mode) the
-/// reason.
+/// The destination's admission ([`crate::admission::admit`]: the policy, then the name),
+/// then resolve once and check, shared by CONNECT, plain HTTP and base URL. The record
+/// carries the decision either way.
 async fn admit(
     st: &ConnState,
     rules: &Rules,
@@ -333,14 +332,11 @@ async fn admit(
 ) -> Result<Vec<std::net::IpAddr>, Reason> {
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
-    let d = decide::decide(&rules.policy, target);
-    rec.rule.clone_from(&d.rule);
-    rec.decision = d.verdict;
-    rec.reason = d.reason;
-    if let (false, Some(reason)) = (d.passes(), d.reason) {
+    let admission = crate::admission::admit(rules.name_rules(), &st.shared.dns_budget, target);
+    admission.stamp(rec);
+    if let Some(reason) = admission.refused() {
         return Err(reason);
     }
-    crate::dns::admit_name(&st.shared, rules.name_rules(), rec, &target.host)?;
     st.shared.upstreams.resolve_checked(target).await
 }
 

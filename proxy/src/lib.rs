@@ -25,6 +25,7 @@
 //! [`upstream::Resolve`] / [`upstream::Connect`] seams, which the command line cannot reach.
 
 pub mod admin;
+pub mod admission;
 pub mod audit;
 mod body;
 pub mod ca;

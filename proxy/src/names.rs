@@ -2,8 +2,8 @@
 //! (the DNS filter answers with addresses it resolved; `CONNECT`, plain HTTP, base URL and
 //! the transparent listener resolve the host they are given), and a name that is resolved
 //! reaches the upstream resolver and, through it, the zone's name servers. [`judge`] is the
-//! one decision on such a name, whatever path asked: every caller resolves a name only
-//! after it passed.
+//! decision on such a name, the second step of the destination's admission
+//! ([`crate::admission`], which every path asks): no name is resolved before it passed.
 //!
 //! Only the labels the agent chose are judged: none of a name an exact allow rule lists (the
 //! operator chose it); below the zone for a name allowed by a `*.` rule alone; the whole
@@ -200,9 +200,9 @@ pub struct NameRules<'a> {
     pub needles: &'a NameNeedles,
 }
 
-/// The one decision on a name the policy lets the agent resolve (see the module docs):
-/// every path that resolves a name for the agent calls it before resolving, and
-/// resolves only on [`NameVerdict::Pass`] or [`NameVerdict::Report`].
+/// The decision on a name the policy lets the agent resolve (see the module docs), asked
+/// only by [`crate::admission`]: a name is resolved only on [`NameVerdict::Pass`] or
+/// [`NameVerdict::Report`].
 #[must_use]
 pub fn judge(rules: NameRules<'_>, budget: &Budget, host: &Host) -> NameVerdict {
     if host.ip().is_some() {

@@ -324,15 +324,12 @@ async fn admit(
     let policy = &rules.policy;
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
-    let d = decide::decide(policy, &target);
-    rec.rule.clone_from(&d.rule);
-    rec.decision = d.verdict;
-    rec.reason = d.reason;
-    if let (false, Some(reason)) = (d.passes(), d.reason) {
+    // The policy, then the name the agent chose, before it is resolved.
+    let admission = crate::admission::admit(rules.name_rules(), &shared.dns_budget, &target);
+    admission.stamp(rec);
+    if let Some(reason) = admission.refused() {
         return Err(reason);
     }
-    // The name the agent chose is judged before it is resolved (`dns::admit_name`).
-    crate::dns::admit_name(shared, rules.name_rules(), rec, &target.host)?;
     let addrs = shared.upstreams.resolve_checked(&target).await?;
     decide::check_original_destination(orig.ip(), &addrs, sniffed)?;
     // An intercepted connection's ClientHello goes to our TLS server, which reads only the

@@ -1,0 +1,134 @@
+//! The one decision on a destination: may the agent reach this host, on this port?
+//!
+//! Every way in asks it, and only it: `CONNECT`, plain HTTP and base URL (`explicit`), the
+//! transparent listener and the DNS filter. It is two steps, always in this order, each a
+//! pure check this module composes (neither step is called from anywhere else):
+//! 1. **The policy** ([`decide::decide`]): the allow and deny rules, the hard denies, report
+//!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]).
+//! 2. **The name** ([`names::judge`]), only for a destination the policy let through: a name
+//!    that carries a secret, looks encoded or passes its zone's budget is never resolved.
+//!    The DNS filter takes this step after its query-type check ([`Admission::named`]), so
+//!    a refused type never spends a zone's budget.
+//!
+//! The outcome is data ([`Outcome`]), never an error: the caller answers in its own protocol
+//! (a JSON denial, a TLS alert or an in-band HTTP answer, an NXDOMAIN with an Extended DNS
+//! Error), and [`Admission::stamp`] writes the same fields on every path's audit line.
+//!
+//! What this module does not decide: what a request inside an admitted connection may do
+//! (its method and path, a credential, a secret in its body: `intercept`), whether the
+//! addresses a name resolves to are reachable (`decide::check_addresses`), and the git
+//! service port's tickets (`service`).
+
+use airlock_policy::reason::Reason;
+
+use crate::audit::{Record, Verdict};
+use crate::decide::{self, Target};
+use crate::names::{self, Budget, NameRules, NameVerdict};
+
+/// Which ports the policy is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// A connection to the target's port.
+    Exact,
+    /// A DNS question: a name is answerable when a rule allows it on any port.
+    Any,
+}
+
+/// What the agent's request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Through.
+    Allow,
+    /// Through, the line saying why it would have been refused (report mode, a detector
+    /// whose action is `log`).
+    Report(Reason),
+    /// Refused with this reason.
+    Deny(Reason),
+}
+
+/// The decision on one destination, with what its audit line says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub outcome: Outcome,
+    /// The rule that decided: a policy rule, or the detector a name tripped.
+    pub rule: Option<String>,
+    /// The host as the line keeps it when a detector fired on the name: the labels the
+    /// agent chose masked (the line names the detector, never the value).
+    pub redacted: Option<String>,
+}
+
+impl Admission {
+    /// The reason to refuse with, if refused.
+    #[must_use]
+    pub const fn refused(&self) -> Option<Reason> {
+        match self.outcome {
+            Outcome::Deny(reason) => Some(reason),
+            Outcome::Allow | Outcome::Report(_) => None,
+        }
+    }
+
+    /// The audit fields of this decision: verdict, reason, rule and (when a detector fired
+    /// on the name) the masked host.
+    pub fn stamp(&self, rec: &mut Record) {
+        (rec.decision, rec.reason) = match self.outcome {
+            Outcome::Allow => (Verdict::Allow, None),
+            Outcome::Report(reason) => (Verdict::Report, Some(reason)),
+            Outcome::Deny(reason) => (Verdict::Deny, Some(reason)),
+        };
+        rec.rule.clone_from(&self.rule);
+        if let Some(host) = &self.redacted {
+            rec.host = Some(host.clone());
+        }
+    }
+
+    /// Step 2, the name, on a destination step 1 let through; a refused one stays as it is.
+    #[must_use]
+    pub fn named(self, rules: NameRules<'_>, budget: &Budget, target: &Target) -> Self {
+        if self.refused().is_some() {
+            return self;
+        }
+        let (outcome, rule) = match names::judge(rules, budget, &target.host) {
+            NameVerdict::Pass => return self,
+            NameVerdict::Report { reason, rule } => (Outcome::Report(reason), rule),
+            NameVerdict::Refuse { reason, rule } => (Outcome::Deny(reason), rule),
+        };
+        // A detector that fired names itself; the shape and budget checks keep the
+        // policy's rule.
+        let redacted = rule
+            .is_some()
+            .then(|| names::redacted(rules.policy, &target.host));
+        Self {
+            outcome,
+            rule: rule.or(self.rule),
+            redacted,
+        }
+    }
+}
+
+/// Step 1, the policy, alone: the DNS filter's first step (see the module docs).
+#[must_use]
+pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> Admission {
+    let d = decide::decide(policy, target);
+    // A verdict that lost its reason still refuses (never a silent allow).
+    let reason = d.reason.unwrap_or(Reason::BlockedByPolicy);
+    let outcome = match d.verdict {
+        _ if port == Port::Any && d.reason == Some(Reason::BlockedPort) => Outcome::Allow,
+        Verdict::Allow => Outcome::Allow,
+        Verdict::Report => Outcome::Report(reason),
+        Verdict::Deny | Verdict::Abandoned => Outcome::Deny(reason),
+    };
+    Admission {
+        outcome,
+        rule: d.rule,
+        redacted: None,
+    }
+}
+
+/// The whole decision on a connection to `target`: the policy, then the name.
+#[must_use]
+pub fn admit(rules: NameRules<'_>, budget: &Budget, target: &Target) -> Admission {
+    policy(rules.policy, target, Port::Exact).named(rules, budget, target)
+}
+
+#[cfg(test)]
+mod tests;
