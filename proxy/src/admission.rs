@@ -67,14 +67,20 @@ impl Admission {
         }
     }
 
-    /// The audit fields of this decision: verdict, reason, rule and (when a detector fired
-    /// on the name) the masked host.
-    pub fn stamp(&self, rec: &mut Record) {
-        (rec.decision, rec.reason) = match self.outcome {
+    /// The verdict and reason an audit line (or a dry run) writes for this decision.
+    #[must_use]
+    pub const fn verdict(&self) -> (Verdict, Option<Reason>) {
+        match self.outcome {
             Outcome::Allow => (Verdict::Allow, None),
             Outcome::Report(reason) => (Verdict::Report, Some(reason)),
             Outcome::Deny(reason) => (Verdict::Deny, Some(reason)),
-        };
+        }
+    }
+
+    /// The audit fields of this decision: verdict, reason, rule and (when a detector fired
+    /// on the name) the masked host.
+    pub fn stamp(&self, rec: &mut Record) {
+        (rec.decision, rec.reason) = self.verdict();
         rec.rule.clone_from(&self.rule);
         if let Some(host) = &self.redacted {
             rec.host = Some(host.clone());

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-use crate::decide::{self, Target};
+use crate::admission::{self, Port};
+use crate::decide::Target;
 use crate::snapshot::Rules;
 
 /// The registry.
@@ -118,7 +119,11 @@ impl Conns {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
-            .filter(|e| !decide::decide(&rules.policy, &e.target).passes())
+            .filter(|e| {
+                admission::policy(&rules.policy, &e.target, Port::Exact)
+                    .refused()
+                    .is_some()
+            })
             .map(|e| e.cut.clone())
             .collect();
         let n = doomed.len() as u64;
@@ -151,7 +156,7 @@ mod tests {
     }
 
     fn target(host: &str) -> Target {
-        decide::connect_target(&format!("{host}:443")).unwrap()
+        crate::decide::connect_target(&format!("{host}:443")).unwrap()
     }
 
     #[tokio::test]

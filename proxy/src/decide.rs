@@ -39,14 +39,6 @@ pub struct Decision {
     pub rule: Option<String>,
 }
 
-impl Decision {
-    /// True when the request may proceed (allowed, or reported only).
-    #[must_use]
-    pub const fn passes(&self) -> bool {
-        !matches!(self.verdict, Verdict::Deny)
-    }
-}
-
 /// Longest authority accepted (a DNS name is at most 253 bytes, plus `:port` and brackets).
 const MAX_AUTHORITY: usize = 300;
 
@@ -151,9 +143,9 @@ pub const fn is_hard(reason: Reason) -> bool {
     )
 }
 
-/// The policy step for a canonical target.
+/// The policy step for a canonical target: asked only by [`crate::admission`].
 #[must_use]
-pub fn decide(policy: &Policy, target: &Target) -> Decision {
+pub(crate) fn decide(policy: &Policy, target: &Target) -> Decision {
     match policy.decide(&target.host, target.port) {
         HostDecision::Allow { rule } => Decision {
             verdict: Verdict::Allow,

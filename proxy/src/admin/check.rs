@@ -1,5 +1,5 @@
 //! `airlock policy check`: what the revision in force decides for one URL, with the same
-//! pure steps a request meets (`decide::decide` for the host and port, the policy's request
+//! pure steps a request meets (the admission's policy step, `admission::policy`, for the host and port, the policy's request
 //! judge for the method and path of an intercepted host). Nothing is resolved or sent: the
 //! address checks (private, metadata) that follow a lookup are not part of a dry run, and
 //! the message says so for an allowed host.
@@ -7,6 +7,7 @@
 use airlock_control::admin::{CheckQuery, Checked, ErrorBody, ErrorCode};
 use airlock_policy::l7::{L7Verdict, RequestView};
 
+use crate::admission::{self, Port};
 use crate::audit::Verdict;
 use crate::decide::{self, Target};
 use crate::snapshot::Rules;
@@ -19,11 +20,14 @@ pub fn check(rules: &Rules, revision: u64, q: &CheckQuery) -> Result<Checked, Er
     let (target, path, query) = parse(&q.url)?;
     let policy = &rules.policy;
     let intercepted = policy.intercepts(&target.host);
-    let d = decide::decide(policy, &target);
+    // The name step is not taken: it would spend the zone's budget of the agent's names.
+    let d = admission::policy(policy, &target, Port::Exact);
+    let (decided, reason) = d.verdict();
+    let passes = d.refused().is_none();
     let verdict = |v: Verdict| v.as_str().to_owned();
     let host = format!("{}:{}", target.host.as_str(), target.port);
-    if !d.passes() || q.method.is_none() || !intercepted {
-        let message = match (d.passes(), d.reason) {
+    if !passes || q.method.is_none() || !intercepted {
+        let message = match (passes, reason) {
             (false, Some(r)) => format!("{host} is refused ({}): {}", r.as_str(), r.hint()),
             (true, Some(r)) => format!(
                 "{host} would be refused ({}) but the sandbox only reports: {}",
@@ -39,9 +43,9 @@ pub fn check(rules: &Rules, revision: u64, q: &CheckQuery) -> Result<Checked, Er
         };
         return Ok(Checked {
             revision,
-            decision: verdict(d.verdict),
+            decision: verdict(decided),
             stage: "host".to_owned(),
-            reason: d.reason.map(|r| r.as_str().to_owned()),
+            reason: reason.map(|r| r.as_str().to_owned()),
             rule: d.rule,
             intercepted,
             message,
