@@ -406,14 +406,15 @@ pub struct PolicyArgs {
 /// `policy show|reload`.
 #[derive(Debug, Subcommand)]
 pub enum PolicyCmd {
-    /// Print the policy revision in force: its number, hash, when it was loaded and from
-    /// where.
+    /// Print the policy revision in force (its number, hash, when it was loaded and from
+    /// where) and its effective rules, each with where it came from: the file's key, a
+    /// registry or preset the file lists, or built into airlock.
     #[command(after_help = "\
 Examples:
   airlock policy show fix-login
   airlock policy show fix-login --json
 
-JSON: {revision, hash, loaded_at_ms, origin}.")]
+JSON: {revision, hash, loaded_at_ms, origin, rules: [{list, rule, origin}]}.")]
     Show {
         /// The sandbox.
         name: String,

@@ -1,6 +1,7 @@
 //! The CLI as the admin API's client against the real proxy of the real image
 //! (`scripts/build-image`, an image with the admin API): `status` with the proxy's numbers,
-//! `logs --audit -f` from the event stream, `policy show` and `policy reload` (a broken file
+//! `logs --audit -f` from the event stream, `policy show` (the effective rules and their
+//! origins) and `policy reload` (a broken file
 //! refused with FILE:LINE and the old revision kept, a good one swapped in, the same one
 //! again unchanged), and `top` in a real terminal (tmux) showing a denial as it happens.
 
@@ -184,6 +185,19 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     let shown = w.ok(&["policy", "show", &s]);
     assert!(shown.starts_with("revision 2 ("), "{shown}");
     assert!(shown.contains(&good.display().to_string()), "{shown}");
+    // Its effective rules, each with where it came from.
+    let line = |rule: &str| {
+        shown
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(rule))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("{rule} not listed in {shown}"))
+    };
+    assert_eq!(
+        line("stream.blocked.test"),
+        "network.allow stream.blocked.test file network.allow[1]"
+    );
+    assert!(line("github.com").starts_with("network.git_hosts github.com built-in: "));
     let after = refusal(&w, &s, "stream.blocked.test");
     assert!(
         !after.contains("blocked-by-policy"),

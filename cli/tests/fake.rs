@@ -6,8 +6,8 @@
 
 use airlock_cli::registry::{Registry, Sandbox, State};
 use airlock_control::admin::{
-    AuditState, Checked, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision,
-    ReloadRequest, Reloaded, Request, Response, Sessions,
+    AuditState, Checked, Counters, EffectiveRule, ErrorBody, ErrorCode, EventsQuery,
+    PolicyRevision, ReloadRequest, Reloaded, Request, Response, Sessions,
 };
 use airlock_control::status::Status;
 use bytes::Bytes;
@@ -93,6 +93,19 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                 hash: "feedface0123456789".into(),
                 loaded_at_ms: 1_764_300_000_000,
                 origin: "/etc/airlock/policy.toml".into(),
+                rules: vec![
+                    EffectiveRule {
+                        list: "network.allow".into(),
+                        rule: "api.anthropic.com".into(),
+                        origin: "file network.allow[0]".into(),
+                    },
+                    EffectiveRule {
+                        list: "rules".into(),
+                        // A name reaches the terminal escaped.
+                        rule: "deny merges\u{1b}[2J".into(),
+                        origin: "preset github (l7.presets[0])".into(),
+                    },
+                ],
             }),
         ),
         Request::Sessions => json(200, &Response::Sessions(Sessions::default())),

@@ -30,12 +30,15 @@ fn policy_show_prints_the_revision_in_force() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(
         text(&o.stdout),
-        "revision 7 (feedface0123456789) loaded at 2025-11-28T03:20:00.000Z from /etc/airlock/policy.toml\n"
+        "revision 7 (feedface0123456789) loaded at 2025-11-28T03:20:00.000Z from /etc/airlock/policy.toml\n\
+         \x20 network.allow  api.anthropic.com   file network.allow[0]\n\
+         \x20 rules          deny merges\\x1b[2J  preset github (l7.presets[0])\n"
     );
     let o = airlock(&data, &["policy", "show", "pol", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["revision"], 7, "{v}");
     assert_eq!(v["origin"], "/etc/airlock/policy.toml", "{v}");
+    assert_eq!(v["rules"][0]["origin"], "file network.allow[0]", "{v}");
 }
 
 #[test]

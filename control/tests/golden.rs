@@ -7,9 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use airlock_control::admin::{
-    AuditState, CheckQuery, Checked, Counters, Cursor, ErrorBody, ErrorCode, Event, EventsQuery,
-    Log, Note, NoteCode, PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session,
-    SessionKind, Sessions, StreamLine,
+    AuditState, CheckQuery, Checked, Counters, Cursor, EffectiveRule, ErrorBody, ErrorCode, Event,
+    EventsQuery, Log, Note, NoteCode, PolicyRevision, ReloadRequest, Reloaded, Request, Response,
+    Session, SessionKind, Sessions, StreamLine,
 };
 use airlock_control::{State, Status, Steps};
 use serde::Serialize;
@@ -118,6 +118,28 @@ fn responses() {
             hash: "9f86d081884c7d65".into(),
             loaded_at_ms: 1_795_853_189_000,
             origin: "/etc/airlock/policy.toml".into(),
+            rules: Vec::new(),
+        }),
+    );
+    golden(
+        "response-policy-rules",
+        &Response::Policy(PolicyRevision {
+            revision: 2,
+            hash: "9f86d081884c7d65".into(),
+            loaded_at_ms: 1_795_853_189_000,
+            origin: "/etc/airlock/policy.toml".into(),
+            rules: vec![
+                EffectiveRule {
+                    list: "network.allow".into(),
+                    rule: "api.anthropic.com".into(),
+                    origin: "file network.allow[0]".into(),
+                },
+                EffectiveRule {
+                    list: "network.allow".into(),
+                    rule: "pypi.org".into(),
+                    origin: "registry pypi (network.registries[0])".into(),
+                },
+            ],
         }),
     );
     golden(

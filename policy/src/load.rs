@@ -221,6 +221,33 @@ impl Policy {
         let raw: RawPolicy =
             toml::from_str(text).map_err(|e| src.parse_error(e.span(), e.message()))?;
         let v = Validator { src };
+        // Where each list's rules come from (`crate::listing`), read before the validation
+        // takes the raw lists.
+        let provenance = crate::provenance::Provenance {
+            file_allow: raw.network.allow.len(),
+            registries: raw
+                .network
+                .registries
+                .iter()
+                .map(|n| {
+                    let name = n.get_ref().clone();
+                    let count = crate::registries::hosts(&name).map_or(0, <[_]>::len);
+                    (name, count)
+                })
+                .collect(),
+            presets: raw.l7.presets.iter().map(|p| p.get_ref().clone()).collect(),
+            credentials: raw
+                .credentials
+                .iter()
+                .map(|c| {
+                    let c = c.get_ref();
+                    (
+                        c.preset.as_ref().map(|p| p.get_ref().clone()),
+                        c.hosts.is_some(),
+                    )
+                })
+                .collect(),
+        };
         let sandbox = v.sandbox(raw.sandbox)?;
         let mut allow = v.rules(&raw.network.allow, "network.allow", true)?;
         allow.extend(v.registries(&raw.network.registries)?);
@@ -266,6 +293,7 @@ impl Policy {
             l7,
             signals,
             secrets,
+            provenance,
         })
     }
 }

@@ -30,6 +30,8 @@ pub struct Policy {
     /// `[[detectors]]` and `[secrets]`: the policy's changes to the built-in secret
     /// detectors (compiled with them by [`crate::detect::Formats::with_policy`]).
     pub secrets: crate::secrets::Secrets,
+    /// Where the lists' rules came from ([`Policy::listing`]); decides nothing.
+    pub(crate) provenance: crate::provenance::Provenance,
 }
 
 impl Policy {

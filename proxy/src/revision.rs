@@ -196,6 +196,7 @@ impl Revisions {
                 hash,
                 loaded_at_ms: now_ms(),
                 origin: path.display().to_string(),
+                rules: Vec::new(),
             }),
             turn: tokio::sync::Mutex::new(()),
             path: path.to_owned(),
@@ -328,6 +329,7 @@ impl Revisions {
             hash: new_hash,
             loaded_at_ms: now_ms(),
             origin,
+            rules: Vec::new(),
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = now.clone();
         Ok(Outcome::Loaded(reloaded(&now, true, closed)))

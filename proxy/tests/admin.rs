@@ -99,6 +99,25 @@ async fn the_api_answers_its_operations_and_counts_what_the_log_records() {
         p.hash,
         airlock_proxy::revision::hash(&std::fs::read(&h.policy_path).unwrap())
     );
+    // The effective rules of the revision in force, each with where it came from.
+    let origin = |list: &str, rule: &str| {
+        p.rules
+            .iter()
+            .find(|r| r.list == list && r.rule == rule)
+            .map(|r| r.origin.as_str())
+    };
+    assert_eq!(
+        origin("network.allow", "allowed.test"),
+        Some("file network.allow[0]")
+    );
+    assert_eq!(
+        origin("network.deny", "bad.allowed.test"),
+        Some("file network.deny[0]")
+    );
+    assert_eq!(
+        origin("network.passthrough", "raw.test"),
+        Some("file network.passthrough[0]")
+    );
     let (status, body) = call(&sock, &Request::Sessions).await;
     assert_eq!(status, 200);
     let Response::Sessions(s) = response(&body) else {

@@ -170,6 +170,7 @@ mod tests {
                 hash: "0123456789abcdef".into(),
                 loaded_at_ms: 1_764_300_000_000,
                 origin: "/etc/airlock/policy.toml".into(),
+                rules: Vec::new(),
             },
             sessions: vec![],
             counters: c,

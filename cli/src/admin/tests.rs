@@ -31,6 +31,7 @@ fn revision() -> PolicyRevision {
         hash: "ab".repeat(32),
         loaded_at_ms: 1_764_300_000_000,
         origin: "/home/me/policy.toml".into(),
+        rules: Vec::new(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! `airlock policy show|reload NAME`: the policy revision a running sandbox's proxy
-//! enforces, and a new one loaded without a restart (through its admin API).
+//! `airlock policy show|reload|check NAME`: the policy revision a running sandbox's proxy
+//! enforces with its effective rules and where each came from, a new one loaded without a
+//! restart, and a dry run (through its admin API).
 
 use super::Ctx;
 use airlock_cli::admin::Client;
@@ -41,8 +42,30 @@ async fn show(ctx: &Ctx, name: &str, json: bool) -> Result<i32> {
             when(p.loaded_at_ms),
             p.origin
         );
+        print!("{}", rules_table(&p.rules));
     }
     Ok(0)
+}
+
+/// The effective rules, one per line: list, rule (escaped for the terminal), origin, in
+/// aligned columns.
+fn rules_table(rules: &[airlock_control::admin::EffectiveRule]) -> String {
+    let shown: Vec<String> = rules
+        .iter()
+        .map(|r| airlock_cli::review::escape(r.rule.as_bytes()))
+        .collect();
+    let list_w = rules.iter().map(|r| r.list.len()).max().unwrap_or(0);
+    let rule_w = shown
+        .iter()
+        .map(|r| r.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(60);
+    rules
+        .iter()
+        .zip(&shown)
+        .map(|(r, rule)| format!("  {:list_w$}  {rule:rule_w$}  {}\n", r.list, r.origin))
+        .collect()
 }
 
 async fn reload(ctx: &Ctx, name: &str, file: Option<&Path>) -> Result<i32> {

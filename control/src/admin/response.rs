@@ -72,6 +72,23 @@ pub struct PolicyRevision {
     pub loaded_at_ms: u64,
     /// Where it came from (a path in the container, or the reload's origin).
     pub origin: String,
+    /// Its effective rules, each with where it came from (`GET /v1/policy` only; empty and
+    /// left out elsewhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<EffectiveRule>,
+}
+
+/// One rule in force (`airlock policy show`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectiveRule {
+    /// The list it is in, as the policy file names it (`network.allow`, `rules`,
+    /// `credentials`).
+    pub list: String,
+    /// The rule as written.
+    pub rule: String,
+    /// Where it came from: `file KEY`, `registry NAME (KEY)`, `preset NAME (KEY)` or
+    /// `built-in: WHAT`.
+    pub origin: String,
 }
 
 /// The outcome of a reload; answered only after the swap.

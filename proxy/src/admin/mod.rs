@@ -30,7 +30,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airlock_control::admin::{
-    ErrorBody, ErrorCode, Request, Response, Session, SessionKind, Sessions,
+    EffectiveRule, ErrorBody, ErrorCode, PolicyRevision, Request, Response, Session, SessionKind,
+    Sessions,
 };
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
@@ -169,7 +170,7 @@ async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -
                 }],
             }),
         ),
-        Request::Policy => json(StatusCode::OK, &Response::Policy(admin.revisions.current())),
+        Request::Policy => json(StatusCode::OK, &Response::Policy(policy(shared, admin))),
         Request::Counters => json(StatusCode::OK, &Response::Counters(counters(shared, admin))),
         Request::Metrics => {
             let c = counters(shared, admin);
@@ -232,6 +233,32 @@ async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -
         }
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
     }
+}
+
+/// The revision in force with its effective rules, read from the rules snapshot between
+/// two reads of the revision that agree (a reload finished between them is read again;
+/// one caught mid-swap, rules swapped and revision not yet, can still pair them).
+fn policy(shared: &Shared, admin: &Admin) -> PolicyRevision {
+    let mut current = admin.revisions.current();
+    for _ in 0..3 {
+        let rules = shared.rules.load();
+        let again = admin.revisions.current();
+        if again.revision == current.revision {
+            current.rules = rules
+                .policy
+                .listing()
+                .into_iter()
+                .map(|l| EffectiveRule {
+                    list: l.list.to_owned(),
+                    rule: l.rule,
+                    origin: l.origin.to_string(),
+                })
+                .collect();
+            break;
+        }
+        current = again;
+    }
+    current
 }
 
 fn counters(shared: &Shared, admin: &Admin) -> airlock_control::admin::Counters {
