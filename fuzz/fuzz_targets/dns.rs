@@ -9,7 +9,7 @@
 #![no_main]
 
 use airlock_fuzz::{DNS, dns_answerable};
-use airlock_proxy::audit::Verdict;
+use airlock_proxy::admission::Outcome;
 use airlock_proxy::dns::{Plan, formerr_raw, plan, respond};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::RecordType;
@@ -25,10 +25,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(msg) = Message::from_vec(data) else {
         return;
     };
-    let (p, verdict, _rule, _reason) = plan(&DNS, &msg);
+    let (p, admission) = plan(&DNS, &msg);
     match &p {
         Plan::Resolve { target, v6 } => {
-            assert_eq!(verdict, Verdict::Allow);
+            assert_eq!(admission.outcome, Outcome::Allow);
             assert!(dns_answerable(&target.host), "resolves {:?}", target.host);
             assert_eq!(msg.queries.len(), 1);
             let want = if *v6 { RecordType::AAAA } else { RecordType::A };

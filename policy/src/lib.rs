@@ -202,6 +202,7 @@ pub mod host;
 pub mod json;
 pub mod judge;
 pub mod l7;
+pub mod limits;
 pub mod listing;
 mod load;
 mod model;

@@ -65,6 +65,8 @@ struct RawPolicy {
     #[serde(default)]
     signals: crate::signals::RawSignals,
     #[serde(default)]
+    limits: crate::limits::RawLimits,
+    #[serde(default)]
     detectors: Vec<Spanned<crate::secrets::RawDetector>>,
     #[serde(default)]
     secrets: crate::secrets::RawSecrets,
@@ -282,6 +284,10 @@ impl Policy {
             .signals
             .check()
             .map_err(|e| v.fail(e.span, e.key, &e.reason))?;
+        let limits = raw
+            .limits
+            .check()
+            .map_err(|e| v.fail(e.span, e.key, &e.reason))?;
         let secrets = crate::secrets::check(raw.detectors, raw.secrets, &|at| src.line_of(at))
             .map_err(|e| v.fail(e.span, &e.key, &e.reason))?;
         Ok(Policy {
@@ -292,6 +298,7 @@ impl Policy {
             git_rules,
             l7,
             signals,
+            limits,
             secrets,
             provenance,
         })
@@ -1020,6 +1027,28 @@ pub(crate) mod tests {
             4,
             "network.registries[1]: \"cpan\": is not a registry this version knows (npm, yarn, pypi",
         );
+    }
+
+    #[test]
+    fn limits_default_far_above_an_honest_agent_and_are_validated_with_their_line() {
+        use crate::limits::Limits;
+        let base = "[sandbox]\nname = \"demo\"\n";
+        assert_eq!(parse(base).unwrap().limits, Limits::default());
+        let set = format!("{base}[limits]\nrequests_per_second = 5\nrequest_burst = 10\n");
+        let l = parse(&set).unwrap().limits;
+        assert_eq!((l.requests_per_second, l.request_burst), (5, 10));
+        refused(
+            &format!("{base}[limits]\nrequests_per_second = 0\n"),
+            4,
+            "limits.requests_per_second: must be between 1 and 1000000",
+        );
+        refused(
+            &format!("{base}[limits]\n\nrequest_burst = 99999999999\n"),
+            5,
+            "limits.request_burst",
+        );
+        let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
+        assert_eq!(unknown.line(), Some(4), "{unknown}");
     }
 
     #[test]

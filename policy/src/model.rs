@@ -27,6 +27,8 @@ pub struct Policy {
     pub(crate) git_rules: GitRules,
     /// `[signals]`, defaults filled in.
     pub signals: crate::signals::Signals,
+    /// `[limits]`, defaults filled in.
+    pub limits: crate::limits::Limits,
     /// `[[detectors]]` and `[secrets]`: the policy's changes to the built-in secret
     /// detectors (compiled with them by [`crate::detect::Formats::with_policy`]).
     pub secrets: crate::secrets::Secrets,

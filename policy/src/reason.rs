@@ -44,6 +44,9 @@ airlock_channels::stable_codes! {
         DnsQueryType => "dns-query-type",
         /// The agent holds more connections than the proxy allows.
         TooManyConnections => "too-many-connections",
+        /// The agent sent more requests to one host than `[limits]` lets it (a token bucket
+        /// per session and host), answered `429` with `Retry-After`.
+        RateLimited => "rate-limited",
         /// A credential placeholder or a real secret was about to leave for a host it is not
         /// bound to.
         CredentialLeak => "credential-leak",
@@ -155,7 +158,8 @@ impl Reason {
             | Reason::MalformedRequest
             | Reason::RequestTooLarge
             | Reason::DnsQueryType
-            | Reason::TooManyConnections => self.connection_hint(),
+            | Reason::TooManyConnections
+            | Reason::RateLimited => self.connection_hint(),
             Reason::CredentialLeak
             | Reason::GitPushBlocked
             | Reason::RequestDeniedByRule
@@ -247,6 +251,10 @@ impl Reason {
             }
             Reason::TooManyConnections => {
                 "Close idle connections or retry later; the proxy caps concurrent connections."
+            }
+            Reason::RateLimited => {
+                "Slow down and retry after the Retry-After seconds; the policy's [limits] \
+                 requests_per_second and request_burst bound requests per host."
             }
             _ => "",
         }
@@ -472,6 +480,7 @@ mod tests {
             (Reason::RequestTooLarge, "request-too-large"),
             (Reason::DnsQueryType, "dns-query-type"),
             (Reason::TooManyConnections, "too-many-connections"),
+            (Reason::RateLimited, "rate-limited"),
             (Reason::UpgradeNotSupported, "upgrade-not-supported"),
             (Reason::UpgradeDenied, "upgrade-denied"),
             (Reason::CredentialMethodRefused, "credential-method-refused"),

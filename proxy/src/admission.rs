@@ -1,8 +1,11 @@
 //! The one decision on a destination: may the agent reach this host, on this port?
 //!
 //! Every way in asks it, and only it: `CONNECT`, plain HTTP and base URL (`explicit`), the
-//! transparent listener and the DNS filter. It is two steps, always in this order, each a
-//! pure check this module composes (neither step is called from anywhere else):
+//! transparent listener and the DNS filter. It is up to three steps, always in this order,
+//! each a check this module composes (none is called from anywhere else):
+//! 0. **The rate** ([`crate::rate`], not for DNS nor the git service port): one token of the
+//!    session's bucket for the host, before any policy work; also taken for each request
+//!    read in an intercepted connection ([`paced`]).
 //! 1. **The policy** ([`decide::decide`]): the allow and deny rules, the hard denies, report
 //!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]).
 //! 2. **The name** ([`names::judge`]), only for a destination the policy let through: a name
@@ -23,7 +26,16 @@ use airlock_policy::reason::Reason;
 
 use crate::audit::{Record, Verdict};
 use crate::decide::{self, Target};
+use crate::limits::Client;
 use crate::names::{self, Budget, NameRules, NameVerdict};
+use crate::rate::Rate;
+
+/// Whose bucket a request takes its token from ([`crate::rate`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Pace<'a> {
+    pub rate: &'a Rate,
+    pub who: Client,
+}
 
 /// Which ports the policy is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,9 +142,39 @@ pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> A
     }
 }
 
-/// The whole decision on a connection to `target`: the policy, then the name.
+/// Step 0, the rate, alone: a request read in an intercepted connection. `Some` refuses it
+/// `rate-limited`, the rule naming the limit.
 #[must_use]
-pub fn admit(rules: NameRules<'_>, budget: &Budget, target: &Target) -> Admission {
+pub fn paced(
+    pace: Pace<'_>,
+    policy: &airlock_policy::Policy,
+    target: &Target,
+) -> Option<Admission> {
+    let l = policy.limits;
+    let now = std::time::Instant::now();
+    pace.rate.take(pace.who, &target.host, l, now).err()?;
+    Some(Admission {
+        outcome: Outcome::Deny(Reason::RateLimited),
+        rule: Some(format!(
+            "limits: {} requests/s, burst {}, per session and host",
+            l.requests_per_second, l.request_burst
+        )),
+        redacted: None,
+    })
+}
+
+/// The whole decision on a connection to `target`: the rate (unless `pace` is `None`: the
+/// git service port), the policy, then the name.
+#[must_use]
+pub fn admit(
+    rules: NameRules<'_>,
+    budget: &Budget,
+    pace: Option<Pace<'_>>,
+    target: &Target,
+) -> Admission {
+    if let Some(refused) = pace.and_then(|p| paced(p, rules.policy, target)) {
+        return refused;
+    }
     policy(rules.policy, target, Port::Exact).named(rules, budget, target)
 }
 

@@ -35,11 +35,12 @@ pub(crate) async fn audited(
 }
 
 /// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
-/// host, the secret detector.
+/// host, the secret detector, the rate limit.
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::RequestDeniedByRule
+            | Reason::RateLimited
             | Reason::ReadOnlyHost
             | Reason::BodyOnRead
             | Reason::ForeignSecret
@@ -82,7 +83,7 @@ pub const fn status_for(reason: Reason) -> StatusCode {
         | Reason::UpstreamUnreachable
         | Reason::UpstreamCertificateInvalid => StatusCode::BAD_GATEWAY,
         Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        Reason::TooManyConnections => StatusCode::TOO_MANY_REQUESTS,
+        Reason::TooManyConnections | Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         Reason::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::FORBIDDEN,
     }
@@ -200,7 +201,19 @@ fn json_denial(reason: Reason, body: String) -> Response<ProxyBody> {
     );
     h.insert(ERROR_HEADER, HeaderValue::from_static(reason.as_str()));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(secs) = retry_after(reason) {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+    }
     resp
+}
+
+/// `Retry-After` of a refusal that passes with time: a rate limit's bucket has its next
+/// token within a second (`crate::rate`).
+const fn retry_after(reason: Reason) -> Option<&'static str> {
+    match reason {
+        Reason::RateLimited => Some("1"),
+        _ => None,
+    }
 }
 
 /// The raw bytes of a denial, for listeners that speak HTTP/1.1 without hyper (connection
@@ -209,8 +222,9 @@ fn json_denial(reason: Reason, body: String) -> Response<ProxyBody> {
 pub fn raw_denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
     let body = body_json(reason, host, port);
     let status = status_for(reason);
+    let retry = retry_after(reason).map_or(String::new(), |s| format!("retry-after: {s}\r\n"));
     format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n{ERROR_HEADER}: {}\r\n{retry}content-length: {}\r\nconnection: close\r\n\r\n{body}",
         status.as_u16(),
         status.canonical_reason().unwrap_or(""),
         reason.as_str(),

@@ -321,7 +321,8 @@ fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     st.shared.audit.pending(rec)
 }
 
-/// The destination's admission ([`crate::admission::admit`]: the policy, then the name),
+/// The destination's admission ([`crate::admission::admit`]: the rate, the policy, then
+/// the name),
 /// then resolve once and check, shared by CONNECT, plain HTTP and base URL. The record
 /// carries the decision either way.
 async fn admit(
@@ -332,7 +333,13 @@ async fn admit(
 ) -> Result<Vec<std::net::IpAddr>, Reason> {
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
-    let admission = crate::admission::admit(rules.name_rules(), &st.shared.dns_budget, target);
+    // The git service port's pushes are the git API's: never rate-limited here.
+    let pace = (st.mode != Mode::Service).then(|| crate::admission::Pace {
+        rate: &st.shared.rate,
+        who: crate::limits::Client::of(st.uid, st.peer),
+    });
+    let admission =
+        crate::admission::admit(rules.name_rules(), &st.shared.dns_budget, pace, target);
     admission.stamp(rec);
     if let Some(reason) = admission.refused() {
         return Err(reason);

@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod names;
 pub mod normalize;
 pub mod pool;
+pub mod rate;
 mod read_ahead;
 pub mod receive_pack;
 pub mod recent;
@@ -106,6 +107,8 @@ pub(crate) struct Shared {
     pub pool: pool::Pool<intercept::Live>,
     /// Query-name bytes carried below each wildcard-allowed zone (`names`).
     pub dns_budget: names::Budget,
+    /// The rate limits' buckets (`rate`).
+    pub rate: rate::Rate,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
     /// The open connections a policy reload re-judges.
@@ -243,6 +246,7 @@ impl Proxy {
             interception: self.interception,
             pool: pool::Pool::default(),
             dns_budget: names::Budget::default(),
+            rate: rate::Rate::default(),
             head_timer,
             conns: Arc::new(conns::Conns::default()),
         });

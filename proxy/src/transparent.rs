@@ -324,8 +324,13 @@ async fn admit(
     let policy = &rules.policy;
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
-    // The policy, then the name the agent chose, before it is resolved.
-    let admission = crate::admission::admit(rules.name_rules(), &shared.dns_budget, &target);
+    // The rate, the policy, then the name the agent chose, before it is resolved.
+    let pace = crate::admission::Pace {
+        rate: &shared.rate,
+        who: crate::limits::Client::of(rec.uid, orig),
+    };
+    let admission =
+        crate::admission::admit(rules.name_rules(), &shared.dns_budget, Some(pace), &target);
     admission.stamp(rec);
     if let Some(reason) = admission.refused() {
         return Err(reason);

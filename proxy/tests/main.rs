@@ -18,6 +18,7 @@ mod headers;
 mod intercept;
 mod missing;
 mod names;
+mod rate;
 mod read_only_body;
 mod refusals;
 mod service;

@@ -140,6 +140,9 @@ fn the_allow_hint_is_the_policy_change_where_one_exists_else_the_reasons_hint() 
     assert!(h("denied-by-rule", Some(443), None, None).contains("[network] deny entry"));
     assert!(h("encoded-blob", Some(443), None, None).contains("encoded_blob = \"log\""));
     assert!(h("high-entropy", Some(443), None, None).contains("high_entropy = \"log\""));
+    assert!(
+        h("rate-limited", Some(443), None, None).contains("raise [limits] requests_per_second")
+    );
     // Hard denies: nothing allows them, and the line says so.
     assert!(h("blocked-metadata-address", Some(80), None, None).starts_with("never allowed: "));
     // No exact change: the proxy's own hint for the reason.

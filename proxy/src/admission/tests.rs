@@ -38,7 +38,7 @@ fn decide(p: &Policy, budget: &Budget, host: &str, port: u16) -> Admission {
         detectors: &detectors,
         needles: &needles,
     };
-    admit(rules, budget, &target(host, port))
+    admit(rules, budget, None, &target(host, port))
 }
 
 const ALLOW: &str = r#""ok.test", "*.zone.test""#;

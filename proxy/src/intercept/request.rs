@@ -53,6 +53,7 @@ pub(super) async fn prepare(
     rec: &mut Pending,
 ) -> Result<Prepared, Refuse> {
     describe(rec, &req, route);
+    check_pace(ctx, route, rec)?;
     check_head(ctx, &req, route)?;
     // A cheap clone (shared bytes) the path and query are borrowed from.
     let uri = req.uri().clone();
@@ -119,6 +120,26 @@ pub(super) fn describe(rec: &mut Pending, req: &Request<Incoming>, route: &Route
     } else {
         path.chars().take(1024).collect()
     });
+}
+
+/// The rate ([`crate::admission::paced`]) on a request read in an intercepted connection
+/// (plain HTTP and base URL took their token when admitted; the git service port is never
+/// limited).
+fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reason> {
+    if !route.check_host || ctx.git_service() {
+        return Ok(());
+    }
+    let pace = crate::admission::Pace {
+        rate: &ctx.shared.rate,
+        who: crate::limits::Client::of(ctx.uid, ctx.peer),
+    };
+    match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {
+        None => Ok(()),
+        Some(refused) => {
+            rec.rule = refused.rule;
+            Err(Reason::RateLimited)
+        }
+    }
 }
 
 /// The head names the connection's checked target (no fronting), and its request line

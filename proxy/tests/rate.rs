@@ -1,0 +1,174 @@
+//! Rate limits (`[limits]`): the agent floods one host; past its bucket every request is
+//! refused `429 rate-limited` with `Retry-After`, audited, and never reaches the upstream;
+//! other hosts are untouched; a request inside an intercepted connection takes its own
+//! token; a reload that raises the limit applies to the next request.
+
+use airlock_proxy::limits::Limits;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::*;
+
+const LIMITS: &str = "\n[limits]\nrequests_per_second = 1\nrequest_burst = 3\n";
+
+fn get(host: &str) -> String {
+    format!("GET http://{host}/x HTTP/1.1\r\nhost: {host}\r\n\r\n")
+}
+
+#[tokio::test]
+async fn attack_a_flood_to_one_host_is_refused_429_and_never_reaches_it() {
+    let (up, mut heads) = http_server().await;
+    let extra = Extra {
+        policy: LIMITS.into(),
+        ..Extra::default()
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("readonly.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &extra,
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let (_s, r) = request(h.addr, &get("allowed.test")).await;
+        if r.status == 429 {
+            assert_eq!(r.header("retry-after").as_deref(), Some("1"));
+            assert_eq!(r.header("x-airlock-error").as_deref(), Some("rate-limited"));
+            let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(body["error"], "rate-limited", "{body}");
+            assert!(
+                body["rule"]
+                    .as_str()
+                    .unwrap()
+                    .contains("1 requests/s, burst 3"),
+                "the denial names the limit: {body}"
+            );
+            assert!(
+                body["message"].as_str().unwrap().contains("Retry-After"),
+                "{body}"
+            );
+        }
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses[..3], [200, 200, 200], "{statuses:?}");
+    assert!(statuses[3..].iter().all(|s| *s == 429), "{statuses:?}");
+    // Another host has its own bucket.
+    let (_s, r) = request(h.addr, &get("readonly.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The upstream heard exactly the four requests that passed.
+    let mut heard = 0;
+    while let Ok(Some(_)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), heads.recv()).await
+    {
+        heard += 1;
+    }
+    assert_eq!(heard, 4);
+
+    // A reload that raises the limit decides the next request (the bucket refills at the
+    // new rate).
+    let text = "[sandbox]\nname = \"t\"\n[network]\nallow = [\"allowed.test\"]\n[limits]\nrequests_per_second = 100000\nrequest_burst = 3\n";
+    let policy = airlock_policy::Policy::parse(text, std::path::Path::new("p.toml")).unwrap();
+    let rules = airlock_proxy::snapshot::Rules::new(
+        policy,
+        airlock_proxy::credentials::Credentials::none(),
+    )
+    .unwrap();
+    h.running.as_ref().unwrap().replace_rules(rules);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (_s, r) = request(h.addr, &get("allowed.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let lines = h.finish().await;
+    let limited: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "rate-limited")
+        .collect();
+    assert_eq!(limited.len(), 7, "every refusal is audited");
+    for l in limited {
+        assert_eq!(l["decision"], "deny", "{l}");
+        assert_eq!(l["host"], "allowed.test", "{l}");
+    }
+}
+
+#[tokio::test]
+async fn each_request_inside_an_intercepted_connection_takes_a_token() {
+    let (tls, root, got) = tls_recorder("allowed.test").await;
+    let extra = Extra {
+        policy: LIMITS.into(),
+        upstream_roots: vec![root],
+        ..Extra::default()
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 443, tls)],
+        Limits::default(),
+        &extra,
+    )
+    .await;
+    // The CONNECT takes the first token of three.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut b = [0u8; 1];
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let mut t = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(ServerName::try_from("allowed.test").unwrap(), s)
+        .await
+        .unwrap();
+    // Two requests on the kept connection take the other two; the third is refused.
+    for (i, want) in [
+        (1, "HTTP/1.1 200"),
+        (2, "HTTP/1.1 200"),
+        (3, "HTTP/1.1 429"),
+    ] {
+        t.write_all(format!("GET /r{i} HTTP/1.1\r\nhost: allowed.test\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut resp = Vec::new();
+        while !resp.ends_with(b"\r\n\r\n") {
+            t.read_exact(&mut b).await.unwrap();
+            resp.push(b[0]);
+        }
+        let text = String::from_utf8_lossy(&resp).to_ascii_lowercase();
+        assert!(
+            text.starts_with(&want.to_ascii_lowercase()),
+            "request {i}: {text}"
+        );
+        let len: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut body = vec![0u8; len];
+        t.read_exact(&mut body).await.unwrap();
+    }
+    drop(t);
+    let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    assert!(sent.contains("GET /r2 "), "{sent}");
+    assert!(
+        !sent.contains("GET /r3 "),
+        "the refused request never left: {sent}"
+    );
+    let lines = h.finish().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["reason"] == "rate-limited" && l["path"] == "/r3"),
+        "{lines:#?}"
+    );
+}
