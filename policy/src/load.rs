@@ -1047,6 +1047,14 @@ pub(crate) mod tests {
             5,
             "limits.request_burst",
         );
+        let set = format!("{base}[limits]\ncircuit_failures = 2\ncircuit_cooldown_seconds = 30\n");
+        let l = parse(&set).unwrap().limits;
+        assert_eq!((l.circuit_failures, l.circuit_cooldown_seconds), (2, 30));
+        refused(
+            &format!("{base}[limits]\ncircuit_cooldown_seconds = 86400\n"),
+            4,
+            "limits.circuit_cooldown_seconds: must be between 1 and 3600",
+        );
         let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }

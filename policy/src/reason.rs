@@ -47,6 +47,9 @@ airlock_channels::stable_codes! {
         /// The agent sent more requests to one host than `[limits]` lets it (a token bucket
         /// per session and host), answered `429` with `Retry-After`.
         RateLimited => "rate-limited",
+        /// The upstream failed `[limits] circuit_failures` times in a row: its circuit is
+        /// open and requests to it are answered `503` at once until a probe succeeds.
+        UpstreamCircuitOpen => "upstream-circuit-open",
         /// A credential placeholder or a real secret was about to leave for a host it is not
         /// bound to.
         CredentialLeak => "credential-leak",
@@ -159,7 +162,8 @@ impl Reason {
             | Reason::RequestTooLarge
             | Reason::DnsQueryType
             | Reason::TooManyConnections
-            | Reason::RateLimited => self.connection_hint(),
+            | Reason::RateLimited
+            | Reason::UpstreamCircuitOpen => self.connection_hint(),
             Reason::CredentialLeak
             | Reason::GitPushBlocked
             | Reason::RequestDeniedByRule
@@ -255,6 +259,10 @@ impl Reason {
             Reason::RateLimited => {
                 "Slow down and retry after the Retry-After seconds; the policy's [limits] \
                  requests_per_second and request_burst bound requests per host."
+            }
+            Reason::UpstreamCircuitOpen => {
+                "The upstream kept failing (connection refused or 5xx); retry after the \
+                 cool-down ([limits] circuit_cooldown_seconds), when one probe is let through."
             }
             _ => "",
         }
@@ -481,6 +489,7 @@ mod tests {
             (Reason::DnsQueryType, "dns-query-type"),
             (Reason::TooManyConnections, "too-many-connections"),
             (Reason::RateLimited, "rate-limited"),
+            (Reason::UpstreamCircuitOpen, "upstream-circuit-open"),
             (Reason::UpgradeNotSupported, "upgrade-not-supported"),
             (Reason::UpgradeDenied, "upgrade-denied"),
             (Reason::CredentialMethodRefused, "credential-method-refused"),

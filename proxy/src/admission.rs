@@ -1,7 +1,7 @@
 //! The one decision on a destination: may the agent reach this host, on this port?
 //!
 //! Every way in asks it, and only it: `CONNECT`, plain HTTP and base URL (`explicit`), the
-//! transparent listener and the DNS filter. It is up to three steps, always in this order,
+//! transparent listener and the DNS filter. It is up to four steps, always in this order,
 //! each a check this module composes (none is called from anywhere else):
 //! 0. **The rate** ([`crate::rate`], not for DNS nor the git service port): one token of the
 //!    session's bucket for the host, before any policy work; also taken for each request
@@ -12,6 +12,9 @@
 //!    that carries a secret, looks encoded or passes its zone's budget is never resolved.
 //!    The DNS filter takes this step after its query-type check ([`Admission::named`]), so
 //!    a refused type never spends a zone's budget.
+//! 3. **The upstream's circuit** ([`crate::breaker`], not for DNS nor the git service
+//!    port): an upstream that kept failing is answered at once; also checked for each
+//!    request read in an intercepted connection ([`paced`]).
 //!
 //! The outcome is data ([`Outcome`]), never an error: the caller answers in its own protocol
 //! (a JSON denial, a TLS alert or an in-band HTTP answer, an NXDOMAIN with an Extended DNS
@@ -25,15 +28,18 @@
 use airlock_policy::reason::Reason;
 
 use crate::audit::{Record, Verdict};
+use crate::breaker::Breakers;
 use crate::decide::{self, Target};
 use crate::limits::Client;
 use crate::names::{self, Budget, NameRules, NameVerdict};
 use crate::rate::Rate;
 
-/// Whose bucket a request takes its token from ([`crate::rate`]).
+/// The agent's request's rate and its upstream's circuit: whose bucket it takes its token
+/// from ([`crate::rate`]) and the circuits it is judged by ([`crate::breaker`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Pace<'a> {
     pub rate: &'a Rate,
+    pub breakers: &'a Breakers,
     pub who: Client,
 }
 
@@ -142,14 +148,20 @@ pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> A
     }
 }
 
-/// Step 0, the rate, alone: a request read in an intercepted connection. `Some` refuses it
-/// `rate-limited`, the rule naming the limit.
+/// Steps 0 and 3 alone, the rate then the circuit: a request read in an intercepted
+/// connection (whose connection took the steps between). `Some` refuses it, the rule
+/// naming the limit.
 #[must_use]
 pub fn paced(
     pace: Pace<'_>,
     policy: &airlock_policy::Policy,
     target: &Target,
 ) -> Option<Admission> {
+    rated(pace, policy, target).or_else(|| circuit(pace, policy, target))
+}
+
+/// Step 0: one token, or `rate-limited`.
+fn rated(pace: Pace<'_>, policy: &airlock_policy::Policy, target: &Target) -> Option<Admission> {
     let l = policy.limits;
     let now = std::time::Instant::now();
     pace.rate.take(pace.who, &target.host, l, now).err()?;
@@ -163,8 +175,23 @@ pub fn paced(
     })
 }
 
+/// Step 3: the upstream's circuit, or `upstream-circuit-open`.
+fn circuit(pace: Pace<'_>, policy: &airlock_policy::Policy, target: &Target) -> Option<Admission> {
+    let now = std::time::Instant::now();
+    let open = pace.breakers.check(target, policy.limits, now).err()?;
+    Some(Admission {
+        outcome: Outcome::Deny(Reason::UpstreamCircuitOpen),
+        rule: Some(format!(
+            "limits: circuit open after {} failures in a row; a probe may go in {} s",
+            open.failures,
+            open.remaining.as_secs().max(1)
+        )),
+        redacted: None,
+    })
+}
+
 /// The whole decision on a connection to `target`: the rate (unless `pace` is `None`: the
-/// git service port), the policy, then the name.
+/// git service port), the policy, the name, then the upstream's circuit.
 #[must_use]
 pub fn admit(
     rules: NameRules<'_>,
@@ -172,10 +199,17 @@ pub fn admit(
     pace: Option<Pace<'_>>,
     target: &Target,
 ) -> Admission {
-    if let Some(refused) = pace.and_then(|p| paced(p, rules.policy, target)) {
+    if let Some(refused) = pace.and_then(|p| rated(p, rules.policy, target)) {
         return refused;
     }
-    policy(rules.policy, target, Port::Exact).named(rules, budget, target)
+    let admission = policy(rules.policy, target, Port::Exact).named(rules, budget, target);
+    if admission.refused().is_some() {
+        return admission;
+    }
+    match pace.and_then(|p| circuit(p, rules.policy, target)) {
+        Some(open) => open,
+        None => admission,
+    }
 }
 
 #[cfg(test)]

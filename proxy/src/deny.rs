@@ -35,12 +35,13 @@ pub(crate) async fn audited(
 }
 
 /// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
-/// host, the secret detector, the rate limit.
+/// host, the secret detector, the rate limit, the open circuit.
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::RequestDeniedByRule
             | Reason::RateLimited
+            | Reason::UpstreamCircuitOpen
             | Reason::ReadOnlyHost
             | Reason::BodyOnRead
             | Reason::ForeignSecret
@@ -84,7 +85,7 @@ pub const fn status_for(reason: Reason) -> StatusCode {
         | Reason::UpstreamCertificateInvalid => StatusCode::BAD_GATEWAY,
         Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Reason::TooManyConnections | Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        Reason::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Reason::AuditUnavailable | Reason::UpstreamCircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::FORBIDDEN,
     }
 }

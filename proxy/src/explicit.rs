@@ -336,6 +336,7 @@ async fn admit(
     // The git service port's pushes are the git API's: never rate-limited here.
     let pace = (st.mode != Mode::Service).then(|| crate::admission::Pace {
         rate: &st.shared.rate,
+        breakers: &st.shared.breakers,
         who: crate::limits::Client::of(st.uid, st.peer),
     });
     let admission =
@@ -395,12 +396,16 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     let upstream = if pooled {
         None
     } else {
-        match st
+        let connected = st
             .shared
             .upstreams
             .connect_checked(&addrs, target.port)
-            .await
-        {
+            .await;
+        if !service {
+            let limits = rules.policy.limits;
+            (st.shared.breakers).connected(&target, connected.is_ok(), intercept, limits);
+        }
+        match connected {
             Ok(c) => {
                 rec.upstream = Some(c.addr);
                 rec.upstream_local_port = c.local_port;

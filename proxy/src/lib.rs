@@ -28,6 +28,7 @@ pub mod admin;
 pub mod admission;
 pub mod audit;
 mod body;
+pub mod breaker;
 pub mod ca;
 pub mod clock;
 pub mod config;
@@ -109,6 +110,8 @@ pub(crate) struct Shared {
     pub dns_budget: names::Budget,
     /// The rate limits' buckets (`rate`).
     pub rate: rate::Rate,
+    /// The upstreams' circuits (`breaker`).
+    pub breakers: breaker::Breakers,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
     /// The open connections a policy reload re-judges.
@@ -247,6 +250,7 @@ impl Proxy {
             pool: pool::Pool::default(),
             dns_budget: names::Budget::default(),
             rate: rate::Rate::default(),
+            breakers: breaker::Breakers::default(),
             head_timer,
             conns: Arc::new(conns::Conns::default()),
         });

@@ -91,6 +91,8 @@ mod tests {
     const L: Limits = Limits {
         requests_per_second: 10,
         request_burst: 5,
+        circuit_failures: 10,
+        circuit_cooldown_seconds: 10,
     };
 
     #[test]

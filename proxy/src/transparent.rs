@@ -327,6 +327,7 @@ async fn admit(
     // The rate, the policy, then the name the agent chose, before it is resolved.
     let pace = crate::admission::Pace {
         rate: &shared.rate,
+        breakers: &shared.breakers,
         who: crate::limits::Client::of(rec.uid, orig),
     };
     let admission =
@@ -358,8 +359,10 @@ async fn admit(
     let up = shared
         .upstreams
         .connect_checked(&[orig.ip()], orig.port())
-        .await?;
-    Ok((target, Some(up)))
+        .await;
+    let intercepted = tls && policy.intercepts(&target.host);
+    (shared.breakers).connected(&target, up.is_ok(), intercepted, policy.limits);
+    Ok((target, Some(up?)))
 }
 
 async fn first_byte(stream: &TcpStream) -> Option<u8> {

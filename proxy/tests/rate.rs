@@ -1,12 +1,17 @@
-//! Rate limits (`[limits]`): the agent floods one host; past its bucket every request is
-//! refused `429 rate-limited` with `Retry-After`, audited, and never reaches the upstream;
-//! other hosts are untouched; a request inside an intercepted connection takes its own
-//! token; a reload that raises the limit applies to the next request.
+//! Rate limits and circuit breakers (`[limits]`): the agent floods one host; past its
+//! bucket every request is refused `429 rate-limited` with `Retry-After`, audited, and
+//! never reaches the upstream; other hosts are untouched; a request inside an intercepted
+//! connection takes its own token; a reload that raises the limit applies to the next
+//! request. An upstream that keeps failing is answered `503 upstream-circuit-open` at once
+//! until a probe after the cool-down finds it well.
 
 use airlock_proxy::limits::Limits;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::*;
 
@@ -170,5 +175,91 @@ async fn each_request_inside_an_intercepted_connection_takes_a_token() {
             .iter()
             .any(|l| l["reason"] == "rate-limited" && l["path"] == "/r3"),
         "{lines:#?}"
+    );
+}
+
+/// An upstream answering every request with the status in `status`; counts the requests.
+async fn switchable() -> (std::net::SocketAddr, Arc<AtomicU16>, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let status = Arc::new(AtomicU16::new(500));
+    let heard = Arc::new(AtomicUsize::new(0));
+    let (st, n) = (Arc::clone(&status), Arc::clone(&heard));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (st, n) = (Arc::clone(&st), Arc::clone(&n));
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                loop {
+                    head.clear();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if s.read_exact(&mut b).await.is_err() {
+                            return;
+                        }
+                        head.push(b[0]);
+                    }
+                    n.fetch_add(1, Ordering::SeqCst);
+                    let code = st.load(Ordering::SeqCst);
+                    let resp = format!("HTTP/1.1 {code} X\r\ncontent-length: 2\r\n\r\nok");
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, status, heard)
+}
+
+#[tokio::test]
+async fn an_upstream_that_keeps_failing_is_answered_at_once_until_a_probe_finds_it_well() {
+    let (sick, status, heard) = switchable().await;
+    let (well, _heads) = http_server().await;
+    let extra = Extra {
+        policy: "\n[limits]\ncircuit_failures = 3\ncircuit_cooldown_seconds = 1\n".into(),
+        ..Extra::default()
+    };
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP]), ("readonly.test", &["198.51.100.7"])],
+        &[route(ALLOWED_IP, 80, sick), route("198.51.100.7", 80, well)],
+        Limits::default(),
+        &extra,
+    )
+    .await;
+    // Three failures pass through as the upstream's own answers.
+    for _ in 0..3 {
+        let (_s, r) = request(h.addr, &get("allowed.test")).await;
+        assert_eq!(r.status, 500, "{}", r.body);
+    }
+    // Then the circuit is open: 503 at once, the upstream hears nothing more.
+    let (_s, r) = request(h.addr, &get("allowed.test")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("upstream-circuit-open")
+    );
+    assert!(r.body.contains("circuit open after 3 failures"), "{}", r.body);
+    assert_eq!(heard.load(Ordering::SeqCst), 3);
+    // Another upstream is untouched.
+    let (_s, r) = request(h.addr, &get("readonly.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The upstream recovers; after the cool-down one probe finds it well and the circuit
+    // closes.
+    status.store(200, Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for _ in 0..3 {
+        let (_s, r) = request(h.addr, &get("allowed.test")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(heard.load(Ordering::SeqCst), 6);
+    let lines = h.finish().await;
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["reason"] == "upstream-circuit-open")
+            .count(),
+        1
     );
 }

@@ -58,7 +58,12 @@ pub(super) async fn forward(
         Some(l) => l,
         None => match ctx.open(route).await {
             Ok(l) => l,
-            Err(reason) => return ctx.deny(rec, reason, route).await,
+            Err(reason) => {
+                if reason == Reason::UpstreamUnreachable {
+                    ctx.upstream_answered(route, false);
+                }
+                return ctx.deny(rec, reason, route).await;
+            }
         },
     };
     rec.upstream = Some(live.addr);
@@ -73,9 +78,13 @@ pub(super) async fn forward(
     rec.forwarded();
     let resp = match sender.send_request(out).await {
         Ok(r) => r,
-        Err(e) => return send_failed(ctx, &e, addr, &leak_flag, route, rec).await,
+        Err(e) => {
+            ctx.upstream_answered(route, false);
+            return send_failed(ctx, &e, addr, &leak_flag, route, rec).await;
+        }
     };
     rec.status = Some(resp.status().as_u16());
+    ctx.upstream_answered(route, !resp.status().is_server_error());
     let (rparts, rbody) = resp.into_parts();
     if rparts.status == StatusCode::SWITCHING_PROTOCOLS {
         let Some(upgrade) = on_client_upgrade else {

@@ -146,6 +146,17 @@ struct Cx<'a> {
     rules: Arc<Rules>,
 }
 
+impl Cx<'_> {
+    /// Tells the upstream's circuit ([`crate::breaker`]) how a request to it went: `ok` is
+    /// an answer below `500`. The git service port's upstream is not judged there.
+    fn upstream_answered(&self, route: &Route, ok: bool) {
+        if !self.git_service() {
+            let (limits, now) = (self.rules.policy.limits, std::time::Instant::now());
+            self.shared.breakers.report(&route.target, ok, limits, now);
+        }
+    }
+}
+
 impl std::ops::Deref for Cx<'_> {
     type Target = Ctx;
 

@@ -122,22 +122,23 @@ pub(super) fn describe(rec: &mut Pending, req: &Request<Incoming>, route: &Route
     });
 }
 
-/// The rate ([`crate::admission::paced`]) on a request read in an intercepted connection
-/// (plain HTTP and base URL took their token when admitted; the git service port is never
-/// limited).
+/// The rate and the upstream's circuit ([`crate::admission::paced`]) on a request read in
+/// an intercepted connection (plain HTTP and base URL were judged when admitted; the git
+/// service port is never limited).
 fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reason> {
     if !route.check_host || ctx.git_service() {
         return Ok(());
     }
     let pace = crate::admission::Pace {
         rate: &ctx.shared.rate,
+        breakers: &ctx.shared.breakers,
         who: crate::limits::Client::of(ctx.uid, ctx.peer),
     };
     match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {
         None => Ok(()),
         Some(refused) => {
-            rec.rule = refused.rule;
-            Err(Reason::RateLimited)
+            rec.rule.clone_from(&refused.rule);
+            Err(refused.refused().unwrap_or(Reason::RateLimited))
         }
     }
 }
