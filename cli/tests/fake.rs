@@ -120,6 +120,7 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                     denied_by_reason: BTreeMap::from([("blocked-by-policy".into(), denied)]),
                     bytes_out_by_host: BTreeMap::new(),
                     open_connections: 3,
+                    open_circuits: Vec::new(),
                     audit: AuditState::Writing,
                 }),
             )

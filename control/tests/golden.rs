@@ -151,6 +151,7 @@ fn responses() {
             denied_by_reason: [("host-not-allowed".to_owned(), 3)].into(),
             bytes_out_by_host: [("api.anthropic.com".to_owned(), 48_213)].into(),
             open_connections: 2,
+            open_circuits: Vec::new(),
             audit: AuditState::Writing,
         }),
     );

@@ -123,6 +123,21 @@ impl Breakers {
     }
 }
 
+impl Breakers {
+    /// The upstreams whose circuit is open (or half-open) at `now`, as `host:port`, sorted.
+    #[must_use]
+    pub fn open(&self) -> Vec<String> {
+        let circuits = self.circuits.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open: Vec<String> = circuits
+            .iter()
+            .filter(|(_, c)| c.open_until.is_some())
+            .map(|(t, _)| format!("{}:{}", t.host.as_str(), t.port))
+            .collect();
+        open.sort();
+        open
+    }
+}
+
 fn forget_oldest_closed(circuits: &mut HashMap<Target, Circuit>) {
     let oldest = circuits
         .iter()

@@ -111,6 +111,7 @@ impl Metrics {
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
             open_connections,
+            open_circuits: Vec::new(),
             audit: if audit_available {
                 AuditState::Writing
             } else {
@@ -169,6 +170,13 @@ impl Metrics {
             "Client connections open now.",
         );
         let _ = writeln!(out, "airlock_open_connections {}", c.open_connections);
+        family(
+            &mut out,
+            "open_circuits",
+            "gauge",
+            "Upstreams whose circuit breaker is open now.",
+        );
+        let _ = writeln!(out, "airlock_open_circuits {}", c.open_circuits.len());
         family(
             &mut out,
             "audit_writing",

@@ -57,7 +57,7 @@ fn response(body: &[u8]) -> Response {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
 }
 
-async fn counters(sock: &Path) -> airlock_control::admin::Counters {
+pub(crate) async fn counters(sock: &Path) -> airlock_control::admin::Counters {
     let (status, body) = call(sock, &Request::Counters).await;
     assert_eq!(status, 200);
     match response(&body) {

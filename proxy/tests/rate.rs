@@ -7,9 +7,9 @@
 
 use airlock_proxy::limits::Limits;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokio::net::{TcpListener, TcpStream};
 
@@ -218,11 +218,15 @@ async fn an_upstream_that_keeps_failing_is_answered_at_once_until_a_probe_finds_
     let (well, _heads) = http_server().await;
     let extra = Extra {
         policy: "\n[limits]\ncircuit_failures = 3\ncircuit_cooldown_seconds = 1\n".into(),
+        admin: true,
         ..Extra::default()
     };
     let mut h = Harness::start_extra(
         "enforce",
-        &[("allowed.test", &[ALLOWED_IP]), ("readonly.test", &["198.51.100.7"])],
+        &[
+            ("allowed.test", &[ALLOWED_IP]),
+            ("readonly.test", &["198.51.100.7"]),
+        ],
         &[route(ALLOWED_IP, 80, sick), route("198.51.100.7", 80, well)],
         Limits::default(),
         &extra,
@@ -240,8 +244,17 @@ async fn an_upstream_that_keeps_failing_is_answered_at_once_until_a_probe_finds_
         r.header("x-airlock-error").as_deref(),
         Some("upstream-circuit-open")
     );
-    assert!(r.body.contains("circuit open after 3 failures"), "{}", r.body);
+    assert!(
+        r.body.contains("circuit open after 3 failures"),
+        "{}",
+        r.body
+    );
     assert_eq!(heard.load(Ordering::SeqCst), 3);
+    // The operator sees it open.
+    let sock = h.admin.clone().unwrap();
+    let c = crate::admin::counters(&sock).await;
+    assert_eq!(c.open_circuits, ["allowed.test:80"], "{c:?}");
+    assert_eq!(c.denied_by_reason.get("upstream-circuit-open"), Some(&1));
     // Another upstream is untouched.
     let (_s, r) = request(h.addr, &get("readonly.test")).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -254,6 +267,7 @@ async fn an_upstream_that_keeps_failing_is_answered_at_once_until_a_probe_finds_
         assert_eq!(r.status, 200, "{}", r.body);
     }
     assert_eq!(heard.load(Ordering::SeqCst), 6);
+    assert!(crate::admin::counters(&sock).await.open_circuits.is_empty());
     let lines = h.finish().await;
     assert_eq!(
         lines

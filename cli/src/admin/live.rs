@@ -138,6 +138,17 @@ pub fn lines(l: &Live) -> Vec<String> {
     }
     out.push(format!("audit       {}", audit(c.audit)));
     out.push(format!("connections {} open", c.open_connections));
+    if !c.open_circuits.is_empty() {
+        let open: Vec<String> = c
+            .open_circuits
+            .iter()
+            .map(|u| crate::review::escape(u.as_bytes()))
+            .collect();
+        out.push(format!(
+            "circuits    open: {} (answered upstream-circuit-open until a probe finds them well)",
+            open.join(", ")
+        ));
+    }
     out
 }
 
@@ -160,6 +171,7 @@ mod tests {
             ]),
             bytes_out_by_host: BTreeMap::new(),
             open_connections: 0,
+            open_circuits: vec!["down.example:443".into()],
             audit: AuditState::Outage,
         };
         assert_eq!(top_reasons(&c, 3), [("b", 3), ("a", 1), ("c", 1)]);
@@ -184,5 +196,9 @@ mod tests {
         );
         assert!(text.contains("denials     b 3, a 1, c 1, d 1"), "{text}");
         assert!(text.contains("audit       OUTAGE"), "{text}");
+        assert!(
+            text.contains("circuits    open: down.example:443 ("),
+            "{text}"
+        );
     }
 }

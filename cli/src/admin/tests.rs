@@ -21,6 +21,7 @@ fn counters() -> Counters {
         denied_by_reason: BTreeMap::from([("blocked_by_policy".to_owned(), 3)]),
         bytes_out_by_host: BTreeMap::from([("api.example".to_owned(), 1234)]),
         open_connections: 2,
+        open_circuits: Vec::new(),
         audit: AuditState::Writing,
     }
 }

@@ -159,6 +159,10 @@ pub struct Counters {
     pub bytes_out_by_host: BTreeMap<String, u64>,
     /// Connections open now.
     pub open_connections: u64,
+    /// Upstreams (`host:port`) whose circuit is open now (`[limits]`): answered
+    /// `upstream-circuit-open` until a probe finds them well.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_circuits: Vec<String>,
     /// The audit log's state.
     pub audit: AuditState,
 }

@@ -263,10 +263,12 @@ fn policy(shared: &Shared, admin: &Admin) -> PolicyRevision {
 
 fn counters(shared: &Shared, admin: &Admin) -> airlock_control::admin::Counters {
     let open = shared.slots.in_use() + shared.service_slots.in_use();
-    admin.metrics.counters(
+    let mut c = admin.metrics.counters(
         u64::try_from(open).unwrap_or(u64::MAX),
         shared.audit.available(),
-    )
+    );
+    c.open_circuits = shared.breakers.open();
+    c
 }
 
 fn status(admin: &Admin) -> AdminResponse {
