@@ -6,7 +6,7 @@
 //! 0. **The rate** ([`crate::rate`], not for DNS nor the git service port): one token of the
 //!    session's bucket for the host, before any policy work; also taken for each request
 //!    read in an intercepted connection ([`paced`]).
-//! 1. **The policy** ([`decide::decide`]): the allow and deny rules, the hard denies, report
+//! 1. **The policy** (`decide::decide`): the allow and deny rules, the hard denies, report
 //!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]).
 //! 2. **The name** ([`names::judge`]), only for a destination the policy let through: a name
 //!    that carries a secret, looks encoded or passes its zone's budget is never resolved.

@@ -82,7 +82,7 @@ pub enum Plan {
 
 /// Decides a parsed query by its shape and the policy ([`admission::policy`], the name on
 /// any port). Returns the plan and the admission its line carries; the name itself is
-/// judged by [`named`] once the plan is to resolve it.
+/// judged by `named` once the plan is to resolve it.
 #[must_use]
 pub fn plan(policy: &airlock_policy::Policy, msg: &Message) -> (Plan, Admission) {
     let refused = |plan: Plan, reason: Reason, rule: Option<String>| {

@@ -4,10 +4,11 @@
 //! absolute-form plain HTTP, base-URL mode `/https/<host>/...`), a health endpoint, a
 //! transparent listener for redirected TCP (host from TLS SNI or HTTP `Host`), a DNS filter
 //! that answers allowed names with addresses it resolved itself, and the git service port
-//! (the git API's only way out). For every request it canonicalises the host, asks the
-//! policy, resolves the name **once** with its own resolver, checks every address against
-//! the hard-deny ranges, connects to a checked address and audits the decision as one JSON
-//! line.
+//! (the git API's only way out). For every request it canonicalises the host, asks the one
+//! admission every way in shares ([`admission`]: the session's rate, the policy, the name,
+//! the upstream's circuit), resolves the name **once** with its own resolver, checks every
+//! address against the hard-deny ranges, connects to a checked address and audits the
+//! decision as one JSON line.
 //!
 //! Every allowed host that is not declared `network.passthrough` is **intercepted**: the
 //! agent's TLS is terminated with a per-host leaf of the appliance CA ([`ca`], [`leaf`]),
