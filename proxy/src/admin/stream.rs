@@ -35,6 +35,7 @@ struct Keys {
     host: Option<String>,
     session: Option<String>,
     reason: Option<String>,
+    event: Option<String>,
 }
 
 /// How long a follower lets lines gather after a wake-up, so that one write carries many
@@ -42,7 +43,9 @@ struct Keys {
 pub const GATHER: Duration = Duration::from_millis(5);
 
 /// Whether the line `text` passes every filter of `q`. A line that does not parse passes
-/// only when there is no filter (it is the log's, whatever it is).
+/// only when there is no filter (it is the log's, whatever it is). A `rotated` line says
+/// what left the log: it has no decision, host or reason, and a follower filtering by them
+/// still gets it (`logs -f --denied` must not hide that denials were rotated out).
 fn passes(q: &EventsQuery, text: &[u8]) -> bool {
     let filtered = q.decision.is_some()
         || q.host.is_some()
@@ -58,10 +61,10 @@ fn passes(q: &EventsQuery, text: &[u8]) -> bool {
     let is = |want: &Option<String>, got: &Option<String>| {
         want.as_ref().is_none_or(|w| got.as_deref() == Some(w))
     };
-    is(&q.decision, &k.decision)
-        && is(&q.host, &k.host)
+    let about_the_log = k.event.as_deref() == Some("rotated");
+    (about_the_log
+        || (is(&q.decision, &k.decision) && is(&q.host, &k.host) && is(&q.reason, &k.reason)))
         && is(&q.session, &k.session)
-        && is(&q.reason, &k.reason)
         && q.since_ms.is_none_or(|since| {
             k.ts.as_deref()
                 .and_then(Timestamp::parse)
@@ -249,6 +252,24 @@ mod tests {
                 ..EventsQuery::default()
             },
             b"not json"
+        ));
+    }
+
+    #[test]
+    fn a_rotated_line_reaches_a_follower_of_denials() {
+        let rotated = br#"{"ts":"2026-11-28T10:00:01.000Z","session":"s1","event":"rotated","dropped_lines":40}"#;
+        let q = |f: fn(&mut EventsQuery)| {
+            let mut q = EventsQuery::default();
+            f(&mut q);
+            passes(&q, rotated)
+        };
+        assert!(q(|q| q.decision = Some("deny".into())));
+        assert!(q(|q| q.host = Some("evil.example".into())));
+        assert!(q(|q| q.reason = Some("blocked-by-policy".into())));
+        // Another session's rotation, or an older one, is not this follower's.
+        assert!(!q(|q| q.session = Some("s2".into())));
+        assert!(!q(
+            |q| q.since_ms = Some(Timestamp::parse("2026-11-28T10:00:02.000Z").unwrap().0)
         ));
     }
 
