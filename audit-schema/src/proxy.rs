@@ -131,6 +131,9 @@ events! {
     /// It was closed because a policy reload refuses its destination (the `reload` line
     /// before it counts it).
     CloseRevoked = "close-revoked",
+    /// A connection or request body was cut because it spent an upload budget of
+    /// `[limits]` (the next request is refused `budget-exhausted`).
+    CloseBudget = "close-budget",
 }
 
 /// The alphabet of an encoded run.

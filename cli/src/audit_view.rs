@@ -455,6 +455,9 @@ pub fn allow_hint(
             Reason::HighEntropy => {
                 "to allow: [signals] high_entropy = \"log\" in the policy (or raise entropy_min_bytes)".to_string()
             }
+            Reason::BudgetExhausted => format!(
+                "to allow more: raise the [limits] budget the line's rule names in the policy (per hour; {h} refused until it resets)"
+            ),
             Reason::RateLimited => format!(
                 "to allow more: raise [limits] requests_per_second or request_burst in the policy (per session and host; {h} refused until its bucket refills)"
             ),

@@ -6,6 +6,12 @@
 //! - A circuit breaker per upstream: after `circuit_failures` consecutive failures
 //!   (connection failed, `5xx`) requests to it are refused `upstream-circuit-open` (`503`)
 //!   for `circuit_cooldown_seconds`, then one probe decides.
+//! - Budgets per hour: bytes the agent sends upstream per session and host
+//!   (`upload_bytes_per_hour`) and for the whole sandbox (`sandbox_upload_bytes_per_hour`),
+//!   and the sandbox's requests (`sandbox_requests_per_hour`). An exhausted budget refuses
+//!   new requests `budget-exhausted` (`429`, the budget and its reset named) and cuts a
+//!   connection or body still sending: the bound on what can leave, whatever its
+//!   encoding.
 //!
 //! The defaults are far above what an honest agent sends (a package manager installing a
 //! large project, an LLM client streaming) and far below a flood. The counting is the
@@ -27,6 +33,12 @@ pub struct Limits {
     pub circuit_failures: u32,
     /// How long an open circuit refuses before one probe may go.
     pub circuit_cooldown_seconds: u32,
+    /// Bytes a session may send to one host per hour.
+    pub upload_bytes_per_hour: u64,
+    /// Bytes the whole sandbox may send per hour.
+    pub sandbox_upload_bytes_per_hour: u64,
+    /// Requests (connections and intercepted requests) the whole sandbox may make per hour.
+    pub sandbox_requests_per_hour: u64,
 }
 
 /// Default `requests_per_second`.
@@ -39,19 +51,39 @@ pub const DEFAULT_CIRCUIT_FAILURES: u32 = 10;
 /// Default `circuit_cooldown_seconds`.
 pub const DEFAULT_CIRCUIT_COOLDOWN_SECONDS: u32 = 10;
 
+/// Default `upload_bytes_per_hour`: 1 GiB, above an LLM client sending its whole context
+/// with every request for an hour.
+pub const DEFAULT_UPLOAD_BYTES_PER_HOUR: u64 = 1 << 30;
+/// Default `sandbox_upload_bytes_per_hour`: 4 GiB.
+pub const DEFAULT_SANDBOX_UPLOAD_BYTES_PER_HOUR: u64 = 4 << 30;
+/// Default `sandbox_requests_per_hour`.
+pub const DEFAULT_SANDBOX_REQUESTS_PER_HOUR: u64 = 1_000_000;
+
+/// The bounds of the byte budgets (1 KiB to 1 TiB) and of the request budget.
+const BYTES_RANGE: std::ops::RangeInclusive<i64> = 1024..=(1 << 40);
+const REQUESTS_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
+
 /// The bounds of the rate's knobs.
 const RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000;
 /// The bounds of the breaker's knobs.
 const CIRCUIT_RANGE: std::ops::RangeInclusive<i64> = 1..=3600;
 
+impl Limits {
+    /// Every knob at its default.
+    pub const DEFAULT: Self = Self {
+        requests_per_second: DEFAULT_REQUESTS_PER_SECOND,
+        request_burst: DEFAULT_REQUEST_BURST,
+        circuit_failures: DEFAULT_CIRCUIT_FAILURES,
+        circuit_cooldown_seconds: DEFAULT_CIRCUIT_COOLDOWN_SECONDS,
+        upload_bytes_per_hour: DEFAULT_UPLOAD_BYTES_PER_HOUR,
+        sandbox_upload_bytes_per_hour: DEFAULT_SANDBOX_UPLOAD_BYTES_PER_HOUR,
+        sandbox_requests_per_hour: DEFAULT_SANDBOX_REQUESTS_PER_HOUR,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            requests_per_second: DEFAULT_REQUESTS_PER_SECOND,
-            request_burst: DEFAULT_REQUEST_BURST,
-            circuit_failures: DEFAULT_CIRCUIT_FAILURES,
-            circuit_cooldown_seconds: DEFAULT_CIRCUIT_COOLDOWN_SECONDS,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -63,6 +95,9 @@ pub(crate) struct RawLimits {
     request_burst: Option<Spanned<i64>>,
     circuit_failures: Option<Spanned<i64>>,
     circuit_cooldown_seconds: Option<Spanned<i64>>,
+    upload_bytes_per_hour: Option<Spanned<i64>>,
+    sandbox_upload_bytes_per_hour: Option<Spanned<i64>>,
+    sandbox_requests_per_hour: Option<Spanned<i64>>,
 }
 
 impl RawLimits {
@@ -83,6 +118,20 @@ impl RawLimits {
             }
         };
         let (knob, circuit) = (bounded(RANGE), bounded(CIRCUIT_RANGE));
+        let big = |range: std::ops::RangeInclusive<i64>| {
+            move |v: Option<Spanned<i64>>, key: &'static str, default: u64| match v {
+                None => Ok(default),
+                Some(v) if range.contains(v.get_ref()) => {
+                    Ok(u64::try_from(*v.get_ref()).unwrap_or(default))
+                }
+                Some(v) => Err(Invalid {
+                    span: v.span(),
+                    key,
+                    reason: format!("must be between {} and {}", range.start(), range.end()),
+                }),
+            }
+        };
+        let (bytes, requests) = (big(BYTES_RANGE), big(REQUESTS_RANGE));
         Ok(Limits {
             requests_per_second: knob(
                 self.requests_per_second,
@@ -99,6 +148,21 @@ impl RawLimits {
                 self.circuit_cooldown_seconds,
                 "limits.circuit_cooldown_seconds",
                 d.circuit_cooldown_seconds,
+            )?,
+            upload_bytes_per_hour: bytes(
+                self.upload_bytes_per_hour,
+                "limits.upload_bytes_per_hour",
+                d.upload_bytes_per_hour,
+            )?,
+            sandbox_upload_bytes_per_hour: bytes(
+                self.sandbox_upload_bytes_per_hour,
+                "limits.sandbox_upload_bytes_per_hour",
+                d.sandbox_upload_bytes_per_hour,
+            )?,
+            sandbox_requests_per_hour: requests(
+                self.sandbox_requests_per_hour,
+                "limits.sandbox_requests_per_hour",
+                d.sandbox_requests_per_hour,
             )?,
         })
     }

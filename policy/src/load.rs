@@ -1055,6 +1055,20 @@ pub(crate) mod tests {
             4,
             "limits.circuit_cooldown_seconds: must be between 1 and 3600",
         );
+        let set = format!(
+            "{base}[limits]\nupload_bytes_per_hour = 4096\nsandbox_requests_per_hour = 9\n"
+        );
+        let l = parse(&set).unwrap().limits;
+        assert_eq!(
+            (l.upload_bytes_per_hour, l.sandbox_requests_per_hour),
+            (4096, 9)
+        );
+        assert_eq!(l.sandbox_upload_bytes_per_hour, 4 << 30);
+        refused(
+            &format!("{base}[limits]\nsandbox_upload_bytes_per_hour = 10\n"),
+            4,
+            "limits.sandbox_upload_bytes_per_hour: must be between 1024 and 1099511627776",
+        );
         let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }

@@ -50,6 +50,9 @@ airlock_channels::stable_codes! {
         /// The upstream failed `[limits] circuit_failures` times in a row: its circuit is
         /// open and requests to it are answered `503` at once until a probe succeeds.
         UpstreamCircuitOpen => "upstream-circuit-open",
+        /// An hourly budget of `[limits]` is spent (bytes sent to the host by the session, by
+        /// the sandbox, or the sandbox's requests): `429`, the budget and its reset named.
+        BudgetExhausted => "budget-exhausted",
         /// A credential placeholder or a real secret was about to leave for a host it is not
         /// bound to.
         CredentialLeak => "credential-leak",
@@ -163,7 +166,8 @@ impl Reason {
             | Reason::DnsQueryType
             | Reason::TooManyConnections
             | Reason::RateLimited
-            | Reason::UpstreamCircuitOpen => self.connection_hint(),
+            | Reason::UpstreamCircuitOpen
+            | Reason::BudgetExhausted => self.connection_hint(),
             Reason::CredentialLeak
             | Reason::GitPushBlocked
             | Reason::RequestDeniedByRule
@@ -263,6 +267,10 @@ impl Reason {
             Reason::UpstreamCircuitOpen => {
                 "The upstream kept failing (connection refused or 5xx); retry after the \
                  cool-down ([limits] circuit_cooldown_seconds), when one probe is let through."
+            }
+            Reason::BudgetExhausted => {
+                "An hourly budget of the policy's [limits] is spent (the rule names it and when \
+                 it resets); wait for the reset or ask the operator to raise it."
             }
             _ => "",
         }
@@ -490,6 +498,7 @@ mod tests {
             (Reason::TooManyConnections, "too-many-connections"),
             (Reason::RateLimited, "rate-limited"),
             (Reason::UpstreamCircuitOpen, "upstream-circuit-open"),
+            (Reason::BudgetExhausted, "budget-exhausted"),
             (Reason::UpgradeNotSupported, "upgrade-not-supported"),
             (Reason::UpgradeDenied, "upgrade-denied"),
             (Reason::CredentialMethodRefused, "credential-method-refused"),

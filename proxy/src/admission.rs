@@ -3,9 +3,10 @@
 //! Every way in asks it, and only it: `CONNECT`, plain HTTP and base URL (`explicit`), the
 //! transparent listener and the DNS filter. It is up to four steps, always in this order,
 //! each a check this module composes (none is called from anywhere else):
-//! 0. **The rate** ([`crate::rate`], not for DNS nor the git service port): one token of the
-//!    session's bucket for the host, before any policy work; also taken for each request
-//!    read in an intercepted connection ([`paced`]).
+//! 0. **The rate and the budgets** ([`crate::rate`], [`crate::budget`], not for DNS nor the
+//!    git service port): one token of the session's bucket for the host and a request of
+//!    the sandbox's budget, refused when an hourly budget is spent, before any policy work;
+//!    also for each request read in an intercepted connection ([`paced`]).
 //! 1. **The policy** (`decide::decide`): the allow and deny rules, the hard denies, report
 //!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]).
 //! 2. **The name** ([`names::judge`]), only for a destination the policy let through: a name
@@ -29,6 +30,7 @@ use airlock_policy::reason::Reason;
 
 use crate::audit::{Record, Verdict};
 use crate::breaker::Breakers;
+use crate::budget::Budgets;
 use crate::decide::{self, Target};
 use crate::limits::Client;
 use crate::names::{self, Budget, NameRules, NameVerdict};
@@ -40,7 +42,21 @@ use crate::rate::Rate;
 pub struct Pace<'a> {
     pub rate: &'a Rate,
     pub breakers: &'a Breakers,
+    pub budgets: &'a Budgets,
     pub who: Client,
+}
+
+impl Pace<'_> {
+    /// Counts the bytes `meter` reads from the agent against this session's and the
+    /// sandbox's upload budgets for `target` ([`crate::budget`]).
+    pub fn charge(
+        &self,
+        meter: &crate::tunnel::Meter,
+        policy: &airlock_policy::Policy,
+        target: &Target,
+    ) {
+        meter.charge(self.budgets.charge(self.who, &target.host, policy.limits));
+    }
 }
 
 /// Which ports the policy is asked about.
@@ -160,16 +176,41 @@ pub fn paced(
     rated(pace, policy, target).or_else(|| circuit(pace, policy, target))
 }
 
-/// Step 0: one token, or `rate-limited`.
+/// Step 0: one token and an unspent budget, or `rate-limited` / `budget-exhausted`.
 fn rated(pace: Pace<'_>, policy: &airlock_policy::Policy, target: &Target) -> Option<Admission> {
     let l = policy.limits;
     let now = std::time::Instant::now();
-    pace.rate.take(pace.who, &target.host, l, now).err()?;
+    if pace.rate.take(pace.who, &target.host, l, now).is_ok() {
+        return budgeted(pace, policy, target, now);
+    }
     Some(Admission {
         outcome: Outcome::Deny(Reason::RateLimited),
         rule: Some(format!(
             "limits: {} requests/s, burst {}, per session and host",
             l.requests_per_second, l.request_burst
+        )),
+        redacted: None,
+    })
+}
+
+/// Step 0's budgets: `budget-exhausted`, the rule naming the budget and when it resets.
+fn budgeted(
+    pace: Pace<'_>,
+    policy: &airlock_policy::Policy,
+    target: &Target,
+    now: std::time::Instant,
+) -> Option<Admission> {
+    let wall = std::time::SystemTime::now();
+    let spent = pace
+        .budgets
+        .check(pace.who, &target.host, policy.limits, now, wall)
+        .err()?;
+    let resets = airlock_audit_schema::Timestamp::from(spent.resets_at);
+    Some(Admission {
+        outcome: Outcome::Deny(Reason::BudgetExhausted),
+        rule: Some(format!(
+            "limits: {} {} spent; resets at {resets}",
+            spent.knob, spent.limit
         )),
         redacted: None,
     })

@@ -201,6 +201,8 @@ pub enum Cut {
     /// A body that cannot be read as it must be to be searched (`decompression-bomb`, a
     /// coding that does not decode), and why (the record's `rule`).
     Unreadable(airlock_policy::Reason, String),
+    /// An upload budget of `[limits]` spent mid-body (which: the record's `rule`).
+    Budget(String),
 }
 
 impl Cut {
@@ -213,6 +215,7 @@ impl Cut {
             Self::Secret(_) => airlock_policy::Reason::ForeignSecret,
             Self::Signal(s) => s.reason(),
             Self::Unreadable(reason, _) => *reason,
+            Self::Budget(_) => airlock_policy::Reason::BudgetExhausted,
         }
     }
 
@@ -227,7 +230,7 @@ impl Cut {
                     rec.signals.push(*s);
                 }
             }
-            Self::Unreadable(_, why) => rec.rule = Some(why.clone()),
+            Self::Unreadable(_, why) | Self::Budget(why) => rec.rule = Some(why.clone()),
         }
         self.reason()
     }

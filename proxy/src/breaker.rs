@@ -166,6 +166,7 @@ mod tests {
         request_burst: 1,
         circuit_failures: 3,
         circuit_cooldown_seconds: 10,
+        ..Limits::DEFAULT
     };
 
     #[test]

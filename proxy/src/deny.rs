@@ -35,13 +35,14 @@ pub(crate) async fn audited(
 }
 
 /// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
-/// host, the secret detector, the rate limit, the open circuit.
+/// host, the secret detector, the rate limit, the open circuit, the spent budget.
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::RequestDeniedByRule
             | Reason::RateLimited
             | Reason::UpstreamCircuitOpen
+            | Reason::BudgetExhausted
             | Reason::ReadOnlyHost
             | Reason::BodyOnRead
             | Reason::ForeignSecret
@@ -84,7 +85,9 @@ pub const fn status_for(reason: Reason) -> StatusCode {
         | Reason::UpstreamUnreachable
         | Reason::UpstreamCertificateInvalid => StatusCode::BAD_GATEWAY,
         Reason::RequestTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        Reason::TooManyConnections | Reason::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        Reason::TooManyConnections | Reason::RateLimited | Reason::BudgetExhausted => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         Reason::AuditUnavailable | Reason::UpstreamCircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::FORBIDDEN,
     }

@@ -337,6 +337,7 @@ async fn admit(
     let pace = (st.mode != Mode::Service).then(|| crate::admission::Pace {
         rate: &st.shared.rate,
         breakers: &st.shared.breakers,
+        budgets: &st.shared.budgets,
         who: crate::limits::Client::of(st.uid, st.peer),
     });
     let admission =
@@ -427,6 +428,13 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
         upstream,
         meter: Arc::new(Meter::new()),
     };
+    // A passthrough tunnel's bytes up count against the upload budgets as they cross (an
+    // intercepted one's are counted request by request).
+    if !intercept && !service {
+        let who = crate::limits::Client::of(st.uid, st.peer);
+        let charge = (st.shared.budgets).charge(who, &tunnel.target.host, rules.policy.limits);
+        tunnel.meter.charge(charge);
+    }
     rec.forwarded();
     tokio::spawn(run_tunnel(tunnel, hyper::upgrade::on(&mut req), rec));
     Response::new(deny::full(bytes::Bytes::new()))
@@ -471,7 +479,13 @@ async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: P
     if !went_upstream {
         crate::audit::abandoned(&mut rec);
     }
-    rec.event = Some(end.into());
+    rec.event = Some(if meter.over() {
+        // Cut because it spent an upload budget: the line names the budgets.
+        rec.rule = meter.budget();
+        Event::CloseBudget
+    } else {
+        end.into()
+    });
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
     rec.duration_ms = meter.elapsed_ms();

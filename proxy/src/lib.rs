@@ -5,8 +5,8 @@
 //! transparent listener for redirected TCP (host from TLS SNI or HTTP `Host`), a DNS filter
 //! that answers allowed names with addresses it resolved itself, and the git service port
 //! (the git API's only way out). For every request it canonicalises the host, asks the one
-//! admission every way in shares ([`admission`]: the session's rate, the policy, the name,
-//! the upstream's circuit), resolves the name **once** with its own resolver, checks every
+//! admission every way in shares ([`admission`]: the session's rate and budgets, the
+//! policy, the name, the upstream's circuit), resolves the name **once** with its own resolver, checks every
 //! address against the hard-deny ranges, connects to a checked address and audits the
 //! decision as one JSON line.
 //!
@@ -30,6 +30,7 @@ pub mod admission;
 pub mod audit;
 mod body;
 pub mod breaker;
+pub mod budget;
 pub mod ca;
 pub mod clock;
 pub mod config;
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     pub rate: rate::Rate,
     /// The upstreams' circuits (`breaker`).
     pub breakers: breaker::Breakers,
+    /// The hourly upload and request budgets (`budget`).
+    pub budgets: budget::Budgets,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
     /// The open connections a policy reload re-judges.
@@ -252,6 +255,7 @@ impl Proxy {
             dns_budget: names::Budget::default(),
             rate: rate::Rate::default(),
             breakers: breaker::Breakers::default(),
+            budgets: budget::Budgets::default(),
             head_timer,
             conns: Arc::new(conns::Conns::default()),
         });

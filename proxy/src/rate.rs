@@ -91,8 +91,7 @@ mod tests {
     const L: Limits = Limits {
         requests_per_second: 10,
         request_burst: 5,
-        circuit_failures: 10,
-        circuit_cooldown_seconds: 10,
+        ..Limits::DEFAULT
     };
 
     #[test]

@@ -255,6 +255,10 @@ async fn relay(
         shared.audit.emit(rec).await;
         return;
     };
+    // Its bytes up count against the upload budgets as they cross.
+    let who = crate::limits::Client::of(rec.uid, upstream.addr);
+    let limits = shared.rules.load().policy.limits;
+    meter.charge(shared.budgets.charge(who, &target.host, limits));
     let end = shared
         .conns
         .guard(
@@ -277,7 +281,13 @@ async fn relay(
 
 /// A connection's final line: how it ended and what crossed it.
 async fn close(shared: &Shared, mut rec: Record, end: tunnel::End, meter: &Meter) {
-    rec.event = Some(end.into());
+    rec.event = Some(if meter.over() {
+        // Cut because it spent an upload budget: the line names the budgets.
+        rec.rule = meter.budget();
+        Event::CloseBudget
+    } else {
+        end.into()
+    });
     rec.bytes_up = meter.up();
     rec.bytes_down = meter.down();
     rec.duration_ms = meter.elapsed_ms();
@@ -328,6 +338,7 @@ async fn admit(
     let pace = crate::admission::Pace {
         rate: &shared.rate,
         breakers: &shared.breakers,
+        budgets: &shared.budgets,
         who: crate::limits::Client::of(rec.uid, orig),
     };
     let admission =

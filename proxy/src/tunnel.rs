@@ -2,8 +2,8 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,6 +25,10 @@ pub struct Meter {
     up: AtomicU64,
     down: AtomicU64,
     last_ms: AtomicU64,
+    /// The upload budgets its bytes up count against ([`crate::budget`]), when charged.
+    charge: OnceLock<crate::budget::Charge>,
+    /// Set once a charged byte passed a budget: the client's reader then stops.
+    over: AtomicBool,
 }
 
 impl Default for Meter {
@@ -42,7 +46,26 @@ impl Meter {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             last_ms: AtomicU64::new(0),
+            charge: OnceLock::new(),
+            over: AtomicBool::new(false),
         }
+    }
+
+    /// Counts this meter's bytes up against `charge` from now on (once).
+    pub fn charge(&self, charge: crate::budget::Charge) {
+        let _ = self.charge.set(charge);
+    }
+
+    /// Whether a budget it is charged to is spent (see [`Meter::charge`]).
+    #[must_use]
+    pub fn over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    /// The budgets it is charged to, for the line of a cut (`None`: not charged).
+    #[must_use]
+    pub fn budget(&self) -> Option<String> {
+        self.charge.get().map(crate::budget::Charge::describe)
     }
 
     fn now_ms(&self) -> u64 {
@@ -53,6 +76,11 @@ impl Meter {
     pub fn add_up(&self, n: usize) {
         self.up.fetch_add(n as u64, Ordering::Relaxed);
         self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+        if let Some(c) = self.charge.get()
+            && !c.add(n as u64)
+        {
+            self.over.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Counts `n` bytes upstream → client.
@@ -158,6 +186,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        // A client that spent an upload budget is read no more: the relay ends.
+        if matches!(self.dir, Dir::Up) && self.meter.over() {
+            return Poll::Ready(Err(io::Error::other("upload budget spent")));
+        }
         let before = buf.filled().len();
         let res = Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;

@@ -794,6 +794,14 @@ where
             }
             sh.meter.add_up(bytes.len());
         }
+        // The frames spent an upload budget: the connection ends here, as at a secret.
+        if sh.meter.over() {
+            let cut = Cut::Budget(sh.meter.budget().unwrap_or_default());
+            let close = Frame::close(CLOSE_POLICY_VIOLATION, cut.reason().as_str());
+            let _ = to_client(sh.client, &close).await;
+            let _ = to.shutdown().await;
+            return Stop::Cut(cut);
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod budget;
 mod dns;
 mod encodings;
 mod explicit;

@@ -143,6 +143,7 @@ fn the_allow_hint_is_the_policy_change_where_one_exists_else_the_reasons_hint() 
     assert!(
         h("rate-limited", Some(443), None, None).contains("raise [limits] requests_per_second")
     );
+    assert!(h("budget-exhausted", Some(443), None, None).contains("raise the [limits] budget"));
     // Hard denies: nothing allows them, and the line says so.
     assert!(h("blocked-metadata-address", Some(80), None, None).starts_with("never allowed: "));
     // No exact change: the proxy's own hint for the reason.

@@ -29,6 +29,7 @@ fn event_strings_are_stable_and_distinct() {
         "redirect-loop",
         "suppressed",
         "close-revoked",
+        "close-budget",
     ];
     let written: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
     assert_eq!(written, pinned);

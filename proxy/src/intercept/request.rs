@@ -86,6 +86,13 @@ pub(super) async fn prepare(
     check_foreign_secrets(ctx, route, &parts, rec)?;
     let injected = inject(ctx, route, &mut parts.headers, scope, &view, rec)?;
     let tally = Tally::default();
+    // This request's body (and an upgraded WebSocket's frames) count against the upload
+    // budgets as they are read; the git API's pushes do not.
+    if !ctx.git_service() {
+        let who = crate::limits::Client::of(ctx.uid, ctx.peer);
+        let limits = ctx.rules.policy.limits;
+        (tally.meter).charge(ctx.shared.budgets.charge(who, &route.target.host, limits));
+    }
     let up_body = prepare_body(
         ctx,
         body,
@@ -132,6 +139,7 @@ fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reas
     let pace = crate::admission::Pace {
         rate: &ctx.shared.rate,
         breakers: &ctx.shared.breakers,
+        budgets: &ctx.shared.budgets,
         who: crate::limits::Client::of(ctx.uid, ctx.peer),
     };
     match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {

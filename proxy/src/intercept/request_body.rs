@@ -13,7 +13,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Body;
 
 use super::request::apply_l7;
-use super::streamed::{CheckedBody, DecodeCheck, NeedleScan, SecretScan, SignalCheck, Which};
+use super::streamed::{
+    BudgetCheck, CheckedBody, DecodeCheck, NeedleScan, SecretScan, SignalCheck, Which,
+};
 use super::{Cx, InBody, LLM_BODY, SMALL_BODY, UpBody};
 use crate::audit::{Pending, Verdict};
 use crate::body::{BoxError, Counted, Cut, CutFlag, SignalNote};
@@ -82,7 +84,7 @@ pub(super) async fn prepare_body(
         }
         let bytes = check_body_secrets(ctx, host, bytes, rec)?;
         check_signals(ctx, host, &bytes, rec)?;
-        tally.meter.add_up(bytes.len());
+        spend(&tally.meter, bytes.len(), rec)?;
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
     // A small announced body is read and searched before anything is sent: for the
@@ -112,7 +114,7 @@ pub(super) async fn prepare_body(
             decode::mark_decoded(headers);
             checked
         };
-        tally.meter.add_up(bytes.len());
+        spend(&tally.meter, bytes.len(), rec)?;
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
     // Streamed: decoded as it comes (when encoded), secrets of known formats checked (or,
@@ -130,6 +132,10 @@ pub(super) async fn prepare_body(
         held: Vec::new(),
     };
     let counted = Counted::new(body, Arc::clone(&tally.meter), Dir::Up);
+    let budget = BudgetCheck {
+        meter: Arc::clone(&tally.meter),
+    };
+    let counted = CheckedBody::new(counted, budget, &tally.leak_flag);
     if !codings.is_empty() {
         decode::mark_decoded(headers);
     }
@@ -268,4 +274,15 @@ where
         }
         Ok(Err(_)) | Err(_) => Err(Reason::MalformedRequest),
     }
+}
+
+/// Counts a body read whole before it is sent: one that spends an upload budget is not sent
+/// (`budget-exhausted`, the record's rule naming the budgets).
+fn spend(meter: &crate::tunnel::Meter, n: usize, rec: &mut Pending) -> Result<(), Reason> {
+    meter.add_up(n);
+    if meter.over() {
+        rec.rule = meter.budget();
+        return Err(Reason::BudgetExhausted);
+    }
+    Ok(())
 }

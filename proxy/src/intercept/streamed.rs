@@ -280,6 +280,26 @@ impl SignalCheck {
     }
 }
 
+/// A streamed body whose bytes spent an upload budget ([`crate::budget`]; counted by the
+/// [`crate::body::Counted`] under it) is cut at the chunk that spent it
+/// ([`Cut::Budget`]).
+pub(super) struct BudgetCheck {
+    pub(super) meter: Arc<crate::tunnel::Meter>,
+}
+
+impl RequestCheck for BudgetCheck {
+    fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
+        if self.meter.over() {
+            return Err(Cut::Budget(self.meter.budget().unwrap_or_default()));
+        }
+        Ok(data)
+    }
+
+    fn finish(&mut self) -> Result<Bytes, Cut> {
+        Ok(Bytes::new())
+    }
+}
+
 impl RequestCheck for SignalCheck {
     fn chunk(&mut self, data: Bytes) -> Result<Bytes, Cut> {
         self.analyzer.feed(&data);

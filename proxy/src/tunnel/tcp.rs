@@ -160,11 +160,19 @@ pub(super) async fn relay(
     }
 }
 
-fn count(meter: &Meter, dir: Dir, n: usize) {
+/// Counts `n` bytes read; an error when they spent an upload budget (they are not sent:
+/// the direction ends and the relay with it).
+fn count(meter: &Meter, dir: Dir, n: usize) -> io::Result<()> {
     match dir {
-        Dir::Up => meter.add_up(n),
+        Dir::Up => {
+            meter.add_up(n);
+            if meter.over() {
+                return Err(io::Error::other("upload budget spent"));
+            }
+        }
         Dir::Down => meter.add_down(n),
     }
+    Ok(())
 }
 
 /// One direction until EOF (then the write side is shut down, as a half-close).
@@ -176,7 +184,7 @@ async fn pump(
     dir: Dir,
 ) -> io::Result<()> {
     if !pre.is_empty() {
-        count(meter, dir, pre.len());
+        count(meter, dir, pre.len())?;
         to.write_all(&pre).await?;
         meter.touch();
     }
@@ -200,7 +208,7 @@ async fn pump(
         if n == 0 {
             break;
         }
-        count(meter, dir, n);
+        count(meter, dir, n)?;
         to.write_all(&buf[..n]).await?;
         meter.touch();
         if n == buf.len() {
@@ -303,7 +311,7 @@ async fn splice_burst(
             },
             Err(e) => return Err(e),
         };
-        count(meter, dir, n);
+        count(meter, dir, n)?;
         let mut left = n;
         while left > 0 {
             to.writable().await?;

@@ -1,0 +1,305 @@
+//! Hourly budgets (`[limits]`): bytes the agent sends upstream per session and host and for
+//! the whole sandbox, and the sandbox's requests. The bound on what can leave, whatever
+//! its encoding: no detector can read data the agent encrypted with a key of its own, but
+//! every byte of it is counted here.
+//!
+//! Every connection and every intercepted request asks [`Budgets::check`] before any
+//! policy work (through `crate::admission`): a spent budget refuses it `budget-exhausted`,
+//! and the request counts against the sandbox's request budget. The bytes are counted as
+//! they are read from the agent ([`Charge`] on a [`crate::tunnel::Meter`]): a passthrough
+//! tunnel's, and each intercepted request's body (an upgraded WebSocket's frames
+//! included), so a connection or body still sending when a budget runs out is cut. What a
+//! cut lets through past the budget is at most one read.
+//!
+//! Windows are fixed hours from a budget's first use; each names when it resets. The table
+//! is bounded ([`MAX_WINDOWS`]): expired windows are dropped first, then new hosts of a
+//! session share one overflow window, so varying hosts can neither grow memory nor reset a
+//! budget.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use airlock_policy::host::Host;
+use airlock_policy::limits::Limits;
+
+use crate::limits::Client;
+
+/// How long a window lasts.
+pub const WINDOW: Duration = Duration::from_secs(3600);
+/// Most (session, host) windows kept.
+pub const MAX_WINDOWS: usize = 4096;
+
+#[derive(Debug, Clone)]
+struct Window {
+    started: Instant,
+    /// When it resets, for the agent's answer.
+    resets_at: SystemTime,
+    spent: Arc<AtomicU64>,
+}
+
+impl Window {
+    fn new(now: Instant, wall: SystemTime) -> Self {
+        Self {
+            started: now,
+            resets_at: wall + WINDOW,
+            spent: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// This window, or a fresh one once its hour is over.
+    fn current(&mut self, now: Instant, wall: SystemTime) -> &Self {
+        if now.saturating_duration_since(self.started) >= WINDOW {
+            *self = Self::new(now, wall);
+        }
+        self
+    }
+}
+
+/// A spent budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhausted {
+    /// The knob, as the policy names it.
+    pub knob: &'static str,
+    /// Its value.
+    pub limit: u64,
+    /// When its window resets.
+    pub resets_at: SystemTime,
+}
+
+/// Where the bytes of one connection or request body are counted: its (session, host)
+/// window and the sandbox's.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    host: Arc<AtomicU64>,
+    sandbox: Arc<AtomicU64>,
+    host_limit: u64,
+    sandbox_limit: u64,
+}
+
+impl Charge {
+    /// The budgets it counts against, for the line of a cut.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        format!(
+            "limits: upload_bytes_per_hour {} (per session and host) or sandbox_upload_bytes_per_hour {} spent",
+            self.host_limit, self.sandbox_limit
+        )
+    }
+
+    /// Counts `n` bytes sent; `false` once either budget is spent.
+    #[must_use]
+    pub fn add(&self, n: u64) -> bool {
+        let host = self.host.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+        let sandbox = self
+            .sandbox
+            .fetch_add(n, Ordering::Relaxed)
+            .saturating_add(n);
+        host < self.host_limit && sandbox < self.sandbox_limit
+    }
+}
+
+/// The windows of one proxy.
+#[derive(Debug)]
+pub struct Budgets {
+    hosts: Mutex<HashMap<(Client, Option<Host>), Window>>,
+    sandbox_bytes: Mutex<Window>,
+    sandbox_requests: Mutex<Window>,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        Self {
+            hosts: Mutex::new(HashMap::new()),
+            sandbox_bytes: Mutex::new(Window::new(now, wall)),
+            sandbox_requests: Mutex::new(Window::new(now, wall)),
+        }
+    }
+}
+
+impl Budgets {
+    /// Whether `who` may send another request to `host` under `l`; counts it against the
+    /// sandbox's request budget when it may.
+    ///
+    /// # Errors
+    /// The first spent budget: the host's, the sandbox's bytes, the sandbox's requests.
+    pub fn check(
+        &self,
+        who: Client,
+        host: &Host,
+        l: Limits,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<(), Exhausted> {
+        let spent = |w: &Window, knob, limit| {
+            if w.spent.load(Ordering::Relaxed) >= limit {
+                Err(Exhausted {
+                    knob,
+                    limit,
+                    resets_at: w.resets_at,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        {
+            let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
+            let w = window(&mut hosts, who, host, now, wall);
+            spent(w, "upload_bytes_per_hour", l.upload_bytes_per_hour)?;
+        }
+        {
+            let mut w = self
+                .sandbox_bytes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let w = w.current(now, wall);
+            spent(
+                w,
+                "sandbox_upload_bytes_per_hour",
+                l.sandbox_upload_bytes_per_hour,
+            )?;
+        }
+        let mut w = self
+            .sandbox_requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let w = w.current(now, wall);
+        spent(w, "sandbox_requests_per_hour", l.sandbox_requests_per_hour)?;
+        w.spent.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Where the bytes `who` sends to `host` are counted under `l` (the current windows).
+    #[must_use]
+    pub fn charge(&self, who: Client, host: &Host, l: Limits) -> Charge {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let host = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(&window(&mut hosts, who, host, now, wall).spent)
+        };
+        let sandbox = {
+            let mut w = self
+                .sandbox_bytes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(&w.current(now, wall).spent)
+        };
+        Charge {
+            host,
+            sandbox,
+            host_limit: l.upload_bytes_per_hour,
+            sandbox_limit: l.sandbox_upload_bytes_per_hour,
+        }
+    }
+}
+
+/// The current window of (`who`, `host`), made when missing (see the module docs for the
+/// bound).
+fn window<'a>(
+    hosts: &'a mut HashMap<(Client, Option<Host>), Window>,
+    who: Client,
+    host: &Host,
+    now: Instant,
+    wall: SystemTime,
+) -> &'a Window {
+    let mut key = (who, Some(host.clone()));
+    if !hosts.contains_key(&key) && hosts.len() >= MAX_WINDOWS {
+        hosts.retain(|_, w| now.saturating_duration_since(w.started) < WINDOW);
+        if hosts.len() >= MAX_WINDOWS {
+            key = (who, None);
+        }
+    }
+    hosts
+        .entry(key)
+        .or_insert_with(|| Window::new(now, wall))
+        .current(now, wall)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(h: &str) -> Host {
+        Host::parse(h).unwrap()
+    }
+
+    fn limits(host: u64, sandbox: u64, requests: u64) -> Limits {
+        Limits {
+            upload_bytes_per_hour: host,
+            sandbox_upload_bytes_per_hour: sandbox,
+            sandbox_requests_per_hour: requests,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn bytes_spent_to_a_host_refuse_it_until_the_hour_is_over() {
+        let b = Budgets::default();
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let a = Client::Uid(1000);
+        let l = limits(100, 1000, 1000);
+        assert!(b.check(a, &host("x.test"), l, t0, w0).is_ok());
+        let c = b.charge(a, &host("x.test"), l);
+        assert!(c.add(60));
+        assert!(
+            !c.add(60),
+            "past 100 bytes the charge says so (the reader cuts)"
+        );
+        let e = b.check(a, &host("x.test"), l, t0, w0).unwrap_err();
+        assert_eq!((e.knob, e.limit), ("upload_bytes_per_hour", 100));
+        // Another host, another session: their own windows.
+        assert!(b.check(a, &host("y.test"), l, t0, w0).is_ok());
+        assert!(
+            b.check(Client::Uid(1001), &host("x.test"), l, t0, w0)
+                .is_ok()
+        );
+        // The hour is over: a fresh window.
+        assert!(
+            b.check(a, &host("x.test"), l, t0 + WINDOW, w0 + WINDOW)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_sandbox_budgets_hold_across_hosts_and_sessions() {
+        let b = Budgets::default();
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let l = limits(1000, 150, 3);
+        let c1 = b.charge(Client::Uid(1), &host("a.test"), l);
+        let c2 = b.charge(Client::Uid(2), &host("b.test"), l);
+        assert!(c1.add(100));
+        assert!(!c2.add(100));
+        let e = b
+            .check(Client::Uid(3), &host("c.test"), l, t0, w0)
+            .unwrap_err();
+        assert_eq!(e.knob, "sandbox_upload_bytes_per_hour");
+        // Requests: three, then refused.
+        let b = Budgets::default();
+        for _ in 0..3 {
+            assert!(b.check(Client::Uid(1), &host("a.test"), l, t0, w0).is_ok());
+        }
+        let e = b
+            .check(Client::Uid(1), &host("a.test"), l, t0, w0)
+            .unwrap_err();
+        assert_eq!(e.knob, "sandbox_requests_per_hour");
+        assert_eq!(e.resets_at, b.sandbox_requests.lock().unwrap().resets_at);
+    }
+
+    #[test]
+    fn varying_hosts_neither_grows_the_table_nor_escapes_the_budget() {
+        let b = Budgets::default();
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let a = Client::Uid(1000);
+        let l = limits(100, u64::MAX, u64::MAX);
+        for i in 0..MAX_WINDOWS {
+            let _ = b.check(a, &host(&format!("h{i}.test")), l, t0, w0);
+        }
+        // New hosts now share one window: what one spends, the next cannot.
+        let c = b.charge(a, &host("new1.test"), l);
+        assert!(!c.add(100));
+        assert!(b.check(a, &host("new2.test"), l, t0, w0).is_err());
+        assert!(b.hosts.lock().unwrap().len() <= MAX_WINDOWS + 1);
+    }
+}
