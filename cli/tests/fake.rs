@@ -121,6 +121,7 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                     bytes_out_by_host: BTreeMap::new(),
                     open_connections: 3,
                     open_circuits: Vec::new(),
+                    budgets: Vec::new(),
                     audit: AuditState::Writing,
                 }),
             )

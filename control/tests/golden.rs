@@ -152,6 +152,7 @@ fn responses() {
             bytes_out_by_host: [("api.anthropic.com".to_owned(), 48_213)].into(),
             open_connections: 2,
             open_circuits: Vec::new(),
+            budgets: Vec::new(),
             audit: AuditState::Writing,
         }),
     );

@@ -195,6 +195,36 @@ impl Budgets {
     }
 }
 
+impl Budgets {
+    /// The sandbox's budgets under `l` and what the current windows have spent: (knob,
+    /// spent, limit, reset).
+    #[must_use]
+    pub fn sandbox_use(&self, l: Limits) -> [(&'static str, u64, u64, SystemTime); 2] {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let read = |w: &Mutex<Window>| {
+            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
+            let w = w.current(now, wall);
+            (w.spent.load(Ordering::Relaxed), w.resets_at)
+        };
+        let (bytes, bytes_reset) = read(&self.sandbox_bytes);
+        let (requests, requests_reset) = read(&self.sandbox_requests);
+        [
+            (
+                "sandbox_upload_bytes_per_hour",
+                bytes,
+                l.sandbox_upload_bytes_per_hour,
+                bytes_reset,
+            ),
+            (
+                "sandbox_requests_per_hour",
+                requests,
+                l.sandbox_requests_per_hour,
+                requests_reset,
+            ),
+        ]
+    }
+}
+
 /// The current window of (`who`, `host`), made when missing (see the module docs for the
 /// bound).
 fn window<'a>(

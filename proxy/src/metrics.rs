@@ -112,6 +112,7 @@ impl Metrics {
                 .collect(),
             open_connections,
             open_circuits: Vec::new(),
+            budgets: Vec::new(),
             audit: if audit_available {
                 AuditState::Writing
             } else {
@@ -177,6 +178,34 @@ impl Metrics {
             "Upstreams whose circuit breaker is open now.",
         );
         let _ = writeln!(out, "airlock_open_circuits {}", c.open_circuits.len());
+        family(
+            &mut out,
+            "budget_used",
+            "gauge",
+            "Spent of each of the sandbox's hourly budgets in its current window.",
+        );
+        for b in &c.budgets {
+            let _ = writeln!(
+                out,
+                "airlock_budget_used{{budget=\"{}\"}} {}",
+                label(&b.budget),
+                b.used
+            );
+        }
+        family(
+            &mut out,
+            "budget_limit",
+            "gauge",
+            "Each of the sandbox's hourly budgets.",
+        );
+        for b in &c.budgets {
+            let _ = writeln!(
+                out,
+                "airlock_budget_limit{{budget=\"{}\"}} {}",
+                label(&b.budget),
+                b.limit
+            );
+        }
         family(
             &mut out,
             "audit_writing",

@@ -19,6 +19,7 @@ async fn harness(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Har
         Limits::default(),
         &Extra {
             policy: BUDGET.into(),
+            admin: true,
             ..Extra::default()
         },
     )
@@ -67,6 +68,15 @@ async fn attack_bodies_past_the_budget_never_leave_and_the_host_is_refused_until
     assert!(
         body["rule"].as_str().unwrap().contains("resets at 20"),
         "{body}"
+    );
+    // The operator sees the sandbox's budgets spent so far this hour.
+    let c = crate::admin::counters(&h.admin.clone().unwrap()).await;
+    let used = |name: &str| c.budgets.iter().find(|b| b.budget == name).map(|b| b.used);
+    assert!(used("sandbox_upload_bytes_per_hour") >= Some(3000), "{c:?}");
+    assert_eq!(
+        used("sandbox_requests_per_hour"),
+        Some(2),
+        "the refused GET spent none: {c:?}"
     );
     let sent = got.lock().unwrap().clone();
     assert_eq!(

@@ -138,6 +138,15 @@ pub fn lines(l: &Live) -> Vec<String> {
     }
     out.push(format!("audit       {}", audit(c.audit)));
     out.push(format!("connections {} open", c.open_connections));
+    for b in &c.budgets {
+        out.push(format!(
+            "budget      {} {} of {} this hour (resets {})",
+            b.budget,
+            b.used,
+            b.limit,
+            when(b.resets_at_ms)
+        ));
+    }
     if !c.open_circuits.is_empty() {
         let open: Vec<String> = c
             .open_circuits
@@ -172,6 +181,12 @@ mod tests {
             bytes_out_by_host: BTreeMap::new(),
             open_connections: 0,
             open_circuits: vec!["down.example:443".into()],
+            budgets: vec![airlock_control::admin::BudgetUse {
+                budget: "sandbox_requests_per_hour".into(),
+                used: 12,
+                limit: 1000,
+                resets_at_ms: 1_764_300_000_000,
+            }],
             audit: AuditState::Outage,
         };
         assert_eq!(top_reasons(&c, 3), [("b", 3), ("a", 1), ("c", 1)]);

@@ -22,6 +22,7 @@ fn counters() -> Counters {
         bytes_out_by_host: BTreeMap::from([("api.example".to_owned(), 1234)]),
         open_connections: 2,
         open_circuits: Vec::new(),
+        budgets: Vec::new(),
         audit: AuditState::Writing,
     }
 }

@@ -26,8 +26,8 @@ mod response;
 pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
 pub use request::{CheckQuery, HttpRequest, Method, ReloadRequest, Request};
 pub use response::{
-    AuditState, Checked, Counters, EffectiveRule, ErrorBody, ErrorCode, PolicyRevision, Reloaded,
-    Response, Session, SessionKind, Sessions,
+    AuditState, BudgetUse, Checked, Counters, EffectiveRule, ErrorBody, ErrorCode, PolicyRevision,
+    Reloaded, Response, Session, SessionKind, Sessions,
 };
 
 /// The protocol version this crate speaks.

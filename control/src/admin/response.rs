@@ -163,8 +163,25 @@ pub struct Counters {
     /// `upstream-circuit-open` until a probe finds them well.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub open_circuits: Vec<String>,
+    /// The sandbox's hourly budgets (`[limits]`) and how much of each this hour has spent;
+    /// empty when the proxy keeps none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetUse>,
     /// The audit log's state.
     pub audit: AuditState,
+}
+
+/// One of the sandbox's hourly budgets (`[limits]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// The knob, as the policy names it (`sandbox_upload_bytes_per_hour`, ...).
+    pub budget: String,
+    /// Spent in the current window.
+    pub used: u64,
+    /// The knob's value.
+    pub limit: u64,
+    /// When the current window resets, in Unix milliseconds.
+    pub resets_at_ms: u64,
 }
 
 /// Why a request failed: a stable code and one line for a person.

@@ -268,6 +268,20 @@ fn counters(shared: &Shared, admin: &Admin) -> airlock_control::admin::Counters 
         shared.audit.available(),
     );
     c.open_circuits = shared.breakers.open();
+    let limits = shared.rules.load().policy.limits;
+    c.budgets = (shared.budgets.sandbox_use(limits))
+        .into_iter()
+        .map(
+            |(budget, used, limit, resets)| airlock_control::admin::BudgetUse {
+                budget: budget.to_owned(),
+                used,
+                limit,
+                resets_at_ms: resets
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            },
+        )
+        .collect();
     c
 }
 
