@@ -39,7 +39,7 @@ taskset -c 0 $B serve --listen 198.51.100.1:8080 --tls-listen 0.0.0.0:8443 --tls
 PP=; FP=; trap 'kill $SP $PP $FP 2>/dev/null; sleep 0.5; rm -rf $w' EXIT
 printf 'nameserver 127.0.0.53\n' >$w/resolv.conf
 if [ $MODE = ka-tun ] || [ $MODE = bulk-tun ] || [ $MODE = ka-plain ]; then
-  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\n' >$w/policy.toml
+  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\nllm_tokens_per_hour = 1000000000000\nsandbox_llm_tokens_per_hour = 1000000000000\n' >$w/policy.toml
   mkdir -m 700 $w/state
   args=(--policy $w/policy.toml --audit $w/audit.jsonl --session bench --resolv-conf $w/resolv.conf --state-dir $w/state --ca-export $w/ca.pem)
   via=connect; target=198.51.100.1:8080; ca=()
@@ -47,7 +47,7 @@ if [ $MODE = ka-tun ] || [ $MODE = bulk-tun ] || [ $MODE = ka-plain ]; then
 else
   hosts=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s", ' $i; done)
   ports=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s:8443", ' $i; done)
-  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\nwritable = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\n' "${ports%, }" "${hosts%, }" "${hosts%, }" >$w/policy.toml
+  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\nwritable = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\nllm_tokens_per_hour = 1000000000000\nsandbox_llm_tokens_per_hour = 1000000000000\n' "${ports%, }" "${hosts%, }" "${hosts%, }" >$w/policy.toml
   mkdir -m 700 $w/state
   printf '{"version":%s,"session":"bench","credentials":[{"name":"bench","value":"bench-real-token-0123456789","placeholder":"airlock-placeholder-bench-00"}],"git_placeholder":null}\n' "${HANDOFF_VERSION:-1}" >$w/state/credentials.json
   chmod 400 $w/state/credentials.json

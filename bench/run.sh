@@ -315,7 +315,7 @@ if wants airlock || wants admin; then
   # Passthrough: the tunnel rows measure the uninspected relay (every other host is intercepted).
   # [limits] at its maximum: the load is a flood by design; every request still takes its
   # token and counts against its budgets (the checks stay on the measured path).
-  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\n' >"$work/policy.toml"
+  printf '[sandbox]\nname = "bench"\n\n[network]\nallow = ["198.51.100.1:8080"]\npassthrough = ["198.51.100.1"]\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\nllm_tokens_per_hour = 1000000000000\nsandbox_llm_tokens_per_hour = 1000000000000\n' >"$work/policy.toml"
   printf 'nameserver 127.0.0.53\n' >"$work/resolv.conf"
   extra=()
   help=$("$PROXY_BIN" --help 2>&1 || true)
@@ -415,7 +415,7 @@ if wants intercept; then
   if wants airlock; then
     hosts=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s", ' $i; done)
     ports=$(for i in 1 $(seq 10 254); do printf '"198.51.100.%s:8443", ' $i; done)
-    printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\nwritable = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\n' \
+    printf '[sandbox]\nname = "bench"\n\n[network]\nallow = [%s]\nwritable = [%s]\n\n[[credentials]]\nname = "bench"\nsource = { env = "AIRLOCK_BENCH_TOKEN" }\nhosts = [%s]\nheader = "authorization"\nformat = "Bearer {}"\n\n[limits]\nrequests_per_second = 1000000\nrequest_burst = 1000000\nupload_bytes_per_hour = 1099511627776\nsandbox_upload_bytes_per_hour = 1099511627776\nsandbox_requests_per_hour = 1000000000\nllm_tokens_per_hour = 1000000000000\nsandbox_llm_tokens_per_hour = 1000000000000\n' \
       "${ports%, }" "${hosts%, }" "${hosts%, }" >"$work/policy-tls.toml"
     mkdir -m 700 "$work/state-tls"
     printf '{"version":%s,"session":"bench","credentials":[{"name":"bench","value":"bench-real-token-0123456789","placeholder":"airlock-placeholder-bench-00"}],"git_placeholder":null}\n' \

@@ -12,6 +12,10 @@
 //!   new requests `budget-exhausted` (`429`, the budget and its reset named) and cuts a
 //!   connection or body still sending: the bound on what can leave, whatever its
 //!   encoding.
+//! - LLM token budgets per hour, per session (`llm_tokens_per_hour`, warned at
+//!   `llm_tokens_warn_per_hour`) and for the sandbox (`sandbox_llm_tokens_per_hour`),
+//!   read from the providers' own usage fields: past the hard one, the next request to an
+//!   LLM API is refused `budget-exhausted` (an answer under way always finishes).
 //!
 //! The defaults are far above what an honest agent sends (a package manager installing a
 //! large project, an LLM client streaming) and far below a flood. The counting is the
@@ -39,6 +43,14 @@ pub struct Limits {
     pub sandbox_upload_bytes_per_hour: u64,
     /// Requests (connections and intercepted requests) the whole sandbox may make per hour.
     pub sandbox_requests_per_hour: u64,
+    /// LLM tokens (input and output, as the providers count them) a session may use per
+    /// hour.
+    pub llm_tokens_per_hour: u64,
+    /// Past this many in an hour the operator is warned (`None`: 80% of
+    /// `llm_tokens_per_hour`).
+    pub llm_tokens_warn_per_hour: Option<u64>,
+    /// LLM tokens the whole sandbox may use per hour.
+    pub sandbox_llm_tokens_per_hour: u64,
 }
 
 /// Default `requests_per_second`.
@@ -59,6 +71,13 @@ pub const DEFAULT_SANDBOX_UPLOAD_BYTES_PER_HOUR: u64 = 4 << 30;
 /// Default `sandbox_requests_per_hour`.
 pub const DEFAULT_SANDBOX_REQUESTS_PER_HOUR: u64 = 1_000_000;
 
+/// Default `llm_tokens_per_hour`: far above a busy interactive session, below a loop.
+pub const DEFAULT_LLM_TOKENS_PER_HOUR: u64 = 50_000_000;
+/// Default `sandbox_llm_tokens_per_hour`.
+pub const DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR: u64 = 200_000_000;
+/// The bounds of the token budgets.
+const TOKENS_RANGE: std::ops::RangeInclusive<i64> = 1000..=1_000_000_000_000;
+
 /// The bounds of the byte budgets (1 KiB to 1 TiB) and of the request budget.
 const BYTES_RANGE: std::ops::RangeInclusive<i64> = 1024..=(1 << 40);
 const REQUESTS_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
@@ -78,7 +97,19 @@ impl Limits {
         upload_bytes_per_hour: DEFAULT_UPLOAD_BYTES_PER_HOUR,
         sandbox_upload_bytes_per_hour: DEFAULT_SANDBOX_UPLOAD_BYTES_PER_HOUR,
         sandbox_requests_per_hour: DEFAULT_SANDBOX_REQUESTS_PER_HOUR,
+        llm_tokens_per_hour: DEFAULT_LLM_TOKENS_PER_HOUR,
+        llm_tokens_warn_per_hour: None,
+        sandbox_llm_tokens_per_hour: DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR,
     };
+
+    /// The session's token warning threshold in force.
+    #[must_use]
+    pub const fn llm_tokens_warn(&self) -> u64 {
+        match self.llm_tokens_warn_per_hour {
+            Some(n) => n,
+            None => self.llm_tokens_per_hour / 5 * 4,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -98,6 +129,9 @@ pub(crate) struct RawLimits {
     upload_bytes_per_hour: Option<Spanned<i64>>,
     sandbox_upload_bytes_per_hour: Option<Spanned<i64>>,
     sandbox_requests_per_hour: Option<Spanned<i64>>,
+    llm_tokens_per_hour: Option<Spanned<i64>>,
+    llm_tokens_warn_per_hour: Option<Spanned<i64>>,
+    sandbox_llm_tokens_per_hour: Option<Spanned<i64>>,
 }
 
 impl RawLimits {
@@ -131,7 +165,7 @@ impl RawLimits {
                 }),
             }
         };
-        let (bytes, requests) = (big(BYTES_RANGE), big(REQUESTS_RANGE));
+        let (bytes, requests, tokens) = (big(BYTES_RANGE), big(REQUESTS_RANGE), big(TOKENS_RANGE));
         Ok(Limits {
             requests_per_second: knob(
                 self.requests_per_second,
@@ -163,6 +197,20 @@ impl RawLimits {
                 self.sandbox_requests_per_hour,
                 "limits.sandbox_requests_per_hour",
                 d.sandbox_requests_per_hour,
+            )?,
+            llm_tokens_per_hour: tokens(
+                self.llm_tokens_per_hour,
+                "limits.llm_tokens_per_hour",
+                d.llm_tokens_per_hour,
+            )?,
+            llm_tokens_warn_per_hour: match self.llm_tokens_warn_per_hour {
+                None => None,
+                v => Some(tokens(v, "limits.llm_tokens_warn_per_hour", 0)?),
+            },
+            sandbox_llm_tokens_per_hour: tokens(
+                self.sandbox_llm_tokens_per_hour,
+                "limits.sandbox_llm_tokens_per_hour",
+                d.sandbox_llm_tokens_per_hour,
             )?,
         })
     }

@@ -1069,6 +1069,19 @@ pub(crate) mod tests {
             4,
             "limits.sandbox_upload_bytes_per_hour: must be between 1024 and 1099511627776",
         );
+        let set = format!("{base}[limits]\nllm_tokens_per_hour = 10000\n");
+        let l = parse(&set).unwrap().limits;
+        assert_eq!(
+            (l.llm_tokens_per_hour, l.llm_tokens_warn()),
+            (10_000, 8_000)
+        );
+        let set = format!("{base}[limits]\nllm_tokens_warn_per_hour = 5000\n");
+        assert_eq!(parse(&set).unwrap().limits.llm_tokens_warn(), 5000);
+        refused(
+            &format!("{base}[limits]\nllm_tokens_per_hour = 10\n"),
+            4,
+            "limits.llm_tokens_per_hour: must be between 1000",
+        );
         let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }

@@ -203,7 +203,13 @@ fn budgeted(
     let wall = std::time::SystemTime::now();
     let spent = pace
         .budgets
-        .check(pace.who, &target.host, policy.limits, now, wall)
+        .check(
+            pace.who,
+            (&target.host, crate::detect::llm_host(&target.host)),
+            policy.limits,
+            now,
+            wall,
+        )
         .err()?;
     let resets = airlock_audit_schema::Timestamp::from(spent.resets_at);
     Some(Admission {

@@ -11,6 +11,11 @@
 //! included), so a connection or body still sending when a budget runs out is cut. What a
 //! cut lets through past the budget is at most one read.
 //!
+//! LLM tokens are budgets too: what each answer of an LLM API reports it used
+//! ([`crate::usage`]) is spent per session and for the sandbox when the answer ends
+//! ([`Budgets::spend_tokens`]); past the hard budget the next request to an LLM API is
+//! refused, an answer under way always finishes, and the overshoot is said.
+//!
 //! Windows are fixed hours from a budget's first use; each names when it resets. The table
 //! is bounded ([`MAX_WINDOWS`]): expired windows are dropped first, then new hosts of a
 //! session share one overflow window, so varying hosts can neither grow memory nor reset a
@@ -106,6 +111,23 @@ pub struct Budgets {
     hosts: Mutex<HashMap<(Client, Option<Host>), Window>>,
     sandbox_bytes: Mutex<Window>,
     sandbox_requests: Mutex<Window>,
+    /// LLM tokens per session (a handful of sessions: unbounded by design, one per uid).
+    tokens: Mutex<HashMap<Client, Window>>,
+    sandbox_tokens: Mutex<Window>,
+}
+
+/// What spending an answer's tokens did to the session's and the sandbox's budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenSpend {
+    /// The session's tokens this hour, after this answer.
+    pub session: u64,
+    /// The sandbox's.
+    pub sandbox: u64,
+    /// This answer took the session past its warning threshold.
+    pub warned: bool,
+    /// This answer took the session or the sandbox past its hard budget (it finished;
+    /// the next request is refused).
+    pub exhausted: bool,
 }
 
 impl Default for Budgets {
@@ -115,20 +137,23 @@ impl Default for Budgets {
             hosts: Mutex::new(HashMap::new()),
             sandbox_bytes: Mutex::new(Window::new(now, wall)),
             sandbox_requests: Mutex::new(Window::new(now, wall)),
+            tokens: Mutex::new(HashMap::new()),
+            sandbox_tokens: Mutex::new(Window::new(now, wall)),
         }
     }
 }
 
 impl Budgets {
-    /// Whether `who` may send another request to `host` under `l`; counts it against the
-    /// sandbox's request budget when it may.
+    /// Whether `who` may send another request to `host` (`llm`: an LLM API) under `l`;
+    /// counts it against the sandbox's request budget when it may.
     ///
     /// # Errors
-    /// The first spent budget: the host's, the sandbox's bytes, the sandbox's requests.
+    /// The first spent budget: the host's, the sandbox's bytes, the session's and the
+    /// sandbox's LLM tokens (an LLM API only), the sandbox's requests.
     pub fn check(
         &self,
         who: Client,
-        host: &Host,
+        (host, llm): (&Host, bool),
         l: Limits,
         now: Instant,
         wall: SystemTime,
@@ -161,6 +186,26 @@ impl Budgets {
                 l.sandbox_upload_bytes_per_hour,
             )?;
         }
+        if llm {
+            {
+                let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+                let w = tokens
+                    .entry(who)
+                    .or_insert_with(|| Window::new(now, wall))
+                    .current(now, wall);
+                spent(w, "llm_tokens_per_hour", l.llm_tokens_per_hour)?;
+            }
+            let mut w = self
+                .sandbox_tokens
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let w = w.current(now, wall);
+            spent(
+                w,
+                "sandbox_llm_tokens_per_hour",
+                l.sandbox_llm_tokens_per_hour,
+            )?;
+        }
         let mut w = self
             .sandbox_requests
             .lock()
@@ -169,6 +214,36 @@ impl Budgets {
         spent(w, "sandbox_requests_per_hour", l.sandbox_requests_per_hour)?;
         w.spent.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Spends `n` tokens an answer to `who` reported; says what that crossed.
+    pub fn spend_tokens(&self, who: Client, n: u64, l: Limits) -> TokenSpend {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let session = {
+            let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+            let w = tokens
+                .entry(who)
+                .or_insert_with(|| Window::new(now, wall))
+                .current(now, wall);
+            w.spent.fetch_add(n, Ordering::Relaxed).saturating_add(n)
+        };
+        let sandbox = {
+            let mut w = self
+                .sandbox_tokens
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let w = w.current(now, wall);
+            w.spent.fetch_add(n, Ordering::Relaxed).saturating_add(n)
+        };
+        let before = session.saturating_sub(n);
+        let crossed = |limit: u64, total: u64| total.saturating_sub(n) < limit && total >= limit;
+        TokenSpend {
+            session,
+            sandbox,
+            warned: before < l.llm_tokens_warn() && session >= l.llm_tokens_warn(),
+            exhausted: crossed(l.llm_tokens_per_hour, session)
+                || crossed(l.sandbox_llm_tokens_per_hour, sandbox),
+        }
     }
 
     /// Where the bytes `who` sends to `host` are counted under `l` (the current windows).
@@ -199,7 +274,7 @@ impl Budgets {
     /// The sandbox's budgets under `l` and what the current windows have spent: (knob,
     /// spent, limit, reset).
     #[must_use]
-    pub fn sandbox_use(&self, l: Limits) -> [(&'static str, u64, u64, SystemTime); 2] {
+    pub fn sandbox_use(&self, l: Limits) -> [(&'static str, u64, u64, SystemTime); 3] {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let read = |w: &Mutex<Window>| {
             let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
@@ -208,6 +283,7 @@ impl Budgets {
         };
         let (bytes, bytes_reset) = read(&self.sandbox_bytes);
         let (requests, requests_reset) = read(&self.sandbox_requests);
+        let (tokens, tokens_reset) = read(&self.sandbox_tokens);
         [
             (
                 "sandbox_upload_bytes_per_hour",
@@ -220,6 +296,12 @@ impl Budgets {
                 requests,
                 l.sandbox_requests_per_hour,
                 requests_reset,
+            ),
+            (
+                "sandbox_llm_tokens_per_hour",
+                tokens,
+                l.sandbox_llm_tokens_per_hour,
+                tokens_reset,
             ),
         ]
     }
@@ -270,24 +352,24 @@ mod tests {
         let (t0, w0) = (Instant::now(), SystemTime::now());
         let a = Client::Uid(1000);
         let l = limits(100, 1000, 1000);
-        assert!(b.check(a, &host("x.test"), l, t0, w0).is_ok());
+        assert!(b.check(a, (&host("x.test"), false), l, t0, w0).is_ok());
         let c = b.charge(a, &host("x.test"), l);
         assert!(c.add(60));
         assert!(
             !c.add(60),
             "past 100 bytes the charge says so (the reader cuts)"
         );
-        let e = b.check(a, &host("x.test"), l, t0, w0).unwrap_err();
+        let e = b.check(a, (&host("x.test"), false), l, t0, w0).unwrap_err();
         assert_eq!((e.knob, e.limit), ("upload_bytes_per_hour", 100));
         // Another host, another session: their own windows.
-        assert!(b.check(a, &host("y.test"), l, t0, w0).is_ok());
+        assert!(b.check(a, (&host("y.test"), false), l, t0, w0).is_ok());
         assert!(
-            b.check(Client::Uid(1001), &host("x.test"), l, t0, w0)
+            b.check(Client::Uid(1001), (&host("x.test"), false), l, t0, w0)
                 .is_ok()
         );
         // The hour is over: a fresh window.
         assert!(
-            b.check(a, &host("x.test"), l, t0 + WINDOW, w0 + WINDOW)
+            b.check(a, (&host("x.test"), false), l, t0 + WINDOW, w0 + WINDOW)
                 .is_ok()
         );
     }
@@ -302,19 +384,56 @@ mod tests {
         assert!(c1.add(100));
         assert!(!c2.add(100));
         let e = b
-            .check(Client::Uid(3), &host("c.test"), l, t0, w0)
+            .check(Client::Uid(3), (&host("c.test"), false), l, t0, w0)
             .unwrap_err();
         assert_eq!(e.knob, "sandbox_upload_bytes_per_hour");
         // Requests: three, then refused.
         let b = Budgets::default();
         for _ in 0..3 {
-            assert!(b.check(Client::Uid(1), &host("a.test"), l, t0, w0).is_ok());
+            assert!(
+                b.check(Client::Uid(1), (&host("a.test"), false), l, t0, w0)
+                    .is_ok()
+            );
         }
         let e = b
-            .check(Client::Uid(1), &host("a.test"), l, t0, w0)
+            .check(Client::Uid(1), (&host("a.test"), false), l, t0, w0)
             .unwrap_err();
         assert_eq!(e.knob, "sandbox_requests_per_hour");
         assert_eq!(e.resets_at, b.sandbox_requests.lock().unwrap().resets_at);
+    }
+
+    #[test]
+    fn tokens_warn_then_exhaust_the_session_and_refuse_only_llm_hosts() {
+        let b = Budgets::default();
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let a = Client::Uid(1000);
+        let l = Limits {
+            llm_tokens_per_hour: 1000,
+            ..Limits::DEFAULT
+        };
+        let s = b.spend_tokens(a, 700, l);
+        assert_eq!((s.session, s.warned, s.exhausted), (700, false, false));
+        let s = b.spend_tokens(a, 200, l);
+        assert!(s.warned && !s.exhausted, "{s:?}");
+        // The answer that crosses finished; the overshoot is its caller's to say.
+        let s = b.spend_tokens(a, 500, l);
+        assert_eq!((s.session, s.warned, s.exhausted), (1400, false, true));
+        let e = b
+            .check(a, (&host("api.anthropic.com"), true), l, t0, w0)
+            .unwrap_err();
+        assert_eq!((e.knob, e.limit), ("llm_tokens_per_hour", 1000));
+        // Other hosts and other sessions go on.
+        assert!(b.check(a, (&host("pypi.org"), false), l, t0, w0).is_ok());
+        assert!(
+            b.check(
+                Client::Uid(7),
+                (&host("api.anthropic.com"), true),
+                l,
+                t0,
+                w0
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -324,12 +443,12 @@ mod tests {
         let a = Client::Uid(1000);
         let l = limits(100, u64::MAX, u64::MAX);
         for i in 0..MAX_WINDOWS {
-            let _ = b.check(a, &host(&format!("h{i}.test")), l, t0, w0);
+            let _ = b.check(a, (&host(&format!("h{i}.test")), false), l, t0, w0);
         }
         // New hosts now share one window: what one spends, the next cannot.
         let c = b.charge(a, &host("new1.test"), l);
         assert!(!c.add(100));
-        assert!(b.check(a, &host("new2.test"), l, t0, w0).is_err());
+        assert!(b.check(a, (&host("new2.test"), false), l, t0, w0).is_err());
         assert!(b.hosts.lock().unwrap().len() <= MAX_WINDOWS + 1);
     }
 }

@@ -71,6 +71,7 @@ pub mod sniff;
 pub mod transparent;
 pub mod tunnel;
 pub mod upstream;
+pub mod usage;
 pub mod websocket;
 
 use std::io;

@@ -174,3 +174,105 @@ async fn attack_a_passthrough_tunnel_stops_at_the_budget() {
         "{cut}"
     );
 }
+
+/// An LLM API answering every request with `body` as `content_type`.
+async fn llm(content_type: &'static str, body: &'static str) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 65536];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if complete(&buf) {
+                        buf.clear();
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+const MESSAGE: &str = r#"{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":300,"output_tokens":300}}"#;
+const STREAM: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":300,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"hello\"}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":300}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+async fn llm_harness(up: std::net::SocketAddr, other: std::net::SocketAddr) -> Harness {
+    Harness::start_extra(
+        "enforce",
+        &[
+            ("api.anthropic.com", &[ALLOWED_IP]),
+            ("allowed.test", &["198.51.100.7"]),
+        ],
+        &[route(ALLOWED_IP, 80, up), route("198.51.100.7", 80, other)],
+        Limits::default(),
+        &Extra {
+            policy: "\n[limits]\nllm_tokens_per_hour = 1000\n".into(),
+            admin: true,
+            ..Extra::default()
+        },
+    )
+    .await
+}
+
+fn message_post() -> String {
+    "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nhost: api.anthropic.com\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}".to_owned()
+}
+
+#[tokio::test]
+async fn llm_tokens_past_the_budget_refuse_the_next_request_and_the_answer_under_way_finishes() {
+    for (content_type, body) in [("application/json", MESSAGE), ("text/event-stream", STREAM)] {
+        let up = llm(content_type, body).await;
+        let (other, _heads) = http_server().await;
+        let mut h = llm_harness(up, other).await;
+        // 600 tokens, then 1,200: the answer that spends the budget arrives whole.
+        for _ in 0..2 {
+            let (_s, r) = request(h.addr, &message_post()).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert_eq!(r.body, body, "the agent gets every byte as the API sent it");
+        }
+        // The next request to the LLM API is refused, naming the budget.
+        let (_s, r) = request(h.addr, &message_post()).await;
+        assert_eq!(r.status, 429, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"], "budget-exhausted", "{v}");
+        assert!(
+            v["rule"]
+                .as_str()
+                .unwrap()
+                .contains("llm_tokens_per_hour 1000 spent"),
+            "{v}"
+        );
+        // Other hosts are not LLM APIs: they go on.
+        let (_s, r) = request(
+            h.addr,
+            "GET http://allowed.test/x HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let c = crate::admin::counters(&h.admin.clone().unwrap()).await;
+        assert_eq!(
+            c.denied_by_reason.get("budget-exhausted"),
+            Some(&1),
+            "{c:?}"
+        );
+        let tokens = c
+            .budgets
+            .iter()
+            .find(|b| b.budget == "sandbox_llm_tokens_per_hour");
+        assert_eq!(tokens.map(|b| b.used), Some(1200), "{c:?}");
+        h.finish().await;
+    }
+}

@@ -136,7 +136,15 @@ pub(super) async fn forward(
         signals,
         secrets,
     };
-    respond(ctx, rparts, rbody, tally, injected.then_some(codings), rec)
+    let answer = (rparts, rbody);
+    respond(
+        ctx,
+        answer,
+        &route.target.host,
+        tally,
+        injected.then_some(codings),
+        rec,
+    )
 }
 
 /// The codings of a response the proxy must read, or why it cannot: a coding it does not
@@ -186,8 +194,8 @@ async fn send_failed(
 /// [`decode::RESPONSE`], cuts it, the record saying why.
 fn respond(
     ctx: &Cx<'_>,
-    mut rparts: http::response::Parts,
-    rbody: Incoming,
+    (mut rparts, rbody): (http::response::Parts, Incoming),
+    route_host: &airlock_policy::host::Host,
     tally: Tally,
     injected: Option<Vec<Coding>>,
     rec: Pending,
@@ -232,6 +240,26 @@ fn respond(
         }
         _ => counted.map_err(BoxError::from).boxed(),
     };
+    // An LLM API's answer, as the agent gets it (decoded when it is decoded here), is read
+    // for its token usage on the way; one in a coding not decoded here cannot be.
+    let plain = rparts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_none_or(|c| c.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if crate::detect::llm_host(route_host) && plain && !ctx.git_service() {
+        let content_type = rparts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let spend = super::tokens::Spend {
+            shared: Arc::clone(&ctx.shared),
+            who: crate::limits::Client::of(ctx.uid, ctx.peer),
+            limits: ctx.rules.policy.limits,
+            host: route_host.as_str().to_owned(),
+        };
+        let tapped = super::tokens::TokenTap::new(body, content_type, spend);
+        return Response::from_parts(rparts, tapped.boxed());
+    }
     Response::from_parts(rparts, body)
 }
 

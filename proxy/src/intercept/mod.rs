@@ -56,8 +56,9 @@ mod git;
 mod request_body;
 mod streamed;
 
-// Sent upstream, and the response streamed back.
+// Sent upstream, and the response streamed back (an LLM API's read for its tokens).
 mod forward;
+mod tokens;
 
 // Or its upgrade relayed.
 mod upgrade;
