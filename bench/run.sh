@@ -463,3 +463,8 @@ cp "$results" "${BENCH_JSON%.json}.cells"
 echo
 echo "keep-alive: one connection (one CONNECT) per client connection, 3-byte responses; new conn: connect + CONNECT + 1 request + close (TLS rows, new host: every request to an address not seen before, for which the intercepting proxies mint a leaf and the bare relay serves its one certificate); latency: 1 connection, keep-alive, minus direct; 1 MiB: $BULK_CONNS keep-alive connection(s), with the proxy's CPU per MiB relayed and the share of its core that kept busy (near 100%: the proxy's own work bounds the row; well under: it waits on its peers); RSS: the proxy's process tree after start-up and at its peak; start-up: exec to the first request served through it."
 echo "JSON: $BENCH_JSON (cells: ${BENCH_JSON%.json}.cells)"
+echo
+# Issue 43: what reading an LLM API's answer for its token usage adds to each frame the
+# agent receives (the same frames without and with the reading, in one run).
+echo "LLM token usage read per frame of an Anthropic stream (2,000 text deltas), core 1:"
+taskset -c 1 "$BENCH_BIN" usage

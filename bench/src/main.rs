@@ -15,6 +15,8 @@
 //! - `admin-get`, `admin-follow`: the admin API's clients (issue 41): sequential calls
 //!   whose latency is reported, and an event-stream follower that reads to nowhere.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
+//! - `usage`: what reading an LLM API's answer for its token usage adds to each frame
+//!   (issue 43), without and with the reading in one run.
 //!
 //! It does not install, configure or pin anything, and it never talks to a non-loopback
 //! address the caller did not give it (nor a Unix socket it did not name); the bare relays connect wherever their client's
@@ -31,6 +33,7 @@ mod scale;
 mod server;
 mod table;
 mod tls;
+mod usage;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -163,6 +166,12 @@ enum Cmd {
         #[arg(long)]
         socket: PathBuf,
     },
+    /// Print what reading an LLM answer for its token usage adds per frame.
+    Usage {
+        /// Passes of the whole answer per measurement.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
     /// Print the results file as markdown tables; `--json FILE` also writes it as JSON.
     Table {
         results: PathBuf,
@@ -267,6 +276,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::AdminGet { socket, path, n } => rt.block_on(admin::get(&socket, &path, n)),
         Cmd::AdminFollow { socket } => rt.block_on(admin::follow(&socket)),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
+        Cmd::Usage { rounds } => {
+            usage::run(rounds);
+            Ok(())
+        }
     }
 }
 

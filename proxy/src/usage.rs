@@ -8,7 +8,13 @@
 //! every byte on at once. What it does not read: an answer in a coding it was not given
 //! decoded, a line or JSON answer past its bounds (counted as zero, and said so).
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
+
+/// The key every usage-bearing event carries (built once: a search per line).
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
 
 /// Longest event line kept whole while it arrives.
 pub const MAX_LINE: usize = 256 * 1024;
@@ -101,7 +107,7 @@ impl Usage {
             return;
         };
         // Only events that carry usage are parsed: a stream's text deltas are not.
-        if memchr::memmem::find(data, b"\"usage\"").is_none() {
+        if USAGE_KEY.find(data).is_none() {
             return;
         }
         if let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) {
