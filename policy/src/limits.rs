@@ -138,11 +138,15 @@ impl RawLimits {
     /// The limits, defaults filled in.
     pub(crate) fn check(self) -> Result<Limits, Invalid> {
         let d = Limits::default();
-        let bounded = |range: std::ops::RangeInclusive<i64>| {
-            move |v: Option<Spanned<i64>>, key: &'static str, default: u32| match v {
+        // Each knob: its value when given and within `range` (the ranges fit its type), else
+        // an error naming it; the default when not given.
+        fn within<T: TryFrom<i64>>(
+            range: &std::ops::RangeInclusive<i64>,
+        ) -> impl Fn(Option<Spanned<i64>>, &'static str, T) -> Result<T, Invalid> + '_ {
+            move |v, key, default| match v {
                 None => Ok(default),
                 Some(v) if range.contains(v.get_ref()) => {
-                    Ok(u32::try_from(*v.get_ref()).unwrap_or(default))
+                    Ok(T::try_from(*v.get_ref()).unwrap_or(default))
                 }
                 Some(v) => Err(Invalid {
                     span: v.span(),
@@ -150,22 +154,10 @@ impl RawLimits {
                     reason: format!("must be between {} and {}", range.start(), range.end()),
                 }),
             }
-        };
-        let (knob, circuit) = (bounded(RANGE), bounded(CIRCUIT_RANGE));
-        let big = |range: std::ops::RangeInclusive<i64>| {
-            move |v: Option<Spanned<i64>>, key: &'static str, default: u64| match v {
-                None => Ok(default),
-                Some(v) if range.contains(v.get_ref()) => {
-                    Ok(u64::try_from(*v.get_ref()).unwrap_or(default))
-                }
-                Some(v) => Err(Invalid {
-                    span: v.span(),
-                    key,
-                    reason: format!("must be between {} and {}", range.start(), range.end()),
-                }),
-            }
-        };
-        let (bytes, requests, tokens) = (big(BYTES_RANGE), big(REQUESTS_RANGE), big(TOKENS_RANGE));
+        }
+        let (knob, circuit) = (within::<u32>(&RANGE), within::<u32>(&CIRCUIT_RANGE));
+        let (bytes, requests) = (within::<u64>(&BYTES_RANGE), within::<u64>(&REQUESTS_RANGE));
+        let tokens = within::<u64>(&TOKENS_RANGE);
         Ok(Limits {
             requests_per_second: knob(
                 self.requests_per_second,
