@@ -134,6 +134,12 @@ events! {
     /// A connection or request body was cut because it spent an upload budget of
     /// `[limits]` (the next request is refused `budget-exhausted`).
     CloseBudget = "close-budget",
+    /// An LLM API's answer took the session past its token warning threshold (`[limits]
+    /// llm_tokens_warn_per_hour`; the line's `rule` says how many were used).
+    LlmTokensWarning = "llm-tokens-warning",
+    /// An LLM API's answer spent a token budget (it finished; the line's `rule` says by how
+    /// much it went over, and the next request to an LLM API is refused).
+    LlmTokensSpent = "llm-tokens-spent",
 }
 
 /// The alphabet of an encoded run.

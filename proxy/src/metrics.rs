@@ -45,7 +45,11 @@ pub struct Metrics {
 impl Metrics {
     /// Counts `rec`, a record handed to the audit log (an `open` line counts nothing).
     pub fn record(&self, rec: &Record) {
-        if rec.event == Some(Event::Open) {
+        // An `open` line is followed by the request's own; a token note is no decision.
+        if matches!(
+            rec.event,
+            Some(Event::Open | Event::LlmTokensWarning | Event::LlmTokensSpent)
+        ) {
             return;
         }
         self.requests.fetch_add(1, Ordering::Relaxed);

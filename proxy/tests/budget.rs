@@ -273,6 +273,18 @@ async fn llm_tokens_past_the_budget_refuse_the_next_request_and_the_answer_under
             .iter()
             .find(|b| b.budget == "sandbox_llm_tokens_per_hour");
         assert_eq!(tokens.map(|b| b.used), Some(1200), "{c:?}");
-        h.finish().await;
+        // The warning and the overshoot are audit lines (notes, not requests).
+        assert_eq!(c.requests, 4, "{c:?}");
+        let lines = h.finish().await;
+        let note = |event: &str| {
+            lines
+                .iter()
+                .find(|l| l["event"] == event)
+                .and_then(|l| l["rule"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {event} line: {lines:#?}"))
+        };
+        assert!(note("llm-tokens-warning").contains("used 1200"));
+        assert!(note("llm-tokens-spent").contains("600 tokens (300 in, 300 out)"));
+        assert!(note("llm-tokens-spent").contains("200 over"));
     }
 }

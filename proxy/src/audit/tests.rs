@@ -30,6 +30,8 @@ fn event_strings_are_stable_and_distinct() {
         "suppressed",
         "close-revoked",
         "close-budget",
+        "llm-tokens-warning",
+        "llm-tokens-spent",
     ];
     let written: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
     assert_eq!(written, pinned);

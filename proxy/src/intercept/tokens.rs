@@ -9,7 +9,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
+use std::time::SystemTime;
+
 use crate::Shared;
+use crate::audit::{Event, Kind, Record};
 use crate::limits::Client;
 use crate::usage::Usage;
 
@@ -59,27 +62,50 @@ impl<B> TokenTap<B> {
             .shared
             .budgets
             .spend_tokens(s.who, tokens.total(), s.limits);
+        let l = s.limits;
         if spent.warned {
-            tracing::warn!(
-                "LLM tokens: the session has used {} of its {} this hour (warning at {})",
+            let said = format!(
+                "limits: llm_tokens_warn_per_hour {} passed: the session used {} of its llm_tokens_per_hour {}",
+                l.llm_tokens_warn(),
                 spent.session,
-                s.limits.llm_tokens_per_hour,
-                s.limits.llm_tokens_warn()
+                l.llm_tokens_per_hour
             );
+            tracing::warn!("LLM tokens: {said}");
+            self.note(Event::LlmTokensWarning, said);
         }
         if spent.exhausted {
-            tracing::warn!(
-                "LLM tokens: an answer from {} of {} tokens ({} in, {} out) spent the budget: session {} of {}, sandbox {} of {} this hour; it finished, the next request to an LLM API is refused (budget-exhausted)",
-                s.host,
+            let over = spent
+                .session
+                .saturating_sub(l.llm_tokens_per_hour)
+                .max(spent.sandbox.saturating_sub(l.sandbox_llm_tokens_per_hour));
+            let said = format!(
+                "limits: an answer of {} tokens ({} in, {} out) spent a token budget, {over} over: session {} of llm_tokens_per_hour {}, sandbox {} of sandbox_llm_tokens_per_hour {}; the next request to an LLM API is refused",
                 tokens.total(),
                 tokens.input,
                 tokens.output,
                 spent.session,
-                s.limits.llm_tokens_per_hour,
+                l.llm_tokens_per_hour,
                 spent.sandbox,
-                s.limits.sandbox_llm_tokens_per_hour
+                l.sandbox_llm_tokens_per_hour
             );
+            tracing::warn!("LLM tokens: {said}");
+            self.note(Event::LlmTokensSpent, said);
         }
+    }
+
+    /// An audit line about the token budgets (the operator's event stream carries it).
+    fn note(&self, event: Event, rule: String) {
+        let s = &self.spend;
+        let mut rec = Record::new(&s.shared.who, SystemTime::now(), Kind::Http, None);
+        rec.uid = match s.who {
+            Client::Uid(uid) => Some(uid),
+            Client::Addr(_) | Client::Unknown => None,
+        };
+        rec.host = Some(s.host.clone());
+        rec.event = Some(event);
+        rec.rule = Some(rule);
+        // A note: a line lost in an outage is counted there; nothing waits on it.
+        let _ = s.shared.audit.commit(&rec);
     }
 }
 
