@@ -93,6 +93,13 @@ impl Charge {
         )
     }
 
+    /// Whether `n` more bytes would spend either budget (nothing is counted).
+    #[must_use]
+    pub fn would_spend(&self, n: u64) -> bool {
+        let after = |c: &AtomicU64| c.load(Ordering::Relaxed).saturating_add(n);
+        after(&self.host) >= self.host_limit || after(&self.sandbox) >= self.sandbox_limit
+    }
+
     /// Counts `n` bytes sent; `false` once either budget is spent.
     #[must_use]
     pub fn add(&self, n: u64) -> bool {
@@ -270,40 +277,99 @@ impl Budgets {
     }
 }
 
+/// One budget's use in its current window ([`Budgets::usage`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Use {
+    /// The knob, as the policy names it.
+    pub knob: &'static str,
+    /// Whose: `None` for the sandbox's, else the session (and host).
+    pub scope: Option<String>,
+    pub spent: u64,
+    pub limit: u64,
+    pub resets_at: SystemTime,
+}
+
+/// How many (session, host) upload windows [`Budgets::usage`] lists, most spent first.
+pub const LISTED_HOSTS: usize = 5;
+
+fn scope_of(who: Client) -> String {
+    match who {
+        Client::Uid(uid) => format!("uid {uid}"),
+        Client::Addr(ip) => format!("address {ip}"),
+        Client::Unknown => "unknown uid".to_owned(),
+    }
+}
+
 impl Budgets {
-    /// The sandbox's budgets under `l` and what the current windows have spent: (knob,
-    /// spent, limit, reset).
+    /// The budgets under `l` and what their current windows have spent: the sandbox's,
+    /// each session's LLM tokens, and the [`LISTED_HOSTS`] (session, host) uploads that
+    /// spent most.
     #[must_use]
-    pub fn sandbox_use(&self, l: Limits) -> [(&'static str, u64, u64, SystemTime); 3] {
+    pub fn usage(&self, l: Limits) -> Vec<Use> {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let read = |w: &Mutex<Window>| {
+        let sandbox = |w: &Mutex<Window>, knob, limit| {
             let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
             let w = w.current(now, wall);
-            (w.spent.load(Ordering::Relaxed), w.resets_at)
+            Use {
+                knob,
+                scope: None,
+                spent: w.spent.load(Ordering::Relaxed),
+                limit,
+                resets_at: w.resets_at,
+            }
         };
-        let (bytes, bytes_reset) = read(&self.sandbox_bytes);
-        let (requests, requests_reset) = read(&self.sandbox_requests);
-        let (tokens, tokens_reset) = read(&self.sandbox_tokens);
-        [
-            (
+        let mut out = vec![
+            sandbox(
+                &self.sandbox_bytes,
                 "sandbox_upload_bytes_per_hour",
-                bytes,
                 l.sandbox_upload_bytes_per_hour,
-                bytes_reset,
             ),
-            (
+            sandbox(
+                &self.sandbox_requests,
                 "sandbox_requests_per_hour",
-                requests,
                 l.sandbox_requests_per_hour,
-                requests_reset,
             ),
-            (
+            sandbox(
+                &self.sandbox_tokens,
                 "sandbox_llm_tokens_per_hour",
-                tokens,
                 l.sandbox_llm_tokens_per_hour,
-                tokens_reset,
             ),
-        ]
+        ];
+        let live = |w: &Window| now.saturating_duration_since(w.started) < WINDOW;
+        {
+            let tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut sessions: Vec<_> = tokens.iter().filter(|(_, w)| live(w)).collect();
+            sessions.sort_by_key(|(who, _)| scope_of(**who));
+            out.extend(sessions.into_iter().map(|(who, w)| Use {
+                knob: "llm_tokens_per_hour",
+                scope: Some(scope_of(*who)),
+                spent: w.spent.load(Ordering::Relaxed),
+                limit: l.llm_tokens_per_hour,
+                resets_at: w.resets_at,
+            }));
+        }
+        let hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut uploads: Vec<_> = hosts
+            .iter()
+            .filter(|(_, w)| live(w) && w.spent.load(Ordering::Relaxed) > 0)
+            .collect();
+        uploads.sort_by_key(|(_, w)| std::cmp::Reverse(w.spent.load(Ordering::Relaxed)));
+        out.extend(
+            uploads
+                .into_iter()
+                .take(LISTED_HOSTS)
+                .map(|((who, host), w)| {
+                    let host = host.as_ref().map_or("other hosts", Host::as_str);
+                    Use {
+                        knob: "upload_bytes_per_hour",
+                        scope: Some(format!("{}, {host}", scope_of(*who))),
+                        spent: w.spent.load(Ordering::Relaxed),
+                        limit: l.upload_bytes_per_hour,
+                        resets_at: w.resets_at,
+                    }
+                }),
+        );
+        out
     }
 }
 

@@ -186,9 +186,9 @@ impl Metrics {
             &mut out,
             "budget_used",
             "gauge",
-            "Spent of each of the sandbox's hourly budgets in its current window.",
+            "Spent of each of the sandbox's hourly budgets in its current window (the sandbox's own; per session and host: the admin API's counters).",
         );
-        for b in &c.budgets {
+        for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
             let _ = writeln!(
                 out,
                 "airlock_budget_used{{budget=\"{}\"}} {}",
@@ -202,7 +202,7 @@ impl Metrics {
             "gauge",
             "Each of the sandbox's hourly budgets.",
         );
-        for b in &c.budgets {
+        for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
             let _ = writeln!(
                 out,
                 "airlock_budget_limit{{budget=\"{}\"}} {}",

@@ -62,6 +62,13 @@ impl Meter {
         self.over.load(Ordering::Relaxed)
     }
 
+    /// Whether `n` more bytes up would spend a budget it is charged to (a body read whole
+    /// is judged before it is sent, and not counted when it is not).
+    #[must_use]
+    pub fn would_spend(&self, n: usize) -> bool {
+        self.charge.get().is_some_and(|c| c.would_spend(n as u64))
+    }
+
     /// The budgets it is charged to, for the line of a cut (`None`: not charged).
     #[must_use]
     pub fn budget(&self) -> Option<String> {

@@ -33,6 +33,10 @@ fn post(len: usize) -> String {
     )
 }
 
+fn get() -> String {
+    "GET http://allowed.test/x HTTP/1.1\r\nhost: allowed.test\r\n\r\n".to_owned()
+}
+
 fn assert_exhausted(r: &Resp) {
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(
@@ -48,7 +52,8 @@ fn assert_exhausted(r: &Resp) {
 }
 
 #[tokio::test]
-async fn attack_bodies_past_the_budget_never_leave_and_the_host_is_refused_until_the_reset() {
+async fn attack_a_body_past_the_budget_never_leaves_and_a_request_that_sends_nothing_still_passes()
+{
     let (up, got) = recorder().await;
     let mut h = harness(&[route(ALLOWED_IP, 80, up)]).await;
     // 3,000 bytes: within the budget, sent.
@@ -57,27 +62,26 @@ async fn attack_bodies_past_the_budget_never_leave_and_the_host_is_refused_until
     // 3,000 more would spend it: read whole, not sent.
     let (_s, r) = request(h.addr, &post(3000)).await;
     assert_exhausted(&r);
-    // Any request now: refused before anything is sent, the reset named.
-    let (_s, r) = request(
-        h.addr,
-        "GET http://allowed.test/x HTTP/1.1\r\nhost: allowed.test\r\n\r\n",
-    )
-    .await;
-    assert_exhausted(&r);
-    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
-    assert!(
-        body["rule"].as_str().unwrap().contains("resets at 20"),
-        "{body}"
-    );
+    // A request that sends no body spends nothing: 1,096 bytes are left.
+    let (_s, r) = request(h.addr, &get()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     // The operator sees the sandbox's budgets spent so far this hour.
     let c = crate::admin::counters(&h.admin.clone().unwrap()).await;
     let used = |name: &str| c.budgets.iter().find(|b| b.budget == name).map(|b| b.used);
-    assert!(used("sandbox_upload_bytes_per_hour") >= Some(3000), "{c:?}");
-    assert_eq!(
-        used("sandbox_requests_per_hour"),
-        Some(2),
-        "the refused GET spent none: {c:?}"
+    // Only the body that left counts: the refused one was judged before it was sent.
+    assert_eq!(used("sandbox_upload_bytes_per_hour"), Some(3000), "{c:?}");
+    let host = c
+        .budgets
+        .iter()
+        .find(|b| b.budget == "upload_bytes_per_hour")
+        .unwrap_or_else(|| panic!("{c:?}"));
+    let scope = host.scope.as_deref().unwrap_or_default();
+    assert!(
+        scope.starts_with("uid ") && scope.ends_with(", allowed.test"),
+        "{c:?}"
     );
+    assert_eq!((host.used, host.limit), (3000, 4096));
+    assert_eq!(used("sandbox_requests_per_hour"), Some(3), "{c:?}");
     let sent = got.lock().unwrap().clone();
     assert_eq!(
         sent.iter().filter(|b| **b == b'Z').count(),
@@ -89,7 +93,7 @@ async fn attack_bodies_past_the_budget_never_leave_and_the_host_is_refused_until
         .iter()
         .filter(|l| l["reason"] == "budget-exhausted" && l["decision"] == "deny")
         .count();
-    assert_eq!(refused, 2, "{lines:#?}");
+    assert_eq!(refused, 1, "{lines:#?}");
 }
 
 #[tokio::test]
@@ -112,6 +116,15 @@ async fn attack_a_streamed_body_is_cut_at_the_chunk_that_spends_the_budget() {
     let _ = s.write_all(b"0\r\n\r\n").await;
     let r = read_resp(&mut s).await;
     assert_exhausted(&r);
+    // The budget is spent: any request to the host is refused before anything is sent,
+    // the reset named.
+    let (_s, r) = request(h.addr, &get()).await;
+    assert_exhausted(&r);
+    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert!(
+        body["rule"].as_str().unwrap().contains("resets at 20"),
+        "{body}"
+    );
     let sent = got.lock().unwrap().clone();
     let leaked = sent.iter().filter(|b| **b == b'b').count();
     assert!(leaked <= 4096, "{leaked} bytes of the body left");
@@ -273,6 +286,12 @@ async fn llm_tokens_past_the_budget_refuse_the_next_request_and_the_answer_under
             .iter()
             .find(|b| b.budget == "sandbox_llm_tokens_per_hour");
         assert_eq!(tokens.map(|b| b.used), Some(1200), "{c:?}");
+        let session = c.budgets.iter().find(|b| b.budget == "llm_tokens_per_hour");
+        assert_eq!(
+            session.map(|b| (b.used, b.limit)),
+            Some((1200, 1000)),
+            "{c:?}"
+        );
         // The warning and the overshoot are audit lines (notes, not requests).
         assert_eq!(c.requests, 4, "{c:?}");
         let lines = h.finish().await;

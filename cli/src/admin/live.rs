@@ -139,8 +139,11 @@ pub fn lines(l: &Live) -> Vec<String> {
     out.push(format!("audit       {}", audit(c.audit)));
     out.push(format!("connections {} open", c.open_connections));
     for b in &c.budgets {
+        let scope = b.scope.as_deref().map_or(String::new(), |s| {
+            format!(" ({})", crate::review::escape(s.as_bytes()))
+        });
         out.push(format!(
-            "budget      {} {} of {} this hour (resets {})",
+            "budget      {}{scope} {} of {} this hour (resets {})",
             b.budget,
             b.used,
             b.limit,
@@ -183,6 +186,7 @@ mod tests {
             open_circuits: vec!["down.example:443".into()],
             budgets: vec![airlock_control::admin::BudgetUse {
                 budget: "sandbox_requests_per_hour".into(),
+                scope: None,
                 used: 12,
                 limit: 1000,
                 resets_at_ms: 1_764_300_000_000,

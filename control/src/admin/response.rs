@@ -163,7 +163,8 @@ pub struct Counters {
     /// `upstream-circuit-open` until a probe finds them well.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub open_circuits: Vec<String>,
-    /// The sandbox's hourly budgets (`[limits]`) and how much of each this hour has spent;
+    /// The hourly budgets (`[limits]`) and how much of each this hour has spent: the
+    /// sandbox's, each session's LLM tokens, and the uploads to the hosts that spent most;
     /// empty when the proxy keeps none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<BudgetUse>,
@@ -176,6 +177,10 @@ pub struct Counters {
 pub struct BudgetUse {
     /// The knob, as the policy names it (`sandbox_upload_bytes_per_hour`, ...).
     pub budget: String,
+    /// Whose: absent for the sandbox's own budgets, else the session (`uid 1000`) and, for
+    /// an upload budget, the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     /// Spent in the current window.
     pub used: u64,
     /// The knob's value.

@@ -269,18 +269,18 @@ fn counters(shared: &Shared, admin: &Admin) -> airlock_control::admin::Counters 
     );
     c.open_circuits = shared.breakers.open();
     let limits = shared.rules.load().policy.limits;
-    c.budgets = (shared.budgets.sandbox_use(limits))
+    c.budgets = (shared.budgets.usage(limits))
         .into_iter()
-        .map(
-            |(budget, used, limit, resets)| airlock_control::admin::BudgetUse {
-                budget: budget.to_owned(),
-                used,
-                limit,
-                resets_at_ms: resets
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            },
-        )
+        .map(|u| airlock_control::admin::BudgetUse {
+            budget: u.knob.to_owned(),
+            scope: u.scope,
+            used: u.spent,
+            limit: u.limit,
+            resets_at_ms: u
+                .resets_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        })
         .collect();
     c
 }

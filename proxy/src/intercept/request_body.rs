@@ -279,10 +279,10 @@ where
 /// Counts a body read whole before it is sent: one that spends an upload budget is not sent
 /// (`budget-exhausted`, the record's rule naming the budgets).
 fn spend(meter: &crate::tunnel::Meter, n: usize, rec: &mut Pending) -> Result<(), Reason> {
-    meter.add_up(n);
-    if meter.over() {
+    if meter.would_spend(n) {
         rec.rule = meter.budget();
         return Err(Reason::BudgetExhausted);
     }
+    meter.add_up(n);
     Ok(())
 }
