@@ -175,41 +175,7 @@ impl Metrics {
             "Client connections open now.",
         );
         let _ = writeln!(out, "airlock_open_connections {}", c.open_connections);
-        family(
-            &mut out,
-            "open_circuits",
-            "gauge",
-            "Upstreams whose circuit breaker is open now.",
-        );
-        let _ = writeln!(out, "airlock_open_circuits {}", c.open_circuits.len());
-        family(
-            &mut out,
-            "budget_used",
-            "gauge",
-            "Spent of each of the sandbox's hourly budgets in its current window (the sandbox's own; per session and host: the admin API's counters).",
-        );
-        for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
-            let _ = writeln!(
-                out,
-                "airlock_budget_used{{budget=\"{}\"}} {}",
-                label(&b.budget),
-                b.used
-            );
-        }
-        family(
-            &mut out,
-            "budget_limit",
-            "gauge",
-            "Each of the sandbox's hourly budgets.",
-        );
-        for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
-            let _ = writeln!(
-                out,
-                "airlock_budget_limit{{budget=\"{}\"}} {}",
-                label(&b.budget),
-                b.limit
-            );
-        }
+        limits_families(&mut out, c);
         family(
             &mut out,
             "audit_writing",
@@ -266,6 +232,46 @@ impl Metrics {
 }
 
 /// A metric family's `HELP` and `TYPE` lines.
+/// The `[limits]` families: open circuits, and the sandbox's own budgets used and their
+/// limits (per session and host: the admin API's counters).
+fn limits_families(out: &mut String, c: &Counters) {
+    family(
+        out,
+        "open_circuits",
+        "gauge",
+        "Upstreams whose circuit breaker is open now.",
+    );
+    let _ = writeln!(out, "airlock_open_circuits {}", c.open_circuits.len());
+    family(
+        out,
+        "budget_used",
+        "gauge",
+        "Spent of each of the sandbox's hourly budgets in its current window (the sandbox's own; per session and host: the admin API's counters).",
+    );
+    for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
+        let _ = writeln!(
+            out,
+            "airlock_budget_used{{budget=\"{}\"}} {}",
+            label(&b.budget),
+            b.used
+        );
+    }
+    family(
+        out,
+        "budget_limit",
+        "gauge",
+        "Each of the sandbox's hourly budgets.",
+    );
+    for b in c.budgets.iter().filter(|b| b.scope.is_none()) {
+        let _ = writeln!(
+            out,
+            "airlock_budget_limit{{budget=\"{}\"}} {}",
+            label(&b.budget),
+            b.limit
+        );
+    }
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(
         out,
