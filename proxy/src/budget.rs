@@ -8,8 +8,9 @@
 //! and the request counts against the sandbox's request budget. The bytes are counted as
 //! they are read from the agent ([`Charge`] on a [`crate::tunnel::Meter`]): a passthrough
 //! tunnel's, and each intercepted request's body (an upgraded WebSocket's frames
-//! included), so a connection or body still sending when a budget runs out is cut. What a
-//! cut lets through past the budget is at most one read.
+//! included), so a connection or body still sending when a budget runs out is cut. Nothing
+//! of the read (a tunnel's, a streamed body's chunk) or the WebSocket frame that spends a
+//! budget is sent; a body read whole is judged before any of it is.
 //!
 //! LLM tokens are budgets too: what each answer of an LLM API reports it used
 //! ([`crate::usage`]) is spent per session and for the sandbox when the answer ends

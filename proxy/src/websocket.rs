@@ -777,32 +777,38 @@ where
                     s.reported.get_or_insert(cut);
                 });
             }
-            Err(cut) => {
-                let close = Frame::close(CLOSE_POLICY_VIOLATION, cut.reason().as_str());
-                let _ = to_client(sh.client, &close).await;
-                sh.note(|s| {
-                    s.close.get_or_insert((CLOSE_POLICY_VIOLATION, "proxy"));
-                });
-                let _ = to.shutdown().await;
-                return Stop::Cut(cut);
-            }
+            Err(cut) => return cut_relay(cut, to, sh).await,
         }
         for f in release(&mut held, frame) {
             let bytes = f.encode(Some(mask_key()));
+            // A frame that would spend an upload budget does not go: the connection ends
+            // here, as at a secret.
+            if sh.meter.would_spend(bytes.len()) {
+                let cut = Cut::Budget(sh.meter.budget().unwrap_or_default());
+                return cut_relay(cut, to, sh).await;
+            }
             if to.write_all(&bytes).await.is_err() || to.flush().await.is_err() {
                 return Stop::Io;
             }
             sh.meter.add_up(bytes.len());
         }
-        // The frames spent an upload budget: the connection ends here, as at a secret.
-        if sh.meter.over() {
-            let cut = Cut::Budget(sh.meter.budget().unwrap_or_default());
-            let close = Frame::close(CLOSE_POLICY_VIOLATION, cut.reason().as_str());
-            let _ = to_client(sh.client, &close).await;
-            let _ = to.shutdown().await;
-            return Stop::Cut(cut);
-        }
     }
+}
+
+/// The relay ends at `cut`: the agent gets a Close 1008 naming the reason, the upstream's
+/// side is shut down, and nothing of the frame that was cut goes.
+async fn cut_relay<U, W>(cut: Cut, to: &mut U, sh: &Shared<'_, W>) -> Stop
+where
+    U: AsyncWrite + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let close = Frame::close(CLOSE_POLICY_VIOLATION, cut.reason().as_str());
+    let _ = to_client(sh.client, &close).await;
+    sh.note(|s| {
+        s.close.get_or_insert((CLOSE_POLICY_VIOLATION, "proxy"));
+    });
+    let _ = to.shutdown().await;
+    Stop::Cut(cut)
 }
 
 /// What goes upstream now that `frame` passed: a control frame at once (a Close drops a

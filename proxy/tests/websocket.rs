@@ -656,3 +656,58 @@ async fn attack_a_secret_split_over_two_pings_or_two_connections_is_caught() {
         .collect();
     assert_eq!(denied.len(), 3, "{lines:?}");
 }
+
+/// An upload budget (`[limits] upload_bytes_per_hour`) holds inside a WebSocket: a frame
+/// that would spend it never reaches the upstream; the agent gets Close 1008
+/// `budget-exhausted`, and the line says why.
+#[tokio::test]
+async fn attack_a_frame_past_the_upload_budget_never_leaves() {
+    let mut up = ws_upstream("", vec![]).await;
+    let mut extra = extra(true);
+    extra
+        .policy
+        .push_str("\n[limits]\nupload_bytes_per_hour = 4096\n");
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up.addr)],
+        airlock_proxy::limits::Limits::default(),
+        &extra,
+    )
+    .await;
+    let (mut s, head) = upgrade(h.addr, "allowed.test", "").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Within the budget: relayed and echoed.
+    let small = text(true, Opcode::Text, &"s".repeat(1000));
+    send(&mut s, std::slice::from_ref(&small), [1, 2, 3, 4]).await;
+    let mut from = Frames::new(false);
+    assert_eq!(from.next(&mut s).await.unwrap(), small);
+    // Past it: the frame is cut before it leaves.
+    let big = text(true, Opcode::Binary, &"b".repeat(5000));
+    send(&mut s, &[big], [1, 2, 3, 4]).await;
+    let got = until_close(&mut s).await;
+    let close = got.last().unwrap();
+    assert_eq!(close.close_code(), Some(1008), "{got:?}");
+    assert!(
+        String::from_utf8_lossy(&close.payload).contains("budget-exhausted"),
+        "{got:?}"
+    );
+    drop(s);
+    let lines = h.finish().await;
+    assert_eq!(
+        up.received(),
+        vec![small],
+        "only the frame within the budget left"
+    );
+    let ws = ws_lines(&lines);
+    assert_eq!(ws.len(), 1, "{lines:?}");
+    assert_eq!(ws[0]["reason"], "budget-exhausted", "{}", ws[0]);
+    assert!(
+        ws[0]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("upload_bytes_per_hour 4096"),
+        "{}",
+        ws[0]
+    );
+}
