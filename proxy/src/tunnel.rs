@@ -193,16 +193,24 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        let spent = || io::Error::other("upload budget spent");
         // A client that spent an upload budget is read no more: the relay ends.
         if matches!(self.dir, Dir::Up) && self.meter.over() {
-            return Poll::Ready(Err(io::Error::other("upload budget spent")));
+            return Poll::Ready(Err(spent()));
         }
         let before = buf.filled().len();
         let res = Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = buf.filled().len() - before;
         if n > 0 {
             match self.dir {
-                Dir::Up => self.meter.add_up(n),
+                Dir::Up => {
+                    self.meter.add_up(n);
+                    // The read that spent it is not handed on.
+                    if self.meter.over() {
+                        buf.set_filled(before);
+                        return Poll::Ready(Err(spent()));
+                    }
+                }
                 Dir::Down => self.meter.add_down(n),
             }
         }
@@ -331,6 +339,28 @@ mod tests {
     use super::*;
     use crate::shutdown::Shutdown;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn the_read_that_spends_an_upload_budget_is_not_handed_on() {
+        let budgets = crate::budget::Budgets::default();
+        let limits = airlock_policy::limits::Limits {
+            upload_bytes_per_hour: 4096,
+            ..airlock_policy::limits::Limits::DEFAULT
+        };
+        let host = airlock_policy::host::Host::parse("x.test").unwrap();
+        let meter = Arc::new(Meter::new());
+        meter.charge(budgets.charge(crate::limits::Client::Uid(1), &host, limits));
+        let data = vec![7u8; 10_000];
+        let mut r = Metered::new(&data[..], Arc::clone(&meter), Dir::Up);
+        let mut buf = [0u8; 3000];
+        assert_eq!(r.read(&mut buf).await.unwrap(), 3000);
+        // The rest is read until a read would pass 4,096: an error, and nothing of that
+        // read handed on.
+        let mut rest = Vec::new();
+        assert!(r.read_to_end(&mut rest).await.is_err());
+        assert!(3000 + rest.len() < 4096, "{} bytes handed on", 3000 + rest.len());
+        assert!(meter.over());
+    }
 
     #[tokio::test]
     async fn relays_and_counts_both_ways() {
