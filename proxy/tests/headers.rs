@@ -7,9 +7,7 @@
 
 use crate::common::*;
 use airlock_proxy::limits::Limits;
-use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// What an agent would set to speak for a proxy, a CDN or a gateway.
 const CLAIMS: [&str; 32] = [
@@ -114,20 +112,7 @@ async fn attack_identity_headers_the_agent_sets_never_reach_the_upstream() {
     assert_eq!(r.status, 200);
     check(&heads.recv().await.unwrap());
     // Intercepted TLS.
-    let mut s = TcpStream::connect(h.addr).await.unwrap();
-    s.write_all(b"CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n")
-        .await
-        .unwrap();
-    let mut b = [0u8; 1];
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).await.unwrap();
-        head.push(b[0]);
-    }
-    let mut t = tokio_rustls::TlsConnector::from(h.trusting_client())
-        .connect(ServerName::try_from("allowed.test").unwrap(), s)
-        .await
-        .unwrap();
+    let mut t = intercepted(&h, "allowed.test").await;
     t.write_all(request_with("/y", "allowed.test").as_bytes())
         .await
         .unwrap();

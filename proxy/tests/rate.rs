@@ -6,12 +6,11 @@
 //! until a probe after the cool-down finds it well.
 
 use airlock_proxy::limits::Limits;
-use rustls::pki_types::ServerName;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::common::*;
 
@@ -118,49 +117,14 @@ async fn each_request_inside_an_intercepted_connection_takes_a_token() {
     )
     .await;
     // The CONNECT takes the first token of three.
-    let mut s = TcpStream::connect(h.addr).await.unwrap();
-    s.write_all(b"CONNECT allowed.test:443 HTTP/1.1\r\nhost: allowed.test:443\r\n\r\n")
-        .await
-        .unwrap();
-    let mut b = [0u8; 1];
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).await.unwrap();
-        head.push(b[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 200"));
-    let mut t = tokio_rustls::TlsConnector::from(h.trusting_client())
-        .connect(ServerName::try_from("allowed.test").unwrap(), s)
-        .await
-        .unwrap();
+    let mut t = intercepted(&h, "allowed.test").await;
     // Two requests on the kept connection take the other two; the third is refused.
-    for (i, want) in [
-        (1, "HTTP/1.1 200"),
-        (2, "HTTP/1.1 200"),
-        (3, "HTTP/1.1 429"),
-    ] {
+    for (i, want) in [(1, 200), (2, 200), (3, 429)] {
         t.write_all(format!("GET /r{i} HTTP/1.1\r\nhost: allowed.test\r\n\r\n").as_bytes())
             .await
             .unwrap();
-        let mut resp = Vec::new();
-        while !resp.ends_with(b"\r\n\r\n") {
-            t.read_exact(&mut b).await.unwrap();
-            resp.push(b[0]);
-        }
-        let text = String::from_utf8_lossy(&resp).to_ascii_lowercase();
-        assert!(
-            text.starts_with(&want.to_ascii_lowercase()),
-            "request {i}: {text}"
-        );
-        let len: usize = text
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let mut body = vec![0u8; len];
-        t.read_exact(&mut body).await.unwrap();
+        let r = read_resp(&mut t).await;
+        assert_eq!(r.status, want, "request {i}: {}", r.head);
     }
     drop(t);
     let sent = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();

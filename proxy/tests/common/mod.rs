@@ -346,7 +346,8 @@ impl Resp {
     }
 }
 
-pub async fn read_resp(s: &mut TcpStream) -> Resp {
+/// One response from `s` (a client socket, or the TLS inside an intercepted connection).
+pub async fn read_resp<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Resp {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -379,6 +380,22 @@ pub async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
     s.write_all(raw.as_bytes()).await.unwrap();
     let r = read_resp(&mut s).await;
     (s, r)
+}
+
+/// The agent's side of an intercepted connection: `CONNECT host:443` through `h`, then TLS
+/// trusting the harness's CA.
+pub async fn intercepted(h: &Harness, host: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let (s, r) = request(
+        h.addr,
+        &format!("CONNECT {host}:443 HTTP/1.1\r\nhost: {host}:443\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "CONNECT {host}: {}", r.head);
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(name, s)
+        .await
+        .unwrap()
 }
 
 /// An echo server; reports each accepted peer address.
