@@ -235,6 +235,13 @@ async fn handle(
         close(&shared, rec, end, &meter).await;
         return;
     }
+    // Its bytes up count against the upload budgets as they cross (the same snapshot).
+    let who = crate::limits::Client::of(uid, peer);
+    meter.charge(
+        shared
+            .budgets
+            .charge(who, &target.host, rules.policy.limits),
+    );
     relay(stream, upstream, &target, rec, &meter, &shared).await;
 }
 
@@ -255,10 +262,6 @@ async fn relay(
         shared.audit.emit(rec).await;
         return;
     };
-    // Its bytes up count against the upload budgets as they cross.
-    let who = crate::limits::Client::of(rec.uid, upstream.addr);
-    let limits = shared.rules.load().policy.limits;
-    meter.charge(shared.budgets.charge(who, &target.host, limits));
     let end = shared
         .conns
         .guard(

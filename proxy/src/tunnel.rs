@@ -358,7 +358,11 @@ mod tests {
         // read handed on.
         let mut rest = Vec::new();
         assert!(r.read_to_end(&mut rest).await.is_err());
-        assert!(3000 + rest.len() < 4096, "{} bytes handed on", 3000 + rest.len());
+        assert!(
+            3000 + rest.len() < 4096,
+            "{} bytes handed on",
+            3000 + rest.len()
+        );
         assert!(meter.over());
     }
 

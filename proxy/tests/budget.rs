@@ -307,3 +307,39 @@ async fn llm_tokens_past_the_budget_refuse_the_next_request_and_the_answer_under
         assert!(note("llm-tokens-spent").contains("200 over"));
     }
 }
+
+#[tokio::test]
+async fn attack_a_transparent_passthrough_connection_stops_at_the_budget() {
+    let (echo, _peers) = echo_server().await;
+    let mut h = harness(&[route(ALLOWED_IP, 443, echo)]).await;
+    // A TLS client redirected to the transparent listener, its host passthrough.
+    let hello = airlock_proxy::sniff::test_client_hello(Some("raw.test"));
+    *h.orig_dst.0.lock().unwrap() =
+        Some(std::net::SocketAddr::new(ALLOWED_IP.parse().unwrap(), 443));
+    let mut s = tokio::net::TcpStream::connect(h.transparent).await.unwrap();
+    s.write_all(&hello).await.unwrap();
+    let mut back = vec![0u8; hello.len()];
+    s.read_exact(&mut back).await.unwrap();
+    // Past the budget: the connection ends; what came back is at most the budget.
+    let _ = s.write_all(&vec![b'c'; 64 * 1024]).await;
+    let rest = read_to_close(&mut s).await;
+    assert!(
+        hello.len() + rest.len() <= 4096,
+        "{} bytes relayed",
+        hello.len() + rest.len()
+    );
+    drop(s);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let lines = h.finish().await;
+    let cut = lines
+        .iter()
+        .find(|l| l["kind"] == "transparent" && l["event"] == "close-budget")
+        .unwrap_or_else(|| panic!("no close-budget line: {lines:#?}"));
+    assert!(
+        cut["rule"]
+            .as_str()
+            .unwrap()
+            .contains("upload_bytes_per_hour 4096"),
+        "{cut}"
+    );
+}
