@@ -15,23 +15,45 @@ pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 /// `host:port`: every request-level refusal goes through here. When the line cannot be
 /// written the answer is `audit-unavailable` (the refusal is counted in the outage).
 pub(crate) async fn audited(
-    mut rec: crate::audit::Pending,
+    rec: crate::audit::Pending,
     reason: Reason,
     host: &str,
     port: u16,
 ) -> Response<ProxyBody> {
+    match commit_refusal(rec, reason) {
+        Ok(rule) => denial_naming(reason, host, port, rule.as_deref()),
+        Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
+    }
+}
+
+/// Writes `rec` as the refusal for `reason`, as [`audited`] does, for an answer spoken
+/// later ([`crate::legible`]); returns the rule that answer names. When the line cannot be
+/// written nothing may be granted: the caller answers [`Reason::AuditUnavailable`].
+pub(crate) fn commit_refusal(
+    mut rec: crate::audit::Pending,
+    reason: Reason,
+) -> Result<Option<String>, crate::audit::Unavailable> {
     rec.decision = crate::audit::Verdict::Deny;
     rec.reason = Some(reason);
     // The agent learns which rule or detector refused it (never a value: detectors are
     // named by format or file), as the audit line does.
     let rule = rec.rule.clone().filter(|_| names_its_rule(reason));
-    match rec.commit() {
-        Ok(()) => json_denial(
-            reason,
-            body_json_with(reason, host, port, None, rule.as_deref(), reason.hint()),
-        ),
-        Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
-    }
+    rec.commit()?;
+    Ok(rule)
+}
+
+/// [`denial`] naming the rule that refused (what [`audited`] answers).
+#[must_use]
+pub(crate) fn denial_naming(
+    reason: Reason,
+    host: &str,
+    port: u16,
+    rule: Option<&str>,
+) -> Response<ProxyBody> {
+    json_denial(
+        reason,
+        body_json_with(reason, host, port, None, rule, reason.hint()),
+    )
 }
 
 /// The refusals whose record's `rule` says what to change: the L7 rule, the read-only

@@ -379,6 +379,9 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     let rules = st.shared.rules.load();
     let addrs = match admit(&st, &rules, &mut rec, &target).await {
         Ok(a) => a,
+        Err(reason) if !service && speaks_in_tunnel(reason, &target) => {
+            return refuse_in_tunnel(&st, rec, reason, &target, &mut req);
+        }
         Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
     };
     // The record reaches the log before the upstream hears of the tunnel.
@@ -437,6 +440,48 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     }
     rec.forwarded();
     tokio::spawn(run_tunnel(tunnel, hyper::upgrade::on(&mut req), rec));
+    Response::new(deny::full(bytes::Bytes::new()))
+}
+
+/// Whether a refused `CONNECT` to `target` is answered inside the tunnel (`legible`): a
+/// refusal of a name (a TLS client asks for it by name; an IP literal has none to mint).
+fn speaks_in_tunnel(reason: Reason, target: &Target) -> bool {
+    target.host.ip().is_none() && crate::legible::speaks(reason)
+}
+
+/// Audits the refusal of `target`, then grants the tunnel only to answer it inside
+/// (`legible::tunnel_denial`): the client prints the reason and the hint instead of
+/// "CONNECT tunnel failed". Nothing is dialed. Without the audit line nothing is granted.
+fn refuse_in_tunnel(
+    st: &ConnState,
+    rec: Pending,
+    reason: Reason,
+    target: &Target,
+    req: &mut Request<Incoming>,
+) -> Response<ProxyBody> {
+    let (host, port) = (target.host.as_str().to_owned(), target.port);
+    let Ok(rule) = deny::commit_refusal(rec, reason) else {
+        return deny::denial(Reason::AuditUnavailable, &host, port);
+    };
+    let refusal = crate::legible::Refusal {
+        reason,
+        host,
+        port,
+        rule,
+    };
+    let on_upgrade = hyper::upgrade::on(req);
+    let shared = Arc::clone(&st.shared);
+    // The client's connection slot stays taken while the answer is spoken.
+    let slot = Arc::clone(&st.slot);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let (interception, limits) = (&shared.interception, &shared.limits);
+        let client = TokioIo::new(upgraded);
+        crate::legible::tunnel_denial(client, interception, limits, &refusal).await;
+    });
     Response::new(deny::full(bytes::Bytes::new()))
 }
 

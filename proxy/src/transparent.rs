@@ -322,7 +322,13 @@ async fn refuse(
     // Audited: now the client reads the refusal as an HTTP answer inside TLS.
     if let Some(host) = named {
         let (interception, limits) = (&shared.interception, &shared.limits);
-        crate::legible::tls_denial(stream, interception, limits, &host, orig.port(), reason).await;
+        let refusal = crate::legible::Refusal {
+            reason,
+            host,
+            port: orig.port(),
+            rule: None,
+        };
+        crate::legible::tls_denial(stream, interception, limits, &refusal).await;
     }
 }
 

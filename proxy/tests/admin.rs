@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::UnixStream;
 
-use crate::common::{ALLOWED_IP, Extra, Harness, echo_server, request, route};
+use crate::common::{ALLOWED_IP, Extra, Harness, echo_server, refused_in_tunnel, request, route};
 use airlock_proxy::limits::Limits;
 
 /// One exchange on the admin socket: the status and the body.
@@ -84,7 +84,7 @@ async fn admin_harness(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) 
 async fn the_api_answers_its_operations_and_counts_what_the_log_records() {
     let mut h = admin_harness(&[]).await;
     let sock = h.admin.clone().unwrap();
-    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "evil.test", 443).await;
     assert_eq!(r.status, 403);
     let c = counters(&sock).await;
     assert_eq!((c.requests, c.denied), (1, 1), "{c:?}");
@@ -218,7 +218,7 @@ async fn a_follower_sees_a_denial_within_100_ms_and_resumes_from_its_cursor() {
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let mut buf = Vec::new();
-    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "evil.test", 443).await;
     let denied_at = Instant::now();
     assert_eq!(r.status, 403);
     let line = next_matching(&mut body, &mut buf, |l| matches!(l, StreamLine::Record(_))).await;

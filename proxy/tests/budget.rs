@@ -167,11 +167,7 @@ async fn attack_a_passthrough_tunnel_stops_at_the_budget() {
     );
     drop(s);
     // The next tunnel to that host is refused.
-    let (_s, r) = request(
-        h.addr,
-        "CONNECT raw.test:443 HTTP/1.1\r\nhost: raw.test:443\r\n\r\n",
-    )
-    .await;
+    let r = refused_in_tunnel(&h, "raw.test", 443).await;
     assert_exhausted(&r);
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let lines = h.finish().await;

@@ -70,7 +70,9 @@ async fn connect_tunnel_relays_and_is_audited_at_close() {
 #[tokio::test]
 async fn blocked_host_gets_a_uniform_403() {
     let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
-    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    // The tunnel is granted only to speak the refusal inside TLS (what curl, pip and git
+    // then print), with a leaf for the name asked.
+    let r = refused_in_tunnel(&h, "evil.test", 443).await;
     assert_eq!(r.status, 403);
     assert_eq!(
         r.header("x-airlock-error").as_deref(),
@@ -96,12 +98,12 @@ async fn blocked_host_gets_a_uniform_403() {
 #[tokio::test]
 async fn deny_rule_and_wrong_port() {
     let mut h = Harness::start("enforce", &[("bad.allowed.test", &[ALLOWED_IP])], &[]).await;
-    let (_s, r) = request(h.addr, "CONNECT bad.allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "bad.allowed.test", 443).await;
     assert_eq!(
         r.header("x-airlock-error").as_deref(),
         Some("denied-by-rule")
     );
-    let (_s, r) = request(h.addr, "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "allowed.test", 22).await;
     assert_eq!(r.header("x-airlock-error").as_deref(), Some("blocked-port"));
     h.finish().await;
 }
@@ -118,7 +120,7 @@ async fn rebinding_to_loopback_or_metadata_is_refused_before_any_connect() {
         &[route(ALLOWED_IP, 443, echo)],
     )
     .await;
-    let (_s, r) = request(h.addr, "CONNECT rebind.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "rebind.test", 443).await;
     assert_eq!(r.status, 403);
     assert_eq!(
         r.header("x-airlock-error").as_deref(),
@@ -335,7 +337,7 @@ async fn report_mode_passes_policy_denials_but_never_hard_denies() {
     let (s, r) = request(h.addr, "CONNECT other.test:443 HTTP/1.1\r\n\r\n").await;
     assert_eq!(r.status, 200, "report mode lets a policy denial through");
     drop(s);
-    let (_s, r) = request(h.addr, "CONNECT rebind.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "rebind.test", 443).await;
     assert_eq!(
         r.header("x-airlock-error").as_deref(),
         Some("blocked-private-address")
@@ -710,13 +712,14 @@ async fn audit_names_the_uid_of_the_client_process() {
     let mut h = Harness::start("enforce", &[], &[]).await;
     let port = h.addr.port();
     // A process running as `nobody` asks for a blocked host (needs root to switch uid, which
-    // the dev machines and CI have).
+    // the dev machines and CI have), then speaks plain HTTP in the tunnel granted to carry
+    // the refusal: it reads the refusal as plain HTTP.
     let out = tokio::task::spawn_blocking(move || {
         use std::os::unix::process::CommandExt;
         std::process::Command::new("bash")
             .arg("-c")
             .arg(format!(
-                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'CONNECT evil.test:443 HTTP/1.1\\r\\n\\r\\n' >&3; head -c 12 <&3"
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'CONNECT evil.test:443 HTTP/1.1\\r\\n\\r\\nGET / HTTP/1.1\\r\\nhost: evil.test\\r\\n\\r\\n' >&3; timeout 10 cat <&3"
             ))
             .uid(65534)
             .gid(65534)
@@ -725,13 +728,17 @@ async fn audit_names_the_uid_of_the_client_process() {
     })
     .await
     .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "HTTP/1.1 403",
+    let answer = String::from_utf8_lossy(&out.stdout);
+    let (granted, refusal) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(granted.starts_with("HTTP/1.1 200"), "{out:?}");
+    assert!(refusal.starts_with("HTTP/1.1 403"), "{out:?}");
+    assert!(
+        refusal.contains("x-airlock-error: blocked-by-policy"),
         "{out:?}"
     );
+    assert!(refusal.contains("network.allow"), "the hint: {out:?}");
     // And one from us.
-    let (_s, r) = request(h.addr, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    let r = refused_in_tunnel(&h, "evil.test", 443).await;
     assert_eq!(r.status, 403);
     let lines = h.finish().await;
     assert_eq!(lines.len(), 2);

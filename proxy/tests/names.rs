@@ -193,11 +193,7 @@ async fn attack_names_that_carry_secrets_are_refused_on_every_proxy_path() {
     .await;
     let names = secret_names();
     for (name, reason) in &names {
-        let (_s, r) = request(
-            h.addr,
-            &format!("CONNECT {name}:443 HTTP/1.1\r\nhost: {name}:443\r\n\r\n"),
-        )
-        .await;
+        let r = refused_in_tunnel(&h, name, 443).await;
         assert_eq!(
             r.header("x-airlock-error").as_deref(),
             Some(*reason),

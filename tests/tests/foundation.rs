@@ -172,6 +172,61 @@ fn a_blocked_host_gets_403_with_the_reason_and_nothing_reaches_upstream() {
     );
 }
 
+/// The agent's own clients, trusting what the entrypoint gave them (no `--cacert`): a
+/// refused HTTPS destination reads as the rule that refused it, not as a broken network.
+#[test]
+fn a_refused_https_host_reads_as_a_rule_to_curl_git_and_python() {
+    let world = world();
+    let airlock = Airlock::new(&world, POLICY);
+    let script = r#"
+curl -sS --max-time 10 https://blocked.test/x; echo " curl=$?"
+curl -sSf --max-time 10 https://blocked.test/x 2>&1; echo "curl-f=$?"
+GIT_TERMINAL_PROMPT=0 /usr/bin/git ls-remote https://blocked.test/acme/app.git 2>&1; echo "git=$?"
+python3 - <<'PY'
+import json, urllib.error, urllib.request
+try:
+    urllib.request.urlopen("https://blocked.test/x", timeout=10)
+except urllib.error.HTTPError as e:
+    print("python", e.code, e.headers["x-airlock-error"], json.load(e)["error"])
+PY
+"#;
+    let out = airlock.run(&world, script);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains(r#""error":"blocked-by-policy""#)
+            && text.contains("network.allow")
+            && text.contains(" curl=0"),
+        "curl prints the JSON refusal with the way to allow it:\n{text}"
+    );
+    assert!(
+        text.contains("The requested URL returned error: 403") && text.contains("curl-f=22"),
+        "{text}"
+    );
+    assert!(
+        text.contains("remote error: airlock: blocked.test is refused (blocked-by-policy)")
+            && !text.contains("git=0"),
+        "git prints the reason:\n{text}"
+    );
+    assert!(
+        text.contains("python 403 blocked-by-policy blocked-by-policy"),
+        "{text}"
+    );
+    assert!(!text.contains("CONNECT tunnel failed"), "{text}");
+    let upstream = world.upstream_log().unwrap();
+    assert!(
+        upstream.iter().all(|l| !l.to_string().contains("blocked")),
+        "nothing reached upstream: {upstream:?}"
+    );
+    let denials = airlock
+        .audit()
+        .into_iter()
+        .filter(|l| l["host"] == "blocked.test" && l["kind"] == "connect")
+        .filter(|l| l["decision"] == "deny" && l["reason"] == "blocked-by-policy")
+        .count();
+    assert_eq!(denials, 4, "one line per refusal");
+}
+
 #[test]
 fn a_direct_connection_to_an_upstream_ip_fails_fast() {
     let world = world();

@@ -382,6 +382,26 @@ pub async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
     (s, r)
 }
 
+/// The answer a TLS client reads when `CONNECT host:port` is refused: the proxy grants the
+/// tunnel only to speak the refusal inside TLS (trusting the harness's CA) to a `GET /`.
+pub async fn refused_in_tunnel(h: &Harness, host: &str, port: u16) -> Resp {
+    let (s, r) = request(
+        h.addr,
+        &format!("CONNECT {host}:{port} HTTP/1.1\r\nhost: {host}:{port}\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "CONNECT {host}:{port}: {}", r.head);
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(h.trusting_client())
+        .connect(name, s)
+        .await
+        .unwrap();
+    tls.write_all(format!("GET / HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    read_resp(&mut tls).await
+}
+
 /// The agent's side of an intercepted connection: `CONNECT host:443` through `h`, then TLS
 /// trusting the harness's CA.
 pub async fn intercepted(h: &Harness, host: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
