@@ -411,59 +411,7 @@ pub fn allow_hint(
     path: Option<&str>,
 ) -> Option<String> {
     let reason: Reason = code.parse().ok()?;
-    let exact = host.and_then(|h| {
-        let h = h.trim_start_matches('[').trim_end_matches(']');
-        let with_port = match port {
-            Some(p) if p != 80 && p != 443 && h.contains(':') => format!("[{h}]:{p}"),
-            Some(p) if p != 80 && p != 443 => format!("{h}:{p}"),
-            _ => h.to_string(),
-        };
-        Some(match reason {
-            Reason::BlockedByPolicy | Reason::BlockedIpLiteral => {
-                format!("to allow: add {with_port:?} to [network] allow in the policy")
-            }
-            Reason::BlockedPort => {
-                let at = match port {
-                    Some(p) if h.contains(':') => format!("[{h}]:{p}"),
-                    Some(p) => format!("{h}:{p}"),
-                    None => h.to_string(),
-                };
-                format!("to allow: add {at:?} to [network] allow in the policy")
-            }
-            Reason::ReadOnlyHost => {
-                let what = match (method, path) {
-                    (Some(m), Some(p)) => format!(" ({m} {p} only: an action = \"allow\" rule in [[rules]])"),
-                    _ => String::new(),
-                };
-                format!("to allow: [network] writable = [{h:?}] in the policy{what}")
-            }
-            Reason::BodyOnRead => {
-                format!("to allow: [network] writable = [{h:?}] in the policy")
-            }
-            Reason::NotInspectable => format!(
-                "to allow: [network] passthrough = [{h:?}] in the policy (tunnelled unread)"
-            ),
-            Reason::UpgradeDenied => format!(
-                "to allow: [network] websocket = [{h:?}] in the policy (the proxy reads the frames)"
-            ),
-            Reason::DeniedByRule => format!(
-                "to allow: remove or narrow the [network] deny entry that matches {h:?} (deny wins over allow)"
-            ),
-            Reason::EncodedBlob => {
-                "to allow: [signals] encoded_blob = \"log\" in the policy (or raise blob_min_bytes)".to_string()
-            }
-            Reason::HighEntropy => {
-                "to allow: [signals] high_entropy = \"log\" in the policy (or raise entropy_min_bytes)".to_string()
-            }
-            Reason::BudgetExhausted => format!(
-                "to allow more: raise the [limits] budget the line's rule names in the policy (per hour; {h} refused until it resets)"
-            ),
-            Reason::RateLimited => format!(
-                "to allow more: raise [limits] requests_per_second or request_burst in the policy (per session and host; {h} refused until its bucket refills)"
-            ),
-            _ => return None,
-        })
-    });
+    let exact = crate::suggest::change_for(reason, host, port, method, path).map(|c| c.sentence());
     Some(exact.unwrap_or_else(|| {
         if reason.is_hard_deny() {
             format!("never allowed: {}", reason.hint())

@@ -466,6 +466,32 @@ message}.")]
         #[arg(long)]
         json: bool,
     },
+    /// The fewest policy lines that would have allowed what the proxy refused, read from
+    /// the sandbox's audit log, for you to review: exact hosts, an allow rule per host and
+    /// method for a write, and apart from them what no line lifts. Changes nothing.
+    #[command(after_help = "\
+Examples:
+  airlock policy suggest fix-login
+  airlock policy suggest fix-login --since 2h
+  airlock policy suggest fix-login --json
+
+Reads the live sandbox's audit log, or the kept one of the last sandbox of that name
+(report mode's lines included: what enforce mode would refuse). Prints a fragment of a
+policy file, each line with how often and when it was refused; merge the values into the
+lists of the same name, then `airlock policy reload NAME FILE`. JSON: {refusals, network:
+{LIST: {VALUE: {count, first_ms, last_ms, reasons}}}, rules: [{host, method, path, tally}],
+edits, never}.")]
+    Suggest {
+        /// The sandbox.
+        name: String,
+        /// Only refusals since then: a span back from now (90s, 30m, 2h, 7d) or a time as
+        /// the logs write it (2026-11-28T10:00:00.000Z).
+        #[arg(long)]
+        since: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `top`.

@@ -38,5 +38,6 @@ pub mod paths;
 pub mod registry;
 pub mod review;
 pub mod secrets;
+pub mod suggest;
 pub mod term;
 pub mod top;

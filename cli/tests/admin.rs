@@ -1,7 +1,7 @@
 //! The CLI as the admin API's client against the real proxy of the real image
 //! (`scripts/build-image`, an image with the admin API): `status` with the proxy's numbers,
 //! `logs --audit -f` from the event stream, `policy show` (the effective rules and their
-//! origins) and `policy reload` (a broken file
+//! origins), `policy suggest` (from the audit log) and `policy reload` (a broken file
 //! refused with FILE:LINE and the old revision kept, a good one swapped in, the same one
 //! again unchanged), and `top` in a real terminal (tmux) showing a denial as it happens.
 
@@ -152,6 +152,15 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     // policy check: the dry run agrees with what the agent got.
     let check = w.ok(&["policy", "check", &s, "http://stream.blocked.test/"]);
     assert!(check.starts_with("deny blocked-by-policy"), "{check}");
+    // policy suggest: the refused hosts, read back from the sandbox's own audit log, as
+    // the lines that would have allowed them.
+    let suggested = w.ok(&["policy", "suggest", &s]);
+    assert!(
+        suggested.contains("\n[network]\nallow = [\n")
+            && suggested.contains("\"stream.blocked.test\",")
+            && suggested.contains("\"top.blocked.test\","),
+        "{suggested}"
+    );
 
     // policy reload: a broken file is refused with its FILE:LINE, revision 1 stays.
     let broken = w.dir.path().join("broken.toml");

@@ -169,3 +169,133 @@ fn policy_check_prints_the_decision_reason_and_rule_first() {
     assert_eq!(v["decision"], "allow", "{v}");
     assert_eq!(v["stage"], "host", "{v}");
 }
+
+/// A proxy audit line as the log writes it.
+fn refusal(
+    ms: u64,
+    reason: &str,
+    host: &str,
+    port: u16,
+    method: &str,
+    path: Option<&str>,
+) -> String {
+    use airlock_audit_schema::{Kind, Record, Verdict, Who};
+    let who = Who::new("1764300000-a1b2c3d4e5f6", "pol", None);
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    let kind = if path.is_some() {
+        Kind::Http
+    } else {
+        Kind::Connect
+    };
+    let mut r: Record = Record::new(&who, at, kind, None);
+    r.decision = Verdict::Deny;
+    r.reason = Some(reason.into());
+    r.host = Some(host.into());
+    r.port = Some(port);
+    r.method = Some(method.into());
+    r.path = path.map(str::to_owned);
+    serde_json::to_string(&r).unwrap()
+}
+
+#[test]
+fn policy_suggest_folds_the_audit_log_into_lines_to_review() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _fake) = fake::sandbox(dir.path(), "pol");
+    let audit = data.join("sandboxes/pol/audit");
+    std::fs::create_dir_all(&audit).unwrap();
+    let day = 1_764_300_000_000;
+    // The rotated file is read too; the archives beside it are not (sorted copies).
+    std::fs::write(
+        audit.join("audit.jsonl.1"),
+        refusal(
+            day,
+            "blocked-by-policy",
+            "old.example",
+            443,
+            "CONNECT",
+            None,
+        ) + "\n",
+    )
+    .unwrap();
+    std::fs::write(
+        audit.join("audit.jsonl.allowed"),
+        refusal(
+            day,
+            "blocked-by-policy",
+            "archive.example",
+            443,
+            "CONNECT",
+            None,
+        ) + "\n",
+    )
+    .unwrap();
+    let now = airlock_audit_schema::Timestamp::now().0;
+    let lines = [
+        refusal(now, "blocked-by-policy", "pypi.org", 443, "CONNECT", None),
+        refusal(now, "blocked-by-policy", "pypi.org", 443, "CONNECT", None),
+        refusal(
+            now,
+            "read-only-host",
+            "api.example.com",
+            443,
+            "POST",
+            Some("/v1/items"),
+        ),
+        refusal(
+            now,
+            "blocked-metadata-address",
+            "169.254.169.254",
+            80,
+            "GET",
+            Some("/"),
+        ),
+        "not json".to_owned(),
+    ];
+    std::fs::write(audit.join("audit.jsonl"), lines.join("\n") + "\n").unwrap();
+
+    let o = airlock(&data, &["policy", "suggest", "pol"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.starts_with("# pol: 5 refusals in its audit log."),
+        "{out}"
+    );
+    assert!(out.contains("\n[network]\nallow = [\n"), "{out}");
+    assert!(out.contains("\"old.example\","), "{out}");
+    assert!(
+        out.contains("\"pypi.org\",") && out.contains("# 2 refusals (blocked-by-policy)"),
+        "{out}"
+    );
+    assert!(!out.contains("archive.example"), "{out}");
+    assert!(out.contains("[[rules]]\nhost = \"api.example.com\"\nmethod = \"POST\"\npath = \"/v1/items\"\naction = \"allow\""), "{out}");
+    assert!(
+        out.contains("#   blocked-metadata-address: 1 refusal"),
+        "{out}"
+    );
+
+    // --since leaves the rotated day-old refusal out; JSON for machines.
+    let o = airlock(
+        &data,
+        &["policy", "suggest", "pol", "--since", "1h", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["refusals"], 4, "{v}");
+    assert!(v["network"]["allow"].get("old.example").is_none(), "{v}");
+    assert_eq!(v["network"]["allow"]["pypi.org"]["count"], 2, "{v}");
+    assert_eq!(v["rules"][0]["path"], "/v1/items", "{v}");
+
+    let o = airlock(&data, &["policy", "suggest", "pol", "--since", "yesterday"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--since \"yesterday\" is neither a span"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = airlock(&data, &["policy", "suggest", "nosuch"]);
+    assert!(
+        text(&o.stderr).contains("no audit logs of a sandbox named \"nosuch\""),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -85,6 +85,20 @@ pub fn dirs_of(ctx: &Ctx, name: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The audit directory of the live sandbox `name`, else the newest kept one of that name.
+fn latest_dir(ctx: &Ctx, name: &str) -> Result<PathBuf> {
+    dirs_of(ctx, name).into_iter().next().ok_or_else(|| {
+        Failure::new(
+            Code::NotFound,
+            format!(
+                "no audit logs of a sandbox named {name:?} (kept {KEEP_DAYS} days after it is removed, in {})",
+                kept_dir(ctx).display()
+            ),
+        )
+        .into()
+    })
+}
+
 /// `airlock logs NAME --audit`: the proxy's and the git API's decisions of the sandbox's
 /// latest sessions (the live one, or the kept logs of the last sandbox of that name), one
 /// human line per decision ([`airlock_cli::audit_view`]), oldest first: `audit.jsonl.1` and
@@ -96,16 +110,7 @@ pub fn dirs_of(ctx: &Ctx, name: &str) -> Vec<PathBuf> {
 /// API's log always is.
 pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
     let name = &args.name;
-    let Some(dir) = dirs_of(ctx, name).into_iter().next() else {
-        return Err(Failure::new(
-            Code::NotFound,
-            format!(
-                "no audit logs of a sandbox named {name:?} (kept {KEEP_DAYS} days after it is removed, in {})",
-                kept_dir(ctx).display()
-            ),
-        )
-        .into());
-    };
+    let dir = latest_dir(ctx, name)?;
     let view = View {
         denied: args.denied,
         session: args.session.clone(),
@@ -366,6 +371,53 @@ fn read_error(ctx: &Ctx, name: &str, path: &Path, e: std::io::Error) -> anyhow::
         );
     }
     anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+}
+
+/// Every line of the proxy's audit log of `name` (the live sandbox's, else the kept one of
+/// the last sandbox of that name): `audit.jsonl` and its rotated files, in no particular
+/// order. A log only root may read, of a live sandbox, is read through its admin API's
+/// event stream instead (what the proxy holds since its start), saying so on stderr.
+pub async fn proxy_lines(ctx: &Ctx, name: &str) -> Result<Vec<String>> {
+    let dir = latest_dir(ctx, name)?;
+    let file = Source::Proxy.file();
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("read {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n == file
+                    || n.strip_prefix(file)
+                        .and_then(|s| s.strip_prefix('.'))
+                        .is_some_and(|s| {
+                            s == "aging" || (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                        })
+            })
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for path in &files {
+        match read_lines(path) {
+            Ok(mut l) => lines.append(&mut l),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && dir == ctx.checkout(name).audit() =>
+            {
+                let client = Client::new(name, &ctx.checkout(name).control());
+                let query = EventsQuery::default();
+                let Ok(held) = stream::held(&client, query).await else {
+                    return Err(read_error(ctx, name, path, e));
+                };
+                eprintln!(
+                    "airlock: {} is root's: the proxy's decisions since its start only (its event stream)",
+                    path.display()
+                );
+                return Ok(held);
+            }
+            Err(e) => return Err(read_error(ctx, name, path, e)),
+        }
+    }
+    Ok(lines)
 }
 
 fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {

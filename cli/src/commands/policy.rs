@@ -1,12 +1,15 @@
-//! `airlock policy show|reload|check NAME`: the policy revision a running sandbox's proxy
-//! enforces with its effective rules and where each came from, a new one loaded without a
-//! restart, and a dry run (through its admin API).
+//! `airlock policy show|reload|check|suggest NAME`: the policy revision a running sandbox's
+//! proxy enforces with its effective rules and where each came from, a new one loaded
+//! without a restart, a dry run (through its admin API), and the lines that would have
+//! allowed what it refused (from its audit log).
 
 use super::Ctx;
 use airlock_cli::admin::Client;
 use airlock_cli::admin::live::{short_hash, when};
 use airlock_cli::audit_view;
 use airlock_cli::cli::{PolicyArgs, PolicyCmd};
+use airlock_cli::exit::{Code, Failure};
+use airlock_cli::suggest;
 use airlock_control::admin::{CheckQuery, ReloadRequest};
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -22,7 +25,33 @@ pub async fn run(ctx: &Ctx, args: &PolicyArgs) -> Result<i32> {
             method,
             json,
         } => check(ctx, name, url, method.as_deref(), *json).await,
+        PolicyCmd::Suggest { name, since, json } => {
+            suggest(ctx, name, since.as_deref(), *json).await
+        }
     }
+}
+
+/// `airlock policy suggest`: the proxy's refusals since `since`, folded into policy lines
+/// ([`airlock_cli::suggest`]).
+async fn suggest(ctx: &Ctx, name: &str, since: Option<&str>, json: bool) -> Result<i32> {
+    let now = airlock_audit_schema::Timestamp::now().0;
+    let from = match since.map(|s| suggest::since_ms(s, now)).transpose() {
+        Ok(f) => f.unwrap_or(0),
+        Err(e) => return Err(Failure::new(Code::Usage, e).into()),
+    };
+    let lines = super::audit::proxy_lines(ctx, name).await?;
+    let refused = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| suggest::Refused::from_line(&v))
+        .filter(|r| r.ts_ms >= from);
+    let s = suggest::suggest(refused);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print!("{}", suggest::render(&s, name));
+    }
+    Ok(0)
 }
 
 fn client(ctx: &Ctx, name: &str) -> Result<Client> {
