@@ -74,6 +74,10 @@ impl<R: Serialize> Record<R> {
         } else {
             serde_json::to_writer(&mut *out, &self.signals)?;
         }
+        if let Some(id) = &self.approval {
+            out.extend_from_slice(b",\"approval\":");
+            string(out, id);
+        }
         if let Some(chain) = &self.chain {
             out.extend_from_slice(b",\"chain\":\"");
             out.extend_from_slice(&chain.hex());
@@ -259,6 +263,9 @@ mod tests {
             r.decision = decision;
             same(&r);
         }
+        // A line about an approval names its item.
+        r.approval = Some("3f2a9c1d".into());
+        same(&r);
         // A record read back from a chained line carries its chain, last.
         r.chain = Some(crate::chain::GENESIS.next(b"{"));
         same(&r);

@@ -140,6 +140,10 @@ events! {
     /// An LLM API's answer spent a token budget (it finished; the line's `rule` says by how
     /// much it went over, and the next request to an LLM API is refused).
     LlmTokensSpent = "llm-tokens-spent",
+    /// The operator answered an item of the inbox (`[network] unlisted = "ask"`): the
+    /// line's `decision` is the answer, `approval` the item, `uid` the session that asked,
+    /// `rule` who answered (the operator's uid), the scope and the time or reason.
+    ApprovalAnswered = "approval-answered",
 }
 
 /// The alphabet of an encoded run.
@@ -333,6 +337,11 @@ pub struct Record<R = String> {
     /// What the request body looked like where no detector named a secret in it (an
     /// encoded blob, high entropy): audited, refused only where the policy says so.
     pub signals: Vec<Signal>,
+    /// The operator's inbox item the decision is about (`[network] unlisted = "ask"`): the
+    /// item a refusal filed or counted a hit on, or the approval that admitted it. Absent
+    /// from every other line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
     /// The line's link in the log's hash chain (see [`crate::chain`]): written by the log's
     /// writer as the line's last field, absent from lines written before the chain existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,6 +378,7 @@ impl<R> Record<R> {
             bytes_down: 0,
             duration_ms: 0,
             signals: Vec::new(),
+            approval: None,
             chain: None,
         }
     }

@@ -7,9 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use airlock_control::admin::{
-    AuditState, CheckQuery, Checked, Counters, Cursor, EffectiveRule, ErrorBody, ErrorCode, Event,
-    EventsQuery, Log, Note, NoteCode, PolicyRevision, ReloadRequest, Reloaded, Request, Response,
-    Session, SessionKind, Sessions, StreamLine,
+    AnswerRequest, Approval, ApprovalQuery, Approvals, AuditState, CheckQuery, Checked, Counters,
+    Cursor, EffectiveRule, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note, NoteCode,
+    PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session, SessionKind, Sessions,
+    StreamLine,
 };
 use airlock_control::{State, Status, Steps};
 use serde::Serialize;
@@ -93,6 +94,24 @@ fn requests() {
         &Request::Reload(ReloadRequest {
             text: Some("[sandbox]\nname = \"fix-login\"\n".into()),
             origin: Some("/home/me/app/policy.toml".into()),
+        }),
+    );
+    golden("request-approvals", &Request::Approvals);
+    golden(
+        "request-approval",
+        &Request::Approval(ApprovalQuery {
+            id: "3f2a9c1d".into(),
+        }),
+    );
+    golden(
+        "request-answer",
+        &Request::Answer(AnswerRequest {
+            id: "3f2a9c1d".into(),
+            approve: false,
+            scope: None,
+            for_seconds: Some(3600),
+            token: Some("0011223344556677".into()),
+            reason: Some("use the internal mirror".into()),
         }),
     );
 }
@@ -185,6 +204,46 @@ fn responses() {
             message: "/home/me/app/policy.toml:4: unknown key `alow` in [network]; revision 1 stays in force".into(),
         }),
     );
+    let item = Approval {
+        id: "3f2a9c1d".into(),
+        session: "uid 1000".into(),
+        host: "pypi.example".into(),
+        port: 443,
+        hits: 3,
+        first_ms: 1_795_853_089_137,
+        last_ms: 1_795_853_095_000,
+        state: "pending".into(),
+        scope: None,
+        by: None,
+        until_ms: None,
+        reason: None,
+        notes: vec![
+            "a credential (\"pypi\") is bound to pypi.example: approving sends it there".into(),
+        ],
+        token: Some("0011223344556677".into()),
+    };
+    golden("response-approval", &Response::Approval(item.clone()));
+    golden(
+        "response-approvals",
+        &Response::Approvals(Approvals {
+            items: vec![
+                Approval {
+                    token: None,
+                    ..item.clone()
+                },
+                Approval {
+                    id: "77aa0001".into(),
+                    state: "denied".into(),
+                    by: Some(1000),
+                    until_ms: Some(1_795_856_689_137),
+                    reason: Some("use the internal mirror".into()),
+                    notes: Vec::new(),
+                    token: None,
+                    ..item
+                },
+            ],
+        }),
+    );
 }
 
 #[test]
@@ -218,7 +277,7 @@ fn stream_lines() {
 fn what_a_newer_peer_adds_is_read_as_unknown() {
     let r: Request = serde_json::from_str(r#"{"op":"approve","id":"a1","scope":"once"}"#).unwrap();
     assert_eq!(r, Request::Unknown);
-    let r: Response = serde_json::from_str(r#"{"kind":"approvals","pending":[]}"#).unwrap();
+    let r: Response = serde_json::from_str(r#"{"kind":"grants","pending":[]}"#).unwrap();
     assert_eq!(r, Response::Unknown);
     let s: Status = serde_json::from_str(
         r#"{"api":1,"state":"stopping","version":"0.2.0","started_at_ms":1,"revision":7}"#,

@@ -224,7 +224,7 @@ pub use load::{MAX_CREDENTIAL_NAME_LEN, MAX_RULE_NAME_LEN, MAX_SANDBOX_NAME_LEN}
 pub use model::{
     Credential, CredentialFormat, CredentialScope, CredentialSource, DEFAULT_DNS_NAME_BUDGET,
     DEFAULT_PROTECTED_BRANCHES, DEFAULT_PUSH_BRANCHES, DEFAULT_RESTRICTED_PATHS, GIT_FORGES,
-    GitPolicy, HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox,
+    GitPolicy, HostDecision, Mode, Network, Policy, SANDBOX_PLACEHOLDER, Sandbox, Unlisted,
 };
 pub use reason::Reason;
 pub use rule::{HostPattern, HostRule, RuleError};

@@ -18,7 +18,7 @@ use crate::glob::PathGlob;
 use crate::l7::{Action, L7Rule, L7Rules, Methods, Preset};
 use crate::model::{
     Credential, CredentialFormat, CredentialScope, CredentialSource, GitPolicy, Mode, Network,
-    Policy, SANDBOX_PLACEHOLDER, Sandbox,
+    Policy, SANDBOX_PLACEHOLDER, Sandbox, Unlisted,
 };
 use crate::rule::{HostPattern, HostRule, RuleError};
 
@@ -100,6 +100,7 @@ struct RawNetwork {
     strip_headers: Vec<Spanned<String>>,
     #[serde(default)]
     git_hosts: Vec<Spanned<String>>,
+    unlisted: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -264,6 +265,7 @@ impl Policy {
             dns_name_budget: v.dns_name_budget(raw.network.dns_name_budget.as_ref())?,
             strip_headers: Vec::new(),
             git_hosts: v.rules(&raw.network.git_hosts, "network.git_hosts", false)?,
+            unlisted: v.unlisted(raw.network.unlisted.as_ref())?,
         };
         let credentials = v.credentials(raw.credentials, &network.passthrough)?;
         let network = Network {
@@ -310,6 +312,19 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// `network.unlisted`: `"deny"` (the default) or `"ask"`.
+    fn unlisted(&self, raw: Option<&Spanned<String>>) -> Result<Unlisted, PolicyError> {
+        match raw.map(|v| (v.get_ref().as_str(), v.span())) {
+            None | Some(("deny", _)) => Ok(Unlisted::Deny),
+            Some(("ask", _)) => Ok(Unlisted::Ask),
+            Some((other, span)) => Err(self.fail(
+                span,
+                "network.unlisted",
+                &format!("{other:?} is not \"deny\" or \"ask\""),
+            )),
+        }
+    }
+
     /// `network.dns_name_budget`: bytes, 0 to [`MAX_DNS_NAME_BUDGET`].
     fn dns_name_budget(&self, raw: Option<&Spanned<i64>>) -> Result<Option<u32>, PolicyError> {
         let Some(v) = raw else {
@@ -1250,6 +1265,20 @@ pub(crate) mod tests {
             };
             refused(&text, 4, needle);
         }
+    }
+
+    #[test]
+    fn unlisted_hosts_are_denied_unless_the_policy_asks() {
+        assert_eq!(parse(MINIMAL).unwrap().network.unlisted, Unlisted::Deny);
+        let p = parse("[sandbox]\nname = \"demo\"\n[network]\nunlisted = \"ask\"\n").unwrap();
+        assert_eq!(p.network.unlisted, Unlisted::Ask);
+        let p = parse("[sandbox]\nname = \"demo\"\n[network]\nunlisted = \"deny\"\n").unwrap();
+        assert_eq!(p.network.unlisted, Unlisted::Deny);
+        refused(
+            "[sandbox]\nname = \"demo\"\n[network]\nunlisted = \"allow\"\n",
+            4,
+            "network.unlisted: \"allow\" is not \"deny\" or \"ask\"",
+        );
     }
 
     #[test]

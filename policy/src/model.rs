@@ -106,6 +106,19 @@ pub struct Network {
     /// and [`GIT_FORGES`] (`git_hosts`, rules without ports): on a read-only host, a
     /// `POST …/git-upload-pack` whose body is a git fetch request passes only there.
     pub git_hosts: Vec<HostRule>,
+    /// What a host no rule lists gets (`unlisted`): refused, or asked of the operator.
+    pub unlisted: Unlisted,
+}
+
+/// What a host that no `allow` or `deny` rule lists gets (`[network] unlisted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unlisted {
+    /// Refused, `blocked-by-policy` (the default).
+    #[default]
+    Deny,
+    /// Refused `approval-required` at once, and filed for the operator to approve or deny
+    /// out of band (never for a listed deny, an IP literal, a port or a hard deny).
+    Ask,
 }
 
 /// Public git forges known to serve git smart-HTTP fetches (a read-only host among them

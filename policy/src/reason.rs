@@ -53,6 +53,13 @@ airlock_channels::stable_codes! {
         /// An hourly budget of `[limits]` is spent (bytes sent to the host by the session, by
         /// the sandbox, or the sandbox's requests): `429`, the budget and its reset named.
         BudgetExhausted => "budget-exhausted",
+        /// No rule lists the host and the policy asks the operator about such hosts
+        /// (`[network] unlisted = "ask"`): refused at once, and filed for approval (the
+        /// answer names the item).
+        ApprovalRequired => "approval-required",
+        /// The operator denied the approval the host was filed for (the answer carries the
+        /// operator's reason).
+        ApprovalDenied => "approval-denied",
         /// A credential placeholder or a real secret was about to leave for a host it is not
         /// bound to.
         CredentialLeak => "credential-leak",
@@ -167,7 +174,9 @@ impl Reason {
             | Reason::TooManyConnections
             | Reason::RateLimited
             | Reason::UpstreamCircuitOpen
-            | Reason::BudgetExhausted => self.connection_hint(),
+            | Reason::BudgetExhausted
+            | Reason::ApprovalRequired
+            | Reason::ApprovalDenied => self.connection_hint(),
             Reason::CredentialLeak
             | Reason::GitPushBlocked
             | Reason::RequestDeniedByRule
@@ -271,6 +280,14 @@ impl Reason {
             Reason::BudgetExhausted => {
                 "An hourly budget of the policy's [limits] is spent (the rule names it and when \
                  it resets); wait for the reset or ask the operator to raise it."
+            }
+            Reason::ApprovalRequired => {
+                "The host is not in the policy and waits for the operator's approval (its \
+                 approval_id is in this answer); retry once it is approved."
+            }
+            Reason::ApprovalDenied => {
+                "The operator denied this host for this session (the rule gives the reason); \
+                 do not retry it."
             }
             _ => "",
         }
@@ -499,6 +516,8 @@ mod tests {
             (Reason::RateLimited, "rate-limited"),
             (Reason::UpstreamCircuitOpen, "upstream-circuit-open"),
             (Reason::BudgetExhausted, "budget-exhausted"),
+            (Reason::ApprovalRequired, "approval-required"),
+            (Reason::ApprovalDenied, "approval-denied"),
             (Reason::UpgradeNotSupported, "upgrade-not-supported"),
             (Reason::UpgradeDenied, "upgrade-denied"),
             (Reason::CredentialMethodRefused, "credential-method-refused"),

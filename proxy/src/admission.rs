@@ -8,12 +8,19 @@
 //!    the sandbox's budget, refused when an hourly budget is spent, before any policy work;
 //!    also for each request read in an intercepted connection ([`paced`]).
 //! 1. **The policy** (`decide::decide`): the allow and deny rules, the hard denies, report
-//!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]).
+//!    mode. DNS has no port, so it asks for the name on any port ([`Port::Any`]). A host no
+//!    rule lists is [`Outcome::Ask`] when the policy asks about such hosts
+//!    (`[network] unlisted = "ask"`); never a listed deny, an IP literal, a port or a hard
+//!    deny.
 //! 2. **The name** ([`names::judge`]), only for a destination the policy let through: a name
 //!    that carries a secret, looks encoded or passes its zone's budget is never resolved.
 //!    The DNS filter takes this step after its query-type check ([`Admission::named`]), so
 //!    a refused type never spends a zone's budget.
-//! 3. **The upstream's circuit** ([`crate::breaker`], not for DNS nor the git service
+//! 3. **The operator's answer** to an asked host ([`crate::approvals`]), once the name
+//!    passed: an approval admits it, a denial refuses it `approval-denied` with the
+//!    operator's reason, else it is filed (or counted) and refused `approval-required`,
+//!    naming the item. Nothing is ever held waiting.
+//! 4. **The upstream's circuit** ([`crate::breaker`], not for DNS nor the git service
 //!    port): an upstream that kept failing is answered at once; also checked for each
 //!    request read in an intercepted connection ([`paced`]).
 //!
@@ -28,6 +35,7 @@
 
 use airlock_policy::reason::Reason;
 
+use crate::approvals::{Approvals, Asked};
 use crate::audit::{Record, Verdict};
 use crate::breaker::Breakers;
 use crate::budget::Budgets;
@@ -43,6 +51,8 @@ pub struct Pace<'a> {
     pub rate: &'a Rate,
     pub breakers: &'a Breakers,
     pub budgets: &'a Budgets,
+    /// The operator's inbox and answers ([`crate::approvals`]).
+    pub approvals: &'a Approvals,
     pub who: Client,
 }
 
@@ -78,14 +88,20 @@ pub enum Outcome {
     Report(Reason),
     /// Refused with this reason.
     Deny(Reason),
+    /// The policy's answer for a host it asks the operator about: refused
+    /// (`approval-required`) by whoever does not take the approvals step.
+    Ask,
 }
 
 /// The decision on one destination, with what its audit line says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
     pub outcome: Outcome,
-    /// The rule that decided: a policy rule, or the detector a name tripped.
+    /// The rule that decided: a policy rule, the detector a name tripped, or the
+    /// operator's answer.
     pub rule: Option<String>,
+    /// The operator's inbox item this decision is about, if any.
+    pub approval: Option<String>,
     /// The host as the line keeps it when a detector fired on the name: the labels the
     /// agent chose masked (the line names the detector, never the value).
     pub redacted: Option<String>,
@@ -97,6 +113,7 @@ impl Admission {
     pub const fn refused(&self) -> Option<Reason> {
         match self.outcome {
             Outcome::Deny(reason) => Some(reason),
+            Outcome::Ask => Some(Reason::ApprovalRequired),
             Outcome::Allow | Outcome::Report(_) => None,
         }
     }
@@ -108,6 +125,7 @@ impl Admission {
             Outcome::Allow => (Verdict::Allow, None),
             Outcome::Report(reason) => (Verdict::Report, Some(reason)),
             Outcome::Deny(reason) => (Verdict::Deny, Some(reason)),
+            Outcome::Ask => (Verdict::Deny, Some(Reason::ApprovalRequired)),
         }
     }
 
@@ -116,15 +134,17 @@ impl Admission {
     pub fn stamp(&self, rec: &mut Record) {
         (rec.decision, rec.reason) = self.verdict();
         rec.rule.clone_from(&self.rule);
+        rec.approval.clone_from(&self.approval);
         if let Some(host) = &self.redacted {
             rec.host = Some(host.clone());
         }
     }
 
-    /// Step 2, the name, on a destination step 1 let through; a refused one stays as it is.
+    /// Step 2, the name, on a destination step 1 let through or asks about; a refused one
+    /// stays as it is.
     #[must_use]
     pub fn named(self, rules: NameRules<'_>, budget: &Budget, target: &Target) -> Self {
-        if self.refused().is_some() {
+        if matches!(self.outcome, Outcome::Deny(_)) {
             return self;
         }
         let (outcome, rule) = match names::judge(rules, budget, &target.host) {
@@ -140,7 +160,61 @@ impl Admission {
         Self {
             outcome,
             rule: rule.or(self.rule),
+            approval: None,
             redacted,
+        }
+    }
+
+    /// Step 3, the operator's answer, on an asked destination (else `self` as it is).
+    #[must_use]
+    pub fn answered(self, pace: Option<Pace<'_>>, target: &Target) -> Self {
+        if self.outcome != Outcome::Ask {
+            return self;
+        }
+        // The git service port asks nobody: refused as any unlisted host.
+        let Some(pace) = pace else {
+            return Self {
+                outcome: Outcome::Deny(Reason::BlockedByPolicy),
+                ..self
+            };
+        };
+        let (now, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
+        let host = target.host.as_str();
+        let asked = pace.approvals.ask(pace.who, host, target.port, now, wall);
+        let (outcome, rule, approval) = match asked {
+            Asked::Granted { id, scope } => (
+                Outcome::Allow,
+                Some(format!("approval {id} ({})", scope.as_str())),
+                Some(id),
+            ),
+            Asked::Denied { id, reason } => (
+                Outcome::Deny(Reason::ApprovalDenied),
+                Some(format!("approval {id} denied by the operator: {reason}")),
+                Some(id),
+            ),
+            Asked::Pending { id } => (Outcome::Deny(Reason::ApprovalRequired), None, Some(id)),
+            Asked::Full => (
+                Outcome::Deny(Reason::ApprovalRequired),
+                Some(format!(
+                    "approvals: {} items of this session wait for the operator; nothing more is filed until some are answered",
+                    crate::approvals::MAX_PENDING
+                )),
+                None,
+            ),
+            Asked::TooFast => (
+                Outcome::Deny(Reason::RateLimited),
+                Some(format!(
+                    "approvals: at most {} new asks a minute per session",
+                    crate::approvals::MAX_FILED_PER_MINUTE
+                )),
+                None,
+            ),
+        };
+        Self {
+            outcome,
+            rule,
+            approval,
+            redacted: self.redacted,
         }
     }
 }
@@ -151,8 +225,10 @@ pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> A
     let d = decide::decide(policy, target);
     // A verdict that lost its reason still refuses (never a silent allow).
     let reason = d.reason.unwrap_or(Reason::BlockedByPolicy);
+    let asks = policy.network.unlisted == airlock_policy::Unlisted::Ask;
     let outcome = match d.verdict {
         _ if port == Port::Any && d.reason == Some(Reason::BlockedPort) => Outcome::Allow,
+        Verdict::Deny if asks && d.reason == Some(Reason::BlockedByPolicy) => Outcome::Ask,
         Verdict::Allow => Outcome::Allow,
         Verdict::Report => Outcome::Report(reason),
         Verdict::Deny | Verdict::Abandoned => Outcome::Deny(reason),
@@ -160,6 +236,7 @@ pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> A
     Admission {
         outcome,
         rule: d.rule,
+        approval: None,
         redacted: None,
     }
 }
@@ -189,6 +266,7 @@ fn rated(pace: Pace<'_>, policy: &airlock_policy::Policy, target: &Target) -> Op
             "limits: {} requests/s, burst {}, per session and host",
             l.requests_per_second, l.request_burst
         )),
+        approval: None,
         redacted: None,
     })
 }
@@ -218,6 +296,7 @@ fn budgeted(
             "limits: {} {} spent; resets at {resets}",
             spent.knob, spent.limit
         )),
+        approval: None,
         redacted: None,
     })
 }
@@ -233,6 +312,7 @@ fn circuit(pace: Pace<'_>, policy: &airlock_policy::Policy, target: &Target) -> 
             open.failures,
             open.remaining.as_secs().max(1)
         )),
+        approval: None,
         redacted: None,
     })
 }
@@ -249,7 +329,9 @@ pub fn admit(
     if let Some(refused) = pace.and_then(|p| rated(p, rules.policy, target)) {
         return refused;
     }
-    let admission = policy(rules.policy, target, Port::Exact).named(rules, budget, target);
+    let admission = policy(rules.policy, target, Port::Exact)
+        .named(rules, budget, target)
+        .answered(pace, target);
     if admission.refused().is_some() {
         return admission;
     }

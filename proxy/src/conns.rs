@@ -120,9 +120,10 @@ impl Conns {
             .unwrap_or_else(PoisonError::into_inner)
             .values()
             .filter(|e| {
-                admission::policy(&rules.policy, &e.target, Port::Exact)
-                    .refused()
-                    .is_some()
+                // An asked host stays: a connection to it was admitted by an approval, which
+                // no revision of the policy takes back (a denial or a listed deny does).
+                let a = admission::policy(&rules.policy, &e.target, Port::Exact);
+                matches!(a.outcome, admission::Outcome::Deny(_))
             })
             .map(|e| e.cut.clone())
             .collect();

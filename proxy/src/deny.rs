@@ -21,39 +21,62 @@ pub(crate) async fn audited(
     port: u16,
 ) -> Response<ProxyBody> {
     match commit_refusal(rec, reason) {
-        Ok(rule) => denial_naming(reason, host, port, rule.as_deref()),
+        Ok(named) => denial_naming(reason, host, port, &named),
         Err(crate::audit::Unavailable) => denial(Reason::AuditUnavailable, host, port),
     }
 }
 
+/// What a refusal's answer names besides its reason: the rule that refused (when the
+/// reason says what to change) and the operator's inbox item it filed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub rule: Option<String>,
+    pub approval: Option<String>,
+}
+
 /// Writes `rec` as the refusal for `reason`, as [`audited`] does, for an answer spoken
-/// later ([`crate::legible`]); returns the rule that answer names. When the line cannot be
+/// later ([`crate::legible`]); returns what that answer names. When the line cannot be
 /// written nothing may be granted: the caller answers [`Reason::AuditUnavailable`].
 pub(crate) fn commit_refusal(
     mut rec: crate::audit::Pending,
     reason: Reason,
-) -> Result<Option<String>, crate::audit::Unavailable> {
+) -> Result<Named, crate::audit::Unavailable> {
     rec.decision = crate::audit::Verdict::Deny;
     rec.reason = Some(reason);
     // The agent learns which rule or detector refused it (never a value: detectors are
     // named by format or file), as the audit line does.
-    let rule = rec.rule.clone().filter(|_| names_its_rule(reason));
+    let named = Named {
+        rule: rec.rule.clone().filter(|_| names_its_rule(reason)),
+        approval: rec.approval.clone(),
+    };
     rec.commit()?;
-    Ok(rule)
+    Ok(named)
 }
 
-/// [`denial`] naming the rule that refused (what [`audited`] answers).
+/// [`denial`] naming the rule that refused and the inbox item it filed (what [`audited`]
+/// answers).
 #[must_use]
 pub(crate) fn denial_naming(
     reason: Reason,
     host: &str,
     port: u16,
-    rule: Option<&str>,
+    named: &Named,
 ) -> Response<ProxyBody> {
-    json_denial(
-        reason,
-        body_json_with(reason, host, port, None, rule, reason.hint()),
-    )
+    let mut body = ErrorBody::new(reason, host, port, reason.hint());
+    body.rule = named.rule.as_deref();
+    let steps;
+    if let Some(id) = named
+        .approval
+        .as_deref()
+        .filter(|_| reason == Reason::ApprovalRequired)
+    {
+        steps = format!(
+            "The operator decides out of band: `airlock approvals` lists it, `airlock approve {id} --once` (or --session) lets it through; retry after that."
+        );
+        body.approval_id = Some(id);
+        body.next_steps = Some(&steps);
+    }
+    json_denial(reason, body.to_json())
 }
 
 /// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
@@ -61,7 +84,9 @@ pub(crate) fn denial_naming(
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
-        Reason::RequestDeniedByRule
+        Reason::ApprovalRequired
+            | Reason::ApprovalDenied
+            | Reason::RequestDeniedByRule
             | Reason::RateLimited
             | Reason::UpstreamCircuitOpen
             | Reason::BudgetExhausted
@@ -127,6 +152,31 @@ struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<&'a str>,
     message: &'a str,
+    /// The operator's inbox item the refusal filed (`approval-required`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval_id: Option<&'a str>,
+    /// How the item gets answered, for the agent to tell its user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_steps: Option<&'a str>,
+}
+
+impl<'a> ErrorBody<'a> {
+    const fn new(reason: Reason, host: &'a str, port: u16, message: &'a str) -> Self {
+        Self {
+            error: reason.as_str(),
+            host,
+            port,
+            credential: None,
+            rule: None,
+            message,
+            approval_id: None,
+            next_steps: None,
+        }
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| format!("{{\"error\":\"{}\"}}", self.error))
+    }
 }
 
 /// The JSON body of a denial.
@@ -143,16 +193,10 @@ fn body_json_with(
     rule: Option<&str>,
     message: &str,
 ) -> String {
-    let body = ErrorBody {
-        error: reason.as_str(),
-        host,
-        port,
-        credential,
-        rule,
-        message,
-    };
-    serde_json::to_string(&body)
-        .unwrap_or_else(|_| format!("{{\"error\":\"{}\"}}", reason.as_str()))
+    let mut body = ErrorBody::new(reason, host, port, message);
+    body.credential = credential;
+    body.rule = rule;
+    body.to_json()
 }
 
 /// A denial: status from [`status_for`], JSON body, `x-airlock-error: <reason>`.

@@ -85,10 +85,22 @@ pub enum Plan {
 /// judged by `named` once the plan is to resolve it.
 #[must_use]
 pub fn plan(policy: &airlock_policy::Policy, msg: &Message) -> (Plan, Admission) {
+    plan_with(policy, msg, &|_| false)
+}
+
+/// [`plan`] for a session whose standing approvals `approved` names: a name the policy
+/// asks about resolves when the operator approved it for that session (on some port).
+#[must_use]
+pub fn plan_with(
+    policy: &airlock_policy::Policy,
+    msg: &Message,
+    approved: &dyn Fn(&Host) -> bool,
+) -> (Plan, Admission) {
     let refused = |plan: Plan, reason: Reason, rule: Option<String>| {
         let admission = Admission {
             outcome: Outcome::Deny(reason),
             rule,
+            approval: None,
             redacted: None,
         };
         (plan, admission)
@@ -107,7 +119,11 @@ pub fn plan(policy: &airlock_policy::Policy, msg: &Message) -> (Plan, Admission)
     };
     // DNS has no port: the port here only fills the target.
     let target = Target { host, port: 443 };
-    let admission = admission::policy(policy, &target, admission::Port::Any);
+    let mut admission = admission::policy(policy, &target, admission::Port::Any);
+    if admission.outcome == Outcome::Ask && approved(&target.host) {
+        admission.outcome = Outcome::Allow;
+        admission.rule = Some("approved for this session".to_owned());
+    }
     if let Some(reason) = admission.refused() {
         return (Plan::Refuse(reason), admission);
     }
@@ -259,7 +275,13 @@ pub(crate) async fn handle(
     }
     // One snapshot of the policy for the whole query.
     let rules = shared.rules.load();
-    let (plan, admission) = named(shared, rules.name_rules(), plan(&rules.policy, &msg));
+    let who = crate::limits::Client::of(uid, client);
+    let approved = |h: &Host| {
+        let now = SystemTime::now();
+        shared.approvals.approved_name(who, h.as_str(), now)
+    };
+    let planned = plan_with(&rules.policy, &msg, &approved);
+    let (plan, admission) = named(shared, rules.name_rules(), planned);
     let resolved = matches!(plan, Plan::Resolve { .. });
     admission.stamp(&mut rec);
     let out = match plan {

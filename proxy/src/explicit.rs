@@ -334,12 +334,8 @@ async fn admit(
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
     // The git service port's pushes are the git API's: never rate-limited here.
-    let pace = (st.mode != Mode::Service).then(|| crate::admission::Pace {
-        rate: &st.shared.rate,
-        breakers: &st.shared.breakers,
-        budgets: &st.shared.budgets,
-        who: crate::limits::Client::of(st.uid, st.peer),
-    });
+    let pace = (st.mode != Mode::Service)
+        .then(|| st.shared.pace(crate::limits::Client::of(st.uid, st.peer)));
     let admission =
         crate::admission::admit(rules.name_rules(), &st.shared.dns_budget, pace, target);
     admission.stamp(rec);
@@ -460,14 +456,14 @@ fn refuse_in_tunnel(
     req: &mut Request<Incoming>,
 ) -> Response<ProxyBody> {
     let (host, port) = (target.host.as_str().to_owned(), target.port);
-    let Ok(rule) = deny::commit_refusal(rec, reason) else {
+    let Ok(named) = deny::commit_refusal(rec, reason) else {
         return deny::denial(Reason::AuditUnavailable, &host, port);
     };
     let refusal = crate::legible::Refusal {
         reason,
         host,
         port,
-        rule,
+        named,
     };
     let on_upgrade = hyper::upgrade::on(req);
     let shared = Arc::clone(&st.shared);

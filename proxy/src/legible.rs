@@ -57,8 +57,8 @@ pub(crate) struct Refusal {
     pub reason: Reason,
     pub host: String,
     pub port: u16,
-    /// The rule that refused, when the reason names one (`deny::commit_refusal`).
-    pub rule: Option<String>,
+    /// The rule that refused and the inbox item filed (`deny::commit_refusal`).
+    pub named: deny::Named,
 }
 
 impl Refusal {
@@ -72,7 +72,7 @@ impl Refusal {
                 let message = format!("airlock: {host} is refused ({reason}): {}", reason.hint());
                 deny::git_refusal(reason, service, &message)
             }
-            None => deny::denial_naming(reason, host, port, self.rule.as_deref()),
+            None => deny::denial_naming(reason, host, port, &self.named),
         }
     }
 }
@@ -193,7 +193,7 @@ mod tests {
             reason: Reason::BlockedByPolicy,
             host: "evil.test".into(),
             port: 443,
-            rule: None,
+            named: deny::Named::default(),
         };
         let git = refusal.answer(&get("/o/r.git/info/refs?service=git-upload-pack"));
         assert_eq!(git.status(), 200);

@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod approvals;
 pub mod audit;
 mod body;
 pub mod breaker;
@@ -117,10 +118,25 @@ pub(crate) struct Shared {
     pub breakers: breaker::Breakers,
     /// The hourly upload and request budgets (`budget`).
     pub budgets: budget::Budgets,
+    /// The operator's inbox of asked hosts and its answers (`approvals`).
+    pub approvals: approvals::Approvals,
     /// hyper's head-read timeout clock for every client connection.
     pub head_timer: gate::HeadTimer,
     /// The open connections a policy reload re-judges.
     pub conns: Arc<conns::Conns>,
+}
+
+impl Shared {
+    /// What the admission counts and asks on behalf of the agent session `who`.
+    pub(crate) const fn pace(&self, who: limits::Client) -> admission::Pace<'_> {
+        admission::Pace {
+            rate: &self.rate,
+            breakers: &self.breakers,
+            budgets: &self.budgets,
+            approvals: &self.approvals,
+            who,
+        }
+    }
 }
 
 /// Everything a proxy instance needs.
@@ -257,6 +273,7 @@ impl Proxy {
             rate: rate::Rate::default(),
             breakers: breaker::Breakers::default(),
             budgets: budget::Budgets::default(),
+            approvals: approvals::Approvals::default(),
             head_timer,
             conns: Arc::new(conns::Conns::default()),
         });

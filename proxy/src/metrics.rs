@@ -48,7 +48,12 @@ impl Metrics {
         // An `open` line is followed by the request's own; a token note is no decision.
         if matches!(
             rec.event,
-            Some(Event::Open | Event::LlmTokensWarning | Event::LlmTokensSpent)
+            Some(
+                Event::Open
+                    | Event::LlmTokensWarning
+                    | Event::LlmTokensSpent
+                    | Event::ApprovalAnswered
+            )
         ) {
             return;
         }

@@ -200,6 +200,11 @@ pub struct NameRules<'a> {
     pub needles: &'a NameNeedles,
 }
 
+/// Whether the policy asks the operator about hosts it does not list.
+fn asks(policy: &Policy) -> bool {
+    policy.network.unlisted == airlock_policy::Unlisted::Ask
+}
+
 /// The decision on a name the policy lets the agent resolve (see the module docs), asked
 /// only by [`crate::admission`]: a name is resolved only on [`NameVerdict::Pass`] or
 /// [`NameVerdict::Report`].
@@ -226,9 +231,6 @@ pub fn judge(rules: NameRules<'_>, budget: &Budget, host: &Host) -> NameVerdict 
     if matches!(content, NameVerdict::Refuse { .. }) {
         return content;
     }
-    let Some(zone) = zone else {
-        return content;
-    };
     let report = matches!(policy.sandbox.mode, airlock_policy::Mode::Report);
     let suspect = if report {
         NameVerdict::Report {
@@ -241,9 +243,14 @@ pub fn judge(rules: NameRules<'_>, budget: &Budget, host: &Host) -> NameVerdict 
             rule: None,
         }
     };
-    if looks_encoded(chosen) {
+    if looks_encoded(chosen) && (zone.is_some() || asks(policy)) {
         return suspect;
     }
+    // A name no rule lists reaches here only to be asked about (or reported): the agent
+    // chose every label, and one that looks encoded is never filed for the operator.
+    let Some(zone) = zone else {
+        return content;
+    };
     if !budget.admit(&zone, chosen, policy.network.dns_name_budget()) {
         return suspect;
     }

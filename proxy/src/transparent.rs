@@ -326,7 +326,10 @@ async fn refuse(
             reason,
             host,
             port: orig.port(),
-            rule: None,
+            named: crate::deny::Named {
+                rule: None,
+                approval: rec.approval.clone(),
+            },
         };
         crate::legible::tls_denial(stream, interception, limits, &refusal).await;
     }
@@ -344,12 +347,7 @@ async fn admit(
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
     // The rate, the policy, then the name the agent chose, before it is resolved.
-    let pace = crate::admission::Pace {
-        rate: &shared.rate,
-        breakers: &shared.breakers,
-        budgets: &shared.budgets,
-        who: crate::limits::Client::of(rec.uid, orig),
-    };
+    let pace = shared.pace(crate::limits::Client::of(rec.uid, orig));
     let admission =
         crate::admission::admit(rules.name_rules(), &shared.dns_budget, Some(pace), &target);
     admission.stamp(rec);

@@ -17,7 +17,7 @@ use crate::common::{ALLOWED_IP, Extra, Harness, echo_server, refused_in_tunnel, 
 use airlock_proxy::limits::Limits;
 
 /// One exchange on the admin socket: the status and the body.
-async fn call(sock: &Path, req: &Request) -> (u16, Vec<u8>) {
+pub(crate) async fn call(sock: &Path, req: &Request) -> (u16, Vec<u8>) {
     let http = req.to_http().unwrap();
     raw_call(
         sock,
@@ -52,7 +52,7 @@ async fn raw_call(sock: &Path, method: &str, target: &str, body: Vec<u8>) -> (u1
     (status, body)
 }
 
-fn response(body: &[u8]) -> Response {
+pub(crate) fn response(body: &[u8]) -> Response {
     serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
 }

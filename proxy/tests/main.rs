@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod approvals;
 mod budget;
 mod dns;
 mod encodings;

@@ -24,10 +24,12 @@ mod request;
 mod response;
 
 pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
-pub use request::{CheckQuery, HttpRequest, Method, ReloadRequest, Request};
+pub use request::{
+    AnswerRequest, ApprovalQuery, CheckQuery, HttpRequest, Method, ReloadRequest, Request,
+};
 pub use response::{
-    AuditState, BudgetUse, Checked, Counters, EffectiveRule, ErrorBody, ErrorCode, PolicyRevision,
-    Reloaded, Response, Session, SessionKind, Sessions,
+    Approval, Approvals, AuditState, BudgetUse, Checked, Counters, EffectiveRule, ErrorBody,
+    ErrorCode, PolicyRevision, Reloaded, Response, Session, SessionKind, Sessions,
 };
 
 /// The protocol version this crate speaks.
@@ -57,6 +59,14 @@ pub mod path {
     /// `GET`: the event stream, NDJSON of [`super::StreamLine`] ([`super::EventsQuery`] in
     /// the query string).
     pub const EVENTS: &str = "/v1/events";
+    /// `GET`: the operator's inbox ([`super::Approvals`]).
+    pub const APPROVALS: &str = "/v1/approvals";
+    /// `GET`: one item with its review token ([`super::ApprovalQuery`] in the query string
+    /// → [`super::Approval`]).
+    pub const APPROVAL: &str = "/v1/approval";
+    /// `POST`: the operator's answer to one item ([`super::AnswerRequest`] →
+    /// [`super::Approval`]).
+    pub const ANSWER: &str = "/v1/approval/answer";
     /// `GET`: Prometheus metrics (text exposition format; unversioned, as scrapers expect).
     pub const METRICS: &str = "/metrics";
 }

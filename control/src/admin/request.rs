@@ -26,6 +26,12 @@ pub enum Request {
     Metrics,
     /// A dry run of the policy in force for one URL ([`path::CHECK`]).
     Check(CheckQuery),
+    /// The operator's inbox ([`path::APPROVALS`]).
+    Approvals,
+    /// One item of the inbox, with its review token ([`path::APPROVAL`]).
+    Approval(ApprovalQuery),
+    /// The operator's answer to one item ([`path::ANSWER`]).
+    Answer(AnswerRequest),
     /// An operation this side does not know (a newer peer's).
     #[serde(other)]
     Unknown,
@@ -40,6 +46,35 @@ pub struct ReloadRequest {
     /// Where `text` came from (a host path), for `file:line` in errors and the audit line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+}
+
+/// Which item: the query string of [`path::APPROVAL`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalQuery {
+    /// The item's id.
+    pub id: String,
+}
+
+/// The operator's answer to one item: the body of [`path::ANSWER`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerRequest {
+    /// The item's id.
+    pub id: String,
+    /// `true` approves, `false` denies.
+    pub approve: bool,
+    /// An approval's scope: `once` (the session's next connection) or `session` (every
+    /// connection of that session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// How long the answer holds, in seconds (none: until the sandbox stops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_seconds: Option<u64>,
+    /// The review token the operator was shown; an answer with a stale one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A denial's reason, for the agent (required to deny).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What a dry run asks about: the query string of [`path::CHECK`].
@@ -90,6 +125,41 @@ impl CheckQuery {
         q.method = method;
         Ok(q)
     }
+}
+
+impl ApprovalQuery {
+    fn from_query(query: &str) -> Result<ApprovalQuery, ErrorBody> {
+        let bad = |message: String| error(ErrorCode::BadRequest, message);
+        match query.split_once('=') {
+            Some(("id", id)) if !id.is_empty() && !id.contains('&') => {
+                let id = percent_encoding::percent_decode_str(id)
+                    .decode_utf8()
+                    .map_err(|_| bad("the value of id is not UTF-8".to_owned()))?;
+                Ok(ApprovalQuery {
+                    id: id.into_owned(),
+                })
+            }
+            _ => Err(bad("an approval is asked for by id= alone".to_owned())),
+        }
+    }
+}
+
+/// A JSON object body of `route` read as `T` (`what` names it in the error).
+fn object_body<T: serde::de::DeserializeOwned>(
+    route: &str,
+    body: &[u8],
+    what: &str,
+) -> Result<T, ErrorBody> {
+    let not = |e: serde_json::Error| {
+        error(
+            ErrorCode::BadRequest,
+            format!("the body of {route} is not {what}: {e}"),
+        )
+    };
+    // An object, not whatever else serde would read a struct from (an array).
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(not)?;
+    serde_json::from_value(serde_json::Value::Object(object)).map_err(not)
 }
 
 /// A query value escaped: everything but unreserved characters.
@@ -144,10 +214,13 @@ enum Op {
     Reload,
     Metrics,
     Check,
+    Approvals,
+    Approval,
+    Answer,
 }
 
 /// The routing table: every operation's method and path, once.
-const ROUTES: [(Method, &str, Op); 8] = [
+const ROUTES: [(Method, &str, Op); 11] = [
     (Method::Get, path::STATUS, Op::Status),
     (Method::Get, path::SESSIONS, Op::Sessions),
     (Method::Get, path::POLICY, Op::Policy),
@@ -156,6 +229,9 @@ const ROUTES: [(Method, &str, Op); 8] = [
     (Method::Post, path::RELOAD, Op::Reload),
     (Method::Get, path::METRICS, Op::Metrics),
     (Method::Get, path::CHECK, Op::Check),
+    (Method::Get, path::APPROVALS, Op::Approvals),
+    (Method::Get, path::APPROVAL, Op::Approval),
+    (Method::Post, path::ANSWER, Op::Answer),
 ];
 
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
@@ -201,7 +277,8 @@ impl Request {
                 format!("{route} takes {}, not {method}", want.as_str()),
             ));
         }
-        if !matches!(op, Op::Events | Op::Check) && query.is_some_and(|q| !q.is_empty()) {
+        let takes_query = matches!(op, Op::Events | Op::Check | Op::Approval);
+        if !takes_query && query.is_some_and(|q| !q.is_empty()) {
             return Err(error(
                 ErrorCode::BadRequest,
                 format!("{route} takes no query string"),
@@ -215,23 +292,13 @@ impl Request {
             Op::Metrics => Request::Metrics,
             Op::Events => Request::Events(EventsQuery::from_query(query.unwrap_or(""))?),
             Op::Check => Request::Check(CheckQuery::from_query(query.unwrap_or(""))?),
+            Op::Approvals => Request::Approvals,
+            Op::Approval => Request::Approval(ApprovalQuery::from_query(query.unwrap_or(""))?),
+            Op::Answer => Request::Answer(object_body(route, body, "an answer")?),
             Op::Reload if body.iter().all(u8::is_ascii_whitespace) => {
                 Request::Reload(ReloadRequest::default())
             }
-            Op::Reload => {
-                let not = |e: serde_json::Error| {
-                    error(
-                        ErrorCode::BadRequest,
-                        format!("the body of {route} is not a reload request: {e}"),
-                    )
-                };
-                // An object, not whatever else serde would read a struct from (an array).
-                let object: serde_json::Map<String, serde_json::Value> =
-                    serde_json::from_slice(body).map_err(not)?;
-                Request::Reload(
-                    serde_json::from_value(serde_json::Value::Object(object)).map_err(not)?,
-                )
-            }
+            Op::Reload => Request::Reload(object_body(route, body, "a reload request")?),
         })
     }
 
@@ -258,6 +325,13 @@ impl Request {
                 }
             }
             Request::Check(q) => get(&format!("{}?{}", path::CHECK, q.to_query())),
+            Request::Approvals => get(path::APPROVALS),
+            Request::Approval(q) => get(&format!("{}?id={}", path::APPROVAL, encode(&q.id))),
+            Request::Answer(a) => HttpRequest {
+                method: Method::Post,
+                target: path::ANSWER.to_owned(),
+                body: Some(serde_json::to_vec(a).unwrap_or_default()),
+            },
             Request::Reload(r) => HttpRequest {
                 method: Method::Post,
                 target: path::RELOAD.to_owned(),
@@ -302,6 +376,18 @@ mod tests {
             Request::Reload(ReloadRequest {
                 text: Some("[sandbox]\nname = \"x\"\n".into()),
                 origin: Some("/home/me/policy.toml".into()),
+            }),
+            Request::Approvals,
+            Request::Approval(ApprovalQuery {
+                id: "3f2a9c1d".into(),
+            }),
+            Request::Answer(AnswerRequest {
+                id: "3f2a9c1d".into(),
+                approve: true,
+                scope: Some("session".into()),
+                for_seconds: Some(1800),
+                token: Some("0011223344556677".into()),
+                reason: None,
             }),
         ]
     }

@@ -20,6 +20,11 @@ pub enum Response {
     Reloaded(Reloaded),
     /// A dry run's verdict.
     Checked(Checked),
+    /// The operator's inbox: every asked host, pending ones first.
+    Approvals(Approvals),
+    /// One item of the inbox, with its review token (`GET`), or as an answer left it
+    /// (`POST`).
+    Approval(Approval),
     /// A refused or failed request.
     Error(ErrorBody),
     /// An answer this side does not know (a newer peer's).
@@ -129,6 +134,54 @@ pub struct Checked {
     pub message: String,
 }
 
+/// The operator's inbox (`[network] unlisted = "ask"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approvals {
+    /// Pending items first (oldest first), then the answered ones (newest first).
+    pub items: Vec<Approval>,
+}
+
+/// One asked destination of one session, and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// Its id (8 hex digits), as the agent's refusal and the audit lines name it.
+    pub id: String,
+    /// The session that asked (`uid 1000`).
+    pub session: String,
+    /// The host asked for.
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// Requests that asked for it.
+    pub hits: u64,
+    /// When it was first asked for, in Unix milliseconds.
+    pub first_ms: u64,
+    /// When it was last asked for, in Unix milliseconds.
+    pub last_ms: u64,
+    /// `pending`, `approved`, `spent` (an approval for one connection, used) or `denied`.
+    pub state: String,
+    /// An approval's scope: `once` or `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Who answered (the operator's uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<u32>,
+    /// When an answer runs out, in Unix milliseconds (none: when the sandbox stops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+    /// A denial's reason, as the agent reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What approving would open beyond the host itself (a credential bound to it, an
+    /// uninspected tunnel), for the operator to weigh.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The review token binding what is shown (the item and the policy revision); only
+    /// on `GET` of one item. An answer given with a stale one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
 /// The audit log's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -216,6 +269,9 @@ pub enum ErrorCode {
     InvalidPolicy,
     /// A reload changes what only a restart applies.
     RestartNeeded,
+    /// The answer conflicts with the item's state: answered already, or a stale review
+    /// token.
+    Conflict,
     /// The service cannot answer now (starting, stopping).
     Unavailable,
     /// A fault on the server's side.
@@ -234,7 +290,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::UnknownVersion | ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
-            ErrorCode::RestartNeeded => 409,
+            ErrorCode::RestartNeeded | ErrorCode::Conflict => 409,
             ErrorCode::InvalidPolicy => 422,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,

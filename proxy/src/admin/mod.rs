@@ -11,12 +11,14 @@
 //! the sessions, the policy revision, the counters and Prometheus metrics
 //! ([`crate::metrics`]), the event stream ([`stream`], every audit line as written), and the
 //! policy reload ([`crate::revision`]), after which the open connections the new revision
-//! refuses are closed ([`crate::conns`]).
+//! refuses are closed ([`crate::conns`]) and the inbox's items it decides itself dropped,
+//! and the operator's inbox of asked hosts with its answers ([`approvals`]).
 //!
 //! It does not decide anything about the agent's traffic, and a slow or broken admin client
 //! never holds up the proxy: each connection is its own task, bodies are bounded, and the
 //! event stream never makes the audit writer wait.
 
+mod approvals;
 pub mod check;
 pub mod peer;
 pub mod stream;
@@ -94,6 +96,8 @@ pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, admin: Ar
 }
 
 async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) {
+    // Who answers an approval: the operator's uid, as the kernel says.
+    let operator = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
     let refused = match stream.peer_cred() {
         Ok(cred) => admin
             .operators
@@ -116,7 +120,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) 
         async move {
             let resp = match refused {
                 Some(why) => error(ErrorCode::Forbidden, why),
-                None => handle(req, &shared, &admin).await,
+                None => handle(req, &shared, &admin, operator).await,
             };
             Ok::<_, Infallible>(resp)
         }
@@ -132,7 +136,12 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) 
 }
 
 /// One request's answer.
-async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -> AdminResponse {
+async fn handle(
+    req: hyper::Request<Incoming>,
+    shared: &Shared,
+    admin: &Admin,
+    operator: u32,
+) -> AdminResponse {
     let method = req.method().as_str().to_owned();
     let target = req
         .uri()
@@ -211,6 +220,15 @@ async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -
                 Ok(Outcome::Unchanged(r)) => json(StatusCode::OK, &Response::Reloaded(r)),
                 Ok(Outcome::Loaded(r)) => {
                     let closed = shared.conns.close_refused();
+                    let rules = shared.rules.load();
+                    let dropped = shared
+                        .approvals
+                        .drop_covered(|host, port| decides(&rules.policy, host, port));
+                    if dropped > 0 {
+                        tracing::info!(
+                            "{dropped} pending approvals dropped: the policy decides them now"
+                        );
+                    }
                     tracing::info!(
                         "policy revision {} ({}) loaded; {closed} open connections it refuses closed",
                         r.revision,
@@ -231,8 +249,39 @@ async fn handle(req: hyper::Request<Incoming>, shared: &Shared, admin: &Admin) -
                 Err(e) => error(e.code, e.message),
             }
         }
+        Request::Approvals => json(
+            StatusCode::OK,
+            &Response::Approvals(airlock_control::admin::Approvals {
+                items: approvals::list(shared),
+            }),
+        ),
+        Request::Approval(q) => {
+            let revision = admin.revisions.current().revision;
+            match approvals::show(shared, &q.id, revision) {
+                Ok(a) => json(StatusCode::OK, &Response::Approval(a)),
+                Err(e) => error(e.code, e.message),
+            }
+        }
+        Request::Answer(a) => {
+            let revision = admin.revisions.current().revision;
+            match approvals::answer(shared, &a, operator, revision) {
+                Ok(a) => json(StatusCode::OK, &Response::Approval(a)),
+                Err(e) => error(e.code, e.message),
+            }
+        }
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
     }
+}
+
+/// Whether `policy` decides `host:port` itself (allows or refuses it) rather than asking the
+/// operator: a pending item for it is then moot.
+fn decides(policy: &airlock_policy::Policy, host: &str, port: u16) -> bool {
+    let Ok(host) = airlock_policy::host::Host::parse(host) else {
+        return true;
+    };
+    let target = crate::decide::Target { host, port };
+    let a = crate::admission::policy(policy, &target, crate::admission::Port::Exact);
+    a.outcome != crate::admission::Outcome::Ask
 }
 
 /// The revision in force with its effective rules, read from the rules snapshot between

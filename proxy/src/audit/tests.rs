@@ -32,6 +32,7 @@ fn event_strings_are_stable_and_distinct() {
         "close-budget",
         "llm-tokens-warning",
         "llm-tokens-spent",
+        "approval-answered",
     ];
     let written: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
     assert_eq!(written, pinned);

@@ -136,12 +136,9 @@ fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reas
     if !route.check_host || ctx.git_service() {
         return Ok(());
     }
-    let pace = crate::admission::Pace {
-        rate: &ctx.shared.rate,
-        breakers: &ctx.shared.breakers,
-        budgets: &ctx.shared.budgets,
-        who: crate::limits::Client::of(ctx.uid, ctx.peer),
-    };
+    let pace = ctx
+        .shared
+        .pace(crate::limits::Client::of(ctx.uid, ctx.peer));
     match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {
         None => Ok(()),
         Some(refused) => {

@@ -1,0 +1,237 @@
+//! The operator's inbox on the admin API: list it, show one item with its review token,
+//! take an answer ([`crate::approvals`] holds the items; this is the thin side that reads
+//! the API's requests, writes the answer's audit line and renders the items).
+//!
+//! An answer is audited before it takes effect (`event: approval-answered`, who answered
+//! from the socket's credentials): without the line nothing is answered.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use airlock_control::admin::{AnswerRequest, Approval, ErrorBody, ErrorCode};
+use airlock_policy::Policy;
+
+use crate::Shared;
+use crate::approvals::{Answer, AnswerError, Item, Scope, State, token};
+use crate::audit::{Event, Kind, Record, Verdict};
+use crate::limits::Client;
+
+/// Longest answer the operator may give (`for`): 30 days.
+const MAX_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Longest denial reason, in characters (the agent reads it).
+const MAX_REASON: usize = 500;
+
+/// The inbox, pending items first.
+pub(super) fn list(shared: &Shared) -> Vec<Approval> {
+    let rules = shared.rules.load();
+    (shared.approvals.list().iter())
+        .map(|i| view(i, &rules.policy, None))
+        .collect()
+}
+
+/// Item `id` with its review token under `revision`.
+pub(super) fn show(shared: &Shared, id: &str, revision: u64) -> Result<Approval, ErrorBody> {
+    let item = shared.approvals.get(id).ok_or_else(|| not_found(id))?;
+    let rules = shared.rules.load();
+    Ok(view(&item, &rules.policy, Some(token(&item, revision))))
+}
+
+/// Takes the operator `by`'s answer `a` under `revision`: checked, audited, then applied.
+pub(super) fn answer(
+    shared: &Shared,
+    a: &AnswerRequest,
+    by: u32,
+    revision: u64,
+) -> Result<Approval, ErrorBody> {
+    let bad = |m: String| ErrorBody {
+        code: ErrorCode::BadRequest,
+        message: m,
+    };
+    let wall = SystemTime::now();
+    let until = match a.for_seconds.map(Duration::from_secs) {
+        Some(d) if d.is_zero() || d > MAX_FOR => {
+            return Err(bad(format!(
+                "for is 1 second to {} days",
+                MAX_FOR.as_secs() / 86_400
+            )));
+        }
+        d => d.map(|d| wall + d),
+    };
+    let answer = if a.approve {
+        let scope = match a.scope.as_deref() {
+            Some("once") => Scope::Once,
+            Some("session") => Scope::Session,
+            other => {
+                return Err(bad(format!(
+                    "an approval's scope is \"once\" or \"session\", not {other:?}"
+                )));
+            }
+        };
+        if scope == Scope::Once && until.is_some() {
+            return Err(bad("an approval for one connection takes no time".into()));
+        }
+        Answer::Approve { scope, until }
+    } else {
+        let reason = a.reason.as_deref().map(str::trim).unwrap_or_default();
+        if reason.is_empty()
+            || reason.chars().count() > MAX_REASON
+            || reason.chars().any(char::is_control)
+        {
+            return Err(bad(format!(
+                "a denial needs a reason for the agent: one line of 1 to {MAX_REASON} characters"
+            )));
+        }
+        Answer::Deny {
+            reason: reason.to_owned(),
+            until,
+        }
+    };
+    // The line first: an answer nobody can find in the log is not taken.
+    let item = shared
+        .approvals
+        .get(&a.id)
+        .ok_or_else(|| not_found(&a.id))?;
+    if item.state != State::Pending {
+        return Err(refused(&AnswerError::Answered {
+            id: a.id.clone(),
+            state: item.state.as_str(),
+        }));
+    }
+    if a.token
+        .as_deref()
+        .is_some_and(|t| t != token(&item, revision))
+    {
+        return Err(refused(&AnswerError::StaleToken(a.id.clone())));
+    }
+    let line = answer_line(shared, &item, &answer, by);
+    if shared.audit.commit(&line).is_err() {
+        return Err(ErrorBody {
+            code: ErrorCode::Unavailable,
+            message: "the audit log cannot be written: nothing was answered".into(),
+        });
+    }
+    let answered = shared
+        .approvals
+        .answer(&a.id, answer, by, a.token.as_deref(), revision)
+        .map_err(|e| refused(&e))?;
+    tracing::info!(
+        "approval {} ({}:{}) answered {} by uid {by}",
+        answered.id,
+        answered.host,
+        answered.port,
+        answered.state.as_str()
+    );
+    let rules = shared.rules.load();
+    Ok(view(&answered, &rules.policy, None))
+}
+
+/// The `approval-answered` line of `answer` to `item` by the operator `by`.
+fn answer_line(shared: &Shared, item: &Item, answer: &Answer, by: u32) -> Record {
+    let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Connect, None);
+    rec.uid = match item.who {
+        Client::Uid(u) => Some(u),
+        Client::Addr(_) | Client::Unknown => None,
+    };
+    rec.event = Some(Event::ApprovalAnswered);
+    rec.host = Some(item.host.clone());
+    rec.port = Some(item.port);
+    rec.approval = Some(item.id.clone());
+    let until = |u: &Option<SystemTime>| {
+        u.map_or(String::new(), |t| {
+            format!(" until {}", airlock_audit_schema::Timestamp::from(t))
+        })
+    };
+    (rec.decision, rec.rule) = match answer {
+        Answer::Approve { scope, until: u } => (
+            Verdict::Allow,
+            Some(format!(
+                "approved {} by uid {by}{}",
+                scope.as_str(),
+                until(u)
+            )),
+        ),
+        Answer::Deny { reason, until: u } => (
+            Verdict::Deny,
+            Some(format!("denied by uid {by}{}: {reason}", until(u))),
+        ),
+    };
+    rec
+}
+
+/// `item` as the API shows it, with what approving it would open beyond the host.
+fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
+    let ms = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    let (scope, by, until, reason) = match &item.state {
+        State::Pending => (None, None, None, None),
+        State::Approved { scope, by, until } => (Some(scope.as_str()), Some(*by), *until, None),
+        State::Spent { by } => (Some(Scope::Once.as_str()), Some(*by), None, None),
+        State::Denied { by, reason, until } => (None, Some(*by), *until, Some(reason.clone())),
+    };
+    Approval {
+        id: item.id.clone(),
+        session: match item.who {
+            Client::Uid(u) => format!("uid {u}"),
+            Client::Addr(a) => format!("address {a}"),
+            Client::Unknown => "unknown".to_owned(),
+        },
+        host: item.host.clone(),
+        port: item.port,
+        hits: item.hits,
+        first_ms: ms(item.first),
+        last_ms: ms(item.last),
+        state: item.state.as_str().to_owned(),
+        scope: scope.map(str::to_owned),
+        by,
+        until_ms: until.map(ms),
+        reason,
+        notes: notes(policy, &item.host),
+        token,
+    }
+}
+
+/// What approving `host` would open beyond reaching it: a credential the proxy injects
+/// there, a tunnel it does not read.
+fn notes(policy: &Policy, host: &str) -> Vec<String> {
+    let Ok(h) = airlock_policy::host::Host::parse(host) else {
+        return Vec::new();
+    };
+    let mut notes: Vec<String> = policy
+        .credentials_for(&h)
+        .map(|c| {
+            format!(
+                "a credential ({:?}) is bound to {host}: approving lets the proxy send it there",
+                c.name
+            )
+        })
+        .collect();
+    if policy
+        .network
+        .passthrough
+        .iter()
+        .any(|r| r.matches_host(&h))
+    {
+        notes.push(format!(
+            "{host} is passthrough: its tunnel is not inspected (no secret, credential or request rule is checked)"
+        ));
+    }
+    notes
+}
+
+fn not_found(id: &str) -> ErrorBody {
+    ErrorBody {
+        code: ErrorCode::NotFound,
+        message: AnswerError::NotFound(id.to_owned()).to_string(),
+    }
+}
+
+fn refused(e: &AnswerError) -> ErrorBody {
+    ErrorBody {
+        code: match e {
+            AnswerError::NotFound(_) => ErrorCode::NotFound,
+            AnswerError::Answered { .. } | AnswerError::StaleToken(_) => ErrorCode::Conflict,
+        },
+        message: e.to_string(),
+    }
+}

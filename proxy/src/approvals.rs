@@ -1,0 +1,439 @@
+//! The operator's inbox: hosts the policy asks about (`[network] unlisted = "ask"`), filed
+//! when the agent first asks for them, and the operator's answers.
+//!
+//! An asked request is refused at once (`approval-required`, naming its item), so an
+//! autonomous agent never hangs on it; the item waits here. Items are one per (session,
+//! host, port): asking again counts a hit on the pending one. A session holds at most
+//! [`MAX_PENDING`] pending items and files at most [`MAX_FILED_PER_MINUTE`] new ones a
+//! minute; past either its asks are refused without an item (`Asked::Full`,
+//! `Asked::TooFast`). A reload that lists a pending host drops its item ([`Approvals::drop_covered`]).
+//!
+//! The operator answers through the admin API, never through the agent's terminal:
+//! - approve `once`: the session's next connection to the host and port is admitted, then
+//!   the item is spent (the one after files a new one);
+//! - approve `session`: every connection of that session to it, until the sandbox stops or
+//!   the `for` time ends; another session is still asked;
+//! - deny: that session's requests to it are refused `approval-denied` with the operator's
+//!   reason, until the `for` time ends (none: until the sandbox stops).
+//!
+//! A review token ([`token`]) binds what the operator was shown (the item and the policy
+//! revision): an answer with a stale token is refused. Who answered is the operator's uid
+//! from the admin socket's credentials; the admin API writes it to the audit log.
+//!
+//! What this module does not do: decide that a host is asked (the policy step of
+//! `admission`), lift a hard deny, a listed deny or a secret in a name (those refuse before
+//! an item is looked at), or keep anything across a restart.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::limits::Client;
+
+/// Pending items one session may hold.
+pub const MAX_PENDING: usize = 16;
+/// New items one session may file per minute.
+pub const MAX_FILED_PER_MINUTE: u32 = 30;
+/// Items kept in all (answered ones are dropped oldest first past it; pending ones are
+/// bounded per session).
+const MAX_ITEMS: usize = 1024;
+
+/// How long an approval holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The session's next connection to the host and port.
+    Once,
+    /// Every connection of the session to it.
+    Session,
+}
+
+impl Scope {
+    /// As the API and the audit line write it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Scope::Once => "once",
+            Scope::Session => "session",
+        }
+    }
+}
+
+/// Where an item stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the operator.
+    Pending,
+    /// Approved by the operator `by` (a uid), until `until` if given.
+    Approved {
+        scope: Scope,
+        by: u32,
+        until: Option<SystemTime>,
+    },
+    /// An approval for one connection, spent.
+    Spent { by: u32 },
+    /// Denied by the operator `by`, with a reason the agent reads, until `until` if given.
+    Denied {
+        by: u32,
+        reason: String,
+        until: Option<SystemTime>,
+    },
+}
+
+impl State {
+    /// As the API writes it.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Approved { .. } => "approved",
+            State::Spent { .. } => "spent",
+            State::Denied { .. } => "denied",
+        }
+    }
+}
+
+/// One asked destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub id: String,
+    pub who: Client,
+    pub host: String,
+    pub port: u16,
+    /// Requests that asked for it (the first included).
+    pub hits: u64,
+    pub first: SystemTime,
+    pub last: SystemTime,
+    pub state: State,
+}
+
+/// What an asked request gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// Approved: through, the line naming the item and its scope.
+    Granted { id: String, scope: Scope },
+    /// Denied by the operator: refused with the operator's reason.
+    Denied { id: String, reason: String },
+    /// Waiting (filed now, or before): refused, naming the item.
+    Pending { id: String },
+    /// The session holds [`MAX_PENDING`] pending items: refused, nothing filed.
+    Full,
+    /// The session filed [`MAX_FILED_PER_MINUTE`] items this minute: refused, nothing filed.
+    TooFast,
+}
+
+/// The operator's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Approve {
+        scope: Scope,
+        until: Option<SystemTime>,
+    },
+    Deny {
+        reason: String,
+        until: Option<SystemTime>,
+    },
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("no approval {0} (answered and spent, dropped by a reload, or never filed)")]
+    NotFound(String),
+    #[error("approval {id} was already answered ({state})")]
+    Answered { id: String, state: &'static str },
+    #[error(
+        "the review token does not match approval {0} as it is now (the policy changed since it was shown): show it again"
+    )]
+    StaleToken(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    who: Client,
+    host: String,
+    port: u16,
+}
+
+/// Filing pace of one session: new items in the current minute.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    since: Instant,
+    filed: u32,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// By id, in filing order of their ids' first use (see [`Inner::order`]).
+    items: HashMap<String, Item>,
+    /// Ids oldest first.
+    order: Vec<String>,
+    /// The live item of each (session, host, port): pending, approved or denied.
+    live: HashMap<Key, String>,
+    pace: HashMap<Client, Pace>,
+}
+
+/// The inbox (one per proxy).
+#[derive(Debug, Default)]
+pub struct Approvals {
+    inner: Mutex<Inner>,
+}
+
+impl Approvals {
+    /// The answer for an asked connection of `who` to `host:port`, filing an item when none
+    /// is live (see the module docs).
+    pub fn ask(&self, who: Client, host: &str, port: u16, now: Instant, wall: SystemTime) -> Asked {
+        let mut inner = lock(&self.inner);
+        let key = Key {
+            who,
+            host: host.to_owned(),
+            port,
+        };
+        if let Some(id) = inner.live.get(&key).cloned()
+            && let Some(asked) = inner.answer_live(&key, &id, wall)
+        {
+            return asked;
+        }
+        let pending = inner
+            .items
+            .values()
+            .filter(|i| i.who == who && i.state == State::Pending)
+            .count();
+        if pending >= MAX_PENDING {
+            return Asked::Full;
+        }
+        let pace = inner.pace.entry(who).or_insert(Pace {
+            since: now,
+            filed: 0,
+        });
+        if now.duration_since(pace.since) >= Duration::from_secs(60) {
+            *pace = Pace {
+                since: now,
+                filed: 0,
+            };
+        }
+        if pace.filed >= MAX_FILED_PER_MINUTE {
+            return Asked::TooFast;
+        }
+        pace.filed += 1;
+        let id = new_id(&inner.items);
+        inner.file(Item {
+            id: id.clone(),
+            who,
+            host: host.to_owned(),
+            port,
+            hits: 1,
+            first: wall,
+            last: wall,
+            state: State::Pending,
+        });
+        inner.live.insert(key, id.clone());
+        Asked::Pending { id }
+    }
+
+    /// Whether `who` holds a standing approval for `host` on some port (the DNS filter's
+    /// question: it has no port). Spends nothing.
+    pub fn approved_name(&self, who: Client, host: &str, wall: SystemTime) -> bool {
+        let inner = lock(&self.inner);
+        inner.live.iter().any(|(k, id)| {
+            k.who == who
+                && k.host == host
+                && inner.items.get(id).is_some_and(|i| match &i.state {
+                    State::Approved { until, .. } => until.is_none_or(|u| wall < u),
+                    _ => false,
+                })
+        })
+    }
+
+    /// Every item, pending ones first (oldest first), then the answered ones, newest first.
+    pub fn list(&self) -> Vec<Item> {
+        let inner = lock(&self.inner);
+        let mut items: Vec<Item> = inner
+            .order
+            .iter()
+            .filter_map(|id| inner.items.get(id).cloned())
+            .collect();
+        items.sort_by(|a, b| {
+            let (pa, pb) = (a.state == State::Pending, b.state == State::Pending);
+            pb.cmp(&pa).then_with(|| {
+                if pa {
+                    a.first.cmp(&b.first)
+                } else {
+                    b.last.cmp(&a.last)
+                }
+            })
+        });
+        items
+    }
+
+    /// The item `id`.
+    pub fn get(&self, id: &str) -> Option<Item> {
+        lock(&self.inner).items.get(id).cloned()
+    }
+
+    /// Takes the operator `by`'s answer to the pending item `id`. With `token`, only if
+    /// the item is still what [`token`] was made of at `revision`.
+    ///
+    /// # Errors
+    /// [`AnswerError`]: no such item, answered already, or a stale token.
+    pub fn answer(
+        &self,
+        id: &str,
+        answer: Answer,
+        by: u32,
+        token_given: Option<&str>,
+        revision: u64,
+    ) -> Result<Item, AnswerError> {
+        let mut inner = lock(&self.inner);
+        let item = inner
+            .items
+            .get_mut(id)
+            .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
+        if item.state != State::Pending {
+            return Err(AnswerError::Answered {
+                id: id.to_owned(),
+                state: item.state.as_str(),
+            });
+        }
+        if token_given.is_some_and(|t| t != token(item, revision)) {
+            return Err(AnswerError::StaleToken(id.to_owned()));
+        }
+        item.state = match answer {
+            Answer::Approve { scope, until } => State::Approved { scope, by, until },
+            Answer::Deny { reason, until } => State::Denied { by, reason, until },
+        };
+        Ok(item.clone())
+    }
+
+    /// Drops the pending items whose host and port `covered` says the policy now decides
+    /// itself (a reload listed them, or denied them); the number dropped.
+    pub fn drop_covered(&self, covered: impl Fn(&str, u16) -> bool) -> usize {
+        let mut inner = lock(&self.inner);
+        let gone: Vec<Key> = inner
+            .live
+            .iter()
+            .filter(|(k, id)| {
+                inner
+                    .items
+                    .get(*id)
+                    .is_some_and(|i| i.state == State::Pending)
+                    && covered(&k.host, k.port)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            if let Some(id) = inner.live.remove(k) {
+                inner.items.remove(&id);
+                inner.order.retain(|o| *o != id);
+            }
+        }
+        gone.len()
+    }
+}
+
+impl Inner {
+    /// The answer a live item gives an asked request (`None`: it ran out; file anew).
+    fn answer_live(&mut self, key: &Key, id: &str, wall: SystemTime) -> Option<Asked> {
+        let item = self.items.get_mut(id)?;
+        let asked = match item.state.clone() {
+            State::Pending => {
+                item.hits += 1;
+                item.last = wall;
+                Asked::Pending { id: id.to_owned() }
+            }
+            State::Approved { until, .. } | State::Denied { until, .. }
+                if until.is_some_and(|u| wall >= u) =>
+            {
+                self.live.remove(key);
+                return None;
+            }
+            State::Approved { scope, by, .. } => {
+                item.hits += 1;
+                item.last = wall;
+                if scope == Scope::Once {
+                    item.state = State::Spent { by };
+                    self.live.remove(key);
+                }
+                Asked::Granted {
+                    id: id.to_owned(),
+                    scope,
+                }
+            }
+            State::Denied { reason, .. } => {
+                item.hits += 1;
+                item.last = wall;
+                Asked::Denied {
+                    id: id.to_owned(),
+                    reason,
+                }
+            }
+            State::Spent { .. } => {
+                self.live.remove(key);
+                return None;
+            }
+        };
+        Some(asked)
+    }
+
+    /// Files `item`, dropping the oldest items past [`MAX_ITEMS`] that no longer answer
+    /// anything (spent, or run out).
+    fn file(&mut self, item: Item) {
+        self.order.push(item.id.clone());
+        self.items.insert(item.id.clone(), item);
+        if self.items.len() <= MAX_ITEMS {
+            return;
+        }
+        let live: std::collections::HashSet<String> = self.live.values().cloned().collect();
+        let mut excess = self.items.len() - MAX_ITEMS;
+        let items = &mut self.items;
+        self.order.retain(|id| {
+            if excess == 0 || live.contains(id) {
+                return true;
+            }
+            excess -= 1;
+            items.remove(id);
+            false
+        });
+    }
+}
+
+/// The review token of `item` under policy `revision`: what the operator was shown (the
+/// item, its session, host and port, and the revision it would be approved under), hashed.
+#[must_use]
+pub fn token(item: &Item, revision: u64) -> String {
+    let who = match item.who {
+        Client::Uid(u) => format!("uid {u}"),
+        Client::Addr(a) => format!("addr {a}"),
+        Client::Unknown => "unknown".to_owned(),
+    };
+    let text = format!(
+        "{}\n{who}\n{}\n{}\n{revision}",
+        item.id, item.host, item.port
+    );
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A fresh item id: 8 hex digits, none in use.
+fn new_id(items: &HashMap<String, Item>) -> String {
+    loop {
+        let mut b = [0u8; 4];
+        if getrandom::fill(&mut b).is_err() {
+            // No randomness: a counter still makes ids unique.
+            return format!("{:08x}", items.len());
+        }
+        let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        if !items.contains_key(&id) {
+            return id;
+        }
+    }
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

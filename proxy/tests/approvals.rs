@@ -1,0 +1,324 @@
+//! Approvals against the real proxy (`[network] unlisted = "ask"`): the agent asks for a
+//! host no rule lists, is refused at once with the item's id and nothing leaves; the
+//! operator answers on the admin socket (once, for the session, or a denial with a reason)
+//! and the next request gets exactly that; another session is still asked; a stale token,
+//! a second answer and a flood are refused; hard denies, listed denies and secrets in a
+//! name are never asked about.
+
+use std::sync::atomic::Ordering;
+
+use airlock_control::admin::{AnswerRequest, ApprovalQuery, ReloadRequest, Request, Response};
+use airlock_proxy::limits::Limits;
+
+use crate::admin::{call, response};
+use crate::common::{ALLOWED_IP, Extra, Harness, http_server, refused_in_tunnel, request, route};
+
+async fn asking(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Harness {
+    let names: &[(&str, &[&str])] = &[
+        ("ask.test", &[ALLOWED_IP]),
+        ("other.test", &[ALLOWED_IP]),
+        ("evil.test", &[ALLOWED_IP]),
+    ];
+    Harness::start_extra(
+        "enforce",
+        names,
+        routes,
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: "unlisted = \"ask\"\n".into(),
+            ..Extra::default()
+        },
+    )
+    .await
+}
+
+fn get(host: &str) -> String {
+    format!("GET http://{host}/x HTTP/1.1\r\nhost: {host}\r\n\r\n")
+}
+
+async fn answer(h: &Harness, a: AnswerRequest) -> (u16, Response) {
+    let (status, body) = call(h.admin.as_ref().unwrap(), &Request::Answer(a)).await;
+    (status, response(&body))
+}
+
+async fn inbox(h: &Harness) -> Vec<airlock_control::admin::Approval> {
+    let (status, body) = call(h.admin.as_ref().unwrap(), &Request::Approvals).await;
+    assert_eq!(status, 200);
+    match response(&body) {
+        Response::Approvals(a) => a.items,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn attack_an_asked_host_sends_nothing_until_the_operator_answers_and_gets_that_answer() {
+    let (up, mut heads) = http_server().await;
+    let mut h = asking(&[route(ALLOWED_IP, 80, up)]).await;
+    let sock = h.admin.clone().unwrap();
+
+    // Asked: refused at once, the item named, nothing dialed.
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required")
+    );
+    let j = r.json();
+    let id = j["approval_id"].as_str().unwrap().to_owned();
+    assert!(
+        j["next_steps"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("airlock approve {id}")),
+        "{j}"
+    );
+    // Again: the same item, one more hit. HTTPS to it is another port: another item.
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.json()["approval_id"], id.as_str());
+    let r = refused_in_tunnel(&h, "ask.test", 443).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required")
+    );
+    assert_ne!(r.json()["approval_id"], id.as_str());
+    assert_eq!(
+        h.connects.load(Ordering::SeqCst),
+        0,
+        "nothing was dialed while pending"
+    );
+    assert!(heads.try_recv().is_err());
+
+    // The inbox, pending first, with the session and the hits.
+    let items = inbox(&h).await;
+    let item = items.iter().find(|i| i.id == id).unwrap();
+    assert_eq!(
+        (item.host.as_str(), item.port, item.hits),
+        ("ask.test", 80, 2)
+    );
+    assert_eq!(item.state, "pending");
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(item.session, format!("uid {me}"));
+
+    // A stale token is refused and changes nothing; the token shown is taken.
+    let (status, body) = call(&sock, &Request::Approval(ApprovalQuery { id: id.clone() })).await;
+    assert_eq!(status, 200);
+    let Response::Approval(shown) = response(&body) else {
+        panic!()
+    };
+    let token = shown.token.unwrap();
+    let once = |token: &str| AnswerRequest {
+        id: id.clone(),
+        approve: true,
+        scope: Some("once".into()),
+        token: Some(token.to_owned()),
+        ..AnswerRequest::default()
+    };
+    let (status, r) = answer(&h, once("0000000000000000")).await;
+    assert_eq!(status, 409, "{r:?}");
+    let (status, r) = answer(&h, once(&token)).await;
+    assert_eq!(status, 200, "{r:?}");
+    let Response::Approval(a) = r else { panic!() };
+    assert_eq!((a.state.as_str(), a.by), ("approved", Some(me)));
+    // Answered: a second answer is refused.
+    let (status, _) = answer(&h, once(&token)).await;
+    assert_eq!(status, 409);
+
+    // Once: the next request goes through, the one after is asked again (a new item).
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(heads.recv().await.unwrap().starts_with("GET /x "));
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required")
+    );
+    let second = r.json()["approval_id"].as_str().unwrap().to_owned();
+    assert_ne!(second, id);
+
+    // A denial's reason reaches the agent, and nothing is sent.
+    let deny = AnswerRequest {
+        id: second.clone(),
+        approve: false,
+        reason: Some("use the internal mirror".into()),
+        ..AnswerRequest::default()
+    };
+    let (status, r) = answer(&h, deny).await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-denied")
+    );
+    assert!(
+        r.json()["rule"]
+            .as_str()
+            .unwrap()
+            .ends_with("use the internal mirror"),
+        "{}",
+        r.body
+    );
+    assert!(heads.try_recv().is_err());
+    // A denial without a reason is refused.
+    let (status, _) = answer(
+        &h,
+        AnswerRequest {
+            id: second.clone(),
+            approve: false,
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    let lines = h.finish().await;
+    let answered: Vec<_> = lines
+        .iter()
+        .filter(|l| l["event"] == "approval-answered")
+        .collect();
+    assert_eq!(answered.len(), 2, "{answered:?}");
+    assert_eq!(answered[0]["approval"], id.as_str());
+    assert_eq!(answered[0]["rule"], format!("approved once by uid {me}"));
+    assert_eq!(answered[0]["decision"], "allow");
+    assert_eq!(
+        answered[1]["rule"],
+        format!("denied by uid {me}: use the internal mirror")
+    );
+    let asked = lines
+        .iter()
+        .filter(|l| l["reason"] == "approval-required" && l["approval"] == id.as_str())
+        .count();
+    assert_eq!(asked, 2, "each refusal names its item");
+    let granted = lines
+        .iter()
+        .find(|l| {
+            l["decision"] == "allow" && l["host"] == "ask.test" && l["event"] != "approval-answered"
+        })
+        .unwrap();
+    assert_eq!(granted["rule"], format!("approval {id} (once)"));
+}
+
+#[tokio::test]
+async fn an_approval_for_one_session_leaves_another_session_asked() {
+    let (up, _heads) = http_server().await;
+    let mut h = asking(&[route(ALLOWED_IP, 80, up)]).await;
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id,
+            approve: true,
+            scope: Some("session".into()),
+            for_seconds: Some(600),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    for _ in 0..3 {
+        let (_s, r) = request(h.addr, &get("ask.test")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    // Another session (a process running as nobody; root switches to it) is still asked.
+    let port = h.addr.port();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'GET http://ask.test/x HTTP/1.1\\r\\nhost: ask.test\\r\\nconnection: close\\r\\n\\r\\n' >&3; timeout 10 cat <&3"
+            ))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("x-airlock-error: approval-required"),
+        "{out:?}"
+    );
+    let items = inbox(&h).await;
+    assert!(
+        items
+            .iter()
+            .any(|i| i.session == "uid 65534" && i.state == "pending"),
+        "{items:?}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about() {
+    let mut h = asking(&[]).await;
+    for (raw, reason) in [
+        (get("bad.allowed.test"), "denied-by-rule"),
+        (get("169.254.169.254"), "blocked-metadata-address"),
+        (get("198.51.100.7"), "blocked-ip-literal"),
+        (get("allowed.test:2222"), "blocked-port"),
+        (
+            get("0123456789abcdef0123456789abcdef0123456789abcdef.ask.test"),
+            "dns-exfil-suspect",
+        ),
+    ] {
+        let (_s, r) = request(h.addr, &raw).await;
+        assert_eq!(
+            r.header("x-airlock-error").as_deref(),
+            Some(reason),
+            "{raw}"
+        );
+        assert!(r.json().get("approval_id").is_none(), "{raw}: {}", r.body);
+    }
+    assert!(inbox(&h).await.is_empty(), "nothing was filed");
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_asks_stops_at_the_cap_and_a_reload_that_lists_a_host_drops_its_item() {
+    let mut h = asking(&[]).await;
+    let cap = airlock_proxy::approvals::MAX_PENDING;
+    for i in 0..cap {
+        let (_s, r) = request(h.addr, &get(&format!("h{i}.test"))).await;
+        assert!(r.json()["approval_id"].is_string(), "{i}: {}", r.body);
+    }
+    let (_s, r) = request(h.addr, &get("one-more.test")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required")
+    );
+    assert!(r.json().get("approval_id").is_none(), "{}", r.body);
+    assert!(
+        r.json()["rule"]
+            .as_str()
+            .unwrap()
+            .contains("wait for the operator"),
+        "{}",
+        r.body
+    );
+    assert_eq!(inbox(&h).await.len(), cap);
+
+    // A reload listing h0.test decides it: its pending item goes.
+    let text = std::fs::read_to_string(&h.policy_path)
+        .unwrap()
+        .replace("\"readonly.test\"", "\"readonly.test\", \"h0.test\"");
+    let sock = h.admin.clone().unwrap();
+    let (status, body) = call(
+        &sock,
+        &Request::Reload(ReloadRequest {
+            text: Some(text),
+            origin: None,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let items = inbox(&h).await;
+    assert_eq!(items.len(), cap - 1);
+    assert!(items.iter().all(|i| i.host != "h0.test"));
+    h.finish().await;
+}
