@@ -93,6 +93,14 @@ fn listing(p: &Policy, s: &Provenance) -> Vec<Listed> {
         }
     }
     out.extend(file("network.deny", &n.deny));
+    // Only when it changes what an unlisted host gets.
+    if n.unlisted == crate::model::Unlisted::Ask {
+        out.push(Listed {
+            list: "network.unlisted",
+            rule: "ask: a host no rule lists waits for the operator's answer".to_owned(),
+            origin: Origin::File("network.unlisted".to_owned()),
+        });
+    }
     out.extend(file("network.passthrough", &n.passthrough));
     out.extend(file("network.writable", &n.writable));
     out.extend(file("network.websocket", &n.websocket));
@@ -162,6 +170,7 @@ allow = ["api.anthropic.com", "*.example.com:8443"]
 registries = ["crates"]
 deny = ["bad.example.com"]
 passthrough = ["pass.example.com"]
+unlisted = "ask"
 [l7]
 presets = ["github"]
 [[rules]]
@@ -206,6 +215,13 @@ format = "{}"
         assert_eq!(
             at("network.passthrough", "pass.example.com"),
             "file network.passthrough[0]"
+        );
+        assert_eq!(
+            at(
+                "network.unlisted",
+                "ask: a host no rule lists waits for the operator's answer"
+            ),
+            "file network.unlisted"
         );
         assert!(at("network.git_hosts", "github.com").starts_with("built-in: "));
         assert_eq!(

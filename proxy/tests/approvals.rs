@@ -11,7 +11,9 @@ use airlock_control::admin::{AnswerRequest, ApprovalQuery, ReloadRequest, Reques
 use airlock_proxy::limits::Limits;
 
 use crate::admin::{call, response};
-use crate::common::{ALLOWED_IP, Extra, Harness, http_server, refused_in_tunnel, request, route};
+use crate::common::{
+    ALLOWED_IP, Extra, Harness, as_nobody, http_server, refused_in_tunnel, request, route,
+};
 
 async fn asking(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Harness {
     let names: &[(&str, &[&str])] = &[
@@ -223,25 +225,11 @@ async fn an_approval_for_one_session_leaves_another_session_asked() {
         assert_eq!(r.status, 200, "{}", r.body);
     }
     // Another session (a process running as nobody; root switches to it) is still asked.
-    let port = h.addr.port();
-    let out = tokio::task::spawn_blocking(move || {
-        use std::os::unix::process::CommandExt;
-        std::process::Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'GET http://ask.test/x HTTP/1.1\\r\\nhost: ask.test\\r\\nconnection: close\\r\\n\\r\\n' >&3; timeout 10 cat <&3"
-            ))
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let raw = "GET http://ask.test/x HTTP/1.1\r\nhost: ask.test\r\nconnection: close\r\n\r\n";
+    let text = as_nobody(h.addr, raw).await;
     assert!(
         text.contains("x-airlock-error: approval-required"),
-        "{out:?}"
+        "{text}"
     );
     let items = inbox(&h).await;
     assert!(
@@ -302,12 +290,24 @@ async fn a_flood_of_asks_stops_at_the_cap_and_a_reload_that_lists_a_host_drops_i
         r.body
     );
     assert_eq!(inbox(&h).await.len(), cap);
+    // The dry run says the host would be asked about, and files nothing.
+    let sock = h.admin.clone().unwrap();
+    let q = airlock_control::admin::CheckQuery {
+        url: "http://dry.test/".into(),
+        method: None,
+    };
+    let (_, body) = call(&sock, &Request::Check(q)).await;
+    let Response::Checked(c) = response(&body) else {
+        panic!()
+    };
+    assert_eq!(c.reason.as_deref(), Some("approval-required"));
+    assert!(c.message.contains("asks about such hosts"), "{}", c.message);
+    assert_eq!(inbox(&h).await.len(), cap);
 
     // A reload listing h0.test decides it: its pending item goes.
     let text = std::fs::read_to_string(&h.policy_path)
         .unwrap()
         .replace("\"readonly.test\"", "\"readonly.test\", \"h0.test\"");
-    let sock = h.admin.clone().unwrap();
     let (status, body) = call(
         &sock,
         &Request::Reload(ReloadRequest {

@@ -710,25 +710,11 @@ async fn decisions_pending_at_shutdown_are_still_audited() {
 #[tokio::test]
 async fn audit_names_the_uid_of_the_client_process() {
     let mut h = Harness::start("enforce", &[], &[]).await;
-    let port = h.addr.port();
-    // A process running as `nobody` asks for a blocked host (needs root to switch uid, which
-    // the dev machines and CI have), then speaks plain HTTP in the tunnel granted to carry
-    // the refusal: it reads the refusal as plain HTTP.
-    let out = tokio::task::spawn_blocking(move || {
-        use std::os::unix::process::CommandExt;
-        std::process::Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'CONNECT evil.test:443 HTTP/1.1\\r\\n\\r\\nGET / HTTP/1.1\\r\\nhost: evil.test\\r\\n\\r\\n' >&3; timeout 10 cat <&3"
-            ))
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let answer = String::from_utf8_lossy(&out.stdout);
+    // A process running as `nobody` asks for a blocked host, then speaks plain HTTP in the
+    // tunnel granted to carry the refusal: it reads the refusal as plain HTTP.
+    let raw = "CONNECT evil.test:443 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nhost: evil.test\r\n\r\n";
+    let answer = as_nobody(h.addr, raw).await;
+    let out = &answer;
     let (granted, refusal) = answer.split_once("\r\n\r\n").unwrap();
     assert!(granted.starts_with("HTTP/1.1 200"), "{out:?}");
     assert!(refusal.starts_with("HTTP/1.1 403"), "{out:?}");

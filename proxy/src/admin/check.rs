@@ -28,6 +28,9 @@ pub fn check(rules: &Rules, revision: u64, q: &CheckQuery) -> Result<Checked, Er
     let host = format!("{}:{}", target.host.as_str(), target.port);
     if !passes || q.method.is_none() || !intercepted {
         let message = match (passes, reason) {
+            _ if d.outcome == admission::Outcome::Ask => format!(
+                "{host} is not in the policy, which asks about such hosts: the agent is refused approval-required and the item waits for the operator (airlock approvals; approve ID or deny ID)"
+            ),
             (false, Some(r)) => format!("{host} is refused ({}): {}", r.as_str(), r.hint()),
             (true, Some(r)) => format!(
                 "{host} would be refused ({}) but the sandbox only reports: {}",

@@ -382,6 +382,34 @@ pub async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
     (s, r)
 }
 
+/// What a process running as `nobody` (uid 65534: another session than the test's) reads
+/// back after sending `raw` to the proxy at `proxy` (root switches to it, as the dev
+/// machines and CI run the tests).
+pub async fn as_nobody(proxy: SocketAddr, raw: &str) -> String {
+    let port = proxy.port();
+    // printf's format: the bytes as they are, `%` and `\` escaped.
+    let format = raw
+        .replace('\\', "\\\\")
+        .replace('%', "%%")
+        .replace('\r', "\\r")
+        .replace('\n', "\\n");
+    let out = tokio::task::spawn_blocking(move || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; printf '{format}' >&3; timeout 10 cat <&3"
+            ))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The answer a TLS client reads when `CONNECT host:port` is refused: the proxy grants the
 /// tunnel only to speak the refusal inside TLS (trusting the harness's CA) to a `GET /`.
 pub async fn refused_in_tunnel(h: &Harness, host: &str, port: u16) -> Resp {
