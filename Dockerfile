@@ -39,12 +39,13 @@ RUN set -eu; \
     mkdir -p /var/lib/airlock/git/workspace.git /usr/local/lib/airlock/bin; \
     chown root:airlock-git /var/lib/airlock/git; \
     chmod 0710 /var/lib/airlock/git
-COPY git git-credential-airlock /usr/local/lib/airlock/bin/
+COPY git git-credential-airlock airlock-request /usr/local/lib/airlock/bin/
 COPY airlock-entrypoint airlock-proxy airlock-git-api /usr/local/bin/
 COPY policy.toml /etc/airlock/policy.toml
 RUN chmod 0755 /usr/local/bin/airlock-entrypoint /usr/local/bin/airlock-proxy \
         /usr/local/bin/airlock-git-api /usr/local/lib/airlock/bin/git \
-        /usr/local/lib/airlock/bin/git-credential-airlock && \
+        /usr/local/lib/airlock/bin/git-credential-airlock \
+        /usr/local/lib/airlock/bin/airlock-request && \
     chmod 0644 /etc/airlock/policy.toml && \
     ln -s airlock-entrypoint /usr/local/bin/airlock-session && \
     /usr/local/bin/airlock-entrypoint --check

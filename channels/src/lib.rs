@@ -35,6 +35,11 @@ pub const GIT_SERVICE_PORT: u16 = 15002;
 /// it is up. Used by the entrypoint's readiness wait and the agent-side self-test.
 pub const HEALTH_PATH: &str = "/__airlock/health";
 
+/// The host the explicit proxy answers the agent's own API on (`http://airlock.local/v1/…`:
+/// its rules, and asking the operator for a host with a reason). Never resolved, never
+/// forwarded: the proxy is the only one who answers it.
+pub const AGENT_API_HOST: &str = "airlock.local";
+
 /// Response header that carries a denial's reason code to the agent.
 pub const ERROR_HEADER: &str = "x-airlock-error";
 

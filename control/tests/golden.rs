@@ -217,6 +217,7 @@ fn responses() {
         by: None,
         until_ms: None,
         reason: None,
+        said: Some("pip install needs the package index".into()),
         notes: vec![
             "a credential (\"pypi\") is bound to pypi.example: approving sends it there".into(),
         ],

@@ -225,7 +225,10 @@ pub fn policy(policy: &airlock_policy::Policy, target: &Target, port: Port) -> A
     let d = decide::decide(policy, target);
     // A verdict that lost its reason still refuses (never a silent allow).
     let reason = d.reason.unwrap_or(Reason::BlockedByPolicy);
-    let asks = policy.network.unlisted == airlock_policy::Unlisted::Ask;
+    // A name that cannot exist (`.invalid`, RFC 6761: the entrypoint's self-test asks for
+    // one) is refused, never put to the operator.
+    let asks = policy.network.unlisted == airlock_policy::Unlisted::Ask
+        && !target.host.as_str().ends_with(".invalid");
     let outcome = match d.verdict {
         _ if port == Port::Any && d.reason == Some(Reason::BlockedPort) => Outcome::Allow,
         Verdict::Deny if asks && d.reason == Some(Reason::BlockedByPolicy) => Outcome::Ask,

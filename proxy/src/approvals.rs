@@ -104,7 +104,13 @@ pub struct Item {
     pub first: SystemTime,
     pub last: SystemTime,
     pub state: State,
+    /// Why the agent says it needs the host, when it asked ahead of need (untrusted text,
+    /// one line, at most [`MAX_SAID`] characters).
+    pub said: Option<String>,
 }
+
+/// Longest reason the agent may give, in characters.
+pub const MAX_SAID: usize = 300;
 
 /// What an asked request gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,12 +182,33 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Approvals {
     inner: Mutex<Inner>,
+    /// Woken on every answer, for the agent's wait ([`Approvals::wait`]).
+    answered: tokio::sync::Notify,
 }
 
 impl Approvals {
     /// The answer for an asked connection of `who` to `host:port`, filing an item when none
     /// is live (see the module docs).
     pub fn ask(&self, who: Client, host: &str, port: u16, now: Instant, wall: SystemTime) -> Asked {
+        self.ask_saying(who, (host, port), None, now, wall)
+    }
+
+    /// [`Approvals::ask`] by the agent ahead of need, with its reason (kept on the item, the
+    /// latest one if it asks again while the item waits; control characters dropped).
+    pub fn ask_saying(
+        &self,
+        who: Client,
+        (host, port): (&str, u16),
+        said: Option<&str>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Asked {
+        let said: Option<String> = said.map(|s| {
+            s.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_SAID)
+                .collect()
+        });
         let mut inner = lock(&self.inner);
         let key = Key {
             who,
@@ -191,6 +218,11 @@ impl Approvals {
         if let Some(id) = inner.live.get(&key).cloned()
             && let Some(asked) = inner.answer_live(&key, &id, wall)
         {
+            if let (Asked::Pending { .. }, Some(s), Some(item)) =
+                (&asked, said, inner.items.get_mut(&id))
+            {
+                item.said = Some(s);
+            }
             return asked;
         }
         let pending = inner
@@ -225,6 +257,7 @@ impl Approvals {
             first: wall,
             last: wall,
             state: State::Pending,
+            said,
         });
         inner.live.insert(key, id.clone());
         Asked::Pending { id }
@@ -301,7 +334,32 @@ impl Approvals {
             Answer::Approve { scope, until } => State::Approved { scope, by, until },
             Answer::Deny { reason, until } => State::Denied { by, reason, until },
         };
-        Ok(item.clone())
+        let item = item.clone();
+        drop(inner);
+        self.answered.notify_waiters();
+        Ok(item)
+    }
+
+    /// Item `id` of the session `who` once it is answered, or as it is at `deadline`;
+    /// `None` when there is no such item of that session (another session's items are not
+    /// its to see).
+    pub async fn wait(
+        &self,
+        id: &str,
+        who: Client,
+        deadline: tokio::time::Instant,
+    ) -> Option<Item> {
+        loop {
+            // Registered before the look, so an answer between the two is not missed.
+            let answered = self.answered.notified();
+            let item = self.get(id).filter(|i| i.who == who)?;
+            if item.state != State::Pending {
+                return Some(item);
+            }
+            if tokio::time::timeout_at(deadline, answered).await.is_err() {
+                return Some(item);
+            }
+        }
     }
 
     /// Drops the pending items whose host and port `covered` says the policy now decides

@@ -296,6 +296,10 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
         rec.rule = Some("git service: CONNECT only".into());
         return deny::audited(rec, Reason::RequestDeniedByRule, "", 0).await;
     }
+    // The agent's own API: answered here, never admitted or forwarded.
+    if crate::agent_api::addressed(&req) {
+        return crate::agent_api::serve(&st.shared, st.uid, req).await;
+    }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
     }

@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod admission;
+mod agent_api;
 pub mod approvals;
 pub mod audit;
 mod body;

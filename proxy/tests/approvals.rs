@@ -322,3 +322,132 @@ async fn a_flood_of_asks_stops_at_the_cap_and_a_reload_that_lists_a_host_drops_i
     assert!(items.iter().all(|i| i.host != "h0.test"));
     h.finish().await;
 }
+
+fn api_post(body: &str) -> String {
+    format!(
+        "POST http://airlock.local/v1/ask HTTP/1.1\r\nhost: airlock.local\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn api_get(path: &str) -> String {
+    format!("GET http://airlock.local{path} HTTP/1.1\r\nhost: airlock.local\r\n\r\n")
+}
+
+#[tokio::test]
+async fn the_agent_reads_its_rules_asks_ahead_with_a_reason_and_waits_for_the_answer() {
+    let mut h = asking(&[]).await;
+    // Its rules, without credentials.
+    let (_s, r) = request(h.addr, &api_get("/v1/policy")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let p = r.json();
+    assert_eq!(p["unlisted"], "ask");
+    assert!(
+        p["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "allowed.test"),
+        "{p}"
+    );
+
+    // Asking is judged as the admission would: a listed host is allowed, a listed deny and
+    // a hard deny are refused and never filed.
+    let (_s, r) = request(h.addr, &api_post(r#"{"host": "allowed.test"}"#)).await;
+    assert_eq!(
+        (r.status, r.json()["state"].clone()),
+        (200, "allowed".into())
+    );
+    let (_s, r) = request(h.addr, &api_post(r#"{"host": "bad.allowed.test"}"#)).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["reason"], "denied-by-rule");
+    let (_s, r) = request(
+        h.addr,
+        &api_post(r#"{"host": "169.254.169.254", "port": 80}"#),
+    )
+    .await;
+    assert_eq!(r.json()["reason"], "blocked-metadata-address");
+    let (_s, r) = request(h.addr, &api_post(r#"{"port": 80}"#)).await;
+    assert_eq!(r.status, 400);
+    assert!(inbox(&h).await.is_empty());
+
+    // An unlisted host with a reason: filed for this session, the reason kept as its text
+    // (control characters dropped), shown to the operator as the agent's words.
+    let (_s, r) = request(
+        h.addr,
+        &api_post(r#"{"host": "pypi.test", "reason": "pip install\u001b[2J needs the index"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let items = inbox(&h).await;
+    assert_eq!(
+        items[0].said.as_deref(),
+        Some("pip install[2J needs the index")
+    );
+    assert_eq!((items[0].host.as_str(), items[0].port), ("pypi.test", 443));
+
+    // Another session cannot see it, nor wait on it.
+    let raw = format!(
+        "GET http://airlock.local/v1/ask/{id} HTTP/1.1\r\nhost: airlock.local\r\nconnection: close\r\n\r\n"
+    );
+    let other = as_nobody(h.addr, &raw).await;
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+
+    // The wait returns as soon as the operator answers.
+    let addr = h.addr;
+    let waiting = tokio::spawn({
+        let path = format!("/v1/ask/{id}?wait=30");
+        async move {
+            let started = std::time::Instant::now();
+            let (_s, r) = request(addr, &api_get(&path)).await;
+            (r, started.elapsed())
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (status, _) = answer(
+        &h,
+        AnswerRequest {
+            id: id.clone(),
+            approve: true,
+            scope: Some("session".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (r, took) = waiting.await.unwrap();
+    assert_eq!(r.json()["state"], "approved", "{}", r.body);
+    assert_eq!(r.json()["scope"], "session");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    // Asking again now: approved.
+    let (_s, r) = request(h.addr, &api_post(r#"{"host": "pypi.test"}"#)).await;
+    assert_eq!(r.json()["state"], "approved", "{}", r.body);
+
+    // A wait nobody answers ends pending; a wait past 120 s is refused.
+    let (_s, r) = request(h.addr, &api_post(r#"{"host": "slow.test"}"#)).await;
+    let slow = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let (_s, r) = request(h.addr, &api_get(&format!("/v1/ask/{slow}?wait=1"))).await;
+    assert_eq!(r.json()["state"], "pending");
+    let (_s, r) = request(h.addr, &api_get(&format!("/v1/ask/{slow}?wait=121"))).await;
+    assert_eq!(r.status, 400);
+    // The API is plain HTTP: a tunnel to it is refused, never filed.
+    let (_s, r) = request(h.addr, "CONNECT airlock.local:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 400);
+
+    assert_eq!(h.connects.load(Ordering::SeqCst), 0, "nothing was dialed");
+    let lines = h.finish().await;
+    let filed = lines
+        .iter()
+        .find(|l| l["method"] == "ASK" && l["approval"] == id.as_str())
+        .unwrap();
+    assert_eq!(filed["reason"], "approval-required");
+    assert_eq!(
+        filed["rule"],
+        "asked ahead of need: pip install[2J needs the index"
+    );
+    assert!(
+        lines.iter().all(|l| l["host"] != "airlock.local"),
+        "the API itself is no destination"
+    );
+}

@@ -172,6 +172,10 @@ pub struct Approval {
     /// A denial's reason, as the agent reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why the agent says it needs the host, when it asked ahead of need: the agent's own
+    /// words, untrusted (show them as such, escaped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub said: Option<String>,
     /// What approving would open beyond the host itself (a credential bound to it, an
     /// uninspected tunnel), for the operator to weigh.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -186,6 +186,7 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
         by,
         until_ms: until.map(ms),
         reason,
+        said: item.said.clone(),
         notes: notes(policy, &item.host),
         token,
     }

@@ -146,3 +146,34 @@ fn the_record_carries_the_decision_as_every_path_writes_it() {
     assert_eq!((rec.decision, rec.reason), (Verdict::Allow, None));
     assert_eq!(rec.rule.as_deref(), Some("ok.test"));
 }
+
+#[test]
+fn only_a_host_no_rule_lists_is_asked_about_and_never_one_that_cannot_exist() {
+    let text = "[sandbox]\nname = \"t\"\n[network]\nallow = [\"ok.test\", \"203.0.113.7\"]\ndeny = [\"denied.test\"]\nunlisted = \"ask\"\n";
+    let p = Policy::parse(text, std::path::Path::new("p.toml")).unwrap();
+    let outcome = |host: &str, port: u16| policy(&p, &target(host, port), Port::Exact).outcome;
+    assert_eq!(outcome("new.test", 443), Outcome::Ask);
+    assert_eq!(outcome("ok.test", 443), Outcome::Allow);
+    assert_eq!(outcome("ok.test", 22), Outcome::Deny(Reason::BlockedPort));
+    assert_eq!(
+        outcome("denied.test", 443),
+        Outcome::Deny(Reason::DeniedByRule)
+    );
+    assert_eq!(
+        outcome("198.51.100.9", 443),
+        Outcome::Deny(Reason::BlockedIpLiteral)
+    );
+    assert_eq!(
+        outcome("169.254.169.254", 80),
+        Outcome::Deny(Reason::BlockedMetadataAddress)
+    );
+    // The entrypoint's self-test name (RFC 6761's `.invalid`): refused, not asked about.
+    assert_eq!(
+        outcome("airlock-self-test.invalid", 80),
+        Outcome::Deny(Reason::BlockedByPolicy)
+    );
+    // Without a pace (the git service port) an asked host is refused as unlisted.
+    let budget = Budget::default();
+    let a = decide(&p, &budget, "new.test", 443);
+    assert_eq!(a.outcome, Outcome::Deny(Reason::BlockedByPolicy));
+}

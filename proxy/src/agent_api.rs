@@ -1,0 +1,265 @@
+//! The agent's own API on the explicit proxy (`http://airlock.local/v1/…`,
+//! [`airlock_channels::AGENT_API_HOST`]): its rules, and asking the operator for a host
+//! ahead of need, with a reason, then waiting for the answer.
+//!
+//! - `GET /v1/policy`: the network rules in force, without credentials or detectors:
+//!   `allow`, `deny`, `writable`, `passthrough`, and `unlisted` (`deny` or `ask`).
+//! - `POST /v1/ask` `{"host", "port" (443), "reason"}`: what asking for the host gets now,
+//!   as the admission would decide it: `allowed`; `refused` with the reason (a listed deny,
+//!   a hard deny, a secret in the name: never asked about); or, for a host the policy asks
+//!   about, the item filed (or found) for this session, `pending` with its `approval_id`
+//!   (`202`), `approved`, or `denied` with the operator's reason. An ask is never a grant.
+//! - `GET /v1/ask/ID?wait=SECONDS`: this session's item `ID` as it stands, once answered or
+//!   after at most `wait` seconds (120 at most): `pending`, `approved`, `spent`, `denied`.
+//!
+//! It answers only a caller whose session (uid) the proxy knows, and shows each session only
+//! its own items: another session's id is `404`, as an unknown one. Filing is audited as
+//! the refusal it stands for would be (`approval-required`, the item, the agent's reason in
+//! `rule`). Nothing here is forwarded anywhere.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use airlock_policy::host::Host;
+use airlock_policy::reason::Reason;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+
+use crate::Shared;
+use crate::admission::{self, Outcome, Port};
+use crate::approvals::{Asked, Item, State};
+use crate::audit::{Kind, Record, Verdict};
+use crate::deny::{self, ProxyBody};
+use crate::limits::Client;
+
+/// Largest request body the API reads.
+const MAX_BODY: usize = 16 * 1024;
+/// Longest wait for an answer.
+const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// Whether `req` is addressed to the agent's API (a `CONNECT` to it included: it is
+/// refused, never tunnelled).
+pub(crate) fn addressed(req: &Request<Incoming>) -> bool {
+    req.uri().host().is_some_and(|h| {
+        h.trim_end_matches('.')
+            .eq_ignore_ascii_case(airlock_channels::AGENT_API_HOST)
+    })
+}
+
+/// Answers one request of the agent's API from the session `uid`.
+pub(crate) async fn serve(
+    shared: &Shared,
+    uid: Option<u32>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let Some(uid) = uid else {
+        return answer(
+            StatusCode::FORBIDDEN,
+            &json!({"error": "session-unknown", "message": "the proxy cannot tell which session this is; nothing is answered"}),
+        );
+    };
+    let who = Client::Uid(uid);
+    if req.method() == Method::CONNECT {
+        return bad(&format!(
+            "the agent API is plain HTTP: http://{}/v1/…",
+            airlock_channels::AGENT_API_HOST
+        ));
+    }
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().map(str::to_owned);
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/v1/policy") => answer(StatusCode::OK, &policy(shared)),
+        (Method::POST, "/v1/ask") => {
+            let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return bad(&format!(
+                        "the body is not readable (at most {MAX_BODY} bytes)"
+                    ));
+                }
+            };
+            ask(shared, who, &body)
+        }
+        (Method::GET, p) if p.starts_with("/v1/ask/") => {
+            let id = &p["/v1/ask/".len()..];
+            let wait = match query.as_deref().map(wait_of) {
+                None => Duration::ZERO,
+                Some(Some(w)) => w,
+                Some(None) => return bad("the only parameter is wait=SECONDS (0 to 120)"),
+            };
+            let deadline = tokio::time::Instant::now() + wait;
+            match shared.approvals.wait(id, who, deadline).await {
+                Some(item) => answer(StatusCode::OK, &item_json(&item)),
+                None => answer(
+                    StatusCode::NOT_FOUND,
+                    &json!({"error": "not-found", "message": format!("this session has no approval {id}")}),
+                ),
+            }
+        }
+        _ => answer(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "not-found", "message": "the agent API has GET /v1/policy, POST /v1/ask and GET /v1/ask/ID?wait=SECONDS"}),
+        ),
+    }
+}
+
+/// `wait=SECONDS`, at most [`MAX_WAIT`].
+fn wait_of(query: &str) -> Option<Duration> {
+    let secs: u64 = query.strip_prefix("wait=")?.parse().ok()?;
+    let d = Duration::from_secs(secs);
+    (d <= MAX_WAIT).then_some(d)
+}
+
+/// The network rules in force, as the agent may know them.
+fn policy(shared: &Shared) -> Value {
+    let rules = shared.rules.load();
+    let n = &rules.policy.network;
+    let texts = |v: &[airlock_policy::HostRule]| -> Vec<String> {
+        v.iter().map(|r| r.text.clone()).collect()
+    };
+    json!({
+        "allow": texts(&n.allow),
+        "deny": texts(&n.deny),
+        "writable": texts(&n.writable),
+        "passthrough": texts(&n.passthrough),
+        "unlisted": match n.unlisted {
+            airlock_policy::Unlisted::Deny => "deny",
+            airlock_policy::Unlisted::Ask => "ask",
+        },
+    })
+}
+
+/// `POST /v1/ask`: what asking for the host gets now (see the module docs).
+fn ask(shared: &Shared, who: Client, body: &Bytes) -> Response<ProxyBody> {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(Value::Object(m)) => Value::Object(m),
+        _ => return bad("the body is a JSON object: {\"host\", \"port\", \"reason\"}"),
+    };
+    let Some(host) = v.get("host").and_then(Value::as_str) else {
+        return bad("host is required");
+    };
+    let port = match v.get("port") {
+        None => 443,
+        Some(p) => match p.as_u64().and_then(|p| u16::try_from(p).ok()) {
+            Some(p) if p > 0 => p,
+            _ => return bad("port is 1 to 65535"),
+        },
+    };
+    let said = v.get("reason").and_then(Value::as_str);
+    let Ok(host) = Host::parse(host) else {
+        return bad("host is not a host name");
+    };
+    let target = crate::decide::Target { host, port };
+    let rules = shared.rules.load();
+    let admission = admission::policy(&rules.policy, &target, Port::Exact).named(
+        rules.name_rules(),
+        &shared.dns_budget,
+        &target,
+    );
+    let at = format!("{}:{port}", target.host.as_str());
+    match admission.outcome {
+        Outcome::Allow | Outcome::Report(_) => {
+            return answer(StatusCode::OK, &json!({"state": "allowed", "host": at}));
+        }
+        Outcome::Deny(reason) => {
+            return answer(
+                StatusCode::FORBIDDEN,
+                &json!({"state": "refused", "host": at, "reason": reason.as_str(), "message": reason.hint()}),
+            );
+        }
+        Outcome::Ask => {}
+    }
+    let asked = shared.approvals.ask_saying(
+        who,
+        (target.host.as_str(), port),
+        said,
+        Instant::now(),
+        SystemTime::now(),
+    );
+    match asked {
+        Asked::Pending { id } => {
+            // Filing is audited as the refusal it stands for.
+            let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Http, None);
+            rec.uid = match who {
+                Client::Uid(u) => Some(u),
+                Client::Addr(_) | Client::Unknown => None,
+            };
+            rec.method = Some("ASK".into());
+            rec.host = Some(target.host.as_str().to_owned());
+            rec.port = Some(port);
+            rec.decision = Verdict::Deny;
+            rec.reason = Some(Reason::ApprovalRequired);
+            rec.approval = Some(id.clone());
+            rec.rule = shared
+                .approvals
+                .get(&id)
+                .and_then(|i| i.said)
+                .map(|s| format!("asked ahead of need: {s}"));
+            if shared.audit.commit(&rec).is_err() {
+                return deny::denial(Reason::AuditUnavailable, target.host.as_str(), port);
+            }
+            answer(
+                StatusCode::ACCEPTED,
+                &json!({
+                    "state": "pending",
+                    "host": at,
+                    "approval_id": id,
+                    "next_steps": format!("the operator answers out of band (airlock approvals); wait with GET http://{}/v1/ask/{id}?wait=60", airlock_channels::AGENT_API_HOST),
+                }),
+            )
+        }
+        Asked::Granted { id, scope } => answer(
+            StatusCode::OK,
+            &json!({"state": "approved", "host": at, "approval_id": id, "scope": scope.as_str()}),
+        ),
+        Asked::Denied { id, reason } => answer(
+            StatusCode::FORBIDDEN,
+            &json!({"state": "denied", "host": at, "approval_id": id, "reason": reason}),
+        ),
+        Asked::Full | Asked::TooFast => answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            &json!({"state": "refused", "host": at, "reason": "rate-limited", "message": "too many asks of this session wait or were filed this minute; wait for the operator's answers"}),
+        ),
+    }
+}
+
+/// An item as its session sees it.
+fn item_json(i: &Item) -> Value {
+    let mut v = json!({
+        "approval_id": i.id,
+        "host": format!("{}:{}", i.host, i.port),
+        "state": i.state.as_str(),
+    });
+    match &i.state {
+        State::Approved { scope, .. } => v["scope"] = json!(scope.as_str()),
+        State::Denied { reason, .. } => v["reason"] = json!(reason),
+        State::Pending | State::Spent { .. } => {}
+    }
+    v
+}
+
+fn bad(message: &str) -> Response<ProxyBody> {
+    answer(
+        StatusCode::BAD_REQUEST,
+        &json!({"error": "bad-request", "message": message}),
+    )
+}
+
+fn answer(status: StatusCode, v: &Value) -> Response<ProxyBody> {
+    let mut resp = Response::new(deny::full(v.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    resp
+}
