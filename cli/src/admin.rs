@@ -12,8 +12,9 @@
 //! the user may not open, a peer of another protocol version.
 
 use airlock_control::admin::{
-    CheckQuery, Checked, Counters, ErrorBody, ErrorCode, EventsQuery, PolicyRevision,
-    ReloadRequest, Reloaded, Request, Response, SOCKET, Sessions, StreamLine,
+    AnswerRequest, Approval, ApprovalQuery, CheckQuery, Checked, Counters, ErrorBody, ErrorCode,
+    EventsQuery, PolicyRevision, ReloadRequest, Reloaded, Request, Response, SOCKET, Sessions,
+    StreamLine,
 };
 use airlock_control::status::Status;
 use bytes::{Buf, Bytes};
@@ -363,6 +364,41 @@ impl Client {
         match self.call(&Request::Check(query)).await? {
             Response::Checked(c) => Ok(c),
             other => Err(self.unexpected("a policy check", &other)),
+        }
+    }
+
+    /// The operator's inbox, pending items first (`GET /v1/approvals`).
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub async fn approvals(&self) -> Result<Vec<Approval>, AdminError> {
+        match self.call(&Request::Approvals).await? {
+            Response::Approvals(a) => Ok(a.items),
+            other => Err(self.unexpected("the approvals", &other)),
+        }
+    }
+
+    /// One item with its review token (`GET /v1/approval?id=`).
+    ///
+    /// # Errors
+    /// As [`Client::call`] (an unknown id is [`ErrorCode::NotFound`]).
+    pub async fn approval(&self, id: &str) -> Result<Approval, AdminError> {
+        let q = ApprovalQuery { id: id.to_owned() };
+        match self.call(&Request::Approval(q)).await? {
+            Response::Approval(a) => Ok(a),
+            other => Err(self.unexpected("an approval", &other)),
+        }
+    }
+
+    /// The operator's answer to one item (`POST /v1/approval/answer`); the item as it left
+    /// it.
+    ///
+    /// # Errors
+    /// As [`Client::call`] (answered already or a stale token: [`ErrorCode::Conflict`]).
+    pub async fn answer(&self, answer: AnswerRequest) -> Result<Approval, AdminError> {
+        match self.call(&Request::Answer(answer)).await? {
+            Response::Approval(a) => Ok(a),
+            other => Err(self.unexpected("an answer", &other)),
         }
     }
 

@@ -238,7 +238,15 @@ fn record(r: &Record) -> (String, bool, Option<String>) {
     if let Some(status) = r.status {
         s.push_str(&format!("  {status}"));
     }
-    let fix = if deny {
+    let asked = r
+        .approval
+        .as_deref()
+        .filter(|_| r.reason.as_deref() == Some("approval-required"));
+    let fix = if let Some(id) = asked {
+        Some(format!(
+            "to allow: airlock approve {id} --once (or --session); to refuse: airlock deny {id} --reason \"…\""
+        ))
+    } else if deny {
         r.reason.as_deref().and_then(|code| {
             allow_hint(
                 code,

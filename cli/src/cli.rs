@@ -127,6 +127,39 @@ Examples:
   airlock policy reload fix-login ./policy.toml   # this file's rules, from now on
   airlock policy reload fix-login                 # the policy file it runs from, read again")]
     Policy(PolicyArgs),
+    /// The operator's inbox: hosts an agent asked for that the policy asks you about
+    /// ([network] unlisted = "ask"), in every running sandbox or one.
+    #[command(after_help = "\
+Examples:
+  airlock approvals
+  airlock approvals fix-login --json
+  airlock approvals show 3f2a9c1d        # the item and its review token
+
+The agent was refused at once (approval-required) and nothing was sent; answer with
+`airlock approve ID` or `airlock deny ID`. JSON: [{sandbox, id, session, host, port, hits,
+first_ms, last_ms, state, scope, by, until_ms, reason, notes}]; `show` adds `token`.")]
+    Approvals(ApprovalsArgs),
+    /// Let an asked host through for the session that asked: its next connection
+    /// (--once) or every one (--session, optionally --for a time).
+    #[command(after_help = "\
+Examples:
+  airlock approve 3f2a9c1d --once
+  airlock approve 3f2a9c1d --session --for 30m
+  airlock approve fix-login/3f2a9c1d --session --token 0011223344556677
+
+Returns once the proxy holds the answer; the session's next request then passes. An item
+carrying notes (a credential bound to the host, a passthrough host) says so first. With
+--token (from `approvals show`), refused if the item or the policy changed since.")]
+    Approve(ApproveArgs),
+    /// Refuse an asked host for the session that asked, with a reason the agent reads.
+    #[command(after_help = "\
+Examples:
+  airlock deny 3f2a9c1d --reason \"use the internal mirror\"
+  airlock deny 3f2a9c1d --reason \"not needed for this task\" --for 1h
+
+The session's requests to the host are refused approval-denied with your reason, for the
+time given or until the sandbox stops; other sessions are asked anew.")]
+    Deny(DenyArgs),
     /// A terminal view of every running sandbox: requests, denials, open connections, the
     /// latest denials first; Enter shows one sandbox, q quits.
     #[command(after_help = "\
@@ -393,6 +426,70 @@ pub struct LogsArgs {
     /// With --audit: only the session S (its id, or the short form the human lines show).
     #[arg(long, value_name = "S", requires = "audit")]
     pub session: Option<String>,
+}
+
+/// `approvals`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ApprovalsArgs {
+    /// One item with its review token.
+    #[command(subcommand)]
+    pub show: Option<ApprovalsCmd>,
+    /// Only this sandbox (none: every running one).
+    pub name: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `approvals show`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCmd {
+    /// One item: what approving it would let through, its notes and its review token.
+    Show {
+        /// The item: ID, or SANDBOX/ID.
+        id: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `approve`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["once", "session"])))]
+pub struct ApproveArgs {
+    /// The item: ID, or SANDBOX/ID.
+    pub id: String,
+    /// Only the session's next connection to the host and port.
+    #[arg(long)]
+    pub once: bool,
+    /// Every connection of that session to it.
+    #[arg(long)]
+    pub session: bool,
+    /// How long a --session approval holds (90s, 30m, 2h, 7d; none: until the sandbox
+    /// stops).
+    #[arg(long = "for", value_name = "SPAN", requires = "session")]
+    pub for_span: Option<String>,
+    /// The review token `approvals show` printed: refused if the item changed since.
+    #[arg(long)]
+    pub token: Option<String>,
+}
+
+/// `deny`.
+#[derive(Debug, Args)]
+pub struct DenyArgs {
+    /// The item: ID, or SANDBOX/ID.
+    pub id: String,
+    /// Why, for the agent (one line; it reads it in its refusals).
+    #[arg(long, required = true)]
+    pub reason: String,
+    /// How long the denial holds (90s, 30m, 2h, 7d; none: until the sandbox stops).
+    #[arg(long = "for", value_name = "SPAN")]
+    pub for_span: Option<String>,
+    /// The review token `approvals show` printed: refused if the item changed since.
+    #[arg(long)]
+    pub token: Option<String>,
 }
 
 /// `policy`.

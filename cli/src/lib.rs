@@ -38,6 +38,7 @@ pub mod paths;
 pub mod registry;
 pub mod review;
 pub mod secrets;
+pub mod span;
 pub mod suggest;
 pub mod term;
 pub mod top;

@@ -103,7 +103,12 @@ pub fn change_for(
         .to_string();
     let add = |key, value| Some(Change::Add { key, value });
     match reason {
-        Reason::BlockedByPolicy | Reason::BlockedIpLiteral => add("allow", host_rule(host, port)),
+        Reason::BlockedByPolicy | Reason::BlockedIpLiteral | Reason::ApprovalRequired => {
+            add("allow", host_rule(host, port))
+        }
+        Reason::ApprovalDenied => Some(Change::Edit(format!(
+            "the operator denied {h:?} for the session that asked; to allow it for every session, add it to [network] allow"
+        ))),
         Reason::BlockedPort => {
             let at = match port {
                 Some(p) if h.contains(':') => format!("[{h}]:{p}"),
@@ -412,20 +417,9 @@ pub fn since_ms(text: &str, now_ms: u64) -> Result<u64, String> {
     if let Some(t) = airlock_audit_schema::Timestamp::parse(text) {
         return Ok(t.0);
     }
-    let unit = match text.chars().last() {
-        Some('s') => 1_000,
-        Some('m') => 60_000,
-        Some('h') => 3_600_000,
-        Some('d') => 86_400_000,
-        _ => 0,
-    };
-    let n: Option<u64> = text
-        .get(..text.len().saturating_sub(1))
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|n| n.parse().ok());
-    match n {
-        Some(n) if unit > 0 => Ok(now_ms.saturating_sub(n.saturating_mul(unit))),
-        _ => Err(format!(
+    match crate::span::parse(text) {
+        Some(d) => Ok(now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+        None => Err(format!(
             "--since {text:?} is neither a span (90s, 30m, 2h, 7d) nor a time as the logs write it (2026-11-28T10:00:00.000Z)"
         )),
     }

@@ -19,20 +19,22 @@ fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// What the agent's shell prints running `script` in the sandbox `name`, trimmed.
+fn agent_sh(w: &World, name: &str, script: &str) -> String {
+    let o = w.run(&["exec", name, "--", "sh", "-c", script]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
 /// The agent asks the proxy for a host: the proxy's refusal (its `x-airlock-error` header,
 /// empty when it did not refuse).
 fn refusal(w: &World, name: &str, host: &str) -> String {
-    let o = w.run(&[
-        "exec",
+    agent_sh(
+        w,
         name,
-        "--",
-        "sh",
-        "-c",
         &format!(
             "curl -s --max-time 10 -o /dev/null -D - http://{host}/ | tr -d '\\r' | sed -n 's/^x-airlock-error: *//Ip'"
         ),
-    ]);
-    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    )
 }
 
 #[test]
@@ -238,5 +240,164 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     );
     let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
     assert_eq!(v["admin"], Value::Null, "{v}");
+    w.ok(&["destroy", &s, "--force"]);
+}
+
+/// What the agent reads when it asks for `url` (the body of the answer, or nothing).
+fn agent_get(w: &World, name: &str, url: &str) -> String {
+    agent_sh(w, name, &format!("curl -s --max-time 10 {url}"))
+}
+
+/// `[network] unlisted = "ask"` through the operator's CLI against the real proxy: the
+/// agent is refused at once with the item's id, the operator lists, shows and answers it,
+/// and the agent's next request gets exactly that answer.
+#[test]
+fn the_operator_answers_an_agents_ask_from_the_cli() {
+    let w = World::new("apv");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+
+    // The agent asks: refused at once, the item named, with how it gets answered.
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://asked.example/")).unwrap();
+    assert_eq!(v["error"], "approval-required", "{v}");
+    let id = v["approval_id"].as_str().unwrap().to_owned();
+    assert!(
+        v["next_steps"]
+            .as_str()
+            .unwrap()
+            .contains("airlock approve"),
+        "{v}"
+    );
+
+    // The inbox, every running sandbox's and this one's.
+    let inbox = w.ok(&["approvals"]);
+    assert!(
+        inbox.contains(&format!("{s}/{id}"))
+            && inbox.contains("asked.example:80")
+            && inbox.contains("pending"),
+        "{inbox}"
+    );
+    let items: Value = serde_json::from_str(&w.ok(&["approvals", &s, "--json"])).unwrap();
+    assert_eq!(items[0]["id"], id.as_str(), "{items}");
+    assert_eq!(items[0]["sandbox"], s.as_str(), "{items}");
+    let shown = w.ok(&["approvals", "show", &id]);
+    let token = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token "))
+        .unwrap_or_else(|| panic!("no token in {shown}"))
+        .to_owned();
+
+    // A scope is required; a stale token is refused (exit 4) and changes nothing.
+    assert_eq!(w.run(&["approve", &id]).status.code(), Some(2));
+    let o = w.run(&["approve", &id, "--once", "--token", "0000000000000000"]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = w.ok(&[
+        "approve",
+        &id,
+        "--session",
+        "--for",
+        "10m",
+        "--token",
+        &token,
+    ]);
+    assert!(out.contains("approved (session)"), "{out}");
+    // The agent's next request passes the policy (nothing upstream here: it fails to
+    // resolve instead of being asked).
+    let after = refusal(&w, &s, "asked.example");
+    assert!(!after.contains("approval"), "{after}");
+
+    // A denial's reason reaches the agent; a second answer is refused.
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://other.example/")).unwrap();
+    let other = v["approval_id"].as_str().unwrap().to_owned();
+    w.ok(&[
+        "deny",
+        &format!("{s}/{other}"),
+        "--reason",
+        "not for this task",
+    ]);
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://other.example/")).unwrap();
+    assert_eq!(v["error"], "approval-denied", "{v}");
+    assert!(
+        v["rule"].as_str().unwrap().ends_with("not for this task"),
+        "{v}"
+    );
+    let o = w.run(&["deny", &other, "--reason", "again"]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        w.run(&["approve", "ffffffff", "--once"]).status.code(),
+        Some(3)
+    );
+
+    // The agent asks ahead of need with a reason (`airlock-request`, on its PATH): pending
+    // (exit 3); the operator reads the reason as the agent's words and approves; the
+    // agent's wait returns approved (exit 0).
+    let asked = agent_sh(
+        &w,
+        &s,
+        "airlock-request pkgs.example --reason 'pip needs the index'; echo \"rc=$?\"",
+    );
+    assert!(
+        asked.ends_with("rc=3") && asked.contains("\"state\":\"pending\""),
+        "{asked}"
+    );
+    let inbox = w.ok(&["approvals", &s]);
+    assert!(
+        inbox.contains("the agent says (untrusted): \"pip needs the index\""),
+        "{inbox}"
+    );
+    let listed: Value = serde_json::from_str(&w.ok(&["approvals", &s, "--json"])).unwrap();
+    let ahead = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["host"] == "pkgs.example")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = w
+        .cmd(&[
+            "exec",
+            &s,
+            "--",
+            "sh",
+            "-c",
+            "airlock-request pkgs.example --reason again --wait 60; echo \"rc=$?\"",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    w.ok(&["approve", &ahead, "--session"]);
+    let out = waiting.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.trim_end().ends_with("rc=0") && out.contains("\"state\":\"approved\""),
+        "{out}"
+    );
+
+    // The answers are in the sandbox's audit log, with who gave them.
+    let log = w.ok(&["logs", &s, "--audit", "--json"]);
+    assert_eq!(
+        log.matches("\"event\":\"approval-answered\"").count(),
+        3,
+        "{log}"
+    );
     w.ok(&["destroy", &s, "--force"]);
 }

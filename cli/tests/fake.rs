@@ -215,6 +215,28 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                 message: "allowed by [network] allow \"api.example\"".into(),
             }),
         ),
+        Request::Approvals => json(
+            200,
+            &Response::Approvals(airlock_control::admin::Approvals {
+                items: vec![airlock_control::admin::Approval {
+                    id: "3f2a9c1d".into(),
+                    session: "uid 1000".into(),
+                    host: "asked.example".into(),
+                    port: 443,
+                    hits: 2,
+                    first_ms: 1_764_300_000_000,
+                    last_ms: 1_764_300_001_000,
+                    state: "pending".into(),
+                    scope: None,
+                    by: None,
+                    until_ms: None,
+                    reason: None,
+                    said: None,
+                    notes: Vec::new(),
+                    token: None,
+                }],
+            }),
+        ),
         other => panic!("the CLI asked for {other:?}"),
     }
 }

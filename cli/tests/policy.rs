@@ -299,3 +299,34 @@ fn policy_suggest_folds_the_audit_log_into_lines_to_review() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn approvals_lists_the_inbox_of_a_sandbox_and_of_every_running_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _fake) = fake::sandbox(dir.path(), "pol");
+    for args in [&["approvals", "pol"][..], &["approvals"][..]] {
+        let o = airlock(&data, args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(out.starts_with("1 pending\n"), "{out}");
+        assert!(
+            out.contains("pol/3f2a9c1d  uid 1000  asked.example:443  2 hits, last 2025-11-28T03:20:01.000Z  pending"),
+            "{out}"
+        );
+    }
+    let o = airlock(&data, &["approvals", "pol", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["sandbox"], "pol", "{v}");
+    assert_eq!(v[0]["id"], "3f2a9c1d", "{v}");
+    // Answering needs a scope, and a denial a reason (the parser's refusals: exit 2).
+    assert_eq!(
+        airlock(&data, &["approve", "3f2a9c1d"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(airlock(&data, &["deny", "3f2a9c1d"]).status.code(), Some(2));
+    let o = airlock(
+        &data,
+        &["approve", "3f2a9c1d", "--session", "--for", "soon"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}

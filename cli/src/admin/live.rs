@@ -1,9 +1,12 @@
 //! What a running sandbox's admin API says about it now (`status`, `top`): its start's
-//! state, the policy revision in force, the sessions, the counters.
+//! state, the policy revision in force, the sessions, the counters, the items waiting for
+//! the operator.
 
 use super::{AdminError, Client};
 use airlock_audit_schema::Timestamp;
-use airlock_control::admin::{AuditState, Counters, PolicyRevision, Session, SessionKind};
+use airlock_control::admin::{
+    Approval, AuditState, Counters, PolicyRevision, Session, SessionKind,
+};
 use airlock_control::status::{State, Status};
 use serde::Serialize;
 
@@ -21,6 +24,8 @@ pub struct Live {
     pub sessions: Vec<Session>,
     /// The proxy's counters since the start.
     pub counters: Counters,
+    /// The operator's inbox (empty from a proxy older than approvals).
+    pub approvals: Vec<Approval>,
 }
 
 /// Ask the admin API of `client` for everything at once.
@@ -28,17 +33,23 @@ pub struct Live {
 /// # Errors
 /// The first of the requests that failed.
 pub async fn gather(client: &Client) -> Result<Live, AdminError> {
-    let (status, policy, sessions, counters) = tokio::join!(
+    let (status, policy, sessions, counters, approvals) = tokio::join!(
         client.status(),
         client.policy(),
         client.sessions(),
-        client.counters()
+        client.counters(),
+        client.approvals()
     );
     Ok(Live {
         status: status?,
         policy: policy?,
         sessions: sessions?.sessions,
         counters: counters?,
+        // A proxy older than approvals has none to show.
+        approvals: match approvals {
+            Err(e) if e.code() == Some(airlock_control::admin::ErrorCode::NotFound) => Vec::new(),
+            other => other?,
+        },
     })
 }
 
@@ -161,6 +172,12 @@ pub fn lines(l: &Live) -> Vec<String> {
             open.join(", ")
         ));
     }
+    let pending = l.approvals.iter().filter(|a| a.state == "pending").count();
+    if pending > 0 {
+        out.push(format!(
+            "approvals   {pending} pending (airlock approvals; approve ID or deny ID)"
+        ));
+    }
     out
 }
 
@@ -205,6 +222,7 @@ mod tests {
             },
             sessions: vec![],
             counters: c,
+            approvals: Vec::new(),
         };
         let text = lines(&live).join("\n");
         assert!(

@@ -481,3 +481,19 @@ fn a_moved_directory_is_read_to_its_end_then_quiet() {
     assert_eq!(texts(f.poll().unwrap()), ["b"]);
     assert!(f.poll().unwrap().is_empty());
 }
+
+#[test]
+fn an_asked_host_says_how_to_answer_its_item() {
+    let mut r = rec(Kind::Connect, Verdict::Deny, Some("approval-required"));
+    r.approval = Some("3f2a9c1d".into());
+    let text = show(&line(&r));
+    assert!(
+        text.ends_with(
+            "\n    to allow: airlock approve 3f2a9c1d --once (or --session); to refuse: airlock deny 3f2a9c1d --reason \"…\""
+        ),
+        "{text}"
+    );
+    // Without an item (the session's inbox was full): the host's own policy change.
+    r.approval = None;
+    assert!(show(&line(&r)).contains("add \"evil.example\" to [network] allow"));
+}

@@ -1,5 +1,6 @@
 //! One function per subcommand; each returns the process exit code.
 
+mod approvals;
 mod audit;
 mod build;
 mod doctor;
@@ -57,6 +58,19 @@ impl Ctx {
     /// The object stores sandboxes borrow from.
     pub fn stores(&self) -> airlock_cli::checkout::store::Stores {
         airlock_cli::checkout::store::Stores::new(&self.paths.data)
+    }
+
+    /// The sandboxes the registry says run, by name.
+    pub fn running(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .registry
+            .list()?
+            .into_iter()
+            .filter(|r| r.state == airlock_cli::registry::State::Running)
+            .map(|r| r.name)
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// A sandbox's checkout.
@@ -123,6 +137,9 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Fetch(a) => lifecycle::fetch(&ctx, &a.name).await,
         Command::Gc(a) => gc::run(&ctx, a.dry_run, a.json).await,
         Command::Policy(a) => policy::run(&ctx, &a).await,
+        Command::Approvals(a) => approvals::list(&ctx, &a).await,
+        Command::Approve(a) => approvals::approve(&ctx, &a).await,
+        Command::Deny(a) => approvals::deny(&ctx, &a).await,
         Command::Top(a) => top::run(&ctx, &a).await,
         Command::Completions(_)
         | Command::Render(_)

@@ -9,7 +9,6 @@ use airlock_cli::audit_view::stream::{Item, Seen, StreamFollower};
 use airlock_cli::audit_view::{self, Source, View};
 use airlock_cli::cli::TopArgs;
 use airlock_cli::exit::{Code, Failure};
-use airlock_cli::registry::State;
 use airlock_cli::term;
 use airlock_cli::top::{self, Denial, Model};
 use airlock_control::admin::{EventsQuery, Log};
@@ -90,7 +89,7 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                let names = match running(ctx) {
+                let names = match ctx.running() {
                     Ok(n) => { model.status = None; n }
                     Err(e) => { model.status = Some(format!("the registry cannot be read: {e}")); Vec::new() }
                 };
@@ -154,19 +153,6 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
         t.abort();
     }
     Ok(0)
-}
-
-/// The sandboxes the registry says run, by name.
-fn running(ctx: &Ctx) -> Result<Vec<String>> {
-    let mut names: Vec<String> = ctx
-        .registry
-        .list()?
-        .into_iter()
-        .filter(|r| r.state == State::Running)
-        .map(|r| r.name)
-        .collect();
-    names.sort();
-    Ok(names)
 }
 
 /// One sandbox's denials from its event stream, as `logs --audit` prints them.

@@ -289,6 +289,10 @@ pub fn check_command(root: &Command, args: &[String]) -> Vec<String> {
                     path.push(w.to_owned());
                     cmd = sub;
                 }
+                // A command that takes either a subcommand or its own positional argument
+                // (`approvals [NAME]`, `approvals show ID`): the word is the argument.
+                None if cmd.is_args_conflicts_with_subcommands_set()
+                    && cmd.get_positionals().next().is_some() => {}
                 None => {
                     problems.push(format!("`{}` has no subcommand {w}", path.join(" ")));
                     break;

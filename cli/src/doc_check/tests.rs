@@ -138,7 +138,7 @@ airlock list --json && airlock destroy fix --force
 scripts/airlock run . \\
     --agnet claude
 AIRLOCK_DATA_DIR=/tmp airlock --data-dir /d secret set github_token
-airlock approvals
+airlock grants
 ```
 
 Then `airlock list --jsn`, `airlock fetch NAME`, and `airlock <command> --help`.
@@ -149,7 +149,7 @@ Then `airlock list --jsn`, `airlock fetch NAME`, and `airlock <command> --help`.
         vec![
             "`airlock logs` has no option -z".to_owned(),
             "`airlock run` has no option --agnet".to_owned(),
-            "`airlock` has no subcommand approvals".to_owned(),
+            "`airlock` has no subcommand grants".to_owned(),
             "`airlock list` has no option --jsn".to_owned(),
         ]
     );

@@ -1,0 +1,201 @@
+//! `airlock approvals [NAME]`, `approvals show ID`, `approve ID`, `deny ID`: the operator's
+//! inbox of asked hosts across the running sandboxes, answered out of band through each
+//! sandbox's admin API (never through the agent's terminal).
+//!
+//! An item is named `ID` (its sandbox found by asking each running one) or `SANDBOX/ID`.
+
+use super::Ctx;
+use airlock_cli::admin::Client;
+use airlock_cli::admin::live::when;
+use airlock_cli::cli::{ApprovalsArgs, ApprovalsCmd, ApproveArgs, DenyArgs};
+use airlock_cli::exit::{Code, Failure};
+use airlock_cli::review::escape;
+use airlock_control::admin::{AnswerRequest, Approval, ErrorCode};
+use anyhow::Result;
+use serde_json::{Value, json};
+
+/// `airlock approvals …`.
+pub async fn list(ctx: &Ctx, args: &ApprovalsArgs) -> Result<i32> {
+    if let Some(ApprovalsCmd::Show { id, json }) = &args.show {
+        return show(ctx, id, *json).await;
+    }
+    let names = match &args.name {
+        Some(n) => {
+            ctx.sandbox(n)?;
+            vec![n.clone()]
+        }
+        None => ctx.running()?,
+    };
+    let mut rows: Vec<(String, Approval)> = Vec::new();
+    for name in names {
+        let client = Client::new(&name, &ctx.checkout(&name).control());
+        match client.approvals().await {
+            Ok(items) => rows.extend(items.into_iter().map(|a| (name.clone(), a))),
+            // Listing every sandbox: one that does not answer is said, not fatal.
+            Err(e) if args.name.is_none() => eprintln!("airlock: {name}: {e}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if args.json {
+        let v: Vec<Value> = rows.iter().map(|(n, a)| with_sandbox(n, a)).collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        println!("no approvals: nothing asked for in the running sandboxes");
+        return Ok(0);
+    }
+    let pending = rows.iter().filter(|(_, a)| a.state == "pending").count();
+    println!("{pending} pending");
+    for (name, a) in &rows {
+        println!("{}", row(name, a));
+        details(a, "    ");
+    }
+    Ok(0)
+}
+
+/// What the agent said it needs the host for (its own words, untrusted) and the notes.
+fn details(a: &Approval, indent: &str) {
+    if let Some(said) = &a.said {
+        println!(
+            "{indent}the agent says (untrusted): \"{}\"",
+            escape(said.as_bytes())
+        );
+    }
+    for n in &a.notes {
+        println!("{indent}note: {}", escape(n.as_bytes()));
+    }
+}
+
+/// One item as a line: where, who, what, how often, where it stands.
+fn row(name: &str, a: &Approval) -> String {
+    let answer = match (a.state.as_str(), &a.scope, &a.reason) {
+        ("denied", _, Some(r)) => format!("denied: {}", escape(r.as_bytes())),
+        (state, Some(scope), _) => format!("{state} ({scope})"),
+        (state, ..) => state.to_owned(),
+    };
+    format!(
+        "{name}/{}  {}  {}:{}  {} hit{}, last {}  {answer}",
+        a.id,
+        a.session,
+        escape(a.host.as_bytes()),
+        a.port,
+        a.hits,
+        if a.hits == 1 { "" } else { "s" },
+        when(a.last_ms),
+    )
+}
+
+fn with_sandbox(name: &str, a: &Approval) -> Value {
+    let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("sandbox".into(), json!(name));
+    }
+    v
+}
+
+/// `approvals show ID`: the item, what approving it lets through, and its token.
+async fn show(ctx: &Ctx, id: &str, as_json: bool) -> Result<i32> {
+    let (client, a) = find(ctx, id).await?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&with_sandbox(client.name(), &a))?
+        );
+        return Ok(0);
+    }
+    println!("{}", row(client.name(), &a));
+    println!(
+        "  approving lets {} reach {}:{} (--once: its next connection; --session: every one)",
+        a.session,
+        escape(a.host.as_bytes()),
+        a.port
+    );
+    details(&a, "  ");
+    if let Some(t) = &a.token {
+        println!("  token {t}");
+    }
+    Ok(0)
+}
+
+/// `approve ID --once | --session [--for SPAN] [--token T]`.
+pub async fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<i32> {
+    let scope = if args.once { "once" } else { "session" };
+    let answer = AnswerRequest {
+        approve: true,
+        scope: Some(scope.to_owned()),
+        for_seconds: span(args.for_span.as_deref())?,
+        token: args.token.clone(),
+        ..AnswerRequest::default()
+    };
+    respond(ctx, &args.id, answer).await
+}
+
+/// `deny ID --reason R [--for SPAN] [--token T]`.
+pub async fn deny(ctx: &Ctx, args: &DenyArgs) -> Result<i32> {
+    let answer = AnswerRequest {
+        approve: false,
+        reason: Some(args.reason.clone()),
+        for_seconds: span(args.for_span.as_deref())?,
+        token: args.token.clone(),
+        ..AnswerRequest::default()
+    };
+    respond(ctx, &args.id, answer).await
+}
+
+fn span(text: Option<&str>) -> Result<Option<u64>> {
+    text.map(|t| {
+        airlock_cli::span::parse(t)
+            .map(|d| d.as_secs())
+            .ok_or_else(|| {
+                Failure::new(
+                    Code::Usage,
+                    format!("--for {t:?} is not a span (90s, 30m, 2h, 7d)"),
+                )
+                .into()
+            })
+    })
+    .transpose()
+}
+
+/// Sends `answer` to the item `id`; prints the item as it left it.
+async fn respond(ctx: &Ctx, id: &str, mut answer: AnswerRequest) -> Result<i32> {
+    let (client, item) = find(ctx, id).await?;
+    for n in &item.notes {
+        eprintln!("airlock: note: {}", escape(n.as_bytes()));
+    }
+    answer.id = item.id.clone();
+    let a = match client.answer(answer).await {
+        Ok(a) => a,
+        Err(e) if e.code() == Some(ErrorCode::Conflict) => {
+            return Err(Failure::new(Code::Refused, e.to_string()).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    println!("{}", row(client.name(), &a));
+    Ok(0)
+}
+
+/// The item `id` (`ID` or `SANDBOX/ID`) and the client of its sandbox.
+async fn find(ctx: &Ctx, id: &str) -> Result<(Client, Approval)> {
+    let (names, bare) = match id.split_once('/') {
+        Some((name, bare)) => {
+            ctx.sandbox(name)?;
+            (vec![name.to_owned()], bare)
+        }
+        None => (ctx.running()?, id),
+    };
+    for name in names {
+        let client = Client::new(&name, &ctx.checkout(&name).control());
+        match client.approval(bare).await {
+            Ok(a) => return Ok((client, a)),
+            Err(e) if e.code() == Some(ErrorCode::NotFound) || e.is_not_running() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Failure::new(
+        Code::NotFound,
+        format!("no approval {id} in a running sandbox (`airlock approvals` lists them)"),
+    )
+    .into())
+}
