@@ -51,6 +51,10 @@ pub struct Limits {
     pub llm_tokens_warn_per_hour: Option<u64>,
     /// LLM tokens the whole sandbox may use per hour.
     pub sandbox_llm_tokens_per_hour: u64,
+    /// Items of the operator's inbox one session may hold pending (`unlisted = "ask"`).
+    pub approvals_pending: u32,
+    /// New items one session may file per minute.
+    pub approvals_per_minute: u32,
 }
 
 /// Default `requests_per_second`.
@@ -75,6 +79,13 @@ pub const DEFAULT_SANDBOX_REQUESTS_PER_HOUR: u64 = 1_000_000;
 pub const DEFAULT_LLM_TOKENS_PER_HOUR: u64 = 50_000_000;
 /// Default `sandbox_llm_tokens_per_hour`.
 pub const DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR: u64 = 200_000_000;
+/// Default `approvals_pending`.
+pub const DEFAULT_APPROVALS_PENDING: u32 = 16;
+/// Default `approvals_per_minute`.
+pub const DEFAULT_APPROVALS_PER_MINUTE: u32 = 30;
+/// The bounds of the inbox's knobs.
+const APPROVALS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000;
+
 /// The bounds of the token budgets.
 const TOKENS_RANGE: std::ops::RangeInclusive<i64> = 1000..=1_000_000_000_000;
 
@@ -100,6 +111,8 @@ impl Limits {
         llm_tokens_per_hour: DEFAULT_LLM_TOKENS_PER_HOUR,
         llm_tokens_warn_per_hour: None,
         sandbox_llm_tokens_per_hour: DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR,
+        approvals_pending: DEFAULT_APPROVALS_PENDING,
+        approvals_per_minute: DEFAULT_APPROVALS_PER_MINUTE,
     };
 
     /// The session's token warning threshold in force.
@@ -132,6 +145,8 @@ pub(crate) struct RawLimits {
     llm_tokens_per_hour: Option<Spanned<i64>>,
     llm_tokens_warn_per_hour: Option<Spanned<i64>>,
     sandbox_llm_tokens_per_hour: Option<Spanned<i64>>,
+    approvals_pending: Option<Spanned<i64>>,
+    approvals_per_minute: Option<Spanned<i64>>,
 }
 
 impl RawLimits {
@@ -158,6 +173,7 @@ impl RawLimits {
         let (knob, circuit) = (within::<u32>(&RANGE), within::<u32>(&CIRCUIT_RANGE));
         let (bytes, requests) = (within::<u64>(&BYTES_RANGE), within::<u64>(&REQUESTS_RANGE));
         let tokens = within::<u64>(&TOKENS_RANGE);
+        let inbox = within::<u32>(&APPROVALS_RANGE);
         Ok(Limits {
             requests_per_second: knob(
                 self.requests_per_second,
@@ -203,6 +219,16 @@ impl RawLimits {
                 self.sandbox_llm_tokens_per_hour,
                 "limits.sandbox_llm_tokens_per_hour",
                 d.sandbox_llm_tokens_per_hour,
+            )?,
+            approvals_pending: inbox(
+                self.approvals_pending,
+                "limits.approvals_pending",
+                d.approvals_pending,
+            )?,
+            approvals_per_minute: inbox(
+                self.approvals_per_minute,
+                "limits.approvals_per_minute",
+                d.approvals_per_minute,
             )?,
         })
     }

@@ -1097,6 +1097,14 @@ pub(crate) mod tests {
             4,
             "limits.llm_tokens_per_hour: must be between 1000",
         );
+        let set = format!("{base}[limits]\napprovals_pending = 2\napprovals_per_minute = 500\n");
+        let l = parse(&set).unwrap().limits;
+        assert_eq!((l.approvals_pending, l.approvals_per_minute), (2, 500));
+        refused(
+            &format!("{base}[limits]\napprovals_pending = 0\n"),
+            4,
+            "limits.approvals_pending: must be between 1 and 10000",
+        );
         let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }

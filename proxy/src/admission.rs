@@ -35,7 +35,7 @@
 
 use airlock_policy::reason::Reason;
 
-use crate::approvals::{Approvals, Asked};
+use crate::approvals::{Approvals, Asked, Caps};
 use crate::audit::{Record, Verdict};
 use crate::breaker::Breakers;
 use crate::budget::Budgets;
@@ -167,7 +167,12 @@ impl Admission {
 
     /// Step 3, the operator's answer, on an asked destination (else `self` as it is).
     #[must_use]
-    pub fn answered(self, pace: Option<Pace<'_>>, target: &Target) -> Self {
+    pub fn answered(
+        self,
+        pace: Option<Pace<'_>>,
+        policy: &airlock_policy::Policy,
+        target: &Target,
+    ) -> Self {
         if self.outcome != Outcome::Ask {
             return self;
         }
@@ -180,7 +185,10 @@ impl Admission {
         };
         let (now, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
         let host = target.host.as_str();
-        let asked = pace.approvals.ask(pace.who, host, target.port, now, wall);
+        let caps = Caps::of(&policy.limits);
+        let asked = pace
+            .approvals
+            .ask(pace.who, host, target.port, caps, now, wall);
         let (outcome, rule, approval) = match asked {
             Asked::Granted { id, scope } => (
                 Outcome::Allow,
@@ -196,16 +204,16 @@ impl Admission {
             Asked::Full => (
                 Outcome::Deny(Reason::ApprovalRequired),
                 Some(format!(
-                    "approvals: {} items of this session wait for the operator; nothing more is filed until some are answered",
-                    crate::approvals::MAX_PENDING
+                    "approvals: {} items of this session wait for the operator ([limits] approvals_pending); nothing more is filed until some are answered",
+                    caps.pending
                 )),
                 None,
             ),
             Asked::TooFast => (
                 Outcome::Deny(Reason::RateLimited),
                 Some(format!(
-                    "approvals: at most {} new asks a minute per session",
-                    crate::approvals::MAX_FILED_PER_MINUTE
+                    "approvals: at most {} new asks a minute per session ([limits] approvals_per_minute)",
+                    caps.per_minute
                 )),
                 None,
             ),
@@ -334,7 +342,7 @@ pub fn admit(
     }
     let admission = policy(rules.policy, target, Port::Exact)
         .named(rules, budget, target)
-        .answered(pace, target);
+        .answered(pace, rules.policy, target);
     if admission.refused().is_some() {
         return admission;
     }

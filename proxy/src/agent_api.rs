@@ -178,6 +178,7 @@ fn ask(shared: &Shared, who: Client, body: &Bytes) -> Response<ProxyBody> {
         who,
         (target.host.as_str(), port),
         said,
+        crate::approvals::Caps::of(&rules.policy.limits),
         Instant::now(),
         SystemTime::now(),
     );

@@ -4,8 +4,8 @@
 //! An asked request is refused at once (`approval-required`, naming its item), so an
 //! autonomous agent never hangs on it; the item waits here. Items are one per (session,
 //! host, port): asking again counts a hit on the pending one. A session holds at most
-//! [`MAX_PENDING`] pending items and files at most [`MAX_FILED_PER_MINUTE`] new ones a
-//! minute; past either its asks are refused without an item (`Asked::Full`,
+//! `[limits] approvals_pending` pending items and files at most `approvals_per_minute` new
+//! ones a minute; past either its asks are refused without an item (`Asked::Full`,
 //! `Asked::TooFast`). A reload that lists a pending host drops its item ([`Approvals::drop_covered`]).
 //!
 //! The operator answers through the admin API, never through the agent's terminal:
@@ -30,10 +30,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::limits::Client;
 
-/// Pending items one session may hold.
-pub const MAX_PENDING: usize = 16;
-/// New items one session may file per minute.
-pub const MAX_FILED_PER_MINUTE: u32 = 30;
 /// Items kept in all (answered ones are dropped oldest first past it; pending ones are
 /// bounded per session).
 const MAX_ITEMS: usize = 1024;
@@ -112,6 +108,24 @@ pub struct Item {
 /// Longest reason the agent may give, in characters.
 pub const MAX_SAID: usize = 300;
 
+/// How much one session may ask (`[limits] approvals_pending`, `approvals_per_minute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub pending: usize,
+    pub per_minute: u32,
+}
+
+impl Caps {
+    /// The caps `limits` sets.
+    #[must_use]
+    pub fn of(limits: &airlock_policy::limits::Limits) -> Self {
+        Self {
+            pending: limits.approvals_pending as usize,
+            per_minute: limits.approvals_per_minute,
+        }
+    }
+}
+
 /// What an asked request gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Asked {
@@ -121,9 +135,9 @@ pub enum Asked {
     Denied { id: String, reason: String },
     /// Waiting (filed now, or before): refused, naming the item.
     Pending { id: String },
-    /// The session holds [`MAX_PENDING`] pending items: refused, nothing filed.
+    /// The session holds `approvals_pending` pending items: refused, nothing filed.
     Full,
-    /// The session filed [`MAX_FILED_PER_MINUTE`] items this minute: refused, nothing filed.
+    /// The session filed `approvals_per_minute` items this minute: refused, nothing filed.
     TooFast,
 }
 
@@ -189,8 +203,16 @@ pub struct Approvals {
 impl Approvals {
     /// The answer for an asked connection of `who` to `host:port`, filing an item when none
     /// is live (see the module docs).
-    pub fn ask(&self, who: Client, host: &str, port: u16, now: Instant, wall: SystemTime) -> Asked {
-        self.ask_saying(who, (host, port), None, now, wall)
+    pub fn ask(
+        &self,
+        who: Client,
+        host: &str,
+        port: u16,
+        caps: Caps,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Asked {
+        self.ask_saying(who, (host, port), None, caps, now, wall)
     }
 
     /// [`Approvals::ask`] by the agent ahead of need, with its reason (kept on the item, the
@@ -200,6 +222,7 @@ impl Approvals {
         who: Client,
         (host, port): (&str, u16),
         said: Option<&str>,
+        caps: Caps,
         now: Instant,
         wall: SystemTime,
     ) -> Asked {
@@ -230,7 +253,7 @@ impl Approvals {
             .values()
             .filter(|i| i.who == who && i.state == State::Pending)
             .count();
-        if pending >= MAX_PENDING {
+        if pending >= caps.pending {
             return Asked::Full;
         }
         let pace = inner.pace.entry(who).or_insert(Pace {
@@ -243,7 +266,7 @@ impl Approvals {
                 filed: 0,
             };
         }
-        if pace.filed >= MAX_FILED_PER_MINUTE {
+        if pace.filed >= caps.per_minute {
             return Asked::TooFast;
         }
         pace.filed += 1;

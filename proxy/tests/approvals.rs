@@ -270,7 +270,7 @@ async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about() {
 #[tokio::test]
 async fn a_flood_of_asks_stops_at_the_cap_and_a_reload_that_lists_a_host_drops_its_item() {
     let mut h = asking(&[]).await;
-    let cap = airlock_proxy::approvals::MAX_PENDING;
+    let cap = airlock_policy::limits::DEFAULT_APPROVALS_PENDING as usize;
     for i in 0..cap {
         let (_s, r) = request(h.addr, &get(&format!("h{i}.test"))).await;
         assert!(r.json()["approval_id"].is_string(), "{i}: {}", r.body);

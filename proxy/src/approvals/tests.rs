@@ -1,6 +1,13 @@
 use super::*;
 
 const A: Client = Client::Uid(1000);
+/// The defaults of `[limits]`.
+const CAPS: Caps = Caps {
+    pending: 16,
+    per_minute: 30,
+};
+const MAX_PENDING: usize = CAPS.pending;
+const MAX_FILED_PER_MINUTE: u32 = CAPS.per_minute;
 const B: Client = Client::Uid(1001);
 
 fn t0() -> (Instant, SystemTime) {
@@ -18,14 +25,14 @@ fn pending_id(a: Asked) -> String {
 fn an_ask_is_filed_once_per_session_host_and_port_and_counts_its_hits() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     assert_eq!(id.len(), 8);
     assert_eq!(
-        ap.ask(A, "x.example", 443, now, wall),
+        ap.ask(A, "x.example", 443, CAPS, now, wall),
         Asked::Pending { id: id.clone() }
     );
-    let other_port = pending_id(ap.ask(A, "x.example", 8443, now, wall));
-    let other_session = pending_id(ap.ask(B, "x.example", 443, now, wall));
+    let other_port = pending_id(ap.ask(A, "x.example", 8443, CAPS, now, wall));
+    let other_session = pending_id(ap.ask(B, "x.example", 443, CAPS, now, wall));
     assert!(id != other_port && id != other_session);
     assert_eq!(ap.get(&id).unwrap().hits, 2);
     assert_eq!(ap.list().len(), 3);
@@ -35,21 +42,21 @@ fn an_ask_is_filed_once_per_session_host_and_port_and_counts_its_hits() {
 fn approve_once_admits_one_connection_and_the_next_is_asked_again() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     let once = Answer::Approve {
         scope: Scope::Once,
         until: None,
     };
     ap.answer(&id, once, 0, None, 1).unwrap();
     assert_eq!(
-        ap.ask(A, "x.example", 443, now, wall),
+        ap.ask(A, "x.example", 443, CAPS, now, wall),
         Asked::Granted {
             id: id.clone(),
             scope: Scope::Once
         }
     );
     assert_eq!(ap.get(&id).unwrap().state, State::Spent { by: 0 });
-    let again = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let again = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     assert_ne!(again, id);
 }
 
@@ -57,7 +64,7 @@ fn approve_once_admits_one_connection_and_the_next_is_asked_again() {
 fn approve_session_admits_that_session_only_until_its_time_ends() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     let until = Some(wall + Duration::from_secs(60));
     ap.answer(
         &id,
@@ -72,7 +79,7 @@ fn approve_session_admits_that_session_only_until_its_time_ends() {
     .unwrap();
     for _ in 0..3 {
         assert!(matches!(
-            ap.ask(A, "x.example", 443, now, wall),
+            ap.ask(A, "x.example", 443, CAPS, now, wall),
             Asked::Granted { .. }
         ));
     }
@@ -80,14 +87,14 @@ fn approve_session_admits_that_session_only_until_its_time_ends() {
     assert!(!ap.approved_name(B, "x.example", wall));
     // Another session is still asked.
     assert!(matches!(
-        ap.ask(B, "x.example", 443, now, wall),
+        ap.ask(B, "x.example", 443, CAPS, now, wall),
         Asked::Pending { .. }
     ));
     // Past its time: asked again.
     let later = wall + Duration::from_secs(61);
     assert!(!ap.approved_name(A, "x.example", later));
     assert!(matches!(
-        ap.ask(A, "x.example", 443, now, later),
+        ap.ask(A, "x.example", 443, CAPS, now, later),
         Asked::Pending { .. }
     ));
 }
@@ -96,14 +103,14 @@ fn approve_session_admits_that_session_only_until_its_time_ends() {
 fn a_denial_carries_the_operators_reason_and_cannot_be_answered_twice() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     let deny = Answer::Deny {
         reason: "use the mirror".into(),
         until: None,
     };
     ap.answer(&id, deny.clone(), 1000, None, 1).unwrap();
     assert_eq!(
-        ap.ask(A, "x.example", 443, now, wall),
+        ap.ask(A, "x.example", 443, CAPS, now, wall),
         Asked::Denied {
             id: id.clone(),
             reason: "use the mirror".into()
@@ -135,7 +142,7 @@ fn a_denial_carries_the_operators_reason_and_cannot_be_answered_twice() {
 fn a_stale_token_is_refused_and_a_fresh_one_taken() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     let shown = token(&ap.get(&id).unwrap(), 3);
     let once = Answer::Approve {
         scope: Scope::Once,
@@ -155,11 +162,14 @@ fn a_flood_of_asks_hits_the_cap_then_the_pace() {
     let ap = Approvals::default();
     let (now, wall) = t0();
     for i in 0..MAX_PENDING {
-        pending_id(ap.ask(A, &format!("h{i}.example"), 443, now, wall));
+        pending_id(ap.ask(A, &format!("h{i}.example"), 443, CAPS, now, wall));
     }
-    assert_eq!(ap.ask(A, "one-more.example", 443, now, wall), Asked::Full);
+    assert_eq!(
+        ap.ask(A, "one-more.example", 443, CAPS, now, wall),
+        Asked::Full
+    );
     // Another session has its own cap.
-    pending_id(ap.ask(B, "one-more.example", 443, now, wall));
+    pending_id(ap.ask(B, "one-more.example", 443, CAPS, now, wall));
     // Answering frees room, but the minute's pace still binds.
     let ids: Vec<String> = ap
         .list()
@@ -182,15 +192,15 @@ fn a_flood_of_asks_hits_the_cap_then_the_pace() {
     }
     let room = MAX_FILED_PER_MINUTE as usize - MAX_PENDING;
     for i in 0..room {
-        pending_id(ap.ask(A, &format!("later{i}.example"), 443, now, wall));
+        pending_id(ap.ask(A, &format!("later{i}.example"), 443, CAPS, now, wall));
     }
     assert_eq!(
-        ap.ask(A, "too-fast.example", 443, now, wall),
+        ap.ask(A, "too-fast.example", 443, CAPS, now, wall),
         Asked::TooFast
     );
     let next_minute = now + Duration::from_secs(60);
     // The cap binds again first (the room was used).
-    let got = ap.ask(A, "too-fast.example", 443, next_minute, wall);
+    let got = ap.ask(A, "too-fast.example", 443, CAPS, next_minute, wall);
     assert!(
         matches!(got, Asked::Full | Asked::Pending { .. }),
         "{got:?}"
@@ -201,8 +211,8 @@ fn a_flood_of_asks_hits_the_cap_then_the_pace() {
 fn a_reload_that_lists_a_pending_host_drops_its_item() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let id = pending_id(ap.ask(A, "x.example", 443, now, wall));
-    let kept = pending_id(ap.ask(A, "y.example", 443, now, wall));
+    let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
+    let kept = pending_id(ap.ask(A, "y.example", 443, CAPS, now, wall));
     assert_eq!(ap.drop_covered(|h, _| h == "x.example"), 1);
     assert!(ap.get(&id).is_none());
     assert!(ap.get(&kept).is_some());
@@ -212,8 +222,15 @@ fn a_reload_that_lists_a_pending_host_drops_its_item() {
 fn the_inbox_lists_pending_items_first() {
     let ap = Approvals::default();
     let (now, wall) = t0();
-    let first = pending_id(ap.ask(A, "a.example", 443, now, wall));
-    let second = pending_id(ap.ask(A, "b.example", 443, now, wall + Duration::from_secs(1)));
+    let first = pending_id(ap.ask(A, "a.example", 443, CAPS, now, wall));
+    let second = pending_id(ap.ask(
+        A,
+        "b.example",
+        443,
+        CAPS,
+        now,
+        wall + Duration::from_secs(1),
+    ));
     ap.answer(
         &first,
         Answer::Deny {
