@@ -4,6 +4,9 @@
 //!
 //! - `GET /v1/policy`: the network rules in force, without credentials or detectors:
 //!   `allow`, `deny`, `writable`, `passthrough`, and `unlisted` (`deny` or `ask`).
+//! - `GET /v1/brief`: the same as a page for the agent to read (markdown): what it may
+//!   reach and write, how a refusal looks, how to ask. The agents' wrappers put it where
+//!   each CLI reads its instructions at every start (`agents/home.py`).
 //! - `POST /v1/ask` `{"host", "port" (443), "reason"}`: what asking for the host gets now,
 //!   as the admission would decide it: `allowed`; `refused` with the reason (a listed deny,
 //!   a hard deny, a secret in the name: never asked about); or, for a host the policy asks
@@ -71,6 +74,14 @@ pub(crate) async fn serve(
     let query = req.uri().query().map(str::to_owned);
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/v1/policy") => answer(StatusCode::OK, &policy(shared)),
+        (Method::GET, "/v1/brief") => {
+            let mut resp = Response::new(deny::full(brief(shared)));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/markdown; charset=utf-8"),
+            );
+            resp
+        }
         (Method::POST, "/v1/ask") => {
             let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
                 .collect()
@@ -132,6 +143,49 @@ fn policy(shared: &Shared) -> Value {
             airlock_policy::Unlisted::Ask => "ask",
         },
     })
+}
+
+/// Hosts a brief lists per list, at most (the rest are counted).
+const BRIEF_HOSTS: usize = 40;
+
+/// The agent's brief: the rules in force as a page it reads before it starts working.
+fn brief(shared: &Shared) -> String {
+    let rules = shared.rules.load();
+    let n = &rules.policy.network;
+    let list = |v: &[airlock_policy::HostRule]| -> String {
+        if v.is_empty() {
+            return "none".to_owned();
+        }
+        let mut s: Vec<String> = v
+            .iter()
+            .take(BRIEF_HOSTS)
+            .map(|r| format!("`{}`", r.text))
+            .collect();
+        if v.len() > BRIEF_HOSTS {
+            s.push(format!("and {} more", v.len() - BRIEF_HOSTS));
+        }
+        s.join(", ")
+    };
+    let api = airlock_channels::AGENT_API_HOST;
+    let unlisted = match n.unlisted {
+        airlock_policy::Unlisted::Deny => "refused: `403 blocked-by-policy`. Only the operator can add a host; tell your user which host you need and why.".to_owned(),
+        airlock_policy::Unlisted::Ask => format!(
+            "refused at once with `403 approval-required` and an `approval_id`: the operator decides out of band. To ask ahead of need, with your reason: `airlock-request HOST --reason \"why\" --wait 120` (exit 0: approved; 1: refused, the reason printed; 3: no answer yet). Do not retry an asked host in a loop; wait for the answer (`curl -s 'http://{api}/v1/ask/ID?wait=120'`)."
+        ),
+    };
+    format!(
+        "# You are working inside an airlock sandbox\n\n\
+         Every network request you make goes through airlock's proxy, which enforces the operator's policy. These are its rules now (they may change while you work: `curl -s http://{api}/v1/policy` shows the current ones):\n\n\
+         - You may read from (GET, HEAD, OPTIONS, git fetch): {allow}.\n\
+         - You may also write to (any method): {writable}.\n\
+         - Refused although matched above: {deny}.\n\
+         - Any other host is {unlisted}\n\
+         - Private, loopback and cloud-metadata addresses are always refused; so are secrets sent anywhere but their own host, and a credential's real value never reaches you (you hold a placeholder the proxy replaces).\n\n\
+         A refusal is an answer from the proxy, not a broken network: an HTTP `403` (or `429`) with a JSON body `{{\"error\": REASON, \"message\": HOW TO ALLOW IT}}` and the header `x-airlock-error`; git prints it as `remote error: airlock: …`. Report it to your user instead of working around it. `git push` goes to your sandbox branch through airlock's git; other branches are refused.\n",
+        allow = list(&n.allow),
+        writable = list(&n.writable),
+        deny = list(&n.deny),
+    )
 }
 
 /// `POST /v1/ask`: what asking for the host gets now (see the module docs).

@@ -350,6 +350,22 @@ async fn the_agent_reads_its_rules_asks_ahead_with_a_reason_and_waits_for_the_an
             .any(|a| a == "allowed.test"),
         "{p}"
     );
+    // The same as the page the agents' wrappers put where each CLI reads its instructions.
+    let (_s, r) = request(h.addr, &api_get("/v1/brief")).await;
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("text/markdown; charset=utf-8")
+    );
+    for want in [
+        "# You are working inside an airlock sandbox",
+        "`allowed.test`",
+        "You may also write to (any method): `allowed.test`",
+        "Refused although matched above: `bad.allowed.test`",
+        "`403 approval-required`",
+        "airlock-request HOST --reason",
+    ] {
+        assert!(r.body.contains(want), "{want:?} in {}", r.body);
+    }
 
     // Asking is judged as the admission would: a listed host is allowed, a listed deny and
     // a hard deny are refused and never filed.

@@ -68,6 +68,30 @@ async fn connect_tunnel_relays_and_is_audited_at_close() {
 }
 
 #[tokio::test]
+async fn the_agents_brief_says_an_unlisted_host_is_refused() {
+    let mut h = Harness::start("enforce", &[], &[]).await;
+    let (_s, r) = request(
+        h.addr,
+        "GET http://airlock.local/v1/brief HTTP/1.1\r\nhost: airlock.local\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains("Any other host is refused: `403 blocked-by-policy`"),
+        "{}",
+        r.body
+    );
+    assert!(!r.body.contains("airlock-request"), "{}", r.body);
+    // Nothing about it is a destination: no line, nothing dialed.
+    let lines = h.finish().await;
+    assert!(
+        lines.iter().all(|l| l["host"] != "airlock.local"),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
 async fn blocked_host_gets_a_uniform_403() {
     let mut h = Harness::start("enforce", &[("evil.test", &[ALLOWED_IP])], &[]).await;
     // The tunnel is granted only to speak the refusal inside TLS (what curl, pip and git
