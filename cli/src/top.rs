@@ -154,9 +154,21 @@ impl Model {
 
     fn list_frame(&self, clock: &str, cols: usize, rows: usize, out: &mut Vec<String>) {
         let n = self.rows.len();
+        // Items waiting for the operator, in every sandbox: the inbox's badge.
+        let pending: usize = self
+            .rows
+            .iter()
+            .filter_map(|r| r.live.as_ref()?.as_ref().ok())
+            .map(|l| l.approvals.iter().filter(|a| a.state == "pending").count())
+            .sum();
+        let badge = if pending > 0 {
+            format!("  [{pending} pending: airlock approvals]")
+        } else {
+            String::new()
+        };
         out.push(bold(&fit(
             &format!(
-                "airlock top  {n} sandbox{}  {clock}    q quit  up/down choose  Enter details",
+                "airlock top  {n} sandbox{}{badge}  {clock}    q quit  up/down choose  Enter details",
                 if n == 1 { "" } else { "es" }
             ),
             cols,
@@ -180,8 +192,14 @@ impl Model {
                         airlock_control::admin::AuditState::Outage => "OUTAGE",
                         airlock_control::admin::AuditState::Unknown => "?",
                     };
+                    let waiting = l.approvals.iter().filter(|a| a.state == "pending").count();
+                    let waiting = if waiting > 0 {
+                        format!("  {waiting} pending")
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "{mark} {:<24} {:<8} {:>9} {:>9} {:>7} {:>5}  {:<8} r{} {}",
+                        "{mark} {:<24} {:<8} {:>9} {:>9} {:>7} {:>5}  {:<8} r{} {}{waiting}",
                         r.name,
                         state(l),
                         c.requests,
@@ -383,5 +401,57 @@ mod tests {
         assert!(m.key(Key::Back));
         assert!(!m.detail);
         assert!(!m.key(Key::Quit));
+    }
+
+    #[test]
+    fn pending_approvals_show_as_a_badge_and_on_their_sandbox_row() {
+        use airlock_control::admin::{Approval, AuditState, Counters, PolicyRevision};
+        use airlock_control::status::Status;
+        let item = |state: &str| Approval {
+            id: "3f2a9c1d".into(),
+            session: "uid 1000".into(),
+            host: "asked.example".into(),
+            port: 443,
+            hits: 1,
+            first_ms: 0,
+            last_ms: 0,
+            state: state.into(),
+            scope: None,
+            by: None,
+            until_ms: None,
+            reason: None,
+            said: None,
+            notes: Vec::new(),
+            token: None,
+        };
+        let live = Live {
+            status: Status::starting("0.1.0", 0).ready(1, Default::default()),
+            policy: PolicyRevision {
+                revision: 2,
+                hash: "0123456789abcdef".into(),
+                loaded_at_ms: 0,
+                origin: "/etc/airlock/policy.toml".into(),
+                rules: Vec::new(),
+            },
+            sessions: Vec::new(),
+            counters: Counters {
+                requests: 3,
+                allowed: 1,
+                denied: 2,
+                denied_by_reason: Default::default(),
+                bytes_out_by_host: Default::default(),
+                open_connections: 0,
+                open_circuits: Vec::new(),
+                budgets: Vec::new(),
+                audit: AuditState::Writing,
+            },
+            approvals: vec![item("pending"), item("pending"), item("denied")],
+        };
+        let mut m = Model::default();
+        m.set_names(&["a".into(), "b".into()]);
+        m.set_live("a", Ok(live));
+        let f = m.frame(200, 20, "t").join("\n");
+        assert!(f.contains("[2 pending: airlock approvals]"), "{f}");
+        assert!(f.contains("r2 0123456789ab  2 pending"), "{f}");
     }
 }
