@@ -3,6 +3,9 @@ agent, at every start; agents/profile.py renders what it applies from agents/NAM
 
   - [home.files]: each file is copied into the home unless it is already there, so what the
     agent or the user changed in a home that persists across sessions stays;
+  - [brief]: the sandbox's rules (the proxy's `http://airlock.local/v1/brief`) written at
+    every start into the file of the home where the agent's CLI reads its instructions,
+    between two marker lines: the rest of the file is the user's and stays;
   - [home.json]: keys set in a JSON file of the home at every start (the file is written at
     every start, created when missing): objects are merged key by key, every other value is
     replaced, every other key of the file is kept. A string "{VAR}" is that variable's value and "{VAR|last:N}" its
@@ -123,6 +126,57 @@ def apply_json(home, rel, patch):
         warn(f"cannot write {shown}: {e.strerror}")
 
 
+BEGIN = "<!-- airlock: the sandbox's rules, rewritten at every start; edit outside this block -->"
+END = "<!-- airlock: end of the sandbox's rules -->"
+BRIEF_URL = "http://airlock.local/v1/brief"
+
+
+def brief(skel, home):
+    """Writes the proxy's brief between the markers of the file [brief] names."""
+    try:
+        with open(os.path.join(skel, "brief"), encoding="utf-8") as f:
+            rel = f.read().strip()
+    except FileNotFoundError:
+        return
+    if not rel:
+        return
+    shown = f"~/{rel}"
+    try:
+        import urllib.request
+
+        with urllib.request.urlopen(BRIEF_URL, timeout=5) as r:
+            text = r.read(256 * 1024).decode("utf-8", "replace")
+    except Exception as e:  # the proxy unreachable or refusing: the agent starts anyway
+        return warn(f"the sandbox's rules were not written to {shown}: {BRIEF_URL}: {e}")
+    path = os.path.join(home, rel)
+    try:
+        with open(path, encoding="utf-8") as f:
+            current = f.read()
+    except FileNotFoundError:
+        current = ""
+    except OSError as e:
+        return warn(f"cannot read {shown}: {e.strerror}")
+    block = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
+    start, end = current.find(BEGIN), current.find(END)
+    if start >= 0 and end > start:
+        new = current[:start] + block + current[end + len(END):].lstrip("\n")
+    else:
+        new = block + ("\n" + current if current.strip() else "")
+    tmp = f"{path}.airlock-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(new)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        warn(f"cannot write {shown}: {e.strerror}")
+
+
 def main(argv):
     if len(argv) != 2:
         warn("usage: home.py SKELETON_DIR")
@@ -133,6 +187,7 @@ def main(argv):
         return 0
     if os.path.isdir(os.path.join(skel, "home")):
         seed(os.path.join(skel, "home"), home)
+    brief(skel, home)
     try:
         with open(os.path.join(skel, "home.json"), encoding="utf-8") as f:
             patches = json.load(f)

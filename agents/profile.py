@@ -248,6 +248,15 @@ def stage(name, wheels, ctx):
     shutil.copyfile(os.path.join(HERE, "home.py"), helper)
     for f in (merges, helper):
         os.chmod(f, 0o644)
+    # [brief]: where in the home the sandbox's rules go at every start (home.py).
+    brief = p.get("brief", {}).get("path")
+    if brief is not None:
+        if not isinstance(brief, str) or brief.startswith("/") or ".." in brief.split("/"):
+            die(f"agents/{name}.toml: [brief] path {brief!r} must be a relative path inside the home")
+        target = os.path.join(payload, SKEL.lstrip("/"), name, "brief")
+        with open(target, "w") as f:
+            f.write(brief + "\n")
+        os.chmod(target, 0o644)
     for rel, text in p.get("home", {}).get("files", {}).items():
         if rel.startswith("/") or ".." in rel.split("/"):
             die(f"agents/{name}.toml: [home.files] {rel!r} must be a relative path inside the home")

@@ -51,5 +51,6 @@ check "Aider ran the test command ($(cat "$repo/.smoke/run.out" 2>/dev/null))" [
 check "the commit and push after it finished ($(cat "$repo/.smoke/bash.status" 2>/dev/null))" [ "$(cat "$repo/.smoke/bash.status" 2>/dev/null)" = status=0 ]
 rig_git_checks hello.py 'print("hello from the agent")' "agent: hello"
 rig_key_checks "/v1/chat/completions" "$(cat "$repo/.smoke/env-key" 2>/dev/null || true)"
+rig_brief_checks
 rig_net_checks
 say "aider end to end: all checks passed"

@@ -49,5 +49,6 @@ check "the fake model was asked $(grep -c '"/v1/messages' "$alog" || true) time(
 rig_task_checks
 rig_git_checks hello.py 'print("hello from the agent")' "agent: hello"
 rig_key_checks "/v1/messages" "$(cat "$repo/.smoke/env-key" 2>/dev/null || true)"
+rig_brief_checks
 rig_net_checks
 say "claude end to end: all checks passed"

@@ -209,6 +209,14 @@ rig_key_checks() {
         bash -c "! grep -saqF '$KEY' '$SMOKE_DIR/agent.err' '$audit' '$(dirname "$audit")/airlock.log'"
 }
 
+# The sandbox's brief (issue 42): the agent's wrapper put the proxy's /v1/brief where the
+# CLI reads its instructions, and the CLI sent it to the model (the fake marks each request
+# whose body holds it).
+rig_brief_checks() {
+    check "the CLI read the sandbox's brief: $(grep -c '"brief": true' "$alog" || true) request(s) to the model carried it" \
+        grep -q '"brief": true' "$alog"
+}
+
 # rig_net_checks: every destination besides $API_HOST and github.com was denied and audited,
 # tcpdump saw nothing leave that the proxy did not send; the timing benchmark; on failure
 # the agent's output, the container's stderr, the fake's log and the denials.

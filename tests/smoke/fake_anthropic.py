@@ -35,6 +35,9 @@ lock = threading.Lock()
 SHELL_TOOLS = ("Bash", "shell", "bash")
 
 
+# The first line of the sandbox's brief, as the proxy writes it.
+BRIEF = b"You are working inside an airlock sandbox"
+
 def log(entry):
     with lock, open(LOG, "a") as f:
         f.write(json.dumps(entry) + "\n")
@@ -82,6 +85,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "x-api-key": self.headers.get("x-api-key"),
             "authorization": self.headers.get("authorization"),
             "user-agent": self.headers.get("user-agent"),
+            # The sandbox's brief (the proxy's /v1/brief, which the agent's wrapper put
+            # where the CLI reads its instructions) reached the model with the request.
+            "brief": BRIEF in getattr(self, "raw", b""),
         }
         e.update(kw)
         log(e)

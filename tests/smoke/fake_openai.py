@@ -49,6 +49,9 @@ lock = threading.Lock()
 OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 
 
+# The first line of the sandbox's brief, as the proxy writes it.
+BRIEF = b"You are working inside an airlock sandbox"
+
 def log(entry):
     with lock, open(LOG, "a") as f:
         f.write(json.dumps(entry) + "\n")
@@ -107,6 +110,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "authorization": self.headers.get("authorization"),
             "user-agent": self.headers.get("user-agent"),
             "upgrade": self.headers.get("upgrade"),
+            # The sandbox's brief (the proxy's /v1/brief, which the agent's wrapper put
+            # where the CLI reads its instructions) reached the model with the request.
+            "brief": BRIEF in getattr(self, "raw", b""),
         }
         e.update(kw)
         log(e)
