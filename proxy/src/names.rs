@@ -200,11 +200,6 @@ pub struct NameRules<'a> {
     pub needles: &'a NameNeedles,
 }
 
-/// Whether the policy asks the operator about hosts it does not list.
-fn asks(policy: &Policy) -> bool {
-    policy.network.unlisted == airlock_policy::Unlisted::Ask
-}
-
 /// The decision on a name the policy lets the agent resolve (see the module docs), asked
 /// only by [`crate::admission`]: a name is resolved only on [`NameVerdict::Pass`] or
 /// [`NameVerdict::Report`].
@@ -227,10 +222,20 @@ pub fn judge(rules: NameRules<'_>, budget: &Budget, host: &Host) -> NameVerdict 
         Some(zone) => below(host.as_str(), zone),
         None => host.as_str(),
     };
-    let content = secret_in(rules, host, chosen);
+    // Below a zone the agent's labels end where the zone starts; a name no rule lists (one
+    // the operator is asked about) has no such edge, so a secret may sit between any two of
+    // its labels: every run of them is searched.
+    let content = if zone.is_some() {
+        secret_in(rules, host, chosen)
+    } else {
+        secret_in_any_run(rules, host, chosen)
+    };
     if matches!(content, NameVerdict::Refuse { .. }) {
         return content;
     }
+    let Some(zone) = zone else {
+        return content;
+    };
     let report = matches!(policy.sandbox.mode, airlock_policy::Mode::Report);
     let suspect = if report {
         NameVerdict::Report {
@@ -243,14 +248,9 @@ pub fn judge(rules: NameRules<'_>, budget: &Budget, host: &Host) -> NameVerdict 
             rule: None,
         }
     };
-    if looks_encoded(chosen) && (zone.is_some() || asks(policy)) {
+    if looks_encoded(chosen) {
         return suspect;
     }
-    // A name no rule lists reaches here only to be asked about (or reported): the agent
-    // chose every label, and one that looks encoded is never filed for the operator.
-    let Some(zone) = zone else {
-        return content;
-    };
     if !budget.admit(&zone, chosen, policy.network.dns_name_budget()) {
         return suspect;
     }
@@ -275,6 +275,36 @@ pub fn redacted(policy: &Policy, host: &Host) -> String {
 
 /// The content check: a secret of a known format or a workspace value in the joined
 /// labels, not for `host`.
+/// Most labels a name no rule lists may have for its runs to be searched; one with more is
+/// refused as a likely channel (`dns-exfil-suspect`).
+pub const MAX_RUN_LABELS: usize = 16;
+
+/// [`secret_in`] over every run of consecutive labels of `name` (a secret split over labels
+/// is found whatever labels stand before and after it), the first refusal or report.
+fn secret_in_any_run(rules: NameRules<'_>, host: &Host, name: &str) -> NameVerdict {
+    let labels: Vec<&str> = name.trim_end_matches('.').split('.').collect();
+    if labels.len() > MAX_RUN_LABELS {
+        return NameVerdict::Refuse {
+            reason: Reason::DnsExfilSuspect,
+            rule: None,
+        };
+    }
+    let mut reported = None;
+    for start in 0..labels.len() {
+        for end in start + 1..=labels.len() {
+            let run = labels[start..end].join(".");
+            match secret_in(rules, host, &run) {
+                NameVerdict::Pass => {}
+                v @ NameVerdict::Refuse { .. } => return v,
+                v @ NameVerdict::Report { .. } => {
+                    reported.get_or_insert(v);
+                }
+            }
+        }
+    }
+    reported.unwrap_or(NameVerdict::Pass)
+}
+
 fn secret_in(rules: NameRules<'_>, host: &Host, chosen: &str) -> NameVerdict {
     let joined = chosen.replace('.', "");
     let mut logged: Option<String> = None;

@@ -242,15 +242,21 @@ async fn an_approval_for_one_session_leaves_another_session_asked() {
 }
 
 #[tokio::test]
-async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about() {
+async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about_and_an_encoded_name_carries_a_note() {
     let mut h = asking(&[]).await;
     for (raw, reason) in [
         (get("bad.allowed.test"), "denied-by-rule"),
         (get("169.254.169.254"), "blocked-metadata-address"),
         (get("198.51.100.7"), "blocked-ip-literal"),
         (get("allowed.test:2222"), "blocked-port"),
+        // A GitHub token split over labels: a secret in the name is refused, never filed.
         (
-            get("0123456789abcdef0123456789abcdef0123456789abcdef.ask.test"),
+            get("ghp_aaaabbbbccccddddeeee.ffffgggghhhh1234.ask.test"),
+            "foreign-secret",
+        ),
+        // More labels than the runs searched: a likely channel, refused.
+        (
+            get("a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.ask.test"),
             "dns-exfil-suspect",
         ),
     ] {
@@ -263,6 +269,24 @@ async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about() {
         assert!(r.json().get("approval_id").is_none(), "{raw}: {}", r.body);
     }
     assert!(inbox(&h).await.is_empty(), "nothing was filed");
+    // A name whose labels look encoded is the operator's to weigh: filed, with a note.
+    let (_s, r) = request(
+        h.addr,
+        &get("0123456789abcdef0123456789abcdef0123456789abcdef.ask.test"),
+    )
+    .await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required")
+    );
+    let items = inbox(&h).await;
+    assert!(
+        items[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("looks like it carries encoded data")),
+        "{items:?}"
+    );
     assert_eq!(h.connects.load(Ordering::SeqCst), 0);
     h.finish().await;
 }

@@ -217,6 +217,13 @@ fn notes(policy: &Policy, host: &str) -> Vec<String> {
             "{host} is passthrough: its tunnel is not inspected (no secret, credential or request rule is checked)"
         ));
     }
+    // The agent chose every label of an unlisted name: one that looks like encoded data
+    // may be a channel (approving sends it to the resolver and the host).
+    if crate::names::looks_encoded(host) {
+        notes.push(format!(
+            "{host} looks like it carries encoded data in its labels: approving sends the name to the resolver and the host"
+        ));
+    }
     notes
 }
 
