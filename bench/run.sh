@@ -35,6 +35,13 @@
 #                 event-stream follower attached for every window, alternated with the
 #                 plain airlock rows (which it runs too) over ADMIN_ROUNDS starts each, and
 #                 the admin API's latency under a keep-alive load
+#                 "approvals" (issue 42) adds "airlock connect + ask" and "airlock plain +
+#                 ask": the same proxy with [network] unlisted = "ask" (approvals on,
+#                 nothing pending: every measured request is to a listed host), alternated
+#                 with the plain rows over ADMIN_ROUNDS starts each, and the operator's
+#                 approve round trip (APPROVE_N asks through the proxy, each answered
+#                 `approve --once` on the admin socket and timed)
+#   env APPROVE_N  approve round trips (default 300)
 #   env ADMIN_ROUNDS  starts of each proxy for the admin comparison (default 3: the first
 #                 runs every cell, the others the 1-conn, concurrent and new-conn cells)
 #   env ADMIN_N   sequential calls of GET /v1/counters and of GET /metrics, each on a new
@@ -60,8 +67,9 @@ export PROXY_BIN=${PROXY_BIN:-$TARGET_DIR/release/airlock-proxy}
 export BENCH_BIN=${BENCH_BIN:-$TARGET_DIR/release/airlock-bench}
 export CONNS=${CONNS:-8}
 export BULK_CONNS=${BULK_CONNS:-1}
-export ONLY=${ONLY:-airlock admin bare squid tinyproxy mitmproxy intercept}
+export ONLY=${ONLY:-airlock admin approvals bare squid tinyproxy mitmproxy intercept}
 export ADMIN_ROUNDS=${ADMIN_ROUNDS:-3}
+export APPROVE_N=${APPROVE_N:-300}
 export ADMIN_N=${ADMIN_N:-2000}
 export ADMIN_LOAD_SECS=${ADMIN_LOAD_SECS:-$((2 * SECS + 4))}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
@@ -297,6 +305,10 @@ proxy_row() { # row via addr [--tls ca] command...
     admin_latency "$row" $via "$addr" "$pid"
     admin_unfollow "$row" follower
   fi
+  if [ -n "${APPROVE_SOCK:-}" ]; then
+    echo "  $row: the operator's approve round trip ($APPROVE_N)" >&2
+    echo "$row|approve|$("$BENCH_BIN" approve-rtt --socket "$APPROVE_SOCK" --proxy "$addr" -n "$APPROVE_N")" >>"$results"
+  fi
   if [ -n "${SCALE:-}" ]; then
     echo "  $row: scale curve ($SCALE connections)" >&2
     client scale --via $via --proxy "$addr" --target $target "${c[@]}" --pid "$pid" \
@@ -311,7 +323,7 @@ absent() { grep -q "^$1|" "$ABSENT" && grep "^$1|" "$ABSENT" >>"$results"; }
 echo "benchmark: ${SECS}s per cell, $CONNS concurrent connections, proxy on core 1" >&2
 cells direct direct ""
 
-if wants airlock || wants admin; then
+if wants airlock || wants admin || wants approvals; then
   # Passthrough: the tunnel rows measure the uninspected relay (every other host is intercepted).
   # [limits] at its maximum: the load is a flood by design; every request still takes its
   # token and counts against its budgets (the checks stay on the measured path).
@@ -331,6 +343,17 @@ if wants airlock || wants admin; then
     mkdir -m 700 "$work/admin"
     admin=("${airlock[@]}" --admin-socket "$work/admin/admin.sock")
   fi
+  if wants approvals; then
+    [[ $help == *--admin-socket* ]] || { echo "bench: $PROXY_BIN has no --admin-socket (ONLY=approvals answers on the admin API)" >&2; exit 1; }
+    # The same policy asking about unlisted hosts; the inbox's caps out of the round trip's way.
+    sed -e 's/^passthrough = .*/&\nunlisted = "ask"/' -e 's/^\[limits\]$/&\napprovals_pending = 10000\napprovals_per_minute = 10000/' \
+      "$work/policy.toml" >"$work/policy-ask.toml"
+    grep -q '^unlisted = "ask"' "$work/policy-ask.toml" || { echo "bench: the ask policy was not written" >&2; exit 1; }
+    mkdir -m 700 "$work/admin-ask"
+    ask=(env GLIBC_TUNABLES="$PROXY_TUNABLES" "$PROXY_BIN" --policy "$work/policy-ask.toml"
+      --audit "$work/audit.jsonl" --session bench --resolv-conf "$work/resolv.conf" "${extra[@]}"
+      --admin-socket "$work/admin-ask/admin.sock")
+  fi
   for via in connect plain; do
     rm -f "$work/audit.jsonl"
     scale=""; [ $via = connect ] && scale=$SCALE_TUNNELS
@@ -345,6 +368,19 @@ if wants airlock || wants admin; then
         ROUND=$r proxy_row "airlock $via" $via 127.0.0.1:3128 "${airlock[@]}"
         rm -f "$work/audit.jsonl"
         ROUND=$r ADMIN_SOCK=$work/admin/admin.sock proxy_row "airlock $via + admin" $via 127.0.0.1:3128 "${admin[@]}"
+      done
+    fi
+    if wants approvals; then
+      # Approvals on, alternated with the base row (its windows numbered past the admin
+      # comparison's); the round trip once, on the plain row's first start.
+      approve_sock=""; [ $via = plain ] && approve_sock=$work/admin-ask/admin.sock
+      rm -f "$work/audit.jsonl"
+      APPROVE_SOCK=$approve_sock proxy_row "airlock $via + ask" $via 127.0.0.1:3128 "${ask[@]}"
+      for r in $(seq 2 "$ADMIN_ROUNDS"); do
+        rm -f "$work/audit.jsonl"
+        ROUND=$((r + ADMIN_ROUNDS)) proxy_row "airlock $via" $via 127.0.0.1:3128 "${airlock[@]}"
+        rm -f "$work/audit.jsonl"
+        ROUND=$((r + ADMIN_ROUNDS)) proxy_row "airlock $via + ask" $via 127.0.0.1:3128 "${ask[@]}"
       done
     fi
   done

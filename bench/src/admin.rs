@@ -149,3 +149,103 @@ pub async fn follow(socket: &Path) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Reads everything `s` sends until it closes (at most 64 KiB).
+async fn read_to_close<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> anyhow::Result<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).await?;
+        if n == 0 || out.len() > 64 * 1024 {
+            return Ok(String::from_utf8_lossy(&out).into_owned());
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The value of `"key":"…"` in `text`.
+fn json_str<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let at = text.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    text[at..].split('"').next()
+}
+
+/// One plain-HTTP request through the proxy at `proxy` for `host` (closed after): its
+/// whole answer.
+async fn through(proxy: std::net::SocketAddr, host: &str) -> anyhow::Result<String> {
+    within(CALL_TIMEOUT, async {
+        let mut s = tokio::net::TcpStream::connect(proxy).await?;
+        s.write_all(
+            format!("GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        read_to_close(&mut s).await
+    })
+    .await
+}
+
+/// The operator's approve round trip (issue 42), `n` times: the agent asks through the
+/// proxy at `proxy` for a host no rule lists (refused `approval-required`, its item named),
+/// then the operator's `approve --once` goes to the admin socket, timed from connect to
+/// last byte (the answer returns once it is in force: the tests show the next request
+/// passing). Prints `key=value` pairs: answers, errors, latency p50 / p99 / max in µs.
+pub async fn approve_rtt(
+    socket: &Path,
+    proxy: std::net::SocketAddr,
+    n: usize,
+) -> anyhow::Result<()> {
+    let mut lat_ns = Vec::with_capacity(n);
+    let (mut errors, mut first_error) = (0u64, None);
+    for i in 0..n {
+        let host = format!("ask{i}.approvals.bench");
+        let r: anyhow::Result<u64> = async {
+            let refused = through(proxy, &host).await?;
+            let id = json_str(&refused, "approval_id")
+                .with_context(|| format!("no approval_id in the refusal: {refused:?}"))?
+                .to_owned();
+            let body = format!(r#"{{"id":"{id}","approve":true,"scope":"once"}}"#);
+            let req = format!(
+                "POST /v1/approval/answer HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let t0 = Instant::now();
+            let r = within(CALL_TIMEOUT, async {
+                let s = UnixStream::connect(socket)
+                    .await
+                    .with_context(|| format!("connecting to {}", socket.display()))?;
+                let mut c = Conn::new(s);
+                c.send(req.as_bytes()).await?;
+                c.response().await
+            })
+            .await?;
+            let took = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            if r.status != 200 {
+                bail!("the answer got status {}", r.status);
+            }
+            Ok(took)
+        }
+        .await;
+        match r {
+            Ok(ns) => lat_ns.push(ns),
+            Err(e) => {
+                errors += 1;
+                if first_error.is_none() {
+                    first_error = Some(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    lat_ns.sort_unstable();
+    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
+    let mut out = format!(
+        "answers={} errors={errors} p50_us={:.1} p99_us={:.1} max_us={max:.1}",
+        lat_ns.len(),
+        pct(&lat_ns, 0.50),
+        pct(&lat_ns, 0.99),
+    );
+    if let Some(e) = first_error {
+        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
+    }
+    println!("{out}");
+    Ok(())
+}

@@ -12,6 +12,8 @@
 //!   pipe), the bare rows the airlock tunnel is read against.
 //! - `relay-tls`: the least an intercepting `CONNECT` relay can be (decrypt and encrypt,
 //!   nothing else), the bare row the airlock interception rows are read against.
+//! - `approve-rtt`: the operator's approve round trip (issue 42), asked through the proxy
+//!   and answered on the admin socket.
 //! - `admin-get`, `admin-follow`: the admin API's clients (issue 41): sequential calls
 //!   whose latency is reported, and an event-stream follower that reads to nowhere.
 //! - `table`: the collected cells as markdown tables (and JSON for tools).
@@ -160,6 +162,17 @@ enum Cmd {
         #[arg(short, long, default_value_t = 2000)]
         n: usize,
     },
+    /// The operator's approve round trip: `-n` times, ask through `--proxy` for a host no
+    /// rule lists, answer it `approve --once` on the admin socket (timed); print
+    /// `key=value` pairs (latency p50 / p99 / max).
+    ApproveRtt {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        proxy: std::net::SocketAddr,
+        #[arg(short, long, default_value_t = 500)]
+        n: usize,
+    },
     /// Follow the admin socket's event stream, reading every line to nowhere; print
     /// `attached`, then on `SIGTERM` or the stream's end the lines read.
     AdminFollow {
@@ -275,6 +288,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::RelayTls { listen, tls_dir } => rt.block_on(relay_tls::run(&listen, &tls_dir)),
         Cmd::AdminGet { socket, path, n } => rt.block_on(admin::get(&socket, &path, n)),
         Cmd::AdminFollow { socket } => rt.block_on(admin::follow(&socket)),
+        Cmd::ApproveRtt { socket, proxy, n } => rt.block_on(admin::approve_rtt(&socket, proxy, n)),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
         Cmd::Usage { rounds } => {
             usage::run(rounds);
@@ -301,6 +315,10 @@ fn tables(results: &std::path::Path, json: Option<&std::path::Path>) -> anyhow::
     let admin = table::render_admin(&text);
     if !admin.is_empty() {
         println!("\n{admin}");
+    }
+    let ask = table::render_ask(&text);
+    if !ask.is_empty() {
+        println!("\n{ask}");
     }
     let scale = table::render_scale(&text);
     if !scale.is_empty() {

@@ -325,8 +325,8 @@ pub fn render_peers(text: &str) -> String {
     };
     for ours in order.iter().filter(|r| r.starts_with("airlock ")) {
         let o = &rows[ours];
-        if ours.ends_with(ADMIN) {
-            continue; // read against its base row, in the admin table
+        if ours.ends_with(ADMIN) || ours.ends_with(ASK) {
+            continue; // read against its base row, in its own table
         }
         for peer in order
             .iter()
@@ -394,23 +394,30 @@ fn median(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
     Some((m, v[0], v[n - 1]))
 }
 
-/// The admin API's cost and latency (issue 41): per `<row> + admin` row, the proxy CPU per
-/// request beside its base row's (medians over the alternated windows, and the change), the
-/// follower's tally, and the admin calls' latency under a keep-alive load.
-pub fn render_admin(text: &str) -> String {
-    let (order, rows) = parse(text);
-    let pairs: Vec<(&String, &String)> = order
+/// Each row of `order` whose name is another row's plus `suffix`, with that base row.
+fn variants<'a>(order: &'a [String], suffix: &str) -> Vec<(&'a String, &'a String)> {
+    order
         .iter()
         .filter_map(|name| {
             let base = order
                 .iter()
-                .find(|b| Some(b.as_str()) == name.strip_suffix(ADMIN))?;
+                .find(|b| Some(b.as_str()) == name.strip_suffix(suffix))?;
             Some((base, name))
         })
-        .collect();
+        .collect()
+}
+
+/// The proxy CPU per request of each variant row beside its base row's (medians over the
+/// alternated windows, and the change), under `columns` (base, variant); and the most
+/// windows a row had.
+fn cpu_change(
+    rows: &HashMap<String, Cells>,
+    pairs: &[(&String, &String)],
+    columns: (&str, &str),
+) -> (String, usize) {
     let mut out = String::new();
     let mut runs = 0;
-    for (base, ours) in &pairs {
+    for (base, ours) in pairs {
         let (b, o) = (&rows[*base], &rows[*ours]);
         for (cell, what) in [
             ("lat", "keep-alive, 1 conn"),
@@ -424,7 +431,11 @@ pub fn render_admin(text: &str) -> String {
                 continue;
             };
             if out.is_empty() {
-                out.push_str("| proxy CPU µs/req, median (min–max) | without admin | admin socket served, follower attached | change |\n");
+                let _ = writeln!(
+                    out,
+                    "| proxy CPU µs/req, median (min–max) | {} | {} | change |",
+                    columns.0, columns.1
+                );
                 out.push_str("|---|---:|---:|---:|\n");
             }
             runs = runs.max(windows(b, cell, "cpu_us_per_req").len());
@@ -441,6 +452,67 @@ pub fn render_admin(text: &str) -> String {
             );
         }
     }
+    (out, runs)
+}
+
+/// The suffix of a row that is its base row's proxy with `[network] unlisted = "ask"`
+/// (approvals on, nothing pending: every measured request is to a listed host).
+pub const ASK: &str = " + ask";
+
+/// Approvals (issue 42): per `<row> + ask` row, the proxy CPU per request beside its base
+/// row's, and the operator's approve round trip (`approve` cells).
+pub fn render_ask(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let pairs = variants(&order, ASK);
+    let (mut out, runs) = cpu_change(&rows, &pairs, ("approvals off", "approvals on"));
+    if !out.is_empty() {
+        out.insert_str(
+            0,
+            &format!(
+                "approvals (issue 42): each proxy with [network] unlisted = \"ask\" and nothing pending, against itself without; {runs} windows each, alternated:\n\n"
+            ),
+        );
+    }
+    let mut rtt = String::new();
+    for (_, ours) in &pairs {
+        let c = &rows[*ours];
+        if !c.contains_key("approve") {
+            continue;
+        }
+        let ms = |k: &str| {
+            num(c, "approve", k).map_or_else(|| "—".into(), |v| format!("{:.3}", v / 1000.0))
+        };
+        let _ = writeln!(
+            rtt,
+            "| {ours} | {:.0}{} | {} | {} | {} |",
+            num(c, "approve", "answers").unwrap_or(0.0),
+            errs(c, "approve"),
+            ms("p50_us"),
+            ms("p99_us"),
+            ms("max_us"),
+        );
+    }
+    if !rtt.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("the operator's approve round trip (the agent asked through the proxy and was refused approval-required; `approve --once` on the admin socket, a new connection, connect to last byte: the answer returns once it is in force):\n\n| proxy | answers | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|\n");
+        out.push_str(&rtt);
+    }
+    out
+}
+
+/// The admin API's cost and latency (issue 41): per `<row> + admin` row, the proxy CPU per
+/// request beside its base row's (medians over the alternated windows, and the change), the
+/// follower's tally, and the admin calls' latency under a keep-alive load.
+pub fn render_admin(text: &str) -> String {
+    let (order, rows) = parse(text);
+    let pairs = variants(&order, ADMIN);
+    let (mut out, runs) = cpu_change(
+        &rows,
+        &pairs,
+        ("without admin", "admin socket served, follower attached"),
+    );
     if !out.is_empty() {
         out.insert_str(
             0,
@@ -680,6 +752,28 @@ mod tests {
         // The admin row is read against its base, not against the peers.
         assert!(!render_peers(text).contains("+ admin"));
         assert!(render_admin("airlock plain|ka|cpu_us_per_req=1\n").is_empty());
+    }
+
+    #[test]
+    fn ask_rows_read_against_their_base_with_the_approve_round_trip() {
+        let text = "airlock connect|ka|rps=100 cpu_us_per_req=10.0\n\
+                    airlock connect + ask|ka|rps=99 cpu_us_per_req=10.2\n\
+                    airlock connect|r2-ka|cpu_us_per_req=10.4\n\
+                    airlock connect + ask|r2-ka|cpu_us_per_req=10.3\n\
+                    airlock connect + ask|approve|answers=200 errors=0 p50_us=180.0 p99_us=450.0 max_us=900.0\n\
+                    squid connect|ka|rps=50 cpu_us_per_req=30.0\n";
+        let a = render_ask(text);
+        assert!(a.contains("2 windows each"), "{a}");
+        assert!(
+            a.contains("| airlock connect, keep-alive, concurrent | 10.2 (10.0–10.4) | 10.2 (10.2–10.3) | +0.5% |"),
+            "{a}"
+        );
+        assert!(
+            a.contains("| airlock connect + ask | 200 | 0.180 | 0.450 | 0.900 |"),
+            "{a}"
+        );
+        assert!(!render_peers(text).contains("+ ask"));
+        assert!(render_ask("airlock plain|ka|cpu_us_per_req=1\n").is_empty());
     }
 
     #[test]
