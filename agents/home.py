@@ -110,13 +110,17 @@ def apply_json(home, rel, patch):
     if not isinstance(current, dict):
         return warn(f"{shown} is not a JSON object; left as it is")
     merged = merge(current, patch)
+    write(path, shown, json.dumps(merged, indent=2) + "\n", mode)
+
+
+def write(path, shown, text, mode):
+    """TEXT as the file PATH, whole or not at all (a temporary file renamed over it)."""
     tmp = f"{path}.airlock-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(merged, f, indent=2)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except OSError as e:
         try:
@@ -159,22 +163,11 @@ def brief(skel, home):
     block = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
     start, end = current.find(BEGIN), current.find(END)
     if start >= 0 and end > start:
-        new = current[:start] + block + current[end + len(END):].lstrip("\n")
+        before, after = current[:start], current[end + len(END):].lstrip("\n")
     else:
-        new = block + ("\n" + current if current.strip() else "")
-    tmp = f"{path}.airlock-{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(new)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        warn(f"cannot write {shown}: {e.strerror}")
+        before, after = "", current
+    new = before + block + ("\n" + after if after.strip() else "")
+    write(path, shown, new, 0o600)
 
 
 def main(argv):
