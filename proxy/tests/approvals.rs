@@ -242,7 +242,8 @@ async fn an_approval_for_one_session_leaves_another_session_asked() {
 }
 
 #[tokio::test]
-async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about_and_an_encoded_name_carries_a_note() {
+async fn hard_denies_listed_denies_and_secret_names_are_never_asked_about_and_an_encoded_name_carries_a_note()
+ {
     let mut h = asking(&[]).await;
     for (raw, reason) in [
         (get("bad.allowed.test"), "denied-by-rule"),
