@@ -135,13 +135,22 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) 
     }
 }
 
-/// One request's answer.
+/// One request's answer: read and routed, then answered.
 async fn handle(
     req: hyper::Request<Incoming>,
     shared: &Shared,
     admin: &Admin,
     operator: u32,
 ) -> AdminResponse {
+    match read(req).await {
+        Ok(request) => dispatch(request, shared, admin, operator).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The request's body (bounded) and its route ([`Request::from_http`]), or the error to
+/// answer.
+async fn read(req: hyper::Request<Incoming>) -> Result<Request, AdminResponse> {
     let method = req.method().as_str().to_owned();
     let target = req
         .uri()
@@ -153,101 +162,36 @@ async fn handle(
     {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return error(
+            return Err(error(
                 ErrorCode::BadRequest,
                 format!("the request body cannot be read (at most {MAX_BODY} bytes): {e}"),
-            );
+            ));
         }
     };
-    let request = match Request::from_http(&method, &target, &body) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::info!("admin API: {method} {target}: {}", e.message);
-            return error(e.code, e.message);
-        }
-    };
+    Request::from_http(&method, &target, &body).map_err(|e| {
+        tracing::info!("admin API: {method} {target}: {}", e.message);
+        error(e.code, e.message)
+    })
+}
+
+/// One handler per operation.
+async fn dispatch(
+    request: Request,
+    shared: &Shared,
+    admin: &Admin,
+    operator: u32,
+) -> AdminResponse {
+    let revision = || admin.revisions.current().revision;
     match request {
         Request::Status => status(admin),
-        Request::Sessions => json(
-            StatusCode::OK,
-            &Response::Sessions(Sessions {
-                sessions: vec![Session {
-                    id: shared.who.session.to_string(),
-                    kind: SessionKind::Agent,
-                    uid: admin.agent_uid,
-                    started_at_ms: admin.started_at_ms,
-                }],
-            }),
-        ),
+        Request::Sessions => json(StatusCode::OK, &Response::Sessions(sessions(shared, admin))),
         Request::Policy => json(StatusCode::OK, &Response::Policy(policy(shared, admin))),
         Request::Counters => json(StatusCode::OK, &Response::Counters(counters(shared, admin))),
-        Request::Metrics => {
-            let c = counters(shared, admin);
-            let text = admin
-                .metrics
-                .prometheus(&c, admin.revisions.current().revision);
-            let mut resp = hyper::Response::new(AdminBody::full(text.into_bytes()));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            resp
-        }
-        Request::Events(q) => {
-            let (tx, rx) = mpsc::channel(stream::CHANNEL);
-            tokio::spawn(stream::follow(
-                Arc::clone(&admin.hub),
-                Arc::clone(&admin.metrics),
-                q,
-                tx,
-                shared.shutdown.subscribe(),
-            ));
-            let mut resp = hyper::Response::new(AdminBody::Stream(rx));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/x-ndjson"),
-            );
-            resp
-        }
-        Request::Reload(r) => {
-            let outcome = admin
-                .revisions
-                .reload(&shared.rules, &shared.audit, r, |new| {
-                    shared.conns.refused_by(new)
-                })
-                .await;
-            match outcome {
-                Ok(Outcome::Unchanged(r)) => json(StatusCode::OK, &Response::Reloaded(r)),
-                Ok(Outcome::Loaded(r)) => {
-                    let closed = shared.conns.close_refused();
-                    let rules = shared.rules.load();
-                    let dropped = shared
-                        .approvals
-                        .drop_covered(|host, port| decides(&rules.policy, host, port));
-                    if dropped > 0 {
-                        tracing::info!(
-                            "{dropped} pending approvals dropped: the policy decides them now"
-                        );
-                    }
-                    tracing::info!(
-                        "policy revision {} ({}) loaded; {closed} open connections it refuses closed",
-                        r.revision,
-                        r.hash
-                    );
-                    json(StatusCode::OK, &Response::Reloaded(r))
-                }
-                Err(e) => {
-                    tracing::warn!("policy reload refused: {}", e.message);
-                    error(e.code, e.message)
-                }
-            }
-        }
+        Request::Metrics => metrics(shared, admin),
+        Request::Events(q) => events(shared, admin, q),
+        Request::Reload(r) => reload(shared, admin, r).await,
         Request::Check(q) => {
-            let revision = admin.revisions.current().revision;
-            match check::check(&shared.rules.load(), revision, &q) {
-                Ok(c) => json(StatusCode::OK, &Response::Checked(c)),
-                Err(e) => error(e.code, e.message),
-            }
+            reply(check::check(&shared.rules.load(), revision(), &q).map(Response::Checked))
         }
         Request::Approvals => json(
             StatusCode::OK,
@@ -256,20 +200,101 @@ async fn handle(
             }),
         ),
         Request::Approval(q) => {
-            let revision = admin.revisions.current().revision;
-            match approvals::show(shared, &q.id, revision) {
-                Ok(a) => json(StatusCode::OK, &Response::Approval(a)),
-                Err(e) => error(e.code, e.message),
-            }
+            reply(approvals::show(shared, &q.id, revision()).map(Response::Approval))
         }
         Request::Answer(a) => {
-            let revision = admin.revisions.current().revision;
-            match approvals::answer(shared, &a, operator, revision) {
-                Ok(a) => json(StatusCode::OK, &Response::Approval(a)),
-                Err(e) => error(e.code, e.message),
-            }
+            reply(approvals::answer(shared, &a, operator, revision()).map(Response::Approval))
         }
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
+    }
+}
+
+/// An operation's outcome as its answer: `200` with the response, or the error.
+fn reply(outcome: Result<Response, ErrorBody>) -> AdminResponse {
+    match outcome {
+        Ok(r) => json(StatusCode::OK, &r),
+        Err(e) => error(e.code, e.message),
+    }
+}
+
+fn sessions(shared: &Shared, admin: &Admin) -> Sessions {
+    Sessions {
+        sessions: vec![Session {
+            id: shared.who.session.to_string(),
+            kind: SessionKind::Agent,
+            uid: admin.agent_uid,
+            started_at_ms: admin.started_at_ms,
+        }],
+    }
+}
+
+/// Prometheus text of the counters.
+fn metrics(shared: &Shared, admin: &Admin) -> AdminResponse {
+    let c = counters(shared, admin);
+    let text = admin
+        .metrics
+        .prometheus(&c, admin.revisions.current().revision);
+    let mut resp = hyper::Response::new(AdminBody::full(text.into_bytes()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}
+
+/// The event stream, fed by its own task.
+fn events(shared: &Shared, admin: &Admin, q: airlock_control::admin::EventsQuery) -> AdminResponse {
+    let (tx, rx) = mpsc::channel(stream::CHANNEL);
+    tokio::spawn(stream::follow(
+        Arc::clone(&admin.hub),
+        Arc::clone(&admin.metrics),
+        q,
+        tx,
+        shared.shutdown.subscribe(),
+    ));
+    let mut resp = hyper::Response::new(AdminBody::Stream(rx));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    resp
+}
+
+/// A reload: swapped, then the open connections it refuses closed and the pending
+/// approvals it decides dropped.
+async fn reload(
+    shared: &Shared,
+    admin: &Admin,
+    r: airlock_control::admin::ReloadRequest,
+) -> AdminResponse {
+    let outcome = admin
+        .revisions
+        .reload(&shared.rules, &shared.audit, r, |new| {
+            shared.conns.refused_by(new)
+        })
+        .await;
+    match outcome {
+        Ok(Outcome::Unchanged(r)) => json(StatusCode::OK, &Response::Reloaded(r)),
+        Ok(Outcome::Loaded(r)) => {
+            let closed = shared.conns.close_refused();
+            let rules = shared.rules.load();
+            let dropped = shared
+                .approvals
+                .drop_covered(|host, port| decides(&rules.policy, host, port));
+            if dropped > 0 {
+                tracing::info!("{dropped} pending approvals dropped: the policy decides them now");
+            }
+            tracing::info!(
+                "policy revision {} ({}) loaded; {closed} open connections it refuses closed",
+                r.revision,
+                r.hash
+            );
+            json(StatusCode::OK, &Response::Reloaded(r))
+        }
+        Err(e) => {
+            tracing::warn!("policy reload refused: {}", e.message);
+            error(e.code, e.message)
+        }
     }
 }
 
