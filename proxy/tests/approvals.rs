@@ -492,3 +492,56 @@ async fn the_agent_reads_its_rules_asks_ahead_with_a_reason_and_waits_for_the_an
         "the API itself is no destination"
     );
 }
+
+/// The DNS filter's side of an approval: an asked name does not resolve until the operator
+/// approves it for the session, and then only for that session's uid.
+#[tokio::test]
+async fn an_approved_name_resolves_for_its_session_only() {
+    use crate::dns::{query, udp};
+    use hickory_proto::op::ResponseCode;
+    use hickory_proto::rr::RecordType;
+    let mut h = asking(&[]).await;
+    let before = udp(&h, &query("ask.test.", RecordType::A)).await.unwrap();
+    assert_eq!(before.response_code, ResponseCode::NXDomain);
+    assert!(inbox(&h).await.is_empty(), "a DNS question files no item");
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let (status, _) = answer(
+        &h,
+        AnswerRequest {
+            id,
+            approve: true,
+            scope: Some("session".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200);
+    let after = udp(&h, &query("ask.test.", RecordType::A)).await.unwrap();
+    assert_eq!(after.response_code, ResponseCode::NoError);
+    assert_eq!(after.answers.len(), 1, "{after:?}");
+    // Another uid asks the same name: still refused.
+    let port = h.dns.port();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("dig")
+            .args([
+                "+tries=1",
+                "+time=2",
+                "-p",
+                &port.to_string(),
+                "@127.0.0.1",
+                "ask.test",
+                "A",
+            ])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("status: NXDOMAIN"), "{text}");
+    h.finish().await;
+}

@@ -13,7 +13,7 @@ use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
-fn query(name: &str, ty: RecordType) -> Vec<u8> {
+pub(crate) fn query(name: &str, ty: RecordType) -> Vec<u8> {
     let mut m = Message::new(77, MessageType::Query, OpCode::Query);
     m.metadata.recursion_desired = true;
     m.add_query(Query::query(Name::from_str(name).unwrap(), ty));
@@ -21,7 +21,7 @@ fn query(name: &str, ty: RecordType) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
-async fn udp(h: &Harness, bytes: &[u8]) -> Option<Message> {
+pub(crate) async fn udp(h: &Harness, bytes: &[u8]) -> Option<Message> {
     let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     s.send_to(bytes, h.dns).await.unwrap();
     let mut buf = vec![0u8; 4096];
