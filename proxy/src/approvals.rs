@@ -344,15 +344,7 @@ impl Approvals {
             .items
             .get_mut(id)
             .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-        if item.state != State::Pending {
-            return Err(AnswerError::Answered {
-                id: id.to_owned(),
-                state: item.state.as_str(),
-            });
-        }
-        if token_given.is_some_and(|t| t != token(item, revision)) {
-            return Err(AnswerError::StaleToken(id.to_owned()));
-        }
+        answerable(item, token_given, revision)?;
         item.state = match answer {
             Answer::Approve { scope, until } => State::Approved { scope, by, until },
             Answer::Deny { reason, until } => State::Denied { by, reason, until },
@@ -360,6 +352,24 @@ impl Approvals {
         let item = item.clone();
         drop(inner);
         self.answered.notify_waiters();
+        Ok(item)
+    }
+
+    /// Item `id` if an answer with `token_given` under `revision` would be taken now (the
+    /// check [`Approvals::answer`] makes again when it takes it).
+    ///
+    /// # Errors
+    /// As [`Approvals::answer`].
+    pub fn answerable(
+        &self,
+        id: &str,
+        token_given: Option<&str>,
+        revision: u64,
+    ) -> Result<Item, AnswerError> {
+        let item = self
+            .get(id)
+            .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
+        answerable(&item, token_given, revision)?;
         Ok(item)
     }
 
@@ -475,6 +485,21 @@ impl Inner {
             false
         });
     }
+}
+
+/// Whether `item` takes an answer: pending, and (with a token) still what the token was
+/// made of.
+fn answerable(item: &Item, token_given: Option<&str>, revision: u64) -> Result<(), AnswerError> {
+    if item.state != State::Pending {
+        return Err(AnswerError::Answered {
+            id: item.id.clone(),
+            state: item.state.as_str(),
+        });
+    }
+    if token_given.is_some_and(|t| t != token(item, revision)) {
+        return Err(AnswerError::StaleToken(item.id.clone()));
+    }
+    Ok(())
 }
 
 /// The review token of `item` under policy `revision`: what the operator was shown (the

@@ -88,20 +88,8 @@ pub(super) fn answer(
     // The line first: an answer nobody can find in the log is not taken.
     let item = shared
         .approvals
-        .get(&a.id)
-        .ok_or_else(|| not_found(&a.id))?;
-    if item.state != State::Pending {
-        return Err(refused(&AnswerError::Answered {
-            id: a.id.clone(),
-            state: item.state.as_str(),
-        }));
-    }
-    if a.token
-        .as_deref()
-        .is_some_and(|t| t != token(&item, revision))
-    {
-        return Err(refused(&AnswerError::StaleToken(a.id.clone())));
-    }
+        .answerable(&a.id, a.token.as_deref(), revision)
+        .map_err(|e| refused(&e))?;
     let line = answer_line(shared, &item, &answer, by);
     if shared.audit.commit(&line).is_err() {
         return Err(ErrorBody {
