@@ -575,9 +575,17 @@ mod tests {
             let peer = SocketAddr::from(([127, 0, 0, 1], port));
             assert_eq!(diag.uid(Proto::Udp, peer, ours), Some(me), "{what}");
         }
-        let gone = connected.local_addr().unwrap();
         drop(connected);
-        assert_eq!(diag.uid(Proto::Udp, gone, ours), None, "a closed socket");
+        // A closed socket is named by no one. Tests run in parallel, and another may bind
+        // the freed port at once, so the check is made with fresh sockets until one port
+        // stays free long enough; a lookup that named closed sockets would fail every try.
+        let closed_is_unnamed = (0..20).any(|_| {
+            let gone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = gone.local_addr().unwrap();
+            drop(gone);
+            diag.uid(Proto::Udp, addr, ours).is_none()
+        });
+        assert!(closed_is_unnamed, "a closed socket was named in 20 tries");
         // The socket is usable for exact lookups after dumps.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
