@@ -17,6 +17,7 @@
 //! drop's order through [`sys::Sys`]) is testable here, and the host CLI can reuse the flags
 //! ([`config::Cli`]), the paths and the checks.
 
+pub mod admin_relay;
 pub mod admin_socket;
 pub mod agent_env;
 pub mod checks;
@@ -68,6 +69,9 @@ pub enum Invocation {
     RescanHandoff(Vec<OsString>),
     /// `airlock-session [ARGS]` or `__session [ARGS]`: a second confined session.
     Session(Vec<OsString>),
+    /// `__admin`: the admin socket on standard input and output ([`admin_relay`]), for an
+    /// operator's `kubectl exec -i`.
+    AdminRelay,
     /// Anything else: PID 1's start, with the command line [`config::Cli`] parses.
     Start,
 }
@@ -80,6 +84,9 @@ impl Invocation {
             return Invocation::SelfTest(args.get(2).and_then(|a| a.to_str()).map(str::to_owned));
         }
         let rest = || args.iter().skip(2).cloned().collect();
+        if first == Some(OsStr::new(admin_relay::ARG)) {
+            return Invocation::AdminRelay;
+        }
         if first == Some(OsStr::new(rescan::SCAN_ARG)) {
             return Invocation::RescanScan(rest());
         }
@@ -142,6 +149,10 @@ mod tests {
         assert_eq!(
             Invocation::of(&os(&["airlock-entrypoint", "__rescan-handoff", "/s"])),
             Invocation::RescanHandoff(os(&["/s"]))
+        );
+        assert_eq!(
+            Invocation::of(&os(&["airlock-entrypoint", "__admin"])),
+            Invocation::AdminRelay
         );
         assert_eq!(Invocation::of(&[]), Invocation::Start);
     }

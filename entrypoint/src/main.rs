@@ -4,7 +4,7 @@
 
 use airlock_entrypoint::config::Cli;
 use airlock_entrypoint::{
-    EXIT_REFUSED, Invocation, console, problems, rescan, second, selftest, start,
+    EXIT_REFUSED, Invocation, admin_relay, console, problems, rescan, second, selftest, start,
 };
 use anyhow::anyhow;
 use clap::Parser;
@@ -24,6 +24,19 @@ fn main() -> ExitCode {
                 err.unwrap_or_else(|| anyhow!("the session did not start"))
             );
             ExitCode::from(EXIT_REFUSED)
+        }
+        Invocation::AdminRelay => {
+            let run_dir = std::env::var_os(airlock_control::env::RUN_DIR).map_or_else(
+                || airlock_control::paths::RUN_DIR.into(),
+                std::path::PathBuf::from,
+            );
+            match admin_relay::main(&run_dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("airlock: {err:#}");
+                    ExitCode::from(EXIT_REFUSED)
+                }
+            }
         }
         Invocation::Start => match start::run(Cli::parse()) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
