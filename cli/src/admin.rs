@@ -4,7 +4,12 @@
 //! ([`crate::checkout::Checkout::control`]), so the CLI connects to the socket directly, no
 //! engine in between. The socket is 0600, its control directory's owner's.
 //!
-//! One connection per request (hyper's HTTP/1.1 client over [`tokio::net::UnixStream`]).
+//! A sandbox on Kubernetes is reached through a relay instead ([`Client::relay`]): a command
+//! (`kubectl exec -i POD … airlock-entrypoint __admin`, [`crate::kube`]) whose standard input
+//! and output are a connection to the same socket inside the pod.
+//!
+//! One connection per request (hyper's HTTP/1.1 client over [`tokio::net::UnixStream`], or
+//! over one run of the relay).
 //! [`Client::call`] sends a [`Request`] and reads the [`Response`] (a non-2xx answer is the
 //! [`ErrorBody`] it carries); [`Client::events`] opens the event stream and yields its NDJSON
 //! lines as [`StreamLine`]s one at a time. Every failure is one line saying what to do:
@@ -81,12 +86,12 @@ pub enum AdminError {
     #[error("{}", .0.message)]
     Refused(ErrorBody),
     /// Connecting, sending or reading failed.
-    #[error("the admin API of {name} ({}) failed: {detail}", .socket.display())]
+    #[error("the admin API of {name} ({via}) failed: {detail}")]
     Transport {
         /// The sandbox.
         name: String,
-        /// The socket.
-        socket: PathBuf,
+        /// The socket, or the relay's command line.
+        via: String,
         /// What failed.
         detail: String,
     },
@@ -119,21 +124,27 @@ impl AdminError {
     }
 }
 
+/// How the admin socket is reached.
+#[derive(Debug, Clone)]
+enum Reach {
+    /// The socket itself, on this host.
+    Socket(PathBuf),
+    /// A command whose standard input and output are a connection to it.
+    Relay(Vec<String>),
+}
+
 /// A client of one sandbox's admin socket.
 #[derive(Debug, Clone)]
 pub struct Client {
     name: String,
-    socket: PathBuf,
+    reach: Reach,
 }
 
 impl Client {
     /// The client of sandbox `name`, whose host control directory is `control`.
     #[must_use]
     pub fn new(name: &str, control: &Path) -> Client {
-        Client {
-            name: name.to_owned(),
-            socket: control.join(SOCKET),
-        }
+        Client::at(name, &control.join(SOCKET))
     }
 
     /// The client of the socket at `socket` (tests).
@@ -141,14 +152,27 @@ impl Client {
     pub fn at(name: &str, socket: &Path) -> Client {
         Client {
             name: name.to_owned(),
-            socket: socket.to_path_buf(),
+            reach: Reach::Socket(socket.to_path_buf()),
         }
     }
 
-    /// The socket.
+    /// The client of sandbox `name` through the relay command `argv` (its program first),
+    /// run once per connection: `kubectl exec -i … airlock-entrypoint __admin`.
     #[must_use]
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    pub fn relay(name: &str, argv: Vec<String>) -> Client {
+        Client {
+            name: name.to_owned(),
+            reach: Reach::Relay(argv),
+        }
+    }
+
+    /// The socket, when it is reached directly.
+    #[must_use]
+    pub fn socket(&self) -> Option<&Path> {
+        match &self.reach {
+            Reach::Socket(p) => Some(p),
+            Reach::Relay(_) => None,
+        }
     }
 
     /// The sandbox.
@@ -157,10 +181,18 @@ impl Client {
         &self.name
     }
 
+    /// Where the API is reached, for a message: the socket, or the relay's command line.
+    fn via(&self) -> String {
+        match &self.reach {
+            Reach::Socket(p) => p.display().to_string(),
+            Reach::Relay(argv) => argv.join(" "),
+        }
+    }
+
     fn transport(&self, detail: impl std::fmt::Display) -> AdminError {
         AdminError::Transport {
             name: self.name.clone(),
-            socket: self.socket.clone(),
+            via: self.via(),
             detail: detail.to_string(),
         }
     }
@@ -172,19 +204,47 @@ impl Client {
         }
     }
 
-    fn connect_error(&self, e: &io::Error) -> AdminError {
+    fn connect_error(&self, socket: &Path, e: &io::Error) -> AdminError {
         match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => AdminError::NotRunning {
                 name: self.name.clone(),
-                socket: self.socket.clone(),
+                socket: socket.to_path_buf(),
                 missing: e.kind() == io::ErrorKind::NotFound,
             },
             io::ErrorKind::PermissionDenied => AdminError::PermissionDenied {
-                socket: self.socket.clone(),
-                owner: std::fs::metadata(&self.socket)
+                socket: socket.to_path_buf(),
+                owner: std::fs::metadata(socket)
                     .map_or_else(|_| "its owner".to_owned(), |m| format!("uid {}", m.uid())),
             },
             _ => self.transport(format!("cannot connect: {e}")),
+        }
+    }
+
+    /// One connection: the socket, or a run of the relay (with what it says on stderr).
+    async fn connect(&self) -> Result<(Box<dyn relay::Conn>, Option<relay::Said>), AdminError> {
+        match &self.reach {
+            Reach::Socket(socket) => {
+                let stream = tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| self.connect_error(socket, &e))?;
+                Ok((Box::new(stream), None))
+            }
+            Reach::Relay(argv) => {
+                let (io, said) = relay::spawn(argv).map_err(|e| self.transport(e))?;
+                Ok((Box::new(io), Some(said)))
+            }
+        }
+    }
+
+    /// A transport failure, with the relay's last words when there is a relay: kubectl's
+    /// "pods not found", or the in-pod relay's own line.
+    async fn failed(&self, said: Option<&relay::Said>, e: impl std::fmt::Display) -> AdminError {
+        match said {
+            Some(said) => match said.last_line().await {
+                Some(line) => self.transport(format!("{e}; the relay said: {line}")),
+                None => self.transport(e),
+            },
+            None => self.transport(e),
         }
     }
 
@@ -193,12 +253,12 @@ impl Client {
         let http = request
             .to_http()
             .ok_or_else(|| self.protocol("an operation with no route"))?;
-        let stream = tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .map_err(|e| self.connect_error(&e))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.transport(e))?;
+        let (stream, said) = self.connect().await?;
+        let (mut sender, conn) =
+            match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+                Ok(c) => c,
+                Err(e) => return Err(self.failed(said.as_ref(), e).await),
+            };
         // The connection is driven beside the request; it ends with the response's body.
         tokio::spawn(async move {
             let _ = conn.await;
@@ -213,10 +273,10 @@ impl Client {
         let req = builder
             .body(Full::new(Bytes::from(http.body.unwrap_or_default())))
             .map_err(|e| self.transport(e))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| self.transport(e))?;
+        let resp = match sender.send_request(req).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.failed(said.as_ref(), e).await),
+        };
         if resp.status().is_success() {
             return Ok(resp);
         }
@@ -244,10 +304,7 @@ impl Client {
             // A 404 with no error of this protocol: a server that knows no /v1 at all.
             None if status == 404 => AdminError::UnknownVersion {
                 name: self.name.clone(),
-                message: format!(
-                    "HTTP 404 on {}, with no error of version 1",
-                    self.socket.display()
-                ),
+                message: format!("HTTP 404 on {}, with no error of version 1", self.via()),
             },
             None => self.protocol(format!(
                 "HTTP {status} with a body that is not an error: {}",
@@ -538,6 +595,7 @@ impl EventStream {
 }
 
 pub mod live;
+mod relay;
 
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,7 @@ oneshot is true for the sandbox of an `airlock run`).")]
 Examples:
   airlock status fix-login
   airlock status fix-login --json | jq .admin.counters
+  airlock status k8s:sandboxes/fix-login       # a pod, through kubectl exec (docs/kubernetes.md)
 
 JSON: the fields of `list --json` plus session_list (id, started), ahead (commits on the
 sandbox branch that the operator's repository does not have yet), admin (null unless it
@@ -401,7 +402,7 @@ pub struct DestroyArgs {
 /// `logs`.
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// The sandbox.
+    /// The sandbox (with --audit also a pod, k8s:NAMESPACE/POD).
     pub name: String,
     /// Only the last N lines.
     #[arg(long)]
@@ -435,7 +436,7 @@ pub struct ApprovalsArgs {
     /// One item with its review token.
     #[command(subcommand)]
     pub show: Option<ApprovalsCmd>,
-    /// Only this sandbox (none: every running one).
+    /// Only this sandbox, or the pod k8s:NAMESPACE/POD (none: every running sandbox).
     pub name: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -447,7 +448,7 @@ pub struct ApprovalsArgs {
 pub enum ApprovalsCmd {
     /// One item: what approving it would let through, its notes and its review token.
     Show {
-        /// The item: ID, or SANDBOX/ID.
+        /// The item: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID.
         id: String,
         /// Machine-readable output.
         #[arg(long)]
@@ -459,7 +460,7 @@ pub enum ApprovalsCmd {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("scope").required(true).args(["once", "session"])))]
 pub struct ApproveArgs {
-    /// The item: ID, or SANDBOX/ID.
+    /// The item: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID.
     pub id: String,
     /// Only the session's next connection to the host and port.
     #[arg(long)]
@@ -479,7 +480,7 @@ pub struct ApproveArgs {
 /// `deny`.
 #[derive(Debug, Args)]
 pub struct DenyArgs {
-    /// The item: ID, or SANDBOX/ID.
+    /// The item: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID.
     pub id: String,
     /// Why, for the agent (one line; it reads it in its refusals).
     #[arg(long, required = true)]
@@ -773,7 +774,15 @@ Examples:
   airlock k8s render fix-login --host-paths --repo /srv/app            # one node: hostPath
 
 docs/kubernetes.md says what each object is for and what differs from Docker.")]
-    Render(K8sRenderArgs),
+    Render(Box<K8sRenderArgs>),
+    /// Say whether the cluster kubectl reaches serves the agent-sandbox API version that
+    /// `render --sandbox/--template` writes (v1beta1), or only the older v1alpha1 (exit 4),
+    /// or none (exit 3). kubectl is AIRLOCK_KUBECTL's command, else kubectl.
+    #[command(after_help = "\
+Examples:
+  airlock k8s check
+  AIRLOCK_KUBECTL='microk8s kubectl' airlock k8s check")]
+    Check,
 }
 
 /// `k8s render`'s flags.

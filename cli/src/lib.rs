@@ -32,6 +32,7 @@ pub mod engine;
 pub mod exit;
 pub mod files;
 pub mod flags;
+pub mod kube;
 pub mod lock;
 pub mod names;
 pub mod paths;

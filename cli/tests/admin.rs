@@ -401,3 +401,120 @@ fn the_operator_answers_an_agents_ask_from_the_cli() {
     );
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// A stand-in for kubectl (no cluster runs here): the exact `kubectl -n NS exec -i POD -c
+/// airlock -- CMD…` the CLI runs becomes `docker exec -i airlock-POD CMD…`, so the relay
+/// is the real image's and the protocol the real proxy's. Another namespace is kubectl's
+/// NotFound.
+const KUBECTL: &str = r#"#!/bin/sh
+[ "$1" = -n ] && [ "$3" = exec ] && [ "$4" = -i ] && [ "$6" = -c ] && [ "$7" = airlock ] && [ "$8" = -- ] || {
+  echo "kubectl (test double): unexpected arguments: $*" >&2; exit 2; }
+ns=$2 pod=$5; shift 8
+[ "$ns" = sandboxes ] || { echo "Error from server (NotFound): pods \"$pod\" not found" >&2; exit 1; }
+exec env -u DOCKER_HOST docker exec -i "airlock-$pod" "$@"
+"#;
+
+/// The operator's commands against a pod (`k8s:NAMESPACE/POD`) through `kubectl exec` of
+/// the image's relay (`airlock-entrypoint __admin`): status, an ask answered, the policy and
+/// the decisions, with no engine (DOCKER_HOST points nowhere) and no registry; the errors
+/// say what kubectl said; the agent running the relay is refused.
+#[test]
+fn the_operator_reaches_a_pod_through_kubectl_exec() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new("pod");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let kubectl = w.dir.path().join("kubectl");
+    std::fs::write(&kubectl, KUBECTL).unwrap();
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nowhere = w.dir.path().join("no-registry");
+    let pod_cmd = |a: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"));
+        c.args(a)
+            .env("AIRLOCK_KUBECTL", &kubectl)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .env("AIRLOCK_DATA_DIR", &nowhere)
+            .env("AIRLOCK_CONFIG_DIR", &nowhere)
+            .stdin(Stdio::null());
+        c.output().unwrap()
+    };
+    let pod_ok = |a: &[&str]| {
+        let o = pod_cmd(a);
+        assert!(
+            o.status.success(),
+            "airlock {a:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let pod = format!("k8s:sandboxes/{s}");
+
+    let text = pod_ok(&["status", &pod]);
+    assert!(
+        text.contains(&format!("name        {pod}")) && text.contains("policy      revision 1 ("),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&pod_ok(&["status", &pod, "--json"])).unwrap();
+    assert_eq!(v["status"]["state"], "ready", "{v}");
+
+    // An ask answered through the pod.
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://pod-asked.example/")).unwrap();
+    let id = v["approval_id"].as_str().unwrap().to_owned();
+    let inbox = pod_ok(&["approvals", &pod]);
+    assert!(
+        inbox.contains(&format!("{pod}/{id}")) && inbox.contains("pod-asked.example:80"),
+        "{inbox}"
+    );
+    let out = pod_ok(&["approve", &format!("{pod}/{id}"), "--once"]);
+    assert!(out.contains("approved (once)"), "{out}");
+
+    // The policy and the decisions.
+    let shown = pod_ok(&["policy", "show", &pod]);
+    assert!(shown.starts_with("revision 1 ("), "{shown}");
+    assert!(refusal(&w, &s, "pod.blocked.test").contains("approval-required"));
+    let log = pod_ok(&["logs", &pod, "--audit", "--json"]);
+    assert!(
+        log.contains("\"host\":\"pod.blocked.test\"")
+            && log.contains("\"event\":\"approval-answered\""),
+        "{log}"
+    );
+
+    // Errors: kubectl's own line; a command that is kubectl's job says which.
+    let o = pod_cmd(&["status", &format!("k8s:elsewhere/{s}")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains(&format!(
+                "the relay said: Error from server (NotFound): pods \"{s}\" not found"
+            )),
+        "{err}"
+    );
+    let o = pod_cmd(&["exec", &pod, "--", "ls"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(2) && err.contains("kubectl -n sandboxes exec -it"),
+        "{err}"
+    );
+    let o = pod_cmd(&["status", "k8s:Sandboxes"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // The agent running the relay itself gets nothing.
+    let o = w.run(&["exec", &s, "--", "sh", "-c", "printf 'GET /v1/status HTTP/1.1\\r\\nHost: a\\r\\n\\r\\n' | airlock-entrypoint __admin; echo rc=$?"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.trim_end().ends_with("rc=78") && !out.contains("\"state\""),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    w.ok(&["destroy", &s, "--force"]);
+}

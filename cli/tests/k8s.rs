@@ -1071,3 +1071,48 @@ fn the_admission_policy_admits_airlocks_pod_and_refuses_every_widening() {
         "hostPath admitted where the namespace says single-node"
     );
 }
+
+/// `airlock k8s check` reads `kubectl api-versions` (a stand-in prints what a cluster with
+/// the current controller, an older one, none, or an unreachable API server would): exit 0
+/// for v1beta1, 4 for v1alpha1 only, 3 for none, 1 with kubectl's line when it fails.
+#[test]
+fn k8s_check_tells_the_served_agent_sandbox_version_from_kubectl() {
+    use std::os::unix::fs::PermissionsExt;
+    let here = Here::new();
+    let kubectl = here.dir.path().join("kubectl");
+    std::fs::write(
+        &kubectl,
+        "#!/bin/sh\n[ \"$1\" = api-versions ] || { echo \"unexpected: $*\" >&2; exit 2; }\ncase $SERVED in\n  down) echo 'The connection to the server localhost:8080 was refused' >&2; exit 1 ;;\n  *) printf '%b' \"$SERVED\" ;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = |served: &str| {
+        Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["k8s", "check"])
+            .env("AIRLOCK_KUBECTL", &kubectl)
+            .env("SERVED", served)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = check(
+        "apps/v1\\nagents.x-k8s.io/v1alpha1\\nagents.x-k8s.io/v1beta1\\nextensions.agents.x-k8s.io/v1beta1\\nv1\\n",
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("served at v1beta1"));
+    let o = check("agents.x-k8s.io/v1alpha1\\nextensions.agents.x-k8s.io/v1alpha1\\n");
+    assert_eq!(o.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("predates v0.5.0"));
+    let o = check("apps/v1\\nv1\\n");
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("agents.x-k8s.io is not served"));
+    let o = check("down");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(
+            "api-versions failed: The connection to the server localhost:8080 was refused"
+        ),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

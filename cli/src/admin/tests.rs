@@ -96,7 +96,7 @@ fn every_operation_round_trips_through_the_protocols_routes() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let socket = serve(dir.path(), routed(seen.clone()));
         let c = Client::new("box", dir.path());
-        assert_eq!(c.socket(), socket);
+        assert_eq!(c.socket(), Some(socket.as_path()));
         assert_eq!(c.status().await.unwrap().state, State::Ready);
         assert_eq!(c.sessions().await.unwrap().sessions[0].uid, Some(1000));
         assert_eq!(c.policy().await.unwrap(), revision());
@@ -167,7 +167,7 @@ fn a_socket_this_user_may_not_open_says_whose_it_is() {
     let socket = dir.path().join(SOCKET);
     let _l = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let c = Client::new("box", dir.path());
-    let e = c.connect_error(&io::Error::from(io::ErrorKind::PermissionDenied));
+    let e = c.connect_error(&socket, &io::Error::from(io::ErrorKind::PermissionDenied));
     let uid = nix::unistd::geteuid().as_raw();
     assert_eq!(
         e.to_string(),
@@ -369,5 +369,88 @@ fn a_filter_the_server_refuses_is_its_bad_request() {
             .unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::BadRequest));
         assert_eq!(e.to_string(), "colour is not a filter of the event stream");
+    });
+}
+
+/// A relay as `kubectl exec -i … airlock-entrypoint __admin` is: standard input and output
+/// copied to the socket (here python's, the entrypoint's own is the Docker tier's).
+const PY_RELAY: &str = "import os,socket,sys,threading
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+def up():
+    while True:
+        b=os.read(0,65536)
+        if not b: break
+        s.sendall(b)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=up,daemon=True).start()
+while True:
+    b=s.recv(65536)
+    if not b: break
+    os.write(1,b)
+";
+
+fn relayed(name: &str, socket: &Path) -> Client {
+    let argv = ["python3", "-c", PY_RELAY, &socket.display().to_string()]
+        .map(str::to_owned)
+        .to_vec();
+    Client::relay(name, argv)
+}
+
+#[test]
+fn a_relay_command_carries_requests_and_the_stream_like_the_socket() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = serve(dir.path(), routed(Arc::default()));
+        let c = relayed("k8s:sb/p", &socket);
+        assert_eq!(c.socket(), None);
+        assert_eq!(c.status().await.unwrap().state, State::Ready);
+        assert_eq!(c.policy().await.unwrap(), revision());
+        let e = c
+            .reload(ReloadRequest {
+                text: Some("broken".into()),
+                origin: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::InvalidPolicy));
+
+        let sdir = tempfile::tempdir().unwrap();
+        let (tx, _) = streaming(sdir.path());
+        let c = relayed("k8s:sb/p", &sdir.path().join(SOCKET));
+        let mut s = c.events(EventsQuery::default()).await.unwrap();
+        tx.send(line(&record(1))).await.unwrap();
+        assert_eq!(s.next().await.unwrap(), Some(record(1)));
+        drop(tx);
+        assert_eq!(s.next().await.unwrap(), None);
+    });
+}
+
+#[test]
+fn a_relay_that_fails_is_named_with_its_last_words() {
+    rt().block_on(async {
+        let argv = [
+            "sh",
+            "-c",
+            "echo 'Error from server (NotFound): pods \"p\" not found' >&2; exit 1",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let e = Client::relay("k8s:sb/p", argv).status().await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the admin API of k8s:sb/p (sh -c ")
+                && text.ends_with(
+                    "the relay said: Error from server (NotFound): pods \"p\" not found"
+                ),
+            "{text}"
+        );
+        let e = Client::relay("k8s:sb/p", vec!["/nonexistent/kubectl".into()])
+            .status()
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("cannot run /nonexistent/kubectl"),
+            "{e}"
+        );
     });
 }

@@ -17,26 +17,32 @@ use serde_json::{Value, json};
 /// `airlock approvals …`.
 pub async fn list(ctx: &Ctx, args: &ApprovalsArgs) -> Result<i32> {
     if let Some(ApprovalsCmd::Show { id, json }) = &args.show {
-        return show(ctx, id, *json).await;
+        return show(find(ctx, id).await?, *json).await;
     }
-    let names = match &args.name {
-        Some(n) => {
-            ctx.sandbox(n)?;
-            vec![n.clone()]
-        }
-        None => ctx.running()?,
+    let clients = match &args.name {
+        Some(n) => vec![ctx.admin(n)?],
+        None => ctx
+            .running()?
+            .iter()
+            .map(|name| Client::new(name, &ctx.checkout(name).control()))
+            .collect(),
     };
+    inbox(clients, args.name.is_none(), args.json).await
+}
+
+/// The inbox of `clients`' sandboxes (`every`: all the running ones, where one that does
+/// not answer is said, not fatal).
+pub async fn inbox(clients: Vec<Client>, every: bool, as_json: bool) -> Result<i32> {
     let mut rows: Vec<(String, Approval)> = Vec::new();
-    for name in names {
-        let client = Client::new(&name, &ctx.checkout(&name).control());
+    for client in clients {
+        let name = client.name().to_owned();
         match client.approvals().await {
             Ok(items) => rows.extend(items.into_iter().map(|a| (name.clone(), a))),
-            // Listing every sandbox: one that does not answer is said, not fatal.
-            Err(e) if args.name.is_none() => eprintln!("airlock: {name}: {e}"),
+            Err(e) if every => eprintln!("airlock: {name}: {e}"),
             Err(e) => return Err(e.into()),
         }
     }
-    if args.json {
+    if as_json {
         let v: Vec<Value> = rows.iter().map(|(n, a)| with_sandbox(n, a)).collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -95,8 +101,7 @@ fn with_sandbox(name: &str, a: &Approval) -> Value {
 }
 
 /// `approvals show ID`: the item, what approving it lets through, and its token.
-async fn show(ctx: &Ctx, id: &str, as_json: bool) -> Result<i32> {
-    let (client, a) = find(ctx, id).await?;
+pub async fn show((client, a): (Client, Approval), as_json: bool) -> Result<i32> {
     if as_json {
         println!(
             "{}",
@@ -120,27 +125,37 @@ async fn show(ctx: &Ctx, id: &str, as_json: bool) -> Result<i32> {
 
 /// `approve ID --once | --session [--for SPAN] [--token T]`.
 pub async fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<i32> {
+    let answer = approval(args)?;
+    respond(find(ctx, &args.id).await?, answer).await
+}
+
+/// `deny ID --reason R [--for SPAN] [--token T]`.
+pub async fn deny(ctx: &Ctx, args: &DenyArgs) -> Result<i32> {
+    let answer = denial(args)?;
+    respond(find(ctx, &args.id).await?, answer).await
+}
+
+/// The answer `approve` sends.
+pub fn approval(args: &ApproveArgs) -> Result<AnswerRequest> {
     let scope = if args.once { "once" } else { "session" };
-    let answer = AnswerRequest {
+    Ok(AnswerRequest {
         approve: true,
         scope: Some(scope.to_owned()),
         for_seconds: span(args.for_span.as_deref())?,
         token: args.token.clone(),
         ..AnswerRequest::default()
-    };
-    respond(ctx, &args.id, answer).await
+    })
 }
 
-/// `deny ID --reason R [--for SPAN] [--token T]`.
-pub async fn deny(ctx: &Ctx, args: &DenyArgs) -> Result<i32> {
-    let answer = AnswerRequest {
+/// The answer `deny` sends.
+pub fn denial(args: &DenyArgs) -> Result<AnswerRequest> {
+    Ok(AnswerRequest {
         approve: false,
         reason: Some(args.reason.clone()),
         for_seconds: span(args.for_span.as_deref())?,
         token: args.token.clone(),
         ..AnswerRequest::default()
-    };
-    respond(ctx, &args.id, answer).await
+    })
 }
 
 fn span(text: Option<&str>) -> Result<Option<u64>> {
@@ -158,9 +173,8 @@ fn span(text: Option<&str>) -> Result<Option<u64>> {
     .transpose()
 }
 
-/// Sends `answer` to the item `id`; prints the item as it left it.
-async fn respond(ctx: &Ctx, id: &str, mut answer: AnswerRequest) -> Result<i32> {
-    let (client, item) = find(ctx, id).await?;
+/// Sends `answer` to the item found; prints the item as it left it.
+pub async fn respond((client, item): (Client, Approval), mut answer: AnswerRequest) -> Result<i32> {
     for n in &item.notes {
         eprintln!("airlock: note: {}", escape(n.as_bytes()));
     }
@@ -176,17 +190,25 @@ async fn respond(ctx: &Ctx, id: &str, mut answer: AnswerRequest) -> Result<i32> 
     Ok(0)
 }
 
-/// The item `id` (`ID` or `SANDBOX/ID`) and the client of its sandbox.
+/// The item `id` (`ID`, `SANDBOX/ID` or `k8s:NAMESPACE/POD/ID`) and the client of its
+/// sandbox.
 async fn find(ctx: &Ctx, id: &str) -> Result<(Client, Approval)> {
-    let (names, bare) = match id.split_once('/') {
-        Some((name, bare)) => {
-            ctx.sandbox(name)?;
-            (vec![name.to_owned()], bare)
-        }
-        None => (ctx.running()?, id),
+    let (clients, bare) = match id.split_once('/') {
+        Some((name, bare)) => (vec![ctx.admin(name)?], bare),
+        None => (
+            ctx.running()?
+                .iter()
+                .map(|name| Client::new(name, &ctx.checkout(name).control()))
+                .collect(),
+            id,
+        ),
     };
-    for name in names {
-        let client = Client::new(&name, &ctx.checkout(&name).control());
+    find_in(clients, bare, id).await
+}
+
+/// The item `bare` among `clients`' sandboxes (`id` as the operator wrote it).
+pub async fn find_in(clients: Vec<Client>, bare: &str, id: &str) -> Result<(Client, Approval)> {
+    for client in clients {
         match client.approval(bare).await {
             Ok(a) => return Ok((client, a)),
             Err(e) if e.code() == Some(ErrorCode::NotFound) || e.is_not_running() => {}

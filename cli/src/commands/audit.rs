@@ -220,6 +220,61 @@ pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> Result<i32> {
     follow(ctx, name, &view, (followers, streamer, seen)).await
 }
 
+/// `airlock logs k8s:NAMESPACE/POD --audit`: a pod's decisions from its proxy's event stream
+/// alone (no files on this host): what the proxy holds since its start, then with
+/// `--follow` what it writes next, until ctrl-c.
+pub async fn stream_logs(client: Client, args: &LogsArgs) -> Result<i32> {
+    let view = View {
+        denied: args.denied,
+        session: args.session.clone(),
+        json: args.json,
+        color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let query = EventsQuery {
+        decision: args.denied.then(|| "deny".to_owned()),
+        session: full_session(&client, args.session.as_deref()).await,
+        ..EventsQuery::default()
+    };
+    let from = "the event stream";
+    if !args.follow {
+        let held = stream::held(&client, query).await?;
+        let skip = args
+            .tail
+            .map_or(0, |n| held.len().saturating_sub(n as usize));
+        let mut out = std::io::stdout().lock();
+        for (i, l) in held.iter().enumerate().skip(skip) {
+            if !emit(&mut out, Source::Proxy, l, from, i as u64 + 1, &view)? {
+                break;
+            }
+        }
+        return Ok(0);
+    }
+    let mut f = StreamFollower::new(client, query, Seen::default());
+    f.open().await?;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(0),
+            item = f.next() => match item {
+                stream::Item::Say(text) => eprintln!("airlock: {text}"),
+                stream::Item::Record(log, raw) => {
+                    let source = match log {
+                        Log::Audit => Source::Proxy,
+                        Log::GitApi => Source::GitApi,
+                        Log::Unknown => continue,
+                    };
+                    n += 1;
+                    if !emit(&mut std::io::stdout().lock(), source, &raw, from, n, &view)? {
+                        return Ok(0);
+                    }
+                }
+            },
+        }
+    }
+}
+
 /// The proxy's event stream of the sandbox `args` names, filtered as `args` asks; `None`
 /// when it does not answer (not running, or an image older than the admin API: the files
 /// are followed then).

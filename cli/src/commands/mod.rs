@@ -7,6 +7,7 @@ mod doctor;
 mod gc;
 mod lifecycle;
 mod new;
+mod pod;
 mod policy;
 mod render;
 mod rescan;
@@ -73,6 +74,15 @@ impl Ctx {
         Ok(names)
     }
 
+    /// The admin API client of the registered sandbox `name`, or exit 3.
+    pub fn admin(&self, name: &str) -> Result<airlock_cli::admin::Client> {
+        self.sandbox(name)?;
+        Ok(airlock_cli::admin::Client::new(
+            name,
+            &self.checkout(name).control(),
+        ))
+    }
+
     /// A sandbox's checkout.
     pub fn checkout(&self, name: &str) -> Checkout {
         Checkout {
@@ -120,6 +130,10 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 async fn dispatch(cli: Cli) -> Result<i32> {
+    // A pod (`k8s:NAMESPACE/POD`) needs neither the engine nor the registry.
+    if let Some(code) = pod::run(&cli.command).await? {
+        return Ok(code);
+    }
     let ctx = Ctx::open(&cli).await?;
     match cli.command {
         Command::Run(a) => run::run(&ctx, &a).await,

@@ -17,17 +17,31 @@ use std::path::Path;
 /// `airlock policy …`.
 pub async fn run(ctx: &Ctx, args: &PolicyArgs) -> Result<i32> {
     match &args.command {
-        PolicyCmd::Show { name, json } => show(ctx, name, *json).await,
-        PolicyCmd::Reload { name, file } => reload(ctx, name, file.as_deref()).await,
-        PolicyCmd::Check {
-            name,
-            url,
-            method,
-            json,
-        } => check(ctx, name, url, method.as_deref(), *json).await,
         PolicyCmd::Suggest { name, since, json } => {
             suggest(ctx, name, since.as_deref(), *json).await
         }
+        PolicyCmd::Show { name, .. }
+        | PolicyCmd::Reload { name, .. }
+        | PolicyCmd::Check { name, .. } => on(&ctx.admin(name)?, args).await,
+    }
+}
+
+/// `policy show|reload|check` through `client` (a sandbox's, or a pod's); `suggest` reads
+/// the audit files on this host, which a pod does not have.
+pub async fn on(client: &Client, args: &PolicyArgs) -> Result<i32> {
+    match &args.command {
+        PolicyCmd::Show { json, .. } => show(client, *json).await,
+        PolicyCmd::Reload { file, .. } => reload(client, file.as_deref()).await,
+        PolicyCmd::Check {
+            url, method, json, ..
+        } => check(client, url, method.as_deref(), *json).await,
+        PolicyCmd::Suggest { name, .. } => Err(Failure::new(
+            Code::Usage,
+            format!(
+                "policy suggest reads the audit files on this host, and {name} has none here: read its refusals with `airlock logs {name} --audit --denied --json`"
+            ),
+        )
+        .into()),
     }
 }
 
@@ -54,13 +68,8 @@ async fn suggest(ctx: &Ctx, name: &str, since: Option<&str>, json: bool) -> Resu
     Ok(0)
 }
 
-fn client(ctx: &Ctx, name: &str) -> Result<Client> {
-    ctx.sandbox(name)?;
-    Ok(Client::new(name, &ctx.checkout(name).control()))
-}
-
-async fn show(ctx: &Ctx, name: &str, json: bool) -> Result<i32> {
-    let p = client(ctx, name)?.policy().await?;
+async fn show(client: &Client, json: bool) -> Result<i32> {
+    let p = client.policy().await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
@@ -97,8 +106,7 @@ fn rules_table(rules: &[airlock_control::admin::EffectiveRule]) -> String {
         .collect()
 }
 
-async fn reload(ctx: &Ctx, name: &str, file: Option<&Path>) -> Result<i32> {
-    let client = client(ctx, name)?;
+async fn reload(client: &Client, file: Option<&Path>) -> Result<i32> {
     let request = match file {
         None => ReloadRequest::default(),
         Some(f) => {
@@ -132,8 +140,8 @@ async fn reload(ctx: &Ctx, name: &str, file: Option<&Path>) -> Result<i32> {
     Ok(0)
 }
 
-async fn check(ctx: &Ctx, name: &str, url: &str, method: Option<&str>, json: bool) -> Result<i32> {
-    let c = client(ctx, name)?
+async fn check(client: &Client, url: &str, method: Option<&str>, json: bool) -> Result<i32> {
+    let c = client
         .check(CheckQuery {
             url: url.to_owned(),
             method: method.map(str::to_owned),

@@ -132,11 +132,32 @@ pub fn devcontainer_file(cli: &Cli, a: &DevcontainerArgs) -> Result<i32> {
     }
 }
 
+/// `airlock k8s check`: what the cluster serves of the agent-sandbox API
+/// ([`airlock_cli::kube::served`]).
+fn k8s_check() -> Result<i32> {
+    use airlock_cli::exit::{Code, Failure};
+    use airlock_cli::kube::{self, Served};
+    let kubectl = kube::kubectl();
+    let versions = kube::api_versions(&kubectl).map_err(|e| Failure::new(Code::Failure, e))?;
+    let served = kube::served(&versions);
+    match served {
+        Served::Current => {
+            println!("{}", served.line());
+            Ok(0)
+        }
+        Served::Old(_) => Err(Failure::new(Code::Refused, served.line()).into()),
+        Served::Missing(_) => Err(Failure::new(Code::NotFound, served.line()).into()),
+    }
+}
+
 /// `airlock k8s render NAME`: the objects of one sandbox (docs/kubernetes.md).
 pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
     use airlock_cli::exit::{Code, Failure};
     use k8s::{K8sError, fence, objects};
-    let K8sCmd::Render(r) = &a.command;
+    let r = match &a.command {
+        K8sCmd::Render(r) => r,
+        K8sCmd::Check => return k8s_check(),
+    };
     let refused = |e: K8sError| -> anyhow::Error {
         let code = match e {
             K8sError::Managed { .. } => Code::Refused,

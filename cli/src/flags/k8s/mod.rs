@@ -36,6 +36,8 @@ use thiserror::Error;
 pub const FENCE_LABEL: &str = "airlock.dev/fence";
 /// The name of the seeding init container (a claim's branch is given to it by name).
 pub const SEED_CONTAINER: &str = "seed";
+/// The airlock container of every rendered pod (the one `kubectl exec -c` names).
+pub const CONTAINER: &str = "airlock";
 /// Where the seed container mounts the workspace claim.
 pub const SEED_DIR: &str = "/seed";
 /// The variables of the seed script ([`SEED_SCRIPT`]).
@@ -398,7 +400,7 @@ fn container(spec: &RunSpec, mounts: Vec<Value>) -> Value {
         .map(|(k, v)| json!({ "name": k, "value": v }))
         .collect();
     let mut container = json!({
-        "name": "airlock",
+        "name": CONTAINER,
         "image": spec.image,
         "stdin": spec.tty,
         "tty": spec.tty,

@@ -236,7 +236,7 @@ pub fn template(
 pub fn wait_for_claim(pod_spec: &mut Value) {
     if let Some(c) = pod_spec["containers"]
         .as_array_mut()
-        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "airlock"))
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == super::CONTAINER))
     {
         for (key, item) in [
             (
