@@ -81,8 +81,8 @@ pub struct Cli {
     #[arg(long, env = env::WAIT_FOR_CLAIM)]
     pub wait_for_claim: Option<PathBuf>,
     /// Say whether this container's start is ready, from the readiness record in its
-    /// control directory, and exit 0 if it is (1 if not yet, 78 if refused): a Kubernetes
-    /// readiness probe. Starts nothing.
+    /// control directory and the proxy's admin status, and exit 0 if it is (1 if not yet,
+    /// 78 if refused): a Kubernetes readiness probe. Starts nothing.
     #[arg(long, conflicts_with = "check")]
     pub ready: bool,
     /// The agent command and its arguments.

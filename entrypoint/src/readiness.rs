@@ -143,16 +143,22 @@ pub fn reason(err: &anyhow::Error) -> String {
     }
 }
 
-/// `--ready`: the start's state from its record in the control directory of `run_dir`, as
-/// one line and an exit status: 0 ready, 1 not yet (or no readable record), 78 refused.
+/// `--ready`: the start's state from its record in the control directory of `run_dir`, then,
+/// once the record says ready, from the proxy's admin API (`GET /v1/status` on the socket
+/// there): ready only while the proxy answers, and says so. One line and an exit status: 0
+/// ready, 1 not yet (no readable record, or a proxy that does not answer), 78 refused.
 pub fn probe(run_dir: &Path) -> (i32, String) {
     let dir = paths::control_dir(run_dir);
     match status::read(&dir) {
         Ok(Some(s)) => match s.state {
-            State::Ready => (
-                0,
-                format!("ready (session {})", s.session.unwrap_or_default()),
-            ),
+            State::Ready => match live_status(&dir.join(airlock_control::admin::SOCKET)) {
+                Ok(live) if live.state == State::Ready => (
+                    0,
+                    format!("ready (session {})", live.session.unwrap_or_default()),
+                ),
+                Ok(live) => (1, format!("the proxy says {:?}", live.state)),
+                Err(e) => (1, format!("the proxy's admin API does not answer: {e}")),
+            },
             State::Refused => (
                 i32::from(airlock_control::exit::REFUSED),
                 format!("refused: {}", s.reason.unwrap_or_default()),
@@ -161,6 +167,71 @@ pub fn probe(run_dir: &Path) -> (i32, String) {
         },
         Ok(None) => (1, format!("no readiness record in {} yet", dir.display())),
         Err(e) => (1, e.to_string()),
+    }
+}
+
+/// How long the probe waits for the proxy's answer.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest status answer read.
+const ANSWER_LIMIT: u64 = 1 << 20;
+
+/// The proxy's `GET /v1/status` on the admin socket (one request, `Connection: close`; the
+/// answer's head read with `httparse`, its body by its length).
+fn live_status(socket: &Path) -> Result<Status, String> {
+    use airlock_control::admin::{Request, Response};
+    use std::io::{Read as _, Write as _};
+    let http = Request::Status.to_http().ok_or("the status has no route")?;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    let timeouts = stream
+        .set_read_timeout(Some(ASK_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(ASK_TIMEOUT)));
+    timeouts.map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "{} {} HTTP/1.1\r\nHost: airlock-probe\r\nConnection: close\r\n\r\n",
+        http.method.as_str(),
+        http.target
+    )
+    .map_err(|e| format!("sending: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .take(ANSWER_LIMIT)
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("reading: {e}"))?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut head = httparse::Response::new(&mut headers);
+    let start = match head.parse(&answer) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err("an incomplete answer".into()),
+        Err(e) => return Err(format!("an answer that is not HTTP: {e}")),
+    };
+    let length = head
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        })
+        .ok_or("an answer without a length")?;
+    let body = answer
+        .get(start..start + length)
+        .ok_or("an answer shorter than its length")?;
+    if head.code != Some(200) {
+        return Err(format!(
+            "HTTP {}: {}",
+            head.code.unwrap_or_default(),
+            String::from_utf8_lossy(body).trim()
+        ));
+    }
+    match serde_json::from_slice::<Response>(body) {
+        Ok(Response::Status(s)) => Ok(s),
+        Ok(other) => Err(format!("asked for the status, got {other:?}")),
+        Err(e) => Err(format!("an answer that does not read: {e}")),
     }
 }
 
@@ -175,6 +246,61 @@ mod tests {
         use clap::Parser as _;
         let cli = crate::config::Cli::try_parse_from(airlock_control::status::PROBE).unwrap();
         assert!(cli.ready && !cli.check && cli.command.is_empty());
+    }
+
+    /// A stand-in for the proxy's admin socket in `dir`: each connection gets the record's
+    /// status as the proxy serves it (the real proxy's answer is the Docker tier's:
+    /// tests/smoke/claim.sh), or `raw` when given.
+    fn serve_status(dir: &Path, raw: Option<&'static str>) {
+        use std::io::{Read as _, Write as _};
+        let listener =
+            std::os::unix::net::UnixListener::bind(dir.join(airlock_control::admin::SOCKET))
+                .unwrap();
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let mut conn = conn.unwrap();
+                let mut head = [0u8; 1024];
+                let n = conn.read(&mut head).unwrap();
+                assert!(head[..n].starts_with(b"GET /v1/status HTTP/1.1\r\n"));
+                let body = match raw {
+                    Some(r) => r.to_owned(),
+                    None => serde_json::to_string(&airlock_control::admin::Response::Status(
+                        status::read(&dir).unwrap().unwrap(),
+                    ))
+                    .unwrap(),
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn ready_is_the_record_and_a_proxy_that_answers_so() {
+        let run = tempfile::tempdir().unwrap();
+        let mut r = Record::begin(run.path());
+        r.known("s1", "demo");
+        r.ready(Steps::default()).unwrap();
+        let (code, line) = probe(run.path());
+        assert_eq!(code, 1);
+        assert!(
+            line.starts_with("the proxy's admin API does not answer: "),
+            "{line}"
+        );
+        serve_status(&r.dir(), Some("{\"kind\":\"counters\"}"));
+        let (code, line) = probe(run.path());
+        assert_eq!(code, 1);
+        assert!(
+            line.contains("does not read") || line.contains("got"),
+            "{line}"
+        );
+        std::fs::remove_file(r.dir().join(airlock_control::admin::SOCKET)).unwrap();
+        serve_status(&r.dir(), None);
+        assert_eq!(probe(run.path()), (0, "ready (session s1)".to_owned()));
     }
 
     #[test]
@@ -194,6 +320,7 @@ mod tests {
             ..Steps::default()
         })
         .unwrap();
+        serve_status(&r.dir(), None);
         assert_eq!(probe(run.path()), (0, "ready (session s1)".to_owned()));
         r.refused("the agent's command failed");
         assert_eq!(probe(run.path()).0, 0);
@@ -231,6 +358,7 @@ mod tests {
         r.ready(Steps::default()).unwrap();
         let meta = std::fs::metadata(&dir).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (1000, 0o750));
+        serve_status(&dir, None);
         assert_eq!(probe(run.path()).0, 0);
     }
 
