@@ -14,6 +14,9 @@
 //!   (`202`), `approved`, or `denied` with the operator's reason. An ask is never a grant.
 //! - `GET /v1/ask/ID?wait=SECONDS`: this session's item `ID` as it stands, once answered or
 //!   after at most `wait` seconds (120 at most): `pending`, `approved`, `spent`, `denied`.
+//! - `GET /v1/denials`: this session's latest refusals (at most [`DENIALS`], newest last),
+//!   from the audit lines as written: when, the request's method, host, port and path, the
+//!   reason, the rule, the approval item. Only what the session itself sent, and why.
 //!
 //! It answers only a caller whose session (uid) the proxy knows, and shows each session only
 //! its own items: another session's id is `404`, as an unknown one. Filing is audited as
@@ -41,6 +44,10 @@ use crate::limits::Client;
 const MAX_BODY: usize = 16 * 1024;
 /// Longest wait for an answer.
 const MAX_WAIT: Duration = Duration::from_secs(120);
+/// Refusals `GET /v1/denials` returns at most.
+pub const DENIALS: usize = 20;
+/// Audit lines it looks through (the newest of the event stream's ring).
+const DENIALS_SCAN: usize = 4096;
 
 /// Whether `req` is addressed to the agent's API (a `CONNECT` to it included: it is
 /// refused, never tunnelled).
@@ -96,6 +103,7 @@ pub(crate) async fn serve(
             };
             ask(shared, who, &body)
         }
+        (Method::GET, "/v1/denials") => answer(StatusCode::OK, &denials(shared, uid)),
         (Method::GET, p) if p.starts_with("/v1/ask/") => {
             let id = &p["/v1/ask/".len()..];
             let wait = match query.as_deref().map(wait_of) {
@@ -114,9 +122,41 @@ pub(crate) async fn serve(
         }
         _ => answer(
             StatusCode::NOT_FOUND,
-            &json!({"error": "not-found", "message": "the agent API has GET /v1/policy, POST /v1/ask and GET /v1/ask/ID?wait=SECONDS"}),
+            &json!({"error": "not-found", "message": "the agent API has GET /v1/policy, GET /v1/brief, GET /v1/denials, POST /v1/ask and GET /v1/ask/ID?wait=SECONDS"}),
         ),
     }
+}
+
+/// `GET /v1/denials`: the session `uid`'s latest refusals among the newest audit lines, each
+/// with only the fields that say what it sent and why it was refused. A line that is not
+/// this session's refusal is passed over before it is parsed.
+fn denials(shared: &Shared, uid: u32) -> Value {
+    let mut lines = Vec::new();
+    shared.hub.newest(DENIALS_SCAN, &mut lines);
+    let mine = format!("\"uid\":{uid}");
+    let mine = memchr::memmem::Finder::new(mine.as_bytes());
+    let deny = memchr::memmem::Finder::new(b"\"decision\":\"deny\"");
+    let mut out: Vec<Value> = lines
+        .iter()
+        .rev()
+        .filter(|l| mine.find(&l.text).is_some() && deny.find(&l.text).is_some())
+        .filter_map(|l| serde_json::from_slice::<Value>(&l.text).ok())
+        .filter(|v| v["uid"] == json!(uid) && v["decision"] == "deny")
+        .take(DENIALS)
+        .map(|v| {
+            let mut d = serde_json::Map::new();
+            for key in [
+                "ts", "method", "host", "port", "path", "reason", "rule", "approval",
+            ] {
+                if let Some(x) = v.get(key).filter(|x| !x.is_null()) {
+                    d.insert(key.to_owned(), x.clone());
+                }
+            }
+            Value::Object(d)
+        })
+        .collect();
+    out.reverse();
+    json!({ "denials": out })
 }
 
 /// `wait=SECONDS`, at most [`MAX_WAIT`].
@@ -181,7 +221,7 @@ fn brief(shared: &Shared) -> String {
          - Refused although matched above: {deny}.\n\
          - Any other host is {unlisted}\n\
          - Private, loopback and cloud-metadata addresses are always refused; so are secrets sent anywhere but their own host, and a credential's real value never reaches you (you hold a placeholder the proxy replaces).\n\n\
-         A refusal is an answer from the proxy, not a broken network: an HTTP `403` (or `429`) with a JSON body `{{\"error\": REASON, \"message\": HOW TO ALLOW IT}}` and the header `x-airlock-error`; git prints it as `remote error: airlock: …`. Report it to your user instead of working around it. `git push` goes to your sandbox branch through airlock's git; other branches are refused.\n",
+         A refusal is an answer from the proxy, not a broken network: an HTTP `403` (or `429`) with a JSON body `{{\"error\": REASON, \"message\": HOW TO ALLOW IT}}` and the header `x-airlock-error`; git prints it as `remote error: airlock: …`. Report it to your user instead of working around it; your latest refusals, with their reasons: `curl -s http://{api}/v1/denials`. `git push` goes to your sandbox branch through airlock's git; other branches are refused.\n",
         allow = list(&n.allow),
         writable = list(&n.writable),
         deny = list(&n.deny),

@@ -179,6 +179,14 @@ impl Hub {
         ring.lines.front().is_none_or(|l| after + 1 >= l.seq)
     }
 
+    /// The newest `max` lines held, oldest first, into `out` (copies of their handles: the
+    /// ring is not held while the caller reads them).
+    pub fn newest(&self, max: usize, out: &mut Vec<Line>) {
+        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let skip = ring.lines.len().saturating_sub(max);
+        out.extend(ring.lines.iter().skip(skip).cloned());
+    }
+
     /// Up to `max` lines numbered above `after`, oldest first, into `out`. Returns `false`
     /// when lines above `after` have already left the ring (the reader fell behind).
     pub fn read(&self, after: u64, max: usize, out: &mut Vec<Line>) -> bool {

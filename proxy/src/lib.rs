@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub head_timer: gate::HeadTimer,
     /// The open connections a policy reload re-judges.
     pub conns: Arc<conns::Conns>,
+    /// The audit lines as written (the event stream's ring): the agent API's own denials.
+    pub hub: Arc<events::Hub>,
 }
 
 impl Shared {
@@ -277,6 +279,7 @@ impl Proxy {
             approvals: approvals::Approvals::default(),
             head_timer,
             conns: Arc::new(conns::Conns::default()),
+            hub: Arc::clone(&hub),
         });
         let mut listeners = vec![tokio::spawn(explicit::serve(
             listener,

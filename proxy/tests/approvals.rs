@@ -545,3 +545,60 @@ async fn an_approved_name_resolves_for_its_session_only() {
     assert!(text.contains("status: NXDOMAIN"), "{text}");
     h.finish().await;
 }
+
+/// `GET /v1/denials`: the session reads its own latest refusals (what it sent, why, the
+/// rule, the item), newest last; another session (uid 65534) reads none of them, and its
+/// own refusal is not shown to the first.
+#[tokio::test]
+async fn the_agent_reads_its_own_recent_denials_and_no_other_sessions() {
+    let mut h = asking(&[]).await;
+    let (_s, r) = request(h.addr, &get("bad.allowed.test")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let nobody = as_nobody(
+        h.addr,
+        "GET http://other.test/secret-path HTTP/1.1\r\nhost: other.test\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(nobody.contains("approval-required"), "{nobody}");
+    // The audit writer publishes after write(2): give it its turn.
+    let mut denials = Vec::new();
+    for _ in 0..50 {
+        let (_s, r) = request(h.addr, &api_get("/v1/denials")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        denials = r.json()["denials"].as_array().unwrap().clone();
+        if denials.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(denials.len(), 2, "{denials:?}");
+    assert_eq!(denials[0]["host"], "bad.allowed.test");
+    assert_eq!(denials[0]["reason"], "denied-by-rule");
+    assert_eq!(denials[0]["path"], "/x");
+    assert_eq!(denials[1]["host"], "ask.test");
+    assert_eq!(denials[1]["reason"], "approval-required");
+    assert_eq!(denials[1]["approval"], id.as_str());
+    let keys: Vec<&String> = denials[1].as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter().all(|k| [
+            "ts", "method", "host", "port", "path", "reason", "rule", "approval"
+        ]
+        .contains(&k.as_str())),
+        "{keys:?}"
+    );
+    // The other session sees its own refusal only.
+    let theirs = as_nobody(
+        h.addr,
+        "GET http://airlock.local/v1/denials HTTP/1.1\r\nhost: airlock.local\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        theirs.contains("other.test")
+            && !theirs.contains("ask.test")
+            && !theirs.contains("bad.allowed.test"),
+        "{theirs}"
+    );
+    h.finish().await;
+}
