@@ -55,6 +55,12 @@ pub struct Limits {
     pub approvals_pending: u32,
     /// New items one session may file per minute.
     pub approvals_per_minute: u32,
+    /// How long an asked request still pending is held open for the operator's answer
+    /// before it is refused `approval-required` (`0`, the default: refused at once, so an
+    /// autonomous run never hangs).
+    pub approvals_hold_seconds: u32,
+    /// Requests one session may have held at once; past it, refused at once.
+    pub approvals_holds: u32,
 }
 
 /// Default `requests_per_second`.
@@ -83,6 +89,13 @@ pub const DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR: u64 = 200_000_000;
 pub const DEFAULT_APPROVALS_PENDING: u32 = 16;
 /// Default `approvals_per_minute`.
 pub const DEFAULT_APPROVALS_PER_MINUTE: u32 = 30;
+/// Default `approvals_hold_seconds`: no hold.
+pub const DEFAULT_APPROVALS_HOLD_SECONDS: u32 = 0;
+/// Default `approvals_holds`.
+pub const DEFAULT_APPROVALS_HOLDS: u32 = 4;
+/// The bounds of `approvals_hold_seconds` and `approvals_holds`.
+const HOLD_RANGE: std::ops::RangeInclusive<i64> = 0..=300;
+const HOLDS_RANGE: std::ops::RangeInclusive<i64> = 1..=64;
 /// The bounds of the inbox's knobs.
 const APPROVALS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000;
 
@@ -113,6 +126,8 @@ impl Limits {
         sandbox_llm_tokens_per_hour: DEFAULT_SANDBOX_LLM_TOKENS_PER_HOUR,
         approvals_pending: DEFAULT_APPROVALS_PENDING,
         approvals_per_minute: DEFAULT_APPROVALS_PER_MINUTE,
+        approvals_hold_seconds: DEFAULT_APPROVALS_HOLD_SECONDS,
+        approvals_holds: DEFAULT_APPROVALS_HOLDS,
     };
 
     /// The session's token warning threshold in force.
@@ -147,6 +162,8 @@ pub(crate) struct RawLimits {
     sandbox_llm_tokens_per_hour: Option<Spanned<i64>>,
     approvals_pending: Option<Spanned<i64>>,
     approvals_per_minute: Option<Spanned<i64>>,
+    approvals_hold_seconds: Option<Spanned<i64>>,
+    approvals_holds: Option<Spanned<i64>>,
 }
 
 impl RawLimits {
@@ -174,6 +191,7 @@ impl RawLimits {
         let (bytes, requests) = (within::<u64>(&BYTES_RANGE), within::<u64>(&REQUESTS_RANGE));
         let tokens = within::<u64>(&TOKENS_RANGE);
         let inbox = within::<u32>(&APPROVALS_RANGE);
+        let (hold, holds) = (within::<u32>(&HOLD_RANGE), within::<u32>(&HOLDS_RANGE));
         Ok(Limits {
             requests_per_second: knob(
                 self.requests_per_second,
@@ -229,6 +247,16 @@ impl RawLimits {
                 self.approvals_per_minute,
                 "limits.approvals_per_minute",
                 d.approvals_per_minute,
+            )?,
+            approvals_hold_seconds: hold(
+                self.approvals_hold_seconds,
+                "limits.approvals_hold_seconds",
+                d.approvals_hold_seconds,
+            )?,
+            approvals_holds: holds(
+                self.approvals_holds,
+                "limits.approvals_holds",
+                d.approvals_holds,
             )?,
         })
     }

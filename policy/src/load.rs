@@ -1105,6 +1105,17 @@ pub(crate) mod tests {
             4,
             "limits.approvals_pending: must be between 1 and 10000",
         );
+        // No hold by default: an asked request is refused at once.
+        let l = parse(base).unwrap().limits;
+        assert_eq!((l.approvals_hold_seconds, l.approvals_holds), (0, 4));
+        let set = format!("{base}[limits]\napprovals_hold_seconds = 30\napprovals_holds = 2\n");
+        let l = parse(&set).unwrap().limits;
+        assert_eq!((l.approvals_hold_seconds, l.approvals_holds), (30, 2));
+        refused(
+            &format!("{base}[limits]\napprovals_hold_seconds = 301\n"),
+            4,
+            "limits.approvals_hold_seconds: must be between 0 and 300",
+        );
         let unknown = parse(&format!("{base}[limits]\nrate = 7\n")).unwrap_err();
         assert_eq!(unknown.line(), Some(4), "{unknown}");
     }

@@ -118,6 +118,15 @@ impl Admission {
         }
     }
 
+    /// The item this refusal waits on: an asked destination filed and still pending.
+    #[must_use]
+    pub fn pending(&self) -> Option<&str> {
+        match (self.outcome, &self.rule) {
+            (Outcome::Deny(Reason::ApprovalRequired), None) => self.approval.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The verdict and reason an audit line (or a dry run) writes for this decision.
     #[must_use]
     pub const fn verdict(&self) -> (Verdict, Option<Reason>) {
@@ -350,6 +359,44 @@ pub fn admit(
         Some(open) => open,
         None => admission,
     }
+}
+
+/// [`admit`], with the bounded hold of `[limits] approvals_hold_seconds`: a connection whose
+/// destination is asked and still pending is held open that long for the operator's answer
+/// (at most `approvals_holds` of the session's at once; past it, or with no hold set, the
+/// refusal is at once), then decided again: a grant admits it, a denial refuses it with
+/// the operator's reason, no answer refuses it `approval-required`. Its rule says how long
+/// it was held.
+pub async fn admit_holding(
+    rules: NameRules<'_>,
+    budget: &Budget,
+    pace: Option<Pace<'_>>,
+    target: &Target,
+) -> Admission {
+    let first = admit(rules, budget, pace, target);
+    let limits = &rules.policy.limits;
+    let (Some(p), Some(id)) = (pace, first.pending()) else {
+        return first;
+    };
+    if limits.approvals_hold_seconds == 0 {
+        return first;
+    }
+    let Some(_hold) = p.approvals.hold(p.who, limits.approvals_holds) else {
+        return first;
+    };
+    let started = tokio::time::Instant::now();
+    let deadline = started + std::time::Duration::from_secs(limits.approvals_hold_seconds.into());
+    let _ = p.approvals.wait(id, p.who, deadline).await;
+    let mut again = admit(rules, budget, pace, target);
+    let held = format!(
+        "held {:.1} s for the operator",
+        started.elapsed().as_secs_f64()
+    );
+    again.rule = Some(match again.rule.take() {
+        Some(rule) => format!("{rule}; {held}"),
+        None => held,
+    });
+    again
 }
 
 #[cfg(test)]

@@ -207,10 +207,16 @@ fn brief(shared: &Shared) -> String {
         s.join(", ")
     };
     let api = airlock_channels::AGENT_API_HOST;
+    let when = match rules.policy.limits.approvals_hold_seconds {
+        0 => "at once".to_owned(),
+        s => format!(
+            "after up to {s} s (your request is held open that long for the operator's answer, and goes through if approved)"
+        ),
+    };
     let unlisted = match n.unlisted {
         airlock_policy::Unlisted::Deny => "refused: `403 blocked-by-policy`. Only the operator can add a host; tell your user which host you need and why.".to_owned(),
         airlock_policy::Unlisted::Ask => format!(
-            "refused at once with `403 approval-required` and an `approval_id`: the operator decides out of band. To ask ahead of need, with your reason: `airlock-request HOST --reason \"why\" --wait 120` (exit 0: approved; 1: refused, the reason printed; 3: no answer yet). Do not retry an asked host in a loop; wait for the answer (`curl -s 'http://{api}/v1/ask/ID?wait=120'`)."
+            "refused {when} with `403 approval-required` and an `approval_id`: the operator decides out of band. To ask ahead of need, with your reason: `airlock-request HOST --reason \"why\" --wait 120` (exit 0: approved; 1: refused, the reason printed; 3: no answer yet). Do not retry an asked host in a loop; wait for the answer (`curl -s 'http://{api}/v1/ask/ID?wait=120'`)."
         ),
     };
     format!(

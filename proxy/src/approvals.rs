@@ -2,7 +2,9 @@
 //! when the agent first asks for them, and the operator's answers.
 //!
 //! An asked request is refused at once (`approval-required`, naming its item), so an
-//! autonomous agent never hangs on it; the item waits here. Items are one per (session,
+//! autonomous agent never hangs on it; the item waits here. With `[limits]
+//! approvals_hold_seconds` the request is held open that long for the answer instead, at
+//! most `approvals_holds` at once per session ([`Approvals::hold`]; past it, at once). Items are one per (session,
 //! host, port): asking again counts a hit on the pending one. A session holds at most
 //! `[limits] approvals_pending` pending items and files at most `approvals_per_minute` new
 //! ones a minute; past either its asks are refused without an item (`Asked::Full`,
@@ -190,6 +192,27 @@ struct Inner {
     /// The live item of each (session, host, port): pending, approved or denied.
     live: HashMap<Key, String>,
     pace: HashMap<Client, Pace>,
+    /// Requests of each session held open for an answer now.
+    holding: HashMap<Client, u32>,
+}
+
+/// One request held open for the operator's answer ([`Approvals::hold`]).
+#[derive(Debug)]
+pub struct Hold<'a> {
+    approvals: &'a Approvals,
+    who: Client,
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.approvals.inner);
+        if let Some(n) = inner.holding.get_mut(&self.who) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inner.holding.remove(&self.who);
+            }
+        }
+    }
 }
 
 /// The inbox (one per proxy).
@@ -393,6 +416,27 @@ impl Approvals {
                 return Some(item);
             }
         }
+    }
+
+    /// A hold for one request of `who`, unless it already has `cap` held: released when the
+    /// returned guard is dropped.
+    pub fn hold(&self, who: Client, cap: u32) -> Option<Hold<'_>> {
+        let mut inner = lock(&self.inner);
+        let n = inner.holding.entry(who).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(Hold {
+            approvals: self,
+            who,
+        })
+    }
+
+    /// Requests of `who` held open now.
+    #[must_use]
+    pub fn holding(&self, who: Client) -> u32 {
+        lock(&self.inner).holding.get(&who).copied().unwrap_or(0)
     }
 
     /// Drops the pending items whose host and port `covered` says the policy now decides

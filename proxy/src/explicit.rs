@@ -341,7 +341,8 @@ async fn admit(
     let pace = (st.mode != Mode::Service)
         .then(|| st.shared.pace(crate::limits::Client::of(st.uid, st.peer)));
     let admission =
-        crate::admission::admit(rules.name_rules(), &st.shared.dns_budget, pace, target);
+        crate::admission::admit_holding(rules.name_rules(), &st.shared.dns_budget, pace, target)
+            .await;
     admission.stamp(rec);
     if let Some(reason) = admission.refused() {
         return Err(reason);

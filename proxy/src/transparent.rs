@@ -348,8 +348,13 @@ async fn admit(
     rec.host = Some(target.host.as_str().to_owned());
     // The rate, the policy, then the name the agent chose, before it is resolved.
     let pace = shared.pace(crate::limits::Client::of(rec.uid, orig));
-    let admission =
-        crate::admission::admit(rules.name_rules(), &shared.dns_budget, Some(pace), &target);
+    let admission = crate::admission::admit_holding(
+        rules.name_rules(),
+        &shared.dns_budget,
+        Some(pace),
+        &target,
+    )
+    .await;
     admission.stamp(rec);
     if let Some(reason) = admission.refused() {
         return Err(reason);

@@ -602,3 +602,79 @@ async fn the_agent_reads_its_own_recent_denials_and_no_other_sessions() {
     );
     h.finish().await;
 }
+
+/// `[limits] approvals_hold_seconds`: an asked request is held open for the answer instead
+/// of refused at once; nothing is dialed while it is held; the operator's grant lets that
+/// very request through; with no answer it is refused after the hold, saying so; past
+/// `approvals_holds` held requests of the session, the next is refused at once.
+#[tokio::test]
+async fn attack_a_held_request_sends_nothing_until_the_answer_and_holds_are_capped() {
+    let (up, mut heads) = http_server().await;
+    let names: &[(&str, &[&str])] = &[("ask.test", &[ALLOWED_IP]), ("other.test", &[ALLOWED_IP])];
+    let mut h = Harness::start_extra(
+        "enforce",
+        names,
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy:
+                "unlisted = \"ask\"\n\n[limits]\napprovals_hold_seconds = 2\napprovals_holds = 1\n"
+                    .into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let addr = h.addr;
+    // Held: no answer yet, nothing dialed.
+    let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
+    let mut items = Vec::new();
+    for _ in 0..100 {
+        items = inbox(&h).await;
+        if !items.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(!held.is_finished());
+    // A second request of the session while one is held: refused at once (the cap is 1).
+    let started = std::time::Instant::now();
+    let (_s, r) = request(h.addr, &get("other.test")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!(
+        h.connects.load(Ordering::SeqCst),
+        0,
+        "nothing dialed while held"
+    );
+    assert!(heads.try_recv().is_err());
+    // The grant lets the held request itself through.
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: items[0].id.clone(),
+            approve: true,
+            scope: Some("once".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = held.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        heads.try_recv().is_ok(),
+        "the held request reached the upstream"
+    );
+    // No answer: refused after the hold, the line says it was held.
+    let started = std::time::Instant::now();
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    assert_eq!(r.status, 403, "{}", r.body);
+    let j = r.json();
+    assert_eq!(j["error"], "approval-required");
+    assert!(j["approval_id"].is_string(), "{j}");
+    assert!(j["rule"].as_str().unwrap().starts_with("held 2."), "{j}");
+    h.finish().await;
+}

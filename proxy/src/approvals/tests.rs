@@ -245,3 +245,18 @@ fn the_inbox_lists_pending_items_first() {
     let ids: Vec<String> = ap.list().into_iter().map(|i| i.id).collect();
     assert_eq!(ids, [second, first]);
 }
+
+#[test]
+fn holds_are_counted_per_session_and_released_when_dropped() {
+    let ap = Approvals::default();
+    let first = ap.hold(A, 2).unwrap();
+    let second = ap.hold(A, 2).unwrap();
+    assert!(ap.hold(A, 2).is_none(), "past the cap");
+    let other = ap.hold(B, 2).unwrap();
+    assert_eq!((ap.holding(A), ap.holding(B)), (2, 1));
+    drop(first);
+    assert_eq!(ap.holding(A), 1);
+    let again = ap.hold(A, 2).unwrap();
+    drop((second, again, other));
+    assert_eq!((ap.holding(A), ap.holding(B)), (0, 0));
+}
