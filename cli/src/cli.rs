@@ -162,9 +162,13 @@ The session's requests to the host are refused approval-denied with your reason,
 time given or until the sandbox stops; other sessions are asked anew.")]
     Deny(DenyArgs),
     /// A terminal view of every running sandbox: requests, denials, open connections, the
-    /// latest denials first; Enter shows one sandbox, q quits.
+    /// latest denials first, and the inbox of what the agents asked for; Enter shows one
+    /// sandbox, i the inbox, q quits.
     #[command(after_help = "\
-Keys: up/down (or k/j) choose a sandbox, Enter shows it, Esc goes back, q quits.
+Keys: up/down (or k/j) choose a sandbox, Enter shows it, Esc goes back, q quits. i opens
+the inbox (every sandbox's pending items, the agent's reason marked untrusted): up/down
+choose an item, o approves it once, s approves it for its session, d denies it (the agent
+reads \"denied by the operator in airlock top\"; `airlock deny --reason` gives your own).
 
 Fed by each sandbox's admin API (its event stream and counters); needs a terminal. Plain
 ANSI, usable over SSH. A sandbox that started before the admin API is listed without

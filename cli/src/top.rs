@@ -1,10 +1,13 @@
-//! `airlock top`'s screen: the model (every running sandbox's numbers and the latest
-//! denials), the keys, and the frame drawn from them, as plain text lines with a few ANSI
+//! `airlock top`'s screen: the model (every running sandbox's numbers, the latest denials
+//! and the inbox of items waiting for the operator), the keys, and the frame drawn from
+//! them, as plain text lines with a few ANSI
 //! attributes (no terminal library: a frame is redrawn whole, line by line, which any
 //! terminal and any SSH session shows). The command (`commands/top.rs`) feeds the model from
 //! the admin APIs and draws it.
 
 use crate::admin::live::{self, Live};
+use crate::review::escape;
+use airlock_control::admin::Approval;
 use std::collections::VecDeque;
 
 /// How many denials are kept (all sandboxes together).
@@ -39,6 +42,12 @@ pub struct Model {
     pub selected: usize,
     /// Showing the chosen sandbox alone.
     pub detail: bool,
+    /// Showing the inbox (every sandbox's pending items).
+    pub inbox: bool,
+    /// The chosen item of the inbox.
+    pub picked: usize,
+    /// How the last answer given from the inbox went (shown under it until the next).
+    pub answered: Option<String>,
     /// A line for the bottom (an error of the registry, say).
     pub status: Option<String>,
 }
@@ -56,7 +65,34 @@ pub enum Key {
     Enter,
     /// Back to the list (Esc, backspace, `h`).
     Back,
+    /// The inbox (`i`).
+    Inbox,
+    /// In the inbox: approve the chosen item once (`o`).
+    Once,
+    /// In the inbox: approve it for its session (`s`).
+    Session,
+    /// In the inbox: deny it (`d`).
+    Deny,
 }
+
+/// What the command does after a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Go on.
+    Go,
+    /// Quit.
+    Quit,
+    /// Send this answer to the item `id` of `sandbox`.
+    Answer {
+        sandbox: String,
+        id: String,
+        /// `Some("once" | "session")` to approve, `None` to deny.
+        scope: Option<&'static str>,
+    },
+}
+
+/// The reason a denial from `top` carries (the agent reads it).
+pub const DENY_REASON: &str = "denied by the operator in airlock top";
 
 /// The keys in bytes read from a raw terminal (one read: an escape sequence comes whole).
 #[must_use]
@@ -74,6 +110,10 @@ pub fn keys(bytes: &[u8]) -> Vec<Key> {
             [b'k', ..] => (Some(Key::Up), 1),
             [b'j', ..] => (Some(Key::Down), 1),
             [b'\r' | b'\n' | b'l', ..] => (Some(Key::Enter), 1),
+            [b'i', ..] => (Some(Key::Inbox), 1),
+            [b'o', ..] => (Some(Key::Once), 1),
+            [b's', ..] => (Some(Key::Session), 1),
+            [b'd', ..] => (Some(Key::Deny), 1),
             [0x7f | 0x08 | b'h', ..] => (Some(Key::Back), 1),
             _ => (None, 1),
         };
@@ -84,10 +124,13 @@ pub fn keys(bytes: &[u8]) -> Vec<Key> {
 }
 
 impl Model {
-    /// Act on a key; `false` to quit.
-    pub fn key(&mut self, k: Key) -> bool {
+    /// Act on a key: what the command does next.
+    pub fn key(&mut self, k: Key) -> Step {
+        if self.inbox {
+            return self.inbox_key(k);
+        }
         match k {
-            Key::Quit => return false,
+            Key::Quit => return Step::Quit,
             Key::Up => self.selected = self.selected.saturating_sub(1),
             Key::Down => {
                 if self.selected + 1 < self.rows.len() {
@@ -96,8 +139,60 @@ impl Model {
             }
             Key::Enter => self.detail = !self.rows.is_empty(),
             Key::Back => self.detail = false,
+            Key::Inbox => {
+                self.inbox = true;
+                self.detail = false;
+                self.picked = 0;
+            }
+            Key::Once | Key::Session | Key::Deny => {}
         }
-        true
+        Step::Go
+    }
+
+    fn inbox_key(&mut self, k: Key) -> Step {
+        let n = self.pending().len();
+        match k {
+            Key::Quit => return Step::Quit,
+            Key::Up => self.picked = self.picked.saturating_sub(1),
+            Key::Down => {
+                if self.picked + 1 < n {
+                    self.picked += 1;
+                }
+            }
+            Key::Back | Key::Inbox => self.inbox = false,
+            Key::Enter => {}
+            Key::Once | Key::Session | Key::Deny => {
+                let Some((sandbox, a)) = self.pending().get(self.picked).copied() else {
+                    return Step::Go;
+                };
+                let scope = match k {
+                    Key::Once => Some("once"),
+                    Key::Session => Some("session"),
+                    _ => None,
+                };
+                return Step::Answer {
+                    sandbox: sandbox.to_owned(),
+                    id: a.id.clone(),
+                    scope,
+                };
+            }
+        }
+        Step::Go
+    }
+
+    /// Every sandbox's pending items, in the order of the sandboxes and their inboxes.
+    #[must_use]
+    pub fn pending(&self) -> Vec<(&str, &Approval)> {
+        self.rows
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), r.live.as_ref()?.as_ref().ok()?)))
+            .flat_map(|(name, l)| {
+                l.approvals
+                    .iter()
+                    .filter(|a| a.state == "pending")
+                    .map(move |a| (name, a))
+            })
+            .collect()
     }
 
     /// Set the sandboxes (names in order), keeping what is known of each.
@@ -129,6 +224,7 @@ impl Model {
         if let Some(r) = self.rows.iter_mut().find(|r| r.name == name) {
             r.live = Some(live);
         }
+        self.picked = self.picked.min(self.pending().len().saturating_sub(1));
     }
 
     /// Add a denial (newest first).
@@ -142,6 +238,10 @@ impl Model {
     #[must_use]
     pub fn frame(&self, cols: usize, rows: usize, clock: &str) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
+        if self.inbox {
+            self.inbox_frame(clock, cols, rows, &mut out);
+            return out;
+        }
         if self.detail
             && let Some(r) = self.rows.get(self.selected)
         {
@@ -155,20 +255,15 @@ impl Model {
     fn list_frame(&self, clock: &str, cols: usize, rows: usize, out: &mut Vec<String>) {
         let n = self.rows.len();
         // Items waiting for the operator, in every sandbox: the inbox's badge.
-        let pending: usize = self
-            .rows
-            .iter()
-            .filter_map(|r| r.live.as_ref()?.as_ref().ok())
-            .map(|l| l.approvals.iter().filter(|a| a.state == "pending").count())
-            .sum();
+        let pending = self.pending().len();
         let badge = if pending > 0 {
-            format!("  [{pending} pending: airlock approvals]")
+            format!("  [{pending} pending: i inbox]")
         } else {
             String::new()
         };
         out.push(bold(&fit(
             &format!(
-                "airlock top  {n} sandbox{}{badge}  {clock}    q quit  up/down choose  Enter details",
+                "airlock top  {n} sandbox{}{badge}  {clock}    q quit  up/down choose  Enter details  i inbox",
                 if n == 1 { "" } else { "es" }
             ),
             cols,
@@ -235,6 +330,62 @@ impl Model {
         if let Some(s) = &self.status {
             out.truncate(rows.saturating_sub(1));
             out.push(fit(s, cols));
+        }
+        out.truncate(rows);
+    }
+
+    fn inbox_frame(&self, clock: &str, cols: usize, rows: usize, out: &mut Vec<String>) {
+        let items = self.pending();
+        out.push(bold(&fit(
+            &format!(
+                "airlock top > inbox  {} pending  {clock}    o approve once  s approve for the session  d deny  Esc back",
+                items.len()
+            ),
+            cols,
+        )));
+        if items.is_empty() {
+            out.push(fit("  nothing waits for you", cols));
+        }
+        for (i, (sandbox, a)) in items.iter().enumerate() {
+            let mark = if i == self.picked { ">" } else { " " };
+            let line = fit(
+                &format!(
+                    "{mark} {sandbox}/{}  {}  {}:{}  {} hit{}, last {}",
+                    a.id,
+                    a.session,
+                    escape(a.host.as_bytes()),
+                    a.port,
+                    a.hits,
+                    if a.hits == 1 { "" } else { "s" },
+                    live::when(a.last_ms)
+                ),
+                cols,
+            );
+            out.push(if i == self.picked {
+                reverse(&line)
+            } else {
+                line
+            });
+            if let Some(said) = &a.said {
+                out.push(fit(
+                    &format!(
+                        "    the agent says (untrusted): \"{}\"",
+                        escape(said.as_bytes())
+                    ),
+                    cols,
+                ));
+            }
+            for n in &a.notes {
+                out.push(red(&fit(
+                    &format!("    note: {}", escape(n.as_bytes())),
+                    cols,
+                )));
+            }
+        }
+        let bottom: Vec<&String> = self.answered.iter().chain(&self.status).collect();
+        if !bottom.is_empty() {
+            out.truncate(rows.saturating_sub(bottom.len()));
+            out.extend(bottom.into_iter().map(|s| fit(s, cols)));
         }
         out.truncate(rows);
     }
@@ -358,13 +509,17 @@ mod tests {
         assert_eq!(keys(b"\x1b"), [Key::Back]);
         assert_eq!(keys(b"\x1b[C"), []);
         assert_eq!(keys(b"x"), []);
+        assert_eq!(
+            keys(b"iosd"),
+            [Key::Inbox, Key::Once, Key::Session, Key::Deny]
+        );
     }
 
     #[test]
     fn the_list_keeps_the_choice_and_shows_denials_newest_first() {
         let mut m = Model::default();
         m.set_names(&["a".into(), "b".into()]);
-        assert!(m.key(Key::Down));
+        assert_eq!(m.key(Key::Down), Step::Go);
         assert_eq!(m.selected, 1);
         m.set_live("b", Err("the sandbox b is not running".into()));
         m.set_names(&["b".into(), "c".into()]);
@@ -393,14 +548,14 @@ mod tests {
         }
         assert_eq!(m.frame(20, 5, "t").len(), 5);
         // Enter: this sandbox's denials with how to allow them.
-        assert!(m.key(Key::Enter));
+        assert_eq!(m.key(Key::Enter), Step::Go);
         let f = m.frame(60, 20, "t").join("\n");
         assert!(f.contains("airlock top > b"), "{f}");
         assert!(f.contains("to allow: x"), "{f}");
         assert!(!f.contains("second denial"), "{f}");
-        assert!(m.key(Key::Back));
+        assert_eq!(m.key(Key::Back), Step::Go);
         assert!(!m.detail);
-        assert!(!m.key(Key::Quit));
+        assert_eq!(m.key(Key::Quit), Step::Quit);
     }
 
     #[test]
@@ -449,9 +604,50 @@ mod tests {
         };
         let mut m = Model::default();
         m.set_names(&["a".into(), "b".into()]);
+        let mut second = item("pending");
+        second.id = "77aa00bb".into();
+        second.said = Some("pip needs\x1b[2J it".into());
+        second.notes = vec!["the host carries a credential".into()];
+        let mut live = live;
+        live.approvals[1] = second;
         m.set_live("a", Ok(live));
         let f = m.frame(200, 20, "t").join("\n");
-        assert!(f.contains("[2 pending: airlock approvals]"), "{f}");
+        assert!(f.contains("[2 pending: i inbox]"), "{f}");
         assert!(f.contains("r2 0123456789ab  2 pending"), "{f}");
+        // Answer keys do nothing outside the inbox.
+        assert_eq!(m.key(Key::Deny), Step::Go);
+        // The inbox: both pending items, the agent's words escaped and marked, the notes.
+        assert_eq!(m.key(Key::Inbox), Step::Go);
+        let f = m.frame(200, 20, "t").join("\n");
+        assert!(f.contains("airlock top > inbox  2 pending"), "{f}");
+        assert!(
+            f.contains("> a/3f2a9c1d  uid 1000  asked.example:443  1 hit"),
+            "{f}"
+        );
+        assert!(
+            f.contains("the agent says (untrusted): \"pip needs\\x1b[2J it\""),
+            "{f}"
+        );
+        assert!(f.contains("note: the host carries a credential"), "{f}");
+        assert_eq!(
+            m.key(Key::Session),
+            Step::Answer {
+                sandbox: "a".into(),
+                id: "3f2a9c1d".into(),
+                scope: Some("session")
+            }
+        );
+        assert_eq!(m.key(Key::Down), Step::Go);
+        assert_eq!(m.key(Key::Down), Step::Go, "stays on the last");
+        assert_eq!(
+            m.key(Key::Deny),
+            Step::Answer {
+                sandbox: "a".into(),
+                id: "77aa00bb".into(),
+                scope: None
+            }
+        );
+        assert_eq!(m.key(Key::Back), Step::Go);
+        assert!(!m.inbox);
     }
 }

@@ -518,3 +518,93 @@ fn the_operator_reaches_a_pod_through_kubectl_exec() {
     );
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// `airlock top`'s inbox in a real terminal (tmux): the badge counts the agent's ask, `i`
+/// lists it with the agent's own reason marked untrusted, `s` approves it for the session
+/// and the agent's next request passes; `d` on another denies it with top's reason, which
+/// reaches the agent.
+#[test]
+fn the_operator_answers_from_tops_inbox_in_a_terminal() {
+    let w = World::new("tin");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let asked = agent_sh(
+        &w,
+        &s,
+        "airlock-request top-asked.example --reason 'docs for the task'; echo rc=$?",
+    );
+    assert!(asked.ends_with("rc=3"), "{asked}");
+
+    let tmux = Tmux {
+        socket: w.dir.path().join("tmux.sock"),
+    };
+    let script = format!(
+        "env AIRLOCK_DATA_DIR={} AIRLOCK_CONFIG_DIR={} {} top --interval 0.2; sleep 60",
+        w.data().display(),
+        w.config().display(),
+        env!("CARGO_BIN_EXE_airlock"),
+    );
+    let o = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        o.status.success(),
+        "tmux: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    tmux.wait_for("the badge", |screen| {
+        screen.contains("[1 pending: i inbox]")
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "i"]);
+    tmux.wait_for("the inbox", |screen| {
+        screen.contains("airlock top > inbox  1 pending")
+            && screen.contains("top-asked.example:443")
+            && screen.contains("the agent says (untrusted): \"docs for the task\"")
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    tmux.wait_for("the answer", |screen| {
+        screen.contains("approved (session)") && screen.contains("inbox  0 pending")
+    });
+    let after = agent_sh(
+        &w,
+        &s,
+        "airlock-request top-asked.example --reason again; echo rc=$?",
+    );
+    assert!(after.ends_with("rc=0"), "{after}");
+
+    // A denial from the inbox: the agent reads top's reason.
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://top-denied.example/")).unwrap();
+    assert_eq!(v["error"], "approval-required", "{v}");
+    tmux.wait_for("the second item", |screen| {
+        screen.contains("inbox  1 pending") && screen.contains("top-denied.example:80")
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "d"]);
+    tmux.wait_for("the denial", |screen| screen.contains(": denied"));
+    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://top-denied.example/")).unwrap();
+    assert_eq!(v["error"], "approval-denied", "{v}");
+    assert!(
+        v["rule"]
+            .as_str()
+            .unwrap()
+            .ends_with("denied by the operator in airlock top"),
+        "{v}"
+    );
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    drop(tmux);
+    w.ok(&["destroy", &s, "--force"]);
+}

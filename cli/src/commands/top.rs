@@ -1,6 +1,8 @@
 //! `airlock top`: every running sandbox on one screen, fed by their admin APIs: the
-//! counters (asked every `--interval`) and the denials (each sandbox's event stream, filtered
-//! to `deny` by the proxy). The screen itself is `airlock_cli::top`.
+//! counters and the inbox (asked every `--interval`) and the denials (each sandbox's event
+//! stream, filtered to `deny` by the proxy); the inbox's items are answered from it (`o`,
+//! `s`, `d`) through the same admin API call as `airlock approve|deny`. The screen itself is
+//! `airlock_cli::top`.
 
 use super::Ctx;
 use airlock_audit_schema::Timestamp;
@@ -10,8 +12,8 @@ use airlock_cli::audit_view::{self, Source, View};
 use airlock_cli::cli::TopArgs;
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::term;
-use airlock_cli::top::{self, Denial, Model};
-use airlock_control::admin::{EventsQuery, Log};
+use airlock_cli::top::{self, Denial, Model, Step};
+use airlock_control::admin::{AnswerRequest, EventsQuery, Log};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -23,6 +25,8 @@ enum Msg {
     Keys(Vec<u8>),
     Live(String, Box<Result<live::Live, String>>),
     Denial(Denial),
+    /// An answer's outcome, for the status line; then that sandbox is asked again.
+    Answered(String, String),
 }
 
 /// The alternate screen while `top` runs; left on drop (also on an error path).
@@ -127,9 +131,16 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
                 match msg {
                     Msg::Keys(b) => {
                         for k in top::keys(&b) {
-                            if !model.key(k) {
-                                for t in streams.values() { t.abort(); }
-                                return Ok(0);
+                            match model.key(k) {
+                                Step::Go => {}
+                                Step::Quit => {
+                                    for t in streams.values() { t.abort(); }
+                                    return Ok(0);
+                                }
+                                Step::Answer { sandbox, id, scope } => {
+                                    let client = Client::new(&sandbox, &ctx.checkout(&sandbox).control());
+                                    tokio::spawn(answer(client, id, scope, tx.clone()));
+                                }
                             }
                         }
                         // A key is answered at once, not at the next frame.
@@ -145,6 +156,18 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
                         model.deny(d);
                         dirty = true;
                     }
+                    Msg::Answered(name, said) => {
+                        model.answered = Some(said);
+                        if asking.insert(name.clone()) {
+                            let client = Client::new(&name, &ctx.checkout(&name).control());
+                            let tx = tx.clone();
+                            tokio::spawn(async move {
+                                let got = live::gather(&client).await.map_err(|e| e.to_string());
+                                let _ = tx.send(Msg::Live(name, Box::new(got))).await;
+                            });
+                        }
+                        dirty = true;
+                    }
                 }
             }
         }
@@ -153,6 +176,27 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
         t.abort();
     }
     Ok(0)
+}
+
+/// Answers the item `id` (approve with `scope`, or deny with [`top::DENY_REASON`]); tells
+/// the screen how it went.
+async fn answer(client: Client, id: String, scope: Option<&'static str>, tx: mpsc::Sender<Msg>) {
+    let request = AnswerRequest {
+        id: id.clone(),
+        approve: scope.is_some(),
+        scope: scope.map(str::to_owned),
+        reason: scope.is_none().then(|| top::DENY_REASON.to_owned()),
+        ..AnswerRequest::default()
+    };
+    let name = client.name().to_owned();
+    let said = match client.answer(request).await {
+        Ok(a) => match (&a.scope, a.state.as_str()) {
+            (Some(s), state) => format!("{name}/{id}: {state} ({s})"),
+            (None, state) => format!("{name}/{id}: {state}"),
+        },
+        Err(e) => format!("{name}/{id}: not answered: {e}"),
+    };
+    let _ = tx.send(Msg::Answered(name, said)).await;
 }
 
 /// One sandbox's denials from its event stream, as `logs --audit` prints them.
