@@ -135,6 +135,7 @@ Examples:
   airlock approvals
   airlock approvals fix-login --json
   airlock approvals show 3f2a9c1d        # the item and its review token
+  airlock approvals --watch --notify 'notify-send \"airlock: $AIRLOCK_SANDBOX asks for $AIRLOCK_HOST\"'
 
 The agent was refused at once (approval-required) and nothing was sent; answer with
 `airlock approve ID` or `airlock deny ID`. JSON: [{sandbox, id, session, host, port, hits,
@@ -445,6 +446,16 @@ pub struct ApprovalsArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Keep watching: print each new pending item as it is filed (in the sandboxes that
+    /// run, as they start and stop), until ctrl-c.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: run CMD (sh -c, on this host, never in a sandbox) for each new item,
+    /// with AIRLOCK_SANDBOX, AIRLOCK_APPROVAL_ID, AIRLOCK_SESSION, AIRLOCK_HOST, AIRLOCK_PORT
+    /// and AIRLOCK_SAID (the agent's reason: untrusted text, never to be pasted into a
+    /// command line) in its environment: a desktop notification, a chat webhook with curl.
+    #[arg(long, value_name = "CMD", requires = "watch")]
+    pub notify: Option<String>,
 }
 
 /// `approvals show`.

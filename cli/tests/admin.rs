@@ -608,3 +608,83 @@ fn the_operator_answers_from_tops_inbox_in_a_terminal() {
     drop(tmux);
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// `approvals --watch --notify CMD`: each new pending item is printed and handed to the
+/// operator's command on the host once (asking again is no new item), with the item in the
+/// environment only: the agent's reason, shell syntax included, is never run.
+#[test]
+fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() {
+    let w = World::new("ntf");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let got = w.dir.path().join("notified");
+    let pwned = w.dir.path().join("pwned");
+    let notify = format!(
+        "printf '%s|%s|%s|%s\\n' \"$AIRLOCK_SANDBOX\" \"$AIRLOCK_HOST\" \"$AIRLOCK_PORT\" \"$AIRLOCK_SAID\" >> {}",
+        got.display()
+    );
+    /// Killed when the test ends, however it ends.
+    struct Killed(Option<std::process::Child>);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut watch = Killed(Some(
+        w.cmd(&["approvals", "--watch", "--notify", &notify])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+    let reason = format!("$(touch {}) `touch {}`", pwned.display(), pwned.display());
+    let asked = agent_sh(
+        &w,
+        &s,
+        &format!("airlock-request notified.example --reason '{reason}'; echo rc=$?"),
+    );
+    assert!(asked.ends_with("rc=3"), "{asked}");
+    // Asking again is a hit on the same item, not a new one.
+    let again = agent_sh(
+        &w,
+        &s,
+        "airlock-request notified.example --reason again; echo rc=$?",
+    );
+    assert!(again.ends_with("rc=3"), "{again}");
+    let start = Instant::now();
+    let lines = loop {
+        let text = std::fs::read_to_string(&got).unwrap_or_default();
+        if !text.is_empty() {
+            // Give a second notification (there must be none) its chance.
+            std::thread::sleep(Duration::from_secs(3));
+            break std::fs::read_to_string(&got).unwrap();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no notification in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        lines.lines().collect::<Vec<_>>(),
+        [format!("{s}|notified.example|443|{reason}")],
+        "one line for the one item"
+    );
+    assert!(!pwned.exists(), "the agent's words ran");
+    let mut child = watch.0.take().unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("notified.example:443"), "{printed}");
+    w.ok(&["destroy", &s, "--force"]);
+}

@@ -19,15 +19,144 @@ pub async fn list(ctx: &Ctx, args: &ApprovalsArgs) -> Result<i32> {
     if let Some(ApprovalsCmd::Show { id, json }) = &args.show {
         return show(find(ctx, id).await?, *json).await;
     }
-    let clients = match &args.name {
-        Some(n) => vec![ctx.admin(n)?],
-        None => ctx
-            .running()?
-            .iter()
-            .map(|name| Client::new(name, &ctx.checkout(name).control()))
-            .collect(),
+    let clients = || -> Result<Vec<Client>> {
+        Ok(match &args.name {
+            Some(n) => vec![ctx.admin(n)?],
+            None => ctx
+                .running()?
+                .iter()
+                .map(|name| Client::new(name, &ctx.checkout(name).control()))
+                .collect(),
+        })
     };
-    inbox(clients, args.name.is_none(), args.json).await
+    if args.watch {
+        return watch(clients, args.notify.as_deref(), args.json).await;
+    }
+    inbox(clients()?, args.name.is_none(), args.json).await
+}
+
+/// How often `--watch` looks for sandboxes that started or stopped.
+const WATCH_TICK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `approvals --watch [--notify CMD]`: each new pending item of the sandboxes `clients`
+/// names (asked again every [`WATCH_TICK`]), printed once and handed to `notify`, until
+/// ctrl-c. Items are learnt from each sandbox's event stream (its `approval-required`
+/// lines) and from its inbox when it is first seen; each is looked up before it is said,
+/// so only items still pending are.
+pub async fn watch(
+    mut clients: impl FnMut() -> Result<Vec<Client>>,
+    notify: Option<&str>,
+    as_json: bool,
+) -> Result<i32> {
+    use std::collections::{HashMap, HashSet};
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Client, String)>(256);
+    let mut streams: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut said: HashSet<(String, String)> = HashSet::new();
+    let mut ticker = tokio::time::interval(WATCH_TICK);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => break,
+            _ = ticker.tick() => {
+                let now = clients()?;
+                streams.retain(|name, task| {
+                    let keep = now.iter().any(|c| c.name() == name);
+                    if !keep { task.abort(); }
+                    keep
+                });
+                for c in now {
+                    if !streams.contains_key(c.name()) {
+                        streams.insert(c.name().to_owned(), tokio::spawn(asked(c, tx.clone())));
+                    }
+                }
+            }
+            Some((client, id)) = rx.recv() => {
+                if !said.insert((client.name().to_owned(), id.clone())) {
+                    continue;
+                }
+                let Ok(a) = client.approval(&id).await else { continue };
+                if a.state != "pending" {
+                    continue;
+                }
+                if as_json {
+                    println!("{}", serde_json::to_string(&with_sandbox(client.name(), &a))?);
+                } else {
+                    println!("{}", row(client.name(), &a));
+                    details(&a, "    ");
+                }
+                if let Some(cmd) = notify {
+                    run_notify(cmd, client.name(), &a);
+                }
+            }
+        }
+    }
+    for t in streams.values() {
+        t.abort();
+    }
+    Ok(0)
+}
+
+/// The ids of the items `client`'s sandbox files: those pending now, then each one its
+/// event stream announces.
+async fn asked(client: Client, tx: tokio::sync::mpsc::Sender<(Client, String)>) {
+    use airlock_cli::audit_view::stream::{Item, Seen, StreamFollower};
+    let since = airlock_audit_schema::Timestamp::now().0;
+    if let Ok(items) = client.approvals().await {
+        for a in items.into_iter().filter(|a| a.state == "pending") {
+            if tx.send((client.clone(), a.id)).await.is_err() {
+                return;
+            }
+        }
+    }
+    let query = airlock_control::admin::EventsQuery {
+        reason: Some("approval-required".to_owned()),
+        since_ms: Some(since),
+        ..Default::default()
+    };
+    let mut f = StreamFollower::new(client.clone(), query, Seen::default());
+    loop {
+        let Item::Record(_, raw) = f.next().await else {
+            continue;
+        };
+        let id = serde_json::from_str::<Value>(&raw)
+            .ok()
+            .and_then(|v| v["approval"].as_str().map(str::to_owned));
+        if let Some(id) = id
+            && tx.send((client.clone(), id)).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Runs the operator's `--notify` command for item `a` (`sh -c`, on this host), the item
+/// in its environment only; a failure is said, not fatal.
+fn run_notify(cmd: &str, sandbox: &str, a: &Approval) {
+    let child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("AIRLOCK_SANDBOX", sandbox)
+        .env("AIRLOCK_APPROVAL_ID", &a.id)
+        .env("AIRLOCK_SESSION", &a.session)
+        .env("AIRLOCK_HOST", &a.host)
+        .env("AIRLOCK_PORT", a.port.to_string())
+        .env("AIRLOCK_SAID", a.said.as_deref().unwrap_or(""))
+        .stdin(std::process::Stdio::null())
+        .spawn();
+    let id = a.id.clone();
+    match child {
+        Ok(mut c) => {
+            tokio::spawn(async move {
+                match c.wait().await {
+                    Ok(s) if s.success() => {}
+                    Ok(s) => eprintln!("airlock: --notify for {id} exited with {s}"),
+                    Err(e) => eprintln!("airlock: --notify for {id}: {e}"),
+                }
+            });
+        }
+        Err(e) => eprintln!("airlock: --notify cannot run sh: {e}"),
+    }
 }
 
 /// The inbox of `clients`' sandboxes (`every`: all the running ones, where one that does

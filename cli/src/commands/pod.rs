@@ -57,6 +57,10 @@ pub async fn run(command: &Command) -> Result<Option<i32>> {
                 }
             } else {
                 match a.name.as_deref().map(pod).transpose()?.flatten() {
+                    Some(c) if a.watch => {
+                        approvals::watch(|| Ok(vec![c.clone()]), a.notify.as_deref(), a.json)
+                            .await?
+                    }
                     Some(c) => approvals::inbox(vec![c], false, a.json).await?,
                     None => return Ok(None),
                 }
