@@ -6,7 +6,6 @@
 //! the admin APIs and draws it.
 
 use crate::admin::live::{self, Live};
-use crate::review::escape;
 use airlock_control::admin::Approval;
 use std::collections::VecDeque;
 
@@ -348,38 +347,14 @@ impl Model {
         }
         for (i, (sandbox, a)) in items.iter().enumerate() {
             let mark = if i == self.picked { ">" } else { " " };
-            let line = fit(
-                &format!(
-                    "{mark} {sandbox}/{}  {}  {}:{}  {} hit{}, last {}",
-                    a.id,
-                    a.session,
-                    escape(a.host.as_bytes()),
-                    a.port,
-                    a.hits,
-                    if a.hits == 1 { "" } else { "s" },
-                    live::when(a.last_ms)
-                ),
-                cols,
-            );
+            let line = fit(&format!("{mark} {}", live::item_line(sandbox, a)), cols);
             out.push(if i == self.picked {
                 reverse(&line)
             } else {
                 line
             });
-            if let Some(said) = &a.said {
-                out.push(fit(
-                    &format!(
-                        "    the agent says (untrusted): \"{}\"",
-                        escape(said.as_bytes())
-                    ),
-                    cols,
-                ));
-            }
-            for n in &a.notes {
-                out.push(red(&fit(
-                    &format!("    note: {}", escape(n.as_bytes())),
-                    cols,
-                )));
+            for d in live::item_details(a) {
+                out.push(fit(&format!("    {d}"), cols));
             }
         }
         let bottom: Vec<&String> = self.answered.iter().chain(&self.status).collect();

@@ -60,35 +60,8 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     }
 
     // top in a terminal: the sandbox's row, then a denial as it happens; q quits.
-    let tmux = Tmux {
-        socket: w.dir.path().join("tmux.sock"),
-    };
     let rc = w.dir.path().join("top.rc");
-    let script = format!(
-        "env AIRLOCK_DATA_DIR={} AIRLOCK_CONFIG_DIR={} {} top --interval 0.2; echo rc=$? > {}; sleep 60",
-        w.data().display(),
-        w.config().display(),
-        env!("CARGO_BIN_EXE_airlock"),
-        rc.display()
-    );
-    let o = tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "160",
-        "-y",
-        "40",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    assert!(
-        o.status.success(),
-        "tmux: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let tmux = top_in_tmux(&w, &format!("echo rc=$? > {}", rc.display()));
     tmux.wait_for("the sandbox's row", |screen| {
         screen
             .lines()
@@ -244,6 +217,39 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
 }
 
 /// What the agent reads when it asks for `url` (the body of the answer, or nothing).
+/// `airlock top --interval 0.2` of `w` in a 160×40 tmux session `top`; `then` runs after
+/// it quits (the session stays a minute for the screen to be read).
+fn top_in_tmux(w: &World, then: &str) -> Tmux {
+    let tmux = Tmux {
+        socket: w.dir.path().join("tmux.sock"),
+    };
+    let script = format!(
+        "env AIRLOCK_DATA_DIR={} AIRLOCK_CONFIG_DIR={} {} top --interval 0.2; {then}; sleep 60",
+        w.data().display(),
+        w.config().display(),
+        env!("CARGO_BIN_EXE_airlock"),
+    );
+    let o = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        o.status.success(),
+        "tmux: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    tmux
+}
+
 fn agent_get(w: &World, name: &str, url: &str) -> String {
     agent_sh(w, name, &format!("curl -s --max-time 10 {url}"))
 }
@@ -540,33 +546,7 @@ fn the_operator_answers_from_tops_inbox_in_a_terminal() {
     );
     assert!(asked.ends_with("rc=3"), "{asked}");
 
-    let tmux = Tmux {
-        socket: w.dir.path().join("tmux.sock"),
-    };
-    let script = format!(
-        "env AIRLOCK_DATA_DIR={} AIRLOCK_CONFIG_DIR={} {} top --interval 0.2; sleep 60",
-        w.data().display(),
-        w.config().display(),
-        env!("CARGO_BIN_EXE_airlock"),
-    );
-    let o = tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "160",
-        "-y",
-        "40",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    assert!(
-        o.status.success(),
-        "tmux: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let tmux = top_in_tmux(&w, "true");
     tmux.wait_for("the badge", |screen| {
         screen.contains("[1 pending: i inbox]")
     });

@@ -28,6 +28,45 @@ pub struct Live {
     pub approvals: Vec<Approval>,
 }
 
+/// One inbox item as a line: where (`SANDBOX/ID`), who, what, how often, where it stands
+/// (`approvals`, `top`'s inbox). What the agent chose (the host, a denial's reason) is
+/// escaped for the terminal.
+#[must_use]
+pub fn item_line(sandbox: &str, a: &Approval) -> String {
+    use crate::review::escape;
+    let answer = match (a.state.as_str(), &a.scope, &a.reason) {
+        ("denied", _, Some(r)) => format!("denied: {}", escape(r.as_bytes())),
+        (state, Some(scope), _) => format!("{state} ({scope})"),
+        (state, ..) => state.to_owned(),
+    };
+    format!(
+        "{sandbox}/{}  {}  {}:{}  {} hit{}, last {}  {answer}",
+        a.id,
+        a.session,
+        escape(a.host.as_bytes()),
+        a.port,
+        a.hits,
+        if a.hits == 1 { "" } else { "s" },
+        when(a.last_ms),
+    )
+}
+
+/// What the agent said it needs the host for (its own words, escaped and marked untrusted)
+/// and the item's security notes, a line each.
+#[must_use]
+pub fn item_details(a: &Approval) -> Vec<String> {
+    use crate::review::escape;
+    let said = a
+        .said
+        .iter()
+        .map(|s| format!("the agent says (untrusted): \"{}\"", escape(s.as_bytes())));
+    let notes = a
+        .notes
+        .iter()
+        .map(|n| format!("note: {}", escape(n.as_bytes())));
+    said.chain(notes).collect()
+}
+
 /// Ask the admin API of `client` for everything at once.
 ///
 /// # Errors

@@ -6,7 +6,7 @@
 
 use super::Ctx;
 use airlock_cli::admin::Client;
-use airlock_cli::admin::live::when;
+use airlock_cli::admin::live;
 use airlock_cli::cli::{ApprovalsArgs, ApprovalsCmd, ApproveArgs, DenyArgs};
 use airlock_cli::exit::{Code, Failure};
 use airlock_cli::review::escape;
@@ -191,34 +191,14 @@ pub async fn inbox(clients: Vec<Client>, every: bool, as_json: bool) -> Result<i
 
 /// What the agent said it needs the host for (its own words, untrusted) and the notes.
 fn details(a: &Approval, indent: &str) {
-    if let Some(said) = &a.said {
-        println!(
-            "{indent}the agent says (untrusted): \"{}\"",
-            escape(said.as_bytes())
-        );
-    }
-    for n in &a.notes {
-        println!("{indent}note: {}", escape(n.as_bytes()));
+    for line in live::item_details(a) {
+        println!("{indent}{line}");
     }
 }
 
-/// One item as a line: where, who, what, how often, where it stands.
+/// One item as a line ([`live::item_line`]).
 fn row(name: &str, a: &Approval) -> String {
-    let answer = match (a.state.as_str(), &a.scope, &a.reason) {
-        ("denied", _, Some(r)) => format!("denied: {}", escape(r.as_bytes())),
-        (state, Some(scope), _) => format!("{state} ({scope})"),
-        (state, ..) => state.to_owned(),
-    };
-    format!(
-        "{name}/{}  {}  {}:{}  {} hit{}, last {}  {answer}",
-        a.id,
-        a.session,
-        escape(a.host.as_bytes()),
-        a.port,
-        a.hits,
-        if a.hits == 1 { "" } else { "s" },
-        when(a.last_ms),
-    )
+    live::item_line(name, a)
 }
 
 fn with_sandbox(name: &str, a: &Approval) -> Value {
