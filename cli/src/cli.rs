@@ -148,6 +148,7 @@ Examples:
   airlock approve 3f2a9c1d --once
   airlock approve 3f2a9c1d --session --for 30m
   airlock approve fix-login/3f2a9c1d --session --token 0011223344556677
+  airlock approve --all --session --for 1h    # every pending item without a note
 
 Returns once the proxy holds the answer; the session's next request then passes. An item
 carrying notes (a credential bound to the host, a passthrough host) says so first. With
@@ -476,7 +477,16 @@ pub enum ApprovalsCmd {
 #[command(group(clap::ArgGroup::new("scope").required(true).args(["once", "session"])))]
 pub struct ApproveArgs {
     /// The item: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID.
-    pub id: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<String>,
+    /// Every pending item without a security note, in every running sandbox (or
+    /// --sandbox's); an item with a note (a credential bound to the host, a passthrough
+    /// host, a name that looks encoded) is left pending and listed, to approve by its id.
+    #[arg(long, conflicts_with = "token")]
+    pub all: bool,
+    /// With --all: only this sandbox (or pod, k8s:NAMESPACE/POD).
+    #[arg(long, value_name = "NAME", requires = "all")]
+    pub sandbox: Option<String>,
     /// Only the session's next connection to the host and port.
     #[arg(long)]
     pub once: bool,

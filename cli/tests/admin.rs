@@ -668,3 +668,54 @@ fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() 
     assert!(printed.contains("notified.example:443"), "{printed}");
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// `approve --all`: every pending item without a note is approved (against its token as it
+/// stands), an item carrying a security note (here a name that looks encoded) is left
+/// pending and listed, to be approved by its id.
+#[test]
+fn attack_a_bulk_approve_leaves_an_item_with_a_note_pending() {
+    let w = World::new("blk");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let encoded = "0123456789abcdef0123456789abcdef0123456789abcdef.bulk.example";
+    for host in ["plain.bulk.example", encoded] {
+        let v: Value =
+            serde_json::from_str(&agent_get(&w, &s, &format!("http://{host}/"))).unwrap();
+        assert_eq!(v["error"], "approval-required", "{host}: {v}");
+    }
+    let out = w.ok(&["approve", "--all", "--sandbox", &s, "--session"]);
+    assert!(
+        out.contains("1 approved, 1 with a note left pending"),
+        "{out}"
+    );
+    assert!(
+        out.contains("left pending: an item with a note is approved by its id"),
+        "{out}"
+    );
+    let items: Value = serde_json::from_str(&w.ok(&["approvals", &s, "--json"])).unwrap();
+    let state = |host: &str| {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["host"] == host)
+            .map(|i| i["state"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(
+        state("plain.bulk.example").as_deref(),
+        Some("approved"),
+        "{items}"
+    );
+    assert_eq!(state(encoded).as_deref(), Some("pending"), "{items}");
+    // An id and --all together are a usage error.
+    assert_eq!(
+        w.run(&["approve", "x", "--all", "--once"]).status.code(),
+        Some(2)
+    );
+    w.ok(&["destroy", &s, "--force"]);
+}

@@ -232,10 +232,77 @@ pub async fn show((client, a): (Client, Approval), as_json: bool) -> Result<i32>
     Ok(0)
 }
 
-/// `approve ID --once | --session [--for SPAN] [--token T]`.
+/// `approve ID --once | --session [--for SPAN] [--token T]`, or `approve --all [--sandbox
+/// NAME]`.
 pub async fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<i32> {
     let answer = approval(args)?;
-    respond(find(ctx, &args.id).await?, answer).await
+    match (&args.id, args.all) {
+        (Some(id), false) => respond(find(ctx, id).await?, answer).await,
+        _ => {
+            let clients = match &args.sandbox {
+                Some(n) => vec![ctx.admin(n)?],
+                None => ctx
+                    .running()?
+                    .iter()
+                    .map(|name| Client::new(name, &ctx.checkout(name).control()))
+                    .collect(),
+            };
+            approve_all(clients, answer).await
+        }
+    }
+}
+
+/// `approve --all`: `answer` to every pending item of `clients`' sandboxes that carries no
+/// security note, each against its review token as it stands now; the items with notes are
+/// listed and left pending (they are approved one by one, by id).
+pub async fn approve_all(clients: Vec<Client>, answer: AnswerRequest) -> Result<i32> {
+    let (mut approved, mut left) = (0usize, 0usize);
+    for client in clients {
+        let items = match client.approvals().await {
+            Ok(items) => items,
+            Err(e) => {
+                eprintln!("airlock: {}: {e}", client.name());
+                continue;
+            }
+        };
+        for a in items.into_iter().filter(|a| a.state == "pending") {
+            if !a.notes.is_empty() {
+                left += 1;
+                println!("{}", row(client.name(), &a));
+                details(&a, "    ");
+                println!(
+                    "    left pending: an item with a note is approved by its id (airlock approve {}/{} --once|--session)",
+                    client.name(),
+                    a.id
+                );
+                continue;
+            }
+            // The token of the item as it is now: an item that changes in between is
+            // refused, not approved as something else.
+            let Ok(shown) = client.approval(&a.id).await else {
+                continue;
+            };
+            let mut one = answer.clone();
+            one.id = a.id.clone();
+            one.token = shown.token;
+            match client.answer(one).await {
+                Ok(done) => {
+                    approved += 1;
+                    println!("{}", row(client.name(), &done));
+                }
+                Err(e) => eprintln!("airlock: {}/{}: {e}", client.name(), a.id),
+            }
+        }
+    }
+    println!(
+        "{approved} approved, {left} with a note left pending{}",
+        if approved + left == 0 {
+            " (nothing was pending)"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
 }
 
 /// `deny ID --reason R [--for SPAN] [--token T]`.

@@ -66,10 +66,17 @@ pub async fn run(command: &Command) -> Result<Option<i32>> {
                 }
             }
         }
-        Command::Approve(a) => match item(&a.id)? {
+        Command::Approve(a) if a.all => {
+            match a.sandbox.as_deref().map(pod).transpose()?.flatten() {
+                Some(c) => approvals::approve_all(vec![c], approvals::approval(a)?).await?,
+                None => return Ok(None),
+            }
+        }
+        Command::Approve(a) => match item(a.id.as_deref().unwrap_or_default())? {
             Some((c, bare)) => {
                 let answer = approvals::approval(a)?;
-                approvals::respond(approvals::find_in(vec![c], bare, &a.id).await?, answer).await?
+                let id = a.id.as_deref().unwrap_or_default();
+                approvals::respond(approvals::find_in(vec![c], bare, id).await?, answer).await?
             }
             None => return Ok(None),
         },
