@@ -250,6 +250,19 @@ fn top_in_tmux(w: &World, then: &str) -> Tmux {
     tmux
 }
 
+/// A world and a running sandbox `s` whose policy asks about unlisted hosts.
+fn asking_sandbox(tag: &str) -> (World, String) {
+    let w = World::new(tag);
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        format!("{POLICY}unlisted = \"ask\"\n"),
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    (w, s)
+}
+
 fn agent_get(w: &World, name: &str, url: &str) -> String {
     agent_sh(w, name, &format!("curl -s --max-time 10 {url}"))
 }
@@ -259,14 +272,7 @@ fn agent_get(w: &World, name: &str, url: &str) -> String {
 /// and the agent's next request gets exactly that answer.
 #[test]
 fn the_operator_answers_an_agents_ask_from_the_cli() {
-    let w = World::new("apv");
-    std::fs::write(
-        w.dir.path().join("policy.toml"),
-        format!("{POLICY}unlisted = \"ask\"\n"),
-    )
-    .unwrap();
-    let s = w.name("s");
-    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let (w, s) = asking_sandbox("apv");
 
     // The agent asks: refused at once, the item named, with how it gets answered.
     let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://asked.example/")).unwrap();
@@ -427,14 +433,7 @@ exec env -u DOCKER_HOST docker exec -i "airlock-$pod" "$@"
 #[test]
 fn the_operator_reaches_a_pod_through_kubectl_exec() {
     use std::os::unix::fs::PermissionsExt;
-    let w = World::new("pod");
-    std::fs::write(
-        w.dir.path().join("policy.toml"),
-        format!("{POLICY}unlisted = \"ask\"\n"),
-    )
-    .unwrap();
-    let s = w.name("s");
-    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let (w, s) = asking_sandbox("pod");
     let kubectl = w.dir.path().join("kubectl");
     std::fs::write(&kubectl, KUBECTL).unwrap();
     std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -531,14 +530,7 @@ fn the_operator_reaches_a_pod_through_kubectl_exec() {
 /// reaches the agent.
 #[test]
 fn the_operator_answers_from_tops_inbox_in_a_terminal() {
-    let w = World::new("tin");
-    std::fs::write(
-        w.dir.path().join("policy.toml"),
-        format!("{POLICY}unlisted = \"ask\"\n"),
-    )
-    .unwrap();
-    let s = w.name("s");
-    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let (w, s) = asking_sandbox("tin");
     let asked = agent_sh(
         &w,
         &s,
@@ -594,14 +586,7 @@ fn the_operator_answers_from_tops_inbox_in_a_terminal() {
 /// environment only: the agent's reason, shell syntax included, is never run.
 #[test]
 fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() {
-    let w = World::new("ntf");
-    std::fs::write(
-        w.dir.path().join("policy.toml"),
-        format!("{POLICY}unlisted = \"ask\"\n"),
-    )
-    .unwrap();
-    let s = w.name("s");
-    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let (w, s) = asking_sandbox("ntf");
     let got = w.dir.path().join("notified");
     let pwned = w.dir.path().join("pwned");
     let notify = format!(
@@ -674,14 +659,7 @@ fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() 
 /// pending and listed, to be approved by its id.
 #[test]
 fn attack_a_bulk_approve_leaves_an_item_with_a_note_pending() {
-    let w = World::new("blk");
-    std::fs::write(
-        w.dir.path().join("policy.toml"),
-        format!("{POLICY}unlisted = \"ask\"\n"),
-    )
-    .unwrap();
-    let s = w.name("s");
-    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let (w, s) = asking_sandbox("blk");
     let encoded = "0123456789abcdef0123456789abcdef0123456789abcdef.bulk.example";
     for host in ["plain.bulk.example", encoded] {
         let v: Value =

@@ -19,16 +19,7 @@ pub async fn list(ctx: &Ctx, args: &ApprovalsArgs) -> Result<i32> {
     if let Some(ApprovalsCmd::Show { id, json }) = &args.show {
         return show(find(ctx, id).await?, *json).await;
     }
-    let clients = || -> Result<Vec<Client>> {
-        Ok(match &args.name {
-            Some(n) => vec![ctx.admin(n)?],
-            None => ctx
-                .running()?
-                .iter()
-                .map(|name| Client::new(name, &ctx.checkout(name).control()))
-                .collect(),
-        })
-    };
+    let clients = || ctx.admins(args.name.as_deref());
     if args.watch {
         return watch(clients, args.notify.as_deref(), args.json).await;
     }
@@ -238,17 +229,7 @@ pub async fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<i32> {
     let answer = approval(args)?;
     match (&args.id, args.all) {
         (Some(id), false) => respond(find(ctx, id).await?, answer).await,
-        _ => {
-            let clients = match &args.sandbox {
-                Some(n) => vec![ctx.admin(n)?],
-                None => ctx
-                    .running()?
-                    .iter()
-                    .map(|name| Client::new(name, &ctx.checkout(name).control()))
-                    .collect(),
-            };
-            approve_all(clients, answer).await
-        }
+        _ => approve_all(ctx.admins(args.sandbox.as_deref())?, answer).await,
     }
 }
 
@@ -370,14 +351,8 @@ pub async fn respond((client, item): (Client, Approval), mut answer: AnswerReque
 /// sandbox.
 async fn find(ctx: &Ctx, id: &str) -> Result<(Client, Approval)> {
     let (clients, bare) = match id.split_once('/') {
-        Some((name, bare)) => (vec![ctx.admin(name)?], bare),
-        None => (
-            ctx.running()?
-                .iter()
-                .map(|name| Client::new(name, &ctx.checkout(name).control()))
-                .collect(),
-            id,
-        ),
+        Some((name, bare)) => (ctx.admins(Some(name))?, bare),
+        None => (ctx.admins(None)?, id),
     };
     find_in(clients, bare, id).await
 }

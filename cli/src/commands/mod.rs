@@ -83,6 +83,18 @@ impl Ctx {
         ))
     }
 
+    /// The admin API clients of the sandbox `name`, or of every running one.
+    pub fn admins(&self, name: Option<&str>) -> Result<Vec<airlock_cli::admin::Client>> {
+        match name {
+            Some(n) => Ok(vec![self.admin(n)?]),
+            None => Ok(self
+                .running()?
+                .iter()
+                .map(|n| airlock_cli::admin::Client::new(n, &self.checkout(n).control()))
+                .collect()),
+        }
+    }
+
     /// A sandbox's checkout.
     pub fn checkout(&self, name: &str) -> Checkout {
         Checkout {
