@@ -153,17 +153,10 @@ fn k8s_check() -> Result<i32> {
 /// `airlock k8s render NAME`: the objects of one sandbox (docs/kubernetes.md).
 pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
     use airlock_cli::exit::{Code, Failure};
-    use k8s::{K8sError, fence, objects};
+    use k8s::{fence, objects};
     let r = match &a.command {
         K8sCmd::Render(r) => r,
         K8sCmd::Check => return k8s_check(),
-    };
-    let refused = |e: K8sError| -> anyhow::Error {
-        let code = match e {
-            K8sError::Managed { .. } => Code::Refused,
-            _ => Code::Usage,
-        };
-        Failure::new(code, e.to_string()).into()
     };
     airlock_cli::names::validate_name(&r.name)?;
     let paths = Paths::resolve(cli.data_dir.as_deref())?;
@@ -178,55 +171,12 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
         ),
         None => None,
     };
-    let storage = if r.host_paths {
-        k8s::Storage::HostPaths
-    } else {
-        let url = match &r.clone {
-            Some(u) => u.clone(),
-            None => origin_url(&r.repo)?,
-        };
-        k8s::check_url(&url).map_err(refused)?;
-        if let Some(b) = &r.branch {
-            k8s::check_branch(b).map_err(refused)?;
-        }
-        let base_ok = !r.base.is_empty()
-            && !r.base.starts_with(['-', '+'])
-            && !r.base.contains(':')
-            && !r.base.chars().any(|c| c.is_whitespace() || c.is_control());
-        if !base_ok {
-            return Err(Failure::new(
-                Code::Usage,
-                format!(
-                    "--base {:?} is not a commit or ref: give e.g. main, v1.2 or a commit id",
-                    r.base
-                ),
-            )
-            .into());
-        }
-        k8s::check_size("--workspace-size", &r.workspace_size).map_err(refused)?;
-        k8s::check_size("--audit-size", &r.audit_size).map_err(refused)?;
-        let audit = match &r.audit_claim {
-            Some(c) => {
-                airlock_cli::names::validate_name(c)?;
-                k8s::Audit::Named(c.clone())
-            }
-            None => k8s::Audit::Create(r.audit_size.clone()),
-        };
-        k8s::Storage::Claims(k8s::Claims {
-            seed: k8s::Seed {
-                url,
-                base: r.base.clone(),
-                branch: r.branch.clone(),
-            },
-            workspace_size: r.workspace_size.clone(),
-            audit,
-        })
-    };
+    let storage = k8s_storage(r)?;
     for c in &r.pod_cidrs {
-        fence::parse_cidr("--pod-cidr", c).map_err(refused)?;
+        fence::parse_cidr("--pod-cidr", c).map_err(k8s_refused)?;
     }
     for c in &r.service_cidrs {
-        fence::parse_cidr("--service-cidr", c).map_err(refused)?;
+        fence::parse_cidr("--service-cidr", c).map_err(k8s_refused)?;
     }
     let pod = k8s::PodOptions {
         name: &r.name,
@@ -235,7 +185,7 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
         claim_templates: false,
     };
     if r.admission {
-        let shape = k8s::admission::Shape::of(&k8s::pod_spec(&spec, &pod).map_err(refused)?);
+        let shape = k8s::admission::Shape::of(&k8s::pod_spec(&spec, &pod).map_err(k8s_refused)?);
         let docs = k8s::admission::objects(&r.name, r.host_paths, &shape);
         print!("{}", k8s::stream(&docs));
         return Ok(0);
@@ -250,22 +200,6 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
     } else {
         objects::Kind::Pod
     };
-    let base_template = match &r.base_template {
-        Some(f) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read --base-template {}", f.display()))?;
-            Some(serde_json::from_str(&text).map_err(|e| {
-                Failure::new(
-                    Code::Usage,
-                    format!(
-                        "--base-template {} is not JSON ({e}): give `kubectl get sandboxtemplate NAME -o json`",
-                        f.display()
-                    ),
-                )
-            })?)
-        }
-        None => None,
-    };
     let policy_text = match (&storage, &r.policy) {
         (k8s::Storage::Claims(_), Some(p)) => Some(
             std::fs::read_to_string(p)
@@ -273,26 +207,20 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
         ),
         _ => None,
     };
-    let mut values = Vec::new();
-    for (n, file) in &secrets {
-        let v = std::fs::read(file)
-            .with_context(|| format!("cannot read secret {n} from {}", file.display()))?;
-        values.push((n.clone(), v));
-    }
     let rendering = objects::Rendering {
         spec: &spec,
         pod,
         kind,
-        secrets: values,
+        secrets: secret_values(&secrets)?,
         policy_text,
         fence: fence::Fence {
             ports: fence::policy_ports(policy.as_ref()),
             pod_cidrs: r.pod_cidrs.clone(),
             service_cidrs: r.service_cidrs.clone(),
         },
-        base_template,
+        base_template: base_template(r.base_template.as_deref())?,
     };
-    let docs = objects::render(&rendering).map_err(refused)?;
+    let docs = objects::render(&rendering).map_err(k8s_refused)?;
     if !rendering.secrets.is_empty() {
         eprintln!(
             "airlock: the Secret {} holds the values of {} secret(s): pipe it to kubectl, do not commit it",
@@ -307,6 +235,97 @@ pub fn k8s_cmd(cli: &Cli, a: &K8sArgs) -> Result<i32> {
     }
     print!("{}", k8s::stream(&docs));
     Ok(0)
+}
+
+/// A rendering refused: a managed template is refused (exit 4), anything else is usage.
+fn k8s_refused(e: k8s::K8sError) -> anyhow::Error {
+    use airlock_cli::exit::{Code, Failure};
+    let code = match e {
+        k8s::K8sError::Managed { .. } => Code::Refused,
+        _ => Code::Usage,
+    };
+    Failure::new(code, e.to_string()).into()
+}
+
+/// Where the workspace and the audit live: the node's paths (`--host-paths`), or claims
+/// seeded from `--clone` (each flag checked, one line for the first that does not read).
+fn k8s_storage(r: &airlock_cli::cli::K8sRenderArgs) -> Result<k8s::Storage> {
+    use airlock_cli::exit::{Code, Failure};
+    if r.host_paths {
+        return Ok(k8s::Storage::HostPaths);
+    }
+    let url = match &r.clone {
+        Some(u) => u.clone(),
+        None => origin_url(&r.repo)?,
+    };
+    k8s::check_url(&url).map_err(k8s_refused)?;
+    if let Some(b) = &r.branch {
+        k8s::check_branch(b).map_err(k8s_refused)?;
+    }
+    let base_ok = !r.base.is_empty()
+        && !r.base.starts_with(['-', '+'])
+        && !r.base.contains(':')
+        && !r.base.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !base_ok {
+        return Err(Failure::new(
+            Code::Usage,
+            format!(
+                "--base {:?} is not a commit or ref: give e.g. main, v1.2 or a commit id",
+                r.base
+            ),
+        )
+        .into());
+    }
+    k8s::check_size("--workspace-size", &r.workspace_size).map_err(k8s_refused)?;
+    k8s::check_size("--audit-size", &r.audit_size).map_err(k8s_refused)?;
+    let audit = match &r.audit_claim {
+        Some(c) => {
+            airlock_cli::names::validate_name(c)?;
+            k8s::Audit::Named(c.clone())
+        }
+        None => k8s::Audit::Create(r.audit_size.clone()),
+    };
+    Ok(k8s::Storage::Claims(k8s::Claims {
+        seed: k8s::Seed {
+            url,
+            base: r.base.clone(),
+            branch: r.branch.clone(),
+        },
+        workspace_size: r.workspace_size.clone(),
+        audit,
+    }))
+}
+
+/// `--base-template FILE`: a template read from the cluster, as JSON.
+fn base_template(file: Option<&Path>) -> Result<Option<serde_json::Value>> {
+    use airlock_cli::exit::{Code, Failure};
+    let Some(f) = file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(f)
+        .with_context(|| format!("cannot read --base-template {}", f.display()))?;
+    let v = serde_json::from_str(&text).map_err(|e| {
+        Failure::new(
+            Code::Usage,
+            format!(
+                "--base-template {} is not JSON ({e}): give `kubectl get sandboxtemplate NAME -o json`",
+                f.display()
+            ),
+        )
+    })?;
+    Ok(Some(v))
+}
+
+/// The secrets' values, read from their host files.
+fn secret_values(secrets: &[(String, std::path::PathBuf)]) -> Result<Vec<(String, Vec<u8>)>> {
+    secrets
+        .iter()
+        .map(|(n, file)| {
+            let v = std::fs::read(file)
+                .with_context(|| format!("cannot read secret {n} from {}", file.display()))?;
+            Ok((n.clone(), v))
+        })
+        .collect()
 }
 
 /// The URL of the origin remote of the repository `repo`, without any credential.
