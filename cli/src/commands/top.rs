@@ -62,7 +62,67 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
     }
     let interval = Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
     let (tx, mut rx) = mpsc::channel::<Msg>(1024);
-    let keys = tx.clone();
+    read_keys(tx.clone());
+    let _raw = term::RawGuard::enter()?;
+    let _screen = Screen::enter()?;
+    let mut term_sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+
+    let mut model = Model::default();
+    let mut feeds = Feeds {
+        ctx,
+        tx,
+        streams: HashMap::new(),
+        asking: HashSet::new(),
+    };
+    let mut ticker = tokio::time::interval(interval);
+    let mut frame = tokio::time::interval(FRAME);
+    let mut dirty = true;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                feeds.refresh(&mut model);
+                dirty = true;
+            }
+            _ = frame.tick() => {
+                if dirty {
+                    draw(&model)?;
+                    dirty = false;
+                }
+            }
+            _ = term_sig.recv() => break,
+            _ = hup.recv() => break,
+            Some(msg) = rx.recv() => match msg {
+                Msg::Keys(b) => {
+                    if !feeds.keys(&mut model, &b) {
+                        return Ok(0);
+                    }
+                    // A key is answered at once, not at the next frame.
+                    draw(&model)?;
+                    dirty = false;
+                }
+                Msg::Live(name, got) => {
+                    feeds.asking.remove(&name);
+                    model.set_live(&name, *got);
+                    dirty = true;
+                }
+                Msg::Denial(d) => {
+                    model.deny(d);
+                    dirty = true;
+                }
+                Msg::Answered(name, said) => {
+                    model.answered = Some(said);
+                    feeds.ask_live(&name);
+                    dirty = true;
+                }
+            },
+        }
+    }
+    Ok(0)
+}
+
+/// The terminal's bytes, read on a thread of their own (a closed stdin quits).
+fn read_keys(keys: mpsc::Sender<Msg>) {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 64];
@@ -79,103 +139,85 @@ pub async fn run(ctx: &Ctx, args: &TopArgs) -> Result<i32> {
             }
         }
     });
-    let _raw = term::RawGuard::enter()?;
-    let _screen = Screen::enter()?;
-    let mut term_sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+}
 
-    let mut model = Model::default();
-    let mut streams: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
-    let mut asking: HashSet<String> = HashSet::new();
-    let mut ticker = tokio::time::interval(interval);
-    let mut frame = tokio::time::interval(FRAME);
-    let mut dirty = true;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                let names = match ctx.running() {
-                    Ok(n) => { model.status = None; n }
-                    Err(e) => { model.status = Some(format!("the registry cannot be read: {e}")); Vec::new() }
-                };
-                model.set_names(&names);
-                streams.retain(|name, task| {
-                    let keep = names.contains(name);
-                    if !keep { task.abort(); }
-                    keep
-                });
-                for name in &names {
-                    let client = Client::new(name, &ctx.checkout(name).control());
-                    if !streams.contains_key(name) {
-                        streams.insert(name.clone(), tokio::spawn(denials(client.clone(), tx.clone())));
-                    }
-                    if asking.insert(name.clone()) {
-                        let tx = tx.clone();
-                        let name = name.clone();
-                        tokio::spawn(async move {
-                            let got = live::gather(&client).await.map_err(|e| e.to_string());
-                            let _ = tx.send(Msg::Live(name, Box::new(got))).await;
-                        });
-                    }
-                }
-                dirty = true;
+/// What feeds the screen: each running sandbox's event stream, and its admin API asked
+/// for the numbers (one question at a time per sandbox). The streams end with it.
+struct Feeds<'a> {
+    ctx: &'a Ctx,
+    tx: mpsc::Sender<Msg>,
+    streams: HashMap<String, tokio::task::JoinHandle<()>>,
+    asking: HashSet<String>,
+}
+
+impl Feeds<'_> {
+    fn client(&self, name: &str) -> Client {
+        Client::new(name, &self.ctx.checkout(name).control())
+    }
+
+    /// The running sandboxes again: streams opened for new ones and closed for gone ones,
+    /// every one asked for its numbers.
+    fn refresh(&mut self, model: &mut Model) {
+        let names = match self.ctx.running() {
+            Ok(n) => {
+                model.status = None;
+                n
             }
-            _ = frame.tick() => {
-                if dirty {
-                    draw(&model)?;
-                    dirty = false;
-                }
+            Err(e) => {
+                model.status = Some(format!("the registry cannot be read: {e}"));
+                Vec::new()
             }
-            _ = term_sig.recv() => break,
-            _ = hup.recv() => break,
-            Some(msg) = rx.recv() => {
-                match msg {
-                    Msg::Keys(b) => {
-                        for k in top::keys(&b) {
-                            match model.key(k) {
-                                Step::Go => {}
-                                Step::Quit => {
-                                    for t in streams.values() { t.abort(); }
-                                    return Ok(0);
-                                }
-                                Step::Answer { sandbox, id, scope } => {
-                                    let client = Client::new(&sandbox, &ctx.checkout(&sandbox).control());
-                                    tokio::spawn(answer(client, id, scope, tx.clone()));
-                                }
-                            }
-                        }
-                        // A key is answered at once, not at the next frame.
-                        draw(&model)?;
-                        dirty = false;
-                    }
-                    Msg::Live(name, got) => {
-                        asking.remove(&name);
-                        model.set_live(&name, *got);
-                        dirty = true;
-                    }
-                    Msg::Denial(d) => {
-                        model.deny(d);
-                        dirty = true;
-                    }
-                    Msg::Answered(name, said) => {
-                        model.answered = Some(said);
-                        if asking.insert(name.clone()) {
-                            let client = Client::new(&name, &ctx.checkout(&name).control());
-                            let tx = tx.clone();
-                            tokio::spawn(async move {
-                                let got = live::gather(&client).await.map_err(|e| e.to_string());
-                                let _ = tx.send(Msg::Live(name, Box::new(got))).await;
-                            });
-                        }
-                        dirty = true;
-                    }
+        };
+        model.set_names(&names);
+        self.streams.retain(|name, task| {
+            let keep = names.contains(name);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for name in &names {
+            if !self.streams.contains_key(name) {
+                let task = tokio::spawn(denials(self.client(name), self.tx.clone()));
+                self.streams.insert(name.clone(), task);
+            }
+            self.ask_live(name);
+        }
+    }
+
+    /// Ask `name`'s admin API for its numbers, unless a question is under way.
+    fn ask_live(&mut self, name: &str) {
+        if !self.asking.insert(name.to_owned()) {
+            return;
+        }
+        let (client, tx, name) = (self.client(name), self.tx.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let got = live::gather(&client).await.map_err(|e| e.to_string());
+            let _ = tx.send(Msg::Live(name, Box::new(got))).await;
+        });
+    }
+
+    /// Act on the keys in `bytes`; `false` to quit.
+    fn keys(&mut self, model: &mut Model, bytes: &[u8]) -> bool {
+        for k in top::keys(bytes) {
+            match model.key(k) {
+                Step::Go => {}
+                Step::Quit => return false,
+                Step::Answer { sandbox, id, scope } => {
+                    tokio::spawn(answer(self.client(&sandbox), id, scope, self.tx.clone()));
                 }
             }
         }
+        true
     }
-    for t in streams.values() {
-        t.abort();
+}
+
+impl Drop for Feeds<'_> {
+    fn drop(&mut self) {
+        for t in self.streams.values() {
+            t.abort();
+        }
     }
-    Ok(0)
 }
 
 /// Answers the item `id` (approve with `scope`, or deny with [`top::DENY_REASON`]); tells
