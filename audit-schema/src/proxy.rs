@@ -518,11 +518,13 @@ pub struct Reload {
 pub struct PolicyReload {
     /// The revision in force after the line (the one before when refused).
     pub revision: u64,
-    /// The hash (SHA-256, hex) of the policy text of `revision`.
+    /// The hash (SHA-256, hex) of the policy text of `revision` (and of the operator's
+    /// grants over it, when it has some).
     pub hash: String,
     /// The hash of the revision before.
     pub previous_hash: String,
-    /// Where the new text came from (a path on the host or in the container).
+    /// Where the new text came from (a path on the host or in the container), or the grant
+    /// that made the revision (`approve --always ID (HOST:PORT) by uid N`, its `revoke`).
     pub origin: String,
     /// Open connections the new revision refused, closed right after this line.
     pub closed: u64,

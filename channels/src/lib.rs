@@ -56,6 +56,9 @@ pub const DEFAULT_POLICY_PATH: &str = "/etc/airlock/policy.toml";
 pub const DEFAULT_AUDIT_DIR: &str = "/var/log/airlock";
 /// Audit log file name inside the audit directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
+/// The operator's standing grants (`approve --always`, `deny --always`) inside the audit
+/// directory: the proxy's own, kept with the audit log across restarts.
+pub const GRANTS_FILE: &str = "grants.json";
 /// Default of `AIRLOCK_AUDIT_CAP`: bytes the proxy's audit log (`audit.jsonl` and its rotated
 /// files) may take on the audit volume. The git API's log gets a quarter of the cap
 /// ([`git_log_cap`]).

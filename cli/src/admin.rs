@@ -18,8 +18,8 @@
 
 use airlock_control::admin::{
     AnswerRequest, Approval, ApprovalQuery, CheckQuery, Checked, Counters, ErrorBody, ErrorCode,
-    EventsQuery, PolicyRevision, ReloadRequest, Reloaded, Request, Response, SOCKET, Sessions,
-    StreamLine,
+    EventsQuery, PolicyRevision, ReloadRequest, Reloaded, Request, Response, RevokeRequest, SOCKET,
+    Sessions, StreamLine,
 };
 use airlock_control::status::Status;
 use bytes::{Buf, Bytes};
@@ -456,6 +456,18 @@ impl Client {
         match self.call(&Request::Answer(answer)).await? {
             Response::Approval(a) => Ok(a),
             other => Err(self.unexpected("an answer", &other)),
+        }
+    }
+
+    /// Takes back the grant `id` (`POST /v1/grants/revoke`); the revision without it.
+    ///
+    /// # Errors
+    /// As [`Client::call`] (no such grant: [`ErrorCode::NotFound`]).
+    pub async fn revoke(&self, id: &str) -> Result<Reloaded, AdminError> {
+        let r = RevokeRequest { id: id.to_owned() };
+        match self.call(&Request::Revoke(r)).await? {
+            Response::Reloaded(r) => Ok(r),
+            other => Err(self.unexpected("a revocation's outcome", &other)),
         }
     }
 

@@ -142,27 +142,49 @@ The agent was refused at once (approval-required) and nothing was sent; answer w
 first_ms, last_ms, state, scope, by, until_ms, reason, notes}]; `show` adds `token`.")]
     Approvals(ApprovalsArgs),
     /// Let an asked host through for the session that asked: its next connection
-    /// (--once) or every one (--session, optionally --for a time).
+    /// (--once) or every one (--session, optionally --for a time); or for every session,
+    /// across restarts, until revoked (--always).
     #[command(after_help = "\
 Examples:
   airlock approve 3f2a9c1d --once
   airlock approve 3f2a9c1d --session --for 30m
   airlock approve fix-login/3f2a9c1d --session --token 0011223344556677
+  airlock approve fix-login/3f2a9c1d --always  # a grant: every session, kept, revocable
   airlock approve --all --session --for 1h    # every pending item without a note
 
 Returns once the proxy holds the answer; the session's next request then passes. An item
 carrying notes (a credential bound to the host, a passthrough host) says so first. With
---token (from `approvals show`), refused if the item or the policy changed since.")]
+--token (from `approvals show`), refused if the item or the policy changed since.
+
+--always makes a grant: a new policy revision that allows the host and port, in force when
+the command returns, kept beside the sandbox's audit log (so a restart keeps it) with who
+granted it and when. `airlock policy show NAME` lists it with its id; `airlock revoke
+NAME/ID` takes it back.")]
     Approve(ApproveArgs),
-    /// Refuse an asked host for the session that asked, with a reason the agent reads.
+    /// Refuse an asked host for the session that asked, with a reason the agent reads; or
+    /// for every session, across restarts, until revoked (--always).
     #[command(after_help = "\
 Examples:
   airlock deny 3f2a9c1d --reason \"use the internal mirror\"
   airlock deny 3f2a9c1d --reason \"not needed for this task\" --for 1h
+  airlock deny fix-login/3f2a9c1d --always --reason \"never: a paste site\"
 
 The session's requests to the host are refused approval-denied with your reason, for the
-time given or until the sandbox stops; other sessions are asked anew.")]
+time given or until the sandbox stops; other sessions are asked anew. --always makes a
+grant that denies the host and port to every session (a policy revision, kept, listed by
+`airlock policy show`, taken back with `airlock revoke`).")]
     Deny(DenyArgs),
+    /// Take back a grant that `approve --always` or `deny --always` made: a new policy
+    /// revision without it, in force when the command returns.
+    #[command(after_help = "\
+Examples:
+  airlock revoke fix-login/3f2a9c1d
+  airlock revoke 3f2a9c1d                      # looked for in every running sandbox
+
+The grants and their ids are listed by `airlock policy show NAME` (origin `approve --always
+ID by uid N at TIME`). Open connections the revision without the grant refuses are closed;
+the host is asked about (or refused) again.")]
+    Revoke(RevokeArgs),
     /// A terminal view of every running sandbox: requests, denials, open connections, the
     /// latest denials first, and the inbox of what the agents asked for; Enter shows one
     /// sandbox, i the inbox, q quits.
@@ -474,7 +496,7 @@ pub enum ApprovalsCmd {
 
 /// `approve`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("scope").required(true).args(["once", "session"])))]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["once", "session", "always"])))]
 pub struct ApproveArgs {
     /// The item: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -493,6 +515,10 @@ pub struct ApproveArgs {
     /// Every connection of that session to it.
     #[arg(long)]
     pub session: bool,
+    /// Every session's, across restarts, until `airlock revoke`: a grant in the policy
+    /// (one item at a time: not with --all).
+    #[arg(long, conflicts_with = "all")]
+    pub always: bool,
     /// How long a --session approval holds (90s, 30m, 2h, 7d; none: until the sandbox
     /// stops).
     #[arg(long = "for", value_name = "SPAN", requires = "session")]
@@ -513,9 +539,19 @@ pub struct DenyArgs {
     /// How long the denial holds (90s, 30m, 2h, 7d; none: until the sandbox stops).
     #[arg(long = "for", value_name = "SPAN")]
     pub for_span: Option<String>,
+    /// Every session's, across restarts, until `airlock revoke`: a grant in the policy.
+    #[arg(long, conflicts_with = "for_span")]
+    pub always: bool,
     /// The review token `approvals show` printed: refused if the item changed since.
     #[arg(long)]
     pub token: Option<String>,
+}
+
+/// `revoke`.
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// The grant: ID, SANDBOX/ID, or k8s:NAMESPACE/POD/ID (the id `policy show` lists).
+    pub id: String,
 }
 
 /// `policy`.

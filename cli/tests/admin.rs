@@ -697,3 +697,83 @@ fn attack_a_bulk_approve_leaves_an_item_with_a_note_pending() {
     );
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// `approve --always` and `deny --always` are grants: a policy revision in force when the
+/// command returns, listed by `policy show` with who made them, kept beside the sandbox's
+/// audit log where the agent cannot read them, still in force after the sandbox restarts,
+/// and taken back by id.
+#[test]
+fn attack_an_always_grant_outlives_a_restart_is_the_operators_alone_and_is_revoked_by_id() {
+    let (w, s) = asking_sandbox("alw");
+    let ask = |host: &str| -> String {
+        let v: Value =
+            serde_json::from_str(&agent_get(&w, &s, &format!("http://{host}/"))).unwrap();
+        assert_eq!(v["error"], "approval-required", "{v}");
+        v["approval_id"].as_str().unwrap().to_owned()
+    };
+    let granted = ask("granted.example");
+    let refused = ask("refused.example");
+    // A grant takes no time, and is made one item at a time.
+    assert_eq!(
+        w.run(&["approve", &granted, "--always", "--for", "1h"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        w.run(&["approve", "--all", "--always"]).status.code(),
+        Some(2)
+    );
+    let out = w.ok(&["approve", &format!("{s}/{granted}"), "--always"]);
+    assert!(
+        out.contains("approved (always)") && out.contains(&format!("airlock revoke {s}/{granted}")),
+        "{out}"
+    );
+    w.ok(&[
+        "deny",
+        &format!("{s}/{refused}"),
+        "--always",
+        "--reason",
+        "a paste site",
+    ]);
+    let check = |when: &str| {
+        let shown = w.ok(&["policy", "show", &s]);
+        assert!(
+            shown.contains("granted.example:80")
+                && shown.contains(&format!("approve --always {granted} by uid"))
+                && shown.contains(&format!("deny --always {refused} by uid")),
+            "{when}: {shown}"
+        );
+        assert!(
+            !refusal(&w, &s, "granted.example").contains("approval"),
+            "{when}: the grant lets it through"
+        );
+        let no = refusal(&w, &s, "refused.example");
+        assert!(!no.is_empty() && !no.contains("approval"), "{when}: {no}");
+    };
+    check("granted");
+
+    // The agent can neither read nor replace the grants (the proxy's, beside the audit log).
+    let tried = agent_sh(
+        &w,
+        &s,
+        "cat /var/log/airlock/grants.json; echo '{}' > /var/log/airlock/grants.json; echo rc=$?",
+    );
+    assert!(
+        !tried.contains(&granted) && tried.starts_with("rc=") && !tried.ends_with("rc=0"),
+        "{tried}"
+    );
+
+    w.ok(&["stop", &s]);
+    w.ok(&["start", &s]);
+    check("after a restart");
+
+    let out = w.ok(&["revoke", &format!("{s}/{granted}")]);
+    assert!(out.contains(&format!("grant {granted} revoked")), "{out}");
+    assert_eq!(refusal(&w, &s, "granted.example"), "approval-required");
+    assert_eq!(
+        w.run(&["revoke", &format!("{s}/{granted}")]).status.code(),
+        Some(3)
+    );
+    w.ok(&["destroy", &s, "--force"]);
+}

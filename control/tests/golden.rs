@@ -9,8 +9,8 @@
 use airlock_control::admin::{
     AnswerRequest, Approval, ApprovalQuery, Approvals, AuditState, CheckQuery, Checked, Counters,
     Cursor, EffectiveRule, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note, NoteCode,
-    PolicyRevision, ReloadRequest, Reloaded, Request, Response, Session, SessionKind, Sessions,
-    StreamLine,
+    PolicyRevision, ReloadRequest, Reloaded, Request, Response, RevokeRequest, Session,
+    SessionKind, Sessions, StreamLine,
 };
 use airlock_control::{State, Status, Steps};
 use serde::Serialize;
@@ -112,6 +112,12 @@ fn requests() {
             for_seconds: Some(3600),
             token: Some("0011223344556677".into()),
             reason: Some("use the internal mirror".into()),
+        }),
+    );
+    golden(
+        "request-revoke",
+        &Request::Revoke(RevokeRequest {
+            id: "3f2a9c1d".into(),
         }),
     );
 }

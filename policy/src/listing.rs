@@ -27,6 +27,14 @@ pub enum Origin {
     },
     /// Built into airlock: the phrase says what it is.
     Builtin(&'static str),
+    /// An operator's standing answer ([`crate::overlay::Grant`]): `approve --always` or
+    /// `deny --always` of item `id`, by uid `by`, at `at`.
+    Grant {
+        id: String,
+        allow: bool,
+        by: u32,
+        at: String,
+    },
 }
 
 impl fmt::Display for Origin {
@@ -35,6 +43,11 @@ impl fmt::Display for Origin {
             Self::File(key) => write!(f, "file {key}"),
             Self::Bundle { kind, name, key } => write!(f, "{kind} {name} ({key})"),
             Self::Builtin(what) => write!(f, "built-in: {what}"),
+            Self::Grant { id, allow, by, at } => write!(
+                f,
+                "{} --always {id} by uid {by} at {at}",
+                if *allow { "approve" } else { "deny" }
+            ),
         }
     }
 }
@@ -92,7 +105,32 @@ fn listing(p: &Policy, s: &Provenance) -> Vec<Listed> {
             });
         }
     }
-    out.extend(file("network.deny", &n.deny));
+    let granted = |allow: bool| {
+        s.overlay
+            .iter()
+            .filter(move |g| g.allow == allow)
+            .map(|g| Listed {
+                list: if g.allow {
+                    "network.allow"
+                } else {
+                    "network.deny"
+                },
+                rule: g.rule_text(),
+                origin: Origin::Grant {
+                    id: g.id.clone(),
+                    allow: g.allow,
+                    by: g.by,
+                    at: g.at.clone(),
+                },
+            })
+    };
+    out.extend(granted(true));
+    let deny_grants = s.overlay.iter().filter(|g| !g.allow).count();
+    out.extend(file(
+        "network.deny",
+        &n.deny[..n.deny.len().saturating_sub(deny_grants)],
+    ));
+    out.extend(granted(false));
     // Only when it changes what an unlisted host gets.
     if n.unlisted == crate::model::Unlisted::Ask {
         out.push(Listed {

@@ -250,6 +250,7 @@ impl Policy {
                     )
                 })
                 .collect(),
+            overlay: Vec::new(),
         };
         let sandbox = v.sandbox(raw.sandbox)?;
         let mut allow = v.rules(&raw.network.allow, "network.allow", true)?;

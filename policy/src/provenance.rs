@@ -13,4 +13,7 @@ pub(crate) struct Provenance {
     pub presets: Vec<String>,
     /// `[[credentials]]`, in order: its preset, and whether the file wrote its hosts.
     pub credentials: Vec<(Option<String>, bool)>,
+    /// The operator's grants applied over the file ([`crate::overlay`]), in order: each
+    /// allow grant's rule ends `network.allow`, each deny grant's ends `network.deny`.
+    pub overlay: Vec<crate::overlay::Grant>,
 }

@@ -15,8 +15,11 @@
 //!   the item is spent (the one after files a new one);
 //! - approve `session`: every connection of that session to it, until the sandbox stops or
 //!   the `for` time ends; another session is still asked;
+//! - approve `always`: every session's, across restarts, until revoked: a grant the policy
+//!   carries (the admin API makes it a revision first; the item keeps the record);
 //! - deny: that session's requests to it are refused `approval-denied` with the operator's
-//!   reason, until the `for` time ends (none: until the sandbox stops).
+//!   reason, until the `for` time ends (none: until the sandbox stops); deny `always`: a
+//!   grant that denies it to every session, as approve `always`.
 //!
 //! A review token ([`token`]) binds what the operator was shown (the item and the policy
 //! revision): an answer with a stale token is refused. Who answered is the operator's uid
@@ -24,7 +27,8 @@
 //!
 //! What this module does not do: decide that a host is asked (the policy step of
 //! `admission`), lift a hard deny, a listed deny or a secret in a name (those refuse before
-//! an item is looked at), or keep anything across a restart.
+//! an item is looked at), or keep anything across a restart (grants are policy: the
+//! revision's and [`crate::grants`]'s).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -43,6 +47,9 @@ pub enum Scope {
     Once,
     /// Every connection of the session to it.
     Session,
+    /// Every session's, kept across restarts until revoked: a grant the policy carries
+    /// (`crate::revision::Revisions::regrant`), so the item is only its record.
+    Always,
 }
 
 impl Scope {
@@ -52,6 +59,7 @@ impl Scope {
         match self {
             Scope::Once => "once",
             Scope::Session => "session",
+            Scope::Always => "always",
         }
     }
 }
@@ -69,11 +77,13 @@ pub enum State {
     },
     /// An approval for one connection, spent.
     Spent { by: u32 },
-    /// Denied by the operator `by`, with a reason the agent reads, until `until` if given.
+    /// Denied by the operator `by`, with a reason the agent reads, until `until` if given;
+    /// `always`: for every session, by a grant the policy carries.
     Denied {
         by: u32,
         reason: String,
         until: Option<SystemTime>,
+        always: bool,
     },
 }
 
@@ -153,6 +163,7 @@ pub enum Answer {
     Deny {
         reason: String,
         until: Option<SystemTime>,
+        always: bool,
     },
 }
 
@@ -370,7 +381,16 @@ impl Approvals {
         answerable(item, token_given, revision)?;
         item.state = match answer {
             Answer::Approve { scope, until } => State::Approved { scope, by, until },
-            Answer::Deny { reason, until } => State::Denied { by, reason, until },
+            Answer::Deny {
+                reason,
+                until,
+                always,
+            } => State::Denied {
+                by,
+                reason,
+                until,
+                always,
+            },
         };
         let item = item.clone();
         drop(inner);
@@ -478,6 +498,15 @@ impl Inner {
             State::Approved { until, .. } | State::Denied { until, .. }
                 if until.is_some_and(|u| wall >= u) =>
             {
+                self.live.remove(key);
+                return None;
+            }
+            // An always answer is a grant the policy carries: asked again, it was revoked.
+            State::Approved {
+                scope: Scope::Always,
+                ..
+            }
+            | State::Denied { always: true, .. } => {
                 self.live.remove(key);
                 return None;
             }

@@ -49,6 +49,7 @@ mod explicit;
 pub mod gate;
 pub mod gitfetch;
 pub mod gitpath;
+pub mod grants;
 pub mod hop;
 pub mod identity;
 pub mod intercept;

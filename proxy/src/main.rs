@@ -79,6 +79,29 @@ fn main() -> anyhow::Result<()> {
         None => policy,
     };
     let resumed = resumed.map(|(saved, _)| saved);
+    // The operator's standing grants, kept beside the audit log: over whichever policy is
+    // in force. A grants file that does not load stops the start (never a grant dropped
+    // silently).
+    let grants_file = airlock_proxy::grants::path_beside(&args.audit);
+    let overlay = match airlock_proxy::grants::load(&grants_file) {
+        Ok(o) => o,
+        Err(e) => refuse(&e.to_string()),
+    };
+    let base = policy.clone();
+    let policy = match policy.with_overlay(&overlay) {
+        Ok(p) => p,
+        Err(e) => refuse(&format!(
+            "the grants file {} does not apply: {e} (fix it, or move it away to drop every grant in it)",
+            grants_file.display()
+        )),
+    };
+    if !overlay.grants.is_empty() {
+        tracing::info!(
+            "{} operator grants from {} apply",
+            overlay.grants.len(),
+            grants_file.display()
+        );
+    }
     // The admin socket is taken before anything else can open a descriptor over its number.
     let admin_listener = match admin_listener(&args) {
         Ok(l) => l,
@@ -104,7 +127,14 @@ fn main() -> anyhow::Result<()> {
         args,
         rules,
         interception,
-        admin_listener.map(|l| (l, policy_hash, resumed)),
+        admin_listener.map(|listener| AdminStart {
+            listener,
+            policy_hash,
+            resumed,
+            grants_file,
+            base,
+            overlay,
+        }),
     ))
 }
 
@@ -177,15 +207,23 @@ fn setup_interception(
     Ok((rules, Interception::new(ca, roots)?))
 }
 
+/// What the admin API starts from, read before the runtime: its socket, the policy's hash,
+/// a revision kept by an earlier run of the proxy in this start, and the operator's grants
+/// (their file, and the policy in force before them).
+struct AdminStart {
+    listener: std::os::unix::net::UnixListener,
+    policy_hash: String,
+    resumed: Option<airlock_proxy::revision::Saved>,
+    grants_file: std::path::PathBuf,
+    base: airlock_policy::Policy,
+    overlay: airlock_policy::overlay::Overlay,
+}
+
 async fn run(
     args: Args,
     rules: Rules,
     interception: Interception,
-    admin: Option<(
-        std::os::unix::net::UnixListener,
-        String,
-        Option<airlock_proxy::revision::Saved>,
-    )>,
+    admin: Option<AdminStart>,
 ) -> anyhow::Result<()> {
     // Before the listeners answer: a SIGHUP must never meet the default action (exit).
     let mut signals = shutdown::Signals::install().context("installing signal handlers")?;
@@ -226,18 +264,19 @@ async fn run(
         original_dst: Arc::new(SoOriginalDst),
         interception: Arc::new(interception),
         git_service_addr: Some(airlock_channels::git_service_addr()),
-        admin: admin.map(|(listener, hash, resumed)| airlock_proxy::AdminSetup {
-            listener,
+        admin: admin.map(|a| airlock_proxy::AdminSetup {
+            listener: a.listener,
             operators: airlock_proxy::admin::peer::Operators {
                 uids: args.admin_operator_uid.clone(),
             },
             status_dir: args.status_dir.clone(),
             revisions: airlock_proxy::revision::Revisions::new(
                 &args.policy,
-                hash,
+                a.policy_hash,
                 &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
             )
-            .kept_in(&args.state_dir, resumed.as_ref()),
+            .kept_in(&args.state_dir, a.resumed.as_ref())
+            .with_grants(&a.grants_file, a.base, a.overlay),
             agent_uid: args.agent_uid,
         }),
     };

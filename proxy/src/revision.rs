@@ -12,6 +12,12 @@
 //! Open connections are re-judged under the new revision by the caller
 //! ([`crate::conns`]); their count is on the reload line.
 //!
+//! The operator's grants ([`airlock_policy::overlay`]) are a layer over the policy text: a
+//! reload keeps them over the new text, and a grant or its revocation
+//! ([`Revisions::regrant`]) is a revision of its own: kept in the grants file
+//! ([`crate::grants`]) and audited (`reload`, its origin naming the grant and who made it)
+//! before it is in force. A revision's hash covers its text and its grants.
+//!
 //! It does not read files on the host (the admin client sends the text) and does not
 //! change what other processes read at start: `[sandbox]`, `[git]` (the git API's),
 //! `[[credentials]]` (the hand-off's secrets) and `[secrets]` (the entrypoint's workspace
@@ -24,6 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use airlock_audit_schema::PolicyReload;
 use airlock_control::admin::{ErrorBody, ErrorCode, PolicyRevision, ReloadRequest, Reloaded};
 use airlock_policy::Policy;
+use airlock_policy::overlay::Overlay;
 
 use crate::audit::Audit;
 use crate::snapshot::{Rules, Snapshot};
@@ -162,10 +169,36 @@ pub fn start_overrides(
     }
 }
 
+/// The hash of a revision made of the text hashed `text_hash` and the grants `overlay`:
+/// the text's own when there are none.
+#[must_use]
+pub fn layered_hash(text_hash: &str, overlay: &Overlay) -> String {
+    if overlay.grants.is_empty() {
+        return text_hash.to_owned();
+    }
+    let grants = serde_json::to_string(overlay).unwrap_or_default();
+    hash(format!("{text_hash}\n{grants}").as_bytes())
+}
+
+/// What the revision in force is made of.
+#[derive(Debug, Default)]
+struct Layers {
+    /// The policy of its text, the start's overrides applied, before the grants (`None`:
+    /// this proxy keeps no grants).
+    base: Option<Policy>,
+    /// The hash of its text.
+    text_hash: String,
+    /// The grants over it.
+    overlay: Overlay,
+}
+
 /// The revision in force and how to make the next one.
 #[derive(Debug)]
 pub struct Revisions {
     current: Mutex<PolicyRevision>,
+    layers: Mutex<Layers>,
+    /// Where the grants are kept ([`crate::grants`]); `None`: grants are refused.
+    grants_file: Option<PathBuf>,
     /// One reload at a time (validation, audit line and swap in order).
     turn: tokio::sync::Mutex<()>,
     /// The policy file the proxy runs from: what a reload without text reads again.
@@ -193,11 +226,16 @@ impl Revisions {
         Self {
             current: Mutex::new(PolicyRevision {
                 revision: 1,
-                hash,
+                hash: hash.clone(),
                 loaded_at_ms: now_ms(),
                 origin: path.display().to_string(),
                 rules: Vec::new(),
             }),
+            layers: Mutex::new(Layers {
+                text_hash: hash.clone(),
+                ..Layers::default()
+            }),
+            grants_file: None,
             turn: tokio::sync::Mutex::new(()),
             path: path.to_owned(),
             handoff: handoff.to_owned(),
@@ -218,8 +256,34 @@ impl Revisions {
             current.revision = saved.revision;
             current.hash = hash(saved.text.as_bytes());
             current.origin.clone_from(&saved.origin);
+            lock(&self.layers).text_hash.clone_from(&current.hash);
         }
         self
+    }
+
+    /// Keeps the operator's grants in `file`, starting from `overlay` (read from it) over
+    /// `base` (the policy in force before them, after [`Revisions::kept_in`]).
+    #[must_use]
+    pub fn with_grants(mut self, file: &Path, base: Policy, overlay: Overlay) -> Self {
+        self.grants_file = Some(file.to_owned());
+        let layers = self
+            .layers
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self
+            .current
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        current.hash = layered_hash(&layers.text_hash, &overlay);
+        layers.base = Some(base);
+        layers.overlay = overlay;
+        self
+    }
+
+    /// The grants in force.
+    #[must_use]
+    pub fn grants(&self) -> Overlay {
+        lock(&self.layers).overlay.clone()
     }
 
     /// The revision in force.
@@ -270,7 +334,9 @@ impl Revisions {
             ));
         }
         let before = self.current();
-        let new_hash = hash(text.as_bytes());
+        let overlay = self.grants();
+        let text_hash = hash(text.as_bytes());
+        let new_hash = layered_hash(&text_hash, &overlay);
         if new_hash == before.hash {
             return Ok(Outcome::Unchanged(reloaded(&before, false, 0)));
         }
@@ -298,6 +364,10 @@ impl Revisions {
         if let Some(why) = restart_needed(&in_force.policy, &policy) {
             return Err(refuse(ErrorCode::RestartNeeded, why));
         }
+        let base = policy.clone();
+        let policy = policy
+            .with_overlay(&overlay)
+            .map_err(|e| refuse(ErrorCode::InvalidPolicy, e.to_string()))?;
         let new = Rules::reload(&policy, &self.handoff)
             .map_err(|e| refuse(ErrorCode::InvalidPolicy, e.to_string()))?;
         let closed = closing(&new);
@@ -305,13 +375,15 @@ impl Revisions {
         let revision = before.revision + 1;
         audit
             .policy_reload(&change, line(revision, &new_hash, closed), None)
-            .map_err(|_| {
-                error(
-                    ErrorCode::Unavailable,
-                    "the audit log cannot be written, so the reload was not applied: free the audit volume and try again".to_owned(),
-                )
-            })?;
+            .map_err(|_| unwritable("reload"))?;
         rules.replace(new);
+        {
+            let mut layers = lock(&self.layers);
+            if layers.base.is_some() {
+                layers.base = Some(base);
+            }
+            layers.text_hash = text_hash;
+        }
         if let Some(dir) = &self.keep {
             let saved = Saved {
                 revision,
@@ -324,16 +396,105 @@ impl Revisions {
                 );
             }
         }
+        let now = self.advance(revision, new_hash, origin);
+        Ok(Outcome::Loaded(reloaded(&now, true, closed)))
+    }
+}
+
+impl Revisions {
+    /// The next revision: the grants `change` makes of those in force (one added, one
+    /// revoked) over the same text, kept in the grants file, audited as a `reload` from
+    /// `origin` (who granted what), then swapped. `closing` is as for
+    /// [`Revisions::reload`]. Grants are made one at a time, with reloads.
+    ///
+    /// # Errors
+    /// `change`'s own; [`ErrorCode::Unavailable`] when this proxy keeps no grants, or the
+    /// grants file or the audit log cannot be written (the grants in force stay, in the file
+    /// too); [`ErrorCode::InvalidPolicy`] when the grants make no rules.
+    pub async fn regrant(
+        &self,
+        rules: &Snapshot<Rules>,
+        audit: &Audit,
+        change: impl FnOnce(&Overlay) -> Result<Overlay, ErrorBody>,
+        origin: String,
+        closing: impl FnOnce(&Rules) -> u64,
+    ) -> Result<Reloaded, ErrorBody> {
+        let _turn = self.turn.lock().await;
+        let Some(file) = &self.grants_file else {
+            return Err(error(
+                ErrorCode::Unavailable,
+                "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
+            ));
+        };
+        let (base, text_hash, old) = {
+            let layers = lock(&self.layers);
+            (
+                layers.base.clone(),
+                layers.text_hash.clone(),
+                layers.overlay.clone(),
+            )
+        };
+        let base = base.unwrap_or_else(|| rules.load().policy.clone());
+        let overlay = change(&old)?;
+        let policy = base
+            .with_overlay(&overlay)
+            .map_err(|e| error(ErrorCode::InvalidPolicy, e.to_string()))?;
+        let new = Rules::reload(&policy, &self.handoff)
+            .map_err(|e| error(ErrorCode::InvalidPolicy, e.to_string()))?;
+        let closed = closing(&new);
+        let in_force = rules.load();
+        let change = new.change(in_force.credentials.workspace_secrets());
+        let before = self.current();
+        let revision = before.revision + 1;
+        let new_hash = layered_hash(&text_hash, &overlay);
+        crate::grants::store(file, &overlay)
+            .map_err(|e| error(ErrorCode::Unavailable, format!("{e}: nothing was granted")))?;
+        let line = PolicyReload {
+            revision,
+            hash: new_hash.clone(),
+            previous_hash: before.hash.clone(),
+            origin: origin.clone(),
+            closed,
+        };
+        if audit.policy_reload(&change, line, None).is_err() {
+            if let Err(e) = crate::grants::store(file, &old) {
+                tracing::error!(
+                    "the grants file could not be put back after the audit failed: {e}"
+                );
+            }
+            return Err(unwritable("grant"));
+        }
+        rules.replace(new);
+        lock(&self.layers).overlay = overlay;
+        let now = self.advance(revision, new_hash, origin);
+        Ok(reloaded(&now, true, closed))
+    }
+
+    /// Makes `revision` (hashed `hash`, from `origin`) the one in force, loaded now.
+    fn advance(&self, revision: u64, hash: String, origin: String) -> PolicyRevision {
         let now = PolicyRevision {
             revision,
-            hash: new_hash,
+            hash,
             loaded_at_ms: now_ms(),
             origin,
             rules: Vec::new(),
         };
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = now.clone();
-        Ok(Outcome::Loaded(reloaded(&now, true, closed)))
+        *lock(&self.current) = now.clone();
+        now
     }
+}
+
+fn unwritable(what: &str) -> ErrorBody {
+    error(
+        ErrorCode::Unavailable,
+        format!(
+            "the audit log cannot be written, so the {what} was not applied: free the audit volume and try again"
+        ),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn reloaded(r: &PolicyRevision, changed: bool, closed: u64) -> Reloaded {
@@ -416,6 +577,25 @@ mod tests {
             ..saved
         };
         assert!(renamed.policy(&start).is_err());
+    }
+
+    #[test]
+    fn a_revisions_hash_is_its_texts_until_grants_lie_over_it() {
+        let text = hash(BASE.as_bytes());
+        assert_eq!(layered_hash(&text, &Overlay::default()), text);
+        let one = Overlay::default().with(airlock_policy::overlay::Grant {
+            id: "0a0b0c0d".into(),
+            allow: true,
+            host: "b.example".into(),
+            port: 443,
+            by: 0,
+            at: "2026-11-29T04:00:00.000Z".into(),
+            why: None,
+        });
+        let layered = layered_hash(&text, &one);
+        assert_ne!(layered, text);
+        assert_eq!(layered, layered_hash(&text, &one.clone()));
+        assert_eq!(layered_hash(&text, &one.without("0a0b0c0d").unwrap()), text);
     }
 
     #[test]

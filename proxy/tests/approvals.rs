@@ -678,3 +678,176 @@ async fn attack_a_held_request_sends_nothing_until_the_answer_and_holds_are_capp
     assert!(j["rule"].as_str().unwrap().starts_with("held 2."), "{j}");
     h.finish().await;
 }
+
+#[tokio::test]
+async fn attack_an_always_grant_is_policy_for_every_session_kept_beside_the_audit_and_revoked_by_id()
+ {
+    let (up, _heads) = http_server().await;
+    let mut h = asking(&[route(ALLOWED_IP, 80, up)]).await;
+    let sock = h.admin.clone().unwrap();
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let always = |approve: bool| AnswerRequest {
+        id: id.clone(),
+        approve,
+        scope: Some("always".into()),
+        ..AnswerRequest::default()
+    };
+    // An always answer with a time is refused: a grant holds until it is revoked.
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            for_seconds: Some(60),
+            ..always(true)
+        },
+    )
+    .await;
+    assert_eq!(status, 400, "{r:?}");
+    let before = policy_revision(&sock).await;
+
+    let (status, r) = answer(&h, always(true)).await;
+    assert_eq!(status, 200, "{r:?}");
+    let Response::Approval(a) = r else { panic!() };
+    assert_eq!(
+        (a.state.as_str(), a.scope.as_deref()),
+        ("approved", Some("always"))
+    );
+    // The answer came back with the new revision in force, the grant listed with who made it.
+    let after = policy_revision(&sock).await;
+    assert_eq!(after.revision, before.revision + 1);
+    assert_ne!(after.hash, before.hash);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let granted = after
+        .rules
+        .iter()
+        .find(|r| r.rule == "ask.test:80")
+        .unwrap_or_else(|| panic!("{:?}", after.rules));
+    assert_eq!(granted.list, "network.allow");
+    assert!(
+        granted
+            .origin
+            .starts_with(&format!("approve --always {id} by uid {me} at ")),
+        "{}",
+        granted.origin
+    );
+    // Every session passes now: this one, and another (nobody) that never asked.
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let raw = "GET http://ask.test/x HTTP/1.1\r\nhost: ask.test\r\nconnection: close\r\n\r\n";
+    let text = as_nobody(h.addr, raw).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+
+    // Kept beside the audit log, the proxy's alone, with who and when.
+    let file = h.audit_path.with_file_name(airlock_channels::GRANTS_FILE);
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let kept = airlock_proxy::grants::load(&file).unwrap();
+    let g = kept.get(&id).unwrap();
+    assert_eq!(
+        (g.allow, g.host.as_str(), g.port, g.by),
+        (true, "ask.test", 80, me)
+    );
+
+    // Revoked by id: a new revision without it; the host is asked about again.
+    let revoke =
+        |id: &str| Request::Revoke(airlock_control::admin::RevokeRequest { id: id.to_owned() });
+    let (status, _) = call(&sock, &revoke("00000000")).await;
+    assert_eq!(status, 404);
+    let (status, body) = call(&sock, &revoke(&id)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(policy_revision(&sock).await.hash, before.hash);
+    assert!(
+        airlock_proxy::grants::load(&file)
+            .unwrap()
+            .grants
+            .is_empty()
+    );
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required"),
+        "{}",
+        r.body
+    );
+
+    // Deny always: every session refused by the policy, the operator's reason kept.
+    let id2 = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: id2.clone(),
+            reason: Some("use the mirror".into()),
+            ..AnswerRequest {
+                id: id2.clone(),
+                approve: false,
+                scope: Some("always".into()),
+                ..AnswerRequest::default()
+            }
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    let text = as_nobody(h.addr, raw).await;
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(!text.contains("approval-required"), "{text}");
+    let g = airlock_proxy::grants::load(&file).unwrap();
+    assert_eq!(g.get(&id2).unwrap().why.as_deref(), Some("use the mirror"));
+    // A reload of the operator's file keeps the grants over the new text.
+    let text = std::fs::read_to_string(&h.policy_path)
+        .unwrap()
+        .replace("\"readonly.test\"", "\"readonly.test\", \"h9.test\"");
+    let (status, body) = call(
+        &sock,
+        &Request::Reload(ReloadRequest {
+            text: Some(text),
+            origin: None,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let text = as_nobody(h.addr, raw).await;
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(
+        policy_revision(&sock)
+            .await
+            .rules
+            .iter()
+            .any(|r| r.list == "network.deny"
+                && r.origin.starts_with(&format!("deny --always {id2}"))),
+        "the deny grant outlives the reload"
+    );
+
+    // Each grant and revocation is a reload line naming it and who, before the answer's.
+    let lines = h.finish().await;
+    let reloads: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["event"] == "reload")
+        .filter_map(|l| l["origin"].as_str())
+        .collect();
+    assert_eq!(reloads.len(), 4, "{reloads:?}");
+    assert!(reloads[0].starts_with(&format!("approve --always {id} (ask.test:80) by uid {me}")));
+    assert!(reloads[1].starts_with(&format!("revoke approve --always {id}")));
+    assert!(reloads[2].starts_with(&format!("deny --always {id2}")));
+    let answered = lines
+        .iter()
+        .position(|l| l["event"] == "approval-answered" && l["approval"] == id.as_str())
+        .unwrap();
+    let reload = lines.iter().position(|l| l["event"] == "reload").unwrap();
+    assert!(
+        reload < answered,
+        "the grant is in force before it is answered"
+    );
+}
+
+async fn policy_revision(sock: &std::path::Path) -> airlock_control::admin::PolicyRevision {
+    let (status, body) = call(sock, &Request::Policy).await;
+    assert_eq!(status, 200);
+    match response(&body) {
+        Response::Policy(p) => p,
+        other => panic!("{other:?}"),
+    }
+}

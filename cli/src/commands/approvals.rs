@@ -1,4 +1,4 @@
-//! `airlock approvals [NAME]`, `approvals show ID`, `approve ID`, `deny ID`: the operator's
+//! `airlock approvals [NAME]`, `approvals show ID`, `approve ID`, `deny ID`, `revoke ID`: the operator's
 //! inbox of asked hosts across the running sandboxes, answered out of band through each
 //! sandbox's admin API (never through the agent's terminal).
 //!
@@ -211,7 +211,7 @@ pub async fn show((client, a): (Client, Approval), as_json: bool) -> Result<i32>
     }
     println!("{}", row(client.name(), &a));
     println!(
-        "  approving lets {} reach {}:{} (--once: its next connection; --session: every one)",
+        "  approving lets {} reach {}:{} (--once: its next connection; --session: every one; --always: every session's, kept until revoked)",
         a.session,
         escape(a.host.as_bytes()),
         a.port
@@ -294,7 +294,13 @@ pub async fn deny(ctx: &Ctx, args: &DenyArgs) -> Result<i32> {
 
 /// The answer `approve` sends.
 pub fn approval(args: &ApproveArgs) -> Result<AnswerRequest> {
-    let scope = if args.once { "once" } else { "session" };
+    let scope = if args.once {
+        "once"
+    } else if args.always {
+        "always"
+    } else {
+        "session"
+    };
     Ok(AnswerRequest {
         approve: true,
         scope: Some(scope.to_owned()),
@@ -308,6 +314,7 @@ pub fn approval(args: &ApproveArgs) -> Result<AnswerRequest> {
 pub fn denial(args: &DenyArgs) -> Result<AnswerRequest> {
     Ok(AnswerRequest {
         approve: false,
+        scope: args.always.then(|| "always".to_owned()),
         reason: Some(args.reason.clone()),
         for_seconds: span(args.for_span.as_deref())?,
         token: args.token.clone(),
@@ -344,7 +351,53 @@ pub async fn respond((client, item): (Client, Approval), mut answer: AnswerReque
         Err(e) => return Err(e.into()),
     };
     println!("{}", row(client.name(), &a));
+    if a.scope.as_deref() == Some("always") {
+        println!(
+            "  a grant for every session, in the policy now and kept across restarts: `airlock policy show {}` lists it, `airlock revoke {}/{}` takes it back",
+            client.name(),
+            client.name(),
+            a.id
+        );
+    }
     Ok(0)
+}
+
+/// `revoke ID`: the grant taken back in its sandbox (`SANDBOX/ID`), or in the running
+/// sandbox that has it.
+pub async fn revoke(ctx: &Ctx, id: &str) -> Result<i32> {
+    let (clients, bare) = match id.split_once('/') {
+        Some((name, bare)) => (ctx.admins(Some(name))?, bare),
+        None => (ctx.admins(None)?, id),
+    };
+    revoke_in(clients, bare, id).await
+}
+
+/// Takes back the grant `bare` in the first of `clients`' sandboxes that has it (`id` as
+/// the operator wrote it).
+pub async fn revoke_in(clients: Vec<Client>, bare: &str, id: &str) -> Result<i32> {
+    for client in clients {
+        match client.revoke(bare).await {
+            Ok(r) => {
+                println!(
+                    "{}: grant {bare} revoked: policy revision {} ({}); {} open connections it refuses closed",
+                    client.name(),
+                    r.revision,
+                    &r.hash[..r.hash.len().min(12)],
+                    r.closed
+                );
+                return Ok(0);
+            }
+            Err(e) if e.code() == Some(ErrorCode::NotFound) || e.is_not_running() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Failure::new(
+        Code::NotFound,
+        format!(
+            "no grant {id} in a running sandbox (`airlock policy show NAME` lists the grants with their ids)"
+        ),
+    )
+    .into())
 }
 
 /// The item `id` (`ID`, `SANDBOX/ID` or `k8s:NAMESPACE/POD/ID`) and the client of its

@@ -166,6 +166,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         Command::Approvals(a) => approvals::list(&ctx, &a).await,
         Command::Approve(a) => approvals::approve(&ctx, &a).await,
         Command::Deny(a) => approvals::deny(&ctx, &a).await,
+        Command::Revoke(a) => approvals::revoke(&ctx, &a.id).await,
         Command::Top(a) => top::run(&ctx, &a).await,
         Command::Completions(_)
         | Command::Render(_)

@@ -87,6 +87,10 @@ pub async fn run(command: &Command) -> Result<Option<i32>> {
             }
             None => return Ok(None),
         },
+        Command::Revoke(a) => match item(&a.id)? {
+            Some((c, bare)) => approvals::revoke_in(vec![c], bare, &a.id).await?,
+            None => return Ok(None),
+        },
         Command::Attach(a)
         | Command::Stop(a)
         | Command::Start(a)

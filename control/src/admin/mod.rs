@@ -26,6 +26,7 @@ mod response;
 pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
 pub use request::{
     AnswerRequest, ApprovalQuery, CheckQuery, HttpRequest, Method, ReloadRequest, Request,
+    RevokeRequest,
 };
 pub use response::{
     Approval, Approvals, AuditState, BudgetUse, Checked, Counters, EffectiveRule, ErrorBody,
@@ -67,6 +68,9 @@ pub mod path {
     /// `POST`: the operator's answer to one item ([`super::AnswerRequest`] →
     /// [`super::Approval`]).
     pub const ANSWER: &str = "/v1/approval/answer";
+    /// `POST`: take back a standing grant (`approve`/`deny --always`;
+    /// [`super::RevokeRequest`] → [`super::Reloaded`], the revision without it).
+    pub const REVOKE: &str = "/v1/grants/revoke";
     /// `GET`: Prometheus metrics (text exposition format; unversioned, as scrapers expect).
     pub const METRICS: &str = "/metrics";
 }

@@ -32,6 +32,8 @@ pub enum Request {
     Approval(ApprovalQuery),
     /// The operator's answer to one item ([`path::ANSWER`]).
     Answer(AnswerRequest),
+    /// Take back a standing grant ([`path::REVOKE`]).
+    Revoke(RevokeRequest),
     /// An operation this side does not know (a newer peer's).
     #[serde(other)]
     Unknown,
@@ -62,8 +64,9 @@ pub struct AnswerRequest {
     pub id: String,
     /// `true` approves, `false` denies.
     pub approve: bool,
-    /// An approval's scope: `once` (the session's next connection) or `session` (every
-    /// connection of that session).
+    /// An approval's scope: `once` (the session's next connection), `session` (every
+    /// connection of that session) or `always` (every session's, kept across restarts
+    /// until revoked: a grant). A denial's: `always`, or none (that session's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// How long the answer holds, in seconds (none: until the sandbox stops).
@@ -75,6 +78,13 @@ pub struct AnswerRequest {
     /// A denial's reason, for the agent (required to deny).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// Which grant to take back: the body of [`path::REVOKE`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeRequest {
+    /// The grant's id (the item it answered).
+    pub id: String,
 }
 
 /// What a dry run asks about: the query string of [`path::CHECK`].
@@ -217,10 +227,11 @@ enum Op {
     Approvals,
     Approval,
     Answer,
+    Revoke,
 }
 
 /// The routing table: every operation's method and path, once.
-const ROUTES: [(Method, &str, Op); 11] = [
+const ROUTES: [(Method, &str, Op); 12] = [
     (Method::Get, path::STATUS, Op::Status),
     (Method::Get, path::SESSIONS, Op::Sessions),
     (Method::Get, path::POLICY, Op::Policy),
@@ -232,6 +243,7 @@ const ROUTES: [(Method, &str, Op); 11] = [
     (Method::Get, path::APPROVALS, Op::Approvals),
     (Method::Get, path::APPROVAL, Op::Approval),
     (Method::Post, path::ANSWER, Op::Answer),
+    (Method::Post, path::REVOKE, Op::Revoke),
 ];
 
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
@@ -295,6 +307,7 @@ impl Request {
             Op::Approvals => Request::Approvals,
             Op::Approval => Request::Approval(ApprovalQuery::from_query(query.unwrap_or(""))?),
             Op::Answer => Request::Answer(object_body(route, body, "an answer")?),
+            Op::Revoke => Request::Revoke(object_body(route, body, "a revocation")?),
             Op::Reload if body.iter().all(u8::is_ascii_whitespace) => {
                 Request::Reload(ReloadRequest::default())
             }
@@ -335,6 +348,11 @@ impl Request {
             Request::Reload(r) => HttpRequest {
                 method: Method::Post,
                 target: path::RELOAD.to_owned(),
+                body: Some(serde_json::to_vec(r).unwrap_or_default()),
+            },
+            Request::Revoke(r) => HttpRequest {
+                method: Method::Post,
+                target: path::REVOKE.to_owned(),
                 body: Some(serde_json::to_vec(r).unwrap_or_default()),
             },
             Request::Unknown => return None,
@@ -388,6 +406,9 @@ mod tests {
                 for_seconds: Some(1800),
                 token: Some("0011223344556677".into()),
                 reason: None,
+            }),
+            Request::Revoke(RevokeRequest {
+                id: "3f2a9c1d".into(),
             }),
         ]
     }

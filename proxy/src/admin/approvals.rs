@@ -3,17 +3,21 @@
 //! the API's requests, writes the answer's audit line and renders the items).
 //!
 //! An answer is audited before it takes effect (`event: approval-answered`, who answered
-//! from the socket's credentials): without the line nothing is answered.
+//! from the socket's credentials): without the line nothing is answered. An `always`
+//! answer is a grant: a policy revision first ([`Revisions::regrant`], its own `reload`
+//! line naming the grant and who made it), and only once it is in force the item's answer.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use airlock_control::admin::{AnswerRequest, Approval, ErrorBody, ErrorCode};
+use airlock_control::admin::{AnswerRequest, Approval, ErrorBody, ErrorCode, Reloaded};
 use airlock_policy::Policy;
+use airlock_policy::overlay::Grant;
 
 use crate::Shared;
 use crate::approvals::{Answer, AnswerError, Item, Scope, State, token};
 use crate::audit::{Event, Kind, Record, Verdict};
 use crate::limits::Client;
+use crate::revision::Revisions;
 
 /// Longest answer the operator may give (`for`): 30 days.
 const MAX_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -35,9 +39,11 @@ pub(super) fn show(shared: &Shared, id: &str, revision: u64) -> Result<Approval,
     Ok(view(&item, &rules.policy, Some(token(&item, revision))))
 }
 
-/// Takes the operator `by`'s answer `a` under `revision`: checked, audited, then applied.
-pub(super) fn answer(
+/// Takes the operator `by`'s answer `a` under `revision`: checked, audited, then applied
+/// (an `always` one made a grant by `revisions` first).
+pub(super) async fn answer(
     shared: &Shared,
+    revisions: &Revisions,
     a: &AnswerRequest,
     by: u32,
     revision: u64,
@@ -56,13 +62,20 @@ pub(super) fn answer(
         }
         d => d.map(|d| wall + d),
     };
+    let always = a.scope.as_deref() == Some("always");
+    if always && until.is_some() {
+        return Err(bad(
+            "an always answer holds until it is revoked: it takes no time".into(),
+        ));
+    }
     let answer = if a.approve {
         let scope = match a.scope.as_deref() {
             Some("once") => Scope::Once,
             Some("session") => Scope::Session,
+            Some("always") => Scope::Always,
             other => {
                 return Err(bad(format!(
-                    "an approval's scope is \"once\" or \"session\", not {other:?}"
+                    "an approval's scope is \"once\", \"session\" or \"always\", not {other:?}"
                 )));
             }
         };
@@ -71,6 +84,15 @@ pub(super) fn answer(
         }
         Answer::Approve { scope, until }
     } else {
+        if let Some(other) = a
+            .scope
+            .as_deref()
+            .filter(|s| *s != "always" && *s != "session")
+        {
+            return Err(bad(format!(
+                "a denial's scope is \"session\" (the default) or \"always\", not {other:?}"
+            )));
+        }
         let reason = a.reason.as_deref().map(str::trim).unwrap_or_default();
         if reason.is_empty()
             || reason.chars().count() > MAX_REASON
@@ -83,6 +105,7 @@ pub(super) fn answer(
         Answer::Deny {
             reason: reason.to_owned(),
             until,
+            always,
         }
     };
     // The line first: an answer nobody can find in the log is not taken.
@@ -90,17 +113,28 @@ pub(super) fn answer(
         .approvals
         .answerable(&a.id, a.token.as_deref(), revision)
         .map_err(|e| refused(&e))?;
+    if always {
+        grant(shared, revisions, &item, &answer, by).await?;
+    }
     let line = answer_line(shared, &item, &answer, by);
     if shared.audit.commit(&line).is_err() {
         return Err(ErrorBody {
             code: ErrorCode::Unavailable,
-            message: "the audit log cannot be written: nothing was answered".into(),
+            message: if always {
+                "the audit log cannot be written: the grant is in force (its reload line is written), the item is left pending".into()
+            } else {
+                "the audit log cannot be written: nothing was answered".into()
+            },
         });
     }
     let answered = shared
         .approvals
         .answer(&a.id, answer, by, a.token.as_deref(), revision)
         .map_err(|e| refused(&e))?;
+    if always {
+        // The other sessions' items the grant decides now, and connections it refuses.
+        super::settle(shared);
+    }
     tracing::info!(
         "approval {} ({}:{}) answered {} by uid {by}",
         answered.id,
@@ -110,6 +144,90 @@ pub(super) fn answer(
     );
     let rules = shared.rules.load();
     Ok(view(&answered, &rules.policy, None))
+}
+
+/// Makes `answer` (an `always` one) to `item` a grant of the operator `by`: the revision
+/// that carries it is in force when this returns.
+async fn grant(
+    shared: &Shared,
+    revisions: &Revisions,
+    item: &Item,
+    answer: &Answer,
+    by: u32,
+) -> Result<Reloaded, ErrorBody> {
+    let (allow, why) = match answer {
+        Answer::Approve { .. } => (true, item.said.clone()),
+        Answer::Deny { reason, .. } => (false, Some(reason.clone())),
+    };
+    let g = Grant {
+        id: item.id.clone(),
+        allow,
+        host: item.host.clone(),
+        port: item.port,
+        by,
+        at: airlock_audit_schema::Timestamp::from(SystemTime::now()).to_string(),
+        why,
+    };
+    let origin = format!(
+        "{} --always {} ({}:{}) by uid {by}",
+        if allow { "approve" } else { "deny" },
+        item.id,
+        item.host,
+        item.port
+    );
+    let r = revisions
+        .regrant(
+            &shared.rules,
+            &shared.audit,
+            |o| Ok(o.with(g)),
+            origin,
+            |new| shared.conns.refused_by(new),
+        )
+        .await?;
+    Ok(r)
+}
+
+/// Takes back the grant `id` (the operator `by`'s call): the revision without it is in
+/// force when this returns.
+pub(super) async fn revoke(
+    shared: &Shared,
+    revisions: &Revisions,
+    id: &str,
+    by: u32,
+) -> Result<Reloaded, ErrorBody> {
+    let g = revisions
+        .grants()
+        .get(id)
+        .cloned()
+        .ok_or_else(|| ErrorBody {
+            code: ErrorCode::NotFound,
+            message: format!(
+                "no grant {id} (airlock policy show NAME lists the grants, each with its id)"
+            ),
+        })?;
+    let origin = format!(
+        "revoke {} --always {id} ({}:{}) by uid {by}",
+        if g.allow { "approve" } else { "deny" },
+        g.host,
+        g.port
+    );
+    let r = revisions
+        .regrant(
+            &shared.rules,
+            &shared.audit,
+            |o| {
+                o.without(id).ok_or_else(|| ErrorBody {
+                    code: ErrorCode::NotFound,
+                    message: format!("no grant {id}: revoked meanwhile"),
+                })
+            },
+            origin,
+            |new| shared.conns.refused_by(new),
+        )
+        .await?;
+    super::settle(shared);
+    tracing::info!("grant {id} revoked by uid {by}");
+    Ok(r)
 }
 
 /// The `approval-answered` line of `answer` to `item` by the operator `by`.
@@ -137,9 +255,17 @@ fn answer_line(shared: &Shared, item: &Item, answer: &Answer, by: u32) -> Record
                 until(u)
             )),
         ),
-        Answer::Deny { reason, until: u } => (
+        Answer::Deny {
+            reason,
+            until: u,
+            always,
+        } => (
             Verdict::Deny,
-            Some(format!("denied by uid {by}{}: {reason}", until(u))),
+            Some(format!(
+                "denied{} by uid {by}{}: {reason}",
+                if *always { " always" } else { "" },
+                until(u)
+            )),
         ),
     };
     rec
@@ -155,7 +281,17 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
         State::Pending => (None, None, None, None),
         State::Approved { scope, by, until } => (Some(scope.as_str()), Some(*by), *until, None),
         State::Spent { by } => (Some(Scope::Once.as_str()), Some(*by), None, None),
-        State::Denied { by, reason, until } => (None, Some(*by), *until, Some(reason.clone())),
+        State::Denied {
+            by,
+            reason,
+            until,
+            always,
+        } => (
+            always.then_some(Scope::Always.as_str()),
+            Some(*by),
+            *until,
+            Some(reason.clone()),
+        ),
     };
     Approval {
         id: item.id.clone(),

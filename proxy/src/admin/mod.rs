@@ -202,9 +202,16 @@ async fn dispatch(
         Request::Approval(q) => {
             reply(approvals::show(shared, &q.id, revision()).map(Response::Approval))
         }
-        Request::Answer(a) => {
-            reply(approvals::answer(shared, &a, operator, revision()).map(Response::Approval))
-        }
+        Request::Answer(a) => reply(
+            approvals::answer(shared, &admin.revisions, &a, operator, revision())
+                .await
+                .map(Response::Approval),
+        ),
+        Request::Revoke(r) => reply(
+            approvals::revoke(shared, &admin.revisions, &r.id, operator)
+                .await
+                .map(Response::Reloaded),
+        ),
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
     }
 }
@@ -276,14 +283,7 @@ async fn reload(
     match outcome {
         Ok(Outcome::Unchanged(r)) => json(StatusCode::OK, &Response::Reloaded(r)),
         Ok(Outcome::Loaded(r)) => {
-            let closed = shared.conns.close_refused();
-            let rules = shared.rules.load();
-            let dropped = shared
-                .approvals
-                .drop_covered(|host, port| decides(&rules.policy, host, port));
-            if dropped > 0 {
-                tracing::info!("{dropped} pending approvals dropped: the policy decides them now");
-            }
+            let closed = settle(shared);
             tracing::info!(
                 "policy revision {} ({}) loaded; {closed} open connections it refuses closed",
                 r.revision,
@@ -296,6 +296,20 @@ async fn reload(
             error(e.code, e.message)
         }
     }
+}
+
+/// After a new revision is in force: the open connections it refuses closed, the pending
+/// approvals it decides dropped; the number closed.
+fn settle(shared: &Shared) -> u64 {
+    let closed = shared.conns.close_refused();
+    let rules = shared.rules.load();
+    let dropped = shared
+        .approvals
+        .drop_covered(|host, port| decides(&rules.policy, host, port));
+    if dropped > 0 {
+        tracing::info!("{dropped} pending approvals dropped: the policy decides them now");
+    }
+    closed
 }
 
 /// Whether `policy` decides `host:port` itself (allows or refuses it) rather than asking the

@@ -107,6 +107,7 @@ fn a_denial_carries_the_operators_reason_and_cannot_be_answered_twice() {
     let deny = Answer::Deny {
         reason: "use the mirror".into(),
         until: None,
+        always: false,
     };
     ap.answer(&id, deny.clone(), 1000, None, 1).unwrap();
     assert_eq!(
@@ -183,6 +184,7 @@ fn a_flood_of_asks_hits_the_cap_then_the_pace() {
             Answer::Deny {
                 reason: "no".into(),
                 until: None,
+                always: false,
             },
             0,
             None,
@@ -236,6 +238,7 @@ fn the_inbox_lists_pending_items_first() {
         Answer::Deny {
             reason: "no".into(),
             until: None,
+            always: false,
         },
         0,
         None,

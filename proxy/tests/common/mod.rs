@@ -240,6 +240,7 @@ impl Harness {
             (std::os::unix::net::UnixListener::bind(&path).unwrap(), path)
         });
         let admin_path = admin_setup.as_ref().map(|(_, p)| p.clone());
+        let base = policy.clone();
         let proxy = Proxy {
             rules: airlock_proxy::snapshot::Rules::new(policy, credentials).unwrap(),
             who: who(),
@@ -264,6 +265,11 @@ impl Harness {
                     &policy_path,
                     airlock_proxy::revision::hash(&std::fs::read(&policy_path).unwrap()),
                     &dir.path().join("no-handoff"),
+                )
+                .with_grants(
+                    &airlock_proxy::grants::path_beside(&audit_path),
+                    base,
+                    airlock_policy::overlay::Overlay::default(),
                 ),
                 agent_uid: None,
             }),
