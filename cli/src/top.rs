@@ -551,6 +551,7 @@ mod tests {
             until_ms: None,
             reason: None,
             said: None,
+            rule: None,
             notes: Vec::new(),
             token: None,
         };

@@ -232,6 +232,7 @@ fn answer(fake: &Fake, req: Request) -> hyper::Response<BoxBody<Bytes, Infallibl
                     until_ms: None,
                     reason: None,
                     said: None,
+                    rule: None,
                     notes: Vec::new(),
                     token: None,
                 }],

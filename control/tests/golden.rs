@@ -224,12 +224,24 @@ fn responses() {
         until_ms: None,
         reason: None,
         said: Some("pip install needs the package index".into()),
+        rule: None,
         notes: vec![
             "a credential (\"pypi\") is bound to pypi.example: approving sends it there".into(),
         ],
         token: Some("0011223344556677".into()),
     };
     golden("response-approval", &Response::Approval(item.clone()));
+    golden(
+        "response-approval-rule",
+        &Response::Approval(Approval {
+            host: "api.example.com".into(),
+            port: 443,
+            said: None,
+            notes: Vec::new(),
+            rule: Some("publish".into()),
+            ..item.clone()
+        }),
+    );
     golden(
         "response-approvals",
         &Response::Approvals(Approvals {

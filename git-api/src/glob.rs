@@ -42,7 +42,7 @@ restricted_paths = ["**/secrets.env", "src/**/*.pem"]
             };
             let body = format!(r#"{{"message":"m","content":"eA==","branch":"{branch}"}}"#);
             match policy.judge_body(&req, body.as_bytes()) {
-                L7Verdict::Pass { .. } => Ok(()),
+                L7Verdict::Pass { .. } | L7Verdict::Ask { .. } => Ok(()),
                 L7Verdict::Deny { rule, .. } => Err(rule),
             }
         };

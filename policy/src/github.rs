@@ -871,7 +871,7 @@ protected_branches = ["main", "release/*"]
             let v = put(t, body);
             match &v {
                 L7Verdict::Deny { rule, .. } => assert!(rule.contains(why), "{t} {body}: {rule}"),
-                L7Verdict::Pass { .. } => panic!("{t} {body} passed"),
+                L7Verdict::Pass { .. } | L7Verdict::Ask { .. } => panic!("{t} {body} passed"),
             }
         }
         let v = verdict(

@@ -188,7 +188,7 @@ impl Policy {
             Ok(f) => f,
             Err(e) => return L7Verdict::deny(format!("{host}: {e}")),
         };
-        let mut allows = Vec::new();
+        let (mut allows, mut asks) = (Vec::new(), Vec::new());
         for rule in self.l7.all_rules().filter(|r| r.applies_to(host)) {
             match rule.action {
                 Action::Deny if rule.matches_any(&methods, &forms) => {
@@ -196,16 +196,20 @@ impl Policy {
                 }
                 Action::Deny => {}
                 Action::Allow => allows.push(rule),
+                Action::Ask => asks.push(rule),
             }
         }
         // An allow rule that matches is the policy naming this method and path: it may
-        // write.
+        // write. An ask rule that matches names it too, once the operator says yes.
         if let Some(rule) = allows.iter().find(|r| r.matches_every(&methods, &forms)) {
             return L7Verdict::Pass {
                 rule: Some(rule.label()),
             };
         }
-        if !allows.is_empty() {
+        if let Some(rule) = asks.iter().find(|r| r.matches_every(&methods, &forms)) {
+            return L7Verdict::Ask { rule: rule.label() };
+        }
+        if !allows.is_empty() || !asks.is_empty() {
             return L7Verdict::deny(format!("{host}: no allow rule matches"));
         }
         if read_only {
@@ -226,7 +230,7 @@ impl Policy {
         // again (the caller already did) or analysing the path.
         if !self.l7.has_rules_for(req.host)
             || self.is_passthrough(req.host)
-            || !self.judge(req).is_pass()
+            || self.judge(req).is_deny()
         {
             return None;
         }
@@ -238,11 +242,13 @@ impl Policy {
     }
 
     /// The decision on a request with its (decoded, complete) body: [`Policy::judge`]
-    /// first, then every body judge that applies. A body over a judge's cap is denied.
+    /// first, then every body judge that applies. A body over a judge's cap is denied. An
+    /// asked head stays [`L7Verdict::Ask`] when its body passes (the proxy took the
+    /// operator's answer on the head).
     #[must_use]
     pub fn judge_body(&self, req: &RequestView<'_>, body: &[u8]) -> L7Verdict {
         let verdict = self.judge(req);
-        if !verdict.is_pass() || self.is_passthrough(req.host) {
+        if verdict.is_deny() || self.is_passthrough(req.host) {
             return verdict;
         }
         let Ok(forms) = PathForms::analyse(req.path) else {
@@ -322,7 +328,7 @@ mod tests {
                 assert_eq!(*reason, Reason::RequestDeniedByRule);
                 rule
             }
-            L7Verdict::Pass { .. } => panic!("passed"),
+            v => panic!("passed: {v:?}"),
         }
     }
 
@@ -437,6 +443,37 @@ host = "*.example.com"
 method = "DELETE"
 path = "/**"
 "#;
+
+    #[test]
+    fn an_ask_rule_asks_what_no_allow_rule_names_and_a_deny_still_wins() {
+        let p = policy(
+            "\n[network]\nallow = [\"api.example.com\"]\nwritable = [\"api.example.com\"]\n\n[[rules]]\nhost = \"api.example.com\"\nmethod = \"GET\"\npath = \"/v1/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"api.example.com\"\nmethod = \"POST\"\npath = \"/v1/releases\"\naction = \"ask\"\n\n[[rules]]\nhost = \"api.example.com\"\nmethod = \"POST\"\npath = \"/v1/releases/*/assets\"\n",
+        );
+        assert!(judge(&p, "api.example.com", "GET", "/v1/x").is_pass());
+        assert_eq!(
+            judge(&p, "api.example.com", "POST", "/v1/releases"),
+            L7Verdict::Ask {
+                rule: "publish".into()
+            }
+        );
+        // Every method of the request must be one the ask rule names, as for an allow.
+        assert!(judge(&p, "api.example.com", "POST", "/v1/releases?_method=DELETE").is_deny());
+        assert_eq!(
+            denied_by(&judge(
+                &p,
+                "api.example.com",
+                "POST",
+                "/v1/releases/1/assets"
+            )),
+            "api.example.com POST /v1/releases/*/assets"
+        );
+        assert!(judge(&p, "api.example.com", "POST", "/v1/releases/1").is_deny());
+        assert!(judge(&p, "api.example.com", "PUT", "/v1/releases").is_deny());
+        let host = Host::parse("api.example.com").unwrap();
+        assert!(p.l7.asks(&host, "publish"));
+        assert!(!p.l7.asks(&host, "api.example.com GET /v1/**"));
+        assert!(p.listing().iter().any(|l| l.rule == "ask publish"));
+    }
 
     #[test]
     fn allow_rules_turn_a_host_into_an_allowlist() {
@@ -640,7 +677,7 @@ method = "DELETE"
                     assert_eq!(reason, Reason::BodyOnRead);
                     assert!(rule.starts_with("ro.example: read-only"), "{rule}");
                 }
-                v @ L7Verdict::Pass { .. } => panic!("{method}: {v:?}"),
+                v => panic!("{method}: {v:?}"),
             }
             assert!(body("rw.example", method, None).is_pass());
             assert!(body("pt.example", method, None).is_pass());

@@ -18,6 +18,9 @@
 //!   whose path glob matches **any** reading of P ([`crate::path`]) denies;
 //! - if H has allow rules, the request must match one of them, its method and **every
 //!   strict reading** of P; otherwise it is denied with rule `"<H>: no allow rule matches"`;
+//! - an `ask` rule is an allow rule the operator answers: a request that matches no allow
+//!   rule but matches an ask rule (as an allow rule must) is [`L7Verdict::Ask`], for the
+//!   proxy to put to the operator; a deny rule still wins over it;
 //! - otherwise it passes.
 //!
 //! Methods compare ASCII case-insensitively. A `_method` query parameter (a method
@@ -87,6 +90,12 @@ pub enum L7Verdict {
         /// The allow rule (its name, or its host, methods and path), if any.
         rule: Option<String>,
     },
+    /// Ask the operator (an `ask` rule matched, no allow rule did): the proxy refuses it
+    /// `approval-required` unless the session holds an approval for `rule`.
+    Ask {
+        /// The ask rule (its name, or its host, methods and path).
+        rule: String,
+    },
     /// Refuse it with `reason` (always [`Reason::RequestDeniedByRule`] today).
     Deny {
         /// Why (a stable code).
@@ -101,6 +110,12 @@ impl L7Verdict {
     #[must_use]
     pub fn is_pass(&self) -> bool {
         matches!(self, L7Verdict::Pass { .. })
+    }
+
+    /// True for [`L7Verdict::Deny`].
+    #[must_use]
+    pub fn is_deny(&self) -> bool {
+        matches!(self, L7Verdict::Deny { .. })
     }
 
     pub(crate) fn deny(rule: impl Into<String>) -> L7Verdict {
@@ -121,6 +136,10 @@ pub enum Action {
     /// Let matching requests through; the host then refuses everything no allow rule
     /// matches.
     Allow,
+    /// Put matching requests to the operator (the session's, answered out of band): an
+    /// allow rule whose every use waits for an approval. Counts as an allow rule for what
+    /// the host then refuses.
+    Ask,
 }
 
 /// Which methods a rule covers (uppercase).
@@ -268,6 +287,14 @@ pub struct L7Rules {
 impl L7Rules {
     pub(crate) fn all_rules(&self) -> impl Iterator<Item = &L7Rule> {
         self.rules.iter().chain(&self.preset_rules)
+    }
+
+    /// Whether `host` has an ask rule named (labelled) `label`: what an approval of it
+    /// stands on.
+    #[must_use]
+    pub fn asks(&self, host: &Host, label: &str) -> bool {
+        self.all_rules()
+            .any(|r| r.action == Action::Ask && r.applies_to(host) && r.label() == label)
     }
 
     /// Whether any rule or body judge applies to `host`.

@@ -75,6 +75,7 @@ fn l7_text(r: &L7Rule) -> String {
     let action = match r.action {
         Action::Deny => "deny",
         Action::Allow => "allow",
+        Action::Ask => "ask",
     };
     format!("{action} {}", r.label())
 }

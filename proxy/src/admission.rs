@@ -198,6 +198,38 @@ impl Admission {
         let asked = pace
             .approvals
             .ask(pace.who, host, target.port, caps, now, wall);
+        Self {
+            redacted: self.redacted,
+            ..of_asked(asked, caps)
+        }
+    }
+}
+
+/// The operator's answer to a request an `action = "ask"` rule (labelled `rule`) matched on
+/// an admitted connection to `target`, as [`Admission::answered`] takes it for a host: the
+/// session's approval for that rule lets it through, a denial refuses it with the
+/// operator's reason, else it is filed (or counted) and refused `approval-required`.
+#[must_use]
+pub fn ask_rule(
+    pace: Pace<'_>,
+    policy: &airlock_policy::Policy,
+    target: &Target,
+    rule: &str,
+) -> Admission {
+    let caps = Caps::of(&policy.limits);
+    let asked = pace.approvals.ask_rule(
+        pace.who,
+        (target.host.as_str(), target.port),
+        rule,
+        caps,
+        (std::time::Instant::now(), std::time::SystemTime::now()),
+    );
+    of_asked(asked, caps)
+}
+
+/// What `asked` (the inbox's answer under `caps`) makes of an asked request.
+fn of_asked(asked: Asked, caps: Caps) -> Admission {
+    {
         let (outcome, rule, approval) = match asked {
             Asked::Granted { id, scope } => (
                 Outcome::Allow,
@@ -227,11 +259,11 @@ impl Admission {
                 None,
             ),
         };
-        Self {
+        Admission {
             outcome,
             rule,
             approval,
-            redacted: self.redacted,
+            redacted: None,
         }
     }
 }

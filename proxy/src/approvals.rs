@@ -115,6 +115,10 @@ pub struct Item {
     /// Why the agent says it needs the host, when it asked ahead of need (untrusted text,
     /// one line, at most [`MAX_SAID`] characters).
     pub said: Option<String>,
+    /// The `action = "ask"` rule of `[[rules]]` that asked (its label): an approval then
+    /// lets the session's requests that rule matches through, nothing else on the host.
+    /// `None`: the host itself was asked about (`unlisted = "ask"`).
+    pub rule: Option<String>,
 }
 
 /// Longest reason the agent may give, in characters.
@@ -185,6 +189,7 @@ struct Key {
     who: Client,
     host: String,
     port: u16,
+    rule: Option<String>,
 }
 
 /// Filing pace of one session: new items in the current minute.
@@ -260,18 +265,49 @@ impl Approvals {
         now: Instant,
         wall: SystemTime,
     ) -> Asked {
+        let key = Key {
+            who,
+            host: host.to_owned(),
+            port,
+            rule: None,
+        };
+        self.ask_keyed(key, said, caps, (now, wall))
+    }
+
+    /// [`Approvals::ask`] for a request an `action = "ask"` rule (labelled `rule`) matched:
+    /// its own item, apart from the host's.
+    pub fn ask_rule(
+        &self,
+        who: Client,
+        (host, port): (&str, u16),
+        rule: &str,
+        caps: Caps,
+        (now, wall): (Instant, SystemTime),
+    ) -> Asked {
+        let key = Key {
+            who,
+            host: host.to_owned(),
+            port,
+            rule: Some(rule.to_owned()),
+        };
+        self.ask_keyed(key, None, caps, (now, wall))
+    }
+
+    fn ask_keyed(
+        &self,
+        key: Key,
+        said: Option<&str>,
+        caps: Caps,
+        (now, wall): (Instant, SystemTime),
+    ) -> Asked {
         let said: Option<String> = said.map(|s| {
             s.chars()
                 .filter(|c| !c.is_control())
                 .take(MAX_SAID)
                 .collect()
         });
+        let who = key.who;
         let mut inner = lock(&self.inner);
-        let key = Key {
-            who,
-            host: host.to_owned(),
-            port,
-        };
         if let Some(id) = inner.live.get(&key).cloned()
             && let Some(asked) = inner.answer_live(&key, &id, wall)
         {
@@ -308,13 +344,14 @@ impl Approvals {
         inner.file(Item {
             id: id.clone(),
             who,
-            host: host.to_owned(),
-            port,
+            host: key.host.clone(),
+            port: key.port,
             hits: 1,
             first: wall,
             last: wall,
             state: State::Pending,
             said,
+            rule: key.rule.clone(),
         });
         inner.live.insert(key, id.clone());
         Asked::Pending { id }
@@ -327,6 +364,7 @@ impl Approvals {
         inner.live.iter().any(|(k, id)| {
             k.who == who
                 && k.host == host
+                && k.rule.is_none()
                 && inner.items.get(id).is_some_and(|i| match &i.state {
                     State::Approved { until, .. } => until.is_none_or(|u| wall < u),
                     _ => false,
@@ -459,9 +497,10 @@ impl Approvals {
         lock(&self.inner).holding.get(&who).copied().unwrap_or(0)
     }
 
-    /// Drops the pending items whose host and port `covered` says the policy now decides
-    /// itself (a reload listed them, or denied them); the number dropped.
-    pub fn drop_covered(&self, covered: impl Fn(&str, u16) -> bool) -> usize {
+    /// Drops the pending items whose host, port and rule (`None`: the host's own item)
+    /// `covered` says the policy now decides itself (a reload listed or denied the host, or
+    /// no longer has the ask rule); the number dropped.
+    pub fn drop_covered(&self, covered: impl Fn(&str, u16, Option<&str>) -> bool) -> usize {
         let mut inner = lock(&self.inner);
         let gone: Vec<Key> = inner
             .live
@@ -471,7 +510,7 @@ impl Approvals {
                     .items
                     .get(*id)
                     .is_some_and(|i| i.state == State::Pending)
-                    && covered(&k.host, k.port)
+                    && covered(&k.host, k.port, k.rule.as_deref())
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -585,8 +624,11 @@ pub fn token(item: &Item, revision: u64) -> String {
         Client::Unknown => "unknown".to_owned(),
     };
     let text = format!(
-        "{}\n{who}\n{}\n{}\n{revision}",
-        item.id, item.host, item.port
+        "{}\n{who}\n{}\n{}\n{revision}\n{}",
+        item.id,
+        item.host,
+        item.port,
+        item.rule.as_deref().unwrap_or("")
     );
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref()[..8]

@@ -333,15 +333,7 @@ async fn a_flood_of_asks_stops_at_the_cap_and_a_reload_that_lists_a_host_drops_i
     let text = std::fs::read_to_string(&h.policy_path)
         .unwrap()
         .replace("\"readonly.test\"", "\"readonly.test\", \"h0.test\"");
-    let (status, body) = call(
-        &sock,
-        &Request::Reload(ReloadRequest {
-            text: Some(text),
-            origin: None,
-        }),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    reload(&sock, text).await;
     let items = inbox(&h).await;
     assert_eq!(items.len(), cap - 1);
     assert!(items.iter().all(|i| i.host != "h0.test"));
@@ -800,15 +792,7 @@ async fn attack_an_always_grant_is_policy_for_every_session_kept_beside_the_audi
     let text = std::fs::read_to_string(&h.policy_path)
         .unwrap()
         .replace("\"readonly.test\"", "\"readonly.test\", \"h9.test\"");
-    let (status, body) = call(
-        &sock,
-        &Request::Reload(ReloadRequest {
-            text: Some(text),
-            origin: None,
-        }),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    reload(&sock, text).await;
     let text = as_nobody(h.addr, raw).await;
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
     assert!(
@@ -850,4 +834,124 @@ async fn policy_revision(sock: &std::path::Path) -> airlock_control::admin::Poli
         Response::Policy(p) => p,
         other => panic!("{other:?}"),
     }
+}
+
+/// `action = "ask"` on a `[[rules]]` rule: a request it matches is put to the operator for
+/// the session that sent it, apart from the host (which stays allowed); an approval lets
+/// exactly that rule's requests through, another session is still asked, a grant is refused
+/// for it, and a reload that drops the rule drops its pending items.
+#[tokio::test]
+async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else() {
+    let (up, mut heads) = http_server().await;
+    let rules = "\n[[rules]]\nhost = \"allowed.test\"\nmethod = \"GET\"\npath = \"/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"allowed.test\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n";
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("allowed.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: rules.into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let post = |path: &str| {
+        format!(
+            "POST http://allowed.test{path} HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
+    };
+    // Asked: refused at once with the item, nothing sent upstream.
+    let (_s, r) = request(h.addr, &post("/releases")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required"),
+        "{}",
+        r.body
+    );
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
+    // The rest of the host is as the rules say: reads pass, other writes are refused.
+    let (_s, r) = request(h.addr, &get("allowed.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let _ = heads.recv().await;
+    let (_s, r) = request(h.addr, &post("/other")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("request-denied-by-rule")
+    );
+    let items = inbox(&h).await;
+    let item = items.iter().find(|i| i.id == id).unwrap();
+    assert_eq!(
+        (item.host.as_str(), item.port, item.rule.as_deref()),
+        ("allowed.test", 80, Some("publish"))
+    );
+    // A grant is for a host, not a rule's requests.
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: id.clone(),
+            approve: true,
+            scope: Some("always".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 400, "{r:?}");
+    // Approved for the session: its matching requests pass; another session is asked.
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: id.clone(),
+            approve: true,
+            scope: Some("session".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    for _ in 0..2 {
+        let (_s, r) = request(h.addr, &post("/releases")).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(heads.recv().await.unwrap().starts_with("POST /releases"));
+    }
+    let (_s, r) = request(h.addr, &post("/other")).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("request-denied-by-rule"),
+        "the approval is for the rule's requests only"
+    );
+    let text = as_nobody(h.addr, &post("/releases")).await;
+    assert!(
+        text.contains("x-airlock-error: approval-required"),
+        "{text}"
+    );
+    assert!(heads.try_recv().is_err());
+    // A reload that makes the rule an allow decides it: the other session's item goes.
+    let sock = h.admin.clone().unwrap();
+    let text = std::fs::read_to_string(&h.policy_path)
+        .unwrap()
+        .replace("action = \"ask\"", "action = \"allow\"");
+    reload(&sock, text).await;
+    let items = inbox(&h).await;
+    assert!(items.iter().all(|i| i.state != "pending"), "{items:?}");
+    let lines = h.finish().await;
+    let asked = lines
+        .iter()
+        .filter(|l| l["reason"] == "approval-required" && l["path"] == "/releases")
+        .count();
+    assert_eq!(asked, 2, "each asked request has its line");
+}
+
+/// Loads `text` as the next policy revision through the admin socket `sock`.
+async fn reload(sock: &std::path::Path, text: String) {
+    let (status, body) = call(
+        sock,
+        &Request::Reload(ReloadRequest {
+            text: Some(text),
+            origin: None,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
 }

@@ -60,11 +60,17 @@ pub fn item_details(a: &Approval) -> Vec<String> {
         .said
         .iter()
         .map(|s| format!("the agent says (untrusted): \"{}\"", escape(s.as_bytes())));
+    let rule = a.rule.iter().map(|r| {
+        format!(
+            "asked by the rule {}: approving lets through the requests it matches, nothing else on the host",
+            escape(r.as_bytes())
+        )
+    });
     let notes = a
         .notes
         .iter()
         .map(|n| format!("note: {}", escape(n.as_bytes())));
-    said.chain(notes).collect()
+    rule.chain(said).chain(notes).collect()
 }
 
 /// Ask the admin API of `client` for everything at once.

@@ -176,6 +176,11 @@ pub struct Approval {
     /// words, untrusted (show them as such, escaped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub said: Option<String>,
+    /// The `action = "ask"` rule that asked (its name, or its host, methods and path):
+    /// approving lets the session's requests that rule matches through, nothing else.
+    /// Absent when the host itself was asked about (`unlisted = "ask"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// What approving would open beyond the host itself (a credential bound to it, an
     /// uninspected tunnel), for the operator to weigh.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -114,6 +114,12 @@ pub(super) async fn answer(
         .answerable(&a.id, a.token.as_deref(), revision)
         .map_err(|e| refused(&e))?;
     if always {
+        if let Some(rule) = &item.rule {
+            return Err(bad(format!(
+                "approval {} was asked by the rule {rule:?}: a grant is for a host; to let that rule's requests through always, make its action \"allow\" in the policy file and reload it",
+                item.id
+            )));
+        }
         grant(shared, revisions, &item, &answer, by).await?;
     }
     let line = answer_line(shared, &item, &answer, by);
@@ -311,6 +317,7 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
         until_ms: until.map(ms),
         reason,
         said: item.said.clone(),
+        rule: item.rule.clone(),
         notes: notes(policy, &item.host),
         token,
     }

@@ -6,6 +6,7 @@
 
 use airlock_control::admin::{CheckQuery, Checked, ErrorBody, ErrorCode};
 use airlock_policy::l7::{L7Verdict, RequestView};
+use airlock_policy::reason::Reason;
 
 use crate::admission::{self, Port};
 use crate::audit::Verdict;
@@ -73,6 +74,17 @@ pub fn check(rules: &Rules, revision: u64, q: &CheckQuery) -> Result<Checked, Er
                     .map_or_else(String::new, |r| format!(" by {r}"))
             ),
             rule: rule.or(d.rule),
+            intercepted,
+        },
+        L7Verdict::Ask { rule } => Checked {
+            revision,
+            decision: verdict(Verdict::Deny),
+            stage: "request".to_owned(),
+            reason: Some(Reason::ApprovalRequired.as_str().to_owned()),
+            message: format!(
+                "{method} {host}{path} is asked of the operator by the ask rule {rule}: refused approval-required until a session's approval, answered out of band"
+            ),
+            rule: Some(rule),
             intercepted,
         },
         L7Verdict::Deny { reason, rule } => Checked {

@@ -305,7 +305,7 @@ fn settle(shared: &Shared) -> u64 {
     let rules = shared.rules.load();
     let dropped = shared
         .approvals
-        .drop_covered(|host, port| decides(&rules.policy, host, port));
+        .drop_covered(|host, port, rule| decides(&rules.policy, host, port, rule));
     if dropped > 0 {
         tracing::info!("{dropped} pending approvals dropped: the policy decides them now");
     }
@@ -313,11 +313,15 @@ fn settle(shared: &Shared) -> u64 {
 }
 
 /// Whether `policy` decides `host:port` itself (allows or refuses it) rather than asking the
-/// operator: a pending item for it is then moot.
-fn decides(policy: &airlock_policy::Policy, host: &str, port: u16) -> bool {
+/// operator, or, for an item an ask rule filed, no longer has that rule: a pending item for
+/// it is then moot.
+fn decides(policy: &airlock_policy::Policy, host: &str, port: u16, rule: Option<&str>) -> bool {
     let Ok(host) = airlock_policy::host::Host::parse(host) else {
         return true;
     };
+    if let Some(label) = rule {
+        return !policy.l7.asks(&host, label);
+    }
     let target = crate::decide::Target { host, port };
     let a = crate::admission::policy(policy, &target, crate::admission::Port::Exact);
     a.outcome != crate::admission::Outcome::Ask

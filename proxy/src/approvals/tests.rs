@@ -215,7 +215,7 @@ fn a_reload_that_lists_a_pending_host_drops_its_item() {
     let (now, wall) = t0();
     let id = pending_id(ap.ask(A, "x.example", 443, CAPS, now, wall));
     let kept = pending_id(ap.ask(A, "y.example", 443, CAPS, now, wall));
-    assert_eq!(ap.drop_covered(|h, _| h == "x.example"), 1);
+    assert_eq!(ap.drop_covered(|h, _, _| h == "x.example"), 1);
     assert!(ap.get(&id).is_none());
     assert!(ap.get(&kept).is_some());
 }

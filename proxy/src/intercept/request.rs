@@ -67,7 +67,7 @@ pub(super) async fn prepare(
         path,
         query,
     };
-    let body_cap = judge_head(ctx, &mut req, &view, rec)?;
+    let body_cap = judge_head(ctx, &mut req, &view, route, rec)?;
     let upgrade = check_credential_use(ctx, &req, route, rec)?;
     check_missing(ctx, route, scope, &view, rec)?;
     let upgrading = upgrade.is_some();
@@ -167,12 +167,16 @@ fn judge_head(
     ctx: &Cx<'_>,
     req: &mut Request<Incoming>,
     view: &RequestView<'_>,
+    route: &Route,
     rec: &mut Pending,
 ) -> Result<Option<usize>, Reason> {
     if ctx.git_service() {
         return Ok(None);
     }
     let verdict = reported(&ctx.rules.policy, ctx.rules.policy.judge(view), rec);
+    if let L7Verdict::Ask { rule } = &verdict {
+        ask_operator(ctx, route, rule, rec)?;
+    }
     apply_l7(verdict, rec)?;
     // A read's body: what an upstream that ignores it may take for a request of its own.
     if !req.body().is_end_stream() {
@@ -209,13 +213,37 @@ pub(super) fn reported(
     }
 }
 
-/// An L7 verdict on the record: a denial names its rule; a pass keeps the rule it matched.
+/// The operator's answer to a request the ask rule `rule` matched
+/// ([`crate::admission::ask_rule`]): through with the session's approval (the record
+/// naming it), else refused as the inbox says (`approval-required` naming the item filed,
+/// `approval-denied` with the operator's reason). Never held: the refusal is at once.
+fn ask_operator(ctx: &Cx<'_>, route: &Route, rule: &str, rec: &mut Pending) -> Result<(), Reason> {
+    let pace = ctx
+        .shared
+        .pace(crate::limits::Client::of(ctx.uid, ctx.peer));
+    let a = crate::admission::ask_rule(pace, &ctx.rules.policy, &route.target, rule);
+    rec.approval.clone_from(&a.approval);
+    match a.refused() {
+        None => {
+            rec.rule = a.rule.map(|r| format!("{r} for rule {rule}"));
+            Ok(())
+        }
+        Some(reason) => {
+            rec.rule = a.rule.or_else(|| Some(format!("ask rule {rule}")));
+            Err(reason)
+        }
+    }
+}
+
+/// An L7 verdict on the record: a denial names its rule; a pass keeps the rule it matched;
+/// an ask is a pass here (the operator's approval was taken on the head: [`judge_head`]).
 pub(super) fn apply_l7(verdict: L7Verdict, rec: &mut Pending) -> Result<(), Reason> {
     match verdict {
         L7Verdict::Deny { reason, rule } => {
             rec.rule = Some(rule);
             Err(reason)
         }
+        L7Verdict::Ask { .. } => Ok(()),
         L7Verdict::Pass { rule } => {
             if rule.is_some() {
                 rec.rule = rule;
