@@ -42,6 +42,8 @@
 #                 approve round trip (APPROVE_N asks through the proxy, each answered
 #                 `approve --once` on the admin socket and timed)
 #   env APPROVE_N  approve round trips (default 300)
+#   env GRANT_N    grant round trips, approve --always, each a policy revision over the
+#                 grants before it (default 100)
 #   env ADMIN_ROUNDS  starts of each proxy for the admin comparison (default 3: the first
 #                 runs every cell, the others the 1-conn, concurrent and new-conn cells)
 #   env ADMIN_N   sequential calls of GET /v1/counters and of GET /metrics, each on a new
@@ -70,6 +72,7 @@ export BULK_CONNS=${BULK_CONNS:-1}
 export ONLY=${ONLY:-airlock admin approvals bare squid tinyproxy mitmproxy intercept}
 export ADMIN_ROUNDS=${ADMIN_ROUNDS:-3}
 export APPROVE_N=${APPROVE_N:-300}
+export GRANT_N=${GRANT_N:-100}
 export ADMIN_N=${ADMIN_N:-2000}
 export ADMIN_LOAD_SECS=${ADMIN_LOAD_SECS:-$((2 * SECS + 4))}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
@@ -308,6 +311,8 @@ proxy_row() { # row via addr [--tls ca] command...
   if [ -n "${APPROVE_SOCK:-}" ]; then
     echo "  $row: the operator's approve round trip ($APPROVE_N)" >&2
     echo "$row|approve|$("$BENCH_BIN" approve-rtt --socket "$APPROVE_SOCK" --proxy "$addr" -n "$APPROVE_N")" >>"$results"
+    echo "  $row: the operator's grant round trip, approve --always ($GRANT_N)" >&2
+    echo "$row|grant|$("$BENCH_BIN" approve-rtt --socket "$APPROVE_SOCK" --proxy "$addr" -n "$GRANT_N" --scope always)" >>"$results"
   fi
   if [ -n "${SCALE:-}" ]; then
     echo "  $row: scale curve ($SCALE connections)" >&2

@@ -186,24 +186,27 @@ async fn through(proxy: std::net::SocketAddr, host: &str) -> anyhow::Result<Stri
 
 /// The operator's approve round trip (issue 42), `n` times: the agent asks through the
 /// proxy at `proxy` for a host no rule lists (refused `approval-required`, its item named),
-/// then the operator's `approve --once` goes to the admin socket, timed from connect to
-/// last byte (the answer returns once it is in force: the tests show the next request
-/// passing). Prints `key=value` pairs: answers, errors, latency p50 / p99 / max in µs.
+/// then the operator's `approve` with `scope` (`once`, or `always`: a grant, a policy
+/// revision with its grants file written and synced) goes to the admin socket, timed from
+/// connect to last byte (the answer returns once it is in force: the tests show the next
+/// request passing). Prints `key=value` pairs: answers, errors, latency p50 / p99 / max in
+/// µs.
 pub async fn approve_rtt(
     socket: &Path,
     proxy: std::net::SocketAddr,
     n: usize,
+    scope: &str,
 ) -> anyhow::Result<()> {
     let mut lat_ns = Vec::with_capacity(n);
     let (mut errors, mut first_error) = (0u64, None);
     for i in 0..n {
-        let host = format!("ask{i}.approvals.bench");
+        let host = format!("{scope}{i}.approvals.bench");
         let r: anyhow::Result<u64> = async {
             let refused = through(proxy, &host).await?;
             let id = json_str(&refused, "approval_id")
                 .with_context(|| format!("no approval_id in the refusal: {refused:?}"))?
                 .to_owned();
-            let body = format!(r#"{{"id":"{id}","approve":true,"scope":"once"}}"#);
+            let body = format!(r#"{{"id":"{id}","approve":true,"scope":"{scope}"}}"#);
             let req = format!(
                 "POST /v1/approval/answer HTTP/1.1\r\nHost: airlock\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()

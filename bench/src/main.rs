@@ -172,6 +172,9 @@ enum Cmd {
         proxy: std::net::SocketAddr,
         #[arg(short, long, default_value_t = 500)]
         n: usize,
+        /// The answer's scope: `once`, or `always` (a grant: a policy revision each).
+        #[arg(long, default_value = "once")]
+        scope: String,
     },
     /// Follow the admin socket's event stream, reading every line to nowhere; print
     /// `attached`, then on `SIGTERM` or the stream's end the lines read.
@@ -288,7 +291,12 @@ fn main() -> anyhow::Result<()> {
         Cmd::RelayTls { listen, tls_dir } => rt.block_on(relay_tls::run(&listen, &tls_dir)),
         Cmd::AdminGet { socket, path, n } => rt.block_on(admin::get(&socket, &path, n)),
         Cmd::AdminFollow { socket } => rt.block_on(admin::follow(&socket)),
-        Cmd::ApproveRtt { socket, proxy, n } => rt.block_on(admin::approve_rtt(&socket, proxy, n)),
+        Cmd::ApproveRtt {
+            socket,
+            proxy,
+            n,
+            scope,
+        } => rt.block_on(admin::approve_rtt(&socket, proxy, n, &scope)),
         Cmd::Table { results, json } => tables(&results, json.as_deref()),
         Cmd::Usage { rounds } => {
             usage::run(rounds);

@@ -476,27 +476,29 @@ pub fn render_ask(text: &str) -> String {
     let mut rtt = String::new();
     for (_, ours) in &pairs {
         let c = &rows[*ours];
-        if !c.contains_key("approve") {
-            continue;
+        for (cell, answer) in [("approve", "--once"), ("grant", "--always")] {
+            if !c.contains_key(cell) {
+                continue;
+            }
+            let ms = |k: &str| {
+                num(c, cell, k).map_or_else(|| "—".into(), |v| format!("{:.3}", v / 1000.0))
+            };
+            let _ = writeln!(
+                rtt,
+                "| {ours} | {answer} | {:.0}{} | {} | {} | {} |",
+                num(c, cell, "answers").unwrap_or(0.0),
+                errs(c, cell),
+                ms("p50_us"),
+                ms("p99_us"),
+                ms("max_us"),
+            );
         }
-        let ms = |k: &str| {
-            num(c, "approve", k).map_or_else(|| "—".into(), |v| format!("{:.3}", v / 1000.0))
-        };
-        let _ = writeln!(
-            rtt,
-            "| {ours} | {:.0}{} | {} | {} | {} |",
-            num(c, "approve", "answers").unwrap_or(0.0),
-            errs(c, "approve"),
-            ms("p50_us"),
-            ms("p99_us"),
-            ms("max_us"),
-        );
     }
     if !rtt.is_empty() {
         if !out.is_empty() {
             out.push('\n');
         }
-        out.push_str("the operator's approve round trip (the agent asked through the proxy and was refused approval-required; `approve --once` on the admin socket, a new connection, connect to last byte: the answer returns once it is in force):\n\n| proxy | answers | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|\n");
+        out.push_str("the operator's approve round trip (the agent asked through the proxy and was refused approval-required; `approve` on the admin socket, a new connection, connect to last byte: the answer returns once it is in force; `--always` is a policy revision each, over the grants before it, its grants file written and synced):\n\n| proxy | answer | answers | p50 ms | p99 ms | max ms |\n|---|---|---:|---:|---:|---:|\n");
         out.push_str(&rtt);
     }
     out
@@ -761,6 +763,7 @@ mod tests {
                     airlock connect|r2-ka|cpu_us_per_req=10.4\n\
                     airlock connect + ask|r2-ka|cpu_us_per_req=10.3\n\
                     airlock connect + ask|approve|answers=200 errors=0 p50_us=180.0 p99_us=450.0 max_us=900.0\n\
+                    airlock connect + ask|grant|answers=100 errors=0 p50_us=900.0 p99_us=2500.0 max_us=3000.0\n\
                     squid connect|ka|rps=50 cpu_us_per_req=30.0\n";
         let a = render_ask(text);
         assert!(a.contains("2 windows each"), "{a}");
@@ -769,7 +772,11 @@ mod tests {
             "{a}"
         );
         assert!(
-            a.contains("| airlock connect + ask | 200 | 0.180 | 0.450 | 0.900 |"),
+            a.contains("| airlock connect + ask | --once | 200 | 0.180 | 0.450 | 0.900 |"),
+            "{a}"
+        );
+        assert!(
+            a.contains("| airlock connect + ask | --always | 100 | 0.900 | 2.500 | 3.000 |"),
             "{a}"
         );
         assert!(!render_peers(text).contains("+ ask"));
