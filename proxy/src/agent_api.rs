@@ -219,12 +219,27 @@ fn brief(shared: &Shared) -> String {
             "refused {when} with `403 approval-required` and an `approval_id`: the operator decides out of band. To ask ahead of need, with your reason: `airlock-request HOST --reason \"why\" --wait 120` (exit 0: approved; 1: refused, the reason printed; 3: no answer yet). Do not retry an asked host in a loop; wait for the answer (`curl -s 'http://{api}/v1/ask/ID?wait=120'`)."
         ),
     };
+    // The requests an ask rule puts to the operator, by name (at most BRIEF_HOSTS).
+    let asked: Vec<String> = (rules.policy.l7.rules.iter())
+        .filter(|r| r.action == airlock_policy::l7::Action::Ask)
+        .take(BRIEF_HOSTS)
+        .map(|r| format!("`{}`", r.label()))
+        .collect();
+    let asked = if asked.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "- These requests wait for the operator: refused at once with `403 approval-required` and an `approval_id` until approved for your session (the operator answers out of band): {}.\n",
+            asked.join(", ")
+        )
+    };
     format!(
         "# You are working inside an airlock sandbox\n\n\
          Every network request you make goes through airlock's proxy, which enforces the operator's policy. These are its rules now (they may change while you work: `curl -s http://{api}/v1/policy` shows the current ones):\n\n\
          - You may read from (GET, HEAD, OPTIONS, git fetch): {allow}.\n\
          - You may also write to (any method): {writable}.\n\
          - Refused although matched above: {deny}.\n\
+         {asked}\
          - Any other host is {unlisted}\n\
          - Private, loopback and cloud-metadata addresses are always refused; so are secrets sent anywhere but their own host, and a credential's real value never reaches you (you hold a placeholder the proxy replaces).\n\n\
          A refusal is an answer from the proxy, not a broken network: an HTTP `403` (or `429`) with a JSON body `{{\"error\": REASON, \"message\": HOW TO ALLOW IT}}` and the header `x-airlock-error`; git prints it as `remote error: airlock: …`. Report it to your user instead of working around it; your latest refusals, with their reasons: `curl -s http://{api}/v1/denials`. `git push` goes to your sandbox branch through airlock's git; other branches are refused.\n",

@@ -886,6 +886,15 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
         (item.host.as_str(), item.port, item.rule.as_deref()),
         ("allowed.test", 80, Some("publish"))
     );
+    // The agent's brief names the rule that waits for the operator.
+    let (_s, r) = request(h.addr, &api_get("/v1/brief")).await;
+    assert!(
+        r.body.contains(
+            "These requests wait for the operator: refused at once with `403 approval-required`"
+        ) && r.body.contains("`publish`"),
+        "{}",
+        r.body
+    );
     // A grant is for a host, not a rule's requests.
     let (status, r) = answer(
         &h,
