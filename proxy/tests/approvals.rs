@@ -964,3 +964,65 @@ async fn reload(sock: &std::path::Path, text: String) {
     .await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
 }
+
+/// An answer for one host, a grant included (a policy revision), leaves the open
+/// connections to another host as they were: a tunnel to a listed host carries bytes
+/// before and after every answer.
+#[tokio::test]
+async fn answers_and_grants_for_one_host_leave_an_open_stream_to_another_intact() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (echo, _peers) = crate::common::echo_server().await;
+    let (up, _heads) = http_server().await;
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[
+            ("raw.test", &[ALLOWED_IP]),
+            ("ask.test", &[ALLOWED_IP]),
+            ("other.test", &[ALLOWED_IP]),
+        ],
+        &[route(ALLOWED_IP, 443, echo), route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: "unlisted = \"ask\"\n".into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let (mut stream, r) = request(h.addr, "CONNECT raw.test:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(r.status, 200);
+    let ping = async |s: &mut tokio::net::TcpStream| {
+        s.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.read_exact(&mut b))
+            .await
+            .expect("the stream to the other host is still open")
+            .unwrap();
+        assert_eq!(&b, b"ping");
+    };
+    ping(&mut stream).await;
+    for (host, scope) in [("ask.test", "session"), ("other.test", "always")] {
+        let (_s, r) = request(h.addr, &get(host)).await;
+        let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+        let (status, r) = answer(
+            &h,
+            AnswerRequest {
+                id,
+                approve: true,
+                scope: Some(scope.into()),
+                ..AnswerRequest::default()
+            },
+        )
+        .await;
+        assert_eq!(status, 200, "{r:?}");
+        let (_s, r) = request(h.addr, &get(host)).await;
+        assert_eq!(r.status, 200, "{host}: {}", r.body);
+        ping(&mut stream).await;
+    }
+    drop(stream);
+    let lines = h.finish().await;
+    assert!(
+        !lines.iter().any(|l| l["event"] == "close-revoked"),
+        "no connection was closed by an answer"
+    );
+}
