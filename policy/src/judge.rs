@@ -21,7 +21,7 @@ use crate::reason::Reason;
 
 /// The methods every host accepts: they read. Anything else writes, and needs
 /// [`Policy::is_writable`] or an `allow` rule.
-pub const READ_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+pub const READ_METHODS: [&str; 3] = crate::l7::READS;
 
 /// A read method whose query cannot carry a `_method` override (no percent-encoding, and no
 /// "method" in any case): [`writes`] would say no without [`methods_of`].

@@ -142,6 +142,9 @@ pub enum Action {
     Ask,
 }
 
+/// The methods that only read (what every host accepts; [`crate::judge::READ_METHODS`]).
+pub(crate) const READS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
 /// Which methods a rule covers (uppercase).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Methods {
@@ -157,7 +160,7 @@ pub enum Methods {
 impl Methods {
     /// The methods that only read: a preset's "write" is any method but these.
     pub(crate) fn writes() -> Methods {
-        Methods::Except(vec!["GET".into(), "HEAD".into(), "OPTIONS".into()])
+        Methods::Except(READS.iter().map(|m| (*m).to_owned()).collect())
     }
 
     pub(crate) fn matches(&self, method: &str) -> bool {
@@ -165,6 +168,15 @@ impl Methods {
             Methods::Any => true,
             Methods::Only(list) => list.iter().any(|m| m == method),
             Methods::Except(list) => !list.iter().any(|m| m == method),
+        }
+    }
+
+    /// Whether these include a method that writes (any but `GET`, `HEAD`, `OPTIONS`).
+    #[must_use]
+    pub fn write(&self) -> bool {
+        match self {
+            Methods::Only(list) => list.iter().any(|m| !READS.contains(&m.as_str())),
+            Methods::Any | Methods::Except(_) => true,
         }
     }
 }
@@ -293,8 +305,14 @@ impl L7Rules {
     /// stands on.
     #[must_use]
     pub fn asks(&self, host: &Host, label: &str) -> bool {
+        self.ask_rule(host, label).is_some()
+    }
+
+    /// The ask rule of `host` named (labelled) `label`.
+    #[must_use]
+    pub fn ask_rule(&self, host: &Host, label: &str) -> Option<&L7Rule> {
         self.all_rules()
-            .any(|r| r.action == Action::Ask && r.applies_to(host) && r.label() == label)
+            .find(|r| r.action == Action::Ask && r.applies_to(host) && r.label() == label)
     }
 
     /// Whether any rule or body judge applies to `host`.

@@ -18,7 +18,7 @@ impl Policy {
                 return Err(OverlayError::Duplicate(g.id.clone()));
             }
             let text = g.rule_text();
-            let rule = HostRule::parse(&text).map_err(|source| OverlayError::Rule {
+            let mut rule = HostRule::parse(&text).map_err(|source| OverlayError::Rule {
                 id: g.id.clone(),
                 rule: text.clone(),
                 source,
@@ -26,6 +26,11 @@ impl Policy {
             if g.allow {
                 self.network.allow.push(rule);
             } else {
+                // The rule's text is what a refusal names: the operator's reason with it,
+                // for the agent to read.
+                if let Some(why) = &g.why {
+                    rule.text = format!("{text}: denied by the operator: {why}");
+                }
                 self.network.deny.push(rule);
             }
         }
@@ -59,7 +64,10 @@ mod tests {
         let p = Policy::parse(BASE, std::path::Path::new("p.toml")).unwrap();
         let o = Overlay::default()
             .with(grant("0a0b0c0d", true, "new.example", 443))
-            .with(grant("1a1b1c1d", false, "worse.example", 8443))
+            .with(Grant {
+                why: Some("not this one".into()),
+                ..grant("1a1b1c1d", false, "worse.example", 8443)
+            })
             .with(grant("2a2b2c2d", true, "2001:db8::1", 8080));
         let p = p.with_overlay(&o).unwrap();
         let listing = p.listing();
@@ -92,6 +100,11 @@ mod tests {
         );
         let worse = find("worse.example:8443");
         assert_eq!(worse.list, "network.deny");
+        // A refusal names the deny grant's rule with the operator's reason.
+        assert_eq!(
+            p.network.deny.last().unwrap().text,
+            "worse.example:8443: denied by the operator: not this one"
+        );
         assert!(
             worse
                 .origin

@@ -79,13 +79,15 @@ pub(crate) fn denial_naming(
     json_denial(reason, body.to_json())
 }
 
-/// The refusals whose record's `rule` says what to change: the L7 rule, the read-only
-/// host, the secret detector, the rate limit, the open circuit, the spent budget.
+/// The refusals whose record's `rule` says what to change: the deny rule (a grant's
+/// carries the operator's reason), the L7 rule, the read-only host, the secret detector,
+/// the rate limit, the open circuit, the spent budget.
 const fn names_its_rule(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::ApprovalRequired
             | Reason::ApprovalDenied
+            | Reason::DeniedByRule
             | Reason::RequestDeniedByRule
             | Reason::RateLimited
             | Reason::UpstreamCircuitOpen

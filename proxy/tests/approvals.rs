@@ -786,6 +786,11 @@ async fn attack_an_always_grant_is_policy_for_every_session_kept_beside_the_audi
     let text = as_nobody(h.addr, raw).await;
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
     assert!(!text.contains("approval-required"), "{text}");
+    // The operator's reason reaches the agent, in the refusal's rule.
+    assert!(
+        text.contains("ask.test:80: denied by the operator: use the mirror"),
+        "{text}"
+    );
     let g = airlock_proxy::grants::load(&file).unwrap();
     assert_eq!(g.get(&id2).unwrap().why.as_deref(), Some("use the mirror"));
     // A reload of the operator's file keeps the grants over the new text.
@@ -885,6 +890,12 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
     assert_eq!(
         (item.host.as_str(), item.port, item.rule.as_deref()),
         ("allowed.test", 80, Some("publish"))
+    );
+    // It asks about a write: a note says so, which keeps it out of a bulk approve.
+    assert!(
+        item.notes.iter().any(|n| n.contains("asks about writes")),
+        "{:?}",
+        item.notes
     );
     // The agent's brief names the rule that waits for the operator.
     let (_s, r) = request(h.addr, &api_get("/v1/brief")).await;

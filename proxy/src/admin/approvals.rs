@@ -318,16 +318,26 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
         reason,
         said: item.said.clone(),
         rule: item.rule.clone(),
-        notes: notes(policy, &item.host),
+        notes: notes(policy, item),
         token,
     }
 }
 
-/// What approving `host` would open beyond reaching it: a credential the proxy injects
-/// there, a tunnel it does not read.
-fn notes(policy: &Policy, host: &str) -> Vec<String> {
+/// What approving `item` would open beyond reading its host: a credential the proxy
+/// injects there, a tunnel it does not read, a write (an ask rule's write methods, or a
+/// host `network.writable` lists). An item with a note is never part of a bulk approve.
+fn notes(policy: &Policy, item: &Item) -> Vec<String> {
+    let host = item.host.as_str();
     let Ok(h) = airlock_policy::host::Host::parse(host) else {
         return Vec::new();
+    };
+    let writes = match &item.rule {
+        Some(label) => policy.l7.ask_rule(&h, label).is_some_and(|r| r.methods.write()).then(|| {
+            format!("the rule {label:?} asks about writes: approving lets the session send them to {host}")
+        }),
+        None => policy.is_writable(&h).then(|| {
+            format!("{host} is writable (network.writable): approving lets the session write to it (any method)")
+        }),
     };
     let mut notes: Vec<String> = policy
         .credentials_for(&h)
@@ -338,6 +348,7 @@ fn notes(policy: &Policy, host: &str) -> Vec<String> {
             )
         })
         .collect();
+    notes.extend(writes);
     if policy
         .network
         .passthrough
