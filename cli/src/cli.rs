@@ -503,7 +503,8 @@ pub struct ApproveArgs {
     pub id: Option<String>,
     /// Every pending item without a security note, in every running sandbox (or
     /// --sandbox's); an item with a note (a credential bound to the host, a passthrough
-    /// host, a name that looks encoded) is left pending and listed, to approve by its id.
+    /// host, a write, a name that looks encoded) is left pending and listed, to approve by
+    /// its id.
     #[arg(long, conflicts_with = "token")]
     pub all: bool,
     /// With --all: only this sandbox (or pod, k8s:NAMESPACE/POD).
