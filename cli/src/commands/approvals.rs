@@ -210,12 +210,21 @@ pub async fn show((client, a): (Client, Approval), as_json: bool) -> Result<i32>
         return Ok(0);
     }
     println!("{}", row(client.name(), &a));
-    println!(
-        "  approving lets {} reach {}:{} (--once: its next connection; --session: every one; --always: every session's, kept until revoked)",
-        a.session,
-        escape(a.host.as_bytes()),
-        a.port
-    );
+    match &a.rule {
+        Some(rule) => println!(
+            "  approving lets {} send {}:{} the requests the rule {} matches (--once: the next one; --session: every one)",
+            a.session,
+            escape(a.host.as_bytes()),
+            a.port,
+            escape(rule.as_bytes())
+        ),
+        None => println!(
+            "  approving lets {} reach {}:{} (--once: its next connection; --session: every one; --always: every session's, kept until revoked)",
+            a.session,
+            escape(a.host.as_bytes()),
+            a.port
+        ),
+    }
     details(&a, "  ");
     if let Some(t) = &a.token {
         println!("  token {t}");
