@@ -420,12 +420,6 @@ impl Revisions {
         closing: impl FnOnce(&Rules) -> u64,
     ) -> Result<Reloaded, ErrorBody> {
         let _turn = self.turn.lock().await;
-        let Some(file) = &self.grants_file else {
-            return Err(error(
-                ErrorCode::Unavailable,
-                "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
-            ));
-        };
         let (base, text_hash, old) = {
             let layers = lock(&self.layers);
             (
@@ -434,7 +428,13 @@ impl Revisions {
                 layers.overlay.clone(),
             )
         };
-        let base = base.unwrap_or_else(|| rules.load().policy.clone());
+        // Both are set by `with_grants`, together.
+        let (Some(file), Some(base)) = (&self.grants_file, base) else {
+            return Err(error(
+                ErrorCode::Unavailable,
+                "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
+            ));
+        };
         let overlay = change(&old)?;
         let policy = base
             .with_overlay(&overlay)
