@@ -171,6 +171,20 @@ pub enum Answer {
     },
 }
 
+impl Answer {
+    /// Whether it is for every session, kept until revoked: a grant.
+    #[must_use]
+    pub const fn always(&self) -> bool {
+        matches!(
+            self,
+            Answer::Approve {
+                scope: Scope::Always,
+                ..
+            } | Answer::Deny { always: true, .. }
+        )
+    }
+}
+
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {

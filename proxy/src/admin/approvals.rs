@@ -48,66 +48,8 @@ pub(super) async fn answer(
     by: u32,
     revision: u64,
 ) -> Result<Approval, ErrorBody> {
-    let bad = |m: String| ErrorBody {
-        code: ErrorCode::BadRequest,
-        message: m,
-    };
-    let wall = SystemTime::now();
-    let until = match a.for_seconds.map(Duration::from_secs) {
-        Some(d) if d.is_zero() || d > MAX_FOR => {
-            return Err(bad(format!(
-                "for is 1 second to {} days",
-                MAX_FOR.as_secs() / 86_400
-            )));
-        }
-        d => d.map(|d| wall + d),
-    };
-    let always = a.scope.as_deref() == Some("always");
-    if always && until.is_some() {
-        return Err(bad(
-            "an always answer holds until it is revoked: it takes no time".into(),
-        ));
-    }
-    let answer = if a.approve {
-        let scope = match a.scope.as_deref() {
-            Some("once") => Scope::Once,
-            Some("session") => Scope::Session,
-            Some("always") => Scope::Always,
-            other => {
-                return Err(bad(format!(
-                    "an approval's scope is \"once\", \"session\" or \"always\", not {other:?}"
-                )));
-            }
-        };
-        if scope == Scope::Once && until.is_some() {
-            return Err(bad("an approval for one connection takes no time".into()));
-        }
-        Answer::Approve { scope, until }
-    } else {
-        if let Some(other) = a
-            .scope
-            .as_deref()
-            .filter(|s| *s != "always" && *s != "session")
-        {
-            return Err(bad(format!(
-                "a denial's scope is \"session\" (the default) or \"always\", not {other:?}"
-            )));
-        }
-        let reason = a.reason.as_deref().map(str::trim).unwrap_or_default();
-        if reason.is_empty()
-            || reason.chars().count() > MAX_REASON
-            || reason.chars().any(char::is_control)
-        {
-            return Err(bad(format!(
-                "a denial needs a reason for the agent: one line of 1 to {MAX_REASON} characters"
-            )));
-        }
-        Answer::Deny {
-            reason: reason.to_owned(),
-            until,
-            always,
-        }
-    };
+    let answer = read(a, SystemTime::now())?;
+    let always = answer.always();
     // The line first: an answer nobody can find in the log is not taken.
     let item = shared
         .approvals
@@ -115,7 +57,7 @@ pub(super) async fn answer(
         .map_err(|e| refused(&e))?;
     if always {
         if let Some(rule) = &item.rule {
-            return Err(bad(format!(
+            return Err(bad_request(format!(
                 "approval {} was asked by the rule {rule:?}: a grant is for a host; to let that rule's requests through always, make its action \"allow\" in the policy file and reload it",
                 item.id
             )));
@@ -150,6 +92,69 @@ pub(super) async fn answer(
     );
     let rules = shared.rules.load();
     Ok(view(&answered, &rules.policy, None))
+}
+
+/// The answer `a` asks for, read at `wall` (a `for` becomes a time), or why it is refused:
+/// a time out of range or given where it means nothing, an unknown scope, a denial without
+/// a one-line reason.
+fn read(a: &AnswerRequest, wall: SystemTime) -> Result<Answer, ErrorBody> {
+    let until = match a.for_seconds.map(Duration::from_secs) {
+        Some(d) if d.is_zero() || d > MAX_FOR => {
+            return Err(bad_request(format!(
+                "for is 1 second to {} days",
+                MAX_FOR.as_secs() / 86_400
+            )));
+        }
+        d => d.map(|d| wall + d),
+    };
+    let always = a.scope.as_deref() == Some("always");
+    if always && until.is_some() {
+        return Err(bad_request(
+            "an always answer holds until it is revoked: it takes no time".into(),
+        ));
+    }
+    Ok(if a.approve {
+        let scope = match a.scope.as_deref() {
+            Some("once") => Scope::Once,
+            Some("session") => Scope::Session,
+            Some("always") => Scope::Always,
+            other => {
+                return Err(bad_request(format!(
+                    "an approval's scope is \"once\", \"session\" or \"always\", not {other:?}"
+                )));
+            }
+        };
+        if scope == Scope::Once && until.is_some() {
+            return Err(bad_request(
+                "an approval for one connection takes no time".into(),
+            ));
+        }
+        Answer::Approve { scope, until }
+    } else {
+        if let Some(other) = a
+            .scope
+            .as_deref()
+            .filter(|s| *s != "always" && *s != "session")
+        {
+            return Err(bad_request(format!(
+                "a denial's scope is \"session\" (the default) or \"always\", not {other:?}"
+            )));
+        }
+        let reason = a.reason.as_deref().map(str::trim).unwrap_or_default();
+        if reason.is_empty()
+            || reason.chars().count() > MAX_REASON
+            || reason.chars().any(char::is_control)
+        {
+            return Err(bad_request(format!(
+                "a denial needs a reason for the agent: one line of 1 to {MAX_REASON} characters"
+            )));
+        }
+        Answer::Deny {
+            reason: reason.to_owned(),
+            until,
+            always,
+        }
+    })
 }
 
 /// Makes `answer` (an `always` one) to `item` a grant of the operator `by`: the revision
@@ -369,6 +374,13 @@ fn notes(policy: &Policy, item: &Item) -> Vec<String> {
     notes
 }
 
+fn bad_request(message: String) -> ErrorBody {
+    ErrorBody {
+        code: ErrorCode::BadRequest,
+        message,
+    }
+}
+
 fn not_found(id: &str) -> ErrorBody {
     ErrorBody {
         code: ErrorCode::NotFound,
@@ -383,5 +395,47 @@ fn refused(e: &AnswerError) -> ErrorBody {
             AnswerError::Answered { .. } | AnswerError::StaleToken(_) => ErrorCode::Conflict,
         },
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(approve: bool, scope: Option<&str>, for_seconds: Option<u64>) -> AnswerRequest {
+        AnswerRequest {
+            id: "0a0b0c0d".into(),
+            approve,
+            scope: scope.map(str::to_owned),
+            for_seconds,
+            reason: (!approve).then(|| "use the mirror".to_owned()),
+            token: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_is_read_or_refused_before_anything_is_looked_at() {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let read_ok = |a: AnswerRequest| read(&a, wall).unwrap();
+        let refused = |a: AnswerRequest| read(&a, wall).unwrap_err().message;
+        assert!(read_ok(asked(true, Some("always"), None)).always());
+        assert!(read_ok(asked(false, Some("always"), None)).always());
+        assert!(!read_ok(asked(false, None, Some(60))).always());
+        assert_eq!(
+            read_ok(asked(true, Some("session"), Some(60))),
+            Answer::Approve {
+                scope: Scope::Session,
+                until: Some(wall + Duration::from_secs(60)),
+            }
+        );
+        assert!(refused(asked(true, Some("always"), Some(60))).contains("until it is revoked"));
+        assert!(refused(asked(false, Some("always"), Some(60))).contains("until it is revoked"));
+        assert!(refused(asked(true, Some("once"), Some(60))).contains("one connection"));
+        assert!(refused(asked(true, Some("forever"), None)).contains("\"always\""));
+        assert!(refused(asked(false, Some("once"), None)).contains("a denial's scope"));
+        assert!(refused(asked(true, Some("session"), Some(0))).contains("1 second"));
+        let mut no_reason = asked(false, None, None);
+        no_reason.reason = Some("  ".into());
+        assert!(refused(no_reason).contains("needs a reason"));
     }
 }
