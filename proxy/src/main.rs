@@ -52,7 +52,6 @@ fn main() -> anyhow::Result<()> {
             refuse(&format!("loading policy {}: {e}", args.policy.display()));
         }
     };
-    let policy_hash = airlock_proxy::revision::hash(policy_text.as_bytes());
     // A restart of the proxy within a start resumes the revision an operator loaded (kept
     // in the state directory); one that no longer loads is said and the start's policy used.
     let resumed = airlock_proxy::revision::Saved::load(&args.state_dir).and_then(
@@ -129,7 +128,7 @@ fn main() -> anyhow::Result<()> {
         interception,
         admin_listener.map(|listener| AdminStart {
             listener,
-            policy_hash,
+            policy_text,
             resumed,
             grants_file,
             base,
@@ -207,12 +206,12 @@ fn setup_interception(
     Ok((rules, Interception::new(ca, roots)?))
 }
 
-/// What the admin API starts from, read before the runtime: its socket, the policy's hash,
+/// What the admin API starts from, read before the runtime: its socket, the policy's text,
 /// a revision kept by an earlier run of the proxy in this start, and the operator's grants
 /// (their file, and the policy in force before them).
 struct AdminStart {
     listener: std::os::unix::net::UnixListener,
-    policy_hash: String,
+    policy_text: String,
     resumed: Option<airlock_proxy::revision::Saved>,
     grants_file: std::path::PathBuf,
     base: airlock_policy::Policy,
@@ -272,7 +271,7 @@ async fn run(
             status_dir: args.status_dir.clone(),
             revisions: airlock_proxy::revision::Revisions::new(
                 &args.policy,
-                a.policy_hash,
+                &a.policy_text,
                 &args.state_dir.join(airlock_channels::CREDENTIALS_FILE),
             )
             .kept_in(&args.state_dir, a.resumed.as_ref())

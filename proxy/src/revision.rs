@@ -40,14 +40,15 @@ pub const MAX_TEXT: usize = 1 << 20;
 /// The last loaded revision, in the proxy's state directory ([`Saved`]).
 pub const SAVED_FILE: &str = "policy-revision.json";
 
-/// The revision an operator loaded, kept (0600, the proxy's state directory on the `/run`
-/// tmpfs: this start only) so that a restart of the proxy by the supervisor resumes it
-/// instead of falling back to the start's policy.
+/// The revision an operator made (a reload, or a grant over the text in force), kept (0600,
+/// the proxy's state directory on the `/run` tmpfs: this start only) so that a restart of
+/// the proxy by the supervisor resumes it, its number included, instead of falling back to
+/// the start's policy. Its grants are read again from their own file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Saved {
     /// Its number.
     pub revision: u64,
-    /// Where its text came from.
+    /// Where its text came from (a grant's revision keeps its text's origin).
     pub origin: String,
     /// Its text, as the operator sent it.
     pub text: String,
@@ -186,7 +187,9 @@ struct Layers {
     /// The policy of its text, the start's overrides applied, before the grants (`None`:
     /// this proxy keeps no grants).
     base: Option<Policy>,
-    /// The hash of its text.
+    /// Its text, where that came from, and its hash.
+    text: String,
+    text_origin: String,
     text_hash: String,
     /// The grants over it.
     overlay: Overlay,
@@ -219,10 +222,11 @@ pub enum Outcome {
 }
 
 impl Revisions {
-    /// Revision 1: the policy the proxy started with, read from `path` (whose text hashes
-    /// to `hash`), with the credential hand-off at `handoff`.
+    /// Revision 1: the policy the proxy started with, `text` read from `path`, with the
+    /// credential hand-off at `handoff`.
     #[must_use]
-    pub fn new(path: &Path, hash: String, handoff: &Path) -> Self {
+    pub fn new(path: &Path, text: &str, handoff: &Path) -> Self {
+        let hash = hash(text.as_bytes());
         Self {
             current: Mutex::new(PolicyRevision {
                 revision: 1,
@@ -232,8 +236,11 @@ impl Revisions {
                 rules: Vec::new(),
             }),
             layers: Mutex::new(Layers {
+                base: None,
+                text: text.to_owned(),
+                text_origin: path.display().to_string(),
                 text_hash: hash.clone(),
-                ..Layers::default()
+                overlay: Overlay::default(),
             }),
             grants_file: None,
             turn: tokio::sync::Mutex::new(()),
@@ -256,7 +263,13 @@ impl Revisions {
             current.revision = saved.revision;
             current.hash = hash(saved.text.as_bytes());
             current.origin.clone_from(&saved.origin);
-            lock(&self.layers).text_hash.clone_from(&current.hash);
+            let layers = self
+                .layers
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            layers.text_hash.clone_from(&current.hash);
+            layers.text.clone_from(&saved.text);
+            layers.text_origin.clone_from(&saved.origin);
         }
         self
     }
@@ -383,19 +396,14 @@ impl Revisions {
                 layers.base = Some(base);
             }
             layers.text_hash = text_hash;
+            layers.text.clone_from(&text);
+            layers.text_origin.clone_from(&origin);
         }
-        if let Some(dir) = &self.keep {
-            let saved = Saved {
-                revision,
-                origin: origin.clone(),
-                text,
-            };
-            if let Err(e) = saved.store(dir) {
-                tracing::warn!(
-                    "policy revision {revision} is in force but not kept for a restart of the proxy: {e}"
-                );
-            }
-        }
+        self.keep(Saved {
+            revision,
+            origin: origin.clone(),
+            text,
+        });
         let now = self.advance(revision, new_hash, origin);
         Ok(Outcome::Loaded(reloaded(&now, true, closed)))
     }
@@ -420,12 +428,13 @@ impl Revisions {
         closing: impl FnOnce(&Rules) -> u64,
     ) -> Result<Reloaded, ErrorBody> {
         let _turn = self.turn.lock().await;
-        let (base, text_hash, old) = {
+        let (base, text_hash, old, kept) = {
             let layers = lock(&self.layers);
             (
                 layers.base.clone(),
                 layers.text_hash.clone(),
                 layers.overlay.clone(),
+                (layers.text.clone(), layers.text_origin.clone()),
             )
         };
         // Both are set by `with_grants`, together.
@@ -466,8 +475,27 @@ impl Revisions {
         }
         rules.replace(new);
         lock(&self.layers).overlay = overlay;
+        self.keep(Saved {
+            revision,
+            origin: kept.1,
+            text: kept.0,
+        });
         let now = self.advance(revision, new_hash, origin);
         Ok(reloaded(&now, true, closed))
+    }
+
+    /// Keeps `saved` for a restart of the proxy, when this proxy keeps revisions (a failure
+    /// is said: the revision is in force, only a restart would lose it).
+    fn keep(&self, saved: Saved) {
+        let Some(dir) = &self.keep else {
+            return;
+        };
+        if let Err(e) = saved.store(dir) {
+            tracing::warn!(
+                "policy revision {} is in force but not kept for a restart of the proxy: {e}",
+                saved.revision
+            );
+        }
     }
 
     /// Makes `revision` (hashed `hash`, from `origin`) the one in force, loaded now.
@@ -565,7 +593,7 @@ mod tests {
         assert_eq!(back, saved);
         let start = policy(BASE);
         assert!(back.policy(&start).is_ok());
-        let r = Revisions::new(Path::new("p.toml"), hash(BASE.as_bytes()), Path::new("h"))
+        let r = Revisions::new(Path::new("p.toml"), BASE, Path::new("h"))
             .kept_in(dir.path(), Some(&back));
         assert_eq!(r.current().revision, 3);
         assert_eq!(r.current().hash, hash(text.as_bytes()));

@@ -737,6 +737,10 @@ async fn attack_an_always_grant_is_policy_for_every_session_kept_beside_the_audi
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o600
     );
+    // A restart of the proxy resumes this revision's number over the same text.
+    let saved = airlock_proxy::revision::Saved::load(h.policy_path.parent().unwrap()).unwrap();
+    assert_eq!(saved.revision, after.revision);
+    assert_eq!(saved.text, std::fs::read_to_string(&h.policy_path).unwrap());
     let kept = airlock_proxy::grants::load(&file).unwrap();
     let g = kept.get(&id).unwrap();
     assert_eq!(

@@ -263,9 +263,10 @@ impl Harness {
                 status_dir: None,
                 revisions: airlock_proxy::revision::Revisions::new(
                     &policy_path,
-                    airlock_proxy::revision::hash(&std::fs::read(&policy_path).unwrap()),
+                    &std::fs::read_to_string(&policy_path).unwrap(),
                     &dir.path().join("no-handoff"),
                 )
+                .kept_in(dir.path(), None)
                 .with_grants(
                     &airlock_proxy::grants::path_beside(&audit_path),
                     base,
