@@ -354,7 +354,7 @@ fn item_json(i: &Item) -> Value {
     match &i.state {
         State::Approved { scope, .. } => v["scope"] = json!(scope.as_str()),
         State::Denied { reason, .. } => v["reason"] = json!(reason),
-        State::Pending | State::Spent { .. } => {}
+        State::Pending | State::Spent { .. } | State::Revoked { .. } => {}
     }
     v
 }

@@ -77,6 +77,8 @@ pub enum State {
     },
     /// An approval for one connection, spent.
     Spent { by: u32 },
+    /// An `always` answer whose grant the operator `by` took back: it answers nothing.
+    Revoked { by: u32 },
     /// Denied by the operator `by`, with a reason the agent reads, until `until` if given;
     /// `always`: for every session, by a grant the policy carries.
     Denied {
@@ -95,6 +97,7 @@ impl State {
             State::Pending => "pending",
             State::Approved { .. } => "approved",
             State::Spent { .. } => "spent",
+            State::Revoked { .. } => "revoked",
             State::Denied { .. } => "denied",
         }
     }
@@ -505,6 +508,23 @@ impl Approvals {
         })
     }
 
+    /// Marks item `id` revoked by the operator `by` when it is an `always` answer (its
+    /// grant was taken back); any other item is left as it is.
+    pub fn revoked(&self, id: &str, by: u32) {
+        let mut inner = lock(&self.inner);
+        if let Some(item) = inner.items.get_mut(id)
+            && matches!(
+                item.state,
+                State::Approved {
+                    scope: Scope::Always,
+                    ..
+                } | State::Denied { always: true, .. }
+            )
+        {
+            item.state = State::Revoked { by };
+        }
+    }
+
     /// Requests of `who` held open now.
     #[must_use]
     pub fn holding(&self, who: Client) -> u32 {
@@ -583,7 +603,7 @@ impl Inner {
                     reason,
                 }
             }
-            State::Spent { .. } => {
+            State::Spent { .. } | State::Revoked { .. } => {
                 self.live.remove(key);
                 return None;
             }

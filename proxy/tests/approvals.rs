@@ -755,6 +755,13 @@ async fn attack_an_always_grant_is_policy_for_every_session_kept_beside_the_audi
     assert_eq!(status, 404);
     let (status, body) = call(&sock, &revoke(&id)).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let items = inbox(&h).await;
+    let item = items.iter().find(|i| i.id == id).unwrap();
+    assert_eq!(
+        (item.state.as_str(), item.by),
+        ("revoked", Some(me)),
+        "the inbox says the grant was taken back"
+    );
     assert_eq!(policy_revision(&sock).await.hash, before.hash);
     assert!(
         airlock_proxy::grants::load(&file)

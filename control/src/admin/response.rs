@@ -158,7 +158,8 @@ pub struct Approval {
     pub first_ms: u64,
     /// When it was last asked for, in Unix milliseconds.
     pub last_ms: u64,
-    /// `pending`, `approved`, `spent` (an approval for one connection, used) or `denied`.
+    /// `pending`, `approved`, `spent` (an approval for one connection, used), `denied` or
+    /// `revoked` (an `always` answer whose grant was taken back).
     pub state: String,
     /// An approval's scope: `once` or `session`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

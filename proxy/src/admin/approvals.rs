@@ -236,6 +236,7 @@ pub(super) async fn revoke(
             |new| shared.conns.refused_by(new),
         )
         .await?;
+    shared.approvals.revoked(id, by);
     super::settle(shared);
     tracing::info!("grant {id} revoked by uid {by}");
     Ok(r)
@@ -292,6 +293,7 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
         State::Pending => (None, None, None, None),
         State::Approved { scope, by, until } => (Some(scope.as_str()), Some(*by), *until, None),
         State::Spent { by } => (Some(Scope::Once.as_str()), Some(*by), None, None),
+        State::Revoked { by } => (Some(Scope::Always.as_str()), Some(*by), None, None),
         State::Denied {
             by,
             reason,
