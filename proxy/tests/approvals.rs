@@ -917,29 +917,17 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
         "{}",
         r.body
     );
+    let approve = |scope: &str| AnswerRequest {
+        id: id.clone(),
+        approve: true,
+        scope: Some(scope.into()),
+        ..AnswerRequest::default()
+    };
     // A grant is for a host, not a rule's requests.
-    let (status, r) = answer(
-        &h,
-        AnswerRequest {
-            id: id.clone(),
-            approve: true,
-            scope: Some("always".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, r) = answer(&h, approve("always")).await;
     assert_eq!(status, 400, "{r:?}");
     // Approved for the session: its matching requests pass; another session is asked.
-    let (status, r) = answer(
-        &h,
-        AnswerRequest {
-            id: id.clone(),
-            approve: true,
-            scope: Some("session".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, r) = answer(&h, approve("session")).await;
     assert_eq!(status, 200, "{r:?}");
     for _ in 0..2 {
         let (_s, r) = request(h.addr, &post("/releases")).await;
