@@ -777,3 +777,70 @@ fn attack_an_always_grant_outlives_a_restart_is_the_operators_alone_and_is_revok
     );
     w.ok(&["destroy", &s, "--force"]);
 }
+
+/// `action = "ask"` on a `[[rules]]` rule with the real image: the dry run names the rule,
+/// the agent's request it matches is refused at once, nothing dialed, with an item that
+/// names the rule and says it is a write (so no bulk approve takes it), and the session's
+/// approval by id reaches the agent's own view of it. (The host is a documentation address:
+/// nothing is resolved, and no request is sent after the approval.)
+#[test]
+fn an_ask_rule_puts_the_agents_write_to_the_operator() {
+    let w = World::new("ask");
+    std::fs::write(
+        w.dir.path().join("policy.toml"),
+        "[sandbox]\nname = \"clitest\"\nmode = \"enforce\"\n\n[network]\nallow = [\"203.0.113.7\"]\nwritable = [\"203.0.113.7\"]\n\n[[rules]]\nname = \"publish\"\nhost = \"203.0.113.7\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n",
+    )
+    .unwrap();
+    let s = w.name("s");
+    w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let v: Value = serde_json::from_str(&w.ok(&[
+        "policy",
+        "check",
+        &s,
+        "http://203.0.113.7/releases",
+        "--method",
+        "POST",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (v["reason"].as_str(), v["rule"].as_str()),
+        (Some("approval-required"), Some("publish")),
+        "{v}"
+    );
+    let post = "curl -s --max-time 10 -X POST http://203.0.113.7/releases";
+    let refused: Value = serde_json::from_str(&agent_sh(&w, &s, post)).unwrap();
+    assert_eq!(refused["error"], "approval-required", "{refused}");
+    let id = refused["approval_id"].as_str().unwrap().to_owned();
+    let items: Value = serde_json::from_str(&w.ok(&["approvals", &s, "--json"])).unwrap();
+    let item = &items[0];
+    assert_eq!(
+        (item["id"].as_str(), item["rule"].as_str()),
+        (Some(id.as_str()), Some("publish")),
+        "{items}"
+    );
+    assert!(
+        item["notes"].to_string().contains("asks about writes"),
+        "{items}"
+    );
+    // A bulk approve leaves it pending; its id approves it, for the session that asked.
+    let out = w.ok(&["approve", "--all", "--sandbox", &s, "--session"]);
+    assert!(
+        out.contains("0 approved, 1 with a note left pending"),
+        "{out}"
+    );
+    w.ok(&["approve", &format!("{s}/{id}"), "--session"]);
+    let seen = agent_sh(&w, &s, &format!("curl -s http://airlock.local/v1/ask/{id}"));
+    assert!(seen.contains("\"state\":\"approved\""), "{seen}");
+    let log = w.ok(&["logs", &s, "--audit", "--json"]);
+    let asked: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["host"] == "203.0.113.7")
+        .collect();
+    assert!(
+        !asked.is_empty() && asked.iter().all(|l| l["upstream"].is_null()),
+        "the asked request has its line and nothing was dialed: {asked:?}"
+    );
+    w.ok(&["destroy", &s, "--force"]);
+}
