@@ -381,6 +381,17 @@ pub fn admit(
     if let Some(refused) = pace.and_then(|p| rated(p, rules.policy, target)) {
         return refused;
     }
+    decided(rules, budget, pace, target)
+}
+
+/// [`admit`] past the rate step: the policy, the name, the operator's answer, then the
+/// upstream's circuit (what a held connection is decided by again: it took its token).
+fn decided(
+    rules: NameRules<'_>,
+    budget: &Budget,
+    pace: Option<Pace<'_>>,
+    target: &Target,
+) -> Admission {
     let admission = policy(rules.policy, target, Port::Exact)
         .named(rules, budget, target)
         .answered(pace, rules.policy, target);
@@ -396,9 +407,9 @@ pub fn admit(
 /// [`admit`], with the bounded hold of `[limits] approvals_hold_seconds`: a connection whose
 /// destination is asked and still pending is held open that long for the operator's answer
 /// (at most `approvals_holds` of the session's at once; past it, or with no hold set, the
-/// refusal is at once), then decided again: a grant admits it, a denial refuses it with
-/// the operator's reason, no answer refuses it `approval-required`. Its rule says how long
-/// it was held.
+/// refusal is at once), then decided again without a second rate token: a grant admits
+/// it, a denial refuses it with the operator's reason, no answer refuses it
+/// `approval-required`. Its rule says how long it was held.
 pub async fn admit_holding(
     rules: NameRules<'_>,
     budget: &Budget,
@@ -419,7 +430,7 @@ pub async fn admit_holding(
     let started = tokio::time::Instant::now();
     let deadline = started + std::time::Duration::from_secs(limits.approvals_hold_seconds.into());
     let _ = p.approvals.wait(id, p.who, deadline).await;
-    let mut again = admit(rules, budget, pace, target);
+    let mut again = decided(rules, budget, pace, target);
     let held = format!(
         "held {:.1} s for the operator",
         started.elapsed().as_secs_f64()

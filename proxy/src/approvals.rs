@@ -48,7 +48,8 @@ pub enum Scope {
     /// Every connection of the session to it.
     Session,
     /// Every session's, kept across restarts until revoked: a grant the policy carries
-    /// (`crate::revision::Revisions::regrant`), so the item is only its record.
+    /// (`crate::revision::Revisions::regrant`). The item records it, and answers the
+    /// session that asked until it is revoked (a request held under the revision before).
     Always,
 }
 
@@ -571,15 +572,6 @@ impl Inner {
             State::Approved { until, .. } | State::Denied { until, .. }
                 if until.is_some_and(|u| wall >= u) =>
             {
-                self.live.remove(key);
-                return None;
-            }
-            // An always answer is a grant the policy carries: asked again, it was revoked.
-            State::Approved {
-                scope: Scope::Always,
-                ..
-            }
-            | State::Denied { always: true, .. } => {
                 self.live.remove(key);
                 return None;
             }

@@ -1036,3 +1036,51 @@ async fn answers_and_grants_for_one_host_leave_an_open_stream_to_another_intact(
         "no connection was closed by an answer"
     );
 }
+
+/// A held request answered with a grant goes through: the grant is policy from then on,
+/// and the request held under the revision before it is let through by its item.
+#[tokio::test]
+async fn a_held_request_answered_always_goes_through() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("ask.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: "unlisted = \"ask\"\n\n[limits]\napprovals_hold_seconds = 5\n".into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let addr = h.addr;
+    let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
+    let mut items = Vec::new();
+    for _ in 0..100 {
+        items = inbox(&h).await;
+        if !items.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(items.len(), 1, "{items:?}");
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: items[0].id.clone(),
+            approve: true,
+            scope: Some("always".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = held.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        heads.try_recv().is_ok(),
+        "the held request reached the upstream"
+    );
+    h.finish().await;
+}
