@@ -229,42 +229,40 @@ pub fn ask_rule(
 
 /// What `asked` (the inbox's answer under `caps`) makes of an asked request.
 fn of_asked(asked: Asked, caps: Caps) -> Admission {
-    {
-        let (outcome, rule, approval) = match asked {
-            Asked::Granted { id, scope } => (
-                Outcome::Allow,
-                Some(format!("approval {id} ({})", scope.as_str())),
-                Some(id),
-            ),
-            Asked::Denied { id, reason } => (
-                Outcome::Deny(Reason::ApprovalDenied),
-                Some(format!("approval {id} denied by the operator: {reason}")),
-                Some(id),
-            ),
-            Asked::Pending { id } => (Outcome::Deny(Reason::ApprovalRequired), None, Some(id)),
-            Asked::Full => (
-                Outcome::Deny(Reason::ApprovalRequired),
-                Some(format!(
-                    "approvals: {} items of this session wait for the operator ([limits] approvals_pending); nothing more is filed until some are answered",
-                    caps.pending
-                )),
-                None,
-            ),
-            Asked::TooFast => (
-                Outcome::Deny(Reason::RateLimited),
-                Some(format!(
-                    "approvals: at most {} new asks a minute per session ([limits] approvals_per_minute)",
-                    caps.per_minute
-                )),
-                None,
-            ),
-        };
-        Admission {
-            outcome,
-            rule,
-            approval,
-            redacted: None,
-        }
+    let (outcome, rule, approval) = match asked {
+        Asked::Granted { id, scope } => (
+            Outcome::Allow,
+            Some(format!("approval {id} ({})", scope.as_str())),
+            Some(id),
+        ),
+        Asked::Denied { id, reason } => (
+            Outcome::Deny(Reason::ApprovalDenied),
+            Some(format!("approval {id} denied by the operator: {reason}")),
+            Some(id),
+        ),
+        Asked::Pending { id } => (Outcome::Deny(Reason::ApprovalRequired), None, Some(id)),
+        Asked::Full => (
+            Outcome::Deny(Reason::ApprovalRequired),
+            Some(format!(
+                "approvals: {} items of this session wait for the operator ([limits] approvals_pending); nothing more is filed until some are answered",
+                caps.pending
+            )),
+            None,
+        ),
+        Asked::TooFast => (
+            Outcome::Deny(Reason::RateLimited),
+            Some(format!(
+                "approvals: at most {} new asks a minute per session ([limits] approvals_per_minute)",
+                caps.per_minute
+            )),
+            None,
+        ),
+    };
+    Admission {
+        outcome,
+        rule,
+        approval,
+        redacted: None,
     }
 }
 

@@ -11,8 +11,6 @@
 //! What the grants mean is [`airlock_policy::overlay`]; when they change is
 //! [`crate::revision::Revisions::regrant`].
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use airlock_policy::overlay::Overlay;
@@ -84,8 +82,7 @@ pub fn load(path: &Path) -> Result<Overlay, GrantsError> {
     Ok(file.overlay)
 }
 
-/// Keeps `overlay` at `path`, replacing what is there (written whole and synced, then
-/// renamed; mode 0600).
+/// Keeps `overlay` at `path`, replacing what is there ([`crate::replace::private`]).
 ///
 /// # Errors
 /// [`GrantsError::Write`]: the old file stays.
@@ -94,32 +91,12 @@ pub fn store(path: &Path, overlay: &Overlay) -> Result<(), GrantsError> {
         path: path.to_owned(),
         source,
     };
-    let name = path
-        .file_name()
-        .map_or_else(|| "grants".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
     let body = serde_json::to_vec_pretty(&File {
         version: VERSION,
         overlay: overlay.clone(),
     })
     .map_err(|e| write(std::io::Error::other(e)))?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(write)?;
-    f.write_all(&body).map_err(write)?;
-    f.sync_all().map_err(write)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(write)?;
-    if let Some(dir) = path.parent()
-        && let Ok(d) = std::fs::File::open(dir)
-    {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::replace::private(path, &body).map_err(write)
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ pub mod rate;
 mod read_ahead;
 pub mod receive_pack;
 pub mod recent;
+mod replace;
 pub mod revision;
 pub mod scan;
 mod service;

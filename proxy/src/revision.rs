@@ -67,19 +67,8 @@ impl Saved {
     /// # Errors
     /// When the file cannot be written.
     pub fn store(&self, dir: &Path) -> std::io::Result<()> {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let tmp = dir.join(format!(".{SAVED_FILE}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, dir.join(SAVED_FILE))
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        crate::replace::private(&dir.join(SAVED_FILE), &bytes)
     }
 
     /// Its policy, as a reload would load it over `start` (the start's policy), if it still
@@ -187,10 +176,9 @@ struct Layers {
     /// The policy of its text, the start's overrides applied, before the grants (`None`:
     /// this proxy keeps no grants).
     base: Option<Policy>,
-    /// Its text, where that came from, and its hash.
+    /// Its text and where that came from.
     text: String,
     text_origin: String,
-    text_hash: String,
     /// The grants over it.
     overlay: Overlay,
 }
@@ -239,7 +227,6 @@ impl Revisions {
                 base: None,
                 text: text.to_owned(),
                 text_origin: path.display().to_string(),
-                text_hash: hash.clone(),
                 overlay: Overlay::default(),
             }),
             grants_file: None,
@@ -267,7 +254,6 @@ impl Revisions {
                 .layers
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner);
-            layers.text_hash.clone_from(&current.hash);
             layers.text.clone_from(&saved.text);
             layers.text_origin.clone_from(&saved.origin);
         }
@@ -287,7 +273,7 @@ impl Revisions {
             .current
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        current.hash = layered_hash(&layers.text_hash, &overlay);
+        current.hash = layered_hash(&hash(layers.text.as_bytes()), &overlay);
         layers.base = Some(base);
         layers.overlay = overlay;
         self
@@ -348,8 +334,7 @@ impl Revisions {
         }
         let before = self.current();
         let overlay = self.grants();
-        let text_hash = hash(text.as_bytes());
-        let new_hash = layered_hash(&text_hash, &overlay);
+        let new_hash = layered_hash(&hash(text.as_bytes()), &overlay);
         if new_hash == before.hash {
             return Ok(Outcome::Unchanged(reloaded(&before, false, 0)));
         }
@@ -395,7 +380,6 @@ impl Revisions {
             if layers.base.is_some() {
                 layers.base = Some(base);
             }
-            layers.text_hash = text_hash;
             layers.text.clone_from(&text);
             layers.text_origin.clone_from(&origin);
         }
@@ -428,11 +412,10 @@ impl Revisions {
         closing: impl FnOnce(&Rules) -> u64,
     ) -> Result<Reloaded, ErrorBody> {
         let _turn = self.turn.lock().await;
-        let (base, text_hash, old, kept) = {
+        let (base, old, (text, text_origin)) = {
             let layers = lock(&self.layers);
             (
                 layers.base.clone(),
-                layers.text_hash.clone(),
                 layers.overlay.clone(),
                 (layers.text.clone(), layers.text_origin.clone()),
             )
@@ -455,7 +438,7 @@ impl Revisions {
         let change = new.change(in_force.credentials.workspace_secrets());
         let before = self.current();
         let revision = before.revision + 1;
-        let new_hash = layered_hash(&text_hash, &overlay);
+        let new_hash = layered_hash(&hash(text.as_bytes()), &overlay);
         crate::grants::store(file, &overlay)
             .map_err(|e| error(ErrorCode::Unavailable, format!("{e}: nothing was granted")))?;
         let line = PolicyReload {
@@ -477,8 +460,8 @@ impl Revisions {
         lock(&self.layers).overlay = overlay;
         self.keep(Saved {
             revision,
-            origin: kept.1,
-            text: kept.0,
+            origin: text_origin,
+            text,
         });
         let now = self.advance(revision, new_hash, origin);
         Ok(reloaded(&now, true, closed))
