@@ -290,3 +290,29 @@ fn a_broken_policy_is_a_refused_start_not_a_crash() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("policy.toml:2:"), "{err}");
 }
+
+/// The operator's grants beside the audit log that do not load stop the start (78, one
+/// line naming the file): never a start that silently drops a grant, or a deny.
+#[test]
+fn a_grants_file_that_does_not_load_is_a_refused_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[sandbox]\nname = \"box\"\n").unwrap();
+    let grants = dir.path().join(airlock_channels::GRANTS_FILE);
+    std::fs::write(&grants, "{\"version\": 1, \"grants\": [{\"id\": \"x\"").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-proxy"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--audit")
+        .arg(dir.path().join("audit.jsonl"))
+        .args(["--session", "s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("grants.json does not load") && err.contains("move it away"),
+        "{err}"
+    );
+}
