@@ -620,14 +620,7 @@ async fn attack_a_held_request_sends_nothing_until_the_answer_and_holds_are_capp
     let addr = h.addr;
     // Held: no answer yet, nothing dialed.
     let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
-    let mut items = Vec::new();
-    for _ in 0..100 {
-        items = inbox(&h).await;
-        if !items.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let items = filed(&h).await;
     assert_eq!(items.len(), 1, "{items:?}");
     assert!(!held.is_finished());
     // A second request of the session while one is held: refused at once (the cap is 1).
@@ -1056,14 +1049,7 @@ async fn a_held_request_answered_always_goes_through() {
     .await;
     let addr = h.addr;
     let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
-    let mut items = Vec::new();
-    for _ in 0..100 {
-        items = inbox(&h).await;
-        if !items.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let items = filed(&h).await;
     assert_eq!(items.len(), 1, "{items:?}");
     let (status, r) = answer(
         &h,
@@ -1083,4 +1069,17 @@ async fn a_held_request_answered_always_goes_through() {
         "the held request reached the upstream"
     );
     h.finish().await;
+}
+
+/// The inbox once something is filed in it (a request held for the operator files its
+/// item as it is held), within a second.
+async fn filed(h: &Harness) -> Vec<airlock_control::admin::Approval> {
+    for _ in 0..100 {
+        let items = inbox(h).await;
+        if !items.is_empty() {
+            return items;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Vec::new()
 }
