@@ -9,6 +9,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::audit::{Audit, Record};
+use crate::detect::RULE_PREFIX;
+use crate::finding::{Denial, Finding};
 use crate::gate::MessageEnd;
 
 /// The error type of bodies the proxy builds.
@@ -219,20 +221,21 @@ impl Cut {
         }
     }
 
+    /// The refusal it is, naming what was found (the credential, or the rule).
+    #[must_use]
+    pub fn denial(&self) -> Denial {
+        let found = match self {
+            Self::Credential(name) => vec![Finding::Credential(name.clone())],
+            Self::Secret(name) => vec![Finding::Rule(format!("{RULE_PREFIX}{name}"))],
+            Self::Signal(s) => vec![Finding::Rule(s.describe()), Finding::Signal(*s)],
+            Self::Unreadable(_, why) | Self::Budget(why) => vec![Finding::Rule(why.clone())],
+        };
+        Denial::naming(self.reason(), found)
+    }
+
     /// Names what was found on the record (`credential` or `rule`) and returns the reason.
     pub fn describe(&self, rec: &mut Record) -> airlock_policy::Reason {
-        match self {
-            Self::Credential(name) => rec.credential = Some(name.clone()),
-            Self::Secret(name) => rec.rule = Some(format!("secret detector {name}")),
-            Self::Signal(s) => {
-                rec.rule = Some(s.describe());
-                if !rec.signals.contains(s) {
-                    rec.signals.push(*s);
-                }
-            }
-            Self::Unreadable(_, why) | Self::Budget(why) => rec.rule = Some(why.clone()),
-        }
-        self.reason()
+        self.denial().apply(rec)
     }
 }
 

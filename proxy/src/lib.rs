@@ -13,7 +13,8 @@
 //! Every allowed host that is not declared `network.passthrough` is **intercepted**: the
 //! agent's TLS is terminated with a per-host leaf of the appliance CA ([`ca`], [`leaf`]),
 //! each request is judged (method, rules, secrets) and its credential injected, and it goes
-//! on over verified TLS ([`intercept`], [`credentials`]). Real secrets live only in this
+//! on over verified TLS. Each check returns what it found (the `finding` module), and the
+//! request's audit line is written in one place ([`intercept`], [`credentials`]). Real secrets live only in this
 //! process's memory; a passthrough host is tunnelled untouched and audited as uninspected.
 //!
 //! It does not: set up the firewall, parse the policy file (that is `airlock-policy`), read
@@ -36,6 +37,7 @@ pub mod budget;
 pub mod ca;
 pub mod clock;
 pub mod config;
+mod connection;
 pub mod conns;
 pub mod credentials;
 pub mod crypto;
@@ -46,6 +48,7 @@ pub mod detect;
 pub mod dns;
 pub mod events;
 mod explicit;
+mod finding;
 pub mod gate;
 pub mod gitfetch;
 pub mod gitpath;

@@ -8,13 +8,13 @@ use http::Request;
 use http::header::{self, HeaderValue};
 use hyper::body::{Body, Incoming};
 
-use super::request::{apply_l7, reported};
+use super::request::{reported, settled};
 use super::request_body::read_capped;
 use super::route::Route;
 use super::{Cx, InBody, Refuse};
-use crate::audit::Pending;
 use crate::body::{Framed, Held};
 use crate::credentials::GitScope;
+use crate::finding::{Denial, Findings};
 use crate::gitfetch;
 use crate::gitpath::{self, Service};
 use crate::service::{self, Admitted};
@@ -37,17 +37,16 @@ pub(super) fn git_scope(
     method: &str,
     path: &str,
     query: Option<&str>,
-    rec: &mut Pending,
-) -> Result<GitScope, Reason> {
+) -> Result<GitScope, Denial> {
     let policy = &ctx.rules.policy;
     if !ctx.git_service() && policy.github_api_bound(&route.target.host) {
         return match policy.github_api_use(method, path) {
             ApiUse::Token => Ok(GitScope::Api),
             ApiUse::Anonymous => Ok(GitScope::None),
-            ApiUse::Refused => {
-                rec.rule = Some(github_api::REFUSED_RULE.into());
-                Err(Reason::RequestDeniedByRule)
-            }
+            ApiUse::Refused => Err(Denial::by_rule(
+                Reason::RequestDeniedByRule,
+                github_api::REFUSED_RULE,
+            )),
         };
     }
     let git = gitpath::parse(path, query);
@@ -60,14 +59,14 @@ pub(super) fn git_scope(
             _ if authorized => Ok(GitScope::Service),
             // A read-only remote: no credential (see `service_gate`, `inject`).
             Some(_) => Ok(GitScope::None),
-            None => {
-                rec.rule = Some("git service: git smart-HTTP only".into());
-                Err(Reason::RequestDeniedByRule)
-            }
+            None => Err(Denial::by_rule(
+                Reason::RequestDeniedByRule,
+                "git service: git smart-HTTP only",
+            )),
         };
     }
     if gitpath::is_push(path, query) {
-        return Err(Reason::GitPushBlocked);
+        return Err(Reason::GitPushBlocked.into());
     }
     Ok(match &git {
         Some(g) if authorized && g.service == Service::UploadPack => GitScope::Read,
@@ -81,7 +80,6 @@ pub(super) async fn service_gate(
     ctx: &Cx<'_>,
     req: Request<Incoming>,
     route: &Route,
-    rec: &mut Pending,
 ) -> Result<(Request<Incoming>, Option<Admitted>), Refuse> {
     if !ctx.git_service() {
         return Ok((req, None));
@@ -92,8 +90,8 @@ pub(super) async fn service_gate(
     };
     let post = req.method() == http::Method::POST;
     if !post && req.method() != http::Method::GET {
-        rec.rule = Some("git service: GET and POST only".into());
-        return Err(Reason::RequestDeniedByRule.into());
+        let only = "git service: GET and POST only";
+        return Err(Denial::by_rule(Reason::RequestDeniedByRule, only).into());
     }
     let repository = git.repository(route.target.host.as_str());
     let authorized = ctx.rules.policy.git.repositories.contains(&repository);
@@ -182,35 +180,40 @@ pub(super) async fn fetch_request(
     view: &RequestView<'_>,
     body: Framed<Incoming>,
     headers: &http::HeaderMap,
-    rec: &mut Pending,
-) -> Result<InBody, Reason> {
+    found: &mut Findings,
+) -> Result<InBody, Denial> {
     if ctx.git_service() || !ctx.rules.policy.fetch_exempt(view) {
         return Ok(Held::none(body));
     }
     let mut body = body;
     let idle = ctx.shared.limits.idle_timeout;
-    let refusal = |why: &str| L7Verdict::Deny {
-        reason: Reason::ReadOnlyHost,
-        rule: format!(
+    let rule = |why: &str| {
+        format!(
             "{}: read-only (not in network.writable): a git-upload-pack body that is not a git fetch request ({why})",
             view.host
-        ),
+        )
     };
     let bytes = match read_capped(&mut body, gitfetch::MAX_FETCH_BODY, idle).await {
         Ok(bytes) => bytes,
         // Nothing can go on of a body read in part: refused in both modes.
         Err(Reason::RequestDeniedByRule) => {
-            return apply_l7(refusal("larger than a fetch request"), rec)
-                .map(|()| Held::none(body));
+            let too_big = rule("larger than a fetch request");
+            return Err(Denial::by_rule(Reason::ReadOnlyHost, too_big));
         }
-        Err(reason) => return Err(reason),
+        Err(reason) => return Err(reason.into()),
     };
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(HeaderValue::as_bytes);
     if let Err(why) = gitfetch::decoded(&bytes, encoding).and_then(|d| gitfetch::check(&d)) {
         // Report mode logs it and sends it as it came.
-        apply_l7(reported(&ctx.rules.policy, refusal(why), rec), rec)?;
+        let refusal = L7Verdict::Deny {
+            reason: Reason::ReadOnlyHost,
+            rule: rule(why),
+        };
+        let (verdict, report) = reported(&ctx.rules.policy, refusal);
+        found.add(report);
+        found.add(settled(verdict, None)?);
     }
     Ok(Held::new(bytes, body))
 }

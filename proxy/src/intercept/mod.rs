@@ -79,6 +79,7 @@ use hyper::body::Incoming;
 use crate::audit::Pending;
 use crate::body::{BoxError, Framed, Held};
 use crate::deny::{self, ProxyBody};
+use crate::finding::{Denial, Findings};
 use crate::gitpath::{self, Service};
 use crate::service;
 use crate::snapshot::Rules;
@@ -102,8 +103,8 @@ type InBody = Held<Framed<Incoming>>;
 
 /// One request, end to end (see the module docs). `rec` carries what the caller already
 /// decided (policy verdict and rule of the host). Every check is a step of [`prepare`]
-/// returning the request as it will be sent or the one reason it is refused, applied to
-/// the record in one place; [`forward`] then sends it.
+/// returning what it found and the request as it will be sent, or the one refusal; what
+/// was found is written on the record here, in one place, and [`forward`] then sends it.
 pub(crate) async fn exchange(
     ctx: &Ctx,
     rules: Arc<Rules>,
@@ -115,10 +116,16 @@ pub(crate) async fn exchange(
     let ctx = &Cx { ctx, rules };
     // Shared bytes: what a refusal worded for this request reads.
     let uri = req.uri().clone();
-    match prepare(ctx, req, route, &mut rec).await {
+    request::describe(&mut rec, &req, route);
+    let mut found = Findings::default();
+    let prepared = prepare(ctx, req, route, &mut found).await;
+    found.apply(&mut rec);
+    match prepared {
         Ok(prepared) => forward(ctx, prepared, route, rec).await,
-        Err(Refuse::Plain(Reason::CredentialMissing)) => missing_credential(ctx, rec, route, &uri),
-        Err(Refuse::Plain(reason)) => ctx.deny(rec, reason, route).await,
+        Err(Refuse::Denied(denial)) => match denial.apply(&mut rec) {
+            Reason::CredentialMissing => missing_credential(ctx, rec, route, &uri),
+            reason => ctx.deny(rec, reason, route).await,
+        },
         Err(Refuse::Git(refusal)) => {
             rec.rule = Some(refusal.rule.clone());
             let (host, port) = (route.target.host.as_str(), route.target.port);
@@ -127,16 +134,22 @@ pub(crate) async fn exchange(
     }
 }
 
-/// Why a request is not sent: a reason (answered as JSON, or as git prints it where the
-/// request is git's), or a git service port refusal with its own answer.
+/// Why a request is not sent: a check's denial (answered as JSON, or as git prints it
+/// where the request is git's), or a git service port refusal with its own answer.
 enum Refuse {
-    Plain(Reason),
+    Denied(Denial),
     Git(service::Refusal),
+}
+
+impl From<Denial> for Refuse {
+    fn from(denial: Denial) -> Self {
+        Refuse::Denied(denial)
+    }
 }
 
 impl From<Reason> for Refuse {
     fn from(reason: Reason) -> Self {
-        Refuse::Plain(reason)
+        Refuse::Denied(reason.into())
     }
 }
 

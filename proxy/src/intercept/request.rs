@@ -1,5 +1,7 @@
 //! Every check on a request, in order ([`prepare`]): the head, the L7 rules, the credentials'
 //! use, secrets in the URL and headers, credential injection; the request as it will be sent.
+//! Each check returns what it found ([`Finding`]) or its refusal ([`Denial`]); none writes
+//! the audit record ([`super::exchange`] does, once).
 
 use std::sync::Arc;
 
@@ -14,10 +16,11 @@ use super::request_body::{Tally, prepare_body};
 use super::route::{Route, host_agrees};
 use super::upgrade::{is_upgrade, upgrade_verdict};
 use super::{Cx, Refuse, UpBody};
-use crate::audit::{Pending, Verdict};
+use crate::audit::Pending;
 use crate::body::{CutFlag, Framed, SignalNote};
 use crate::credentials::{GitScope, Injected};
 use crate::detect;
+use crate::finding::{Denial, Finding, Findings};
 use crate::gate::MessageEnd;
 use crate::gitpath::{self, Service};
 use crate::hop;
@@ -44,32 +47,31 @@ pub(super) struct Prepared {
     pub(super) injected: bool,
 }
 
-/// Every check on the request, in order; the request as it will be sent. `Err` is the
-/// request's denial (the record already names the rule or credential involved).
+/// Every check on the request, in order; the request as it will be sent. What the checks
+/// found is kept in `found`, a refusal's included (`Err` is the request's denial).
 pub(super) async fn prepare(
     ctx: &Cx<'_>,
     req: Request<Incoming>,
     route: &Route,
-    rec: &mut Pending,
+    found: &mut Findings,
 ) -> Result<Prepared, Refuse> {
-    describe(rec, &req, route);
-    check_pace(ctx, route, rec)?;
+    check_pace(ctx, route)?;
     check_head(ctx, &req, route)?;
     // A cheap clone (shared bytes) the path and query are borrowed from.
     let uri = req.uri().clone();
     let (path, query) = (uri.path(), uri.query());
     let method = req.method().clone();
-    let scope = git_scope(ctx, route, method.as_str(), path, query, rec)?;
-    let (mut req, admitted) = service_gate(ctx, req, route, rec).await?;
+    let scope = git_scope(ctx, route, method.as_str(), path, query)?;
+    let (mut req, admitted) = service_gate(ctx, req, route).await?;
     let view = RequestView {
         host: &route.target.host,
         method: method.as_str(),
         path,
         query,
     };
-    let body_cap = judge_head(ctx, &mut req, &view, route, rec)?;
-    let upgrade = check_credential_use(ctx, &req, route, rec)?;
-    check_missing(ctx, route, scope, &view, rec)?;
+    let (body_cap, asked) = judge_head(ctx, &mut req, &view, route, found)?;
+    let upgrade = check_credential_use(ctx, &req, route)?;
+    check_missing(ctx, route, scope, &view)?;
     let upgrading = upgrade.is_some();
     let on_client_upgrade = upgrade.map(|relay| (hyper::upgrade::on(&mut req), relay));
     let (mut parts, body) = req.into_parts();
@@ -78,13 +80,18 @@ pub(super) async fn prepare(
     let body = Framed::new(body, end);
     let body = match admitted {
         Some(a) => push_commands(ctx, &a, &method, body, &parts.headers).await?,
-        None => fetch_request(ctx, &view, body, &parts.headers, rec).await?,
+        None => fetch_request(ctx, &view, body, &parts.headers, found).await?,
     };
     let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
     hop::strip(&mut parts.headers);
     hop::strip_claims(&mut parts.headers, &ctx.rules.policy.network);
-    check_foreign_secrets(ctx, route, &parts, rec)?;
-    let injected = inject(ctx, route, &mut parts.headers, scope, &view, rec)?;
+    found.add(check_foreign_secrets(ctx, route, &parts)?);
+    let injected = inject(ctx, route, &mut parts.headers, scope, &view)?;
+    found.add(
+        injected
+            .as_ref()
+            .map(|i| Finding::Credential(i.names.clone())),
+    );
     let tally = Tally::default();
     // This request's body (and an upgraded WebSocket's frames) count against the upload
     // budgets as they are read; the git API's pushes do not.
@@ -101,7 +108,8 @@ pub(super) async fn prepare(
         &view,
         injected.as_ref(),
         &tally,
-        rec,
+        asked.as_deref(),
+        found,
     )
     .await?;
     let out = origin_form(parts, route, upgrade_value.filter(|_| upgrading), up_body)?;
@@ -132,7 +140,7 @@ pub(super) fn describe(rec: &mut Pending, req: &Request<Incoming>, route: &Route
 /// The rate and the upstream's circuit ([`crate::admission::paced`]) on a request read in
 /// an intercepted connection (plain HTTP and base URL were judged when admitted; the git
 /// service port is never limited).
-fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reason> {
+fn check_pace(ctx: &Cx<'_>, route: &Route) -> Result<(), Denial> {
     if !route.check_host || ctx.git_service() {
         return Ok(());
     }
@@ -142,8 +150,8 @@ fn check_pace(ctx: &Cx<'_>, route: &Route, rec: &mut Pending) -> Result<(), Reas
     match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {
         None => Ok(()),
         Some(refused) => {
-            rec.rule.clone_from(&refused.rule);
-            Err(refused.refused().unwrap_or(Reason::RateLimited))
+            let reason = refused.refused().unwrap_or(Reason::RateLimited);
+            Err(Denial::naming(reason, refused.rule.map(Finding::Rule)))
         }
     }
 }
@@ -162,32 +170,40 @@ fn check_head(ctx: &Ctx, req: &Request<Incoming>, route: &Route) -> Result<(), R
 }
 
 /// The policy's L7 rules on the head (not on the service port), with the method-override
-/// headers removed; returns how much of the body a body rule wants to judge.
+/// headers removed. Returns how much of the body a body rule wants to judge, and the ask
+/// rule the operator's answer let this request through (its body is judged under it).
 fn judge_head(
     ctx: &Cx<'_>,
     req: &mut Request<Incoming>,
     view: &RequestView<'_>,
     route: &Route,
-    rec: &mut Pending,
-) -> Result<Option<usize>, Reason> {
+    found: &mut Findings,
+) -> Result<(Option<usize>, Option<String>), Denial> {
     if ctx.git_service() {
-        return Ok(None);
+        return Ok((None, None));
     }
-    let verdict = reported(&ctx.rules.policy, ctx.rules.policy.judge(view), rec);
-    if let L7Verdict::Ask { rule } = &verdict {
-        ask_operator(ctx, route, rule, rec)?;
-    }
-    apply_l7(verdict, rec)?;
+    let policy = &ctx.rules.policy;
+    let (verdict, report) = reported(policy, policy.judge(view));
+    found.add(report);
+    let asked = match &verdict {
+        L7Verdict::Ask { rule } => {
+            found.add(ask_operator(ctx, route, rule)?);
+            Some(rule.clone())
+        }
+        _ => None,
+    };
+    found.add(settled(verdict, asked.as_deref())?);
     // A read's body: what an upstream that ignores it may take for a request of its own.
     if !req.body().is_end_stream() {
-        let verdict = ctx.rules.policy.judge_read_body(view);
-        apply_l7(reported(&ctx.rules.policy, verdict, rec), rec)?;
+        let (verdict, report) = reported(policy, policy.judge_read_body(view));
+        found.add(report);
+        found.add(settled(verdict, None)?);
     }
     for h in METHOD_OVERRIDE_HEADERS {
         req.headers_mut().remove(h);
     }
     // A host without L7 rules answers at once (`body_needed` checks that first).
-    Ok(ctx.rules.policy.body_needed(view))
+    Ok((policy.body_needed(view), asked))
 }
 
 /// Report mode exists to learn what a policy must name writable: a write to a read-only
@@ -197,59 +213,63 @@ fn judge_head(
 pub(super) fn reported(
     policy: &airlock_policy::Policy,
     verdict: L7Verdict,
-    rec: &mut Pending,
-) -> L7Verdict {
+) -> (L7Verdict, Option<Finding>) {
     match verdict {
         L7Verdict::Deny {
             reason: reason @ (Reason::ReadOnlyHost | Reason::BodyOnRead),
             rule,
-        } if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) => {
-            rec.decision = Verdict::Report;
-            rec.reason = Some(reason);
-            rec.rule = Some(rule);
-            L7Verdict::Pass { rule: None }
-        }
-        v => v,
+        } if matches!(policy.sandbox.mode, airlock_policy::Mode::Report) => (
+            L7Verdict::Pass { rule: None },
+            Some(Finding::Reported { reason, rule }),
+        ),
+        v => (v, None),
     }
 }
 
 /// The operator's answer to a request the ask rule `rule` matched
-/// ([`crate::admission::ask_rule`]): through with the session's approval (the record
-/// naming it), else refused as the inbox says (`approval-required` naming the item filed,
-/// `approval-denied` with the operator's reason). Never held: the refusal is at once.
-fn ask_operator(ctx: &Cx<'_>, route: &Route, rule: &str, rec: &mut Pending) -> Result<(), Reason> {
+/// ([`crate::admission::ask_rule`]): through with the session's approval (found: the item
+/// and the approval), else refused as the inbox says (`approval-required` naming the item
+/// filed, `approval-denied` with the operator's reason). Never held: the refusal is at once.
+fn ask_operator(ctx: &Cx<'_>, route: &Route, rule: &str) -> Result<Vec<Finding>, Denial> {
     let pace = ctx
         .shared
         .pace(crate::limits::Client::of(ctx.uid, ctx.peer));
     let a = crate::admission::ask_rule(pace, &ctx.rules.policy, &route.target, rule);
-    rec.approval.clone_from(&a.approval);
-    match a.refused() {
+    let refused = a.refused();
+    let item = a.approval.map(Finding::Approval);
+    match refused {
         None => {
-            rec.rule = a.rule.map(|r| format!("{r} for rule {rule}"));
-            Ok(())
+            let through = a
+                .rule
+                .map(|r| Finding::Rule(format!("{r} for rule {rule}")));
+            Ok(item.into_iter().chain(through).collect())
         }
         Some(reason) => {
-            rec.rule = a.rule.or_else(|| Some(format!("ask rule {rule}")));
-            Err(reason)
+            let why = a.rule.unwrap_or_else(|| format!("ask rule {rule}"));
+            Err(Denial::naming(
+                reason,
+                item.into_iter().chain([Finding::Rule(why)]),
+            ))
         }
     }
 }
 
-/// An L7 verdict on the record: a denial names its rule; a pass keeps the rule it matched;
-/// an ask is a pass here (the operator's approval was taken on the head: [`judge_head`]).
-pub(super) fn apply_l7(verdict: L7Verdict, rec: &mut Pending) -> Result<(), Reason> {
+/// An L7 verdict as it stands once the operator has answered: a denial refuses naming its
+/// rule; a pass keeps the rule it matched; an ask passes only for the rule the operator's
+/// answer let this request through (`answered`). Any other ask is refused
+/// `approval-required`: nothing put it to the operator, so nothing lets it through.
+pub(super) fn settled(
+    verdict: L7Verdict,
+    answered: Option<&str>,
+) -> Result<Option<Finding>, Denial> {
     match verdict {
-        L7Verdict::Deny { reason, rule } => {
-            rec.rule = Some(rule);
-            Err(reason)
-        }
-        L7Verdict::Ask { .. } => Ok(()),
-        L7Verdict::Pass { rule } => {
-            if rule.is_some() {
-                rec.rule = rule;
-            }
-            Ok(())
-        }
+        L7Verdict::Deny { reason, rule } => Err(Denial::by_rule(reason, rule)),
+        L7Verdict::Ask { rule } if answered == Some(rule.as_str()) => Ok(None),
+        L7Verdict::Ask { rule } => Err(Denial::by_rule(
+            Reason::ApprovalRequired,
+            format!("ask rule {rule}: not put to the operator"),
+        )),
+        L7Verdict::Pass { rule } => Ok(rule.map(Finding::Rule)),
     }
 }
 
@@ -269,18 +289,19 @@ fn check_credential_use(
     ctx: &Cx<'_>,
     req: &Request<Incoming>,
     route: &Route,
-    rec: &mut Pending,
-) -> Result<Option<websocket::Relay>, Reason> {
+) -> Result<Option<websocket::Relay>, Denial> {
     let creds = &ctx.rules.credentials;
     let host = &route.target.host;
     if let Some(pq) = req.uri().path_and_query()
         && let Err(leak) = creds.check_url(pq.as_str())
     {
-        rec.credential = Some(leak.credential);
-        return Err(Reason::CredentialLeak);
+        return Err(Denial::of_credential(
+            Reason::CredentialLeak,
+            leak.credential,
+        ));
     }
     if never_credentialed(req.method()) && creds.any_bound_to(host) {
-        return Err(Reason::CredentialMethodRefused);
+        return Err(Reason::CredentialMethodRefused.into());
     }
     if !is_upgrade(req) {
         return Ok(None);
@@ -305,6 +326,7 @@ fn check_credential_use(
             || !(policy.is_writable(host) || policy.is_passthrough(host))
     })
     .map(Some)
+    .map_err(Denial::from)
 }
 
 /// A credential the request would carry (over TLS) that was not configured at start:
@@ -315,8 +337,7 @@ fn check_missing(
     route: &Route,
     scope: GitScope,
     view: &RequestView<'_>,
-    rec: &mut Pending,
-) -> Result<(), Reason> {
+) -> Result<(), Denial> {
     // A read-only remote's fetch on the service port carries no credential at all.
     if !route.tls || (ctx.git_service() && scope == GitScope::None) {
         return Ok(());
@@ -331,10 +352,7 @@ fn check_missing(
     };
     let creds = &ctx.rules.credentials;
     match creds.missing_for(view.host, scope, (view.method, view.path), anonymous_read) {
-        Some(names) => {
-            rec.credential = Some(names);
-            Err(Reason::CredentialMissing)
-        }
+        Some(names) => Err(Denial::of_credential(Reason::CredentialMissing, names)),
         None => Ok(()),
     }
 }
@@ -342,15 +360,14 @@ fn check_missing(
 /// Secrets of known formats and the workspace's values in the URL (as sent and decoded) and
 /// the agent's headers, on their way to a host that is not their provider's:
 /// `foreign-secret`, the detector named in the record's rule (one whose action is `log`
-/// goes on, noted on the record: [`detect::Detectors::judge`]). The query's values are
+/// goes on, found: [`detect::Detectors::judge`]). The query's values are
 /// also searched joined to those of the last queries to the same host
 /// ([`Channel::Query`]), so a value split over two requests is found in the second.
 fn check_foreign_secrets(
     ctx: &Cx<'_>,
     route: &Route,
     parts: &http::request::Parts,
-    rec: &mut Pending,
-) -> Result<(), Reason> {
+) -> Result<Vec<Finding>, Denial> {
     let detectors = &ctx.rules.detectors;
     let host = &route.target.host;
     let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
@@ -361,13 +378,10 @@ fn check_foreign_secrets(
     let places = std::iter::once(pq.as_bytes())
         .chain(decoded.as_deref())
         .chain(parts.headers.values().map(HeaderValue::as_bytes));
+    let mut found = Vec::new();
     for bytes in places {
         let v = detectors.judge(bytes, host);
-        if let Some(d) = v.refused {
-            rec.rule = Some(format!("secret detector {}", d.name));
-            return Err(Reason::ForeignSecret);
-        }
-        v.note(rec);
+        found.extend(secrets_found(&v)?);
     }
     if let Some(query) = parts.uri.query().filter(|q| !q.is_empty()) {
         let recent = ctx.shared.interception.recent();
@@ -377,27 +391,34 @@ fn check_foreign_secrets(
         if skip > 0 {
             joined.extend_from_slice(&values);
             let v = detectors.judge_after(&joined, skip, host);
-            if let Some(d) = v.refused {
-                rec.rule = Some(format!("secret detector {}", d.name));
-                return Err(Reason::ForeignSecret);
-            }
-            v.note(rec);
+            found.extend(secrets_found(&v)?);
         }
         recent.push(host.as_str(), Channel::Query, &values);
     }
-    Ok(())
+    Ok(found)
 }
 
-/// The credentials on the headers (`Credentials::apply`); the record names what was
-/// injected, or the credential a leak belongs to.
+/// The detectors' verdict on bytes as a check's result: a refusal names its detector
+/// (`foreign-secret`); what was let through is found.
+pub(super) fn secrets_found(v: &detect::Verdict<'_>) -> Result<Option<Finding>, Denial> {
+    match v.refused {
+        Some(d) => Err(Denial::by_rule(
+            Reason::ForeignSecret,
+            format!("{}{}", detect::RULE_PREFIX, d.name),
+        )),
+        None => Ok(Finding::secrets(v)),
+    }
+}
+
+/// The credentials on the headers (`Credentials::apply`): what was injected, or the
+/// refusal naming the credential a leak belongs to.
 pub(super) fn inject(
     ctx: &Cx<'_>,
     route: &Route,
     headers: &mut http::HeaderMap,
     scope: GitScope,
     view: &RequestView<'_>,
-    rec: &mut Pending,
-) -> Result<Option<Injected>, Reason> {
+) -> Result<Option<Injected>, Denial> {
     let creds = &ctx.rules.credentials;
     let request = Some((view.method, view.path));
     // On the service port a repository outside `[git] repositories` (a read-only remote) is
@@ -407,17 +428,12 @@ pub(super) fn inject(
         headers.remove(header::AUTHORIZATION);
     }
     let add = route.tls && !anonymous;
-    match creds.apply_to(&route.target.host, headers, scope, add, request) {
-        Ok(injected) => {
-            rec.credential = injected.as_ref().map(|i| i.names.clone());
-            Ok(injected)
-        }
-        Err(leak) => {
-            rec.credential = Some(leak.credential);
+    creds
+        .apply_to(&route.target.host, headers, scope, add, request)
+        .map_err(|leak| {
             tracing::warn!("credential leak refused: {}", leak.place);
-            Err(Reason::CredentialLeak)
-        }
-    }
+            Denial::of_credential(Reason::CredentialLeak, leak.credential)
+        })
 }
 
 /// The request as sent: origin-form (the path and query as received, no re-parse),
@@ -445,4 +461,42 @@ fn origin_form(
         parts.headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
     }
     Ok(Request::from_parts(parts, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(rule: &str) -> L7Verdict {
+        L7Verdict::Ask { rule: rule.into() }
+    }
+
+    #[test]
+    fn an_ask_nobody_put_to_the_operator_is_refused() {
+        let refused = settled(ask("deploys"), None).unwrap_err();
+        assert_eq!(refused.reason, Reason::ApprovalRequired);
+        let names = [Finding::Rule(
+            "ask rule deploys: not put to the operator".into(),
+        )];
+        assert_eq!(refused.found, names);
+        // An answer for another rule answers nothing here.
+        let other = settled(ask("deploys"), Some("releases")).unwrap_err();
+        assert_eq!(other.reason, Reason::ApprovalRequired);
+    }
+
+    #[test]
+    fn an_answered_ask_passes_and_a_deny_and_a_pass_keep_their_rules() {
+        assert_eq!(settled(ask("deploys"), Some("deploys")), Ok(None));
+        let pass = L7Verdict::Pass {
+            rule: Some("reads".into()),
+        };
+        assert_eq!(settled(pass, None), Ok(Some(Finding::Rule("reads".into()))));
+        let deny = L7Verdict::Deny {
+            reason: Reason::RequestDeniedByRule,
+            rule: "no pushes".into(),
+        };
+        let refused = settled(deny, Some("no pushes")).unwrap_err();
+        assert_eq!(refused.reason, Reason::RequestDeniedByRule);
+        assert_eq!(refused.found, [Finding::Rule("no pushes".into())]);
+    }
 }

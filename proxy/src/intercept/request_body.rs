@@ -12,16 +12,16 @@ use http::header;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body;
 
-use super::request::apply_l7;
+use super::request::{secrets_found, settled};
 use super::streamed::{
     BudgetCheck, CheckedBody, DecodeCheck, NeedleScan, SecretScan, SignalCheck, Which,
 };
 use super::{Cx, InBody, LLM_BODY, SMALL_BODY, UpBody};
-use crate::audit::{Pending, Verdict};
 use crate::body::{BoxError, Counted, Cut, CutFlag, SignalNote};
 use crate::credentials::Injected;
 use crate::decode::{self, Coding};
 use crate::detect;
+use crate::finding::{Denial, Finding, Findings};
 use crate::recent::Channel;
 use crate::scan;
 use crate::signal;
@@ -44,7 +44,9 @@ pub(super) struct Tally {
 /// A body in a `Content-Encoding` is searched decoded (bounded: [`decode::REQUEST`]); read
 /// whole it goes as sent unless a redaction rewrote it, streamed it goes upstream decoded
 /// (what was searched is what is sent); an encoding the proxy cannot read is refused. On a request that received a credential, `Accept-Encoding` is cut to
-/// the codings the proxy reads, so that the response can be decoded and scrubbed.
+/// the codings the proxy reads, so that the response can be decoded and scrubbed. A body
+/// judged under an ask rule passes that rule only when the operator answered it on the
+/// head (`asked`).
 #[allow(clippy::too_many_arguments)] // the request's parts, each used once
 pub(super) async fn prepare_body(
     ctx: &Cx<'_>,
@@ -54,8 +56,9 @@ pub(super) async fn prepare_body(
     view: &RequestView<'_>,
     injected: Option<&Injected>,
     tally: &Tally,
-    rec: &mut Pending,
-) -> Result<UpBody, Reason> {
+    asked: Option<&str>,
+    found: &mut Findings,
+) -> Result<UpBody, Denial> {
     let shared = &ctx.shared;
     let creds = &ctx.rules.credentials;
     if injected.is_some() {
@@ -71,20 +74,21 @@ pub(super) async fn prepare_body(
     let codings = match decode::codings(headers) {
         Ok(c) => c,
         Err(unsupported) => {
-            rec.rule = Some(unsupported.to_string());
-            return Err(Reason::ContentEncodingUnsupported);
+            let reason = Reason::ContentEncodingUnsupported;
+            return Err(Denial::by_rule(reason, unsupported.to_string()));
         }
     };
     let host = view.host;
     if let Some(cap) = body_cap {
-        let bytes = judged_body(ctx, body, headers, cap, view, rec).await?;
+        let (bytes, passed) = judged_body(ctx, body, headers, cap, view, asked).await?;
+        found.add(passed);
         if scan_body && let Some(tag) = creds.leak_needles().and_then(|n| n.find(&bytes)) {
-            rec.credential = Some(creds.name_of(tag).to_owned());
-            return Err(Reason::CredentialLeak);
+            let leaked = creds.name_of(tag).to_owned();
+            return Err(Denial::of_credential(Reason::CredentialLeak, leaked));
         }
-        let bytes = check_body_secrets(ctx, host, bytes, rec)?;
-        check_signals(ctx, host, &bytes, rec)?;
-        spend(&tally.meter, bytes.len(), rec)?;
+        let bytes = check_body_secrets(ctx, host, bytes, found)?;
+        check_signals(ctx, host, &bytes, found)?;
+        spend(&tally.meter, bytes.len())?;
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
     // A small announced body is read and searched before anything is sent: for the
@@ -99,13 +103,13 @@ pub(super) async fn prepare_body(
     if announced.is_some_and(|n| n <= whole as u64) {
         let cap = usize::try_from(announced.unwrap_or(0)).unwrap_or(whole);
         let sent = read_capped(body, cap, shared.limits.idle_timeout).await?;
-        let decoded = decoded_whole(&codings, sent.clone(), rec)?;
+        let decoded = decoded_whole(&codings, sent.clone())?;
         if let Some(tag) = body_needles.and_then(|n| n.find(&decoded)) {
-            rec.credential = Some(creds.name_of(tag).to_owned());
-            return Err(Reason::CredentialLeak);
+            let leaked = creds.name_of(tag).to_owned();
+            return Err(Denial::of_credential(Reason::CredentialLeak, leaked));
         }
-        let checked = check_body_secrets(ctx, host, decoded.clone(), rec)?;
-        check_signals(ctx, host, &checked, rec)?;
+        let checked = check_body_secrets(ctx, host, decoded.clone(), found)?;
+        check_signals(ctx, host, &checked, found)?;
         // Nothing rewritten: the body goes as the agent sent it (encoded or not); a
         // redaction goes decoded, its headers saying so.
         let bytes = if checked.as_ptr() == decoded.as_ptr() {
@@ -114,7 +118,7 @@ pub(super) async fn prepare_body(
             decode::mark_decoded(headers);
             checked
         };
-        spend(&tally.meter, bytes.len(), rec)?;
+        spend(&tally.meter, bytes.len())?;
         return Ok(Full::new(bytes).map_err(|n| match n {}).boxed());
     }
     // Streamed: decoded as it comes (when encoded), secrets of known formats checked (or,
@@ -160,21 +164,17 @@ pub(super) async fn prepare_body(
 /// A body read whole: a foreign secret in it is refused, or on an LLM API host (where file
 /// contents legitimately go) or by its detector's `redact` action overwritten in place
 /// (same length) and the request goes on; one whose action is `log` goes on as it is
-/// ([`detect::Detectors::judge_body`]). What went on is noted on the record.
+/// ([`detect::Detectors::judge_body`]). What went on is found.
 fn check_body_secrets(
     ctx: &Cx<'_>,
     host: &Host,
     bytes: Bytes,
-    rec: &mut Pending,
-) -> Result<Bytes, Reason> {
+    found: &mut Findings,
+) -> Result<Bytes, Denial> {
     let recent = ctx.shared.interception.recent();
     let before = recent.tail(host.as_str(), Channel::Body);
     let (bytes, v) = ctx.rules.detectors.judge_whole_after(&before, bytes, host);
-    if let Some(d) = v.refused {
-        rec.rule = Some(format!("secret detector {}", d.name));
-        return Err(Reason::ForeignSecret);
-    }
-    v.note(rec);
+    found.add(secrets_found(&v)?);
     recent.push(host.as_str(), Channel::Body, &bytes);
     Ok(bytes)
 }
@@ -186,34 +186,39 @@ pub(super) fn measures_signals(ctx: &Cx<'_>, host: &Host) -> bool {
     !ctx.git_service() && !detect::llm_host(host) && ctx.rules.policy.signals.any()
 }
 
-/// A body read whole: its signals go on the record; one the policy denies refuses the
-/// request (in report mode: `report` with the reason, and it goes on).
-fn check_signals(ctx: &Cx<'_>, host: &Host, bytes: &[u8], rec: &mut Pending) -> Result<(), Reason> {
+/// A body read whole: its signals are found; one the policy denies refuses the request
+/// (in report mode: `report` with the reason, and it goes on).
+fn check_signals(
+    ctx: &Cx<'_>,
+    host: &Host,
+    bytes: &[u8],
+    found: &mut Findings,
+) -> Result<(), Denial> {
     if !measures_signals(ctx, host) {
         return Ok(());
     }
     let knobs = ctx.rules.policy.signals;
-    rec.signals = signal::of(knobs, bytes);
-    let Some(denied) = rec
-        .signals
+    let signals = signal::of(knobs, bytes);
+    let denied = signals
         .iter()
         .find(|s| s.action(&knobs) == SignalAction::Deny)
-        .copied()
-    else {
+        .copied();
+    found.add([Finding::Signals(signals)]);
+    let Some(denied) = denied else {
         return Ok(());
     };
-    rec.rule = Some(denied.describe());
+    let rule = denied.describe();
     if matches!(ctx.rules.policy.sandbox.mode, airlock_policy::Mode::Report) {
-        rec.decision = Verdict::Report;
-        rec.reason = Some(denied.reason());
+        let reason = denied.reason();
+        found.add([Finding::Reported { reason, rule }]);
         return Ok(());
     }
-    Err(denied.reason())
+    Err(Denial::by_rule(denied.reason(), rule))
 }
 
 /// A body read whole, decoded as its codings say (empty: as it is), at most [`LLM_BODY`]
 /// decoded bytes ([`decode::REQUEST`]'s ratio within it).
-fn decoded_whole(codings: &[Coding], bytes: Bytes, rec: &mut Pending) -> Result<Bytes, Reason> {
+fn decoded_whole(codings: &[Coding], bytes: Bytes) -> Result<Bytes, Denial> {
     if codings.is_empty() {
         return Ok(bytes);
     }
@@ -223,7 +228,7 @@ fn decoded_whole(codings: &[Coding], bytes: Bytes, rec: &mut Pending) -> Result<
     };
     match decode::decode_all(codings, &bytes, bounds) {
         Ok(decoded) => Ok(Bytes::from(decoded)),
-        Err(e) => Err(unreadable(&e).describe(rec)),
+        Err(e) => Err(unreadable(&e).denial()),
     }
 }
 
@@ -236,28 +241,26 @@ pub(super) fn unreadable(e: &decode::DecodeError) -> Cut {
     Cut::Unreadable(reason, e.to_string())
 }
 
-/// A body a rule judges: not content-encoded, read whole up to `cap`, then judged.
+/// A body a rule judges: not content-encoded, read whole up to `cap`, then judged (an ask
+/// passes only for the rule the operator answered on the head, `asked`). Returns the body
+/// and the rule that let it through, if one had to.
 async fn judged_body(
     ctx: &Cx<'_>,
     body: InBody,
     headers: &http::HeaderMap,
     cap: usize,
     view: &RequestView<'_>,
-    rec: &mut Pending,
-) -> Result<Bytes, Reason> {
+    asked: Option<&str>,
+) -> Result<(Bytes, Option<Finding>), Denial> {
     if headers.contains_key(header::CONTENT_ENCODING) {
-        rec.rule = Some("a judged body must not be content-encoded".into());
-        return Err(Reason::RequestDeniedByRule);
+        let rule = "a judged body must not be content-encoded";
+        return Err(Denial::by_rule(Reason::RequestDeniedByRule, rule));
     }
-    let bytes = match read_capped(body, cap, ctx.shared.limits.idle_timeout).await {
-        Ok(b) => b,
-        Err(reason) => {
-            rec.rule = Some(format!("body judged up to {cap} bytes"));
-            return Err(reason);
-        }
-    };
-    apply_l7(ctx.rules.policy.judge_body(view, &bytes), rec)?;
-    Ok(bytes)
+    let bytes = read_capped(body, cap, ctx.shared.limits.idle_timeout)
+        .await
+        .map_err(|reason| Denial::by_rule(reason, format!("body judged up to {cap} bytes")))?;
+    let passed = settled(ctx.rules.policy.judge_body(view, &bytes), asked)?;
+    Ok((bytes, passed))
 }
 
 /// Reads at most `cap` bytes of `body`, with `idle` as the deadline for the whole body.
@@ -277,11 +280,11 @@ where
 }
 
 /// Counts a body read whole before it is sent: one that spends an upload budget is not sent
-/// (`budget-exhausted`, the record's rule naming the budgets).
-fn spend(meter: &crate::tunnel::Meter, n: usize, rec: &mut Pending) -> Result<(), Reason> {
+/// (`budget-exhausted`, the refusal naming the budgets).
+fn spend(meter: &crate::tunnel::Meter, n: usize) -> Result<(), Denial> {
     if meter.would_spend(n) {
-        rec.rule = meter.budget();
-        return Err(Reason::BudgetExhausted);
+        let budgets = meter.budget().map(Finding::Rule);
+        return Err(Denial::naming(Reason::BudgetExhausted, budgets));
     }
     meter.add_up(n);
     Ok(())
