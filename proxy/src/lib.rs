@@ -13,9 +13,10 @@
 //! Every allowed host that is not declared `network.passthrough` is **intercepted**: the
 //! agent's TLS is terminated with a per-host leaf of the appliance CA ([`ca`], [`leaf`]),
 //! each request is judged (method, rules, secrets) and its credential injected, and it goes
-//! on over verified TLS. Each check returns what it found (the `finding` module), and the
-//! request's audit line is written in one place ([`intercept`], [`credentials`]). Real secrets live only in this
-//! process's memory; a passthrough host is tunnelled untouched and audited as uninspected.
+//! on over verified TLS ([`intercept`], [`credentials`]). Each check returns what it found
+//! (the `finding` module), and the request's audit line is written in one place. Real
+//! secrets live only in this process's memory; a passthrough host is tunnelled untouched
+//! and audited as uninspected.
 //!
 //! It does not: set up the firewall, parse the policy file (that is `airlock-policy`), read
 //! secrets from the environment (the entrypoint hands them over in a private file), decide
