@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
 use crate::audit::{Event, Kind, Pending, Record, Verdict};
+use crate::connection::{self, Ended, Granted};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::gate::{self, Gate, GateShared};
@@ -419,14 +420,13 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
             Err(reason) => return deny::audited(rec, reason, &host, target.port).await,
         }
     };
-    let tunnel = Tunnel {
+    let conn = Granted {
         shared: Arc::clone(&st.shared),
         peer: st.peer,
         uid: st.uid,
         kind,
         slot: Arc::clone(&st.slot),
         lane,
-        intercept,
         target,
         addrs,
         upstream,
@@ -436,11 +436,16 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     // intercepted one's are counted request by request).
     if !intercept && !service {
         let who = crate::limits::Client::of(st.uid, st.peer);
-        let charge = (st.shared.budgets).charge(who, &tunnel.target.host, rules.policy.limits);
-        tunnel.meter.charge(charge);
+        let charge = (st.shared.budgets).charge(who, &conn.target.host, rules.policy.limits);
+        conn.meter.charge(charge);
     }
     rec.forwarded();
-    tokio::spawn(run_tunnel(tunnel, hyper::upgrade::on(&mut req), rec));
+    tokio::spawn(run_tunnel(
+        conn,
+        intercept,
+        hyper::upgrade::on(&mut req),
+        rec,
+    ));
     Response::new(deny::full(bytes::Bytes::new()))
 }
 
@@ -486,93 +491,53 @@ fn refuse_in_tunnel(
     Response::new(deny::full(bytes::Bytes::new()))
 }
 
-/// A granted `CONNECT`, waiting for hyper to hand its connection over.
-struct Tunnel {
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    uid: Option<u32>,
-    kind: Kind,
-    /// The client's connection slot: the tunnel counts against its cap.
-    slot: Arc<Slot>,
-    /// The listeners whose pooled connections it may share.
-    lane: pool::Lane,
+/// Serves a granted tunnel once hyper hands its connection over (intercepted request by
+/// request, or relayed after its first bytes are checked), then writes its closing line.
+async fn run_tunnel(
+    conn: Granted,
     intercept: bool,
-    target: Target,
-    addrs: Vec<std::net::IpAddr>,
-    /// Made before the `200` (none for an intercepted target with a pooled connection).
-    upstream: Option<crate::upstream::Connected>,
-    meter: Arc<Meter>,
-}
-
-/// Serves the tunnel (intercepted request by request, or relayed after its first bytes are
-/// checked), then writes its closing line.
-async fn run_tunnel(t: Tunnel, on_upgrade: hyper::upgrade::OnUpgrade, mut rec: Pending) {
-    let _slot = Arc::clone(&t.slot);
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    mut rec: Pending,
+) {
+    let _slot = Arc::clone(&conn.slot);
     rec.event = Some(Event::Close);
-    let meter = Arc::clone(&t.meter);
-    let (end, went_upstream) = match on_upgrade.await {
-        Ok(upgraded) if t.intercept => intercepted_tunnel(t, upgraded, &mut rec).await,
-        Ok(upgraded) => {
-            let end = relayed_tunnel(t, upgraded, &mut rec).await;
-            // Relayed bytes are counted as they cross: none either way, none went up.
-            (end, meter.up() > 0 || meter.down() > 0)
-        }
+    let meter = Arc::clone(&conn.meter);
+    let ended = match on_upgrade.await {
+        Ok(upgraded) if intercept => intercepted_tunnel(conn, upgraded, &mut rec).await,
+        Ok(upgraded) => Ended::relayed(relayed_tunnel(conn, upgraded, &mut rec).await, &meter),
         Err(e) => {
             tracing::debug!("upgrade failed: {e}");
-            (tunnel::End::Error, false)
+            Ended {
+                end: tunnel::End::Error,
+                went_upstream: false,
+            }
         }
     };
-    if !went_upstream {
-        crate::audit::abandoned(&mut rec);
-    }
-    rec.event = Some(if meter.over() {
-        // Cut because it spent an upload budget: the line names the budgets.
-        rec.rule = meter.budget();
-        Event::CloseBudget
-    } else {
-        end.into()
-    });
-    rec.bytes_up = meter.up();
-    rec.bytes_down = meter.down();
-    rec.duration_ms = meter.elapsed_ms();
+    connection::closing(&mut rec, ended, &meter);
     rec.emit().await;
 }
 
-/// The agent's TLS terminated with a leaf of the appliance CA; each request judged. Also
-/// says whether the client made a request (only a request sends anything upstream).
+/// Intercepted: served over the bare client socket when hyper's upgrade is one.
 async fn intercepted_tunnel(
-    t: Tunnel,
+    conn: Granted,
     upgraded: hyper::upgrade::Upgraded,
-    rec: &mut Pending,
-) -> (tunnel::End, bool) {
-    let mut ctx = Ctx::new(Arc::clone(&t.shared), t.peer, t.uid, t.kind, t.slot);
-    ctx.lane = t.lane;
-    let route = Route::new(t.target, t.addrs, Leg::Intercepted);
-    let ctx = Arc::new(ctx);
-    let requests = Arc::clone(&ctx);
-    let end = match gate::upgraded_tcp(upgraded) {
+    rec: &mut Record,
+) -> Ended {
+    match gate::upgraded_tcp(upgraded) {
         // The bare socket: no dynamic IO layers under the TLS.
-        Ok(tcp) => {
-            let client = Metered::both(tcp, Arc::clone(&t.meter), Dir::Up);
-            intercept::serve_tls(client, ctx, route, t.upstream, rec).await
-        }
-        Err(upgraded) => {
-            let client = Metered::both(TokioIo::new(upgraded), Arc::clone(&t.meter), Dir::Up);
-            intercept::serve_tls(client, ctx, route, t.upstream, rec).await
-        }
-    };
-    let asked = requests.requests.load(std::sync::atomic::Ordering::Relaxed) > 0;
-    (end, asked)
+        Ok(tcp) => connection::intercepted(conn, tcp, rec).await,
+        Err(upgraded) => connection::intercepted(conn, TokioIo::new(upgraded), rec).await,
+    }
 }
 
 /// Not intercepted: the first bytes must name the same host (no fronting, no ECH), then
 /// socket to socket.
 async fn relayed_tunnel(
-    t: Tunnel,
+    conn: Granted,
     upgraded: hyper::upgrade::Upgraded,
-    rec: &mut Pending,
+    rec: &mut Record,
 ) -> tunnel::End {
-    let Some(upstream) = t.upstream else {
+    let Some(upstream) = conn.upstream else {
         // Only an intercepted connection goes without one.
         tracing::error!("CONNECT tunnel without an upstream connection");
         return tunnel::End::Error;
@@ -582,35 +547,22 @@ async fn relayed_tunnel(
         return tunnel::End::Error;
     };
     let mut up = upstream.stream;
-    let idle = t.shared.limits.idle_timeout;
+    let shared = &conn.shared;
     let checked = inspect_tunnel(
         &mut client,
         &mut up,
-        &t.target,
-        &t.meter,
-        idle,
-        t.shared.shutdown.subscribe(),
+        &conn.target,
+        &conn.meter,
+        shared.limits.idle_timeout,
+        shared.shutdown.subscribe(),
     )
     .await;
     match checked {
-        Ok(()) => {
-            let phase = t.shared.shutdown.subscribe();
-            // A policy reload that refuses the target closes the tunnel (`conns`).
-            let conns = Arc::clone(&t.shared.conns);
-            // Prefix consumed (the usual case): socket to socket, spliced.
-            match client.into_bare() {
-                Ok(tcp) => {
-                    conns
-                        .guard(&t.target, tunnel::relay(tcp, up, t.meter, idle, phase))
-                        .await
-                }
-                Err(client) => {
-                    conns
-                        .guard(&t.target, tunnel::relay(client, up, t.meter, idle, phase))
-                        .await
-                }
-            }
-        }
+        // Prefix consumed (the usual case): socket to socket, spliced.
+        Ok(()) => match client.into_bare() {
+            Ok(tcp) => connection::relayed(shared, tcp, up, &conn.target, &conn.meter).await,
+            Err(client) => connection::relayed(shared, client, up, &conn.target, &conn.meter).await,
+        },
         Err(Inspect::Refused(reason)) => {
             rec.decision = Verdict::Deny;
             rec.reason = Some(reason);

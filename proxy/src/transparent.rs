@@ -19,14 +19,14 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::Shared;
 use crate::audit::{Event, Kind, Record, Verdict};
+use crate::connection::{self, Ended, Granted};
 use crate::decide;
 use crate::identity::Proto;
-use crate::intercept::{Ctx, Leg, Route};
 use crate::limits::{Client, Slot};
 use crate::pool::Lane;
 use crate::shutdown::{Phase, accept_until_draining, reached};
 use crate::sniff::{MAX_SNIFF, Sniff, sniff};
-use crate::tunnel::{self, Dir, Meter, Metered};
+use crate::tunnel::Meter;
 
 /// Where a redirected connection was going.
 pub trait OriginalDst: std::fmt::Debug + Send + Sync + 'static {
@@ -215,85 +215,41 @@ async fn handle(
         rec.upstream = Some(up.addr);
         rec.upstream_local_port = up.local_port;
     }
-    if tls && rules.policy.intercepts(&target.host) {
-        let ctx = Ctx::new(
-            Arc::clone(&shared),
+    // The client's connection slot stays taken until the closing line is written.
+    let slot = Arc::new(slot);
+    let ended = if tls && rules.policy.intercepts(&target.host) {
+        let conn = Granted {
+            shared: Arc::clone(&shared),
             peer,
             uid,
-            Kind::Transparent,
-            Arc::new(slot),
-        );
-        let route = Route::new(target, vec![orig.ip()], Leg::Intercepted);
-        let client = Metered::both(stream, Arc::clone(&meter), Dir::Up);
-        let ctx = Arc::new(ctx);
-        let end =
-            crate::intercept::serve_tls(client, Arc::clone(&ctx), route, upstream, &mut rec).await;
-        // Only a request sends anything upstream: none, and the client left first.
-        if ctx.requests.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-            crate::audit::abandoned(&mut rec);
-        }
-        close(&shared, rec, end, &meter).await;
-        return;
-    }
-    // Its bytes up count against the upload budgets as they cross (the same snapshot).
-    let who = crate::limits::Client::of(uid, peer);
-    meter.charge(
-        shared
-            .budgets
-            .charge(who, &target.host, rules.policy.limits),
-    );
-    relay(stream, upstream, &target, rec, &meter, &shared).await;
-}
-
-/// A passthrough connection: relayed to `upstream` until it ends, or until a policy reload
-/// refuses `target` (`conns`); then its final line.
-async fn relay(
-    stream: TcpStream,
-    upstream: Option<crate::upstream::Connected>,
-    target: &decide::Target,
-    mut rec: Record,
-    meter: &Arc<Meter>,
-    shared: &Shared,
-) {
-    let Some(upstream) = upstream else {
-        // Only an intercepted connection goes without one (`admit`).
-        tracing::error!("transparent tunnel without an upstream connection");
-        rec.event = Some(Event::CloseError);
-        shared.audit.emit(rec).await;
-        return;
-    };
-    let end = shared
-        .conns
-        .guard(
+            kind: Kind::Transparent,
+            slot: Arc::clone(&slot),
+            lane: Lane::Agent,
             target,
-            tunnel::relay(
-                stream,
-                upstream.stream,
-                Arc::clone(meter),
-                shared.limits.idle_timeout,
-                shared.shutdown.subscribe(),
-            ),
-        )
-        .await;
-    // Relayed bytes are counted as they cross: none either way, none went upstream.
-    if meter.up() == 0 && meter.down() == 0 {
-        crate::audit::abandoned(&mut rec);
-    }
-    close(shared, rec, end, meter).await;
-}
-
-/// A connection's final line: how it ended and what crossed it.
-async fn close(shared: &Shared, mut rec: Record, end: tunnel::End, meter: &Meter) {
-    rec.event = Some(if meter.over() {
-        // Cut because it spent an upload budget: the line names the budgets.
-        rec.rule = meter.budget();
-        Event::CloseBudget
+            addrs: vec![orig.ip()],
+            upstream,
+            meter: Arc::clone(&meter),
+        };
+        connection::intercepted(conn, stream, &mut rec).await
     } else {
-        end.into()
-    });
-    rec.bytes_up = meter.up();
-    rec.bytes_down = meter.down();
-    rec.duration_ms = meter.elapsed_ms();
+        // Its bytes up count against the upload budgets as they cross (the same snapshot).
+        let who = crate::limits::Client::of(uid, peer);
+        meter.charge(
+            shared
+                .budgets
+                .charge(who, &target.host, rules.policy.limits),
+        );
+        let Some(upstream) = upstream else {
+            // Only an intercepted connection goes without one (`admit`).
+            tracing::error!("transparent tunnel without an upstream connection");
+            rec.event = Some(Event::CloseError);
+            shared.audit.emit(rec).await;
+            return;
+        };
+        let end = connection::relayed(&shared, stream, upstream.stream, &target, &meter).await;
+        Ended::relayed(end, &meter)
+    };
+    connection::closing(&mut rec, ended, &meter);
     shared.audit.emit(rec).await;
 }
 
