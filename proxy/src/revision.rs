@@ -173,9 +173,9 @@ pub fn layered_hash(text_hash: &str, overlay: &Overlay) -> String {
 /// What the revision in force is made of.
 #[derive(Debug, Default)]
 struct Layers {
-    /// The policy of its text, the start's overrides applied, before the grants (`None`:
-    /// this proxy keeps no grants).
-    base: Option<Policy>,
+    /// Where the grants are kept and what they lie over (`None`: this proxy keeps no
+    /// grants, and refuses them).
+    kept: Option<Kept>,
     /// Its text and where that came from.
     text: String,
     text_origin: String,
@@ -183,13 +183,19 @@ struct Layers {
     overlay: Overlay,
 }
 
+/// A proxy that keeps grants: their file ([`crate::grants`]) and the policy of the text in
+/// force, the start's overrides applied, before the grants.
+#[derive(Debug)]
+struct Kept {
+    file: PathBuf,
+    base: Policy,
+}
+
 /// The revision in force and how to make the next one.
 #[derive(Debug)]
 pub struct Revisions {
     current: Mutex<PolicyRevision>,
     layers: Mutex<Layers>,
-    /// Where the grants are kept ([`crate::grants`]); `None`: grants are refused.
-    grants_file: Option<PathBuf>,
     /// One reload at a time (validation, audit line and swap in order).
     turn: tokio::sync::Mutex<()>,
     /// The policy file the proxy runs from: what a reload without text reads again.
@@ -224,12 +230,11 @@ impl Revisions {
                 rules: Vec::new(),
             }),
             layers: Mutex::new(Layers {
-                base: None,
+                kept: None,
                 text: text.to_owned(),
                 text_origin: path.display().to_string(),
                 overlay: Overlay::default(),
             }),
-            grants_file: None,
             turn: tokio::sync::Mutex::new(()),
             path: path.to_owned(),
             handoff: handoff.to_owned(),
@@ -264,7 +269,6 @@ impl Revisions {
     /// `base` (the policy in force before them, after [`Revisions::kept_in`]).
     #[must_use]
     pub fn with_grants(mut self, file: &Path, base: Policy, overlay: Overlay) -> Self {
-        self.grants_file = Some(file.to_owned());
         let layers = self
             .layers
             .get_mut()
@@ -274,7 +278,10 @@ impl Revisions {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         current.hash = layered_hash(&hash(layers.text.as_bytes()), &overlay);
-        layers.base = Some(base);
+        layers.kept = Some(Kept {
+            file: file.to_owned(),
+            base,
+        });
         layers.overlay = overlay;
         self
     }
@@ -377,8 +384,8 @@ impl Revisions {
         rules.replace(new);
         {
             let mut layers = lock(&self.layers);
-            if layers.base.is_some() {
-                layers.base = Some(base);
+            if let Some(kept) = &mut layers.kept {
+                kept.base = base;
             }
             layers.text.clone_from(&text);
             layers.text_origin.clone_from(&origin);
@@ -412,16 +419,18 @@ impl Revisions {
         closing: impl FnOnce(&Rules) -> u64,
     ) -> Result<Reloaded, ErrorBody> {
         let _turn = self.turn.lock().await;
-        let (base, old, (text, text_origin)) = {
+        let (kept, old, (text, text_origin)) = {
             let layers = lock(&self.layers);
             (
-                layers.base.clone(),
+                layers
+                    .kept
+                    .as_ref()
+                    .map(|k| (k.file.clone(), k.base.clone())),
                 layers.overlay.clone(),
                 (layers.text.clone(), layers.text_origin.clone()),
             )
         };
-        // Both are set by `with_grants`, together.
-        let (Some(file), Some(base)) = (&self.grants_file, base) else {
+        let Some((file, base)) = kept else {
             return Err(error(
                 ErrorCode::Unavailable,
                 "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
@@ -439,7 +448,7 @@ impl Revisions {
         let before = self.current();
         let revision = before.revision + 1;
         let new_hash = layered_hash(&hash(text.as_bytes()), &overlay);
-        crate::grants::store(file, &overlay)
+        crate::grants::store(&file, &overlay)
             .map_err(|e| error(ErrorCode::Unavailable, format!("{e}: nothing was granted")))?;
         let line = PolicyReload {
             revision,
@@ -449,7 +458,7 @@ impl Revisions {
             closed,
         };
         if audit.policy_reload(&change, line, None).is_err() {
-            if let Err(e) = crate::grants::store(file, &old) {
+            if let Err(e) = crate::grants::store(&file, &old) {
                 tracing::error!(
                     "the grants file could not be put back after the audit failed: {e}"
                 );
