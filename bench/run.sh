@@ -48,6 +48,8 @@
 #                 runs every cell, the others the 1-conn, concurrent and new-conn cells)
 #   env ADMIN_N   sequential calls of GET /v1/counters and of GET /metrics, each on a new
 #                 connection, under a keep-alive load (default 2000)
+#   env LAG_N     denials timed from the agent's refusal to a follower of denials reading
+#                 its line (`logs -f`), under the same load (default 300)
 #   env ADMIN_LOAD_SECS  how long that load runs (default 2 × the cell + 4 s; the run
 #                 fails if the calls outlast it)
 set -euo pipefail
@@ -74,6 +76,7 @@ export ADMIN_ROUNDS=${ADMIN_ROUNDS:-3}
 export APPROVE_N=${APPROVE_N:-300}
 export GRANT_N=${GRANT_N:-100}
 export ADMIN_N=${ADMIN_N:-2000}
+export LAG_N=${LAG_N:-300}
 export ADMIN_LOAD_SECS=${ADMIN_LOAD_SECS:-$((2 * SECS + 4))}
 # The scale curve (issue 22): tunnels held open at once, and intercepted connections.
 export SCALE_TUNNELS=${SCALE_TUNNELS:-1,10,100,1000}
@@ -260,6 +263,8 @@ admin_latency() { # row via addr pid
   for path in /v1/counters /metrics; do
     echo "$row|admin-${path##*/}|$("$BENCH_BIN" admin-get --socket "$ADMIN_SOCK" --path $path -n "$ADMIN_N")" >>"$results"
   done
+  # The operator's `logs -f`: a denial's way to a follower of denials, under the same load.
+  echo "$row|admin-lag|$("$BENCH_BIN" admin-lag --socket "$ADMIN_SOCK" --proxy "$addr" -n "$LAG_N")" >>"$results"
   if ! alive $lp; then
     echo "bench: $row: the keep-alive load ($ADMIN_LOAD_SECS s) ended before the $ADMIN_N admin calls did: raise ADMIN_LOAD_SECS" >&2
     exit 1

@@ -1,5 +1,6 @@
 //! The admin API's clients for the benchmark (issue 41): a follower of the event stream
-//! that reads every line to nowhere, and sequential `GET`s whose latency is reported.
+//! that reads every line to nowhere, sequential `GET`s whose latency is reported, and the
+//! time a denial takes to reach a follower (`airlock logs -f`).
 //!
 //! Raw HTTP/1.1 over [`tokio::net::UnixStream`], no client library: each call opens a new
 //! connection, sends one request and reads its whole response, as the CLI does (one
@@ -182,6 +183,88 @@ async fn through(proxy: std::net::SocketAddr, host: &str) -> anyhow::Result<Stri
         read_to_close(&mut s).await
     })
     .await
+}
+
+/// How long a denial takes to reach the operator's `airlock logs -f` (issue 41: within 100
+/// ms), `n` times: a follower of the denials (`/v1/events?follow=true&decision=deny`) is
+/// attached, then the agent's plain-HTTP request for a host no rule lists goes through the
+/// proxy at `proxy`; each is timed from the last byte of the agent's refusal to the
+/// follower reading the denial's line (a denial's line is written before its answer, so
+/// this is how long the operator sees it after the agent does). Prints `key=value` pairs:
+/// denials, errors, latency p50 / p99 / max in µs.
+pub async fn denial_lag(
+    socket: &Path,
+    proxy: std::net::SocketAddr,
+    n: usize,
+) -> anyhow::Result<()> {
+    let s = UnixStream::connect(socket)
+        .await
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    let mut follower = tokio::io::BufReader::new(s);
+    follower
+        .get_mut()
+        .write_all(b"GET /v1/events?follow=true&decision=deny HTTP/1.1\r\nHost: airlock\r\nUser-Agent: airlock-bench\r\n\r\n")
+        .await?;
+    let status = next_line(&mut follower).await?;
+    if status.split(' ').nth(1) != Some("200") {
+        bail!("event stream refused: {status}");
+    }
+    let mut lat_ns = Vec::with_capacity(n);
+    let (mut errors, mut first_error) = (0u64, None);
+    for i in 0..n {
+        let host = format!("lag{i}.denied.bench");
+        let r: anyhow::Result<u64> = async {
+            let refused = through(proxy, &host).await?;
+            let seen_by_agent = Instant::now();
+            if !refused.contains("blocked-by-policy") {
+                bail!("not refused blocked-by-policy: {refused:?}");
+            }
+            let quoted = format!("\"host\":\"{host}\"");
+            within(CALL_TIMEOUT, async {
+                loop {
+                    let line = next_line(&mut follower).await?;
+                    if line.contains(&quoted) {
+                        return Ok(());
+                    }
+                }
+            })
+            .await?;
+            Ok(u64::try_from(seen_by_agent.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        }
+        .await;
+        match r {
+            Ok(ns) => lat_ns.push(ns),
+            Err(e) => {
+                errors += 1;
+                if first_error.is_none() {
+                    first_error = Some(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    lat_ns.sort_unstable();
+    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
+    let mut out = format!(
+        "what=a_denial_to_logs_-f requests={} errors={errors} p50_us={:.1} p99_us={:.1} max_us={max:.1}",
+        lat_ns.len(),
+        pct(&lat_ns, 0.50),
+        pct(&lat_ns, 0.99),
+    );
+    if let Some(e) = first_error {
+        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// The next line `r` sends (its end cut off): an error at the stream's end.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> anyhow::Result<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = String::new();
+    if r.read_line(&mut line).await? == 0 {
+        bail!("the event stream ended");
+    }
+    Ok(line.trim_end().to_owned())
 }
 
 /// The operator's approve round trip (issue 42), `n` times: the agent asks through the

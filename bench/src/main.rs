@@ -176,6 +176,17 @@ enum Cmd {
         #[arg(long, default_value = "once")]
         scope: String,
     },
+    /// How long a denial takes to reach an event-stream follower (`logs -f`): `-n` times,
+    /// a request through `--proxy` for a host no rule lists, timed from its refusal to the
+    /// follower reading its line; print `key=value` pairs (latency p50 / p99 / max).
+    AdminLag {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        proxy: std::net::SocketAddr,
+        #[arg(short, long, default_value_t = 300)]
+        n: usize,
+    },
     /// Follow the admin socket's event stream, reading every line to nowhere; print
     /// `attached`, then on `SIGTERM` or the stream's end the lines read.
     AdminFollow {
@@ -291,6 +302,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::RelayTls { listen, tls_dir } => rt.block_on(relay_tls::run(&listen, &tls_dir)),
         Cmd::AdminGet { socket, path, n } => rt.block_on(admin::get(&socket, &path, n)),
         Cmd::AdminFollow { socket } => rt.block_on(admin::follow(&socket)),
+        Cmd::AdminLag { socket, proxy, n } => rt.block_on(admin::denial_lag(&socket, proxy, n)),
         Cmd::ApproveRtt {
             socket,
             proxy,

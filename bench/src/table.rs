@@ -575,13 +575,15 @@ pub fn render_admin(text: &str) -> String {
                 (Some(r), None) => format!("{r:.0}{}", errs(c, "admin-load")),
                 _ => "—".into(),
             };
-            let path = c[call].get("path").map_or_else(
-                || call.trim_start_matches("admin-").to_owned(),
-                Clone::clone,
-            );
+            // A call is a `GET` of its path, or says what it times (`what`, `_` for spaces).
+            let what = match (c[call].get("what"), c[call].get("path")) {
+                (Some(w), _) => w.replace('_', " "),
+                (None, Some(path)) => format!("GET {path}"),
+                (None, None) => call.trim_start_matches("admin-").to_owned(),
+            };
             let _ = writeln!(
                 lat,
-                "| {ours} | GET {path} | {:.0}{} | {} | {} | {} | {load} |",
+                "| {ours} | {what} | {:.0}{} | {} | {} | {} | {load} |",
                 num(c, call, "requests").unwrap_or(0.0),
                 errs(c, call),
                 ms("p50_us"),
@@ -594,7 +596,7 @@ pub fn render_admin(text: &str) -> String {
         if !out.is_empty() {
             out.push('\n');
         }
-        out.push_str("admin API latency while the proxy serves a keep-alive load (sequential calls, a new connection each as the CLI makes, connect to last byte; the caller not pinned, the load's client on core 0, the event-stream follower still attached):\n\n");
+        out.push_str("admin API latency while the proxy serves a keep-alive load (sequential calls, a new connection each as the CLI makes, connect to last byte; the caller not pinned, the load's client on core 0, the event-stream follower still attached; `a denial to logs -f`: from the last byte of the agent's refusal to a second follower, of denials, reading its line, the target 100 ms):\n\n");
         out.push_str(&lat);
     }
     out
@@ -724,6 +726,7 @@ mod tests {
                     airlock plain + admin|lat|cpu_us_per_req=21.0\n\
                     airlock plain + admin|follower|lines=1000 bytes=500000 secs=9.0 end=term\n\
                     airlock plain + admin|admin-counters|path=/v1/counters requests=2000 errors=0 p50_us=250.0 p99_us=900.0 max_us=1500.0\n\
+                    airlock plain + admin|admin-lag|what=a_denial_to_logs_-f requests=300 errors=0 p50_us=150.0 p99_us=600.0 max_us=900.0\n\
                     airlock plain + admin|admin-load|rps=9000 cpu_us_per_req=11.0 errors=0\n\
                     airlock plain|r2-ka|cpu_us_per_req=12.0\n\
                     airlock plain|r3-ka|cpu_us_per_req=11.0\n\
@@ -749,6 +752,10 @@ mod tests {
         );
         assert!(
             a.contains("| airlock plain + admin | GET /v1/counters | 2000 | 0.250 | 0.900 | 1.500 | 9000, 11.0 |"),
+            "{a}"
+        );
+        assert!(
+            a.contains("| airlock plain + admin | a denial to logs -f | 300 | 0.150 | 0.600 | 0.900 | 9000, 11.0 |"),
             "{a}"
         );
         // The admin row is read against its base, not against the peers.
