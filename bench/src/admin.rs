@@ -209,8 +209,7 @@ pub async fn denial_lag(
     if status.split(' ').nth(1) != Some("200") {
         bail!("event stream refused: {status}");
     }
-    let mut lat_ns = Vec::with_capacity(n);
-    let (mut errors, mut first_error) = (0u64, None);
+    let mut timed = Timed::default();
     for i in 0..n {
         let host = format!("lag{i}.denied.bench");
         let r: anyhow::Result<u64> = async {
@@ -232,29 +231,49 @@ pub async fn denial_lag(
             Ok(u64::try_from(seen_by_agent.elapsed().as_nanos()).unwrap_or(u64::MAX))
         }
         .await;
-        match r {
-            Ok(ns) => lat_ns.push(ns),
+        timed.add(r);
+    }
+    println!("{}", timed.line("what=a_denial_to_logs_-f requests"));
+    Ok(())
+}
+
+/// Timed attempts: each one's nanoseconds, or its error.
+#[derive(Default)]
+struct Timed {
+    lat_ns: Vec<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Timed {
+    fn add(&mut self, attempt: anyhow::Result<u64>) {
+        match attempt {
+            Ok(ns) => self.lat_ns.push(ns),
             Err(e) => {
-                errors += 1;
-                if first_error.is_none() {
-                    first_error = Some(format!("{e:#}"));
-                }
+                self.errors += 1;
+                self.first_error.get_or_insert_with(|| format!("{e:#}"));
             }
         }
     }
-    lat_ns.sort_unstable();
-    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
-    let mut out = format!(
-        "what=a_denial_to_logs_-f requests={} errors={errors} p50_us={:.1} p99_us={:.1} max_us={max:.1}",
-        lat_ns.len(),
-        pct(&lat_ns, 0.50),
-        pct(&lat_ns, 0.99),
-    );
-    if let Some(e) = first_error {
-        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
+
+    /// `key=value` pairs: `count` (the attempts timed), errors, latency p50 / p99 / max
+    /// in µs, and the first error.
+    fn line(mut self, count: &str) -> String {
+        let lat = &mut self.lat_ns;
+        lat.sort_unstable();
+        let max = lat.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
+        let mut out = format!(
+            "{count}={} errors={} p50_us={:.1} p99_us={:.1} max_us={max:.1}",
+            lat.len(),
+            self.errors,
+            pct(lat, 0.50),
+            pct(lat, 0.99),
+        );
+        if let Some(e) = self.first_error {
+            out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
+        }
+        out
     }
-    println!("{out}");
-    Ok(())
 }
 
 /// The next line `r` sends (its end cut off): an error at the stream's end.
@@ -280,8 +299,7 @@ pub async fn approve_rtt(
     n: usize,
     scope: &str,
 ) -> anyhow::Result<()> {
-    let mut lat_ns = Vec::with_capacity(n);
-    let (mut errors, mut first_error) = (0u64, None);
+    let mut timed = Timed::default();
     for i in 0..n {
         let host = format!("{scope}{i}.approvals.bench");
         let r: anyhow::Result<u64> = async {
@@ -311,27 +329,8 @@ pub async fn approve_rtt(
             Ok(took)
         }
         .await;
-        match r {
-            Ok(ns) => lat_ns.push(ns),
-            Err(e) => {
-                errors += 1;
-                if first_error.is_none() {
-                    first_error = Some(format!("{e:#}"));
-                }
-            }
-        }
+        timed.add(r);
     }
-    lat_ns.sort_unstable();
-    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
-    let mut out = format!(
-        "answers={} errors={errors} p50_us={:.1} p99_us={:.1} max_us={max:.1}",
-        lat_ns.len(),
-        pct(&lat_ns, 0.50),
-        pct(&lat_ns, 0.99),
-    );
-    if let Some(e) = first_error {
-        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
-    }
-    println!("{out}");
+    println!("{}", timed.line("answers"));
     Ok(())
 }
