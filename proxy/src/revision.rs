@@ -401,10 +401,13 @@ impl Revisions {
 }
 
 impl Revisions {
-    /// The next revision: the grants `change` makes of those in force (one added, one
-    /// revoked) over the same text, kept in the grants file, audited as a `reload` from
-    /// `origin` (who granted what), then swapped. `closing` is as for
-    /// [`Revisions::reload`]. Grants are made one at a time, with reloads.
+    /// The next revision: the grants `change` makes of those the grants file holds (one
+    /// added, one revoked) over the same text, kept in the grants file, audited as a
+    /// `reload` from `origin` (who granted what), then swapped. `closing` is as for
+    /// [`Revisions::reload`]. Grants are made one at a time, with reloads. The change is
+    /// made to the file as it is now, not to the grants this proxy last read: where
+    /// sandboxes share the file (a template's shared audit claim), a grant made in another
+    /// is kept, and put in force here too.
     ///
     /// # Errors
     /// `change`'s own; [`ErrorCode::Unavailable`] when this proxy keeps no grants, or the
@@ -419,14 +422,13 @@ impl Revisions {
         closing: impl FnOnce(&Rules) -> u64,
     ) -> Result<Reloaded, ErrorBody> {
         let _turn = self.turn.lock().await;
-        let (kept, old, (text, text_origin)) = {
+        let (kept, (text, text_origin)) = {
             let layers = lock(&self.layers);
             (
                 layers
                     .kept
                     .as_ref()
                     .map(|k| (k.file.clone(), k.base.clone())),
-                layers.overlay.clone(),
                 (layers.text.clone(), layers.text_origin.clone()),
             )
         };
@@ -436,6 +438,8 @@ impl Revisions {
                 "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
             ));
         };
+        let old = crate::grants::load(&file)
+            .map_err(|e| error(ErrorCode::Unavailable, format!("{e}: nothing was granted")))?;
         let overlay = change(&old)?;
         let policy = base
             .with_overlay(&overlay)

@@ -16,6 +16,14 @@ use crate::common::{
 };
 
 async fn asking(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Harness {
+    asking_with(routes, None).await
+}
+
+/// As [`asking`], the grants kept in `grants_file` when one is given.
+async fn asking_with(
+    routes: &[(std::net::SocketAddr, std::net::SocketAddr)],
+    grants_file: Option<std::path::PathBuf>,
+) -> Harness {
     let names: &[(&str, &[&str])] = &[
         ("ask.test", &[ALLOWED_IP]),
         ("other.test", &[ALLOWED_IP]),
@@ -29,6 +37,7 @@ async fn asking(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Harn
         &Extra {
             admin: true,
             policy: "unlisted = \"ask\"\n".into(),
+            grants_file,
             ..Extra::default()
         },
     )
@@ -843,6 +852,46 @@ async fn policy_revision(sock: &std::path::Path) -> airlock_control::admin::Poli
         Response::Policy(p) => p,
         other => panic!("{other:?}"),
     }
+}
+
+/// Sandboxes that share one grants file (a template's shared audit claim): a grant made in
+/// one is not lost to a grant made later in another that read the file before it, and that
+/// later grant puts the first in force there too.
+#[tokio::test]
+async fn attack_a_grant_in_one_sandbox_is_not_lost_to_a_later_grant_in_another_sharing_the_file() {
+    let shared = tempfile::tempdir().unwrap();
+    let file = shared.path().join(airlock_channels::GRANTS_FILE);
+    let (up, _heads) = http_server().await;
+    let routes = [route(ALLOWED_IP, 80, up)];
+    let mut a = asking_with(&routes, Some(file.clone())).await;
+    let mut b = asking_with(&routes, Some(file.clone())).await;
+    let grant = |h: &Harness, host: &'static str| {
+        let (addr, admin) = (h.addr, h.admin.clone().unwrap());
+        async move {
+            let (_s, r) = request(addr, &get(host)).await;
+            let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+            let always = AnswerRequest {
+                id,
+                approve: true,
+                scope: Some("always".into()),
+                ..AnswerRequest::default()
+            };
+            let (status, body) = call(&admin, &Request::Answer(always)).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        }
+    };
+    // A grants ask.test; B, which read the file before that, grants other.test.
+    grant(&a, "ask.test").await;
+    grant(&b, "other.test").await;
+    let kept = airlock_proxy::grants::load(&file).unwrap();
+    let mut hosts: Vec<&str> = kept.grants.iter().map(|g| g.host.as_str()).collect();
+    hosts.sort_unstable();
+    assert_eq!(hosts, ["ask.test", "other.test"], "no grant is lost");
+    // B's revision carries A's grant too: ask.test passes there without asking.
+    let (_s, r) = request(b.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    a.finish().await;
+    b.finish().await;
 }
 
 /// `action = "ask"` on a `[[rules]]` rule: a request it matches is put to the operator for

@@ -91,6 +91,9 @@ pub struct Extra {
     pub upstream_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// Serve the admin API on `admin.sock` in the harness's directory ([`Harness::admin`]).
     pub admin: bool,
+    /// Keep the operator's grants in this file instead of beside the audit log (sandboxes
+    /// sharing one, as a template's shared audit claim makes them).
+    pub grants_file: Option<PathBuf>,
 }
 
 /// The harness's session, sandbox and container.
@@ -268,7 +271,10 @@ impl Harness {
                 )
                 .kept_in(dir.path(), None)
                 .with_grants(
-                    &airlock_proxy::grants::path_beside(&audit_path),
+                    &extra
+                        .grants_file
+                        .clone()
+                        .unwrap_or_else(|| airlock_proxy::grants::path_beside(&audit_path)),
                     base,
                     airlock_policy::overlay::Overlay::default(),
                 ),
