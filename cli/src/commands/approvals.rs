@@ -242,9 +242,33 @@ pub async fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<i32> {
     }
 }
 
+/// What `approve --all` does with an item, decided on the item as it is now (its notes
+/// under the policy revision its review token binds).
+#[derive(Debug, PartialEq, Eq)]
+enum Bulk {
+    /// Approved with its token.
+    Answer,
+    /// Listed and left pending: an item with a security note is approved by its id.
+    LeaveForNote,
+    /// Answered or gone since the inbox was read.
+    Skip,
+}
+
+fn bulk(now: &Approval) -> Bulk {
+    if now.state != "pending" {
+        Bulk::Skip
+    } else if !now.notes.is_empty() {
+        Bulk::LeaveForNote
+    } else {
+        Bulk::Answer
+    }
+}
+
 /// `approve --all`: `answer` to every pending item of `clients`' sandboxes that carries no
 /// security note, each against its review token as it stands now; the items with notes are
-/// listed and left pending (they are approved one by one, by id).
+/// listed and left pending (they are approved one by one, by id). The note is read from
+/// the same view as the token: an item that gained a note since the inbox was read (a
+/// reload made its host writable) is left, not approved with a fresh token.
 pub async fn approve_all(clients: Vec<Client>, answer: AnswerRequest) -> Result<i32> {
     let (mut approved, mut left) = (0usize, 0usize);
     for client in clients {
@@ -256,24 +280,28 @@ pub async fn approve_all(clients: Vec<Client>, answer: AnswerRequest) -> Result<
             }
         };
         for a in items.into_iter().filter(|a| a.state == "pending") {
-            if !a.notes.is_empty() {
-                left += 1;
-                println!("{}", row(client.name(), &a));
-                details(&a, "    ");
-                println!(
-                    "    left pending: an item with a note is approved by its id (airlock approve {}/{} --once|--session)",
-                    client.name(),
-                    a.id
-                );
-                continue;
-            }
-            // The token of the item as it is now: an item that changes in between is
+            // The item as it is now, with its token: an item that changes after this is
             // refused, not approved as something else.
             let Ok(shown) = client.approval(&a.id).await else {
                 continue;
             };
+            match bulk(&shown) {
+                Bulk::Skip => continue,
+                Bulk::LeaveForNote => {
+                    left += 1;
+                    println!("{}", row(client.name(), &shown));
+                    details(&shown, "    ");
+                    println!(
+                        "    left pending: an item with a note is approved by its id (airlock approve {}/{} --once|--session)",
+                        client.name(),
+                        shown.id
+                    );
+                    continue;
+                }
+                Bulk::Answer => {}
+            }
             let mut one = answer.clone();
-            one.id = a.id.clone();
+            one.id = shown.id.clone();
             one.token = shown.token;
             match client.answer(one).await {
                 Ok(done) => {
@@ -433,4 +461,29 @@ pub async fn find_in(clients: Vec<Client>, bare: &str, id: &str) -> Result<(Clie
         format!("no approval {id} in a running sandbox (`airlock approvals` lists them)"),
     )
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(state: &str, notes: &[&str]) -> Approval {
+        serde_json::from_value(json!({
+            "id": "0a0b0c0d", "session": "uid 1000", "host": "api.example", "port": 443,
+            "hits": 1, "first_ms": 1, "last_ms": 1, "state": state,
+            "notes": notes, "token": "feedface00112233",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn approve_all_decides_on_the_item_as_it_is_now() {
+        assert_eq!(bulk(&item("pending", &[])), Bulk::Answer);
+        // Listed without a note, shown with one (a reload made the host writable): left.
+        assert_eq!(
+            bulk(&item("pending", &["approving lets the session write"])),
+            Bulk::LeaveForNote
+        );
+        assert_eq!(bulk(&item("approved", &[])), Bulk::Skip);
+    }
 }
