@@ -66,7 +66,9 @@ pub struct HostRule {
     /// The port, if the rule names one; `None` means 80 and 443 in an allow rule and every
     /// port in a deny rule.
     pub port: Option<u16>,
-    /// The rule as written in the policy file, for the audit log's `rule` field.
+    /// The rule as the audit log's `rule` field and the agent's refusal name it: as written
+    /// in the policy file, or for an operator's grant its host and port (a denial followed
+    /// by the operator's reason, which the agent reads).
     pub text: String,
 }
 
