@@ -1120,6 +1120,49 @@ async fn a_held_request_answered_always_goes_through() {
     h.finish().await;
 }
 
+/// A held request takes one rate token: decided again once answered, it is not charged a
+/// second one. With a bucket of one token refilled once a second, a second charge would
+/// refuse it `rate-limited` (the answer comes well inside that second; on a machine slow
+/// enough for a refill in between, the test passes either way: it cannot fail falsely).
+#[tokio::test]
+async fn a_held_request_answered_is_charged_one_rate_token() {
+    let (up, mut heads) = http_server().await;
+    let mut h = Harness::start_extra(
+        "enforce",
+        &[("ask.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: "unlisted = \"ask\"\n\n[limits]\napprovals_hold_seconds = 5\nrequests_per_second = 1\nrequest_burst = 1\n".into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let addr = h.addr;
+    let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
+    let items = filed(&h).await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    let (status, r) = answer(
+        &h,
+        AnswerRequest {
+            id: items[0].id.clone(),
+            approve: true,
+            scope: Some("session".into()),
+            ..AnswerRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = held.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        heads.try_recv().is_ok(),
+        "the held request reached the upstream"
+    );
+    h.finish().await;
+}
+
 /// The inbox once something is filed in it (a request held for the operator files its
 /// item as it is held), within a second.
 async fn filed(h: &Harness) -> Vec<airlock_control::admin::Approval> {
