@@ -79,7 +79,7 @@ use hyper::body::Incoming;
 use crate::audit::Pending;
 use crate::body::{BoxError, Framed, Held};
 use crate::deny::{self, ProxyBody};
-use crate::finding::{Denial, Findings};
+use crate::finding::{Denial, Finding, Findings};
 use crate::gitpath::{self, Service};
 use crate::service;
 use crate::snapshot::Rules;
@@ -127,7 +127,7 @@ pub(crate) async fn exchange(
             reason => ctx.deny(rec, reason, route).await,
         },
         Err(Refuse::Git(refusal)) => {
-            rec.rule = Some(refusal.rule.clone());
+            Finding::Rule(refusal.rule.clone()).apply(&mut rec);
             let (host, port) = (route.target.host.as_str(), route.target.port);
             deny::audited_with(rec, refusal.reason, host, port, || refusal.answer())
         }
