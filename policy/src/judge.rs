@@ -14,14 +14,11 @@
 use crate::github;
 use crate::github_api::ApiUse;
 use crate::host::Host;
+use crate::l7::READ_METHODS;
 use crate::l7::{Action, BodyJudge, BodyRule, L7Verdict, Preset, RequestView};
 use crate::model::Policy;
 use crate::path::{PathForms, percent_decode};
 use crate::reason::Reason;
-
-/// The methods every host accepts: they read. Anything else writes, and needs
-/// [`Policy::is_writable`] or an `allow` rule.
-pub const READ_METHODS: [&str; 3] = crate::l7::READS;
 
 /// A read method whose query cannot carry a `_method` override (no percent-encoding, and no
 /// "method" in any case): [`writes`] would say no without [`methods_of`].

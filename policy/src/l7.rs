@@ -142,8 +142,9 @@ pub enum Action {
     Ask,
 }
 
-/// The methods that only read (what every host accepts; [`crate::judge::READ_METHODS`]).
-pub(crate) const READS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+/// The methods every host accepts: they read. Anything else writes, and needs
+/// [`crate::Policy::is_writable`] or an `allow` rule.
+pub const READ_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
 
 /// Which methods a rule covers (uppercase).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -160,7 +161,7 @@ pub enum Methods {
 impl Methods {
     /// The methods that only read: a preset's "write" is any method but these.
     pub(crate) fn writes() -> Methods {
-        Methods::Except(READS.iter().map(|m| (*m).to_owned()).collect())
+        Methods::Except(READ_METHODS.iter().map(|m| (*m).to_owned()).collect())
     }
 
     pub(crate) fn matches(&self, method: &str) -> bool {
@@ -175,7 +176,7 @@ impl Methods {
     #[must_use]
     pub fn write(&self) -> bool {
         match self {
-            Methods::Only(list) => list.iter().any(|m| !READS.contains(&m.as_str())),
+            Methods::Only(list) => list.iter().any(|m| !READ_METHODS.contains(&m.as_str())),
             Methods::Any | Methods::Except(_) => true,
         }
     }
