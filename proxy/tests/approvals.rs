@@ -53,6 +53,16 @@ async fn answer(h: &Harness, a: AnswerRequest) -> (u16, Response) {
     (status, response(&body))
 }
 
+/// The operator's approval of item `id` with `scope`.
+fn approval(id: &str, scope: &str) -> AnswerRequest {
+    AnswerRequest {
+        id: id.to_owned(),
+        approve: true,
+        scope: Some(scope.into()),
+        ..AnswerRequest::default()
+    }
+}
+
 async fn inbox(h: &Harness) -> Vec<airlock_control::admin::Approval> {
     let (status, body) = call(h.admin.as_ref().unwrap(), &Request::Approvals).await;
     assert_eq!(status, 200);
@@ -447,16 +457,7 @@ async fn the_agent_reads_its_rules_asks_ahead_with_a_reason_and_waits_for_the_an
         }
     });
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let (status, _) = answer(
-        &h,
-        AnswerRequest {
-            id: id.clone(),
-            approve: true,
-            scope: Some("session".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, _) = answer(&h, approval(&id, "session")).await;
     assert_eq!(status, 200);
     let (r, took) = waiting.await.unwrap();
     assert_eq!(r.json()["state"], "approved", "{}", r.body);
@@ -507,16 +508,7 @@ async fn an_approved_name_resolves_for_its_session_only() {
     assert!(inbox(&h).await.is_empty(), "a DNS question files no item");
     let (_s, r) = request(h.addr, &get("ask.test")).await;
     let id = r.json()["approval_id"].as_str().unwrap().to_owned();
-    let (status, _) = answer(
-        &h,
-        AnswerRequest {
-            id,
-            approve: true,
-            scope: Some("session".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, _) = answer(&h, approval(&id, "session")).await;
     assert_eq!(status, 200);
     let after = udp(&h, &query("ask.test.", RecordType::A)).await.unwrap();
     assert_eq!(after.response_code, ResponseCode::NoError);
@@ -644,16 +636,7 @@ async fn attack_a_held_request_sends_nothing_until_the_answer_and_holds_are_capp
     );
     assert!(heads.try_recv().is_err());
     // The grant lets the held request itself through.
-    let (status, r) = answer(
-        &h,
-        AnswerRequest {
-            id: items[0].id.clone(),
-            approve: true,
-            scope: Some("once".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, r) = answer(&h, approval(&items[0].id, "once")).await;
     assert_eq!(status, 200, "{r:?}");
     let (_s, r) = held.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
@@ -870,12 +853,7 @@ async fn attack_a_grant_in_one_sandbox_is_not_lost_to_a_later_grant_in_another_s
         async move {
             let (_s, r) = request(addr, &get(host)).await;
             let id = r.json()["approval_id"].as_str().unwrap().to_owned();
-            let always = AnswerRequest {
-                id,
-                approve: true,
-                scope: Some("always".into()),
-                ..AnswerRequest::default()
-            };
+            let always = approval(&id, "always");
             let (status, body) = call(&admin, &Request::Answer(always)).await;
             assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         }
@@ -959,12 +937,7 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
         "{}",
         r.body
     );
-    let approve = |scope: &str| AnswerRequest {
-        id: id.clone(),
-        approve: true,
-        scope: Some(scope.into()),
-        ..AnswerRequest::default()
-    };
+    let approve = |scope: &str| approval(&id, scope);
     // A grant is for a host, not a rule's requests.
     let (status, r) = answer(&h, approve("always")).await;
     assert_eq!(status, 400, "{r:?}");
@@ -1056,16 +1029,7 @@ async fn answers_and_grants_for_one_host_leave_an_open_stream_to_another_intact(
     for (host, scope) in [("ask.test", "session"), ("other.test", "always")] {
         let (_s, r) = request(h.addr, &get(host)).await;
         let id = r.json()["approval_id"].as_str().unwrap().to_owned();
-        let (status, r) = answer(
-            &h,
-            AnswerRequest {
-                id,
-                approve: true,
-                scope: Some(scope.into()),
-                ..AnswerRequest::default()
-            },
-        )
-        .await;
+        let (status, r) = answer(&h, approval(&id, scope)).await;
         assert_eq!(status, 200, "{r:?}");
         let (_s, r) = request(h.addr, &get(host)).await;
         assert_eq!(r.status, 200, "{host}: {}", r.body);
@@ -1083,41 +1047,9 @@ async fn answers_and_grants_for_one_host_leave_an_open_stream_to_another_intact(
 /// and the request held under the revision before it is let through by its item.
 #[tokio::test]
 async fn a_held_request_answered_always_goes_through() {
-    let (up, mut heads) = http_server().await;
-    let mut h = Harness::start_extra(
-        "enforce",
-        &[("ask.test", &[ALLOWED_IP])],
-        &[route(ALLOWED_IP, 80, up)],
-        Limits::default(),
-        &Extra {
-            admin: true,
-            policy: "unlisted = \"ask\"\n\n[limits]\napprovals_hold_seconds = 5\n".into(),
-            ..Extra::default()
-        },
-    )
-    .await;
-    let addr = h.addr;
-    let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
-    let items = filed(&h).await;
-    assert_eq!(items.len(), 1, "{items:?}");
-    let (status, r) = answer(
-        &h,
-        AnswerRequest {
-            id: items[0].id.clone(),
-            approve: true,
-            scope: Some("always".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
-    assert_eq!(status, 200, "{r:?}");
-    let (_s, r) = held.await.unwrap();
+    let (r, reached) = held_then_approved("approvals_hold_seconds = 5\n", "always").await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(
-        heads.try_recv().is_ok(),
-        "the held request reached the upstream"
-    );
-    h.finish().await;
+    assert!(reached, "the held request reached the upstream");
 }
 
 /// A held request takes one rate token: decided again once answered, it is not charged a
@@ -1126,6 +1058,16 @@ async fn a_held_request_answered_always_goes_through() {
 /// enough for a refill in between, the test passes either way: it cannot fail falsely).
 #[tokio::test]
 async fn a_held_request_answered_is_charged_one_rate_token() {
+    let limits = "approvals_hold_seconds = 5\nrequests_per_second = 1\nrequest_burst = 1\n";
+    let (r, reached) = held_then_approved(limits, "session").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(reached, "the held request reached the upstream");
+}
+
+/// A request for `ask.test` held for the operator under `[limits]` `limits`, approved with
+/// `scope` once its item is filed: what the held request got, and whether it reached the
+/// upstream.
+async fn held_then_approved(limits: &str, scope: &str) -> (crate::common::Resp, bool) {
     let (up, mut heads) = http_server().await;
     let mut h = Harness::start_extra(
         "enforce",
@@ -1134,7 +1076,7 @@ async fn a_held_request_answered_is_charged_one_rate_token() {
         Limits::default(),
         &Extra {
             admin: true,
-            policy: "unlisted = \"ask\"\n\n[limits]\napprovals_hold_seconds = 5\nrequests_per_second = 1\nrequest_burst = 1\n".into(),
+            policy: format!("unlisted = \"ask\"\n\n[limits]\n{limits}"),
             ..Extra::default()
         },
     )
@@ -1143,24 +1085,12 @@ async fn a_held_request_answered_is_charged_one_rate_token() {
     let held = tokio::spawn(async move { request(addr, &get("ask.test")).await });
     let items = filed(&h).await;
     assert_eq!(items.len(), 1, "{items:?}");
-    let (status, r) = answer(
-        &h,
-        AnswerRequest {
-            id: items[0].id.clone(),
-            approve: true,
-            scope: Some("session".into()),
-            ..AnswerRequest::default()
-        },
-    )
-    .await;
+    let (status, r) = answer(&h, approval(&items[0].id, scope)).await;
     assert_eq!(status, 200, "{r:?}");
     let (_s, r) = held.await.unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert!(
-        heads.try_recv().is_ok(),
-        "the held request reached the upstream"
-    );
+    let reached = heads.try_recv().is_ok();
     h.finish().await;
+    (r, reached)
 }
 
 /// The inbox once something is filed in it (a request held for the operator files its

@@ -270,23 +270,30 @@ async fn broken_heads_inside_intercepted_tls_get_the_uniform_denial() {
     }
 }
 
+/// The proxy binary started in `dir` on the policy `text` (`policy.toml`, the audit log
+/// `audit.jsonl` beside it): its exit code and what it said on stderr.
+fn start_in(dir: &std::path::Path, text: &str) -> (Option<i32>, String) {
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-proxy"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--audit")
+        .arg(dir.join("audit.jsonl"))
+        .args(["--session", "s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err)
+}
+
 /// A policy the proxy cannot use is a refused start (78) with one line naming the file and
 /// line, the way the entrypoint reports every configuration problem, never a crash (1).
 #[test]
 fn a_broken_policy_is_a_refused_start_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, "[sandbox]\nname = \"Not A Name\"\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-proxy"))
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .args(["--session", "s"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let (code, err) = start_in(dir.path(), "[sandbox]\nname = \"Not A Name\"\n");
+    assert_eq!(code, Some(78), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("policy.toml:2:"), "{err}");
 }
@@ -296,20 +303,10 @@ fn a_broken_policy_is_a_refused_start_not_a_crash() {
 #[test]
 fn a_grants_file_that_does_not_load_is_a_refused_start() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, "[sandbox]\nname = \"box\"\n").unwrap();
     let grants = dir.path().join(airlock_channels::GRANTS_FILE);
     std::fs::write(&grants, "{\"version\": 1, \"grants\": [{\"id\": \"x\"").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock-proxy"))
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .args(["--session", "s"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let (code, err) = start_in(dir.path(), "[sandbox]\nname = \"box\"\n");
+    assert_eq!(code, Some(78), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("grants.json does not load") && err.contains("move it away"),
