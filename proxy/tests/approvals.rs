@@ -977,6 +977,53 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
     assert_eq!(asked, 2, "each asked request has its line");
 }
 
+/// Report mode lets through what a policy must list, never what the operator holds: an ask
+/// rule still puts its request to the operator (nothing is sent), while a host no rule
+/// lists under `unlisted = "ask"` is let through, reported, and nobody is asked about it.
+#[tokio::test]
+async fn attack_report_mode_does_not_open_an_ask_rule() {
+    let (up, mut heads) = http_server().await;
+    let rules = "unlisted = \"ask\"\n\n[[rules]]\nhost = \"allowed.test\"\nmethod = \"GET\"\npath = \"/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"allowed.test\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n";
+    let mut h = Harness::start_extra(
+        "report",
+        &[("allowed.test", &[ALLOWED_IP]), ("ask.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: rules.into(),
+            ..Extra::default()
+        },
+    )
+    .await;
+    let post = "POST http://allowed.test/releases HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    let (_s, r) = request(h.addr, post).await;
+    assert_eq!(
+        r.header("x-airlock-error").as_deref(),
+        Some("approval-required"),
+        "{}",
+        r.body
+    );
+    assert!(heads.try_recv().is_err(), "nothing reached the upstream");
+    // The unlisted host: let through and reported; no item is filed for it.
+    let (_s, r) = request(h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(heads.recv().await.unwrap().starts_with("GET /x"));
+    let items = inbox(&h).await;
+    let asked: Vec<_> = items
+        .iter()
+        .map(|i| (i.host.as_str(), i.rule.as_deref()))
+        .collect();
+    assert_eq!(asked, [("allowed.test", Some("publish"))]);
+    let lines = h.finish().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["host"] == "ask.test" && l["decision"] == "report"),
+        "{lines:?}"
+    );
+}
+
 /// Loads `text` as the next policy revision through the admin socket `sock`.
 async fn reload(sock: &std::path::Path, text: String) {
     let (status, body) = call(
