@@ -57,4 +57,20 @@ mod tests {
             "no temporary left"
         );
     }
+
+    #[test]
+    fn attack_a_link_at_the_temporary_or_the_final_name_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("kept.json");
+        std::os::unix::fs::symlink(&victim, dir.path().join(".kept.json.tmp")).unwrap();
+        private(&path, b"new").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("linked.json")).unwrap();
+        private(&dir.path().join("linked.json"), b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        let linked = std::fs::symlink_metadata(dir.path().join("linked.json")).unwrap();
+        assert!(linked.is_file(), "the link itself was replaced");
+    }
 }
