@@ -28,8 +28,7 @@ pub async fn get(socket: &Path, path: &str, n: usize) -> anyhow::Result<()> {
         .into_bytes();
     let steal0 = procfs::steal_ticks()?;
     let start = Instant::now();
-    let mut lat_ns = Vec::with_capacity(n);
-    let (mut errors, mut body, mut first_error) = (0u64, 0u64, None);
+    let (mut timed, mut body) = (Timed::default(), 0u64);
     for _ in 0..n {
         let t0 = Instant::now();
         let r = within(CALL_TIMEOUT, async {
@@ -45,38 +44,26 @@ pub async fn get(socket: &Path, path: &str, n: usize) -> anyhow::Result<()> {
             Ok(r)
         })
         .await;
-        match r {
-            Ok(r) => {
-                lat_ns.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
-                body = r.body;
-            }
-            Err(e) => {
-                errors += 1;
-                if first_error.is_none() {
-                    first_error = Some(format!("{e:#}"));
-                }
-                // Do not spin on a refusing socket.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        let failed = r.is_err();
+        timed.add(r.map(|r| {
+            body = r.body;
+            u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        }));
+        if failed {
+            // Do not spin on a refusing socket.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     let secs = start.elapsed().as_secs_f64();
     let steal1 = procfs::steal_ticks()?;
-    lat_ns.sort_unstable();
-    let max = lat_ns.last().map_or(f64::NAN, |v| *v as f64 / 1000.0);
     let mut out = format!(
-        "path={path} requests={} errors={errors} secs={secs:.3} p50_us={:.1} p99_us={:.1} max_us={max:.1} body={body}",
-        lat_ns.len(),
-        pct(&lat_ns, 0.50),
-        pct(&lat_ns, 0.99),
+        "path={path} secs={secs:.3} body={body} {}",
+        timed.line("requests")
     );
     let ticks = steal1.1.saturating_sub(steal0.1);
     if ticks > 0 {
         let stolen = steal1.0.saturating_sub(steal0.0) as f64 * 100.0 / ticks as f64;
         out.push_str(&format!(" steal_pct={stolen:.1}"));
-    }
-    if let Some(e) = first_error {
-        out.push_str(&format!(" first_error={:?}", e.replace(' ', "_")));
     }
     println!("{out}");
     Ok(())
