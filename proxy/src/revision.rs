@@ -292,6 +292,22 @@ impl Revisions {
         lock(&self.layers).overlay.clone()
     }
 
+    /// The grants as they stand now, what the next revision lays over its text: the grants
+    /// file's (sandboxes sharing the file may have changed it since this proxy read it), or
+    /// those in force where this proxy keeps no file.
+    ///
+    /// # Errors
+    /// [`ErrorCode::Unavailable`]: the grants file does not load.
+    pub fn stored_grants(&self) -> Result<Overlay, ErrorBody> {
+        let file = lock(&self.layers).kept.as_ref().map(|k| k.file.clone());
+        match file {
+            Some(file) => {
+                crate::grants::load(&file).map_err(|e| error(ErrorCode::Unavailable, e.to_string()))
+            }
+            None => Ok(self.grants()),
+        }
+    }
+
     /// The revision in force.
     #[must_use]
     pub fn current(&self) -> PolicyRevision {
@@ -302,14 +318,16 @@ impl Revisions {
     }
 
     /// Loads the policy `req` carries (or the file the proxy runs from again) as the next
-    /// revision of `rules`: validated, audited, swapped. `closing` counts, under the new
-    /// rules, the open connections they refuse (written on the reload line); the caller
-    /// closes them once this returns.
+    /// revision of `rules`, under the grants as they stand ([`Revisions::stored_grants`]):
+    /// validated, audited, swapped. `closing` counts, under the new rules, the open
+    /// connections they refuse (written on the reload line); the caller closes them once
+    /// this returns.
     ///
     /// # Errors
     /// The [`ErrorBody`] to answer: [`ErrorCode::InvalidPolicy`] (the text does not load, or
     /// cannot be read; `file:line` in the message), [`ErrorCode::RestartNeeded`],
-    /// [`ErrorCode::Unavailable`] (the audit log cannot record the reload). The revision in
+    /// [`ErrorCode::Unavailable`] (the grants file does not load, or the audit log cannot
+    /// record the reload). The revision in
     /// force stays; every refusal but the last has its own `reload` line with `decision:
     /// deny`.
     pub async fn reload(
@@ -340,7 +358,7 @@ impl Revisions {
             ));
         }
         let before = self.current();
-        let overlay = self.grants();
+        let overlay = self.stored_grants()?;
         let new_hash = layered_hash(&hash(text.as_bytes()), &overlay);
         if new_hash == before.hash {
             return Ok(Outcome::Unchanged(reloaded(&before, false, 0)));
@@ -389,6 +407,7 @@ impl Revisions {
             }
             layers.text.clone_from(&text);
             layers.text_origin.clone_from(&origin);
+            layers.overlay = overlay;
         }
         self.keep(Saved {
             revision,
@@ -438,8 +457,9 @@ impl Revisions {
                 "this proxy keeps no grants (it runs without an audit directory of its own): answer for the session instead".to_owned(),
             ));
         };
-        let old = crate::grants::load(&file)
-            .map_err(|e| error(ErrorCode::Unavailable, format!("{e}: nothing was granted")))?;
+        let old = self
+            .stored_grants()
+            .map_err(|e| error(e.code, format!("{}: nothing was granted", e.message)))?;
         let overlay = change(&old)?;
         let policy = base
             .with_overlay(&overlay)

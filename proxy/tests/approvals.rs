@@ -868,6 +868,21 @@ async fn attack_a_grant_in_one_sandbox_is_not_lost_to_a_later_grant_in_another_s
     // B's revision carries A's grant too: ask.test passes there without asking.
     let (_s, r) = request(b.addr, &get("ask.test")).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    // A reload in A lays the file's grants over its text: B's grant is in force in A.
+    let sock_a = a.admin.clone().unwrap();
+    reload(&sock_a, std::fs::read_to_string(&a.policy_path).unwrap()).await;
+    let (_s, r) = request(a.addr, &get("other.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // And A can take back the grant B made: it is the file's, not only B's.
+    let b_grant = kept.grants.iter().find(|g| g.host == "other.test").unwrap();
+    let revoke = Request::Revoke(airlock_control::admin::RevokeRequest {
+        id: b_grant.id.clone(),
+    });
+    let (status, body) = call(&sock_a, &revoke).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let left = airlock_proxy::grants::load(&file).unwrap();
+    let hosts: Vec<&str> = left.grants.iter().map(|g| g.host.as_str()).collect();
+    assert_eq!(hosts, ["ask.test"]);
     a.finish().await;
     b.finish().await;
 }

@@ -206,8 +206,9 @@ pub(super) async fn revoke(
     id: &str,
     by: u32,
 ) -> Result<Reloaded, ErrorBody> {
+    // The grants file's: a grant another sandbox sharing it made can be revoked here too.
     let g = revisions
-        .grants()
+        .stored_grants()?
         .get(id)
         .cloned()
         .ok_or_else(|| ErrorBody {
