@@ -417,6 +417,38 @@ mod tests {
     }
 
     #[test]
+    fn an_item_that_lets_the_session_write_carries_a_note() {
+        let policy = |writable: &str| {
+            let text = format!(
+                "[sandbox]\nname = \"box\"\n\n[network]\nallow = [\"w.example\"]\n{writable}\n[[rules]]\nname = \"publish\"\nhost = \"r.example\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n\n[[rules]]\nname = \"peek\"\nhost = \"r.example\"\nmethod = \"GET\"\npath = \"/x\"\naction = \"ask\"\n"
+            );
+            Policy::parse(&text, std::path::Path::new("p.toml")).unwrap()
+        };
+        let item = |host: &str, rule: Option<&str>| Item {
+            id: "0a0b0c0d".into(),
+            who: crate::limits::Client::Uid(1000),
+            host: host.into(),
+            port: 443,
+            hits: 1,
+            first: SystemTime::UNIX_EPOCH,
+            last: SystemTime::UNIX_EPOCH,
+            state: State::Pending,
+            said: None,
+            rule: rule.map(str::to_owned),
+        };
+        let writes = |p: &Policy, i: &Item| notes(p, i).iter().any(|n| n.contains("write"));
+        // The host itself: a note once the policy makes it writable.
+        assert!(!writes(&policy(""), &item("w.example", None)));
+        assert!(writes(
+            &policy("writable = [\"w.example\"]\n"),
+            &item("w.example", None)
+        ));
+        // An ask rule: a note when it asks about a write method, none for a read.
+        assert!(writes(&policy(""), &item("r.example", Some("publish"))));
+        assert!(!writes(&policy(""), &item("r.example", Some("peek"))));
+    }
+
+    #[test]
     fn an_answer_is_read_or_refused_before_anything_is_looked_at() {
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let read_ok = |a: AnswerRequest| read(&a, wall).unwrap();
