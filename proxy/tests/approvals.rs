@@ -887,6 +887,26 @@ async fn attack_a_grant_in_one_sandbox_is_not_lost_to_a_later_grant_in_another_s
     b.finish().await;
 }
 
+/// A proxy in `mode` whose `allowed.test` (upstream `up`) takes reads and asks the operator
+/// about `POST /releases` (the rule `publish`); `network` goes into `[network]` first.
+async fn publishing(mode: &str, network: &str, up: std::net::SocketAddr) -> Harness {
+    let rules = format!(
+        "{network}\n[[rules]]\nhost = \"allowed.test\"\nmethod = \"GET\"\npath = \"/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"allowed.test\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n"
+    );
+    Harness::start_extra(
+        mode,
+        &[("allowed.test", &[ALLOWED_IP]), ("ask.test", &[ALLOWED_IP])],
+        &[route(ALLOWED_IP, 80, up)],
+        Limits::default(),
+        &Extra {
+            admin: true,
+            policy: rules,
+            ..Extra::default()
+        },
+    )
+    .await
+}
+
 /// `action = "ask"` on a `[[rules]]` rule: a request it matches is put to the operator for
 /// the session that sent it, apart from the host (which stays allowed); an approval lets
 /// exactly that rule's requests through, another session is still asked, a grant is refused
@@ -894,19 +914,7 @@ async fn attack_a_grant_in_one_sandbox_is_not_lost_to_a_later_grant_in_another_s
 #[tokio::test]
 async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else() {
     let (up, mut heads) = http_server().await;
-    let rules = "\n[[rules]]\nhost = \"allowed.test\"\nmethod = \"GET\"\npath = \"/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"allowed.test\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n";
-    let mut h = Harness::start_extra(
-        "enforce",
-        &[("allowed.test", &[ALLOWED_IP])],
-        &[route(ALLOWED_IP, 80, up)],
-        Limits::default(),
-        &Extra {
-            admin: true,
-            policy: rules.into(),
-            ..Extra::default()
-        },
-    )
-    .await;
+    let mut h = publishing("enforce", "", up).await;
     let post = |path: &str| {
         format!(
             "POST http://allowed.test{path} HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -998,19 +1006,7 @@ async fn attack_an_ask_rule_holds_its_requests_for_the_operator_and_nothing_else
 #[tokio::test]
 async fn attack_report_mode_does_not_open_an_ask_rule() {
     let (up, mut heads) = http_server().await;
-    let rules = "unlisted = \"ask\"\n\n[[rules]]\nhost = \"allowed.test\"\nmethod = \"GET\"\npath = \"/**\"\naction = \"allow\"\n\n[[rules]]\nname = \"publish\"\nhost = \"allowed.test\"\nmethod = \"POST\"\npath = \"/releases\"\naction = \"ask\"\n";
-    let mut h = Harness::start_extra(
-        "report",
-        &[("allowed.test", &[ALLOWED_IP]), ("ask.test", &[ALLOWED_IP])],
-        &[route(ALLOWED_IP, 80, up)],
-        Limits::default(),
-        &Extra {
-            admin: true,
-            policy: rules.into(),
-            ..Extra::default()
-        },
-    )
-    .await;
+    let mut h = publishing("report", "unlisted = \"ask\"\n", up).await;
     let post = "POST http://allowed.test/releases HTTP/1.1\r\nhost: allowed.test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
     let (_s, r) = request(h.addr, post).await;
     assert_eq!(
