@@ -31,6 +31,55 @@ pub const DNS_PORT: u16 = 15353;
 /// Service port the firewall opens only to the git API's group.
 pub const GIT_SERVICE_PORT: u16 = 15002;
 
+/// How many sessions one start can hold at once: the agent's first process is session 1,
+/// each second session (`airlock exec`, `docker exec … airlock-session`) takes the lowest
+/// free number of `2..=MAX_SESSIONS`.
+pub const MAX_SESSIONS: u16 = 64;
+
+/// Session `k >= 2` runs with `SESSION_GID_BASE + k` as its real, effective and saved gid
+/// (session 1 keeps the agent's own gid). A session differs from every other one in its
+/// gids, so the kernel lets none of them ptrace another, open its `/proc/<pid>/mem` or take
+/// its file descriptors; its files keep the agent's uid, so every session can use them.
+pub const SESSION_GID_BASE: u32 = 61_000;
+
+/// The first three octets of the loopback addresses the proxy sees sessions come from: the
+/// firewall rewrites the source of session `k`'s connections to the proxy to
+/// `127.77.0.k` (by its gid), so the address names the session and no session can take
+/// another's (a source it binds itself is rewritten too).
+pub const SESSION_NET: [u8; 3] = [127, 77, 0];
+
+/// The address session `k` reaches the proxy from.
+#[must_use]
+pub const fn session_addr(k: u16) -> Ipv4Addr {
+    let [a, b, c] = SESSION_NET;
+    // Session numbers never exceed MAX_SESSIONS (< 256).
+    #[allow(clippy::cast_possible_truncation)]
+    Ipv4Addr::new(a, b, c, k as u8)
+}
+
+/// The session a peer address names, if it is one of [`session_addr`]'s.
+#[must_use]
+pub fn session_of(ip: std::net::IpAddr) -> Option<u16> {
+    let v4 = match ip {
+        std::net::IpAddr::V4(v4) => v4,
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped()?,
+    };
+    let [a, b, c, d] = v4.octets();
+    let k = u16::from(d);
+    ([a, b, c] == SESSION_NET && (1..=MAX_SESSIONS).contains(&k)).then_some(k)
+}
+
+/// The gid session `k` runs with: `agent_gid` for session 1, [`SESSION_GID_BASE`]` + k`
+/// for the others.
+#[must_use]
+pub const fn session_gid(k: u16, agent_gid: u32) -> u32 {
+    if k <= 1 {
+        agent_gid
+    } else {
+        SESSION_GID_BASE + k as u32
+    }
+}
+
 /// Path the proxy answers on itself (origin-form request to the explicit port) to prove
 /// it is up. Used by the entrypoint's readiness wait and the agent-side self-test.
 pub const HEALTH_PATH: &str = "/__airlock/health";
@@ -143,6 +192,20 @@ pub const GIT_SOCKET: &str = "/run/airlock/git/git.sock";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_address_names_its_session_and_nothing_else_does() {
+        use std::net::IpAddr;
+        for k in [1, 2, MAX_SESSIONS] {
+            assert_eq!(session_of(IpAddr::V4(session_addr(k))), Some(k));
+        }
+        assert_eq!(session_of(IpAddr::V4(Ipv4Addr::new(127, 77, 0, 0))), None);
+        assert_eq!(session_of(IpAddr::V4(Ipv4Addr::new(127, 77, 0, 65))), None);
+        assert_eq!(session_of(IpAddr::V4(Ipv4Addr::LOCALHOST)), None);
+        assert_eq!(session_of("::ffff:127.77.0.3".parse().unwrap()), Some(3));
+        assert_eq!(session_gid(1, 1000), 1000);
+        assert_eq!(session_gid(2, 1000), 61_002);
+    }
 
     #[test]
     fn the_git_log_gets_a_quarter_of_the_audit_cap_and_at_least_64_kib() {
