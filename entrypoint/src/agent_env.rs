@@ -103,6 +103,11 @@ pub struct AgentEnv {
     pub forced: Vec<String>,
 }
 
+/// The agent's session number (`1` for PID 1's agent, `k` for the second session `k`; see
+/// `crate::second`): tools and the user see which session they are, and it is the last
+/// octet of the address the proxy sees the session come from (`airlock_channels::session_addr`).
+pub const SESSION_VAR: &str = "AIRLOCK_AGENT_SESSION";
+
 /// PATH of the agent: shims first (our `git` lands in /usr/local/lib/airlock/bin).
 pub const AGENT_PATH: &str =
     "/usr/local/lib/airlock/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -201,6 +206,8 @@ pub fn build(
         set(&mut env, name, "localhost,127.0.0.1,::1");
     }
     set(&mut env, "AIRLOCK_SESSION", input.session);
+    // PID 1's agent is session 1; a second session replaces it with its own number.
+    set(&mut env, SESSION_VAR, "1");
     for (name, value) in input.trust {
         set(&mut env, name, value);
     }
@@ -304,6 +311,7 @@ mod tests {
         assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:3128");
         assert_eq!(env["http_proxy"], "http://127.0.0.1:3128");
         assert_eq!(env["HOME"], "/home/agent");
+        assert_eq!(env[SESSION_VAR], "1");
         assert!(env["PATH"].starts_with("/usr/local/lib/airlock/bin:"));
     }
 
@@ -441,6 +449,7 @@ mod tests {
         let a = agent();
         assert!(build(vars(&[(PASS_ENV_VAR, "LD_PRELOAD")]), &input(&a, &[])).is_err());
         assert!(build(vars(&[(PASS_ENV_VAR, "AIRLOCK_SESSION")]), &input(&a, &[])).is_err());
+        assert!(build(vars(&[(PASS_ENV_VAR, SESSION_VAR)]), &input(&a, &[])).is_err());
         assert!(build(vars(&[(PASS_ENV_VAR, "ALL_PROXY")]), &input(&a, &[])).is_err());
     }
 }

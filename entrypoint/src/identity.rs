@@ -32,6 +32,30 @@ impl Identity {
 }
 
 impl Identity {
+    /// The identity of session `k` of this agent (see `airlock_channels::session_gid`):
+    /// session 1 is the agent itself; session `k >= 2` keeps its uid (every session's files
+    /// are the workspace owner's and usable by all of them) but runs with its own gid as real,
+    /// effective and saved gid, and with that gid and the agent's groups (its primary gid
+    /// among them) as supplementary groups, so it keeps the agent's group access to files.
+    /// The groups are sorted and without duplicates, as `setgroups` gets them and the
+    /// kernel's `/proc/<pid>/status` then reports them. Pure.
+    #[must_use]
+    pub fn for_session(&self, k: u16) -> Identity {
+        if k <= 1 {
+            return self.clone();
+        }
+        let gid = airlock_channels::session_gid(k, self.gid);
+        let mut groups = vec![gid, self.gid];
+        groups.extend(&self.groups);
+        groups.sort_unstable();
+        groups.dedup();
+        Identity {
+            gid,
+            groups,
+            ..self.clone()
+        }
+    }
+
     /// Whether this identity could read a file with this owner and mode (its uid, its
     /// primary or any supplementary group, or everyone). Root's overrides are not counted:
     /// the identities this is asked about never hold capabilities.
@@ -152,7 +176,7 @@ impl Users {
     /// Fail closed on identities that would collapse the separation the firewall relies on.
     pub fn check(&self) -> Result<()> {
         let (proxy, agent) = (&self.proxy, &self.agent);
-        if agent.uid == 0 || agent.gid == 0 {
+        if agent.uid == 0 {
             bail!(
                 "agent user {:?} is root (uid {} gid {}): the agent must be an unprivileged user",
                 agent.name,
@@ -172,14 +196,41 @@ impl Users {
                 agent.uid
             );
         }
-        if agent.gid == self.git_gid || agent.gid == proxy.gid {
-            bail!(
-                "agent's primary group {} is the git or proxy group: give the agent its own group",
-                agent.gid
-            );
+        if let Some(problem) = agent_gid_problem(agent.gid, proxy.gid, self.git_gid) {
+            bail!("{problem}");
         }
         Ok(())
     }
+}
+
+/// Why the agent cannot run with primary gid `gid`, or `None`: root's group; the proxy's or
+/// the git API's group (the firewall tells their traffic apart by it); or one of the second
+/// sessions' gids (`SESSION_GID_BASE + 2 ..= SESSION_GID_BASE + MAX_SESSIONS`: the firewall
+/// and the proxy would take the agent for that session, and the session allocator would
+/// never hand that number out). One line with the way out. Pure.
+pub fn agent_gid_problem(gid: u32, proxy_gid: u32, git_gid: u32) -> Option<String> {
+    use airlock_channels::{MAX_SESSIONS, SESSION_GID_BASE};
+    let (first, last) = (
+        SESSION_GID_BASE + 2,
+        SESSION_GID_BASE + u32::from(MAX_SESSIONS),
+    );
+    let why = if gid == 0 {
+        "root's group".to_owned()
+    } else if gid == proxy_gid {
+        "the proxy's group (the firewall lets the proxy's traffic out by it)".to_owned()
+    } else if gid == git_gid {
+        "the git API's group (the only group that may reach the proxy's service port)".to_owned()
+    } else if (first..=last).contains(&gid) {
+        format!(
+            "one of the second sessions' gids ({first}-{last}: the proxy would take the agent for session {})",
+            gid - SESSION_GID_BASE
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the agent's gid {gid} is {why}: run the agent with a group of its own, --agent-uid UID:GID (AIRLOCK_AGENT_UID=UID:GID, -e in AIRLOCK_DOCKER_ARGS)"
+    ))
 }
 
 /// Refuse to run unless we are root: every setup step needs it.
@@ -299,6 +350,74 @@ mod tests {
         assert!(agent.can_read(&meta));
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(!agent.can_read(&std::fs::metadata(&f).unwrap()));
+    }
+
+    #[test]
+    fn session_k_keeps_the_agents_uid_and_group_and_gets_its_own_gid() {
+        use airlock_channels::{MAX_SESSIONS, SESSION_GID_BASE};
+        let agent = id("agent", 1000, 1000);
+        let first = agent.for_session(1);
+        assert_eq!(
+            (first.uid, first.gid, first.groups),
+            (1000, 1000, vec![1000])
+        );
+        let second = agent.for_session(2);
+        assert_eq!(
+            (second.uid, second.gid, second.groups.clone()),
+            (1000, SESSION_GID_BASE + 2, vec![1000, SESSION_GID_BASE + 2])
+        );
+        assert_eq!(
+            (second.name, second.home),
+            (agent.name.clone(), agent.home.clone())
+        );
+        let last = agent.for_session(MAX_SESSIONS);
+        assert_eq!(last.gid, SESSION_GID_BASE + u32::from(MAX_SESSIONS));
+        // Sorted and without duplicates, as the kernel reports them, whatever the agent's
+        // groups held.
+        let mut odd = id("agent", 1000, 62_000);
+        odd.groups = vec![62_000, 50, 62_000];
+        assert_eq!(
+            odd.for_session(3).groups,
+            vec![50, SESSION_GID_BASE + 3, 62_000]
+        );
+    }
+
+    #[test]
+    fn an_agent_gid_of_a_session_root_or_a_service_is_refused_with_the_way_out() {
+        use airlock_channels::{MAX_SESSIONS, SESSION_GID_BASE};
+        let users = |gid| Users {
+            proxy: id("airlock", 101, 101),
+            agent: id("agent", 1000, gid),
+            git_gid: 102,
+        };
+        for gid in [
+            0,
+            101,
+            102,
+            SESSION_GID_BASE + 2,
+            SESSION_GID_BASE + u32::from(MAX_SESSIONS),
+        ] {
+            let err = users(gid).check().unwrap_err().to_string();
+            assert!(err.contains(&format!("gid {gid} ")), "{err}");
+            assert!(err.contains("--agent-uid UID:GID"), "{err}");
+            assert!(err.contains("AIRLOCK_AGENT_UID"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        assert!(
+            users(SESSION_GID_BASE + 5)
+                .check()
+                .unwrap_err()
+                .to_string()
+                .contains("session 5")
+        );
+        // Just outside the sessions' range (session 1's would-be slot and past the last).
+        for gid in [
+            SESSION_GID_BASE,
+            SESSION_GID_BASE + 1,
+            SESSION_GID_BASE + u32::from(MAX_SESSIONS) + 1,
+        ] {
+            users(gid).check().unwrap();
+        }
     }
 
     #[test]

@@ -92,7 +92,10 @@ pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
         .split_whitespace()
         .filter_map(|g| g.parse().ok())
         .collect();
+    // Compared as sets: `setgroups` sorts but keeps a duplicate, and a duplicate grants
+    // nothing more (the session identities pass theirs sorted and deduplicated anyway).
     found_groups.sort_unstable();
+    found_groups.dedup();
     let mut want_groups = want.groups.to_vec();
     want_groups.sort_unstable();
     want_groups.dedup();
@@ -106,6 +109,19 @@ pub fn verify(status: &str, want: &Expected<'_>) -> Result<(), Mismatch> {
         }
     }
     Ok(())
+}
+
+/// The four gids (real, effective, saved, filesystem) of a `/proc/<pid>/status` text, or
+/// `None` without a well-formed `Gid:` line. Pure.
+pub fn gids(status: &str) -> Option<[u32; 4]> {
+    let mut ids = field(status, "Gid")?.split_whitespace().map(str::parse);
+    let gids = [
+        ids.next()?.ok()?,
+        ids.next()?.ok()?,
+        ids.next()?.ok()?,
+        ids.next()?.ok()?,
+    ];
+    ids.next().is_none().then_some(gids)
 }
 
 fn static_name(name: &str) -> &'static str {
@@ -206,6 +222,55 @@ mod tests {
     fn an_inherited_supplementary_group_is_caught() {
         let s = DROPPED.replace("Groups:\t1000 ", "Groups:\t0 1000 ");
         assert_eq!(verify(&s, &want()).unwrap_err().field, "Groups");
+    }
+
+    #[test]
+    fn a_second_sessions_drop_verifies_only_with_its_own_gid_and_both_groups() {
+        // Session 2 of agent 1000:1000: gid 61002 everywhere, groups 1000 and 61002 (the
+        // kernel lists them sorted).
+        let session = DROPPED
+            .replace(
+                "Gid:\t1000\t1000\t1000\t1000",
+                "Gid:\t61002\t61002\t61002\t61002",
+            )
+            .replace("Groups:\t1000 ", "Groups:\t1000 61002 ");
+        let want = Expected {
+            gid: 61_002,
+            groups: &[61_002, 1000],
+            ..want()
+        };
+        verify(&session, &want).unwrap();
+        // The agent's own gid left as the saved one: it could take it back.
+        let saved = session.replace(
+            "Gid:\t61002\t61002\t61002\t61002",
+            "Gid:\t61002\t61002\t1000\t61002",
+        );
+        assert_eq!(verify(&saved, &want).unwrap_err().field, "Gid");
+        // Session 1's status is not session 2's.
+        assert_eq!(verify(DROPPED, &want).unwrap_err().field, "Gid");
+        // The agent's group missing, or another session's group added.
+        let without = session.replace("Groups:\t1000 61002 ", "Groups:\t61002 ");
+        assert_eq!(verify(&without, &want).unwrap_err().field, "Groups");
+        let other = session.replace("Groups:\t1000 61002 ", "Groups:\t1000 61002 61003 ");
+        assert_eq!(verify(&other, &want).unwrap_err().field, "Groups");
+        // A duplicate is the same set of groups.
+        let twice = session.replace("Groups:\t1000 61002 ", "Groups:\t1000 61002 61002 ");
+        verify(&twice, &want).unwrap();
+    }
+
+    #[test]
+    fn the_gids_of_a_status_are_its_four_gid_fields() {
+        assert_eq!(gids(DROPPED), Some([1000; 4]));
+        let split = DROPPED.replace(
+            "Gid:\t1000\t1000\t1000\t1000",
+            "Gid:\t0\t61002\t61003\t61004",
+        );
+        assert_eq!(gids(&split), Some([0, 61_002, 61_003, 61_004]));
+        assert_eq!(gids(&DROPPED.replace("Gid:", "Gidx:")), None);
+        assert_eq!(
+            gids(&DROPPED.replace("\t1000\t1000\t1000\t1000\nGroups", "\t1000\t1000\nGroups")),
+            None
+        );
     }
 
     #[test]
