@@ -325,7 +325,8 @@ pub fn prepare_dirs(cli: &Cli, users: &Users) -> Result<PathBuf> {
     Ok(file)
 }
 
-/// The firewall plan for these users.
+/// The firewall plan for these users: every session the pool can hand out gets its
+/// address by its gid (session 1 the agent's own, session `k` [`ch::session_gid`]).
 pub fn plan(users: &Users, preserved_nat: airlock_firewall::PreservedNat) -> Plan {
     Plan {
         proxy_uid: users.proxy.uid,
@@ -334,6 +335,9 @@ pub fn plan(users: &Users, preserved_nat: airlock_firewall::PreservedNat) -> Pla
         transparent_port: ch::TRANSPARENT_PORT,
         dns_port: ch::DNS_PORT,
         git_service_port: ch::GIT_SERVICE_PORT,
+        session_gids: (1..=ch::MAX_SESSIONS)
+            .map(|k| ch::session_gid(k, users.agent.gid))
+            .collect(),
         preserved_nat,
     }
 }

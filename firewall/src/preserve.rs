@@ -21,10 +21,15 @@ use crate::FirewallError;
 pub(crate) const BUILTIN_NAT_CHAINS: [&str; 4] = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"];
 /// Prefix of the chains we own; lines naming them are ours from a previous apply.
 pub(crate) const OUR_PREFIX: &str = "AIRLOCK_";
-/// Our one chain in the nat table.
+/// Our chain in the nat table's OUTPUT: the redirects.
 pub(crate) const OUR_NAT_CHAIN: &str = "AIRLOCK_OUTPUT";
-/// Our jump into it, exactly as `iptables-save` prints it.
-pub(crate) const OUR_NAT_JUMP: &str = "-A OUTPUT -j AIRLOCK_OUTPUT";
+/// Our chain in the nat table's POSTROUTING: each session's source address.
+pub(crate) const OUR_SNAT_CHAIN: &str = "AIRLOCK_POSTROUTING";
+/// Our jumps into them, exactly as `iptables-save` prints them: `(built-in chain, jump)`.
+pub(crate) const OUR_NAT_JUMPS: [(&str, &str); 2] = [
+    ("OUTPUT", "-A OUTPUT -j AIRLOCK_OUTPUT"),
+    ("POSTROUTING", "-A POSTROUTING -j AIRLOCK_POSTROUTING"),
+];
 /// Prefix of the chains Docker creates in a container's nat table.
 const DOCKER_PREFIX: &str = "DOCKER";
 
@@ -165,7 +170,7 @@ fn rule(preserved: &mut PreservedNat, line: &str) -> Result<(), FirewallError> {
     let Some(&chain) = tokens.get(1) else {
         return Err(unexpected(line));
     };
-    if chain.starts_with(OUR_PREFIX) || line == OUR_NAT_JUMP {
+    if chain.starts_with(OUR_PREFIX) || OUR_NAT_JUMPS.iter().any(|(_, jump)| line == *jump) {
         // Ours, from a previous apply: re-rendered from the plan, never preserved.
         return Ok(());
     }
@@ -367,6 +372,11 @@ mod tests {
             "-A POSTROUTING -j MASQUERADE\n",
             ":EVIL - [0:0]\n-A OUTPUT -j EVIL\n",
             ":DOCKER_OUTPUT - [0:0]\n-A OUTPUT -p tcp -j AIRLOCK_OUTPUT\n",
+            "-A POSTROUTING -p tcp -j AIRLOCK_POSTROUTING\n",
+            "-A OUTPUT -j AIRLOCK_POSTROUTING\n",
+            "-A POSTROUTING -j AIRLOCK_OUTPUT\n",
+            "-A POSTROUTING -j SNAT --to-source 127.77.0.1\n",
+            ":DOCKER_POSTROUTING - [0:0]\n-A DOCKER_POSTROUTING -j AIRLOCK_POSTROUTING\n",
             ":DOCKER_OUTPUT - [0:0]\n-A DOCKER_OUTPUT -j AIRLOCK_OUTPUT\n",
             ":DOCKER_OUTPUT - [0:0]\n-A DOCKER_OUTPUT -j evil_chain\n",
             ":DOCKER_OUTPUT - [0:0]\n-A DOCKER_OUTPUT -j DOCKER\n",
@@ -406,7 +416,7 @@ mod tests {
     #[test]
     fn our_own_lines_are_ignored_not_preserved() {
         let p = preserved_nat_from_save(&save(
-            ":AIRLOCK_OUTPUT - [0:0]\n-A OUTPUT -j AIRLOCK_OUTPUT\n-A AIRLOCK_OUTPUT -p tcp -j REDIRECT --to-ports 15001\n",
+            ":AIRLOCK_OUTPUT - [0:0]\n:AIRLOCK_POSTROUTING - [0:0]\n-A OUTPUT -j AIRLOCK_OUTPUT\n-A POSTROUTING -j AIRLOCK_POSTROUTING\n-A AIRLOCK_OUTPUT -p tcp -j REDIRECT --to-ports 15001\n-A AIRLOCK_POSTROUTING -d 127.0.0.1/32 -p udp -m udp --dport 15353 -m owner --gid-owner 1000 -j SNAT --to-source 127.77.0.1\n",
         ))
         .unwrap();
         assert!(p.is_empty());

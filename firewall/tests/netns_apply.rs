@@ -16,7 +16,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::common::{DOCKER_NAT_SAVE, docker, without_comments};
+use crate::common::{DOCKER_NAT_SAVE, docker, session_gids, without_comments};
+use airlock_channels::{EXPLICIT_PORT, MAX_SESSIONS};
 use airlock_firewall::{
     Family, FirewallError, Plan, PreservedNat, Runner, preserved_nat_from_save, render_v4,
     render_v6,
@@ -29,6 +30,11 @@ use nix::unistd::geteuid;
 const PROXY_UID: u32 = 64001;
 const GIT_GID: u32 = 64002;
 const AGENT: u32 = 64003;
+/// Every session's gid for an agent whose own gid is [`AGENT`] (session 1).
+fn sessions() -> Vec<u32> {
+    session_gids(AGENT)
+}
+
 /// Docker's resolver's real TCP port in the fixture.
 const RESOLVER_TCP_PORT: u16 = 37619;
 
@@ -150,7 +156,7 @@ fn apply_over_docker(ns: &Netns) -> Plan {
     runner.apply(Family::V4, DOCKER_NAT_SAVE).unwrap();
     let preserved = preserved_nat_from_save(&runner.save_nat_v4().unwrap()).unwrap();
     assert_eq!(preserved, docker(), "the kernel's save of Docker's table");
-    let plan = Plan::with_channel_ports(PROXY_UID, GIT_GID, preserved);
+    let plan = Plan::with_channel_ports(PROXY_UID, GIT_GID, sessions(), preserved);
     plan.check().unwrap();
     runner.apply(Family::V4, &render_v4(&plan)).unwrap();
     runner.apply(Family::V6, &render_v6(&plan)).unwrap();
@@ -186,7 +192,7 @@ fn apply_gives_exactly_the_rendered_tables_and_reapplying_changes_nothing() {
         again, plan.preserved_nat,
         "our own lines must not be preserved as Docker's"
     );
-    let replan = Plan::with_channel_ports(PROXY_UID, GIT_GID, again);
+    let replan = Plan::with_channel_ports(PROXY_UID, GIT_GID, sessions(), again);
     assert_eq!(render_v4(&replan), render_v4(&plan));
     runner.apply(Family::V4, &render_v4(&replan)).unwrap();
     runner.apply(Family::V6, &render_v6(&replan)).unwrap();
@@ -200,7 +206,7 @@ fn a_namespace_without_docker_preserves_nothing() {
     let saved = runner.save_nat_v4().unwrap();
     let preserved = preserved_nat_from_save(&saved).unwrap();
     assert!(preserved.is_empty(), "{saved}");
-    let plan = Plan::with_channel_ports(PROXY_UID, GIT_GID, PreservedNat::default());
+    let plan = Plan::with_channel_ports(PROXY_UID, GIT_GID, sessions(), PreservedNat::default());
     runner.apply(Family::V4, &render_v4(&plan)).unwrap();
     let (v4, _) = kernel_tables(&runner);
     assert_eq!(v4, without_comments(&render_v4(&plan)));
@@ -235,6 +241,7 @@ fn a_refused_rule_set_is_reported_and_leaves_the_firewall_as_it_was() {
 
 /// Listeners standing in for the proxy, inside the namespace.
 struct Proxy {
+    explicit: TcpListener,
     transparent: TcpListener,
     service: TcpListener,
     dns_udp: UdpSocket,
@@ -243,10 +250,16 @@ struct Proxy {
 }
 
 fn proxy_listeners(ns: &Netns, plan: &Plan) -> Proxy {
-    let (transparent, service, dns) = (plan.transparent_port, plan.git_service_port, plan.dns_port);
+    let (explicit, transparent, service, dns) = (
+        plan.explicit_port,
+        plan.transparent_port,
+        plan.git_service_port,
+        plan.dns_port,
+    );
     ns.inside(move || {
         let lo = Ipv4Addr::LOCALHOST;
         Proxy {
+            explicit: TcpListener::bind((lo, explicit)).unwrap(),
             transparent: TcpListener::bind((lo, transparent)).unwrap(),
             service: TcpListener::bind((lo, service)).unwrap(),
             dns_udp: UdpSocket::bind((lo, dns)).unwrap(),
@@ -333,7 +346,10 @@ fn attack_agent_reaches_the_git_service_port_only_with_the_git_group() {
         &format!("exec 3<>/dev/tcp/127.0.0.1/{port}"),
     );
     assert!(succeeded(&out), "{}", stderr(&out));
-    assert!(accept_within(&proxy.service, LONG).is_some());
+    let stream = accept_within(&proxy.service, LONG).expect("the git API's connection");
+    // The git API runs with the agent's gid (session 1's) as its primary group: the
+    // service port is not one the sessions' addresses are given on.
+    assert_eq!(peer(&stream), Ipv4Addr::LOCALHOST);
 }
 
 #[test]
@@ -421,4 +437,142 @@ fn attack_agent_udp_and_ipv6_egress_fail_fast() {
     let out = ns.agent("printf x >/dev/udp/2001:db8::1/53");
     assert!(!succeeded(&out), "agent sent IPv6 DNS out");
     assert!(recv_within(&proxy.dns_udp, SHORT).is_none());
+}
+
+fn peer(stream: &TcpStream) -> Ipv4Addr {
+    match stream.peer_addr().unwrap().ip() {
+        std::net::IpAddr::V4(v4) => v4,
+        other => panic!("IPv6 peer {other}"),
+    }
+}
+
+/// Session `k` of an agent whose own gid is [`AGENT`], as the entrypoint starts it: its
+/// primary gid is the session's, and a second session keeps the agent's gid as a
+/// supplementary group.
+fn as_session(ns: &Netns, k: u16, script: &str) -> Output {
+    let gid = airlock_channels::session_gid(k, AGENT);
+    let groups: &[u32] = if k == 1 { &[] } else { &[AGENT] };
+    ns.as_user(AGENT, gid, groups, script)
+}
+
+/// A script that connects to `dst:port` over TCP from `src` (port chosen by the kernel).
+/// bash's /dev/tcp cannot bind a source; the tests' python3 (scripts/install-test-deps).
+fn bound_connect(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> String {
+    format!(
+        "exec /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind((\"{src}\", 0)); s.connect((\"{dst}\", {port}))'"
+    )
+}
+
+/// The address `listener` sees the connection `out` made come from.
+fn seen_from(listener: &TcpListener, out: &Output) -> Ipv4Addr {
+    assert!(succeeded(out), "{}", stderr(out));
+    peer(&accept_within(listener, LONG).expect("the client's connection"))
+}
+
+#[test]
+fn attack_each_session_reaches_the_proxy_from_its_own_address_and_cannot_take_another() {
+    let (ns, proxy) = setup("sessions");
+    let session = |k: u16| airlock_channels::session_addr(k);
+    let explicit = format!("exec 3<>/dev/tcp/127.0.0.1/{EXPLICIT_PORT}");
+
+    // (a) The explicit port: session 1 by the agent's own gid, session 2 by its gid, even
+    // though it holds the agent's gid too (supplementary).
+    let out = as_session(&ns, 1, &explicit);
+    assert_eq!(seen_from(&proxy.explicit, &out), session(1));
+    let out = as_session(&ns, 2, &explicit);
+    assert_eq!(seen_from(&proxy.explicit, &out), session(2));
+    let out = as_session(&ns, MAX_SESSIONS, &explicit);
+    assert_eq!(seen_from(&proxy.explicit, &out), session(MAX_SESSIONS));
+
+    // Redirected traffic is rewritten too (POSTROUTING sees it after REDIRECT), and the
+    // proxy still learns the real target.
+    let out = as_session(&ns, 2, "exec 3<>/dev/tcp/192.0.2.1/443");
+    assert!(succeeded(&out), "{}", stderr(&out));
+    let stream = accept_within(&proxy.transparent, LONG).expect("redirected connection");
+    assert_eq!(peer(&stream), session(2));
+    assert_eq!(
+        original_dst(&stream),
+        SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 443)
+    );
+    let out = as_session(&ns, 3, "exec 3<>/dev/tcp/127.0.0.11/53");
+    assert_eq!(seen_from(&proxy.dns_tcp, &out), session(3));
+
+    // (b) Session 3 binding session 1's address itself: still session 3, on every port.
+    let forged = session(1);
+    let lo = Ipv4Addr::LOCALHOST;
+    let out = as_session(&ns, 3, &bound_connect(forged, lo, EXPLICIT_PORT));
+    assert_eq!(seen_from(&proxy.explicit, &out), session(3));
+    // A loopback source towards the outside is refused by the kernel's routing (EINVAL)
+    // before nat: that way there is nothing to forge.
+    let out = as_session(
+        &ns,
+        3,
+        &bound_connect(forged, Ipv4Addr::new(192, 0, 2, 1), 443),
+    );
+    assert!(!succeeded(&out), "a loopback source was routed out");
+    assert!(
+        stderr(&out).contains("Invalid argument"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(accept_within(&proxy.transparent, SHORT).is_none());
+    let out = as_session(&ns, 3, &bound_connect(forged, lo, 53));
+    assert_eq!(seen_from(&proxy.dns_tcp, &out), session(3));
+
+    // An identity that is no session (the proxy's, root's, a gid outside the plan) binding
+    // a session's address is seen from loopback, not as that session.
+    for (uid, gid) in [(PROXY_UID, PROXY_UID), (0, 0), (AGENT, 64_009)] {
+        let out = ns.as_user(
+            uid,
+            gid,
+            &[AGENT],
+            &bound_connect(session(2), lo, EXPLICIT_PORT),
+        );
+        assert_eq!(seen_from(&proxy.explicit, &out), lo, "uid {uid} gid {gid}");
+    }
+    // Control: without a rule for it, that bound source would have reached the listener
+    // as is (so the loopback above is the rewrite's doing). A port that is not the proxy's:
+    let other = ns.inside(|| TcpListener::bind((lo, 8001)).unwrap());
+    let out = ns.as_user(
+        PROXY_UID,
+        PROXY_UID,
+        &[],
+        &bound_connect(session(2), lo, 8001),
+    );
+    assert_eq!(seen_from(&other, &out), session(2));
+}
+
+#[test]
+fn a_sessions_dns_gets_its_address_and_its_answer_and_other_loopback_servers_see_loopback() {
+    let (ns, proxy) = setup("session-dns");
+    // (c) UDP to any :53 arrives at the DNS filter from the session's address, and the
+    // answer gets back to the client's connected socket (both rewrites undone on the way).
+    for server in ["127.0.0.11", "192.0.2.1", "127.0.0.1"] {
+        let client = format!(
+            "exec /usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5); s.connect((\"{server}\", 53)); s.send(b\"query\"); print(s.recv(512).decode())'"
+        );
+        let (from, out) = std::thread::scope(|scope| {
+            let filter = scope.spawn(|| {
+                proxy.dns_udp.set_read_timeout(Some(LONG)).unwrap();
+                let mut buf = [0u8; 512];
+                let (n, from) = proxy.dns_udp.recv_from(&mut buf).unwrap();
+                assert_eq!(&buf[..n], b"query");
+                proxy.dns_udp.send_to(b"answer", from).unwrap();
+                from
+            });
+            let out = as_session(&ns, 2, &client);
+            (filter.join().unwrap(), out)
+        });
+        assert_eq!(from.ip(), airlock_channels::session_addr(2), "{server}");
+        assert!(succeeded(&out), "{server}: {}", stderr(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "answer\n", "{server}");
+    }
+
+    // (d) The agent's own loopback server (a local redis, say) keeps seeing 127.0.0.1.
+    let lo = Ipv4Addr::LOCALHOST;
+    let server = ns.inside(|| TcpListener::bind((lo, 8000)).unwrap());
+    for k in [1, 2] {
+        let out = as_session(&ns, k, "exec 3<>/dev/tcp/127.0.0.1/8000");
+        assert_eq!(seen_from(&server, &out), lo, "session {k}");
+    }
 }

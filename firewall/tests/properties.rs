@@ -4,10 +4,15 @@
 // Test helpers outside #[test] fns may panic too: a failed helper is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::{DOCKER_NAT_SAVE, GIT_GID, PROXY_UID, chain, docker, plan, position, table};
-use airlock_channels::{DNS_PORT, GIT_SERVICE_PORT, TRANSPARENT_PORT};
+use crate::common::{
+    AGENT_GID, DOCKER_NAT_SAVE, GIT_GID, PROXY_UID, chain, docker, plan, position, table,
+};
+use airlock_channels::{
+    DNS_PORT, EXPLICIT_PORT, GIT_SERVICE_PORT, MAX_SESSIONS, TRANSPARENT_PORT, session_addr,
+    session_gid,
+};
 use airlock_firewall::{
-    FirewallError, PreservedNat, preserved_nat_from_save, render_v4, render_v6,
+    FirewallError, Plan, PreservedNat, preserved_nat_from_save, render_v4, render_v6,
 };
 
 fn v4() -> String {
@@ -233,8 +238,137 @@ fn our_jump_comes_before_dockers() {
     );
     assert_eq!(
         chain(&text, "nat", "POSTROUTING"),
-        ["-A POSTROUTING -d 127.0.0.11/32 -j DOCKER_POSTROUTING"]
+        [
+            "-A POSTROUTING -j AIRLOCK_POSTROUTING",
+            "-A POSTROUTING -d 127.0.0.11/32 -j DOCKER_POSTROUTING"
+        ]
     );
+    // Without Docker, our jumps alone; no other chain has rules of ours.
+    let bare = render_v4(&plan(PreservedNat::default()));
+    assert_eq!(
+        chain(&bare, "nat", "OUTPUT"),
+        ["-A OUTPUT -j AIRLOCK_OUTPUT"]
+    );
+    assert_eq!(
+        chain(&bare, "nat", "POSTROUTING"),
+        ["-A POSTROUTING -j AIRLOCK_POSTROUTING"]
+    );
+    for builtin in ["PREROUTING", "INPUT"] {
+        assert!(chain(&bare, "nat", builtin).is_empty());
+    }
+}
+
+/// The two rules that give session `k` (gid `gid`) its address, as `iptables-save` prints them.
+fn session_rules(k: u16, gid: u32) -> [String; 2] {
+    let addr = session_addr(k);
+    [
+        format!(
+            "-A AIRLOCK_POSTROUTING -d 127.0.0.1/32 -p tcp -m multiport --dports {EXPLICIT_PORT},{TRANSPARENT_PORT},{DNS_PORT} -m owner --gid-owner {gid} -j SNAT --to-source {addr}"
+        ),
+        format!(
+            "-A AIRLOCK_POSTROUTING -d 127.0.0.1/32 -p udp -m udp --dport {DNS_PORT} -m owner --gid-owner {gid} -j SNAT --to-source {addr}"
+        ),
+    ]
+}
+
+/// What no session claimed: a hand-bound session address becomes loopback.
+fn unclaimed_rules() -> [String; 2] {
+    [
+        format!(
+            "-A AIRLOCK_POSTROUTING -s 127.77.0.0/24 -d 127.0.0.1/32 -p tcp -m multiport --dports {EXPLICIT_PORT},{TRANSPARENT_PORT},{DNS_PORT} -j SNAT --to-source 127.0.0.1"
+        ),
+        format!(
+            "-A AIRLOCK_POSTROUTING -s 127.77.0.0/24 -d 127.0.0.1/32 -p udp -m udp --dport {DNS_PORT} -j SNAT --to-source 127.0.0.1"
+        ),
+    ]
+}
+
+#[test]
+fn every_session_gets_its_own_address_by_its_gid_and_nothing_else_is_rewritten() {
+    let text = v4();
+    let ours = chain(&text, "nat", "AIRLOCK_POSTROUTING");
+    let mut expected: Vec<String> = (1..=MAX_SESSIONS)
+        .flat_map(|k| session_rules(k, session_gid(k, AGENT_GID)))
+        .collect();
+    expected.extend(unclaimed_rules());
+    assert_eq!(ours, expected);
+    assert_eq!(ours[0], session_rules(1, AGENT_GID)[0]);
+    assert!(ours[2].ends_with("--gid-owner 61002 -j SNAT --to-source 127.77.0.2"));
+    assert!(ours[127].ends_with("--gid-owner 61064 -j SNAT --to-source 127.77.0.64"));
+}
+
+#[test]
+fn attack_a_supplementary_group_never_gives_a_session_address() {
+    // A second session also holds the agent's gid as a supplementary group: with
+    // --suppl-groups it would match session 1's rule first and pass for session 1.
+    let text = v4();
+    let nat = table(&text, "nat");
+    assert!(
+        nat.iter()
+            .filter(|l| l.contains("--gid-owner"))
+            .all(|l| !l.contains("--suppl-groups") && !l.contains("! --gid-owner")),
+        "{nat:#?}"
+    );
+}
+
+#[test]
+fn attack_session_addresses_are_only_ever_given_to_the_proxys_agent_facing_listeners() {
+    // Only the explicit, transparent and DNS ports on 127.0.0.1: the agent's own loopback
+    // servers keep seeing 127.0.0.1, and the git service port is no session's.
+    let text = v4();
+    for rule in table(&text, "nat").iter().filter(|l| l.contains("SNAT")) {
+        if rule.starts_with("-A DOCKER_POSTROUTING ") {
+            continue;
+        }
+        assert!(rule.starts_with("-A AIRLOCK_POSTROUTING "), "{rule}");
+        assert!(rule.contains(" -d 127.0.0.1/32 "), "{rule}");
+        let ports = rule
+            .split_once("--dports ")
+            .or_else(|| rule.split_once("--dport "))
+            .map(|(_, rest)| rest.split(' ').next().unwrap_or_default())
+            .unwrap_or_default();
+        let allowed = if rule.contains("-p tcp") {
+            format!("{EXPLICIT_PORT},{TRANSPARENT_PORT},{DNS_PORT}")
+        } else {
+            assert!(rule.contains("-p udp -m udp"), "{rule}");
+            DNS_PORT.to_string()
+        };
+        assert_eq!(ports, allowed, "{rule}");
+        assert!(!rule.contains(&GIT_SERVICE_PORT.to_string()), "{rule}");
+    }
+}
+
+#[test]
+fn attack_an_unclaimed_session_address_comes_after_every_session_and_becomes_loopback() {
+    let text = v4();
+    let ours = chain(&text, "nat", "AIRLOCK_POSTROUTING");
+    let n = ours.len();
+    assert_eq!(ours[n - 2..], unclaimed_rules());
+    assert!(ours[..n - 2].iter().all(|l| l.contains("--gid-owner")));
+    // No sessions at all: nothing gets a session address, a hand-bound one included.
+    let none = Plan {
+        session_gids: Vec::new(),
+        ..plan(PreservedNat::default())
+    };
+    let bare = render_v4(&none);
+    assert_eq!(
+        chain(&bare, "nat", "AIRLOCK_POSTROUTING"),
+        unclaimed_rules()
+    );
+}
+
+#[test]
+fn attack_an_over_long_session_list_renders_no_wrapped_around_address() {
+    // check() refuses it; the renderer still never hands out 127.77.0.0 or a second .1.
+    let long = Plan {
+        session_gids: (70_000..70_300).collect(),
+        ..plan(PreservedNat::default())
+    };
+    assert!(long.check().is_err());
+    let text = render_v4(&long);
+    let ours = chain(&text, "nat", "AIRLOCK_POSTROUTING");
+    assert_eq!(ours.len(), 2 * usize::from(MAX_SESSIONS) + 2);
+    assert!(!text.contains("127.77.0.0 ") && !text.contains("--gid-owner 70064 "));
 }
 
 #[test]

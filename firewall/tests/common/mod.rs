@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use airlock_channels::{MAX_SESSIONS, session_gid};
 use airlock_firewall::{Plan, PreservedNat, preserved_nat_from_save};
 
 /// A real container's `iptables-save -t nat` (Docker's embedded DNS).
@@ -10,9 +11,17 @@ pub const DOCKER_NAT_SAVE: &str = include_str!("../fixtures/docker_nat.save");
 
 pub const PROXY_UID: u32 = 999;
 pub const GIT_GID: u32 = 998;
+pub const AGENT_GID: u32 = 1000;
+
+/// Every session's gid, as the entrypoint fills them: index `i` is session `i + 1`.
+pub fn session_gids(agent_gid: u32) -> Vec<u32> {
+    (1..=MAX_SESSIONS)
+        .map(|k| session_gid(k, agent_gid))
+        .collect()
+}
 
 pub fn plan(preserved_nat: PreservedNat) -> Plan {
-    Plan::with_channel_ports(PROXY_UID, GIT_GID, preserved_nat)
+    Plan::with_channel_ports(PROXY_UID, GIT_GID, session_gids(AGENT_GID), preserved_nat)
 }
 
 pub fn docker() -> PreservedNat {
