@@ -29,6 +29,10 @@ impl<R: Serialize> Record<R> {
         opt_string(out, self.container.as_deref());
         out.extend_from_slice(b",\"uid\":");
         opt_number(out, self.uid.map(u64::from));
+        if let Some(k) = self.agent_session {
+            out.extend_from_slice(b",\"agent_session\":");
+            opt_number(out, Some(u64::from(k)));
+        }
         out.extend_from_slice(b",\"client\":");
         address(out, self.client.as_ref());
         out.extend_from_slice(b",\"kind\":");
@@ -218,6 +222,7 @@ mod tests {
         r.ts = Timestamp(1_798_761_599_999);
         r.container = Some(Arc::from("c0ffee"));
         r.uid = Some(u32::MAX);
+        r.agent_session = Some(u16::MAX);
         r.client = Some("127.0.0.1:56940".parse().unwrap());
         r.kind = Kind::GitService;
         r.event = Some(Event::CloseShutdown);

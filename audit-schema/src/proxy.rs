@@ -314,6 +314,12 @@ pub struct Record<R = String> {
     /// The container's id, when the entrypoint found it.
     pub container: Option<Arc<str>>,
     pub uid: Option<u32>,
+    /// Which of the agent's sessions made the request: 1 is its first process, 2 and up
+    /// each second session (`airlock exec`), as the firewall names them by their gid.
+    /// Absent for a client that is no session (the git API, a lookup that failed), and
+    /// from lines written before sessions existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_session: Option<u16>,
     #[serde(serialize_with = "addr::serialize")]
     pub client: Option<SocketAddr>,
     pub kind: Kind,
@@ -359,6 +365,7 @@ impl<R> Record<R> {
             sandbox: Arc::clone(&who.sandbox),
             container: who.container.clone(),
             uid: None,
+            agent_session: None,
             client,
             kind,
             event: None,

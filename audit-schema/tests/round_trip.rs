@@ -22,7 +22,7 @@ where
     v
 }
 
-const ALLOWED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":1000,"client":"127.0.0.1:56940","kind":"connect","event":null,"method":"CONNECT","host":"api.example.com","port":443,"path":null,"decision":"allow","rule":"api.example.com","reason":null,"upstream":"203.0.113.10:443","upstream_local_port":40123,"intercepted":true,"credential":"github","status":null,"bytes_up":512,"bytes_down":2097152,"duration_ms":73,"signals":[],"chain":"5f0c6e1f0d8e4b2a9c3d7e6f1a2b3c4d"}"#;
+const ALLOWED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":"c0ffee00","uid":1000,"agent_session":2,"client":"127.77.0.2:56940","kind":"connect","event":null,"method":"CONNECT","host":"api.example.com","port":443,"path":null,"decision":"allow","rule":"api.example.com","reason":null,"upstream":"203.0.113.10:443","upstream_local_port":40123,"intercepted":true,"credential":"github","status":null,"bytes_up":512,"bytes_down":2097152,"duration_ms":73,"signals":[],"chain":"5f0c6e1f0d8e4b2a9c3d7e6f1a2b3c4d"}"#;
 
 /// A line written before the chain existed (no `chain`): still read.
 const SIGNALLED: &str = r#"{"ts":"2026-11-25T10:46:54.811Z","session":"sess-1","sandbox":"t","container":null,"uid":null,"client":"[::1]:5000","kind":"http","event":"open","method":"POST","host":"paste.example","port":80,"path":"/upload","decision":"report","rule":"paste.example","reason":"encoded-blob","upstream":null,"upstream_local_port":null,"intercepted":false,"credential":null,"status":null,"bytes_up":0,"bytes_down":0,"duration_ms":0,"signals":[{"signal":"encoded-blob","alphabet":"base64","run":4096},{"signal":"high-entropy","bits":7.93,"bytes":65536}]}"#;
@@ -62,6 +62,7 @@ fn proxy_lines_read_and_write_back_unchanged() {
         (Kind::Connect, Verdict::Allow, None)
     );
     assert_eq!(r.bytes_down, 2_097_152);
+    assert_eq!((r.uid, r.agent_session), (Some(1000), Some(2)));
     let r: Record = round_trip(SIGNALLED);
     assert_eq!(r.event, Some(Event::Open));
     assert_eq!(r.reason.as_deref(), Some("encoded-blob"));

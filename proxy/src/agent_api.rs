@@ -38,6 +38,7 @@ use crate::admission::{self, Outcome, Port};
 use crate::approvals::{Asked, Item, State};
 use crate::audit::{Kind, Record, Verdict};
 use crate::deny::{self, ProxyBody};
+use crate::identity::Caller;
 use crate::limits::Client;
 
 /// Largest request body the API reads.
@@ -58,19 +59,20 @@ pub(crate) fn addressed(req: &Request<Incoming>) -> bool {
     })
 }
 
-/// Answers one request of the agent's API from the session `uid`.
+/// Answers one request of the agent's API from `caller`, a session (or a uid) the proxy
+/// knows.
 pub(crate) async fn serve(
     shared: &Shared,
-    uid: Option<u32>,
+    caller: Caller,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
-    let Some(uid) = uid else {
+    let who = Client::of(caller);
+    if who == Client::Unknown {
         return answer(
             StatusCode::FORBIDDEN,
             &json!({"error": "session-unknown", "message": "the proxy cannot tell which session this is; nothing is answered"}),
         );
     };
-    let who = Client::Uid(uid);
     if req.method() == Method::CONNECT {
         return bad(&format!(
             "the agent API is plain HTTP: http://{}/v1/…",
@@ -103,7 +105,7 @@ pub(crate) async fn serve(
             };
             ask(shared, who, &body)
         }
-        (Method::GET, "/v1/denials") => answer(StatusCode::OK, &denials(shared, uid)),
+        (Method::GET, "/v1/denials") => answer(StatusCode::OK, &denials(shared, caller)),
         (Method::GET, p) if p.starts_with("/v1/ask/") => {
             let id = &p["/v1/ask/".len()..];
             let wait = match query.as_deref().map(wait_of) {
@@ -127,13 +129,21 @@ pub(crate) async fn serve(
     }
 }
 
-/// `GET /v1/denials`: the session `uid`'s latest refusals among the newest audit lines, each
-/// with only the fields that say what it sent and why it was refused. A line that is not
-/// this session's refusal is passed over before it is parsed.
-fn denials(shared: &Shared, uid: u32) -> Value {
+/// `GET /v1/denials`: `caller`'s latest refusals among the newest audit lines (its
+/// session's, not another session's of the same uid), each with only the fields that say
+/// what it sent and why it was refused. A line that is not this caller's refusal is passed
+/// over before it is parsed.
+fn denials(shared: &Shared, caller: Caller) -> Value {
     let mut lines = Vec::new();
     shared.hub.newest(DENIALS_SCAN, &mut lines);
-    let mine = format!("\"uid\":{uid}");
+    // The line writer puts `agent_session` right after `uid`, and only on a session's line.
+    let uid = caller
+        .uid
+        .map_or_else(|| "null".to_owned(), |u| u.to_string());
+    let mine = match caller.session {
+        Some(k) => format!("\"uid\":{uid},\"agent_session\":{k},"),
+        None => format!("\"uid\":{uid},\"client\""),
+    };
     let mine = memchr::memmem::Finder::new(mine.as_bytes());
     let deny = memchr::memmem::Finder::new(b"\"decision\":\"deny\"");
     let mut out: Vec<Value> = lines
@@ -141,7 +151,11 @@ fn denials(shared: &Shared, uid: u32) -> Value {
         .rev()
         .filter(|l| mine.find(&l.text).is_some() && deny.find(&l.text).is_some())
         .filter_map(|l| serde_json::from_slice::<Value>(&l.text).ok())
-        .filter(|v| v["uid"] == json!(uid) && v["decision"] == "deny")
+        .filter(|v| {
+            v["uid"] == json!(caller.uid)
+                && v["agent_session"] == json!(caller.session)
+                && v["decision"] == "deny"
+        })
         .take(DENIALS)
         .map(|v| {
             let mut d = serde_json::Map::new();
@@ -301,10 +315,7 @@ fn ask(shared: &Shared, who: Client, body: &Bytes) -> Response<ProxyBody> {
         Asked::Pending { id } => {
             // Filing is audited as the refusal it stands for.
             let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Http, None);
-            rec.uid = match who {
-                Client::Uid(u) => Some(u),
-                Client::Addr(_) | Client::Unknown => None,
-            };
+            who.caller().stamp(&mut rec);
             rec.method = Some("ASK".into());
             rec.host = Some(target.host.as_str().to_owned());
             rec.port = Some(port);

@@ -644,11 +644,7 @@ fn answerable(item: &Item, token_given: Option<&str>, revision: u64) -> Result<(
 /// item, its session, host and port, and the revision it would be approved under), hashed.
 #[must_use]
 pub fn token(item: &Item, revision: u64) -> String {
-    let who = match item.who {
-        Client::Uid(u) => format!("uid {u}"),
-        Client::Addr(a) => format!("addr {a}"),
-        Client::Unknown => "unknown".to_owned(),
-    };
+    let who = item.who;
     let text = format!(
         "{}\n{who}\n{}\n{}\n{revision}\n{}",
         item.id,

@@ -294,11 +294,7 @@ pub struct Use {
 pub const LISTED_HOSTS: usize = 5;
 
 fn scope_of(who: Client) -> String {
-    match who {
-        Client::Uid(uid) => format!("uid {uid}"),
-        Client::Addr(ip) => format!("address {ip}"),
-        Client::Unknown => "unknown uid".to_owned(),
-    }
+    who.to_string()
 }
 
 impl Budgets {

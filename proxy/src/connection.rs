@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use crate::Shared;
 use crate::audit::{Event, Kind, Record};
 use crate::decide::Target;
+use crate::identity::Caller;
 use crate::intercept::{self, Ctx, Leg, Route};
 use crate::limits::Slot;
 use crate::pool::Lane;
@@ -28,7 +29,7 @@ use crate::upstream::Connected;
 pub(crate) struct Granted {
     pub shared: Arc<Shared>,
     pub peer: SocketAddr,
-    pub uid: Option<u32>,
+    pub caller: Caller,
     /// The audit kind of its requests' lines.
     pub kind: Kind,
     /// The client's connection slot: the connection counts against its cap.
@@ -71,7 +72,7 @@ pub(crate) async fn intercepted<C>(conn: Granted, client: C, rec: &mut Record) -
 where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut ctx = Ctx::new(conn.shared, conn.peer, conn.uid, conn.kind, conn.slot);
+    let mut ctx = Ctx::new(conn.shared, conn.peer, conn.caller, conn.kind, conn.slot);
     ctx.lane = conn.lane;
     let route = Route::new(conn.target, conn.addrs, Leg::Intercepted);
     let ctx = Arc::new(ctx);

@@ -43,6 +43,7 @@ use crate::Shared;
 use crate::admission::{self, Admission, Outcome};
 use crate::audit::{Event, Kind, Record, Verdict};
 use crate::decide::Target;
+use crate::identity::Caller;
 use crate::identity::Proto;
 use crate::limits::Client;
 use crate::names;
@@ -241,11 +242,11 @@ pub(crate) async fn handle(
     shared: &Shared,
     bytes: &[u8],
     client: SocketAddr,
-    uid: Option<u32>,
+    caller: Caller,
     max_len: usize,
 ) -> Option<Vec<u8>> {
     let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(client));
-    rec.uid = uid;
+    caller.stamp(&mut rec);
     let started = tokio::time::Instant::now();
     let msg = match Message::from_vec(bytes) {
         Ok(m) => m,
@@ -275,7 +276,7 @@ pub(crate) async fn handle(
     }
     // One snapshot of the policy for the whole query.
     let rules = shared.rules.load();
-    let who = crate::limits::Client::of(uid, client);
+    let who = crate::limits::Client::of(caller);
     let approved = |h: &Host| {
         let now = SystemTime::now();
         shared.approvals.approved_name(who, h.as_str(), now)
@@ -371,7 +372,7 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
             // drops into one counted line, so the lookups are bounded by the log's own
             // rate and a flood cannot make this loop pay per datagram.
             if shared.audit.admits_denial(Kind::Dns, reason) {
-                rec.uid = local.and_then(|l| shared.identity.uid(Proto::Udp, peer, l));
+                shared.caller(Proto::Udp, peer, local).stamp(&mut rec);
             }
             rec.reason = Some(reason);
             rec.event = Some(Event::DroppedOverload);
@@ -385,8 +386,8 @@ pub(crate) async fn serve_udp(sock: UdpSocket, shared: Arc<Shared>) {
         tokio::spawn(async move {
             let _permit = permit;
             let max = udp_limit(&query);
-            let uid = local.and_then(|l| shared.identity.uid(Proto::Udp, peer, l));
-            if let Some(out) = handle(&shared, &query, peer, uid, max).await {
+            let caller = shared.caller(Proto::Udp, peer, local);
+            if let Some(out) = handle(&shared, &query, peer, caller, max).await {
                 let _ = sock.send_to(&out, peer).await;
             }
         });
@@ -422,18 +423,18 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
         };
         // The agent's socket is connected to the address it asked (the redirect is invisible
         // to it): that, not our port, is the other half of its id.
-        let uid = shared
+        let dst = shared
             .original_dst
             .original_dst(&stream)
             .ok()
-            .or_else(|| stream.local_addr().ok())
-            .and_then(|dst| shared.identity.uid(Proto::Tcp, peer, dst));
-        let slot = match shared.slots.try_take(Client::of(uid, peer)) {
+            .or_else(|| stream.local_addr().ok());
+        let caller = shared.caller(Proto::Tcp, peer, dst);
+        let slot = match shared.slots.try_take(Client::of(caller)) {
             Ok(slot) => slot,
             Err(reason) => {
                 // Over the connection cap: close, audited.
                 let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
-                rec.uid = uid;
+                caller.stamp(&mut rec);
                 rec.reason = Some(reason);
                 let _ = shared.audit.commit(&rec);
                 drop(stream);
@@ -443,12 +444,12 @@ pub(crate) async fn serve_tcp(listener: TcpListener, shared: Arc<Shared>) {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let _slot = slot;
-            tcp_conn(stream, peer, uid, &shared).await;
+            tcp_conn(stream, peer, caller, &shared).await;
         });
     }
 }
 
-async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, shared: &Shared) {
+async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, caller: Caller, shared: &Shared) {
     let timeout = shared.limits.header_read_timeout;
     loop {
         let mut len = [0u8; 2];
@@ -459,7 +460,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, sha
         let n = usize::from(u16::from_be_bytes(len));
         if n == 0 || n > MAX_TCP_MESSAGE {
             let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Dns, Some(peer));
-            rec.uid = uid;
+            caller.stamp(&mut rec);
             rec.reason = Some(Reason::MalformedRequest);
             let _ = shared.audit.commit(&rec);
             return;
@@ -471,7 +472,7 @@ async fn tcp_conn(mut stream: TcpStream, peer: SocketAddr, uid: Option<u32>, sha
         ) {
             return;
         }
-        let Some(out) = handle(shared, &msg, peer, uid, MAX_TCP_MESSAGE).await else {
+        let Some(out) = handle(shared, &msg, peer, caller, MAX_TCP_MESSAGE).await else {
             return;
         };
         let Ok(l) = u16::try_from(out.len()) else {

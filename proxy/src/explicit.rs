@@ -23,6 +23,7 @@ use crate::connection::{self, Ended, Granted};
 use crate::decide::{self, Target};
 use crate::deny::{self, ProxyBody};
 use crate::gate::{self, Gate, GateShared};
+use crate::identity::Caller;
 use crate::identity::Proto;
 use crate::intercept::{self, Ctx, Leg, Route};
 use crate::limits::{Client, Slot};
@@ -73,20 +74,17 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, port: Port) {
     let mut phase = shared.shutdown.subscribe();
     while let Some((stream, peer)) = accept_until_draining(&listener, &mut phase, port.name()).await
     {
-        let uid = stream
-            .local_addr()
-            .ok()
-            .and_then(|local| shared.identity.uid(Proto::Tcp, peer, local));
+        let caller = shared.caller(Proto::Tcp, peer, stream.local_addr().ok());
         let slots = match port {
             Port::Explicit => &shared.slots,
             Port::GitService => &shared.service_slots,
         };
-        match slots.try_take(Client::of(uid, peer)) {
+        match slots.try_take(Client::of(caller)) {
             Ok(slot) => {
                 tokio::spawn(serve_conn(
                     stream,
                     peer,
-                    uid,
+                    caller,
                     Arc::clone(&shared),
                     Arc::new(slot),
                     port.mode(),
@@ -94,7 +92,14 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, port: Port) {
             }
             Err(reason) => {
                 let kind = port.kind();
-                tokio::spawn(refuse(stream, peer, uid, Arc::clone(&shared), kind, reason));
+                tokio::spawn(refuse(
+                    stream,
+                    peer,
+                    caller,
+                    Arc::clone(&shared),
+                    kind,
+                    reason,
+                ));
             }
         }
     }
@@ -104,13 +109,13 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, port: Port) {
 async fn refuse(
     mut stream: TcpStream,
     peer: SocketAddr,
-    uid: Option<u32>,
+    caller: Caller,
     shared: Arc<Shared>,
     kind: Kind,
     reason: Reason,
 ) {
     let mut rec = Record::new(&shared.who, SystemTime::now(), kind, Some(peer));
-    rec.uid = uid;
+    caller.stamp(&mut rec);
     rec.reason = Some(reason);
     let reason = match shared.audit.commit(&rec) {
         Ok(()) => reason,
@@ -134,7 +139,7 @@ pub(crate) enum Mode {
 struct ConnState {
     shared: Arc<Shared>,
     peer: SocketAddr,
-    uid: Option<u32>,
+    caller: Caller,
     mode: Mode,
     slot: Arc<Slot>,
     /// Requests read on this connection: their exchange context and kept-alive upstream.
@@ -162,7 +167,7 @@ impl ConnState {
 pub(crate) async fn serve_conn(
     stream: TcpStream,
     peer: SocketAddr,
-    uid: Option<u32>,
+    caller: Caller,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
     mode: Mode,
@@ -184,9 +189,15 @@ pub(crate) async fn serve_conn(
     let state = Arc::new(ConnState {
         shared: Arc::clone(&shared),
         peer,
-        uid,
+        caller,
         mode,
-        ctx: Ctx::new(Arc::clone(&shared), peer, uid, conn_kind, Arc::clone(&slot)),
+        ctx: Ctx::new(
+            Arc::clone(&shared),
+            peer,
+            caller,
+            conn_kind,
+            Arc::clone(&slot),
+        ),
         slot,
         requests: AtomicU64::new(0),
         gate,
@@ -250,7 +261,7 @@ pub(crate) async fn serve_conn(
         };
         if let Some(reason) = reason {
             let mut rec = Record::new(&shared.who, started, conn_kind, Some(peer));
-            rec.uid = uid;
+            caller.stamp(&mut rec);
             rec.reason = Some(reason);
             rec.event = Some(if e.is_timeout() {
                 Event::HeaderTimeout
@@ -270,7 +281,7 @@ pub(crate) async fn serve_conn(
 /// and the connection's one `parse-error` line.
 async fn refuse_head(st: &ConnState, reason: Reason) -> Response<ProxyBody> {
     let mut rec = Record::new(&st.shared.who, st.started, st.kind, Some(st.peer));
-    rec.uid = st.uid;
+    st.caller.stamp(&mut rec);
     rec.reason = Some(reason);
     rec.event = Some(Event::ParseError);
     rec.bytes_up = st.read_meter.up();
@@ -299,7 +310,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
     }
     // The agent's own API: answered here, never admitted or forwarded.
     if crate::agent_api::addressed(&req) {
-        return crate::agent_api::serve(&st.shared, st.uid, req).await;
+        return crate::agent_api::serve(&st.shared, st.caller, req).await;
     }
     if req.method() == Method::CONNECT {
         return connect(st, req).await;
@@ -321,7 +332,7 @@ async fn handle(st: Arc<ConnState>, req: Request<Incoming>) -> Response<ProxyBod
 /// A request's record, written even if the client hangs up before its outcome ([`Pending`]).
 fn record(st: &ConnState, kind: Kind, req: &Request<Incoming>) -> Pending {
     let mut rec = Record::new(&st.shared.who, SystemTime::now(), kind, Some(st.peer));
-    rec.uid = st.uid;
+    st.caller.stamp(&mut rec);
     rec.method = Some(req.method().as_str().chars().take(32).collect());
     st.shared.audit.pending(rec)
 }
@@ -339,8 +350,8 @@ async fn admit(
     rec.host = Some(target.host.as_str().to_owned());
     rec.port = Some(target.port);
     // The git service port's pushes are the git API's: never rate-limited here.
-    let pace = (st.mode != Mode::Service)
-        .then(|| st.shared.pace(crate::limits::Client::of(st.uid, st.peer)));
+    let pace =
+        (st.mode != Mode::Service).then(|| st.shared.pace(crate::limits::Client::of(st.caller)));
     let admission =
         crate::admission::admit_holding(rules.name_rules(), &st.shared.dns_budget, pace, target)
             .await;
@@ -423,7 +434,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     let conn = Granted {
         shared: Arc::clone(&st.shared),
         peer: st.peer,
-        uid: st.uid,
+        caller: st.caller,
         kind,
         slot: Arc::clone(&st.slot),
         lane,
@@ -435,7 +446,7 @@ async fn connect(st: Arc<ConnState>, mut req: Request<Incoming>) -> Response<Pro
     // A passthrough tunnel's bytes up count against the upload budgets as they cross (an
     // intercepted one's are counted request by request).
     if !intercept && !service {
-        let who = crate::limits::Client::of(st.uid, st.peer);
+        let who = crate::limits::Client::of(st.caller);
         let charge = (st.shared.budgets).charge(who, &conn.target.host, rules.policy.limits);
         conn.meter.charge(charge);
     }

@@ -13,6 +13,13 @@
 //! bytecode filter in the kernel keeps the answer to those few), matched on its source
 //! address (or a wildcard bind), IPv4 first, then dual-stack IPv6 sockets.
 //!
+//! The agent's sessions are told apart by address instead: the firewall rewrites the source
+//! of each session's connections to the proxy to that session's loopback address
+//! (`127.77.0.k`, by the session's gid: see `airlock_channels::session_of`), so a peer at
+//! one of those addresses is session `k` of the agent, and its socket (still bound to the
+//! address it had before the rewrite) is not looked up. No session can take another's
+//! address: a source it binds itself is rewritten too.
+//!
 //! The request/response encoding is pure and unit-tested; [`SockDiag`] does the I/O.
 
 use std::net::{IpAddr, SocketAddr};
@@ -38,6 +45,50 @@ pub trait PeerIdentity: std::fmt::Debug + Send + Sync + 'static {
     /// The uid of the socket bound to `peer` and talking to `local`, when the kernel knows
     /// (for UDP, `local` is not needed: the client's own address and port name its socket).
     fn uid(&self, proto: Proto, peer: SocketAddr, local: SocketAddr) -> Option<u32>;
+}
+
+/// Who is on the other end of a connection: the uid owning its socket and, for the agent,
+/// which of its sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Caller {
+    /// The uid owning the client socket (the agent's for a session), when known.
+    pub uid: Option<u32>,
+    /// The agent's session, when the peer is a session's address.
+    pub session: Option<u16>,
+}
+
+impl Caller {
+    /// A client known only by its uid (or not at all).
+    #[must_use]
+    pub const fn uid(uid: Option<u32>) -> Self {
+        Self { uid, session: None }
+    }
+
+    /// Names this caller on an audit line: its uid and session.
+    pub fn stamp(self, rec: &mut crate::audit::Record) {
+        rec.uid = self.uid;
+        rec.agent_session = self.session;
+    }
+}
+
+/// Who is calling from `peer`: session `k` of the agent (`agent_uid`) when `peer` is that
+/// session's address, else whoever `identity` says owns the socket (`local`: what the
+/// client connected to, when known).
+#[must_use]
+pub fn caller(
+    identity: &dyn PeerIdentity,
+    agent_uid: Option<u32>,
+    proto: Proto,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+) -> Caller {
+    match airlock_channels::session_of(peer.ip()) {
+        Some(k) => Caller {
+            uid: agent_uid,
+            session: Some(k),
+        },
+        None => Caller::uid(local.and_then(|l| identity.uid(proto, peer, l))),
+    }
 }
 
 /// No identity (tests that do not care; platforms without `sock_diag`).
@@ -377,6 +428,61 @@ impl PeerIdentity for SockDiag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Answers every lookup with one uid, counting them.
+    #[derive(Debug, Default)]
+    struct Fixed(std::sync::atomic::AtomicUsize);
+
+    impl PeerIdentity for Fixed {
+        fn uid(&self, _: Proto, _: SocketAddr, _: SocketAddr) -> Option<u32> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Some(4242)
+        }
+    }
+
+    /// A session's address names the session and the agent's uid, without a lookup (the
+    /// socket is bound to the address it had before the firewall's rewrite); any other
+    /// peer, 127.0.0.1 or an address past the pool, is looked up and is no session.
+    #[test]
+    fn a_session_is_its_address_and_every_other_peer_is_looked_up() {
+        let diag = Fixed::default();
+        let local: SocketAddr = "127.0.0.1:3128".parse().unwrap();
+        let at = |ip: &str| {
+            caller(
+                &diag,
+                Some(1000),
+                Proto::Tcp,
+                format!("{ip}:40000").parse().unwrap(),
+                Some(local),
+            )
+        };
+        assert_eq!(
+            at("127.77.0.2"),
+            Caller {
+                uid: Some(1000),
+                session: Some(2)
+            }
+        );
+        assert_eq!(
+            at("127.77.0.1"),
+            Caller {
+                uid: Some(1000),
+                session: Some(1)
+            }
+        );
+        assert_eq!(diag.0.load(Ordering::Relaxed), 0);
+        assert_eq!(at("127.0.0.1"), Caller::uid(Some(4242)));
+        assert_eq!(at("127.77.0.200"), Caller::uid(Some(4242)));
+        assert_eq!(diag.0.load(Ordering::Relaxed), 2);
+        let unknown = caller(
+            &diag,
+            None,
+            Proto::Udp,
+            "127.0.0.1:5".parse().unwrap(),
+            None,
+        );
+        assert_eq!(unknown, Caller::default());
+    }
 
     #[test]
     fn request_layout() {

@@ -114,6 +114,8 @@ pub(crate) struct Shared {
     /// UDP DNS queries being answered (they hold no connection slot).
     pub dns_inflight: Arc<tokio::sync::Semaphore>,
     pub identity: Arc<dyn identity::PeerIdentity>,
+    /// The agent's uid: its sessions' (they are found by address, not by socket).
+    pub agent_uid: Option<u32>,
     pub interception: Arc<intercept::Interception>,
     /// Idle upstream connections for the next client connection to the same target.
     pub pool: pool::Pool<intercept::Live>,
@@ -136,6 +138,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Who is calling from `peer` (see [`identity::caller`]).
+    pub(crate) fn caller(
+        &self,
+        proto: identity::Proto,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+    ) -> identity::Caller {
+        identity::caller(&*self.identity, self.agent_uid, proto, peer, local)
+    }
+
     /// What the admission counts and asks on behalf of the agent session `who`.
     pub(crate) const fn pace(&self, who: limits::Client) -> admission::Pace<'_> {
         admission::Pace {
@@ -169,6 +181,9 @@ pub struct Proxy {
     pub dns_addr: Option<SocketAddr>,
     /// Who owns each client socket ([`identity::SockDiag`] in production).
     pub identity: Arc<dyn identity::PeerIdentity>,
+    /// The agent's uid, when known: its sessions' connections carry it (the admin API's
+    /// sessions too).
+    pub agent_uid: Option<u32>,
     /// How the transparent listener learns a connection's original destination
     /// ([`transparent::SoOriginalDst`] in production).
     pub original_dst: Arc<dyn transparent::OriginalDst>,
@@ -191,8 +206,6 @@ pub struct AdminSetup {
     pub status_dir: Option<std::path::PathBuf>,
     /// The policy revision the proxy starts with.
     pub revisions: revision::Revisions,
-    /// The agent session's uid, when known.
-    pub agent_uid: Option<u32>,
 }
 
 /// A started proxy.
@@ -258,7 +271,7 @@ impl Proxy {
                     metrics: Arc::clone(&metrics),
                     revisions: a.revisions,
                     started_at_ms: admin::now_ms(),
-                    agent_uid: a.agent_uid,
+                    agent_uid: self.agent_uid,
                 };
                 Some((listener, Arc::new(state)))
             }
@@ -276,6 +289,7 @@ impl Proxy {
             service_slots,
             original_dst: self.original_dst,
             identity: self.identity,
+            agent_uid: self.agent_uid,
             interception: self.interception,
             pool: pool::Pool::default(),
             dns_budget: names::Budget::default(),

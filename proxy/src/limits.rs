@@ -1,10 +1,11 @@
 //! Resource limits and the connection slots that enforce the concurrency caps.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::identity::Caller;
 use airlock_policy::reason::Reason;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -49,12 +50,20 @@ impl Default for Limits {
     }
 }
 
-/// Who a per-client cap counts against: the client's uid when the kernel told us (every
-/// client is on loopback, so the address alone cannot tell agents apart). A connection
-/// whose uid cannot be found counts against one shared budget, whatever its address: an
-/// agent varying its source across 127.0.0.0/8 must not multiply its slots.
+/// Who a per-client cap counts against: the agent's session when the firewall named it,
+/// else the client's uid when the kernel told us (every client is on loopback, so the
+/// address alone cannot tell agents apart). A connection whose uid cannot be found counts
+/// against one shared budget, whatever its address: an agent varying its source across
+/// 127.0.0.0/8 must not multiply its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Client {
+    /// One of the agent's sessions (and the agent's uid).
+    Session {
+        /// The agent's uid, when configured.
+        uid: Option<u32>,
+        /// The session's number.
+        session: u16,
+    },
     /// The uid owning the client socket.
     Uid(u32),
     /// A peer address (callers that key by address on purpose).
@@ -64,10 +73,41 @@ pub enum Client {
 }
 
 impl Client {
-    /// The key for a client connection: its uid, else the shared unknown budget.
+    /// The key for a client connection: its session, else its uid, else the shared unknown
+    /// budget.
     #[must_use]
-    pub fn of(uid: Option<u32>, _peer: SocketAddr) -> Self {
-        uid.map_or(Self::Unknown, Self::Uid)
+    pub const fn of(caller: Caller) -> Self {
+        match (caller.session, caller.uid) {
+            (Some(session), uid) => Self::Session { uid, session },
+            (None, Some(uid)) => Self::Uid(uid),
+            (None, None) => Self::Unknown,
+        }
+    }
+
+    /// Who this is, as an audit line names it (an address-keyed client: nobody known).
+    #[must_use]
+    pub const fn caller(self) -> Caller {
+        match self {
+            Self::Session { uid, session } => Caller {
+                uid,
+                session: Some(session),
+            },
+            Self::Uid(uid) => Caller::uid(Some(uid)),
+            Self::Addr(_) | Self::Unknown => Caller::uid(None),
+        }
+    }
+}
+
+impl std::fmt::Display for Client {
+    /// How the operator's tools name it: `session 2`, `uid 1000`, `address 127.0.0.1`,
+    /// `unknown uid`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Session { session, .. } => write!(f, "session {session}"),
+            Self::Uid(uid) => write!(f, "uid {uid}"),
+            Self::Addr(ip) => write!(f, "address {ip}"),
+            Self::Unknown => f.write_str("unknown uid"),
+        }
     }
 }
 
@@ -226,16 +266,27 @@ mod tests {
             ..Limits::default()
         };
         let slots = Slots::new(&limits);
-        let peer = |i: u8| SocketAddr::from(([127, 0, 0, i], 40000));
-        let _a = slots.try_take(Client::of(None, peer(1))).unwrap();
-        let _b = slots.try_take(Client::of(None, peer(2))).unwrap();
+        let who = |i: u8| {
+            let peer = std::net::SocketAddr::from(([127, 0, 0, i], 40000));
+            let local = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 3128)));
+            let nobody = crate::identity::NoIdentity;
+            Client::of(crate::identity::caller(
+                &nobody,
+                Some(1000),
+                crate::identity::Proto::Tcp,
+                peer,
+                local,
+            ))
+        };
+        let _a = slots.try_take(who(1)).unwrap();
+        let _b = slots.try_take(who(2)).unwrap();
         for i in 3..=20 {
             assert_eq!(
-                slots.try_take(Client::of(None, peer(i))).unwrap_err(),
+                slots.try_take(who(i)).unwrap_err(),
                 Reason::TooManyConnections,
                 "127.0.0.{i}"
             );
         }
-        assert!(slots.try_take(Client::of(Some(1000), peer(1))).is_ok());
+        assert!(slots.try_take(Client::Uid(1000)).is_ok());
     }
 }

@@ -260,6 +260,7 @@ async fn run(
         transparent_addr: Some(airlock_channels::transparent_addr()),
         dns_addr: Some(airlock_channels::dns_addr()),
         identity,
+        agent_uid: args.agent_uid,
         original_dst: Arc::new(SoOriginalDst),
         interception: Arc::new(interception),
         git_service_addr: Some(airlock_channels::git_service_addr()),
@@ -276,7 +277,6 @@ async fn run(
             )
             .kept_in(&args.state_dir, a.resumed.as_ref())
             .with_grants(&a.grants_file, a.base, a.overlay),
-            agent_uid: args.agent_uid,
         }),
     };
     let running = proxy.start().await.context("binding the proxy listeners")?;

@@ -21,6 +21,7 @@ use crate::Shared;
 use crate::audit::{Event, Kind, Record, Verdict};
 use crate::connection::{self, Ended, Granted};
 use crate::decide;
+use crate::identity::Caller;
 use crate::identity::Proto;
 use crate::limits::{Client, Slot};
 use crate::pool::Lane;
@@ -88,10 +89,17 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         // The client's socket is addressed to the original destination (the redirect is
         // invisible to it), so that is the other half of its id.
         let orig = shared.original_dst.original_dst(&stream).ok();
-        let uid = orig.and_then(|o| shared.identity.uid(Proto::Tcp, peer, o));
-        match shared.slots.try_take(Client::of(uid, peer)) {
+        let caller = shared.caller(Proto::Tcp, peer, orig);
+        match shared.slots.try_take(Client::of(caller)) {
             Ok(slot) => {
-                tokio::spawn(handle(stream, peer, uid, orig, Arc::clone(&shared), slot));
+                tokio::spawn(handle(
+                    stream,
+                    peer,
+                    caller,
+                    orig,
+                    Arc::clone(&shared),
+                    slot,
+                ));
             }
             Err(reason) => {
                 let mut rec = Record::new(
@@ -100,7 +108,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     Kind::Transparent,
                     Some(peer),
                 );
-                rec.uid = uid;
+                caller.stamp(&mut rec);
                 rec.reason = Some(reason);
                 let _ = shared.audit.commit(&rec);
                 drop(stream);
@@ -145,7 +153,7 @@ async fn peek_sniff(stream: &TcpStream, within: Duration) -> Option<Sniff> {
 async fn handle(
     stream: TcpStream,
     peer: SocketAddr,
-    uid: Option<u32>,
+    caller: Caller,
     orig: Option<SocketAddr>,
     shared: Arc<Shared>,
     slot: Slot,
@@ -157,7 +165,7 @@ async fn handle(
         Kind::Transparent,
         Some(peer),
     );
-    rec.uid = uid;
+    caller.stamp(&mut rec);
     let Some(orig) = orig else {
         tracing::debug!("transparent connection from {peer} without an original destination");
         rec.reason = Some(Reason::UnknownHost);
@@ -165,7 +173,7 @@ async fn handle(
         let _ = shared.audit.commit(&rec);
         return;
     };
-    if uid.is_some() && uid == Some(nix::unistd::geteuid().as_raw()) {
+    if caller.uid.is_some() && caller.uid == Some(nix::unistd::geteuid().as_raw()) {
         // Our own upstream connection came back through the redirect: the firewall does not
         // exempt the proxy's uid. Refuse at once instead of multiplying connections.
         tracing::error!("redirect loop: the proxy's own connection to {orig} was redirected to it");
@@ -189,7 +197,7 @@ async fn handle(
         crate::explicit::serve_conn(
             stream,
             peer,
-            uid,
+            caller,
             shared,
             Arc::new(slot),
             crate::explicit::Mode::Pinned(orig),
@@ -199,7 +207,7 @@ async fn handle(
     }
     // One snapshot for the connection's admission and whether it is intercepted.
     let rules = shared.rules.load();
-    let result = admit(&shared, &rules, &mut rec, &sniffed, orig, tls).await;
+    let result = admit(&shared, &rules, (&mut rec, caller), &sniffed, orig, tls).await;
     let (target, upstream) = match result {
         Ok(u) => u,
         Err(reason) => {
@@ -221,7 +229,7 @@ async fn handle(
         let conn = Granted {
             shared: Arc::clone(&shared),
             peer,
-            uid,
+            caller,
             kind: Kind::Transparent,
             slot: Arc::clone(&slot),
             lane: Lane::Agent,
@@ -233,7 +241,7 @@ async fn handle(
         connection::intercepted(conn, stream, &mut rec).await
     } else {
         // Its bytes up count against the upload budgets as they cross (the same snapshot).
-        let who = crate::limits::Client::of(uid, peer);
+        let who = crate::limits::Client::of(caller);
         meter.charge(
             shared
                 .budgets
@@ -294,7 +302,7 @@ async fn refuse(
 async fn admit(
     shared: &Shared,
     rules: &crate::snapshot::Rules,
-    rec: &mut Record,
+    (rec, caller): (&mut Record, Caller),
     sniffed: &Sniff,
     orig: SocketAddr,
     tls: bool,
@@ -303,7 +311,7 @@ async fn admit(
     let target = decide::transparent_target(sniffed, orig.port())?;
     rec.host = Some(target.host.as_str().to_owned());
     // The rate, the policy, then the name the agent chose, before it is resolved.
-    let pace = shared.pace(crate::limits::Client::of(rec.uid, orig));
+    let pace = shared.pace(crate::limits::Client::of(caller));
     let admission = crate::admission::admit_holding(
         rules.name_rules(),
         &shared.dns_budget,

@@ -12,7 +12,8 @@ use airlock_proxy::limits::Limits;
 
 use crate::admin::{call, response};
 use crate::common::{
-    ALLOWED_IP, Extra, Harness, as_nobody, http_server, refused_in_tunnel, request, route,
+    ALLOWED_IP, Extra, Harness, as_nobody, from_session, http_server, refused_in_tunnel, request,
+    route,
 };
 
 async fn asking(routes: &[(std::net::SocketAddr, std::net::SocketAddr)]) -> Harness {
@@ -258,6 +259,78 @@ async fn an_approval_for_one_session_leaves_another_session_asked() {
         "{items:?}"
     );
     h.finish().await;
+}
+
+/// Two sessions of one uid (the appliance's agent and an `airlock exec`), told apart by the
+/// address the firewall gives each: session 2 is approved `--session`, session 3 of the
+/// same uid is still asked and files its own item; every line names its session and the
+/// agent's uid; each session reads only its own denials.
+#[tokio::test]
+async fn attack_an_approval_for_one_session_of_a_uid_leaves_its_other_sessions_asked() {
+    let (up, _heads) = http_server().await;
+    let mut h = asking(&[route(ALLOWED_IP, 80, up)]).await;
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let id = r.json()["approval_id"].as_str().unwrap().to_owned();
+    let items = inbox(&h).await;
+    assert!(
+        items.iter().any(|i| i.id == id && i.session == "session 2"),
+        "{items:?}"
+    );
+    let (status, r) = answer(&h, approval(&id, "session")).await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Session 3: the same uid, another session. Its ask is its own.
+    let (_s, r) = from_session(3, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.json()["error"], "approval-required", "{}", r.body);
+    let theirs = r.json()["approval_id"].as_str().unwrap().to_owned();
+    assert_ne!(theirs, id);
+    let items = inbox(&h).await;
+    assert!(
+        items
+            .iter()
+            .any(|i| i.id == theirs && i.session == "session 3" && i.state == "pending"),
+        "{items:?}"
+    );
+    // Session 3 does not see session 2's refusal among its denials, nor 2 session 3's.
+    let mut mine = Vec::new();
+    for _ in 0..50 {
+        let (_s, r) = from_session(3, h.addr, &api_get("/v1/denials")).await;
+        mine = r.json()["denials"].as_array().unwrap().clone();
+        if !mine.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!(mine[0]["approval"], theirs.as_str());
+    let (_s, r) = from_session(2, h.addr, &api_get("/v1/denials")).await;
+    let twos = r.json()["denials"].as_array().unwrap().clone();
+    assert!(
+        twos.iter().all(|d| d["approval"] == id.as_str()) && twos.len() == 1,
+        "{twos:?}"
+    );
+    let uid = nix::unistd::getuid().as_raw();
+    let lines = h.finish().await;
+    let asked: Vec<_> = lines
+        .iter()
+        .filter(|l| l["host"] == "ask.test" && l["event"] != "approval-answered")
+        .collect();
+    assert!(asked.len() >= 3, "{asked:?}");
+    for l in &asked {
+        assert_eq!(l["uid"], uid, "{l}");
+        assert!(l["agent_session"] == 2 || l["agent_session"] == 3, "{l}");
+        let k = l["agent_session"].as_u64().unwrap();
+        assert!(
+            l["client"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("127.77.0.{k}:")),
+            "{l}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,6 @@ use airlock_policy::overlay::Grant;
 use crate::Shared;
 use crate::approvals::{Answer, AnswerError, Item, Scope, State, token};
 use crate::audit::{Event, Kind, Record, Verdict};
-use crate::limits::Client;
 use crate::revision::Revisions;
 
 /// Longest answer the operator may give (`for`): 30 days.
@@ -246,10 +245,7 @@ pub(super) async fn revoke(
 /// The `approval-answered` line of `answer` to `item` by the operator `by`.
 fn answer_line(shared: &Shared, item: &Item, answer: &Answer, by: u32) -> Record {
     let mut rec = Record::new(&shared.who, SystemTime::now(), Kind::Connect, None);
-    rec.uid = match item.who {
-        Client::Uid(u) => Some(u),
-        Client::Addr(_) | Client::Unknown => None,
-    };
+    item.who.caller().stamp(&mut rec);
     rec.event = Some(Event::ApprovalAnswered);
     rec.host = Some(item.host.clone());
     rec.port = Some(item.port);
@@ -309,11 +305,7 @@ fn view(item: &Item, policy: &Policy, token: Option<String>) -> Approval {
     };
     Approval {
         id: item.id.clone(),
-        session: match item.who {
-            Client::Uid(u) => format!("uid {u}"),
-            Client::Addr(a) => format!("address {a}"),
-            Client::Unknown => "unknown".to_owned(),
-        },
+        session: item.who.to_string(),
         host: item.host.clone(),
         port: item.port,
         hits: item.hits,

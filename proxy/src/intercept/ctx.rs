@@ -20,6 +20,7 @@ use crate::Shared;
 use crate::audit::{Kind, Pending, Record};
 use crate::decide::Target;
 use crate::deny::{self, ProxyBody};
+use crate::identity::Caller;
 use crate::limits::Slot;
 use crate::pool::{self, Pooled};
 use crate::read_ahead::ReadAhead;
@@ -35,7 +36,7 @@ const POOL_SETTLE: Duration = Duration::from_secs(1);
 pub(crate) struct Ctx {
     pub shared: Arc<Shared>,
     pub peer: SocketAddr,
-    pub uid: Option<u32>,
+    pub caller: Caller,
     pub kind: Kind,
     /// Which listeners' connections it may share: the agent's, or the git service port's.
     pub lane: pool::Lane,
@@ -98,14 +99,14 @@ impl Ctx {
     pub fn new(
         shared: Arc<Shared>,
         peer: SocketAddr,
-        uid: Option<u32>,
+        caller: Caller,
         kind: Kind,
         slot: Arc<Slot>,
     ) -> Self {
         Self {
             shared,
             peer,
-            uid,
+            caller,
             kind,
             lane: pool::Lane::Agent,
             slot,
@@ -129,7 +130,7 @@ impl Ctx {
             self.kind,
             Some(self.peer),
         );
-        rec.uid = self.uid;
+        self.caller.stamp(&mut rec);
         rec.method = Some(method.as_str().chars().take(32).collect());
         self.shared.audit.pending(rec)
     }

@@ -253,7 +253,7 @@ fn respond(
             .and_then(|v| v.to_str().ok());
         let spend = super::tokens::Spend {
             shared: Arc::clone(&ctx.shared),
-            who: crate::limits::Client::of(ctx.uid, ctx.peer),
+            who: crate::limits::Client::of(ctx.caller),
             limits: ctx.rules.policy.limits,
             host: route_host.as_str().to_owned(),
         };

@@ -96,7 +96,7 @@ pub(super) async fn prepare(
     // This request's body (and an upgraded WebSocket's frames) count against the upload
     // budgets as they are read; the git API's pushes do not.
     if !ctx.git_service() {
-        let who = crate::limits::Client::of(ctx.uid, ctx.peer);
+        let who = crate::limits::Client::of(ctx.caller);
         let limits = ctx.rules.policy.limits;
         (tally.meter).charge(ctx.shared.budgets.charge(who, &route.target.host, limits));
     }
@@ -144,9 +144,7 @@ fn check_pace(ctx: &Cx<'_>, route: &Route) -> Result<(), Denial> {
     if !route.check_host || ctx.git_service() {
         return Ok(());
     }
-    let pace = ctx
-        .shared
-        .pace(crate::limits::Client::of(ctx.uid, ctx.peer));
+    let pace = ctx.shared.pace(crate::limits::Client::of(ctx.caller));
     match crate::admission::paced(pace, &ctx.rules.policy, &route.target) {
         None => Ok(()),
         Some(refused) => {
@@ -231,9 +229,7 @@ pub(super) fn reported(
 /// and the approval), else refused as the inbox says (`approval-required` naming the item
 /// filed, `approval-denied` with the operator's reason). Never held: the refusal is at once.
 fn ask_operator(ctx: &Cx<'_>, route: &Route, rule: &str) -> Result<Vec<Finding>, Denial> {
-    let pace = ctx
-        .shared
-        .pace(crate::limits::Client::of(ctx.uid, ctx.peer));
+    let pace = ctx.shared.pace(crate::limits::Client::of(ctx.caller));
     let a = crate::admission::ask_rule(pace, &ctx.rules.policy, &route.target, rule);
     let refused = a.refused();
     let item = a.approval.map(Finding::Approval);

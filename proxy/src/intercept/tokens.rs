@@ -97,10 +97,7 @@ impl<B> TokenTap<B> {
     fn note(&self, event: Event, rule: String) {
         let s = &self.spend;
         let mut rec = Record::new(&s.shared.who, SystemTime::now(), Kind::Http, None);
-        rec.uid = match s.who {
-            Client::Uid(uid) => Some(uid),
-            Client::Addr(_) | Client::Unknown => None,
-        };
+        s.who.caller().stamp(&mut rec);
         rec.host = Some(s.host.clone());
         rec.event = Some(event);
         rec.rule = Some(rule);

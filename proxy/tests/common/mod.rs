@@ -254,6 +254,9 @@ impl Harness {
             transparent_addr: Some("127.0.0.1:0".parse().unwrap()),
             dns_addr: Some("127.0.0.1:0".parse().unwrap()),
             identity: Arc::new(airlock_proxy::identity::SockDiag::open().unwrap()),
+            // The test's own uid: a client bound to a session's address (127.77.0.k) is
+            // session k of it, as the firewall makes it in the appliance.
+            agent_uid: Some(nix::unistd::getuid().as_raw()),
             original_dst: Arc::clone(&orig_dst) as Arc<dyn OriginalDst>,
             interception: Arc::new(
                 airlock_proxy::intercept::Interception::new(ca, extra.upstream_roots.clone())
@@ -278,7 +281,6 @@ impl Harness {
                     base,
                     airlock_policy::overlay::Overlay::default(),
                 ),
-                agent_uid: None,
             }),
         };
         let running = proxy.start().await.unwrap();
@@ -390,6 +392,18 @@ pub async fn read_resp<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Resp {
 
 pub async fn request(proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
     let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let r = read_resp(&mut s).await;
+    (s, r)
+}
+
+/// `raw` sent to the proxy from session `k`'s address (`127.77.0.k`: in the appliance the
+/// firewall rewrites session `k`'s source to it; here the test binds it), and the answer.
+pub async fn from_session(k: u16, proxy: SocketAddr, raw: &str) -> (TcpStream, Resp) {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(SocketAddr::from((airlock_channels::session_addr(k), 0)))
+        .unwrap();
+    let mut s = sock.connect(proxy).await.unwrap();
     s.write_all(raw.as_bytes()).await.unwrap();
     let r = read_resp(&mut s).await;
     (s, r)
