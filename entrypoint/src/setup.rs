@@ -349,6 +349,11 @@ pub fn plan(users: &Users, preserved_nat: airlock_firewall::PreservedNat) -> Pla
 /// beside a failed IPv4 side only refuse more.
 pub fn apply_firewall(users: &Users) -> Result<()> {
     const CAP_HINT: &str = "run the container with --cap-add NET_ADMIN";
+    // The plan's ids are the users' (the nat rules Docker left do not change what it
+    // checks): refuse a plan whose rules would not mean what they say before any is applied.
+    plan(users, airlock_firewall::PreservedNat::default())
+        .check()
+        .context("cannot build the firewall for these users")?;
     let v6 = match airlock_firewall::ipv6_state() {
         Ipv6State::Enabled => Some(airlock_firewall::render_v6(&plan(
             users,
@@ -428,6 +433,34 @@ mod tests {
             home: "/home/agent".into(),
             shell: "/bin/sh".into(),
         }
+    }
+
+    /// Every session the pool hands out has its rule: 64 gids, the agent's first, all
+    /// distinct, and the plan passes its own check.
+    #[test]
+    fn the_plan_names_every_session_by_its_gid() {
+        let mut proxy = agent();
+        proxy.uid = 101;
+        proxy.gid = 101;
+        let users = Users {
+            proxy,
+            agent: agent(),
+            git_gid: 102,
+        };
+        let plan = plan(&users, airlock_firewall::PreservedNat::default());
+        assert_eq!(plan.session_gids.len(), usize::from(ch::MAX_SESSIONS));
+        assert_eq!(plan.session_gids[0], 1000);
+        assert_eq!(plan.session_gids[1], ch::SESSION_GID_BASE + 2);
+        plan.check().unwrap();
+        let clash = Users {
+            git_gid: ch::SESSION_GID_BASE + 5,
+            ..users
+        };
+        assert!(plan_of(&clash).check().is_err());
+    }
+
+    fn plan_of(users: &Users) -> Plan {
+        plan(users, airlock_firewall::PreservedNat::default())
     }
 
     fn step(uid: u32, gid: u32, mode: u32, is_dir: bool, read_only: bool) -> PathStep {
