@@ -85,7 +85,8 @@ Examples:
   printf 'make test\\nexit\\n' | airlock attach fix-login   # without a terminal: stdin is sent")]
     Attach(NameArg),
     /// Run a command as the agent in a running sandbox, confined as the agent is (its uid, no
-    /// capabilities, seccomp, the proxy: the entrypoint's session mode); exits with its status.
+    /// capabilities, seccomp, the proxy: the entrypoint's session mode), as a session of its
+    /// own (the proxy and the approvals tell it apart); exits with its status.
     #[command(after_help = "\
 Examples:
   airlock exec fix-login -- git status

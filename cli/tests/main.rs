@@ -17,5 +17,6 @@ mod k8s;
 mod logs;
 mod policy;
 mod session;
+mod sessions;
 mod surface;
 mod top;
