@@ -34,6 +34,9 @@ pub struct Metrics {
     reported: AtomicU64,
     by_reason: Mutex<BTreeMap<&'static str, u64>>,
     bytes_out: Mutex<HashMap<String, u64>>,
+    /// Decisions per session of the agent, by decision (at most `MAX_SESSIONS` keys: the
+    /// number comes from the firewall, not from the agent).
+    by_session: Mutex<BTreeMap<(u16, &'static str), u64>>,
     /// Admin API peers refused (`SO_PEERCRED`).
     pub admin_refused: AtomicU64,
     /// Event-stream followers dropped because they stopped reading.
@@ -76,6 +79,14 @@ impl Metrics {
             Verdict::Report => {
                 self.reported.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if let Some(k) = rec.agent_session {
+            *self
+                .by_session
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry((k, rec.decision.as_str()))
+                .or_default() += 1;
         }
         if rec.bytes_up > 0
             && let Some(host) = rec.host.as_deref()
@@ -147,6 +158,23 @@ impl Metrics {
             c.denied,
             self.reported.load(Ordering::Relaxed)
         );
+        family(
+            &mut out,
+            "session_requests_total",
+            "counter",
+            "Decisions made for each session of the agent (1: its first process; 2 and up: airlock exec), by decision.",
+        );
+        for ((k, decision), n) in self
+            .by_session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "airlock_session_requests_total{{session=\"{k}\",decision=\"{decision}\"}} {n}"
+            );
+        }
         family(
             &mut out,
             "denials_total",
@@ -338,6 +366,30 @@ mod tests {
         assert_eq!(c.bytes_out_by_host.get("a.example"), Some(&10));
         assert_eq!(c.open_connections, 3);
         assert_eq!(c.audit, AuditState::Writing);
+    }
+
+    /// Each session's decisions are its own series; a line that names no session (the git
+    /// API, an unknown client) is in the totals only.
+    #[test]
+    fn decisions_are_counted_per_session() {
+        let m = Metrics::default();
+        let mut two = rec(Verdict::Allow, None, "a.example", 0);
+        two.agent_session = Some(2);
+        m.record(&two);
+        m.record(&two);
+        let mut three = rec(Verdict::Deny, Some(Reason::BlockedByPolicy), "b.example", 0);
+        three.agent_session = Some(3);
+        m.record(&three);
+        m.record(&rec(Verdict::Allow, None, "c.example", 0));
+        let text = m.prometheus(&m.counters(0, true), 1);
+        assert!(
+            text.contains("airlock_session_requests_total{session=\"2\",decision=\"allow\"} 2\n")
+                && text.contains(
+                    "airlock_session_requests_total{session=\"3\",decision=\"deny\"} 1\n"
+                )
+                && text.matches("airlock_session_requests_total{").count() == 2,
+            "{text}"
+        );
     }
 
     #[test]
