@@ -7,10 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use airlock_control::admin::{
-    AnswerRequest, Approval, ApprovalQuery, Approvals, AuditState, CheckQuery, Checked, Counters,
-    Cursor, EffectiveRule, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note, NoteCode,
-    PolicyRevision, ReloadRequest, Reloaded, Request, Response, RevokeRequest, Session,
-    SessionKind, Sessions, StreamLine,
+    AnswerRequest, Approval, ApprovalQuery, Approvals, AuditState, BeginSessionRequest, CheckQuery,
+    Checked, Counters, Cursor, EffectiveRule, ErrorBody, ErrorCode, Event, EventsQuery, Log, Note,
+    NoteCode, PolicyRevision, ReloadRequest, Reloaded, Request, Response, RevokeRequest, Session,
+    SessionBegun, SessionKind, Sessions, StreamLine,
 };
 use airlock_control::{State, Status, Steps};
 use serde::Serialize;
@@ -120,6 +120,10 @@ fn requests() {
             id: "3f2a9c1d".into(),
         }),
     );
+    golden(
+        "request-begin-session",
+        &Request::BeginSession(BeginSessionRequest { session: 2 }),
+    );
 }
 
 #[test]
@@ -128,12 +132,32 @@ fn responses() {
     golden(
         "response-sessions",
         &Response::Sessions(Sessions {
-            sessions: vec![Session {
-                id: "1795853089-6e301f0ab6b0".into(),
-                kind: SessionKind::Agent,
-                uid: Some(1000),
-                started_at_ms: 1_795_853_089_137,
-            }],
+            sessions: vec![
+                Session {
+                    id: "1795853089-6e301f0ab6b0".into(),
+                    kind: SessionKind::Agent,
+                    uid: Some(1000),
+                    started_at_ms: 1_795_853_089_137,
+                    number: 1,
+                },
+                Session {
+                    id: "1795853089-6e301f0ab6b0".into(),
+                    kind: SessionKind::Exec,
+                    uid: Some(1000),
+                    started_at_ms: 1_795_853_212_004,
+                    number: 2,
+                },
+            ],
+        }),
+    );
+    golden(
+        "response-session-begun",
+        &Response::SessionBegun(SessionBegun {
+            session: 2,
+            started_at_ms: 1_795_853_212_004,
+            dropped_pending: 1,
+            dropped_approvals: 2,
+            dropped_denials: 0,
         }),
     );
     golden(
@@ -326,6 +350,19 @@ fn what_a_newer_peer_adds_is_read_as_unknown() {
             ..
         })
     ));
+}
+
+/// An older peer's answer, without a field added since: read, the field at its default.
+#[test]
+fn what_an_older_peer_leaves_out_reads_as_its_default() {
+    let r: Response = serde_json::from_str(
+        r#"{"kind":"sessions","sessions":[{"id":"s","kind":"agent","uid":1000,"started_at_ms":1}]}"#,
+    )
+    .unwrap();
+    let Response::Sessions(s) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(s.sessions[0].number, 0, "a session's number not said");
 }
 
 /// The readiness record on disk is the admin API's status answer without its tag: a

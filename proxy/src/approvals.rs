@@ -10,11 +10,17 @@
 //! ones a minute; past either its asks are refused without an item (`Asked::Full`,
 //! `Asked::TooFast`). A reload that lists a pending host drops its item ([`Approvals::drop_covered`]).
 //!
+//! An answer is its session's, and dies with it: session numbers are reused, so when a
+//! second session begins (the entrypoint tells the admin API, [`Approvals::begin`]) every
+//! item of the ended session that had its number before is dropped, pending or answered,
+//! but for its `always` answers (grants: policy for every session).
+//!
 //! The operator answers through the admin API, never through the agent's terminal:
 //! - approve `once`: the session's next connection to the host and port is admitted, then
 //!   the item is spent (the one after files a new one);
-//! - approve `session`: every connection of that session to it, until the sandbox stops or
-//!   the `for` time ends; another session is still asked;
+//! - approve `session`: every connection of that session to it, until the session ends
+//!   (its number begun again), the sandbox stops or the `for` time ends; another session is
+//!   still asked;
 //! - approve `always`: every session's, across restarts, until revoked: a grant the policy
 //!   carries (the admin API makes it a revision first; the item keeps the record);
 //! - deny: that session's requests to it are refused `approval-denied` with the operator's
@@ -189,6 +195,17 @@ impl Answer {
     }
 }
 
+/// What [`Approvals::begin`] forgot of the ended session that had the number before.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Its pending items.
+    pub pending: usize,
+    /// Its `once` and `session` approvals, a spent `once` included.
+    pub approvals: usize,
+    /// Its denials for that session only.
+    pub denials: usize,
+}
+
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -228,6 +245,9 @@ struct Inner {
     pace: HashMap<Client, Pace>,
     /// Requests of each session held open for an answer now.
     holding: HashMap<Client, u32>,
+    /// The second sessions begun since the proxy started, by number: when each began
+    /// ([`Approvals::begin`]; a number begun again, its latest).
+    begun: std::collections::BTreeMap<u16, SystemTime>,
 }
 
 /// One request held open for the operator's answer ([`Approvals::hold`]).
@@ -556,6 +576,57 @@ impl Approvals {
             }
         }
         gone.len()
+    }
+
+    /// Session `k` begins (root says so on the admin socket as the entrypoint starts a
+    /// second session), at `wall`. Session numbers are reused once a session has ended,
+    /// and what a session was answered is that session's alone: every item of the ended
+    /// session that had `k` before is dropped (its pending items, its `once` and `session`
+    /// approvals, its denials for that session), and its filing pace with them, so the new
+    /// session is asked afresh. Its `always` answers stay: they are grants the policy
+    /// carries for every session (and their records, revoked or not, stay listed). Once
+    /// this returns nothing of the previous session answers a request of `k`.
+    pub fn begin(&self, k: u16, wall: SystemTime) -> Forgotten {
+        let of_k = |who: &Client| matches!(who, Client::Session { session, .. } if *session == k);
+        let mut inner = lock(&self.inner);
+        let mut forgotten = Forgotten::default();
+        let gone: std::collections::HashSet<String> = (inner.items.values())
+            .filter(|i| of_k(&i.who))
+            .filter_map(|i| {
+                match &i.state {
+                    State::Pending => forgotten.pending += 1,
+                    State::Approved {
+                        scope: Scope::Once | Scope::Session,
+                        ..
+                    }
+                    | State::Spent { .. } => forgotten.approvals += 1,
+                    State::Denied { always: false, .. } => forgotten.denials += 1,
+                    State::Approved {
+                        scope: Scope::Always,
+                        ..
+                    }
+                    | State::Denied { always: true, .. }
+                    | State::Revoked { .. } => return None,
+                }
+                Some(i.id.clone())
+            })
+            .collect();
+        inner.items.retain(|id, _| !gone.contains(id));
+        inner.order.retain(|id| !gone.contains(id));
+        inner.live.retain(|_, id| !gone.contains(id));
+        inner.pace.retain(|who, _| !of_k(who));
+        inner.begun.insert(k, wall);
+        forgotten
+    }
+
+    /// The second sessions begun since the proxy started ([`Approvals::begin`]), by number,
+    /// each with when it (the latest to take the number) began.
+    pub fn begun(&self) -> Vec<(u16, SystemTime)> {
+        lock(&self.inner)
+            .begun
+            .iter()
+            .map(|(k, t)| (*k, *t))
+            .collect()
     }
 }
 

@@ -1236,3 +1236,165 @@ async fn filed(h: &Harness) -> Vec<airlock_control::admin::Approval> {
     }
     Vec::new()
 }
+
+/// The item id of an `approval-required` refusal `r`.
+fn asked_id(r: &crate::common::Resp) -> String {
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.json()["error"], "approval-required", "{}", r.body);
+    r.json()["approval_id"].as_str().unwrap().to_owned()
+}
+
+async fn begin(sock: &std::path::Path, k: u16) -> (u16, Response) {
+    let b = airlock_control::admin::BeginSessionRequest { session: k };
+    let (status, body) = call(sock, &Request::BeginSession(b)).await;
+    (status, response(&body))
+}
+
+async fn sessions(sock: &std::path::Path) -> Vec<airlock_control::admin::Session> {
+    let (status, body) = call(sock, &Request::Sessions).await;
+    assert_eq!(status, 200);
+    match response(&body) {
+        Response::Sessions(s) => s.sessions,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Session numbers are reused: once session 2 has ended, the next `airlock exec` is session
+/// 2 again, from the same address. Its begin (root in the container, on the admin socket)
+/// drops what the ended session 2 was answered: the new one is asked again for the host the
+/// old one was approved `--session` for, and its pending item is gone; session 3's approval
+/// and an `always` grant (policy for every session) still hold. A peer that is not root
+/// cannot begin a session (and so cannot shed a session's denials or answers). Without the
+/// begin, the new session 2 would go straight through on the old one's approval.
+#[tokio::test]
+async fn attack_a_session_that_reuses_an_ended_sessions_number_inherits_none_of_its_answers() {
+    let (up, _heads) = http_server().await;
+    let mut h = asking(&[route(ALLOWED_IP, 80, up)]).await;
+    let sock = h.admin.clone().unwrap();
+    // The ended session 2: approved for the session, one item left pending.
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    let old = asked_id(&r);
+    let (status, r) = answer(&h, approval(&old, "session")).await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_s, r) = from_session(2, h.addr, &get("other.test")).await;
+    let old_pending = asked_id(&r);
+    // Session 3 approved for its session; evil.test granted always, from session 2's ask.
+    let (_s, r) = from_session(3, h.addr, &get("ask.test")).await;
+    let threes = asked_id(&r);
+    let (status, r) = answer(&h, approval(&threes, "session")).await;
+    assert_eq!(status, 200, "{r:?}");
+    let (_s, r) = from_session(2, h.addr, &get("evil.test")).await;
+    let granted = asked_id(&r);
+    let (status, r) = answer(&h, approval(&granted, "always")).await;
+    assert_eq!(status, 200, "{r:?}");
+
+    // A peer that is not root (nobody; the socket opened to it so that only the peer check
+    // answers) is refused, and nothing of session 2 is dropped.
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs a client as another uid: run the tests as root (CI does)"
+    );
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(
+        sock.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let path = sock.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-X", "POST", "--data"])
+            .arg(r#"{"session":2}"#)
+            .arg("--unix-socket")
+            .arg(&path)
+            .arg("http://airlock/v1/sessions/begin")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("curl runs (scripts/install-test-deps installs it)")
+    })
+    .await
+    .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains("\"forbidden\"") && body.contains("uid 65534"),
+        "{body} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "a refused begin dropped nothing: {}", r.body);
+    assert_eq!(sessions(&sock).await.len(), 1, "nothing begun");
+
+    // Root in the container (the entrypoint; the test runs as root) begins session 2.
+    let (status, r) = begin(&sock, 2).await;
+    assert_eq!(status, 200, "{r:?}");
+    let Response::SessionBegun(b) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        (
+            b.session,
+            b.dropped_pending,
+            b.dropped_approvals,
+            b.dropped_denials
+        ),
+        (2, 1, 1, 0)
+    );
+    // The new session 2 is asked again, with new items, and the old ones are gone.
+    let (_s, r) = from_session(2, h.addr, &get("ask.test")).await;
+    let new = asked_id(&r);
+    assert_ne!(new, old);
+    let (_s, r) = from_session(2, h.addr, &get("other.test")).await;
+    assert_ne!(asked_id(&r), old_pending);
+    let items = inbox(&h).await;
+    assert!(
+        items.iter().all(|i| i.id != old && i.id != old_pending),
+        "{items:?}"
+    );
+    // Session 3's approval holds, and the grant admits every session, session 2 included.
+    let (_s, r) = from_session(3, h.addr, &get("ask.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_s, r) = from_session(2, h.addr, &get("evil.test")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        items
+            .iter()
+            .any(|i| i.id == granted && i.state == "approved"),
+        "the grant's record stays: {items:?}"
+    );
+
+    // The sessions: the agent's (1), and session 2 with when it began; begun again, its
+    // entry is replaced, not added.
+    let uid = nix::unistd::getuid().as_raw();
+    let listed = sessions(&sock).await;
+    let numbers: Vec<(u16, Option<u32>)> = listed.iter().map(|s| (s.number, s.uid)).collect();
+    assert_eq!(numbers, vec![(1, Some(uid)), (2, Some(uid))]);
+    assert_eq!(listed[1].kind, airlock_control::admin::SessionKind::Exec);
+    assert_eq!(listed[1].started_at_ms, b.started_at_ms);
+    assert_eq!(
+        listed[1].id, listed[0].id,
+        "the start's id, as on the audit lines"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (status, r) = begin(&sock, 2).await;
+    assert_eq!(status, 200, "{r:?}");
+    let Response::SessionBegun(again) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(again.dropped_pending, 2, "the new session's two asks");
+    let listed = sessions(&sock).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[1].started_at_ms, again.started_at_ms);
+    assert!(again.started_at_ms > b.started_at_ms);
+    // A number no second session has is refused, and begins nothing.
+    for k in [0, 1, airlock_channels::MAX_SESSIONS + 1] {
+        let (status, r) = begin(&sock, k).await;
+        assert_eq!(status, 400, "{k}: {r:?}");
+    }
+    assert_eq!(sessions(&sock).await.len(), 2);
+    h.finish().await;
+}

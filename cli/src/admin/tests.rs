@@ -61,6 +61,7 @@ fn routed(seen: Arc<Mutex<Vec<Request>>>) -> Handler {
                         kind: SessionKind::Agent,
                         uid: Some(1000),
                         started_at_ms: 1_764_300_000_000,
+                        number: 1,
                     }],
                 }),
             ),

@@ -25,12 +25,12 @@ mod response;
 
 pub use events::{Cursor, Event, EventsQuery, Log, Note, NoteCode, StreamLine};
 pub use request::{
-    AnswerRequest, ApprovalQuery, CheckQuery, HttpRequest, Method, ReloadRequest, Request,
-    RevokeRequest,
+    AnswerRequest, ApprovalQuery, BeginSessionRequest, CheckQuery, HttpRequest, Method,
+    ReloadRequest, Request, RevokeRequest,
 };
 pub use response::{
     Approval, Approvals, AuditState, BudgetUse, Checked, Counters, EffectiveRule, ErrorBody,
-    ErrorCode, PolicyRevision, Reloaded, Response, Session, SessionKind, Sessions,
+    ErrorCode, PolicyRevision, Reloaded, Response, Session, SessionBegun, SessionKind, Sessions,
 };
 
 /// The protocol version this crate speaks.
@@ -47,6 +47,10 @@ pub mod path {
     pub const STATUS: &str = "/v1/status";
     /// `GET`: the sessions of this start ([`super::Sessions`]).
     pub const SESSIONS: &str = "/v1/sessions";
+    /// `POST`: a second session begins ([`super::BeginSessionRequest`] →
+    /// [`super::SessionBegun`]); root only (the entrypoint in the container, as it starts
+    /// the session).
+    pub const BEGIN_SESSION: &str = "/v1/sessions/begin";
     /// `GET`: the policy revision in force ([`super::PolicyRevision`]).
     pub const POLICY: &str = "/v1/policy";
     /// `POST`: load a new policy revision ([`super::ReloadRequest`] →

@@ -34,6 +34,9 @@ pub enum Request {
     Answer(AnswerRequest),
     /// Take back a standing grant ([`path::REVOKE`]).
     Revoke(RevokeRequest),
+    /// Root (the entrypoint in the container) says that a second session begins
+    /// ([`path::BEGIN_SESSION`]).
+    BeginSession(BeginSessionRequest),
     /// An operation this side does not know (a newer peer's).
     #[serde(other)]
     Unknown,
@@ -85,6 +88,38 @@ pub struct AnswerRequest {
 pub struct RevokeRequest {
     /// The grant's id (the item it answered).
     pub id: String,
+}
+
+/// Which session begins: the body of [`path::BEGIN_SESSION`].
+///
+/// Session numbers are reused (a new second session takes the lowest free one), so the
+/// proxy forgets what it kept for the session that had the number before: its pending items
+/// and its `once` and `session` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeginSessionRequest {
+    /// The session's number: a second session's, `2..=MAX_SESSIONS` (1 is the agent's
+    /// first process, begun with the proxy's start).
+    pub session: u16,
+}
+
+impl BeginSessionRequest {
+    /// The request if its number is a second session's, else why not.
+    fn checked(self) -> Result<BeginSessionRequest, ErrorBody> {
+        let max = airlock_channels::MAX_SESSIONS;
+        match self.session {
+            k if (2..=max).contains(&k) => Ok(self),
+            1 => Err(error(
+                ErrorCode::BadRequest,
+                format!(
+                    "session 1 is the agent's first process, begun with the proxy's start: a session that begins is a second one, 2 to {max}"
+                ),
+            )),
+            k => Err(error(
+                ErrorCode::BadRequest,
+                format!("{k} is not a second session's number (2 to {max})"),
+            )),
+        }
+    }
 }
 
 /// What a dry run asks about: the query string of [`path::CHECK`].
@@ -228,10 +263,11 @@ enum Op {
     Approval,
     Answer,
     Revoke,
+    BeginSession,
 }
 
 /// The routing table: every operation's method and path, once.
-const ROUTES: [(Method, &str, Op); 12] = [
+const ROUTES: [(Method, &str, Op); 13] = [
     (Method::Get, path::STATUS, Op::Status),
     (Method::Get, path::SESSIONS, Op::Sessions),
     (Method::Get, path::POLICY, Op::Policy),
@@ -244,6 +280,7 @@ const ROUTES: [(Method, &str, Op); 12] = [
     (Method::Get, path::APPROVAL, Op::Approval),
     (Method::Post, path::ANSWER, Op::Answer),
     (Method::Post, path::REVOKE, Op::Revoke),
+    (Method::Post, path::BEGIN_SESSION, Op::BeginSession),
 ];
 
 fn error(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
@@ -308,6 +345,9 @@ impl Request {
             Op::Approval => Request::Approval(ApprovalQuery::from_query(query.unwrap_or(""))?),
             Op::Answer => Request::Answer(object_body(route, body, "an answer")?),
             Op::Revoke => Request::Revoke(object_body(route, body, "a revocation")?),
+            Op::BeginSession => Request::BeginSession(
+                object_body::<BeginSessionRequest>(route, body, "a session's number")?.checked()?,
+            ),
             Op::Reload if body.iter().all(u8::is_ascii_whitespace) => {
                 Request::Reload(ReloadRequest::default())
             }
@@ -354,6 +394,11 @@ impl Request {
                 method: Method::Post,
                 target: path::REVOKE.to_owned(),
                 body: Some(serde_json::to_vec(r).unwrap_or_default()),
+            },
+            Request::BeginSession(b) => HttpRequest {
+                method: Method::Post,
+                target: path::BEGIN_SESSION.to_owned(),
+                body: Some(serde_json::to_vec(b).unwrap_or_default()),
             },
             Request::Unknown => return None,
         })
@@ -409,6 +454,10 @@ mod tests {
             }),
             Request::Revoke(RevokeRequest {
                 id: "3f2a9c1d".into(),
+            }),
+            Request::BeginSession(BeginSessionRequest { session: 2 }),
+            Request::BeginSession(BeginSessionRequest {
+                session: airlock_channels::MAX_SESSIONS,
             }),
         ]
     }
@@ -469,5 +518,59 @@ mod tests {
         let e = Request::from_http("GET", "/v2/status", b"").unwrap_err();
         assert!(e.message.contains("version 1"), "{}", e.message);
         assert_eq!(e.code.http_status(), 404);
+    }
+
+    #[test]
+    fn a_session_begins_with_a_second_sessions_number_and_nothing_else() {
+        let begin = |b: &str| Request::from_http("POST", path::BEGIN_SESSION, b.as_bytes());
+        assert_eq!(
+            begin(r#"{"session":2}"#),
+            Ok(Request::BeginSession(BeginSessionRequest { session: 2 }))
+        );
+        assert_eq!(
+            begin(r#"{"session":64}"#),
+            Ok(Request::BeginSession(BeginSessionRequest { session: 64 }))
+        );
+        let refused = |b: &str| {
+            let e = begin(b).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest, "{b}: {}", e.message);
+            e.message
+        };
+        assert!(
+            refused(r#"{"session":0}"#).contains("0 is not a second session's number (2 to 64)")
+        );
+        assert!(refused(r#"{"session":65}"#).contains("65 is not a second session's number"));
+        assert!(refused(r#"{"session":1}"#).contains("session 1 is the agent's first process"));
+        // What serde cannot read as a number of 0 to 65535, and what is not the object.
+        for body in [
+            r#"{"session":70000}"#,
+            r#"{"session":-2}"#,
+            r#"{"session":"2"}"#,
+            r#"{"session":2.5}"#,
+            r#"{}"#,
+            "[2]",
+            "2",
+            "",
+            "session=2",
+        ] {
+            assert!(
+                refused(body)
+                    .starts_with("the body of /v1/sessions/begin is not a session's number"),
+                "{body}"
+            );
+        }
+        // A read, or a query, is not a begin.
+        assert_eq!(
+            Request::from_http("GET", path::BEGIN_SESSION, b"")
+                .unwrap_err()
+                .code,
+            ErrorCode::MethodNotAllowed
+        );
+        assert_eq!(
+            Request::from_http("POST", "/v1/sessions/begin?session=2", br#"{"session":2}"#)
+                .unwrap_err()
+                .code,
+            ErrorCode::BadRequest
+        );
     }
 }

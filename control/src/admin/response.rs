@@ -12,6 +12,9 @@ pub enum Response {
     Status(Status),
     /// The sessions of this start.
     Sessions(Sessions),
+    /// A second session began (answered only once what the number's previous session left
+    /// is forgotten).
+    SessionBegun(SessionBegun),
     /// The policy revision in force.
     Policy(PolicyRevision),
     /// The counters.
@@ -48,7 +51,8 @@ pub enum SessionKind {
 /// One session: a confined process tree the proxy tells apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
-    /// Its id, as on its audit lines.
+    /// Its id, as on its audit lines (their `session`: the start's id, which every session
+    /// of the start shares; [`Session::number`] tells them apart).
     pub id: String,
     /// What started it.
     pub kind: SessionKind,
@@ -57,6 +61,28 @@ pub struct Session {
     pub uid: Option<u32>,
     /// When it started, in Unix milliseconds.
     pub started_at_ms: u64,
+    /// Its number `k`, as audit lines name it (`agent_session`): 1 for the agent's first
+    /// process, `2..=MAX_SESSIONS` for a second session; it reaches the proxy from
+    /// `127.77.0.k`. 0: not said (an older proxy's answer).
+    #[serde(default)]
+    pub number: u16,
+}
+
+/// A second session began: what the proxy kept for the ended session that had its number
+/// before was dropped, now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionBegun {
+    /// Its number.
+    pub session: u16,
+    /// When it began, in Unix milliseconds.
+    pub started_at_ms: u64,
+    /// The previous session's pending items, dropped.
+    pub dropped_pending: u64,
+    /// Its approvals (`once`, `session`; a spent `once` too), dropped: the new session is
+    /// asked again. `always` answers are grants, for every session, and stay.
+    pub dropped_approvals: u64,
+    /// Its denials for that session only, dropped (`always` ones stay).
+    pub dropped_denials: u64,
 }
 
 /// The sessions of this start.

@@ -8,11 +8,13 @@
 //! error body and a line in the proxy's log, and is counted.
 //!
 //! It serves: readiness (PID 1's record, which PID 1 also copies beside the proxy's state),
-//! the sessions, the policy revision, the counters and Prometheus metrics
-//! ([`crate::metrics`]), the event stream ([`stream`], every audit line as written), and the
-//! policy reload ([`crate::revision`]), after which the open connections the new revision
-//! refuses are closed ([`crate::conns`]) and the inbox's items it decides itself dropped,
-//! and the operator's inbox of asked hosts with its answers ([`approvals`]).
+//! the sessions (and hears from root that a second session begins, which drops what the
+//! inbox kept for the ended session that had its number), the policy revision, the counters
+//! and Prometheus metrics ([`crate::metrics`]), the event stream ([`stream`], every audit
+//! line as written), and the policy reload ([`crate::revision`]), after which the open
+//! connections the new revision refuses are closed ([`crate::conns`]) and the inbox's items
+//! it decides itself dropped, and the operator's inbox of asked hosts with its answers
+//! ([`approvals`]).
 //!
 //! It does not decide anything about the agent's traffic, and a slow or broken admin client
 //! never holds up the proxy: each connection is its own task, bodies are bounded, and the
@@ -32,8 +34,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airlock_control::admin::{
-    EffectiveRule, ErrorBody, ErrorCode, PolicyRevision, Request, Response, Session, SessionKind,
-    Sessions,
+    EffectiveRule, ErrorBody, ErrorCode, PolicyRevision, Request, Response, Session, SessionBegun,
+    SessionKind, Sessions,
 };
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
@@ -96,17 +98,20 @@ pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, admin: Ar
 }
 
 async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) {
-    // Who answers an approval: the operator's uid, as the kernel says.
-    let operator = stream.peer_cred().map_or(u32::MAX, |c| c.uid());
-    let refused = match stream.peer_cred() {
-        Ok(cred) => admin
-            .operators
-            .admit(Peer {
-                uid: cred.uid(),
-                pid: cred.pid(),
-            })
-            .err()
-            .map(|r| r.0),
+    // Who calls (who answers an approval: the operator's uid), as the kernel says.
+    let cred = stream.peer_cred();
+    let peer = cred.as_ref().map_or(
+        Peer {
+            uid: u32::MAX,
+            pid: None,
+        },
+        |c| Peer {
+            uid: c.uid(),
+            pid: c.pid(),
+        },
+    );
+    let refused = match cred {
+        Ok(_) => admin.operators.admit(peer).err().map(|r| r.0),
         Err(e) => Some(format!("the peer's credentials cannot be read: {e}")),
     };
     if let Some(why) = &refused {
@@ -120,7 +125,7 @@ async fn connection(stream: UnixStream, shared: Arc<Shared>, admin: Arc<Admin>) 
         async move {
             let resp = match refused {
                 Some(why) => error(ErrorCode::Forbidden, why),
-                None => handle(req, &shared, &admin, operator).await,
+                None => handle(req, &shared, &admin, peer).await,
             };
             Ok::<_, Infallible>(resp)
         }
@@ -140,10 +145,10 @@ async fn handle(
     req: hyper::Request<Incoming>,
     shared: &Shared,
     admin: &Admin,
-    operator: u32,
+    peer: Peer,
 ) -> AdminResponse {
     match read(req).await {
-        Ok(request) => dispatch(request, shared, admin, operator).await,
+        Ok(request) => dispatch(request, shared, admin, peer).await,
         Err(refused) => refused,
     }
 }
@@ -174,13 +179,9 @@ async fn read(req: hyper::Request<Incoming>) -> Result<Request, AdminResponse> {
     })
 }
 
-/// One handler per operation.
-async fn dispatch(
-    request: Request,
-    shared: &Shared,
-    admin: &Admin,
-    operator: u32,
-) -> AdminResponse {
+/// One handler per operation (`peer` admitted to the API already).
+async fn dispatch(request: Request, shared: &Shared, admin: &Admin, peer: Peer) -> AdminResponse {
+    let operator = peer.uid;
     let revision = || admin.revisions.current().revision;
     match request {
         Request::Status => status(admin),
@@ -212,6 +213,7 @@ async fn dispatch(
                 .await
                 .map(Response::Reloaded),
         ),
+        Request::BeginSession(b) => reply(begin_session(shared, admin, peer, b.session)),
         Request::Unknown => error(ErrorCode::NotFound, "no such operation".to_owned()),
     }
 }
@@ -224,15 +226,63 @@ fn reply(outcome: Result<Response, ErrorBody>) -> AdminResponse {
     }
 }
 
+/// The sessions of this start the proxy knows: the agent's first process (session 1,
+/// from the proxy's start), then each second session begun since ([`begin_session`]), by
+/// number. A session that ended is listed until its number is begun again.
 fn sessions(shared: &Shared, admin: &Admin) -> Sessions {
-    Sessions {
-        sessions: vec![Session {
-            id: shared.who.session.to_string(),
-            kind: SessionKind::Agent,
-            uid: admin.agent_uid,
-            started_at_ms: admin.started_at_ms,
-        }],
+    let session = |number: u16, kind: SessionKind, started_at_ms: u64| Session {
+        id: shared.who.session.to_string(),
+        kind,
+        uid: admin.agent_uid,
+        started_at_ms,
+        number,
+    };
+    let mut sessions = vec![session(1, SessionKind::Agent, admin.started_at_ms)];
+    sessions.extend(
+        (shared.approvals.begun().into_iter())
+            .map(|(k, at)| session(k, SessionKind::Exec, unix_ms(at))),
+    );
+    Sessions { sessions }
+}
+
+/// Second session `k` begins: root says so (the entrypoint in the container, before the
+/// session's first process runs), and what the inbox kept for the ended session that had
+/// the number before is dropped ([`crate::approvals::Approvals::begin`]) before the answer.
+/// Anyone else is refused ([`peer::may_begin_sessions`]): the host operator has nothing to
+/// begin, and an agent that could call it would shed its own denials.
+fn begin_session(
+    shared: &Shared,
+    admin: &Admin,
+    peer: Peer,
+    k: u16,
+) -> Result<Response, ErrorBody> {
+    if let Err(refused) = peer::may_begin_sessions(peer) {
+        admin.metrics.admin_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("admin API: session {k} not begun: {refused}");
+        return Err(ErrorBody {
+            code: ErrorCode::Forbidden,
+            message: refused.0,
+        });
     }
+    let at = SystemTime::now();
+    let f = shared.approvals.begin(k, at);
+    tracing::info!(
+        "session {k} began (uid {}); of the ended session {k} before it, dropped: {} pending items, {} once/session approvals, {} session denials",
+        admin
+            .agent_uid
+            .map_or_else(|| "unknown".to_owned(), |u| u.to_string()),
+        f.pending,
+        f.approvals,
+        f.denials
+    );
+    let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+    Ok(Response::SessionBegun(SessionBegun {
+        session: k,
+        started_at_ms: unix_ms(at),
+        dropped_pending: n(f.pending),
+        dropped_approvals: n(f.approvals),
+        dropped_denials: n(f.denials),
+    }))
 }
 
 /// Prometheus text of the counters.
@@ -400,8 +450,12 @@ fn status(admin: &Admin) -> AdminResponse {
 /// Unix milliseconds now.
 #[must_use]
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    unix_ms(SystemTime::now())
+}
+
+/// `t` in Unix milliseconds.
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 

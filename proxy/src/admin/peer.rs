@@ -61,6 +61,30 @@ impl Operators {
     }
 }
 
+/// Whether `peer` (admitted to the API) may say that a second session begins: root only,
+/// as root is admitted (the entrypoint's `airlock-session` in the container, as it starts
+/// one). The operator's host uid may not: the host has no session to begin (`airlock exec`
+/// begins one through the entrypoint in the container), and a begin drops the answers the
+/// session's number had. Root is not asked where it runs: root of the host can `docker
+/// exec` as root anyway, and a pid namespace beside the proxy's (the namespace tests')
+/// names its peer's pid 0 as the host's does.
+///
+/// # Errors
+/// [`Refused`] naming the peer and who may.
+pub fn may_begin_sessions(peer: Peer) -> Result<(), Refused> {
+    if peer.uid == 0 {
+        return Ok(());
+    }
+    let place = match peer.pid {
+        Some(p) if p > 0 => format!("pid {p} inside the sandbox"),
+        _ => "outside the sandbox".to_owned(),
+    };
+    Err(Refused(format!(
+        "uid {} ({place}) may not begin a session: only root does, as airlock-session starts one in the container (airlock exec NAME)",
+        peer.uid
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +129,38 @@ mod tests {
             })
             .unwrap_err();
         assert!(e.0.contains("uid 1001"), "{e}");
+    }
+
+    #[test]
+    fn only_root_begins_a_session() {
+        for pid in [Some(42), Some(0), None] {
+            assert!(may_begin_sessions(Peer { uid: 0, pid }).is_ok(), "{pid:?}");
+        }
+        // The operator from the host: admitted to the API, not to this.
+        let ops = Operators { uids: vec![1000] };
+        let operator = Peer {
+            uid: 1000,
+            pid: Some(0),
+        };
+        assert!(ops.admit(operator).is_ok());
+        let e = may_begin_sessions(operator).unwrap_err();
+        assert_eq!(
+            e.0,
+            "uid 1000 (outside the sandbox) may not begin a session: only root does, as airlock-session starts one in the container (airlock exec NAME)"
+        );
+        assert!(
+            may_begin_sessions(Peer {
+                uid: 1000,
+                pid: None
+            })
+            .is_err()
+        );
+        // Anyone else inside (the agent: the API refuses it before this, whatever its uid).
+        let e = may_begin_sessions(Peer {
+            uid: 1000,
+            pid: Some(77),
+        })
+        .unwrap_err();
+        assert!(e.0.contains("uid 1000 (pid 77 inside the sandbox)"), "{e}");
     }
 }

@@ -263,3 +263,104 @@ fn holds_are_counted_per_session_and_released_when_dropped() {
     drop((second, again, other));
     assert_eq!((ap.holding(A), ap.holding(B)), (0, 0));
 }
+
+/// Session `k` of the agent (uid 1000), as a connection from `127.77.0.k` is keyed.
+const fn session(k: u16) -> Client {
+    Client::Session {
+        uid: Some(1000),
+        session: k,
+    }
+}
+
+fn approve(scope: Scope) -> Answer {
+    Answer::Approve { scope, until: None }
+}
+
+/// Session numbers are reused: a session that begins with the number of one that ended is
+/// asked afresh. Every item of the ended one is dropped (pending, approved once or for the
+/// session, spent, denied for the session) but its `always` answers, grants for every
+/// session; another session's items, and another uid's, stay as they were.
+#[test]
+fn attack_a_session_that_begins_with_a_reused_number_inherits_nothing_of_the_ended_one() {
+    let ap = Approvals::default();
+    let (now, wall) = t0();
+    let two = session(2);
+    let ask = |who: Client, host: &str| ap.ask(who, host, 443, CAPS, now, wall);
+    let answer = |id: &str, a: Answer| ap.answer(id, a, 0, None, 1).unwrap();
+    let pending = pending_id(ask(two, "pending.example"));
+    let for_session = pending_id(ask(two, "session.example"));
+    answer(&for_session, approve(Scope::Session));
+    let once = pending_id(ask(two, "once.example"));
+    answer(&once, approve(Scope::Once));
+    let spent = pending_id(ask(two, "spent.example"));
+    answer(&spent, approve(Scope::Once));
+    assert!(matches!(ask(two, "spent.example"), Asked::Granted { .. }));
+    let denied = pending_id(ask(two, "denied.example"));
+    let deny = |always: bool| Answer::Deny {
+        reason: "no".into(),
+        until: None,
+        always,
+    };
+    answer(&denied, deny(false));
+    let granted = pending_id(ask(two, "granted.example"));
+    answer(&granted, approve(Scope::Always));
+    let refused = pending_id(ask(two, "refused.example"));
+    answer(&refused, deny(true));
+    // Session 3 of the same uid, and another uid, approved for their session.
+    let three = pending_id(ask(session(3), "session.example"));
+    answer(&three, approve(Scope::Session));
+    let other = pending_id(ask(A, "session.example"));
+    answer(&other, approve(Scope::Session));
+    // Session 2 files to its pace (7 items filed so far, 3 more): its pace goes with it.
+    let tight = Caps {
+        pending: 16,
+        per_minute: 10,
+    };
+    for i in 0..3 {
+        pending_id(ap.ask(two, &format!("h{i}.example"), 443, tight, now, wall));
+    }
+    assert_eq!(
+        ap.ask(two, "late.example", 443, tight, now, wall),
+        Asked::TooFast
+    );
+
+    let later = wall + Duration::from_secs(60);
+    let f = ap.begin(2, later);
+    assert_eq!(
+        f,
+        Forgotten {
+            pending: 4,
+            approvals: 3,
+            denials: 1
+        }
+    );
+    for id in [&pending, &for_session, &once, &spent, &denied] {
+        assert_eq!(ap.get(id), None, "{id}");
+    }
+    // The new session 2 files at its own pace, and is asked again for each host the ended
+    // one was answered for.
+    pending_id(ap.ask(two, "late.example", 443, tight, now, wall));
+    for host in [
+        "session.example",
+        "once.example",
+        "denied.example",
+        "pending.example",
+    ] {
+        let id = pending_id(ask(two, host));
+        assert!(![&pending, &for_session, &once, &denied].contains(&&id));
+    }
+    // Its grants stay: they are for every session.
+    assert!(matches!(ask(two, "granted.example"), Asked::Granted { .. }));
+    assert!(matches!(ask(two, "refused.example"), Asked::Denied { .. }));
+    // Nobody else's answers moved.
+    assert!(matches!(ask(session(3), "session.example"), Asked::Granted { id, .. } if id == three));
+    assert!(matches!(ask(A, "session.example"), Asked::Granted { id, .. } if id == other));
+    assert!(ap.approved_name(session(3), "session.example", wall));
+    assert!(!ap.approved_name(two, "session.example", wall));
+    // Listed as begun, the latest start of the number replacing the one before.
+    assert_eq!(ap.begun(), vec![(2, later)]);
+    ap.begin(5, wall);
+    let again = later + Duration::from_secs(1);
+    assert_eq!(ap.begin(2, again).pending, 5);
+    assert_eq!(ap.begun(), vec![(2, again), (5, wall)]);
+}
