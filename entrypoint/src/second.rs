@@ -25,6 +25,14 @@
 //! once never take the same one; a number is free again once the last process of its
 //! session has exited.
 //!
+//! Before it drops to the session, still root and still holding the lock, it tells the
+//! proxy that session `k` begins ([`announce`]: `POST /v1/sessions/begin` on the admin
+//! socket, which only root may call). A number is reused once its session has ended, and
+//! the proxy's answers to the ended session (its pending items, its `once` and `session`
+//! approvals, its denials) are that session's alone: the proxy drops them before it answers,
+//! so the new session inherits none of them. If the proxy cannot be told, the session does
+//! not start (one line: what failed and what to do).
+//!
 //! PID 1 saves what the drop needs ([`save`]: `agent.json` in the runtime directory, root's
 //! 0600: the agent cannot read or change it; it holds placeholders, never a real secret) and
 //! this mode reads it back ([`main`]). It `exec`s in place: the session is the `docker exec`
@@ -34,6 +42,7 @@ use crate::agent_env::SESSION_VAR;
 use crate::identity::Identity;
 use crate::spawn::{RunAs, Session as TtySession};
 use airlock_channels::{MAX_SESSIONS, session_gid};
+use airlock_control::admin::{BeginSessionRequest, Request, Response, SessionBegun};
 use anyhow::{Context, Result, bail};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -44,6 +53,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The program name that selects this mode (a link to the entrypoint: `airlock-session`).
 pub const PROGRAM: &str = "airlock-session";
@@ -200,6 +210,119 @@ fn lock(run_dir: &Path) -> Result<Flock<std::fs::File>> {
         .with_context(|| format!("cannot lock {}", path.display()))
 }
 
+/// How long a starting session waits for the proxy to take its begin.
+const BEGIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// The largest answer to a begin read.
+const ANSWER_LIMIT: u64 = 64 << 10;
+
+/// `POST /v1/sessions/begin` for session `k`, as sent on the admin socket: one request,
+/// `Connection: close`, its JSON body with its length. Pure.
+///
+/// # Errors
+/// None in practice: the protocol has a route for every begin.
+pub fn begin_request(k: u16) -> Result<Vec<u8>, String> {
+    let http = Request::BeginSession(BeginSessionRequest { session: k })
+        .to_http()
+        .ok_or("the admin protocol has no route for a session's begin")?;
+    let body = http.body.unwrap_or_default();
+    let mut bytes = format!(
+        "{} {} HTTP/1.1\r\nHost: airlock-session\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        http.method.as_str(),
+        http.target,
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
+}
+
+/// What the proxy's whole `answer` to [`begin_request`] of session `k` says: the session
+/// began, or why not (the proxy's own message when it refused). Pure.
+///
+/// # Errors
+/// One line: the refusal, or what is wrong with the answer.
+pub fn begun(answer: &[u8], k: u16) -> Result<SessionBegun, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut head = httparse::Response::new(&mut headers);
+    let start = match head.parse(answer) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return Err("the proxy's answer broke off (is it restarting?)".into());
+        }
+        Err(e) => return Err(format!("the proxy's answer is not HTTP: {e}")),
+    };
+    let length = (head.headers.iter())
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        })
+        .ok_or("the proxy's answer has no length")?;
+    let body = (answer.get(start..))
+        .and_then(|b| b.get(..length))
+        .ok_or("the proxy's answer broke off (is it restarting?)")?;
+    let status = head.code.unwrap_or_default();
+    match serde_json::from_slice::<Response>(body) {
+        Ok(Response::SessionBegun(b)) if status == 200 && b.session == k => Ok(b),
+        Ok(Response::Error(e)) => Err(format!(
+            "the proxy refused it (HTTP {status}): {}",
+            e.message
+        )),
+        Ok(other) => Err(format!(
+            "the proxy answered something else than session {k}'s begin (HTTP {status}): {other:?}"
+        )),
+        Err(e) => Err(format!(
+            "the proxy's answer (HTTP {status}) does not read: {e}"
+        )),
+    }
+}
+
+/// Tells the proxy, on the admin socket at `socket`, that session `k` begins, waiting at
+/// most `timeout` for each step; returns once the proxy has dropped what the ended session
+/// that had `k` kept, and answered.
+///
+/// # Errors
+/// One line: what failed and what to do (the sandbox is not started, its proxy is
+/// restarting, or the proxy refused).
+pub fn announce(socket: &Path, k: u16, timeout: Duration) -> Result<SessionBegun, String> {
+    use std::io::Read as _;
+    let request = begin_request(k)?;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot reach the proxy's admin socket {}: {e}: is the sandbox started?",
+            socket.display()
+        )
+    })?;
+    let slow = |e: std::io::Error| {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            format!(
+                "the proxy did not answer within {} ms: it may be restarting; try again in a few seconds",
+                timeout.as_millis()
+            )
+        } else {
+            format!(
+                "the admin socket {} failed: {e}; try again",
+                socket.display()
+            )
+        }
+    };
+    (stream.set_read_timeout(Some(timeout)))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(slow)?;
+    stream.write_all(&request).map_err(slow)?;
+    let mut answer = Vec::new();
+    (stream.take(ANSWER_LIMIT))
+        .read_to_end(&mut answer)
+        .map_err(slow)?;
+    begun(&answer, k)
+}
+
 /// The identity and environment of session `k` of the saved agent. Pure.
 pub fn session_of(saved: &Saved, k: u16) -> (Identity, BTreeMap<String, String>) {
     let mut env = saved.env.clone();
@@ -240,6 +363,11 @@ pub fn main(args: &[OsString]) -> Result<()> {
     let Some(k) = free_session(&in_use, saved.gid) else {
         bail!("{}", all_taken());
     };
+    // Still root, still holding the lock: the proxy forgets the ended session that had the
+    // number before, or this one does not start.
+    let socket = airlock_control::paths::control_dir(&run_dir).join(airlock_control::admin::SOCKET);
+    announce(&socket, k, BEGIN_TIMEOUT)
+        .map_err(|why| anyhow::anyhow!("session {k} did not start: {why}"))?;
     let (identity, env) = session_of(&saved, k);
     let run_as = RunAs {
         identity,
@@ -391,5 +519,166 @@ mod tests {
         assert_eq!(saved.identity().uid, 1000);
         assert_eq!(saved.env, env);
         assert_eq!(saved.cwd, Path::new("/workspace"));
+    }
+
+    /// An answer as the proxy writes it: `status`, JSON `body` with its length.
+    fn answer(status: u16, body: &Response) -> Vec<u8> {
+        let body = serde_json::to_vec(body).unwrap();
+        let mut a = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        a.extend_from_slice(&body);
+        a
+    }
+
+    fn session_begun(k: u16) -> SessionBegun {
+        SessionBegun {
+            session: k,
+            started_at_ms: 1_795_853_212_004,
+            dropped_pending: 1,
+            dropped_approvals: 2,
+            dropped_denials: 0,
+        }
+    }
+
+    #[test]
+    fn the_begin_is_one_request_the_admin_api_routes_to_the_sessions_begin() {
+        let bytes = begin_request(7).unwrap();
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut req = httparse::Request::new(&mut headers);
+        let start = match req.parse(&bytes).unwrap() {
+            httparse::Status::Complete(n) => n,
+            httparse::Status::Partial => panic!("partial"),
+        };
+        let header = |name: &str| {
+            req.headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| std::str::from_utf8(h.value).unwrap().to_owned())
+        };
+        let body = &bytes[start..];
+        assert_eq!(header("content-length"), Some(body.len().to_string()));
+        assert_eq!(header("connection").as_deref(), Some("close"));
+        assert_eq!(
+            Request::from_http(req.method.unwrap(), req.path.unwrap(), body),
+            Ok(Request::BeginSession(BeginSessionRequest { session: 7 }))
+        );
+    }
+
+    #[test]
+    fn only_the_proxys_begin_of_this_very_session_lets_it_start() {
+        let error = |code, message: &str| {
+            Response::Error(airlock_control::admin::ErrorBody {
+                code,
+                message: message.into(),
+            })
+        };
+        assert_eq!(
+            begun(&answer(200, &Response::SessionBegun(session_begun(3))), 3),
+            Ok(session_begun(3))
+        );
+        // Another session's begin, or another answer, is no begin of this one.
+        let e = begun(&answer(200, &Response::SessionBegun(session_begun(4))), 3).unwrap_err();
+        assert!(e.contains("something else than session 3's begin"), "{e}");
+        assert!(begun(&answer(200, &Response::Sessions(Default::default())), 3).is_err());
+        // The proxy's refusal, in its words.
+        let forbidden = airlock_control::admin::ErrorCode::Forbidden;
+        let e = begun(
+            &answer(403, &error(forbidden, "uid 1000 may not begin a session")),
+            3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "the proxy refused it (HTTP 403): uid 1000 may not begin a session"
+        );
+        // An older proxy, without the operation: refused too (no session it cannot tell apart).
+        let not_found = airlock_control::admin::ErrorCode::NotFound;
+        assert!(
+            begun(
+                &answer(404, &error(not_found, "no operation at /v1/sessions/begin")),
+                3
+            )
+            .is_err()
+        );
+        // Broken answers.
+        let whole = answer(200, &Response::SessionBegun(session_begun(3)));
+        for cut in [0, 10, whole.len() - 1] {
+            let e = begun(&whole[..cut], 3).unwrap_err();
+            assert!(e.contains("broke off"), "{cut}: {e}");
+        }
+        assert!(
+            begun(b"SSH-2.0-x\r\n\r\n", 3)
+                .unwrap_err()
+                .contains("not HTTP")
+        );
+        assert!(
+            begun(b"HTTP/1.1 200 OK\r\n\r\n{}", 3)
+                .unwrap_err()
+                .contains("no length")
+        );
+        assert!(
+            begun(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}", 3)
+                .unwrap_err()
+                .contains("does not read")
+        );
+    }
+
+    /// The two ways a session finds the proxy unreachable, as they happen: no socket (the
+    /// sandbox is not started), and a socket nobody accepts on (PID 1 holds the listener
+    /// while its proxy restarts). Both fail, saying what to do, within the timeout.
+    #[test]
+    fn a_session_the_proxy_cannot_be_told_of_does_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join(airlock_control::admin::SOCKET);
+        let e = announce(&socket, 2, Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("is the sandbox started?"), "{e}");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let started = std::time::Instant::now();
+        let e = announce(&socket, 2, Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("did not answer within 200 ms"), "{e}");
+        assert!(e.contains("try again"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(listener);
+        // An answer that breaks off (the proxy went away mid-answer).
+        let socket = dir.path().join("restarted.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::Read as _;
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = vec![0u8; begin_request(2).unwrap().len()];
+            conn.read_exact(&mut request).unwrap();
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 90\r\n\r\n{\"kind\"")
+                .unwrap();
+        });
+        let e = announce(&socket, 2, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("broke off"), "{e}");
+        server.join().unwrap();
+    }
+
+    /// The whole exchange on a socket: the request read whole by the other end, the answer
+    /// read to its end (`Connection: close`) and checked.
+    #[test]
+    fn a_begin_the_proxy_takes_lets_the_session_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join(airlock_control::admin::SOCKET);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::Read as _;
+            let (mut conn, _) = listener.accept().unwrap();
+            let want = begin_request(9).unwrap();
+            let mut got = vec![0u8; want.len()];
+            conn.read_exact(&mut got).unwrap();
+            conn.write_all(&answer(200, &Response::SessionBegun(session_begun(9))))
+                .unwrap();
+            got == want
+        });
+        assert_eq!(
+            announce(&socket, 9, Duration::from_secs(5)),
+            Ok(session_begun(9))
+        );
+        assert!(server.join().unwrap(), "the request arrived as sent");
     }
 }
