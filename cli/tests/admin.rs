@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::{POLICY, World};
+use crate::common::{POLICY, Shell, World};
 use crate::top::Tmux;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -19,18 +19,18 @@ fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// What the agent's shell prints running `script` in the sandbox `name`, trimmed.
-fn agent_sh(w: &World, name: &str, script: &str) -> String {
-    let o = w.run(&["exec", name, "--", "sh", "-c", script]);
-    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+/// What the agent prints running `script` in its session, trimmed. One session plays the
+/// agent for a whole test: each `airlock exec` is a session of its own, and an answer
+/// `--session` is for the session that asked.
+fn agent_sh(agent: &mut Shell, script: &str) -> String {
+    agent.run(script)
 }
 
 /// The agent asks the proxy for a host: the proxy's refusal (its `x-airlock-error` header,
 /// empty when it did not refuse).
-fn refusal(w: &World, name: &str, host: &str) -> String {
+fn refusal(agent: &mut Shell, host: &str) -> String {
     agent_sh(
-        w,
-        name,
+        agent,
         &format!(
             "curl -s --max-time 10 -o /dev/null -D - http://{host}/ | tr -d '\\r' | sed -n 's/^x-airlock-error: *//Ip'"
         ),
@@ -42,6 +42,7 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
     let w = World::new("adm");
     let s = w.name("s");
     w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let mut agent = Shell::start(&w, &s);
 
     // status: the proxy's view beside the registry's.
     let v: Value = serde_json::from_str(&w.ok(&["status", &s, "--json"])).unwrap();
@@ -67,7 +68,7 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
             .lines()
             .any(|l| l.contains(&s) && l.contains("ready") && l.contains(" r1 "))
     });
-    assert!(refusal(&w, &s, "top.blocked.test").contains("blocked-by-policy"));
+    assert!(refusal(&mut agent, "top.blocked.test").contains("blocked-by-policy"));
     tmux.wait_for("the denial", |screen| {
         screen
             .lines()
@@ -104,7 +105,7 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
         }
     });
     std::thread::sleep(Duration::from_millis(500));
-    assert!(refusal(&w, &s, "stream.blocked.test").contains("blocked-by-policy"));
+    assert!(refusal(&mut agent, "stream.blocked.test").contains("blocked-by-policy"));
     let denied_at = Instant::now();
     let seen = loop {
         let (at, line) = rx
@@ -182,7 +183,7 @@ fn status_logs_follow_and_policy_reload_through_the_admin_api() {
         "network.allow stream.blocked.test file network.allow[1]"
     );
     assert!(line("github.com").starts_with("network.git_hosts github.com built-in: "));
-    let after = refusal(&w, &s, "stream.blocked.test");
+    let after = refusal(&mut agent, "stream.blocked.test");
     assert!(
         !after.contains("blocked-by-policy"),
         "the new revision allows it (it may still not resolve): {after}"
@@ -263,8 +264,8 @@ fn asking_sandbox(tag: &str) -> (World, String) {
     (w, s)
 }
 
-fn agent_get(w: &World, name: &str, url: &str) -> String {
-    agent_sh(w, name, &format!("curl -s --max-time 10 {url}"))
+fn agent_get(agent: &mut Shell, url: &str) -> String {
+    agent_sh(agent, &format!("curl -s --max-time 10 {url}"))
 }
 
 /// `[network] unlisted = "ask"` through the operator's CLI against the real proxy: the
@@ -273,9 +274,10 @@ fn agent_get(w: &World, name: &str, url: &str) -> String {
 #[test]
 fn the_operator_answers_an_agents_ask_from_the_cli() {
     let (w, s) = asking_sandbox("apv");
+    let mut agent = Shell::start(&w, &s);
 
     // The agent asks: refused at once, the item named, with how it gets answered.
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://asked.example/")).unwrap();
+    let v: Value = serde_json::from_str(&agent_get(&mut agent, "http://asked.example/")).unwrap();
     assert_eq!(v["error"], "approval-required", "{v}");
     let id = v["approval_id"].as_str().unwrap().to_owned();
     assert!(
@@ -325,11 +327,11 @@ fn the_operator_answers_an_agents_ask_from_the_cli() {
     assert!(out.contains("approved (session)"), "{out}");
     // The agent's next request passes the policy (nothing upstream here: it fails to
     // resolve instead of being asked).
-    let after = refusal(&w, &s, "asked.example");
+    let after = refusal(&mut agent, "asked.example");
     assert!(!after.contains("approval"), "{after}");
 
     // A denial's reason reaches the agent; a second answer is refused.
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://other.example/")).unwrap();
+    let v: Value = serde_json::from_str(&agent_get(&mut agent, "http://other.example/")).unwrap();
     let other = v["approval_id"].as_str().unwrap().to_owned();
     w.ok(&[
         "deny",
@@ -337,7 +339,7 @@ fn the_operator_answers_an_agents_ask_from_the_cli() {
         "--reason",
         "not for this task",
     ]);
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://other.example/")).unwrap();
+    let v: Value = serde_json::from_str(&agent_get(&mut agent, "http://other.example/")).unwrap();
     assert_eq!(v["error"], "approval-denied", "{v}");
     assert!(
         v["rule"].as_str().unwrap().ends_with("not for this task"),
@@ -359,8 +361,7 @@ fn the_operator_answers_an_agents_ask_from_the_cli() {
     // (exit 3); the operator reads the reason as the agent's words and approves; the
     // agent's wait returns approved (exit 0).
     let asked = agent_sh(
-        &w,
-        &s,
+        &mut agent,
         "airlock-request pkgs.example --reason 'pip needs the index'; echo \"rc=$?\"",
     );
     assert!(
@@ -382,25 +383,12 @@ fn the_operator_answers_an_agents_ask_from_the_cli() {
         .as_str()
         .unwrap()
         .to_owned();
-    let waiting = w
-        .cmd(&[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "airlock-request pkgs.example --reason again --wait 60; echo \"rc=$?\"",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    agent.send("airlock-request pkgs.example --reason again --wait 60; echo \"rc=$?\"");
     std::thread::sleep(Duration::from_secs(2));
     w.ok(&["approve", &ahead, "--session"]);
-    let out = waiting.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
+    let out = agent.finish();
     assert!(
-        out.trim_end().ends_with("rc=0") && out.contains("\"state\":\"approved\""),
+        out.ends_with("rc=0") && out.contains("\"state\":\"approved\""),
         "{out}"
     );
 
@@ -434,6 +422,7 @@ exec env -u DOCKER_HOST docker exec -i "airlock-$pod" "$@"
 fn the_operator_reaches_a_pod_through_kubectl_exec() {
     use std::os::unix::fs::PermissionsExt;
     let (w, s) = asking_sandbox("pod");
+    let mut agent = Shell::start(&w, &s);
     let kubectl = w.dir.path().join("kubectl");
     std::fs::write(&kubectl, KUBECTL).unwrap();
     std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -468,7 +457,8 @@ fn the_operator_reaches_a_pod_through_kubectl_exec() {
     assert_eq!(v["status"]["state"], "ready", "{v}");
 
     // An ask answered through the pod.
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://pod-asked.example/")).unwrap();
+    let v: Value =
+        serde_json::from_str(&agent_get(&mut agent, "http://pod-asked.example/")).unwrap();
     let id = v["approval_id"].as_str().unwrap().to_owned();
     let inbox = pod_ok(&["approvals", &pod]);
     assert!(
@@ -481,7 +471,7 @@ fn the_operator_reaches_a_pod_through_kubectl_exec() {
     // The policy and the decisions.
     let shown = pod_ok(&["policy", "show", &pod]);
     assert!(shown.starts_with("revision 1 ("), "{shown}");
-    assert!(refusal(&w, &s, "pod.blocked.test").contains("approval-required"));
+    assert!(refusal(&mut agent, "pod.blocked.test").contains("approval-required"));
     let log = pod_ok(&["logs", &pod, "--audit", "--json"]);
     assert!(
         log.contains("\"host\":\"pod.blocked.test\"")
@@ -531,9 +521,9 @@ fn the_operator_reaches_a_pod_through_kubectl_exec() {
 #[test]
 fn the_operator_answers_from_tops_inbox_in_a_terminal() {
     let (w, s) = asking_sandbox("tin");
+    let mut agent = Shell::start(&w, &s);
     let asked = agent_sh(
-        &w,
-        &s,
+        &mut agent,
         "airlock-request top-asked.example --reason 'docs for the task'; echo rc=$?",
     );
     assert!(asked.ends_with("rc=3"), "{asked}");
@@ -553,21 +543,22 @@ fn the_operator_answers_from_tops_inbox_in_a_terminal() {
         screen.contains("approved (session)") && screen.contains("inbox  0 pending")
     });
     let after = agent_sh(
-        &w,
-        &s,
+        &mut agent,
         "airlock-request top-asked.example --reason again; echo rc=$?",
     );
     assert!(after.ends_with("rc=0"), "{after}");
 
     // A denial from the inbox: the agent reads top's reason.
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://top-denied.example/")).unwrap();
+    let v: Value =
+        serde_json::from_str(&agent_get(&mut agent, "http://top-denied.example/")).unwrap();
     assert_eq!(v["error"], "approval-required", "{v}");
     tmux.wait_for("the second item", |screen| {
         screen.contains("inbox  1 pending") && screen.contains("top-denied.example:80")
     });
     tmux.cmd(&["send-keys", "-t", "top", "d"]);
     tmux.wait_for("the denial", |screen| screen.contains(": denied"));
-    let v: Value = serde_json::from_str(&agent_get(&w, &s, "http://top-denied.example/")).unwrap();
+    let v: Value =
+        serde_json::from_str(&agent_get(&mut agent, "http://top-denied.example/")).unwrap();
     assert_eq!(v["error"], "approval-denied", "{v}");
     assert!(
         v["rule"]
@@ -587,6 +578,7 @@ fn the_operator_answers_from_tops_inbox_in_a_terminal() {
 #[test]
 fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() {
     let (w, s) = asking_sandbox("ntf");
+    let mut agent = Shell::start(&w, &s);
     let got = w.dir.path().join("notified");
     let pwned = w.dir.path().join("pwned");
     let notify = format!(
@@ -614,15 +606,13 @@ fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() 
     std::thread::sleep(Duration::from_secs(3));
     let reason = format!("$(touch {}) `touch {}`", pwned.display(), pwned.display());
     let asked = agent_sh(
-        &w,
-        &s,
+        &mut agent,
         &format!("airlock-request notified.example --reason '{reason}'; echo rc=$?"),
     );
     assert!(asked.ends_with("rc=3"), "{asked}");
     // Asking again is a hit on the same item, not a new one.
     let again = agent_sh(
-        &w,
-        &s,
+        &mut agent,
         "airlock-request notified.example --reason again; echo rc=$?",
     );
     assert!(again.ends_with("rc=3"), "{again}");
@@ -660,10 +650,11 @@ fn attack_the_notifier_runs_once_per_new_item_and_never_runs_the_agents_words() 
 #[test]
 fn attack_a_bulk_approve_leaves_an_item_with_a_note_pending() {
     let (w, s) = asking_sandbox("blk");
+    let mut agent = Shell::start(&w, &s);
     let encoded = "0123456789abcdef0123456789abcdef0123456789abcdef.bulk.example";
     for host in ["plain.bulk.example", encoded] {
         let v: Value =
-            serde_json::from_str(&agent_get(&w, &s, &format!("http://{host}/"))).unwrap();
+            serde_json::from_str(&agent_get(&mut agent, &format!("http://{host}/"))).unwrap();
         assert_eq!(v["error"], "approval-required", "{host}: {v}");
     }
     let out = w.ok(&["approve", "--all", "--sandbox", &s, "--session"]);
@@ -705,9 +696,10 @@ fn attack_a_bulk_approve_leaves_an_item_with_a_note_pending() {
 #[test]
 fn attack_an_always_grant_outlives_a_restart_is_the_operators_alone_and_is_revoked_by_id() {
     let (w, s) = asking_sandbox("alw");
-    let ask = |host: &str| -> String {
+    let mut agent = Shell::start(&w, &s);
+    let mut ask = |host: &str| -> String {
         let v: Value =
-            serde_json::from_str(&agent_get(&w, &s, &format!("http://{host}/"))).unwrap();
+            serde_json::from_str(&agent_get(&mut agent, &format!("http://{host}/"))).unwrap();
         assert_eq!(v["error"], "approval-required", "{v}");
         v["approval_id"].as_str().unwrap().to_owned()
     };
@@ -736,7 +728,9 @@ fn attack_an_always_grant_outlives_a_restart_is_the_operators_alone_and_is_revok
         "--reason",
         "a paste site",
     ]);
+    // A grant is for every session: each check asks from a session of its own.
     let check = |when: &str| {
+        let mut agent = Shell::start(&w, &s);
         let shown = w.ok(&["policy", "show", &s]);
         assert!(
             shown.contains("granted.example:80")
@@ -745,32 +739,33 @@ fn attack_an_always_grant_outlives_a_restart_is_the_operators_alone_and_is_revok
             "{when}: {shown}"
         );
         assert!(
-            !refusal(&w, &s, "granted.example").contains("approval"),
+            !refusal(&mut agent, "granted.example").contains("approval"),
             "{when}: the grant lets it through"
         );
-        let no = refusal(&w, &s, "refused.example");
+        let no = refusal(&mut agent, "refused.example");
         assert!(!no.is_empty() && !no.contains("approval"), "{when}: {no}");
     };
     check("granted");
 
     // The agent can neither read nor replace the grants (the proxy's, beside the audit log).
     let tried = agent_sh(
-        &w,
-        &s,
-        "cat /var/log/airlock/grants.json; echo '{}' > /var/log/airlock/grants.json; echo rc=$?",
+        &mut agent,
+        "{ cat /var/log/airlock/grants.json; echo '{}' > /var/log/airlock/grants.json; } 2>/dev/null; echo rc=$?",
     );
     assert!(
         !tried.contains(&granted) && tried.starts_with("rc=") && !tried.ends_with("rc=0"),
         "{tried}"
     );
 
+    drop(agent);
     w.ok(&["stop", &s]);
     w.ok(&["start", &s]);
     check("after a restart");
+    let mut agent = Shell::start(&w, &s);
 
     let out = w.ok(&["revoke", &format!("{s}/{granted}")]);
     assert!(out.contains(&format!("grant {granted} revoked")), "{out}");
-    assert_eq!(refusal(&w, &s, "granted.example"), "approval-required");
+    assert_eq!(refusal(&mut agent, "granted.example"), "approval-required");
     assert_eq!(
         w.run(&["revoke", &format!("{s}/{granted}")]).status.code(),
         Some(3)
@@ -793,6 +788,7 @@ fn an_ask_rule_puts_the_agents_write_to_the_operator() {
     .unwrap();
     let s = w.name("s");
     w.ok(&args(&w.new_args(&s, Some("exec sleep 600"))));
+    let mut agent = Shell::start(&w, &s);
     let v: Value = serde_json::from_str(&w.ok(&[
         "policy",
         "check",
@@ -809,7 +805,7 @@ fn an_ask_rule_puts_the_agents_write_to_the_operator() {
         "{v}"
     );
     let post = "curl -s --max-time 10 -X POST http://203.0.113.7/releases";
-    let refused: Value = serde_json::from_str(&agent_sh(&w, &s, post)).unwrap();
+    let refused: Value = serde_json::from_str(&agent_sh(&mut agent, post)).unwrap();
     assert_eq!(refused["error"], "approval-required", "{refused}");
     let id = refused["approval_id"].as_str().unwrap().to_owned();
     let items: Value = serde_json::from_str(&w.ok(&["approvals", &s, "--json"])).unwrap();
@@ -830,7 +826,10 @@ fn an_ask_rule_puts_the_agents_write_to_the_operator() {
         "{out}"
     );
     w.ok(&["approve", &format!("{s}/{id}"), "--session"]);
-    let seen = agent_sh(&w, &s, &format!("curl -s http://airlock.local/v1/ask/{id}"));
+    let seen = agent_sh(
+        &mut agent,
+        &format!("curl -s http://airlock.local/v1/ask/{id}"),
+    );
     assert!(seen.contains("\"state\":\"approved\""), "{seen}");
     let log = w.ok(&["logs", &s, "--audit", "--json"]);
     let asked: Vec<Value> = log

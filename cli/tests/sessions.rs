@@ -6,62 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common::{POLICY, World};
+use crate::common::{POLICY, Shell, World};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
-
-/// A long-lived session driven line by line: `airlock exec NAME -- sh` on pipes.
-struct Shell {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Shell {
-    fn start(w: &World, name: &str) -> Shell {
-        let mut child = w
-            .cmd(&["exec", name, "--", "sh"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Shell {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// What `script` prints in this session (stderr joined), trimmed.
-    fn run(&mut self, script: &str) -> String {
-        const END: &str = "__airlock_test_end__";
-        // On a line of its own, whether or not the script's output ended its line.
-        writeln!(self.stdin, "{{ {script}\n}} 2>&1; printf '\\n{END}\\n'").unwrap();
-        self.stdin.flush().unwrap();
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "the session ended while running {script:?}: {out}");
-            if line.trim_end() == END {
-                return out.trim().to_owned();
-            }
-            out.push_str(&line);
-        }
-    }
-}
-
-impl Drop for Shell {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "exit");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `curl` of `url` as the agent would, optionally from `--interface ADDR`: the JSON body.
 fn get(url: &str, interface: Option<&str>) -> String {

@@ -175,8 +175,14 @@ pub fn lines(l: &Live) -> Vec<String> {
     out.push(format!("live        {} session(s)", l.sessions.len()));
     for x in &l.sessions {
         let uid = x.uid.map_or(String::new(), |u| format!(", uid {u}"));
+        // Every session of a start shares its id; an older proxy says no number (0).
+        let number = if x.number == 0 {
+            String::new()
+        } else {
+            format!("session {} ", x.number)
+        };
         out.push(format!(
-            "  {} {} (since {}{uid})",
+            "  {number}{} {} (since {}{uid})",
             kind(x.kind),
             x.id,
             when(x.started_at_ms)

@@ -5,8 +5,9 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const POLICY: &str =
@@ -212,4 +213,69 @@ pub fn processes_holding(needle: &str) -> Vec<String> {
         }
     }
     hits
+}
+
+/// The end mark of a script run in a [`Shell`].
+const END: &str = "__airlock_test_end__";
+
+/// A long-lived session driven line by line: `airlock exec NAME -- sh` on pipes.
+pub struct Shell {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Shell {
+    /// `airlock exec NAME -- sh`: a session of its own in the sandbox `name`.
+    pub fn start(w: &World, name: &str) -> Shell {
+        let mut child = w
+            .cmd(&["exec", name, "--", "sh"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Shell {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// What `script` prints in this session (stderr joined), trimmed.
+    pub fn run(&mut self, script: &str) -> String {
+        self.send(script);
+        self.finish()
+    }
+
+    /// Starts `script` in this session without waiting for it ([`Shell::finish`] does).
+    pub fn send(&mut self, script: &str) {
+        // The end mark on a line of its own, whether or not the output ended its line.
+        writeln!(self.stdin, "{{ {script}\n}} 2>&1; printf '\\n{END}\\n'").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// What the script [`Shell::send`] started printed, once it ends, trimmed.
+    pub fn finish(&mut self) -> String {
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "the session ended before its script did: {out}");
+            if line.trim_end() == END {
+                return out.trim().to_owned();
+            }
+            out.push_str(&line);
+        }
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "exit");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
