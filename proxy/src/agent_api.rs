@@ -144,6 +144,12 @@ fn denials(shared: &Shared, caller: Caller) -> Value {
         Some(k) => format!("\"uid\":{uid},\"agent_session\":{k},"),
         None => format!("\"uid\":{uid},\"client\""),
     };
+    // A number taken again is another session: what the one before it was refused is not
+    // this one's (milliseconds since the epoch, as the line's `ts`).
+    let since = caller
+        .session
+        .and_then(|k| shared.approvals.begun().into_iter().find(|(n, _)| *n == k))
+        .map_or(0, |(_, t)| airlock_audit_schema::Timestamp::from(t).0);
     let mine = memchr::memmem::Finder::new(mine.as_bytes());
     let deny = memchr::memmem::Finder::new(b"\"decision\":\"deny\"");
     let mut out: Vec<Value> = lines
@@ -155,6 +161,8 @@ fn denials(shared: &Shared, caller: Caller) -> Value {
             v["uid"] == json!(caller.uid)
                 && v["agent_session"] == json!(caller.session)
                 && v["decision"] == "deny"
+                && serde_json::from_value::<airlock_audit_schema::Timestamp>(v["ts"].clone())
+                    .is_ok_and(|ts| ts.0 >= since)
         })
         .take(DENIALS)
         .map(|v| {

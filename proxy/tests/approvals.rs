@@ -1355,6 +1355,23 @@ async fn attack_a_session_that_reuses_an_ended_sessions_number_inherits_none_of_
         items.iter().all(|i| i.id != old && i.id != old_pending),
         "{items:?}"
     );
+    // Its own denials are its own: none of the ended session's refusals.
+    let mut mine = Vec::new();
+    for _ in 0..50 {
+        let (_s, r) = from_session(2, h.addr, &api_get("/v1/denials")).await;
+        mine = r.json()["denials"].as_array().unwrap().clone();
+        if mine.iter().any(|d| d["approval"] == new.as_str()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        mine.iter().any(|d| d["approval"] == new.as_str())
+            && mine
+                .iter()
+                .all(|d| d["approval"] != old.as_str() && d["approval"] != old_pending.as_str()),
+        "{mine:?}"
+    );
     // Session 3's approval holds, and the grant admits every session, session 2 included.
     let (_s, r) = from_session(3, h.addr, &get("ask.test")).await;
     assert_eq!(r.status, 200, "{}", r.body);
