@@ -65,7 +65,7 @@ impl Caller {
     }
 
     /// Names this caller on an audit line: its uid and session.
-    pub fn stamp(self, rec: &mut crate::audit::Record) {
+    pub fn stamp<R>(self, rec: &mut airlock_audit_schema::Record<R>) {
         rec.uid = self.uid;
         rec.agent_session = self.session;
     }
