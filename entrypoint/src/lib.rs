@@ -27,6 +27,7 @@ pub mod console;
 pub mod credentials;
 pub mod effective;
 pub mod git;
+pub mod http_answer;
 pub mod identity;
 pub mod nested_repos;
 pub mod netinfo;

@@ -200,32 +200,15 @@ fn live_status(socket: &Path) -> Result<Status, String> {
         .take(ANSWER_LIMIT)
         .read_to_end(&mut answer)
         .map_err(|e| format!("reading: {e}"))?;
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut head = httparse::Response::new(&mut headers);
-    let start = match head.parse(&answer) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err("an incomplete answer".into()),
-        Err(e) => return Err(format!("an answer that is not HTTP: {e}")),
-    };
-    let length = head
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| {
-            std::str::from_utf8(h.value)
-                .ok()?
-                .trim()
-                .parse::<usize>()
-                .ok()
-        })
-        .ok_or("an answer without a length")?;
-    let body = answer
-        .get(start..start + length)
-        .ok_or("an answer shorter than its length")?;
-    if head.code != Some(200) {
+    let crate::http_answer::Answer { status, body } =
+        crate::http_answer::parse(&answer).map_err(|e| match e {
+            crate::http_answer::Unread::Incomplete => "an incomplete answer".to_owned(),
+            crate::http_answer::Unread::NotHttp(e) => format!("an answer that is not HTTP: {e}"),
+            crate::http_answer::Unread::NoLength => "an answer without a length".to_owned(),
+        })?;
+    if status != 200 {
         return Err(format!(
-            "HTTP {}: {}",
-            head.code.unwrap_or_default(),
+            "HTTP {status}: {}",
             String::from_utf8_lossy(body).trim()
         ));
     }

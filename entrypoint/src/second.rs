@@ -79,6 +79,20 @@ pub struct Saved {
 }
 
 impl Saved {
+    /// What a session needs of `agent`, started in `cwd` with `env`.
+    fn of(agent: &Identity, cwd: &Path, env: &BTreeMap<String, String>) -> Saved {
+        Saved {
+            name: agent.name.clone(),
+            uid: agent.uid,
+            gid: agent.gid,
+            groups: agent.groups.clone(),
+            home: agent.home.clone(),
+            shell: agent.shell.clone(),
+            cwd: cwd.to_path_buf(),
+            env: env.clone(),
+        }
+    }
+
     fn identity(&self) -> Identity {
         Identity {
             name: self.name.clone(),
@@ -98,16 +112,7 @@ pub fn save(
     cwd: &Path,
     env: &BTreeMap<String, String>,
 ) -> Result<()> {
-    let saved = Saved {
-        name: agent.name.clone(),
-        uid: agent.uid,
-        gid: agent.gid,
-        groups: agent.groups.clone(),
-        home: agent.home.clone(),
-        shell: agent.shell.clone(),
-        cwd: cwd.to_path_buf(),
-        env: env.clone(),
-    };
+    let saved = Saved::of(agent, cwd, env);
     let json = serde_json::to_vec(&saved).context("cannot encode the agent for sessions")?;
     let path = run_dir.join(FILE);
     let tmp = run_dir.join(format!(".{FILE}.tmp"));
@@ -242,29 +247,16 @@ pub fn begin_request(k: u16) -> Result<Vec<u8>, String> {
 /// # Errors
 /// One line: the refusal, or what is wrong with the answer.
 pub fn begun(answer: &[u8], k: u16) -> Result<SessionBegun, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut head = httparse::Response::new(&mut headers);
-    let start = match head.parse(answer) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return Err("the proxy's answer broke off (is it restarting?)".into());
-        }
-        Err(e) => return Err(format!("the proxy's answer is not HTTP: {e}")),
-    };
-    let length = (head.headers.iter())
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| {
-            std::str::from_utf8(h.value)
-                .ok()?
-                .trim()
-                .parse::<usize>()
-                .ok()
-        })
-        .ok_or("the proxy's answer has no length")?;
-    let body = (answer.get(start..))
-        .and_then(|b| b.get(..length))
-        .ok_or("the proxy's answer broke off (is it restarting?)")?;
-    let status = head.code.unwrap_or_default();
+    let crate::http_answer::Answer { status, body } =
+        crate::http_answer::parse(answer).map_err(|e| match e {
+            crate::http_answer::Unread::Incomplete => {
+                "the proxy's answer broke off (is it restarting?)".to_owned()
+            }
+            crate::http_answer::Unread::NotHttp(e) => {
+                format!("the proxy's answer is not HTTP: {e}")
+            }
+            crate::http_answer::Unread::NoLength => "the proxy's answer has no length".to_owned(),
+        })?;
     match serde_json::from_slice::<Response>(body) {
         Ok(Response::SessionBegun(b)) if status == 200 && b.session == k => Ok(b),
         Ok(Response::Error(e)) => Err(format!(
@@ -459,16 +451,7 @@ mod tests {
     fn session_k_is_the_agent_with_its_own_gid_and_number() {
         let agent = Identity::test_agent();
         let env = BTreeMap::from([(SESSION_VAR.to_owned(), "1".to_owned())]);
-        let saved = Saved {
-            name: agent.name.clone(),
-            uid: agent.uid,
-            gid: agent.gid,
-            groups: agent.groups.clone(),
-            home: agent.home.clone(),
-            shell: agent.shell.clone(),
-            cwd: "/workspace".into(),
-            env,
-        };
+        let saved = Saved::of(&agent, Path::new("/workspace"), &env);
         let (id, env) = session_of(&saved, 5);
         assert_eq!(
             (id.uid, id.gid, id.groups),
